@@ -1,0 +1,293 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rootline/rootline/internal/anomaly"
+	"github.com/rootline/rootline/internal/model"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gateWriter is a SpanWriter whose commits wait for the test to open a gate,
+// so queueing behaviour can be observed deterministically.
+type gateWriter struct {
+	mu      sync.Mutex
+	calls   [][]*model.Span
+	entered chan int // receives len(batch) when a commit starts
+	gate    chan struct{}
+	once    sync.Once
+	err     error
+}
+
+// open lets every present and future commit through.
+func (g *gateWriter) open() { g.once.Do(func() { close(g.gate) }) }
+
+func newGateWriter() *gateWriter {
+	return &gateWriter{entered: make(chan int, 100), gate: make(chan struct{}, 100)}
+}
+
+func (g *gateWriter) WriteSpans(_ context.Context, spans []*model.Span) error {
+	g.entered <- len(spans)
+	<-g.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.calls = append(g.calls, append([]*model.Span(nil), spans...))
+	return g.err
+}
+
+type sinkRecorder struct {
+	mu    sync.Mutex
+	spans []*model.Span
+}
+
+func (s *sinkRecorder) OnCommitted(spans []*model.Span) {
+	s.mu.Lock()
+	s.spans = append(s.spans, spans...)
+	s.mu.Unlock()
+}
+
+func spans(n int, service, name string, d time.Duration) []*model.Span {
+	out := make([]*model.Span, n)
+	for i := range out {
+		out[i] = &model.Span{TraceID: model.TraceID{1}, SpanID: model.SpanID{byte(i + 1)}, Service: service, Name: name, Start: 1, Duration: int64(d)}
+	}
+	return out
+}
+
+func start(t *testing.T, cfg Config, w *gateWriter, det anomaly.Detector, sinks ...Sink) *Pipeline {
+	t.Helper()
+	p, err := New(cfg, w, det, sinks, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = p.Run(); close(done) }()
+	t.Cleanup(func() {
+		w.open()
+		if err := p.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		<-done
+	})
+	return p
+}
+
+func consumeAsync(p *Pipeline, s []*model.Span) chan error {
+	ch := make(chan error, 1)
+	go func() { ch <- p.ConsumeSpans(context.Background(), s) }()
+	return ch
+}
+
+func TestGroupCommitAndDurableAck(t *testing.T) {
+	w := newGateWriter()
+	p := start(t, DefaultConfig(), w, nil)
+
+	first := consumeAsync(p, spans(3, "a", "op", time.Millisecond))
+	if n := <-w.entered; n != 3 {
+		t.Fatalf("first commit has %d spans, want 3", n)
+	}
+	// While the first commit is in flight, five more requests queue up.
+	var rest []chan error
+	for range 5 {
+		rest = append(rest, consumeAsync(p, spans(2, "a", "op", time.Millisecond)))
+	}
+	waitFor(t, func() bool { return p.QueuedSpans() == 13 })
+	select {
+	case err := <-first:
+		t.Fatalf("acknowledged before commit: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	w.gate <- struct{}{}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The five queued requests are committed together in one transaction.
+	if n := <-w.entered; n != 10 {
+		t.Fatalf("group commit has %d spans, want 10", n)
+	}
+	w.gate <- struct{}{}
+	for _, ch := range rest {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.QueuedSpans(); got != 0 {
+		t.Fatalf("queued = %d after commits", got)
+	}
+}
+
+func TestBackpressure(t *testing.T) {
+	w := newGateWriter()
+	cfg := DefaultConfig()
+	cfg.QueueSpans = 10
+	p := start(t, cfg, w, nil)
+
+	a := consumeAsync(p, spans(6, "a", "op", 1))
+	<-w.entered // commit of a in flight; a still counts as queued
+	b := consumeAsync(p, spans(4, "a", "op", 1))
+	waitFor(t, func() bool { return p.QueuedSpans() == 10 })
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{{"one more span", 1}, {"a large batch", 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := p.ConsumeSpans(context.Background(), spans(tc.n, "a", "op", 1)); !errors.Is(err, ErrQueueFull) {
+				t.Fatalf("err = %v, want ErrQueueFull", err)
+			}
+		})
+	}
+	w.gate <- struct{}{}
+	<-w.entered
+	w.gate <- struct{}{}
+	if err := errors.Join(<-a, <-b); err != nil {
+		t.Fatal(err)
+	}
+	// With the queue empty, even an oversized request is admitted.
+	big := consumeAsync(p, spans(25, "a", "op", 1))
+	<-w.entered
+	w.gate <- struct{}{}
+	if err := <-big; err != nil {
+		t.Fatalf("oversized request on an empty queue: %v", err)
+	}
+}
+
+func TestDetectionAnnotatesAndFeedsSinks(t *testing.T) {
+	w := newGateWriter()
+	w.open()
+	det, err := anomaly.NewMedian(anomaly.Config{Window: 50, Threshold: 3, MinFill: 20, MaxKeys: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &sinkRecorder{}
+	p := start(t, DefaultConfig(), w, det, rec)
+	ctx := context.Background()
+	if err := p.ConsumeSpans(ctx, spans(30, "svc", "GET /", 10*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	other := spans(1, "svc", "other-op", 100*time.Millisecond) // different key: no history
+	slow := spans(1, "svc", "GET /", 31*time.Millisecond)      // > 3 × 10 ms
+	edge := spans(1, "svc", "GET /", 30*time.Millisecond)      // = 3 × 10 ms: not anomalous
+	if err := p.ConsumeSpans(ctx, append(append(other, slow...), edge...)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		s    *model.Span
+		want bool
+	}{{"new key", other[0], false}, {"slow", slow[0], true}, {"at threshold", edge[0], false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.s.IsAnomalous(); got != tc.want {
+				t.Fatalf("anomalous = %v, want %v (attrs %+v)", got, tc.want, tc.s.Attributes)
+			}
+			if !tc.want {
+				return
+			}
+			base, _ := tc.s.Attr(model.AttrBaselineMs)
+			thr, _ := tc.s.Attr(model.AttrThreshold)
+			if base.Float != 10 || thr.Float != 3 || !tc.s.IsError() {
+				t.Fatalf("baseline %v threshold %v error %v", base.Float, thr.Float, tc.s.IsError())
+			}
+		})
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.spans) != 33 {
+		t.Fatalf("sink saw %d spans, want 33", len(rec.spans))
+	}
+}
+
+func TestWriteErrorReachesEveryRequestOfTheGroup(t *testing.T) {
+	w := newGateWriter()
+	w.err = errors.New("disk full")
+	rec := &sinkRecorder{}
+	p := start(t, DefaultConfig(), w, nil, rec)
+	first := consumeAsync(p, spans(1, "a", "op", 1))
+	<-w.entered
+	x, y := consumeAsync(p, spans(1, "a", "op", 1)), consumeAsync(p, spans(2, "a", "op", 1))
+	waitFor(t, func() bool { return p.QueuedSpans() == 4 })
+	w.gate <- struct{}{}
+	<-w.entered
+	w.gate <- struct{}{}
+	for _, ch := range []chan error{first, x, y} {
+		if err := <-ch; err == nil || !errors.Is(err, w.err) {
+			t.Fatalf("err = %v, want the store's error", err)
+		}
+	}
+	if len(rec.spans) != 0 {
+		t.Fatal("sinks saw spans that were not committed")
+	}
+}
+
+func TestCloseDrainsThenRefuses(t *testing.T) {
+	w := newGateWriter()
+	p, err := New(DefaultConfig(), w, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = p.Run(); close(done) }()
+	a := consumeAsync(p, spans(2, "a", "op", 1))
+	<-w.entered
+	b := consumeAsync(p, spans(3, "a", "op", 1))
+	waitFor(t, func() bool { return p.QueuedSpans() == 5 })
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close(context.Background()) }()
+	waitFor(t, func() bool {
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return p.closing
+	})
+	if err := p.ConsumeSpans(context.Background(), spans(1, "a", "op", 1)); !errors.Is(err, ErrShuttingDown) {
+		t.Fatalf("err = %v while draining, want ErrShuttingDown", err)
+	}
+	w.gate <- struct{}{}
+	<-w.entered
+	w.gate <- struct{}{}
+	if err := errors.Join(<-a, <-b, <-closed); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if len(w.calls) != 2 || len(w.calls[1]) != 3 {
+		t.Fatalf("commits = %d, want the queued request committed before Close returned", len(w.calls))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+		ok   bool
+	}{
+		{"default", func(*Config) {}, true},
+		{"zero queue", func(c *Config) { c.QueueSpans = 0 }, false},
+		{"zero batch", func(c *Config) { c.MaxBatchSpans = 0 }, false},
+		{"bad key", func(c *Config) { c.KeyBy = "trace" }, false},
+		{"service key", func(c *Config) { c.KeyBy = KeyByService }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.mod(&c)
+			if err := c.Validate(); (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
