@@ -1,0 +1,299 @@
+package capture
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/store"
+)
+
+// maxJSONBody bounds registration and completion bodies.
+const maxJSONBody = 1 << 20
+
+// Handler serves the agent and capture API (docs/api.md):
+//
+//	POST   /api/v1/agents                         register
+//	PUT    /api/v1/agents/{id}                    heartbeat (replaces the process list)
+//	DELETE /api/v1/agents/{id}                    deregister
+//	GET    /api/v1/agents                         list
+//	GET    /api/v1/captures?limit=                recent captures
+//	GET    /api/v1/captures/{id}                  one capture
+//	POST   /api/v1/captures/{id}/artifacts?kind=  upload one artifact (raw body)
+//	POST   /api/v1/captures/{id}/complete         end a capture
+//
+// With an AuthToken configured every route requires "Authorization: Bearer <token>".
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/agents", m.register)
+	mux.HandleFunc("GET /api/v1/agents", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, m.Agents()) })
+	mux.HandleFunc("PUT /api/v1/agents/{id}", m.heartbeat)
+	mux.HandleFunc("DELETE /api/v1/agents/{id}", m.deregister)
+	mux.HandleFunc("GET /api/v1/captures", m.listCaptures)
+	mux.HandleFunc("GET /api/v1/captures/{id}", m.getCapture)
+	mux.HandleFunc("POST /api/v1/captures/{id}/artifacts", m.upload)
+	mux.HandleFunc("POST /api/v1/captures/{id}/complete", m.complete)
+	return m.authorize(mux)
+}
+
+func (m *Manager) authorize(next http.Handler) http.Handler {
+	if m.cfg.AuthToken == "" {
+		return next
+	}
+	want := []byte("Bearer " + m.cfg.AuthToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="rootline"`)
+			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
+	var reg Registration
+	if err := decodeJSON(w, r, &reg); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := validateRegistration(reg); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	m.mu.Lock()
+	if reg.AgentID == "" {
+		reg.AgentID = newID()
+	}
+	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: m.now()}
+	m.mu.Unlock()
+	m.logger.Info("agent registered", "agent", reg.AgentID, "host", reg.Host, "processes", len(reg.Processes), "kinds", reg.Kinds)
+	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+}
+
+func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	var reg Registration
+	if err := decodeJSON(w, r, &reg); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	reg.AgentID = id
+	if err := validateRegistration(reg); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	m.mu.Lock()
+	a, ok := m.agents[id]
+	if ok {
+		a.Registration = reg
+		a.lastSeen = m.now()
+	}
+	m.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown agent "+id+": register again")
+		return
+	}
+	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+}
+
+func (m *Manager) deregister(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	delete(m.agents, r.PathValue("id"))
+	m.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func validateRegistration(reg Registration) error {
+	if reg.Host == "" {
+		return errors.New("registration: host is required")
+	}
+	u, err := url.Parse(reg.DumpURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("registration: dumpUrl %q must be an absolute http(s) URL", reg.DumpURL)
+	}
+	for i, p := range reg.Processes {
+		if p.PID <= 0 {
+			return fmt.Errorf("registration: processes[%d].pid must be positive", i)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) listCaptures(w http.ResponseWriter, r *http.Request) {
+	limit := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeError(w, http.StatusBadRequest, "limit must be a positive integer")
+			return
+		}
+		limit = n
+	}
+	writeJSON(w, http.StatusOK, m.Captures(limit))
+}
+
+func (m *Manager) getCapture(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	c, ok := m.captures[r.PathValue("id")]
+	var cp Capture
+	if ok {
+		cp = *c
+		cp.SpanCount = len(c.Spans)
+		cp.Artifacts = append([]string{}, c.Artifacts...)
+	}
+	m.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown capture")
+		return
+	}
+	writeJSON(w, http.StatusOK, cp)
+}
+
+// upload stores one artifact of a requested capture. Metadata comes from the
+// query (kind, fileName, start, end, partial, attrs as a JSON object) and the
+// Content-Type header; the body is the raw artifact.
+func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	q := r.URL.Query()
+	kind := q.Get("kind")
+	if kind == "" {
+		writeError(w, http.StatusBadRequest, "kind is required")
+		return
+	}
+	mediaType := r.Header.Get("Content-Type")
+	if mediaType == "" {
+		mediaType = "application/octet-stream"
+	} else if _, _, err := mime.ParseMediaType(mediaType); err != nil {
+		writeError(w, http.StatusBadRequest, "bad Content-Type: "+err.Error())
+		return
+	}
+	var attrs map[string]string
+	if s := q.Get("attrs"); s != "" {
+		if err := json.Unmarshal([]byte(s), &attrs); err != nil {
+			writeError(w, http.StatusBadRequest, "attrs must be a JSON object of strings: "+err.Error())
+			return
+		}
+	}
+	m.mu.Lock()
+	c, ok := m.captures[id]
+	if !ok || (c.State != StateRequested) {
+		m.mu.Unlock()
+		if !ok {
+			writeError(w, http.StatusNotFound, "unknown capture "+id)
+		} else {
+			writeError(w, http.StatusConflict, "capture "+id+" is "+c.State+", not accepting uploads")
+		}
+		return
+	}
+	meta := store.Artifact{
+		Kind: kind, MediaType: mediaType, FileName: q.Get("fileName"), Host: c.Host, Service: c.Service,
+		PID: c.PID, Start: c.Start, End: c.End, Partial: q.Get("partial") == "true", CaptureID: c.ID,
+		Attributes: attrs, Spans: append([]store.SpanRef(nil), c.Spans...),
+	}
+	left := m.cfg.BudgetBytesPerMinute - m.usedLocked(budgetKey(c.Host, c.PID), m.now())
+	m.mu.Unlock()
+	for _, p := range []struct {
+		name string
+		dst  *int64
+	}{{"start", &meta.Start}, {"end", &meta.End}} {
+		if s := q.Get(p.name); s != "" {
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, p.name+" must be Unix nanoseconds")
+				return
+			}
+			*p.dst = v
+		}
+	}
+	if meta.FileName == "" {
+		meta.FileName = kind + "-" + id
+	}
+	if left <= 0 || r.ContentLength > left {
+		m.m.captures.WithLabelValues("upload_over_budget").Inc()
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("artifact exceeds the process's capture budget (%d bytes left this minute)", max(left, 0)))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, left)
+	art, err := m.artifacts.PutArtifact(r.Context(), meta, body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("artifact exceeds the process's capture budget (%d bytes left this minute)", left))
+			return
+		}
+		m.logger.Error("store artifact", "capture", id, "kind", kind, "err", err)
+		writeError(w, http.StatusInternalServerError, "storing the artifact failed")
+		return
+	}
+	m.m.uploadBytes.Add(float64(art.Size))
+	m.mu.Lock()
+	c.Artifacts = append(c.Artifacts, art.ID)
+	c.Bytes += art.Size
+	key := budgetKey(c.Host, c.PID)
+	m.ledger[key] = append(m.ledger[key], ledgerEntry{at: m.now(), bytes: art.Size})
+	// Spans that joined the capture during the upload get linked too.
+	late := c.Spans[len(meta.Spans):]
+	m.mu.Unlock()
+	if len(late) > 0 {
+		if err := m.artifacts.LinkArtifact(r.Context(), art.ID, late); err != nil {
+			m.logger.Warn("link artifact to late spans", "artifact", art.ID, "err", err)
+		}
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"id": art.ID, "sha256": art.SHA256, "size": art.Size})
+}
+
+func (m *Manager) complete(w http.ResponseWriter, r *http.Request) {
+	var cm Completion
+	if err := decodeJSON(w, r, &cm); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	state := map[string]string{"complete": StateComplete, "partial": StatePartial, "failed": StateFailed}[cm.Status]
+	if state == "" {
+		writeError(w, http.StatusBadRequest, `status must be "complete", "partial" or "failed"`)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.captures[r.PathValue("id")]
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown capture")
+		return
+	}
+	if c.State != StateRequested {
+		writeError(w, http.StatusConflict, "capture is already "+c.State)
+		return
+	}
+	m.finishLocked(c, state, cm.Error)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		return fmt.Errorf("content type must be application/json, got %q", ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}

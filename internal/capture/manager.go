@@ -1,0 +1,605 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// Config sets capture windows, budgets and timeouts.
+type Config struct {
+	// Pre and Post widen a span's window: [start − Pre, end + Post].
+	Pre  time.Duration `yaml:"pre"`
+	Post time.Duration `yaml:"post"`
+	// Settle is waited after a window closes (or after the first anomaly
+	// arrives, if later) before asking for it, so the agent's ring buffers hold
+	// the window's last samples and overlapping anomalies arriving meanwhile are
+	// coalesced into one capture.
+	Settle time.Duration `yaml:"settle"`
+	// MaxWindow caps a coalesced window.
+	MaxWindow time.Duration `yaml:"max_window"`
+	// BudgetBytesPerMinute bounds artifact bytes per process per minute.
+	BudgetBytesPerMinute int64 `yaml:"budget_bytes_per_minute"`
+	// Concurrency bounds dump requests in flight.
+	Concurrency int `yaml:"concurrency"`
+	// Queue bounds anomalies waiting to be routed; beyond it they are dropped
+	// (counted), because capture must never slow ingest.
+	Queue int `yaml:"queue"`
+	// RequestTimeout bounds the dump request to the agent (not the upload).
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// CaptureTimeout is how long an agent has to complete a capture.
+	CaptureTimeout time.Duration `yaml:"capture_timeout"`
+	// Heartbeat is the agents' heartbeat interval.
+	Heartbeat time.Duration `yaml:"heartbeat"`
+	// MaxTargets bounds the processes captured for one span when only its
+	// service name identifies it (replicas).
+	MaxTargets int `yaml:"max_targets"`
+	// Kinds requested from agents; empty asks for every kind the agent offers.
+	Kinds []string `yaml:"kinds"`
+	// AuthToken, when set, is required from agents and sent to them.
+	AuthToken string `yaml:"-"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 2 * time.Minute,
+		BudgetBytesPerMinute: 64 << 20, Concurrency: 4, Queue: 10_000,
+		RequestTimeout: 10 * time.Second, CaptureTimeout: 2 * time.Minute,
+		Heartbeat: 10 * time.Second, MaxTargets: 4,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 {
+		errs = append(errs, errors.New("capture pre, post and settle must not be negative"))
+	}
+	if c.MaxWindow <= 0 {
+		errs = append(errs, errors.New("capture max_window must be positive"))
+	}
+	if c.BudgetBytesPerMinute <= 0 {
+		errs = append(errs, errors.New("capture budget_bytes_per_minute must be positive"))
+	}
+	if c.Concurrency < 1 || c.Queue < 1 || c.MaxTargets < 1 {
+		errs = append(errs, errors.New("capture concurrency, queue and max_targets must be ≥ 1"))
+	}
+	if c.RequestTimeout <= 0 || c.CaptureTimeout <= 0 || c.Heartbeat <= 0 {
+		errs = append(errs, errors.New("capture timeouts and heartbeat must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// Capture is one request for evidence: a process, a window and the spans it explains.
+type Capture struct {
+	ID        string          `json:"id"`
+	AgentID   string          `json:"agentId"`
+	Host      string          `json:"host"`
+	PID       int64           `json:"pid"`
+	Service   string          `json:"service,omitempty"`
+	Start     int64           `json:"start"`
+	End       int64           `json:"end"`
+	Kinds     []string        `json:"kinds,omitempty"`
+	Spans     []store.SpanRef `json:"-"`
+	SpanCount int             `json:"spanCount"`
+	State     string          `json:"state"`
+	Error     string          `json:"error,omitempty"`
+	Artifacts []string        `json:"artifacts"`
+	Bytes     int64           `json:"bytes"`
+	Created   time.Time       `json:"created"`
+	Requested time.Time       `json:"requested,omitzero"`
+	Finished  time.Time       `json:"finished,omitzero"`
+	due       time.Time
+}
+
+type agent struct {
+	Registration
+	lastSeen time.Time
+}
+
+type procKey struct {
+	agent string
+	pid   int64
+}
+
+type ledgerEntry struct {
+	at    time.Time
+	bytes int64
+}
+
+// Manager implements pipeline.Sink and serves the agent/capture HTTP API.
+type Manager struct {
+	cfg       Config
+	artifacts store.ArtifactStore
+	logger    *slog.Logger
+	client    *http.Client
+	now       func() time.Time
+
+	anomalies chan *model.Span
+	wake      chan struct{}
+	sem       chan struct{}
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	agents   map[string]*agent
+	captures map[string]*Capture
+	pending  map[procKey][]*Capture
+	finished []string // ids of ended captures, oldest first (bounded)
+	ledger   map[string][]ledgerEntry
+
+	m captureMetrics
+}
+
+type captureMetrics struct {
+	anomalies, dropped, unrouted, coalesced *prometheus.CounterVec
+	captures                                *prometheus.CounterVec
+	uploadBytes                             prometheus.Counter
+	agents                                  prometheus.GaugeFunc
+}
+
+// maxFinished bounds the ended captures kept for the API.
+const maxFinished = 2000
+
+// New returns a Manager. reg may be nil.
+func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg prometheus.Registerer) (*Manager, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		cfg: cfg, artifacts: artifacts, logger: logger.With("component", "capture"),
+		client:    &http.Client{Timeout: cfg.RequestTimeout},
+		now:       time.Now,
+		anomalies: make(chan *model.Span, cfg.Queue),
+		wake:      make(chan struct{}, 1),
+		sem:       make(chan struct{}, cfg.Concurrency),
+		agents:    map[string]*agent{},
+		captures:  map[string]*Capture{},
+		pending:   map[procKey][]*Capture{},
+		ledger:    map[string][]ledgerEntry{},
+	}
+	m.m = captureMetrics{
+		anomalies:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_total", Help: "Anomalous spans handed to the capture trigger."}, nil),
+		dropped:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_dropped_total", Help: "Anomalous spans dropped because the capture queue was full."}, nil),
+		unrouted:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_unrouted_total", Help: "Anomalous spans no registered agent serves."}, nil),
+		coalesced:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_coalesced_total", Help: "Anomalous spans folded into an existing capture."}, nil),
+		captures:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_captures_total", Help: "Captures by final state."}, []string{"state"}),
+		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_capture_artifact_bytes_total", Help: "Artifact bytes accepted from agents."}),
+		agents: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agents", Help: "Registered agents."}, func() float64 {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return float64(len(m.agents))
+		}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.m.anomalies, m.m.dropped, m.m.unrouted, m.m.coalesced, m.m.captures, m.m.uploadBytes, m.m.agents} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register capture metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// OnCommitted queues the anomalous spans of a committed batch. It never blocks.
+func (m *Manager) OnCommitted(spans []*model.Span) {
+	for _, s := range spans {
+		if !s.IsAnomalous() {
+			continue
+		}
+		m.m.anomalies.WithLabelValues().Inc()
+		select {
+		case m.anomalies <- s:
+		default:
+			m.m.dropped.WithLabelValues().Inc()
+		}
+	}
+}
+
+// Run routes anomalies, fires captures when their windows close and expires
+// silent agents and stuck captures, until ctx ends. In-flight dump requests
+// are waited for before it returns.
+func (m *Manager) Run(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		m.resetTimer(timer)
+		select {
+		case <-ctx.Done():
+			m.wg.Wait()
+			return nil
+		case s := <-m.anomalies:
+			m.route(s)
+		case <-m.wake:
+		case <-timer.C:
+		case <-tick.C:
+			m.expire()
+		}
+		m.fireDue(ctx)
+	}
+}
+
+func (m *Manager) resetTimer(t *time.Timer) {
+	m.mu.Lock()
+	next := time.Time{}
+	for _, list := range m.pending {
+		for _, c := range list {
+			if next.IsZero() || c.due.Before(next) {
+				next = c.due
+			}
+		}
+	}
+	m.mu.Unlock()
+	d := time.Hour
+	if !next.IsZero() {
+		d = max(next.Sub(m.now()), 0)
+	}
+	t.Reset(d)
+}
+
+// target is a process an anomalous span maps to.
+type target struct {
+	agent *agent
+	proc  Process
+}
+
+// resolve maps a span to the processes that served it, using its resource
+// attributes in order of precision: service.instance.id; host.name with
+// process.pid; process.pid alone when only one agent has it; service.name
+// (restricted to host.name when present).
+func (m *Manager) resolve(s *model.Span) []target {
+	str := func(k string) string {
+		v, ok := s.ResourceAttr(k)
+		if !ok {
+			return ""
+		}
+		return v.String()
+	}
+	inst, host := str(model.AttrServiceInstanceID), str(model.AttrHostName)
+	var pid int64
+	if v, ok := s.ResourceAttr(model.AttrProcessPID); ok {
+		pid = v.Int
+		if v.Type == model.TypeString {
+			pid, _ = strconv.ParseInt(v.Str, 10, 64)
+		}
+	}
+	ids := make([]string, 0, len(m.agents))
+	for id := range m.agents {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	match := func(ok func(a *agent, p Process) bool, limit int) []target {
+		var out []target
+		for _, id := range ids {
+			a := m.agents[id]
+			for _, p := range a.Processes {
+				if ok(a, p) {
+					out = append(out, target{a, p})
+					if len(out) == limit {
+						return out
+					}
+				}
+			}
+		}
+		return out
+	}
+	if inst != "" {
+		if t := match(func(_ *agent, p Process) bool { return p.InstanceID == inst }, 1); len(t) > 0 {
+			return t
+		}
+	}
+	if pid != 0 {
+		t := match(func(a *agent, p Process) bool { return p.PID == pid && (host == "" || a.Host == host) }, 2)
+		if len(t) == 1 {
+			return t
+		}
+	}
+	return match(func(a *agent, p Process) bool {
+		return p.Service == s.Service && (host == "" || a.Host == host)
+	}, m.cfg.MaxTargets)
+}
+
+// route folds an anomalous span into a pending or in-flight capture of its
+// process, or starts a new one.
+func (m *Manager) route(s *model.Span) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	targets := m.resolve(s)
+	if len(targets) == 0 {
+		m.m.unrouted.WithLabelValues().Inc()
+		return
+	}
+	ref := store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID}
+	start, end := s.Start-int64(m.cfg.Pre), s.End()+int64(m.cfg.Post)
+	for _, t := range targets {
+		key := procKey{t.agent.AgentID, t.proc.PID}
+		if m.coalesce(key, ref, start, end) {
+			m.m.coalesced.WithLabelValues().Inc()
+			continue
+		}
+		c := &Capture{
+			ID: newID(), AgentID: t.agent.AgentID, Host: t.agent.Host, PID: t.proc.PID,
+			Service: s.Service, Start: start, End: end, Kinds: m.kindsFor(t),
+			Spans: []store.SpanRef{ref}, State: StatePending, Created: m.now(),
+			Artifacts: []string{},
+		}
+		c.due = laterOf(time.Unix(0, end), m.now()).Add(m.cfg.Settle)
+		m.captures[c.ID] = c
+		m.pending[key] = append(m.pending[key], c)
+	}
+}
+
+// coalesce adds ref to an existing capture of key whose window overlaps
+// [start, end]: a pending one grows to the union (within MaxWindow); an
+// in-flight one that covers the window just explains one more span.
+func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end int64) bool {
+	for _, c := range m.pending[key] {
+		if start > c.End || end < c.Start {
+			continue
+		}
+		ns, ne := min(start, c.Start), max(end, c.End)
+		if ne-ns > int64(m.cfg.MaxWindow) {
+			continue
+		}
+		c.Start, c.End = ns, ne
+		c.due = laterOf(c.due, time.Unix(0, ne).Add(m.cfg.Settle))
+		c.Spans = append(c.Spans, ref)
+		return true
+	}
+	for _, c := range m.captures {
+		if c.State != StateRequested || c.AgentID != key.agent || c.PID != key.pid {
+			continue
+		}
+		if start >= c.Start && end <= c.End {
+			c.Spans = append(c.Spans, ref)
+			m.linkLater(c, ref)
+			return true
+		}
+	}
+	return false
+}
+
+// linkLater links the artifacts a capture already has to a span that joined it.
+func (m *Manager) linkLater(c *Capture, ref store.SpanRef) {
+	ids := append([]string(nil), c.Artifacts...)
+	if len(ids) == 0 {
+		return
+	}
+	go func() {
+		for _, id := range ids {
+			if err := m.artifacts.LinkArtifact(context.Background(), id, []store.SpanRef{ref}); err != nil {
+				m.logger.Warn("link artifact to coalesced span", "artifact", id, "err", err)
+			}
+		}
+	}()
+}
+
+func (m *Manager) kindsFor(t target) []string {
+	offered := t.proc.Kinds
+	if len(offered) == 0 {
+		offered = t.agent.Kinds
+	}
+	if len(m.cfg.Kinds) == 0 {
+		return append([]string(nil), offered...)
+	}
+	var out []string
+	for _, k := range m.cfg.Kinds {
+		for _, o := range offered {
+			if k == o {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
+// fireDue sends every pending capture whose window has settled.
+func (m *Manager) fireDue(ctx context.Context) {
+	now := m.now()
+	var due []*Capture
+	m.mu.Lock()
+	for key, list := range m.pending {
+		keep := list[:0]
+		for _, c := range list {
+			if c.due.After(now) {
+				keep = append(keep, c)
+				continue
+			}
+			due = append(due, c)
+		}
+		if len(keep) == 0 {
+			delete(m.pending, key)
+		} else {
+			m.pending[key] = keep
+		}
+	}
+	for _, c := range due {
+		c.SpanCount = len(c.Spans)
+		left := m.cfg.BudgetBytesPerMinute - m.usedLocked(budgetKey(c.Host, c.PID), now)
+		if left <= 0 {
+			m.finishLocked(c, StateSkipped, "per-process capture budget exhausted for this minute")
+			continue
+		}
+		c.State = StateRequested
+		c.Requested = now
+		req := DumpRequest{CaptureID: c.ID, PID: c.PID, Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left}
+		for _, r := range c.Spans {
+			req.Spans = append(req.Spans, SpanRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String()})
+		}
+		url := ""
+		if a := m.agents[c.AgentID]; a != nil {
+			url = a.DumpURL
+		}
+		if url == "" {
+			m.finishLocked(c, StateFailed, "agent is gone")
+			continue
+		}
+		m.wg.Add(1)
+		go m.send(ctx, c.ID, url, req)
+	}
+	m.mu.Unlock()
+}
+
+// send posts a dump request; on failure the capture fails with the reason.
+func (m *Manager) send(ctx context.Context, id, url string, req DumpRequest) {
+	defer m.wg.Done()
+	select {
+	case m.sem <- struct{}{}:
+	case <-ctx.Done():
+		m.fail(id, "server shutting down")
+		return
+	}
+	defer func() { <-m.sem }()
+	body, _ := json.Marshal(req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		m.fail(id, fmt.Sprintf("bad dump url %q: %v", url, err))
+		return
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	if m.cfg.AuthToken != "" {
+		hr.Header.Set("Authorization", "Bearer "+m.cfg.AuthToken)
+	}
+	resp, err := m.client.Do(hr)
+	if err != nil {
+		m.fail(id, fmt.Sprintf("dump request to agent failed: %v", err))
+		return
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode/100 != 2 {
+		m.fail(id, fmt.Sprintf("agent answered %s: %s", resp.Status, bytes.TrimSpace(msg)))
+	}
+}
+
+func (m *Manager) fail(id, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.captures[id]; c != nil && c.State == StateRequested {
+		m.finishLocked(c, StateFailed, reason)
+	}
+}
+
+// finishLocked ends a capture; m.mu is held.
+func (m *Manager) finishLocked(c *Capture, state, reason string) {
+	c.State, c.Error, c.Finished = state, reason, m.now()
+	c.SpanCount = len(c.Spans)
+	m.m.captures.WithLabelValues(state).Inc()
+	if reason != "" && state != StateComplete {
+		m.logger.Info("capture ended", "capture", c.ID, "state", state, "pid", c.PID, "host", c.Host, "reason", reason)
+	}
+	m.finished = append(m.finished, c.ID)
+	if len(m.finished) > maxFinished {
+		delete(m.captures, m.finished[0])
+		m.finished = m.finished[1:]
+	}
+}
+
+// expire forgets agents silent for three heartbeats and ends captures whose
+// agent never completed them.
+func (m *Manager) expire() {
+	now := m.now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, a := range m.agents {
+		if now.Sub(a.lastSeen) > 3*m.cfg.Heartbeat {
+			m.logger.Warn("agent expired (no heartbeat)", "agent", id, "host", a.Host)
+			delete(m.agents, id)
+		}
+	}
+	for _, c := range m.captures {
+		if c.State == StateRequested && now.Sub(c.Requested) > m.cfg.CaptureTimeout {
+			m.finishLocked(c, StateExpired, "agent did not complete the capture in time")
+		}
+	}
+	for k, l := range m.ledger {
+		m.ledger[k] = pruneLedger(l, now)
+		if len(m.ledger[k]) == 0 {
+			delete(m.ledger, k)
+		}
+	}
+}
+
+// laterOf returns the later of two times.
+func laterOf(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func budgetKey(host string, pid int64) string { return host + "/" + strconv.FormatInt(pid, 10) }
+
+func pruneLedger(l []ledgerEntry, now time.Time) []ledgerEntry {
+	i := 0
+	for i < len(l) && now.Sub(l[i].at) > time.Minute {
+		i++
+	}
+	return l[i:]
+}
+
+// usedLocked returns the bytes a process used in the last minute.
+func (m *Manager) usedLocked(key string, now time.Time) int64 {
+	var n int64
+	for _, e := range pruneLedger(m.ledger[key], now) {
+		n += e.bytes
+	}
+	return n
+}
+
+// Captures returns the known captures, newest first, at most limit.
+func (m *Manager) Captures(limit int) []Capture {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Capture, 0, len(m.captures))
+	for _, c := range m.captures {
+		cp := *c
+		cp.SpanCount = len(c.Spans)
+		cp.Artifacts = append([]string{}, c.Artifacts...)
+		out = append(out, cp)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+// Agents returns the registered agents sorted by id.
+func (m *Manager) Agents() []Registration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Registration, 0, len(m.agents))
+	for _, a := range m.agents {
+		out = append(out, a.Registration)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AgentID < out[j].AgentID })
+	return out
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,409 @@
+package capture
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// memArtifacts is an in-memory ArtifactStore for this unit test of the
+// capture logic; the real store runs in the end-to-end protocol test.
+type memArtifacts struct {
+	mu   sync.Mutex
+	arts map[string]store.Artifact
+	data map[string][]byte
+	n    int
+}
+
+func newMemArtifacts() *memArtifacts {
+	return &memArtifacts{arts: map[string]store.Artifact{}, data: map[string][]byte{}}
+}
+
+func (m *memArtifacts) PutArtifact(_ context.Context, meta store.Artifact, r io.Reader) (store.Artifact, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return store.Artifact{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	meta.ID = fmt.Sprintf("a%d", m.n)
+	meta.Size = int64(len(b))
+	m.arts[meta.ID] = meta
+	m.data[meta.ID] = b
+	return meta, nil
+}
+
+func (m *memArtifacts) LinkArtifact(_ context.Context, id string, spans []store.SpanRef) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.arts[id]
+	if !ok {
+		return store.ErrNotFound
+	}
+	a.Spans = append(a.Spans, spans...)
+	m.arts[id] = a
+	return nil
+}
+
+func (m *memArtifacts) GetArtifact(_ context.Context, id string) (store.Artifact, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.arts[id]
+	if !ok {
+		return a, store.ErrNotFound
+	}
+	return a, nil
+}
+
+func (m *memArtifacts) OpenArtifact(ctx context.Context, id string) (store.Artifact, io.ReadCloser, error) {
+	a, err := m.GetArtifact(ctx, id)
+	if err != nil {
+		return a, nil, err
+	}
+	return a, io.NopCloser(bytes.NewReader(m.data[id])), nil
+}
+
+func (m *memArtifacts) TraceArtifacts(context.Context, model.TraceID) ([]store.Artifact, error) {
+	return nil, nil
+}
+
+// testAgent is a small agent: it answers dump requests and uploads one
+// artifact of the requested size per kind, then completes the capture.
+type testAgent struct {
+	t        *testing.T
+	srv      *httptest.Server
+	server   string // Rootline server base URL
+	token    string
+	size     int
+	status   int // HTTP status for dump requests; 0 → 202
+	mu       sync.Mutex
+	requests []DumpRequest
+	uploads  []int // HTTP status of each upload
+}
+
+func newTestAgent(t *testing.T, server, token string, size int) *testAgent {
+	a := &testAgent{t: t, server: server, token: token, size: size}
+	a.srv = httptest.NewServer(http.HandlerFunc(a.dump))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	size := a.size
+	a.mu.Unlock()
+	if a.token != "" && r.Header.Get("Authorization") != "Bearer "+a.token {
+		http.Error(w, "no token", http.StatusUnauthorized)
+		return
+	}
+	var req DumpRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	a.mu.Lock()
+	a.requests = append(a.requests, req)
+	status := a.status
+	a.mu.Unlock()
+	if status != 0 {
+		http.Error(w, "profiler not running", status)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
+	go func() {
+		for _, k := range req.Kinds {
+			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", a.server, req.CaptureID, k, k)
+			code := a.post(u, "application/octet-stream", bytes.Repeat([]byte{'x'}, size))
+			a.mu.Lock()
+			a.uploads = append(a.uploads, code)
+			a.mu.Unlock()
+		}
+		a.post(a.server+"/api/v1/captures/"+req.CaptureID+"/complete", "application/json", []byte(`{"status":"complete"}`))
+	}()
+}
+
+func (a *testAgent) post(u, ct string, body []byte) int {
+	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(body))
+	req.Header.Set("Content-Type", ct)
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Error(err)
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (a *testAgent) register(t *testing.T, procs ...Process) string {
+	t.Helper()
+	b, _ := json.Marshal(Registration{Host: "node-1", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"}, Processes: procs})
+	req, _ := http.NewRequest(http.MethodPost, a.server+"/api/v1/agents", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if a.token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var rep RegistrationReply
+	if resp.StatusCode != 200 {
+		t.Fatalf("register: %s", resp.Status)
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&rep)
+	return rep.AgentID
+}
+
+func (a *testAgent) dumps() []DumpRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]DumpRequest(nil), a.requests...)
+}
+
+type fixture struct {
+	m    *Manager
+	arts *memArtifacts
+	url  string
+}
+
+func newFixture(t *testing.T, mod func(*Config)) *fixture {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 50*time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	arts := newMemArtifacts()
+	m, err := New(cfg, arts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+	return &fixture{m: m, arts: arts, url: srv.URL}
+}
+
+func anomalous(svc string, traceByte byte, start time.Time, d time.Duration, res ...model.KeyValue) *model.Span {
+	s := &model.Span{TraceID: model.TraceID{traceByte}, SpanID: model.SpanID{traceByte, 1}, Service: svc, Name: "op",
+		Start: start.UnixNano(), Duration: int64(d), Resource: append([]model.KeyValue{model.String("service.name", svc)}, res...)}
+	s.SetAttr(model.Bool(model.AttrAnomaly, true))
+	return s
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
+	f := newFixture(t, nil)
+	ag := newTestAgent(t, f.url, "", 100)
+	ag.register(t, Process{PID: 42, Service: "checkout"})
+	now := time.Now().Add(-time.Minute)
+	f.m.OnCommitted([]*model.Span{
+		anomalous("checkout", 1, now, 100*time.Millisecond),
+		anomalous("checkout", 2, now.Add(50*time.Millisecond), 100*time.Millisecond), // overlaps the first
+		anomalous("checkout", 3, now.Add(10*time.Second), 100*time.Millisecond),      // separate window
+		{TraceID: model.TraceID{9}, SpanID: model.SpanID{9}, Service: "checkout"},    // not anomalous
+	})
+	waitUntil(t, "two dump requests", func() bool { return len(ag.dumps()) == 2 })
+	waitUntil(t, "captures complete", func() bool {
+		for _, c := range f.m.Captures(0) {
+			if c.State != StateComplete {
+				return false
+			}
+		}
+		return true
+	})
+	reqs := ag.dumps()
+	byLen := map[int]DumpRequest{}
+	for _, r := range reqs {
+		byLen[len(r.Spans)] = r
+	}
+	merged, ok := byLen[2]
+	if !ok {
+		t.Fatalf("no coalesced dump request: %+v", reqs)
+	}
+	if merged.PID != 42 || merged.Start != now.UnixNano() || merged.End != now.Add(150*time.Millisecond).UnixNano() {
+		t.Fatalf("merged window = pid %d [%d, %d]", merged.PID, merged.Start, merged.End)
+	}
+	if len(f.arts.arts) != 2 {
+		t.Fatalf("artifacts = %d, want 2", len(f.arts.arts))
+	}
+	linked := 0
+	for _, a := range f.arts.arts {
+		linked += len(a.Spans)
+		if a.PID != 42 || a.Host != "node-1" || a.Kind != "cpu" || a.Size != 100 {
+			t.Fatalf("artifact metadata %+v", a)
+		}
+	}
+	if linked != 3 {
+		t.Fatalf("artifact links = %d, want 3 (two spans share one capture)", linked)
+	}
+}
+
+func TestRouting(t *testing.T) {
+	f := newFixture(t, nil)
+	ag := newTestAgent(t, f.url, "", 10)
+	ag.register(t, Process{PID: 7, Service: "a", InstanceID: "a-1"}, Process{PID: 8, Service: "a", InstanceID: "a-2"}, Process{PID: 9, Service: "b"})
+	base := time.Now().Add(-time.Minute)
+	for _, tc := range []struct {
+		name string
+		span *model.Span
+		want []int64
+	}{
+		{"instance id", anomalous("a", 1, base, time.Millisecond, model.String("service.instance.id", "a-2")), []int64{8}},
+		{"host and pid", anomalous("b", 2, base.Add(10*time.Second), time.Millisecond, model.String("host.name", "node-1"), model.Int("process.pid", 9)), []int64{9}},
+		{"service only: every replica", anomalous("a", 3, base.Add(20*time.Second), time.Millisecond), []int64{7, 8}},
+		{"other host", anomalous("a", 4, base.Add(30*time.Second), time.Millisecond, model.String("host.name", "node-2")), nil},
+		{"unknown service", anomalous("zzz", 5, base.Add(40*time.Second), time.Millisecond), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.m.mu.Lock()
+			got := f.m.resolve(tc.span)
+			f.m.mu.Unlock()
+			var pids []int64
+			for _, g := range got {
+				pids = append(pids, g.proc.PID)
+			}
+			if fmt.Sprint(pids) != fmt.Sprint(tc.want) {
+				t.Fatalf("targets = %v, want %v", pids, tc.want)
+			}
+		})
+	}
+}
+
+func TestBudgetBoundsBytesPerProcess(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.BudgetBytesPerMinute = 1000 })
+	ag := newTestAgent(t, f.url, "", 600)
+	ag.register(t, Process{PID: 5, Service: "s"})
+	base := time.Now().Add(-time.Minute)
+	f.m.OnCommitted([]*model.Span{anomalous("s", 1, base, time.Millisecond)})
+	waitUntil(t, "first capture", func() bool { c := f.m.Captures(0); return len(c) == 1 && c[0].State == StateComplete })
+	f.m.OnCommitted([]*model.Span{anomalous("s", 2, base.Add(10*time.Second), time.Millisecond)})
+	waitUntil(t, "second dump", func() bool { return len(ag.dumps()) == 2 })
+	waitUntil(t, "second upload", func() bool { ag.mu.Lock(); defer ag.mu.Unlock(); return len(ag.uploads) == 2 })
+	if got := ag.dumps()[1].MaxBytes; got != 400 {
+		t.Fatalf("second request maxBytes = %d, want 400", got)
+	}
+	if ag.uploads[0] != http.StatusCreated || ag.uploads[1] != http.StatusRequestEntityTooLarge {
+		t.Fatalf("upload statuses = %v, want [201 413]", ag.uploads)
+	}
+	// A capture that fits uses the rest of the budget ...
+	ag.mu.Lock()
+	ag.size = 400
+	ag.mu.Unlock()
+	f.m.OnCommitted([]*model.Span{anomalous("s", 3, base.Add(20*time.Second), time.Millisecond)})
+	waitUntil(t, "third upload", func() bool { ag.mu.Lock(); defer ag.mu.Unlock(); return len(ag.uploads) == 3 })
+	if ag.uploads[2] != http.StatusCreated {
+		t.Fatalf("third upload = %d, want 201", ag.uploads[2])
+	}
+	// ... and with it used up, the next capture is skipped without asking the agent.
+	f.m.OnCommitted([]*model.Span{anomalous("s", 4, base.Add(30*time.Second), time.Millisecond)})
+	waitUntil(t, "skipped capture", func() bool {
+		for _, c := range f.m.Captures(0) {
+			if c.State == StateSkipped {
+				return true
+			}
+		}
+		return false
+	})
+	if len(ag.dumps()) != 3 {
+		t.Fatalf("the agent got %d dump requests, want 3 (none once the budget is spent)", len(ag.dumps()))
+	}
+}
+
+func TestAgentErrorFailsCapture(t *testing.T) {
+	f := newFixture(t, nil)
+	ag := newTestAgent(t, f.url, "", 10)
+	ag.status = http.StatusServiceUnavailable
+	ag.register(t, Process{PID: 5, Service: "s"})
+	f.m.OnCommitted([]*model.Span{anomalous("s", 1, time.Now().Add(-time.Second), time.Millisecond)})
+	waitUntil(t, "failed capture", func() bool { c := f.m.Captures(0); return len(c) == 1 && c[0].State == StateFailed })
+	if c := f.m.Captures(0)[0]; !strings.Contains(c.Error, "503") || !strings.Contains(c.Error, "profiler not running") {
+		t.Fatalf("error = %q, want the agent's answer", c.Error)
+	}
+}
+
+func TestAPIErrorsAndAuth(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.AuthToken = "s3cret" })
+	do := func(method, path, token, body string) int {
+		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	good := `{"host":"h","dumpUrl":"http://127.0.0.1:1/dump","processes":[{"pid":1}]}`
+	for _, tc := range []struct {
+		name, method, path, token, body string
+		want                            int
+	}{
+		{"no token", "POST", "/api/v1/agents", "", good, 401},
+		{"wrong token", "POST", "/api/v1/agents", "nope", good, 401},
+		{"register", "POST", "/api/v1/agents", "s3cret", good, 200},
+		{"no host", "POST", "/api/v1/agents", "s3cret", `{"dumpUrl":"http://x/d","processes":[]}`, 400},
+		{"relative dump url", "POST", "/api/v1/agents", "s3cret", `{"host":"h","dumpUrl":"/d","processes":[]}`, 400},
+		{"bad pid", "POST", "/api/v1/agents", "s3cret", `{"host":"h","dumpUrl":"http://x/d","processes":[{"pid":0}]}`, 400},
+		{"unknown field", "POST", "/api/v1/agents", "s3cret", `{"host":"h","dumpUrl":"http://x/d","bogus":1}`, 400},
+		{"malformed", "POST", "/api/v1/agents", "s3cret", `{`, 400},
+		{"heartbeat unknown agent", "PUT", "/api/v1/agents/nope", "s3cret", good, 404},
+		{"upload to unknown capture", "POST", "/api/v1/captures/nope/artifacts?kind=cpu", "s3cret", "x", 404},
+		{"upload without kind", "POST", "/api/v1/captures/nope/artifacts", "s3cret", "x", 400},
+		{"complete unknown", "POST", "/api/v1/captures/nope/complete", "s3cret", `{"status":"complete"}`, 404},
+		{"complete bad status", "POST", "/api/v1/captures/nope/complete", "s3cret", `{"status":"done"}`, 400},
+		{"list captures", "GET", "/api/v1/captures", "s3cret", "", 200},
+		{"list captures bad limit", "GET", "/api/v1/captures?limit=x", "s3cret", "", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := do(tc.method, tc.path, tc.token, tc.body); got != tc.want {
+				t.Fatalf("%s %s = %d, want %d", tc.method, tc.path, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAgentExpiresWithoutHeartbeat(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Heartbeat = 10 * time.Millisecond })
+	ag := newTestAgent(t, f.url, "", 10)
+	ag.register(t, Process{PID: 5, Service: "s"})
+	if len(f.m.Agents()) != 1 {
+		t.Fatal("agent not registered")
+	}
+	waitUntil(t, "agent expiry", func() bool { return len(f.m.Agents()) == 0 })
+}
