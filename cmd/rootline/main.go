@@ -1,0 +1,139 @@
+// Command rootline is Rootline's single binary; the first argument picks the role.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/server"
+	"github.com/rootline/rootline/internal/version"
+	"github.com/rootline/rootline/web"
+)
+
+const usage = `rootline — why was this request slow?
+
+Usage:
+  rootline <command> [flags]
+
+Commands:
+  server    trace backend: OTLP/Zipkin receivers, anomaly detection, evidence capture,
+            embedded SQLite store, Jaeger-compatible query API and web UI
+  demo      a self-contained scenario: server, generated traffic, an injected slowdown,
+            and what Rootline found
+  version   print the version
+
+Run 'rootline <command> --help' for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	switch args[0] {
+	case "server":
+		return runServer(ctx, args[1:], stderr)
+	case "demo":
+		return demo.Main(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "rootline", version.Version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "rootline: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// signalContext is cancelled on the first SIGINT/SIGTERM; a second one exits at once.
+func signalContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ch
+		cancel()
+		<-ch
+		fmt.Fprintln(os.Stderr, "rootline: second signal, exiting without cleanup")
+		os.Exit(130)
+	}()
+	return ctx, func() { signal.Stop(ch); cancel() }
+}
+
+func runServer(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg, err := server.Load(args, func(fs *flag.FlagSet) {
+		fmt.Fprint(fs.Output(), `Usage: rootline server [flags]
+
+Runs the trace backend. Spans arrive over OTLP (gRPC :4317, HTTP :4318) and Zipkin v2
+JSON (:9411); each goes through the anomaly detector (Protractor's sliding-window
+median); anomalous spans trigger evidence captures from registered agents; spans and
+artifacts are stored in SQLite under --data-dir; the query API (Jaeger-compatible
+/api/*, Rootline /api/v1/*), the web UI, /metrics, /healthz and /readyz are served on
+--query.addr. A request is acknowledged only after its spans are committed.
+
+Environment:
+  ROOTLINE_AUTH_TOKEN   bearer token required by the agent, capture and artifact API
+
+Flags:
+`)
+		fs.PrintDefaults()
+	})
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rootline server:", err)
+		return 2
+	}
+	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rootline server:", err)
+		return 2
+	}
+	srv, err := server.New(cfg, logger)
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	srv.UI = web.Handler()
+	if err := srv.Start(ctx); err != nil {
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	if err := srv.Run(ctx); err != nil {
+		logger.Error("server stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log.level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log.format must be text or json, got %q", format)
+}

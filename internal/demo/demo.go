@@ -1,0 +1,352 @@
+// Package demo runs `rootline demo`: a self-contained scenario that starts a
+// server, sends it generated traffic over OTLP, injects a slowdown into one
+// service, and reports what Rootline found through its own query API.
+//
+// The verdict is read back from the API (anomalies, traces), never from what the
+// demo injected; the demo then compares the two and exits non-zero on a miss.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/rootline/rootline/internal/server"
+	"github.com/rootline/rootline/web"
+)
+
+// Options of the demo.
+type Options struct {
+	Traces      int
+	SlowService string
+	Factor      float64
+	SlowTraces  int
+	DataDir     string
+	Keep        bool
+	QueryAddr   string
+	JSONPath    string
+}
+
+// Summary is what the demo found (also written with --json).
+type Summary struct {
+	TracesSent     int            `json:"tracesSent"`
+	SpansSent      int            `json:"spansSent"`
+	SpansStored    int            `json:"spansStored"`
+	Anomalies      int            `json:"anomalies"`
+	ByService      map[string]int `json:"anomaliesByService"`
+	Verdict        string         `json:"verdict"`
+	Injected       string         `json:"injected"`
+	Correct        bool           `json:"correct"`
+	ExampleTraceID string         `json:"exampleTraceId,omitempty"`
+	UI             string         `json:"ui"`
+}
+
+// Main parses flags and runs the demo; it returns the process exit code.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rootline demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := Options{}
+	fs.IntVar(&o.Traces, "traces", 400, "traces of normal traffic before the slowdown")
+	fs.StringVar(&o.SlowService, "slow", "payment", "service whose spans the injected slowdown hits (frontend, cart, payment, db)")
+	fs.Float64Var(&o.Factor, "factor", 8, "slowdown factor of the injected fault")
+	fs.IntVar(&o.SlowTraces, "slow-traces", 5, "traces sent while the fault is active")
+	fs.StringVar(&o.DataDir, "data-dir", "", "store directory (default: a temporary directory, removed at exit)")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the server running after the summary (Ctrl-C to stop) to browse the UI")
+	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
+	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: rootline demo [flags]
+
+Starts a Rootline server, sends it generated traces of a small shop (frontend → cart,
+payment → db) over OTLP/gRPC, then slows one service down and prints the anomalies
+Rootline detected and its verdict. Exits 0 only if the verdict names the slowed service.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	sum, err := Run(ctx, o, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "rootline demo:", err)
+		return 1
+	}
+	if o.JSONPath != "" {
+		b, _ := json.MarshalIndent(sum, "", "  ")
+		if err := os.WriteFile(o.JSONPath, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintln(stderr, "rootline demo:", err)
+			return 1
+		}
+	}
+	if !sum.Correct {
+		return 1
+	}
+	return 0
+}
+
+// Run executes the scenario and prints progress and the summary to out.
+func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
+	sum := Summary{Injected: o.SlowService, ByService: map[string]int{}}
+	if _, ok := shop[o.SlowService]; !ok {
+		return sum, fmt.Errorf("unknown service %q: choose one of frontend, cart, payment, db", o.SlowService)
+	}
+	dir := o.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "rootline-demo-")
+		if err != nil {
+			return sum, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	cfg := server.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.QueryAddr = o.QueryAddr
+	cfg.SQLite.Synchronous = "NORMAL"
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return sum, err
+	}
+	srv.UI = web.Handler()
+	if err := srv.Start(ctx); err != nil {
+		return sum, err
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	defer func() { stop(); <-done }()
+	addrs := srv.Addrs()
+	sum.UI = "http://" + addrs.Query
+	fmt.Fprintf(out, "rootline demo: server up — OTLP/gRPC %s, UI and API %s, store %s\n", addrs.OTLPGRPC, sum.UI, dir)
+
+	conn, err := grpc.NewClient(addrs.OTLPGRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return sum, err
+	}
+	defer conn.Close()
+	client := ptraceotlp.NewGRPCClient(conn)
+	rng := rand.New(rand.NewPCG(1, 2))
+	send := func(n int, slow string) error {
+		start := time.Now().Add(-time.Duration(n) * 50 * time.Millisecond)
+		for i := 0; i < n; i += 50 {
+			td := ptrace.NewTraces()
+			for j := i; j < min(i+50, n); j++ {
+				sum.SpansSent += addTrace(td, rng, start.Add(time.Duration(j)*50*time.Millisecond), slow, o.Factor)
+				sum.TracesSent++
+			}
+			if _, err := client.Export(ctx, ptraceotlp.NewExportRequestFromTraces(td)); err != nil {
+				return fmt.Errorf("send spans: %w", err)
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(out, "phase 1/2: %d traces of normal traffic (warming the detector's windows)\n", o.Traces)
+	if err := send(o.Traces, ""); err != nil {
+		return sum, err
+	}
+	fmt.Fprintf(out, "phase 2/2: fault on — %s is %.0f× slower for %d traces\n", o.SlowService, o.Factor, o.SlowTraces)
+	if err := send(o.SlowTraces, o.SlowService); err != nil {
+		return sum, err
+	}
+
+	// Read back what Rootline found, through its API only.
+	api := "http://" + addrs.Query
+	var anomalies []anomalyRow
+	if err := getJSON(ctx, api+"/api/v1/anomalies?limit=1000", &anomalies); err != nil {
+		return sum, err
+	}
+	stored, err := metricValue(ctx, api+"/metrics", "rootline_pipeline_spans_stored_total")
+	if err != nil {
+		return sum, err
+	}
+	sum.SpansStored = int(stored)
+	sum.Anomalies = len(anomalies)
+	for _, a := range anomalies {
+		sum.ByService[a.Service]++
+	}
+	// Verdict: the service with anomalous spans whose own time grew most is
+	// the deepest anomalous service on the anomalous traces' paths; callers
+	// are anomalous only because they wait for it.
+	sum.Verdict = verdict(anomalies, sum.ByService)
+	for _, a := range anomalies {
+		if a.Service == sum.Verdict {
+			sum.ExampleTraceID = a.TraceID
+			break
+		}
+	}
+	sum.Correct = sum.Verdict == o.SlowService
+
+	fmt.Fprintf(out, "\nWhat Rootline found\n")
+	fmt.Fprintf(out, "  traces sent: %d, spans sent: %d, spans stored: %d\n", sum.TracesSent, sum.SpansSent, sum.SpansStored)
+	fmt.Fprintf(out, "  anomalous spans: %d\n", sum.Anomalies)
+	for i, a := range anomalies {
+		if i == 8 {
+			fmt.Fprintf(out, "    … %d more\n", len(anomalies)-i)
+			break
+		}
+		fmt.Fprintf(out, "    %-9s %-22s %8.1f ms  (baseline %.1f ms, ×%.1f)  trace %s\n", a.Service, a.Operation,
+			float64(a.DurationNs)/1e6, float64(a.BaselineNs)/1e6, float64(a.DurationNs)/float64(max(a.BaselineNs, 1)), a.TraceID)
+	}
+	fmt.Fprintf(out, "  verdict: the slowdown starts in %q\n", sum.Verdict)
+	fmt.Fprintf(out, "  evidence: no agent registered, so no profiles were captured (profilers come with `rootline agent`)\n")
+	if sum.ExampleTraceID != "" {
+		fmt.Fprintf(out, "  see it: %s/api/traces/%s\n", api, sum.ExampleTraceID)
+	}
+	if sum.Correct {
+		fmt.Fprintf(out, "  check: correct — the injected fault was in %q\n", o.SlowService)
+	} else {
+		fmt.Fprintf(out, "  check: WRONG — the injected fault was in %q\n", o.SlowService)
+	}
+	if o.Keep {
+		fmt.Fprintf(out, "\nserver kept running at %s — press Ctrl-C to stop\n", api)
+		<-ctx.Done()
+	}
+	return sum, nil
+}
+
+// anomalyRow is one entry of GET /api/v1/anomalies.
+type anomalyRow struct {
+	TraceID    string  `json:"traceID"`
+	Service    string  `json:"service"`
+	Operation  string  `json:"operation"`
+	DurationNs int64   `json:"durationNs"`
+	BaselineNs int64   `json:"baselineNs"`
+	Threshold  float64 `json:"threshold"`
+}
+
+// verdict names the deepest service with anomalies: a service whose anomalous
+// spans are not explained by an anomalous callee below it.
+func verdict(anoms []anomalyRow, by map[string]int) string {
+	if len(anoms) == 0 {
+		return "none"
+	}
+	var names []string
+	for s := range by {
+		names = append(names, s)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return depth[names[i]] > depth[names[j]] || (depth[names[i]] == depth[names[j]] && names[i] < names[j])
+	})
+	return names[0]
+}
+
+// shop is the demo's topology: service → (operation, callees, mean ms).
+var shop = map[string]struct {
+	op      string
+	callees []string
+	ms      float64
+}{
+	"frontend": {"GET /checkout", []string{"cart", "payment"}, 4},
+	"cart":     {"GET /cart", nil, 6},
+	"payment":  {"POST /charge", []string{"db"}, 8},
+	"db":       {"SELECT orders", nil, 3},
+}
+
+// depth of each service in the call tree (callees are deeper).
+var depth = map[string]int{"frontend": 0, "cart": 1, "payment": 1, "db": 2}
+
+// addTrace appends one trace's spans to td, returns the span count. Each
+// service span lasts its own work plus its callees (called in sequence).
+func addTrace(td ptrace.Traces, rng *rand.Rand, start time.Time, slow string, factor float64) int {
+	var tid pcommon.TraceID
+	for i := range tid {
+		tid[i] = byte(rng.Uint32())
+	}
+	n := 0
+	var span func(svc string, parent pcommon.SpanID, at time.Time) time.Duration
+	span = func(svc string, parent pcommon.SpanID, at time.Time) time.Duration {
+		def := shop[svc]
+		own := time.Duration((def.ms * (0.8 + 0.4*rng.Float64())) * float64(time.Millisecond))
+		if svc == slow {
+			own = time.Duration(float64(own) * factor)
+		}
+		var sid pcommon.SpanID
+		for i := range sid {
+			sid[i] = byte(rng.Uint32())
+		}
+		t := at.Add(own / 2)
+		for _, c := range def.callees {
+			t = t.Add(span(c, sid, t))
+		}
+		d := t.Sub(at) + own/2
+		rs := td.ResourceSpans().AppendEmpty()
+		rs.Resource().Attributes().PutStr("service.name", svc)
+		rs.Resource().Attributes().PutStr("host.name", "demo")
+		s := rs.ScopeSpans().AppendEmpty().Spans().AppendEmpty()
+		s.SetTraceID(tid)
+		s.SetSpanID(sid)
+		s.SetParentSpanID(parent)
+		s.SetName(def.op)
+		s.SetKind(ptrace.SpanKindServer)
+		s.SetStartTimestamp(pcommon.NewTimestampFromTime(at))
+		s.SetEndTimestamp(pcommon.NewTimestampFromTime(at.Add(d)))
+		s.Attributes().PutStr("http.request.method", strings.Fields(def.op)[0])
+		n++
+		return d
+	}
+	span("frontend", pcommon.SpanID{}, start)
+	return n
+}
+
+// metricValue reads one unlabelled sample from a Prometheus text endpoint.
+func metricValue(ctx context.Context, u, name string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("metric %s not found at %s", name, u)
+}
+
+func getJSON(ctx context.Context, u string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("GET %s: %s: %s", u, resp.Status, b)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}

@@ -1,0 +1,224 @@
+// Package server wires the `rootline server` role: receivers → pipeline
+// (detection, capture trigger, export) → SQLite store → query API.
+package server
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/rootline/rootline/internal/anomaly"
+	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/export"
+	"github.com/rootline/rootline/internal/pipeline"
+)
+
+// Config is the whole server configuration. It loads from YAML (--config) and
+// flags override it; the auth token comes from the environment or a file so it
+// never appears in a process listing.
+type Config struct {
+	DataDir string `yaml:"data_dir"`
+	// Listen addresses.
+	OTLPGRPCAddr string `yaml:"otlp_grpc_addr"`
+	OTLPHTTPAddr string `yaml:"otlp_http_addr"`
+	ZipkinAddr   string `yaml:"zipkin_addr"`
+	QueryAddr    string `yaml:"query_addr"`
+	// MaxRequestBytes bounds one receiver request (decompressed for HTTP).
+	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+
+	Pipeline  pipeline.Config `yaml:"pipeline"`
+	Detector  anomaly.Config  `yaml:"detector"`
+	Capture   capture.Config  `yaml:"capture"`
+	Retention Retention       `yaml:"retention"`
+	Export    export.Config   `yaml:"export"`
+	SQLite    SQLite          `yaml:"sqlite"`
+
+	AuthTokenFile   string        `yaml:"auth_token_file"`
+	AuthToken       string        `yaml:"-"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	LogLevel        string        `yaml:"log_level"`
+	LogFormat       string        `yaml:"log_format"`
+}
+
+// Retention is tail sampling by age and size.
+type Retention struct {
+	Normal    time.Duration `yaml:"normal"`
+	Anomalous time.Duration `yaml:"anomalous"`
+	MaxBytes  int64         `yaml:"max_bytes"`
+	Interval  time.Duration `yaml:"interval"`
+}
+
+// SQLite settings of the embedded store.
+type SQLite struct {
+	// Synchronous is FULL (an acknowledged span survives power loss) or
+	// NORMAL (it survives a crash of the server process; faster).
+	Synchronous string `yaml:"synchronous"`
+}
+
+// DefaultConfig returns the defaults: everything embedded under ./rootline-data.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:         "rootline-data",
+		OTLPGRPCAddr:    ":4317",
+		OTLPHTTPAddr:    ":4318",
+		ZipkinAddr:      ":9411",
+		QueryAddr:       "127.0.0.1:16686",
+		MaxRequestBytes: 8 << 20,
+		Pipeline:        pipeline.DefaultConfig(),
+		Detector:        anomaly.DefaultConfig(),
+		Capture:         capture.DefaultConfig(),
+		Retention:       Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute},
+		Export:          export.DefaultConfig(),
+		SQLite:          SQLite{Synchronous: "FULL"},
+		ShutdownTimeout: 30 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "text",
+	}
+}
+
+// Validate checks the configuration as a whole.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if c.MaxRequestBytes < 1024 {
+		errs = append(errs, fmt.Errorf("--receiver.max-request-bytes must be ≥ 1024, got %d", c.MaxRequestBytes))
+	}
+	errs = append(errs, c.Pipeline.Validate(), c.Detector.Validate(), c.Capture.Validate(), c.Export.Validate())
+	if c.Retention.Normal < 0 || c.Retention.Anomalous < 0 || c.Retention.MaxBytes < 0 {
+		errs = append(errs, errors.New("retention periods and --retention.max-bytes must not be negative"))
+	}
+	if c.Retention.Interval <= 0 {
+		errs = append(errs, errors.New("--retention.interval must be positive"))
+	}
+	if s := strings.ToUpper(c.SQLite.Synchronous); s != "FULL" && s != "NORMAL" {
+		errs = append(errs, fmt.Errorf("--sqlite.synchronous must be FULL or NORMAL, got %q", c.SQLite.Synchronous))
+	}
+	if c.AuthToken == "" && !isLoopback(c.QueryAddr) {
+		errs = append(errs, fmt.Errorf("the query/agent API on %q is reachable beyond loopback and can read artifacts and trigger dumps: "+
+			"set a token with ROOTLINE_AUTH_TOKEN or --auth.token-file, or bind it to 127.0.0.1", c.QueryAddr))
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether a listen address only accepts local connections.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Load builds the configuration from defaults, an optional YAML file named by
+// --config, flags, and ROOTLINE_AUTH_TOKEN. It returns flag.ErrHelp for -h.
+func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
+	cfg := DefaultConfig()
+	if path := findConfigArg(args); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config: %w", err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	fs := flag.NewFlagSet("rootline server", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if usage != nil {
+		fs.Usage = func() { usage(fs) }
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	cfg.AuthToken = os.Getenv("ROOTLINE_AUTH_TOKEN")
+	if cfg.AuthTokenFile != "" {
+		b, err := os.ReadFile(cfg.AuthTokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("read auth token: %w", err)
+		}
+		cfg.AuthToken = strings.TrimSpace(string(b))
+	}
+	cfg.Capture.AuthToken = cfg.AuthToken
+	cfg.SQLite.Synchronous = strings.ToUpper(cfg.SQLite.Synchronous)
+	return cfg, cfg.Validate()
+}
+
+func findConfigArg(args []string) string {
+	for i, a := range args {
+		for _, p := range []string{"--config=", "-config="} {
+			if strings.HasPrefix(a, p) {
+				return strings.TrimPrefix(a, p)
+			}
+		}
+		if (a == "--config" || a == "-config") && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// RegisterFlags binds every setting to a flag; the current values are the
+// defaults shown by --help.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.String("config", "", "YAML configuration file (keys as in docs/configuration.md); flags override it")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the embedded store: the SQLite database (rootline.db) and artifact blobs")
+	fs.StringVar(&c.OTLPGRPCAddr, "otlp.grpc.addr", c.OTLPGRPCAddr, "OTLP/gRPC receiver address (empty disables)")
+	fs.StringVar(&c.OTLPHTTPAddr, "otlp.http.addr", c.OTLPHTTPAddr, "OTLP/HTTP receiver address, POST /v1/traces protobuf or JSON (empty disables)")
+	fs.StringVar(&c.ZipkinAddr, "zipkin.addr", c.ZipkinAddr, "Zipkin v2 JSON receiver address, POST /api/v2/spans (empty disables)")
+	fs.StringVar(&c.QueryAddr, "query.addr", c.QueryAddr, "query API, agent API, UI, /metrics, /healthz address; beyond loopback it needs an auth token")
+	fs.Int64Var(&c.MaxRequestBytes, "receiver.max-request-bytes", c.MaxRequestBytes, "largest accepted receiver request in bytes (after decompression); larger ones get 413 / RESOURCE_EXHAUSTED")
+
+	fs.IntVar(&c.Pipeline.QueueSpans, "pipeline.queue-spans", c.Pipeline.QueueSpans, "spans waiting for commit before receivers push back (HTTP 429 / gRPC RESOURCE_EXHAUSTED)")
+	fs.IntVar(&c.Pipeline.MaxBatchSpans, "pipeline.max-batch-spans", c.Pipeline.MaxBatchSpans, "most spans committed in one group commit")
+	fs.StringVar(&c.Pipeline.KeyBy, "detector.key-by", c.Pipeline.KeyBy, `detector key: "operation" (service.name + span name) or "service"`)
+	fs.IntVar(&c.Detector.Window, "detector.window", c.Detector.Window, "sliding window size W (durations kept per key)")
+	fs.Float64Var(&c.Detector.Threshold, "detector.threshold", c.Detector.Threshold, "a span is anomalous when its duration > threshold × the window's median")
+	fs.IntVar(&c.Detector.MinFill, "detector.min-fill", c.Detector.MinFill, "durations a key's window needs before any verdict")
+	fs.IntVar(&c.Detector.MaxKeys, "detector.max-keys", c.Detector.MaxKeys, "keys tracked; the least recently seen key is forgotten beyond it")
+
+	fs.DurationVar(&c.Capture.Pre, "capture.pre", c.Capture.Pre, "evidence window starts this long before an anomalous span")
+	fs.DurationVar(&c.Capture.Post, "capture.post", c.Capture.Post, "evidence window ends this long after an anomalous span")
+	fs.DurationVar(&c.Capture.Settle, "capture.settle", c.Capture.Settle, "wait after a window closes before asking the agent (coalesces overlapping anomalies)")
+	fs.DurationVar(&c.Capture.MaxWindow, "capture.max-window", c.Capture.MaxWindow, "longest coalesced capture window")
+	fs.Int64Var(&c.Capture.BudgetBytesPerMinute, "capture.budget-bytes-per-minute", c.Capture.BudgetBytesPerMinute, "artifact bytes accepted per process per minute")
+	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
+	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
+	fs.Func("capture.kinds", "comma-separated evidence kinds to request (e.g. cpu,jfr,kernel); empty asks for all an agent offers", func(s string) error {
+		c.Capture.Kinds = nil
+		for _, k := range strings.Split(s, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				c.Capture.Kinds = append(c.Capture.Kinds, k)
+			}
+		}
+		return nil
+	})
+
+	fs.DurationVar(&c.Retention.Normal, "retention.normal", c.Retention.Normal, "keep traces without anomalous or error spans this long (0 = forever)")
+	fs.DurationVar(&c.Retention.Anomalous, "retention.anomalous", c.Retention.Anomalous, "keep traces with an anomalous or error span this long (0 = forever)")
+	fs.Int64Var(&c.Retention.MaxBytes, "retention.max-bytes", c.Retention.MaxBytes, "size cap of the store in bytes; oldest normal traces go first (0 = no cap)")
+	fs.DurationVar(&c.Retention.Interval, "retention.interval", c.Retention.Interval, "how often retention runs")
+
+	fs.StringVar(&c.Export.Endpoint, "export.otlp.endpoint", c.Export.Endpoint, "also send enriched spans to this OTLP/gRPC endpoint (host:port, plaintext)")
+	fs.StringVar(&c.SQLite.Synchronous, "sqlite.synchronous", c.SQLite.Synchronous, "FULL: acknowledged spans survive power loss; NORMAL: they survive a server crash (faster)")
+	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token for the agent/artifact API (or set ROOTLINE_AUTH_TOKEN)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time allowed to drain receivers and commit queued spans")
+	fs.StringVar(&c.LogLevel, "log.level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log.format", c.LogFormat, "text or json")
+}

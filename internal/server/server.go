@@ -1,0 +1,224 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/rootline/rootline/internal/anomaly"
+	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/export"
+	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/query"
+	"github.com/rootline/rootline/internal/receiver"
+	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/sqlite"
+)
+
+// Addrs are the bound listen addresses (useful with ":0").
+type Addrs struct {
+	OTLPGRPC, OTLPHTTP, Zipkin, Query string
+}
+
+// Server is a running `rootline server`.
+type Server struct {
+	cfg      Config
+	logger   *slog.Logger
+	reg      *prometheus.Registry
+	store    store.Store
+	detector anomaly.Detector
+	pipeline *pipeline.Pipeline
+	capture  *capture.Manager
+	exporter *export.Exporter
+	recv     *receiver.Receivers
+	queryLn  net.Listener
+	queryWeb *http.Server
+	ready    atomic.Bool
+	// UI is served at / of the query port when set (the embedded web UI).
+	UI http.Handler
+}
+
+// New opens the store and builds every component; nothing listens yet.
+func New(cfg Config, logger *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	st, err := sqlite.Open(sqlite.Config{Dir: cfg.DataDir, Synchronous: cfg.SQLite.Synchronous}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+	}
+	s.store = instrumentStore(st, s.reg)
+	fail := func(err error) (*Server, error) {
+		return nil, errors.Join(err, st.Close())
+	}
+	det, err := anomaly.NewMedian(cfg.Detector, nil)
+	if err != nil {
+		return fail(err)
+	}
+	s.detector = det
+	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	sinks := []pipeline.Sink{s.capture}
+	if cfg.Export.Endpoint != "" {
+		if s.exporter, err = export.New(cfg.Export, logger, s.reg); err != nil {
+			return fail(err)
+		}
+		sinks = append(sinks, s.exporter)
+	}
+	if s.pipeline, err = pipeline.New(cfg.Pipeline, s.store, det, sinks, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.recv, err = receiver.New(receiver.Config{
+		GRPCAddr: cfg.OTLPGRPCAddr, HTTPAddr: cfg.OTLPHTTPAddr, ZipkinAddr: cfg.ZipkinAddr,
+		MaxRequestBytes: cfg.MaxRequestBytes,
+	}, s.pipeline, logger, s.reg)
+	if err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// Registry exposes the server's Prometheus registry (for tests and the demo).
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// Store exposes the store (for the demo and tests in this repository).
+func (s *Server) Store() store.Store { return s.store }
+
+// Detector exposes the anomaly detector.
+func (s *Server) Detector() anomaly.Detector { return s.detector }
+
+// Captures exposes the capture manager.
+func (s *Server) Captures() *capture.Manager { return s.capture }
+
+func (s *Server) handler() http.Handler {
+	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, s.detector.States, s.logger)
+	mux := http.NewServeMux()
+	capH := s.capture.Handler()
+	mux.Handle("/api/v1/agents", capH)
+	mux.Handle("/api/v1/agents/", capH)
+	mux.Handle("/api/v1/captures", capH)
+	mux.Handle("/api/v1/captures/", capH)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("/", q.Handler())
+	return mux
+}
+
+// Start binds every listener. On error nothing is left listening.
+func (s *Server) Start(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.QueryAddr)
+	if err != nil {
+		return fmt.Errorf("query API listen on %s: %w", s.cfg.QueryAddr, err)
+	}
+	if err := s.recv.Start(ctx); err != nil {
+		ln.Close()
+		return err
+	}
+	s.queryLn = ln
+	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// Addrs returns the bound addresses; valid after Start.
+func (s *Server) Addrs() Addrs {
+	a := s.recv.Addrs()
+	return Addrs{OTLPGRPC: a.GRPC, OTLPHTTP: a.HTTP, Zipkin: a.Zipkin, Query: s.queryLn.Addr().String()}
+}
+
+// Run serves until ctx ends, then shuts down in order: receivers stop taking
+// requests and finish the ones in flight (their spans commit), the pipeline
+// drains, background work stops, the store checkpoints and closes. Start must
+// have succeeded.
+func (s *Server) Run(ctx context.Context) error {
+	bg, bgCancel := context.WithCancel(context.Background())
+	defer bgCancel()
+	g, gctx := errgroup.WithContext(bg)
+	pipeDone := make(chan error, 1)
+	go func() { pipeDone <- s.pipeline.Run() }()
+	g.Go(func() error { return s.capture.Run(gctx) })
+	if s.exporter != nil {
+		g.Go(func() error { return s.exporter.Run(gctx) })
+	}
+	g.Go(func() error { s.retentionLoop(gctx); return nil })
+	serveErr := make(chan error, 1)
+	go func() {
+		if err := s.queryWeb.Serve(s.queryLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("query API: %w", err)
+		}
+	}()
+	s.ready.Store(true)
+	a := s.Addrs()
+	s.logger.Info("rootline server ready", "otlp_grpc", a.OTLPGRPC, "otlp_http", a.OTLPHTTP, "zipkin", a.Zipkin,
+		"query", a.Query, "data_dir", s.cfg.DataDir)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	case <-gctx.Done():
+	}
+	s.ready.Store(false)
+	s.logger.Info("shutting down: draining receivers and committing queued spans", "queued_spans", s.pipeline.QueuedSpans())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	errs := []error{runErr}
+	errs = append(errs, s.recv.Shutdown(sctx))
+	errs = append(errs, s.pipeline.Close(sctx))
+	if err := <-pipeDone; err != nil {
+		errs = append(errs, err)
+	}
+	bgCancel()
+	errs = append(errs, g.Wait())
+	errs = append(errs, s.queryWeb.Shutdown(sctx))
+	errs = append(errs, s.store.Close())
+	err := errors.Join(errs...)
+	if err == nil {
+		s.logger.Info("shutdown complete")
+	}
+	return err
+}
+
+func (s *Server) retentionLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Retention.Interval)
+	defer t.Stop()
+	for {
+		p := store.RetentionPolicy{Now: time.Now().UnixNano(), Normal: int64(s.cfg.Retention.Normal),
+			Anomalous: int64(s.cfg.Retention.Anomalous), MaxBytes: s.cfg.Retention.MaxBytes}
+		if st, err := s.store.Purge(ctx, p); err != nil {
+			if ctx.Err() == nil {
+				s.logger.Error("retention purge failed", "err", err)
+			}
+		} else if st.Traces > 0 {
+			s.logger.Info("retention purged traces", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts, "bytes", st.Bytes)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
