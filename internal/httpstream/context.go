@@ -1,0 +1,472 @@
+package httpstream
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"strings"
+)
+
+// Names of the propagation headers, lower case as they are injected; they
+// are matched ignoring case.
+const (
+	HeaderTraceparent    = "traceparent"
+	HeaderTracestate     = "tracestate"
+	HeaderB3             = "b3"
+	HeaderB3TraceID      = "x-b3-traceid"
+	HeaderB3SpanID       = "x-b3-spanid"
+	HeaderB3ParentSpanID = "x-b3-parentspanid"
+	HeaderB3Sampled      = "x-b3-sampled"
+	HeaderB3Flags        = "x-b3-flags"
+	HeaderRequestID      = "x-request-id"
+)
+
+const (
+	// maxTraceState is what W3C Trace Context asks vendors to propagate at
+	// least; longer lists are cut as its §3.3.1.5 says.
+	maxTraceState        = 512
+	maxTraceStateMembers = 32
+	maxTraceStateEntry   = 128
+	maxRequestID         = 256
+)
+
+// TraceID identifies a trace. The zero value is invalid.
+type TraceID [16]byte
+
+// IsValid reports whether t is not all zeros.
+func (t TraceID) IsValid() bool { return t != TraceID{} }
+
+// String returns t as 32 lower-case hex digits.
+func (t TraceID) String() string { return hex.EncodeToString(t[:]) }
+
+// SpanID identifies a span. The zero value is invalid.
+type SpanID [8]byte
+
+// IsValid reports whether s is not all zeros.
+func (s SpanID) IsValid() bool { return s != SpanID{} }
+
+// String returns s as 16 lower-case hex digits.
+func (s SpanID) String() string { return hex.EncodeToString(s[:]) }
+
+// Context is the trace context a request carries.
+type Context struct {
+	TraceID TraceID
+	// SpanID is the sender's span: the parent of the receiver's spans.
+	SpanID SpanID
+	// Sampled is the sender's sampling decision; a B3 context that defers the
+	// decision counts as sampled.
+	Sampled bool
+	// TraceState is the W3C tracestate list, propagated as is.
+	TraceState string
+	// RequestID is the x-request-id value, if any.
+	RequestID string
+}
+
+// ExtractContext reads a trace context from a request's headers. It tries,
+// in order, W3C traceparent (with tracestate), the B3 single header and the
+// X-B3-* headers, and takes the first valid one; ok reports whether one was
+// found. RequestID is filled from x-request-id whether or not ok is true.
+// Header names match ignoring case; invalid values are ignored (a zero trace
+// or span id, a traceparent of version ff or with upper-case hex, more than
+// one traceparent).
+func ExtractContext(h Headers) (ctx Context, ok bool) {
+	var (
+		tp, b3, xTrace, xSpan, xSampled, xFlags []byte
+		tpCount, tsCount                        int
+	)
+	for i := range h {
+		name, v := h[i].Name, h[i].Value
+		switch {
+		case equalFold(name, HeaderTraceparent):
+			tp = v
+			tpCount++
+		case equalFold(name, HeaderTracestate):
+			tsCount++
+		case equalFold(name, HeaderB3):
+			if b3 == nil {
+				b3 = v
+			}
+		case equalFold(name, HeaderB3TraceID):
+			if xTrace == nil {
+				xTrace = v
+			}
+		case equalFold(name, HeaderB3SpanID):
+			if xSpan == nil {
+				xSpan = v
+			}
+		case equalFold(name, HeaderB3Sampled):
+			if xSampled == nil {
+				xSampled = v
+			}
+		case equalFold(name, HeaderB3Flags):
+			if xFlags == nil {
+				xFlags = v
+			}
+		case equalFold(name, HeaderRequestID):
+			if ctx.RequestID == "" && validRequestID(v) {
+				ctx.RequestID = string(v)
+			}
+		}
+	}
+	if tpCount == 1 {
+		if ctx.TraceID, ctx.SpanID, ctx.Sampled, ok = parseTraceparent(tp); ok {
+			if tsCount > 0 {
+				ctx.TraceState = traceState(h)
+			}
+			return ctx, true
+		}
+	}
+	if b3 != nil {
+		if ctx.TraceID, ctx.SpanID, ctx.Sampled, ok = parseB3(b3); ok {
+			return ctx, true
+		}
+	}
+	if xTrace != nil && xSpan != nil {
+		ctx.TraceID, ok = parseB3TraceID(xTrace)
+		if ok {
+			ctx.SpanID, ok = parseSpanID(xSpan, false)
+		}
+		if ok {
+			ctx.Sampled = true
+			switch {
+			case equalFold(xFlags, "1"):
+			case equalFold(xSampled, "0"), equalFold(xSampled, "false"):
+				ctx.Sampled = false
+			}
+			return ctx, true
+		}
+	}
+	ctx.TraceID, ctx.SpanID, ctx.Sampled = TraceID{}, SpanID{}, false
+	return ctx, false
+}
+
+// parseTraceparent parses "VV-TTTT…-SSSS…-FF" (W3C Trace Context §3.2):
+// lower-case hex only; version 00 is exactly 55 bytes long, later versions
+// may append "-…"; version ff is invalid.
+func parseTraceparent(v []byte) (t TraceID, s SpanID, sampled, ok bool) {
+	if len(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' {
+		return t, s, false, false
+	}
+	var ver, flags [1]byte
+	if !decodeHex(ver[:], v[0:2], true) || ver[0] == 0xff ||
+		!decodeHex(t[:], v[3:35], true) || !decodeHex(s[:], v[36:52], true) ||
+		!decodeHex(flags[:], v[53:55], true) {
+		return t, s, false, false
+	}
+	if ver[0] == 0 && len(v) != 55 || len(v) > 55 && v[55] != '-' {
+		return t, s, false, false
+	}
+	if !t.IsValid() || !s.IsValid() {
+		return t, s, false, false
+	}
+	return t, s, flags[0]&1 == 1, true
+}
+
+// parseB3 parses the B3 single header "{trace}-{span}[-{sampling}[-{parent}]]"
+// (github.com/openzipkin/b3-propagation). A header carrying only a sampling
+// decision has no context.
+func parseB3(v []byte) (t TraceID, s SpanID, sampled, ok bool) {
+	var parts [4][]byte
+	n := 0
+	for {
+		if n == len(parts) {
+			return t, s, false, false
+		}
+		k := bytes.IndexByte(v, '-')
+		if k < 0 {
+			parts[n] = v
+			n++
+			break
+		}
+		parts[n], v = v[:k], v[k+1:]
+		n++
+	}
+	if n < 2 {
+		return t, s, false, false
+	}
+	if t, ok = parseB3TraceID(parts[0]); !ok {
+		return t, s, false, false
+	}
+	if s, ok = parseSpanID(parts[1], false); !ok {
+		return t, s, false, false
+	}
+	sampled = true
+	if n >= 3 {
+		switch string(parts[2]) {
+		case "1", "d":
+		case "0":
+			sampled = false
+		default:
+			return t, s, false, false
+		}
+	}
+	if n == 4 {
+		if _, ok = parseSpanID(parts[3], false); !ok {
+			return t, s, false, false
+		}
+	}
+	return t, s, sampled, true
+}
+
+// parseB3TraceID parses a 64- or 128-bit B3 trace id; a 64-bit one fills the
+// low half.
+func parseB3TraceID(v []byte) (t TraceID, ok bool) {
+	switch len(v) {
+	case 16:
+		ok = decodeHex(t[8:], v, false)
+	case 32:
+		ok = decodeHex(t[:], v, false)
+	}
+	return t, ok && t.IsValid()
+}
+
+func parseSpanID(v []byte, lowerOnly bool) (s SpanID, ok bool) {
+	if len(v) != 16 || !decodeHex(s[:], v, lowerOnly) {
+		return s, false
+	}
+	return s, s.IsValid()
+}
+
+// traceState joins the tracestate fields of h and cuts the list to what W3C
+// Trace Context asks to propagate. A list with control or non-ASCII bytes is
+// dropped.
+func traceState(h Headers) string {
+	var b strings.Builder
+	for i := range h {
+		if !equalFold(h[i].Name, HeaderTracestate) || len(h[i].Value) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(h[i].Value)
+	}
+	s := b.String()
+	if !validTraceState(s) {
+		return ""
+	}
+	if len(s) <= maxTraceState && strings.Count(s, ",") < maxTraceStateMembers {
+		return s
+	}
+	var kept []string
+	for m := range strings.SplitSeq(s, ",") {
+		if m = strings.Trim(m, " \t"); m != "" && len(m) <= maxTraceStateEntry {
+			kept = append(kept, m)
+		}
+	}
+	kept = kept[:min(len(kept), maxTraceStateMembers)]
+	for len(kept) > 0 && len(strings.Join(kept, ",")) > maxTraceState {
+		kept = kept[:len(kept)-1]
+	}
+	return strings.Join(kept, ",")
+}
+
+// validRequestID accepts printable ASCII of a sane length, so that an
+// extracted id is always safe to write back into a header.
+func validRequestID[T string | []byte](v T) bool {
+	if len(v) == 0 || len(v) > maxRequestID {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return v[0] != ' ' && v[len(v)-1] != ' '
+}
+
+// NewRootContext starts a trace for a request that carries none: random
+// trace and span ids, sampled, and a RequestID derived from the trace id.
+// src supplies randomness; nil uses math/rand/v2's global generator.
+func NewRootContext(src rand.Source) Context {
+	var c Context
+	for !c.TraceID.IsValid() {
+		binary.BigEndian.PutUint64(c.TraceID[:8], uint64From(src))
+		binary.BigEndian.PutUint64(c.TraceID[8:], uint64From(src))
+	}
+	c.SpanID = NewSpanID(src)
+	c.Sampled = true
+	c.RequestID = RequestIDFor(c.TraceID)
+	return c
+}
+
+// NewSpanID returns a random valid span id; src nil uses math/rand/v2's
+// global generator.
+func NewSpanID(src rand.Source) SpanID {
+	var s SpanID
+	for !s.IsValid() {
+		binary.BigEndian.PutUint64(s[:], uint64From(src))
+	}
+	return s
+}
+
+func uint64From(src rand.Source) uint64 {
+	if src == nil {
+		return rand.Uint64()
+	}
+	return src.Uint64()
+}
+
+// RequestIDFor formats t as a version 4 UUID, so that a generated
+// x-request-id names its trace (Envoy and others expect a UUID there).
+func RequestIDFor(t TraceID) string {
+	t[6] = t[6]&0x0f | 0x40
+	t[8] = t[8]&0x3f | 0x80
+	var b [36]byte
+	hex.Encode(b[0:8], t[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], t[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], t[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], t[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:36], t[10:16])
+	return string(b[:])
+}
+
+// InjectHeaders returns the header lines that propagate ctx to a request
+// sent from within it as the span child: traceparent, tracestate (when ctx
+// has one), b3, x-b3-traceid, x-b3-spanid, x-b3-parentspanid, x-b3-sampled
+// and x-request-id. existing are the headers the application wrote itself;
+// none of them is added again. An application that set traceparent, b3,
+// x-b3-traceid or x-b3-spanid propagates its own trace context, so then no
+// trace header is added at all (x-request-id still is, when missing). A
+// context without a valid trace id or a zero child adds only x-request-id.
+// When ctx.RequestID is empty (or unsafe to write) the id is
+// RequestIDFor(ctx.TraceID).
+func InjectHeaders(ctx Context, child SpanID, existing Headers) []byte {
+	return AppendInjectHeaders(make([]byte, 0, 400), ctx, child, existing)
+}
+
+// AppendInjectHeaders is InjectHeaders appending to dst; it fits an
+// InjectFunc as is.
+func AppendInjectHeaders(dst []byte, ctx Context, child SpanID, existing Headers) []byte {
+	const (
+		hasTraceparent = 1 << iota
+		hasTracestate
+		hasB3
+		hasTraceID
+		hasSpanID
+		hasParent
+		hasSampled
+		hasFlags
+		hasRequestID
+	)
+	var has int
+	for i := range existing {
+		switch n := existing[i].Name; {
+		case equalFold(n, HeaderTraceparent):
+			has |= hasTraceparent
+		case equalFold(n, HeaderTracestate):
+			has |= hasTracestate
+		case equalFold(n, HeaderB3):
+			has |= hasB3
+		case equalFold(n, HeaderB3TraceID):
+			has |= hasTraceID
+		case equalFold(n, HeaderB3SpanID):
+			has |= hasSpanID
+		case equalFold(n, HeaderB3ParentSpanID):
+			has |= hasParent
+		case equalFold(n, HeaderB3Sampled):
+			has |= hasSampled
+		case equalFold(n, HeaderB3Flags):
+			has |= hasFlags
+		case equalFold(n, HeaderRequestID):
+			has |= hasRequestID
+		}
+	}
+	instrumented := has&(hasTraceparent|hasB3|hasTraceID|hasSpanID) != 0
+	if !instrumented && ctx.TraceID.IsValid() && child.IsValid() {
+		var trace [32]byte
+		var span, parent [16]byte
+		hex.Encode(trace[:], ctx.TraceID[:])
+		hex.Encode(span[:], child[:])
+		hex.Encode(parent[:], ctx.SpanID[:])
+		sampled := byte('0')
+		if ctx.Sampled {
+			sampled = '1'
+		}
+		dst = append(dst, HeaderTraceparent+": 00-"...)
+		dst = append(dst, trace[:]...)
+		dst = append(dst, '-')
+		dst = append(dst, span[:]...)
+		dst = append(dst, '-', '0', sampled, '\r', '\n')
+		if ts := ctx.TraceState; ts != "" && has&hasTracestate == 0 && validTraceState(ts) {
+			dst = append(dst, HeaderTracestate+": "...)
+			dst = append(dst, ts...)
+			dst = append(dst, '\r', '\n')
+		}
+		dst = append(dst, HeaderB3+": "...)
+		dst = append(dst, trace[:]...)
+		dst = append(dst, '-')
+		dst = append(dst, span[:]...)
+		dst = append(dst, '-', sampled)
+		if ctx.SpanID.IsValid() {
+			dst = append(dst, '-')
+			dst = append(dst, parent[:]...)
+		}
+		dst = append(dst, "\r\n"+HeaderB3TraceID+": "...)
+		dst = append(dst, trace[:]...)
+		dst = append(dst, "\r\n"+HeaderB3SpanID+": "...)
+		dst = append(dst, span[:]...)
+		dst = append(dst, '\r', '\n')
+		if ctx.SpanID.IsValid() && has&hasParent == 0 {
+			dst = append(dst, HeaderB3ParentSpanID+": "...)
+			dst = append(dst, parent[:]...)
+			dst = append(dst, '\r', '\n')
+		}
+		if has&(hasSampled|hasFlags) == 0 {
+			dst = append(dst, HeaderB3Sampled+": "...)
+			dst = append(dst, sampled, '\r', '\n')
+		}
+	}
+	if has&hasRequestID == 0 {
+		id := ctx.RequestID
+		if !validRequestID(id) {
+			id = ""
+			if ctx.TraceID.IsValid() {
+				id = RequestIDFor(ctx.TraceID)
+			}
+		}
+		if id != "" {
+			dst = append(dst, HeaderRequestID+": "...)
+			dst = append(dst, id...)
+			dst = append(dst, '\r', '\n')
+		}
+	}
+	return dst
+}
+
+// validTraceState guards against writing a line break or control byte from
+// a caller-built Context into a header.
+func validTraceState(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 && s[i] != '\t' || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeHex decodes len(dst)*2 hex digits of src into dst; lowerOnly
+// rejects upper-case digits.
+func decodeHex(dst, src []byte, lowerOnly bool) bool {
+	if len(src) != 2*len(dst) {
+		return false
+	}
+	for i := range dst {
+		hi, lo := hexVal[src[2*i]], hexVal[src[2*i+1]]
+		if hi < 0 || lo < 0 {
+			return false
+		}
+		if lowerOnly && (isUpper(src[2*i]) || isUpper(src[2*i+1])) {
+			return false
+		}
+		dst[i] = byte(hi)<<4 | byte(lo)
+	}
+	return true
+}
+
+func isUpper(c byte) bool { return 'A' <= c && c <= 'Z' }
