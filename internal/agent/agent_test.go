@@ -1,0 +1,715 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler"
+	"github.com/rootline/rootline/internal/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeProfiler is a profiler for this unit test of the agent logic: it
+// records Start/Stop calls and dumps what dumpFn returns (by default one
+// artifact of 100 bytes).
+type fakeProfiler struct {
+	name     string
+	supports func(profiler.Target) bool
+	startErr error
+	dumpFn   func(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error)
+
+	mu      sync.Mutex
+	started []profiler.Target
+	stopped []int
+	dumps   int
+	closed  bool
+}
+
+func (f *fakeProfiler) Name() string { return f.name }
+
+func (f *fakeProfiler) Supports(t profiler.Target) bool { return f.supports == nil || f.supports(t) }
+
+func (f *fakeProfiler) Start(_ context.Context, t profiler.Target) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.startErr != nil {
+		return f.startErr
+	}
+	f.started = append(f.started, t)
+	return nil
+}
+
+func (f *fakeProfiler) Dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	f.mu.Lock()
+	f.dumps++
+	fn := f.dumpFn
+	f.mu.Unlock()
+	if fn != nil {
+		return fn(ctx, t, w)
+	}
+	return []profiler.Artifact{{Kind: f.name, MediaType: "application/octet-stream", FileName: fmt.Sprintf("%s-%d.bin", f.name, t.PID),
+		Data: bytes.Repeat([]byte{'x'}, 100), Start: w.Start, End: w.End}}, nil
+}
+
+func (f *fakeProfiler) Stop(t profiler.Target) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, t.PID)
+	return nil
+}
+
+func (f *fakeProfiler) Stats() map[string]float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return map[string]float64{"dumps": float64(f.dumps)}
+}
+
+func (f *fakeProfiler) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	return nil
+}
+
+func (f *fakeProfiler) startedPIDs() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, t := range f.started {
+		out = append(out, t.PID)
+	}
+	return out
+}
+
+func (f *fakeProfiler) stoppedPIDs() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int(nil), f.stopped...)
+}
+
+func (f *fakeProfiler) dumpCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dumps
+}
+
+// memArtifacts is an in-memory store.ArtifactStore behind the real capture server.
+type memArtifacts struct {
+	mu   sync.Mutex
+	arts []store.Artifact
+	data map[string][]byte
+}
+
+func (m *memArtifacts) PutArtifact(_ context.Context, meta store.Artifact, r io.Reader) (store.Artifact, error) {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return store.Artifact{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	meta.ID = fmt.Sprintf("a%d", len(m.arts)+1)
+	meta.Size = int64(len(b))
+	m.arts = append(m.arts, meta)
+	if m.data == nil {
+		m.data = map[string][]byte{}
+	}
+	m.data[meta.ID] = b
+	return meta, nil
+}
+
+func (m *memArtifacts) LinkArtifact(context.Context, string, []store.SpanRef) error { return nil }
+
+func (m *memArtifacts) GetArtifact(_ context.Context, id string) (store.Artifact, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, a := range m.arts {
+		if a.ID == id {
+			return a, nil
+		}
+	}
+	return store.Artifact{}, store.ErrNotFound
+}
+
+func (m *memArtifacts) OpenArtifact(ctx context.Context, id string) (store.Artifact, io.ReadCloser, error) {
+	a, err := m.GetArtifact(ctx, id)
+	if err != nil {
+		return a, nil, err
+	}
+	return a, io.NopCloser(bytes.NewReader(m.data[id])), nil
+}
+
+func (m *memArtifacts) TraceArtifacts(context.Context, model.TraceID) ([]store.Artifact, error) {
+	return nil, nil
+}
+
+func (m *memArtifacts) all() []store.Artifact {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]store.Artifact(nil), m.arts...)
+}
+
+// server is the real capture server (capture.Manager) on httptest.
+type server struct {
+	m    *capture.Manager
+	arts *memArtifacts
+	url  string
+	srv  *httptest.Server
+	// failRegistrations answers that many registrations 503 first.
+	mu                sync.Mutex
+	failRegistrations int
+	registrations     int
+}
+
+func newServer(t *testing.T, mod func(*capture.Config)) *server {
+	t.Helper()
+	cfg := capture.DefaultConfig()
+	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 10*time.Millisecond
+	cfg.Heartbeat = time.Second
+	if mod != nil {
+		mod(&cfg)
+	}
+	s := &server{arts: &memArtifacts{}}
+	m, err := capture.New(cfg, s.arts, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.m = m
+	h := m.Handler()
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/api/v1/agents" {
+			s.mu.Lock()
+			s.registrations++
+			fail := s.failRegistrations > 0
+			if fail {
+				s.failRegistrations--
+			}
+			s.mu.Unlock()
+			if fail {
+				http.Error(w, "starting", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	s.url = s.srv.URL
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = m.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; s.srv.Close() })
+	return s
+}
+
+// anomaly makes the server capture svc's process for a window a minute ago.
+func (s *server) anomaly(svc string, n byte) {
+	sp := &model.Span{TraceID: model.TraceID{n}, SpanID: model.SpanID{n, 1}, Service: svc, Name: "op",
+		Start: time.Now().Add(-time.Minute).UnixNano(), Duration: int64(100 * time.Millisecond),
+		Resource: []model.KeyValue{model.String("service.name", svc)}}
+	sp.SetAttr(model.Bool(model.AttrAnomaly, true))
+	s.m.OnCommitted([]*model.Span{sp})
+}
+
+// capture waits for the only capture of the server to end and returns it.
+func (s *server) finished(t *testing.T) capture.Capture {
+	t.Helper()
+	var c capture.Capture
+	waitUntil(t, "capture to end", func() bool {
+		cs := s.m.Captures(0)
+		if len(cs) != 1 {
+			return false
+		}
+		c = cs[0]
+		return c.State != capture.StatePending && c.State != capture.StateRequested
+	})
+	return c
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// child starts `sleep 30` and kills it at cleanup.
+func child(t *testing.T, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start a child process: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// startAgent runs an agent until the test ends.
+func startAgent(t *testing.T, cfg Config, profs ...profiler.Profiler) *Agent {
+	t.Helper()
+	a, err := New(cfg, profs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.retryMin, a.retryMax = 10*time.Millisecond, 50*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return a
+}
+
+func testConfig(serverURL string) Config {
+	cfg := DefaultConfig()
+	cfg.ServerURL = serverURL
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.Host = "node-1"
+	cfg.Discover = false
+	cfg.DiscoverInterval = 20 * time.Millisecond
+	return cfg
+}
+
+func (s *server) agents() []capture.Registration {
+	return s.m.Agents()
+}
+
+func TestRegistrationHeartbeatAndReregister(t *testing.T) {
+	srv := newServer(t, func(c *capture.Config) { c.AuthToken = "s3cret" })
+	srv.failRegistrations = 2 // the server is not ready at first: the agent retries
+	proc := child(t)
+	cpu := &fakeProfiler{name: "cpu"}
+	jfr := &fakeProfiler{name: "jfr", supports: func(profiler.Target) bool { return false }}
+	cfg := testConfig(srv.url)
+	cfg.AuthToken = "s3cret"
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-reg", InstanceID: "svc-reg-1"}}
+	a := startAgent(t, cfg, cpu, jfr)
+
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 })
+	reg := srv.agents()[0]
+	want := capture.Process{PID: int64(proc.Process.Pid), Service: "svc-reg", InstanceID: "svc-reg-1", Command: "sleep 30", Kinds: []string{"cpu"}}
+	if reg.Host != "node-1" || reg.DumpURL != a.DumpURL() || !slices.Equal(reg.Kinds, []string{"cpu", "jfr"}) ||
+		len(reg.Processes) != 1 || fmt.Sprint(reg.Processes[0]) != fmt.Sprint(want) {
+		t.Fatalf("registration = %+v, want process %+v", reg, want)
+	}
+	if !strings.HasPrefix(a.DumpURL(), "http://127.0.0.1:") {
+		t.Errorf("dump URL %q not derived from the bound address", a.DumpURL())
+	}
+
+	// The server forgets the agent: the next heartbeat gets 404 and the agent registers again.
+	req, _ := http.NewRequest(http.MethodDelete, srv.url+"/api/v1/agents/"+reg.AgentID, nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	waitUntil(t, "re-registration", func() bool {
+		ag := srv.agents()
+		return len(ag) == 1 && ag[0].AgentID != reg.AgentID
+	})
+	srv.mu.Lock()
+	n := srv.registrations
+	srv.mu.Unlock()
+	if n != 4 { // 2 refused, 1 accepted, 1 after the 404
+		t.Errorf("registrations = %d, want 4", n)
+	}
+}
+
+func TestDumpUploadsArtifacts(t *testing.T) {
+	srv := newServer(t, nil)
+	proc := child(t)
+	cpu := &fakeProfiler{name: "cpu", dumpFn: func(_ context.Context, tg profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+		return []profiler.Artifact{
+			{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", FileName: "cpu.pb.gz", Data: []byte("pprof"),
+				Start: w.Start.Add(time.Millisecond), End: w.End, Attributes: map[string]string{"samples": "812"}},
+			{Kind: "cpu", FileName: "threads.txt", Data: []byte("threads")},
+		}, nil
+	}}
+	cfg := testConfig(srv.url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-dump"}}
+	a := startAgent(t, cfg, cpu)
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 1 })
+
+	srv.anomaly("svc-dump", 1)
+	c := srv.finished(t)
+	if c.State != capture.StateComplete || c.Error != "" || len(c.Artifacts) != 2 {
+		t.Fatalf("capture = %+v", c)
+	}
+	arts := srv.arts.all()
+	if len(arts) != 2 {
+		t.Fatalf("artifacts = %+v", arts)
+	}
+	got := arts[0]
+	if got.Kind != "cpu" || got.FileName != "cpu.pb.gz" || got.MediaType != "application/vnd.google.protobuf+gzip" ||
+		got.PID != int64(proc.Process.Pid) || got.Start != c.Start+int64(time.Millisecond) || got.End != c.End ||
+		got.Partial || got.Attributes["samples"] != "812" || got.Size != 5 {
+		t.Errorf("artifact 1 = %+v (capture window [%d, %d])", got, c.Start, c.End)
+	}
+	if got := arts[1]; got.FileName != "threads.txt" || got.MediaType != "application/octet-stream" || got.Start != c.Start || got.End != c.End {
+		t.Errorf("artifact 2 = %+v", got)
+	}
+
+	body := get(t, "http://"+a.Addr().String()+"/metrics")
+	for _, want := range []string{
+		`rootline_agent_dumps_total{outcome="complete"} 1`,
+		`rootline_agent_upload_bytes_total 12`,
+		`rootline_agent_targets 1`,
+		`rootline_profiler_stat{profiler="cpu",stat="dumps"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func get(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestMaxBytes(t *testing.T) {
+	srv := newServer(t, func(c *capture.Config) { c.BudgetBytesPerMinute = 250 })
+	proc := child(t)
+	cpu := &fakeProfiler{name: "cpu", dumpFn: func(_ context.Context, _ profiler.Target, _ profiler.Window) ([]profiler.Artifact, error) {
+		var out []profiler.Artifact
+		for i := range 3 {
+			out = append(out, profiler.Artifact{Kind: "cpu", FileName: fmt.Sprintf("part-%d", i), Data: make([]byte, 100)})
+		}
+		return out, nil
+	}}
+	cfg := testConfig(srv.url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-budget"}}
+	startAgent(t, cfg, cpu)
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 1 })
+
+	srv.anomaly("svc-budget", 1)
+	c := srv.finished(t)
+	if c.State != capture.StatePartial || len(c.Artifacts) != 2 || !strings.Contains(c.Error, "budget of 250 bytes exceeded: part-2") {
+		t.Fatalf("capture = %+v", c)
+	}
+}
+
+func TestTargetExitsMidDump(t *testing.T) {
+	srv := newServer(t, nil)
+	proc := child(t)
+	other := child(t)
+	cpu := &fakeProfiler{name: "cpu"}
+	cpu.dumpFn = func(ctx context.Context, tg profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+		if tg.PID != proc.Process.Pid {
+			return []profiler.Artifact{{Kind: "cpu", FileName: "ok", Data: []byte("ok")}}, nil
+		}
+		// The target dies while it is being dumped.
+		_ = proc.Process.Kill()
+		_ = proc.Wait()
+		return []profiler.Artifact{{Kind: "cpu", FileName: "cut", Data: []byte("half"), Partial: true}},
+			fmt.Errorf("read samples of pid %d: %w", tg.PID, profiler.ErrTargetGone)
+	}
+	cfg := testConfig(srv.url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-dies"}, {PID: other.Process.Pid, Service: "svc-lives"}}
+	a := startAgent(t, cfg, cpu)
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 2 })
+
+	srv.anomaly("svc-dies", 1)
+	c := srv.finished(t)
+	if c.State != capture.StatePartial || len(c.Artifacts) != 1 || !strings.Contains(c.Error, "target exited during the dump") {
+		t.Fatalf("capture = %+v", c)
+	}
+	if arts := srv.arts.all(); len(arts) != 1 || !arts[0].Partial {
+		t.Fatalf("artifacts = %+v", arts)
+	}
+	// Discovery notices the exit: the recording is stopped and the target dropped.
+	waitUntil(t, "stop of the dead target", func() bool { return slices.Contains(cpu.stoppedPIDs(), proc.Process.Pid) })
+	waitUntil(t, "target list update", func() bool { return len(a.processes()) == 1 })
+
+	// The agent keeps serving the other target.
+	srv.anomaly("svc-lives", 2)
+	waitUntil(t, "second capture", func() bool {
+		for _, c := range srv.m.Captures(0) {
+			if c.Service == "svc-lives" && c.State == capture.StateComplete {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// recorder is a minimal stand-in for the server's capture routes, for tests
+// that post dump requests themselves (the real server would coalesce them
+// before they reach the agent).
+type recorder struct {
+	mu        sync.Mutex
+	uploads   map[string][]string // capture → file names
+	completed map[string]capture.Completion
+}
+
+func newRecorder(t *testing.T) (*recorder, string) {
+	r := &recorder{uploads: map[string][]string{}, completed: map[string]capture.Completion{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/agents", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, capture.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
+	})
+	mux.HandleFunc("PUT /api/v1/agents/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, capture.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
+	})
+	mux.HandleFunc("DELETE /api/v1/agents/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("POST /api/v1/captures/{id}/artifacts", func(w http.ResponseWriter, req *http.Request) {
+		_, _ = io.Copy(io.Discard, req.Body)
+		r.mu.Lock()
+		r.uploads[req.PathValue("id")] = append(r.uploads[req.PathValue("id")], req.URL.Query().Get("fileName"))
+		r.mu.Unlock()
+		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
+	})
+	mux.HandleFunc("POST /api/v1/captures/{id}/complete", func(w http.ResponseWriter, req *http.Request) {
+		var c capture.Completion
+		_ = json.NewDecoder(req.Body).Decode(&c)
+		r.mu.Lock()
+		r.completed[req.PathValue("id")] = c
+		r.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return r, srv.URL
+}
+
+func (r *recorder) done(id string) (capture.Completion, []string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.completed[id]
+	return c, append([]string(nil), r.uploads[id]...), ok
+}
+
+func postJSON(t *testing.T, u, token string, v any) (int, string) {
+	t.Helper()
+	b, _ := json.Marshal(v)
+	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestCoalescesOverlappingDumps(t *testing.T) {
+	rec, url := newRecorder(t)
+	proc := child(t)
+	release := make(chan struct{})
+	cpu := &fakeProfiler{name: "cpu"}
+	cpu.dumpFn = func(ctx context.Context, tg profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+		<-release
+		return []profiler.Artifact{{Kind: "cpu", FileName: fmt.Sprintf("cpu-%d-%d", w.Start.Unix(), w.End.Unix()), Data: []byte("x"), Start: w.Start, End: w.End}}, nil
+	}
+	cfg := testConfig(url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
+	a := startAgent(t, cfg, cpu)
+	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	dumpURL := a.DumpURL()
+	pid := int64(proc.Process.Pid)
+	s := int64(1_000 * time.Second)
+	for _, r := range []capture.DumpRequest{
+		{CaptureID: "first", PID: pid, Start: s, End: s + int64(10*time.Second)},
+		{CaptureID: "inside", PID: pid, Start: s + int64(2*time.Second), End: s + int64(5*time.Second)},  // covered: reuses "first"
+		{CaptureID: "beyond", PID: pid, Start: s + int64(5*time.Second), End: s + int64(20*time.Second)}, // overlaps, not covered: runs after
+	} {
+		if code, body := postJSON(t, dumpURL, "", r); code != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", r.CaptureID, code, body)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := cpu.dumpCount(); n != 1 {
+		t.Fatalf("dumps while the first runs = %d, want 1 (the others wait)", n)
+	}
+	close(release)
+	for id, want := range map[string]string{"first": "cpu-1000-1010", "inside": "cpu-1000-1010", "beyond": "cpu-1005-1020"} {
+		waitUntil(t, id, func() bool { _, _, ok := rec.done(id); return ok })
+		c, files, _ := rec.done(id)
+		if c.Status != "complete" || len(files) != 1 || files[0] != want {
+			t.Errorf("%s: completion %+v, uploads %v, want %s", id, c, files, want)
+		}
+	}
+	if n := cpu.dumpCount(); n != 2 {
+		t.Errorf("dumps = %d, want 2", n)
+	}
+}
+
+func TestDumpRequestValidation(t *testing.T) {
+	_, url := newRecorder(t)
+	proc := child(t)
+	cfg := testConfig(url)
+	cfg.AuthToken = "tok"
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
+	a := startAgent(t, cfg, &fakeProfiler{name: "cpu"})
+	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	pid := int64(proc.Process.Pid)
+	now := time.Now().UnixNano()
+	ok := capture.DumpRequest{CaptureID: "c1", PID: pid, Start: now - int64(time.Second), End: now}
+	for _, tc := range []struct {
+		name   string
+		token  string
+		mod    func(*capture.DumpRequest)
+		status int
+		msg    string
+	}{
+		{name: "no token", status: http.StatusUnauthorized, msg: "bearer token"},
+		{name: "wrong token", token: "nope", status: http.StatusUnauthorized, msg: "bearer token"},
+		{name: "unknown pid", token: "tok", mod: func(r *capture.DumpRequest) { r.PID = 1 << 30 }, status: http.StatusNotFound, msg: "is not a target"},
+		{name: "end before start", token: "tok", mod: func(r *capture.DumpRequest) { r.End = r.Start - 1 }, status: http.StatusBadRequest, msg: "start before end"},
+		{name: "no start", token: "tok", mod: func(r *capture.DumpRequest) { r.Start = 0 }, status: http.StatusBadRequest, msg: "start before end"},
+		{name: "window too long", token: "tok", mod: func(r *capture.DumpRequest) { r.Start = r.End - int64(time.Hour) }, status: http.StatusBadRequest, msg: "longer than"},
+		{name: "no capture id", token: "tok", mod: func(r *capture.DumpRequest) { r.CaptureID = "" }, status: http.StatusBadRequest, msg: "captureId"},
+		{name: "unknown kind", token: "tok", mod: func(r *capture.DumpRequest) { r.Kinds = []string{"jfr"} }, status: http.StatusNotFound, msg: "no recording of kinds [jfr]"},
+		{name: "accepted", token: "tok", status: http.StatusAccepted, msg: `"kinds":["cpu"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := ok
+			if tc.mod != nil {
+				tc.mod(&r)
+			}
+			code, body := postJSON(t, a.DumpURL(), tc.token, r)
+			if code != tc.status || !strings.Contains(body, tc.msg) {
+				t.Fatalf("got %d %s, want %d containing %q", code, body, tc.status, tc.msg)
+			}
+		})
+	}
+}
+
+func TestProcessAPI(t *testing.T) {
+	_, url := newRecorder(t)
+	proc := child(t)
+	cpu := &fakeProfiler{name: "cpu"}
+	a := startAgent(t, testConfig(url), cpu)
+	base := "http://" + a.Addr().String() + "/api/v1/processes"
+
+	code, body := postJSON(t, base, "", capture.Process{PID: int64(proc.Process.Pid), Service: "svc-run", InstanceID: "i-1"})
+	var got capture.Process
+	_ = json.Unmarshal([]byte(body), &got)
+	if code != http.StatusCreated || got.Service != "svc-run" || got.InstanceID != "i-1" || !slices.Equal(got.Kinds, []string{"cpu"}) {
+		t.Fatalf("POST = %d %s", code, body)
+	}
+	if !slices.Equal(cpu.startedPIDs(), []int{proc.Process.Pid}) {
+		t.Fatalf("started = %v", cpu.startedPIDs())
+	}
+	if code, body := postJSON(t, base, "", capture.Process{PID: 1 << 21}); code != http.StatusNotFound {
+		t.Errorf("POST unknown pid = %d %s", code, body)
+	}
+	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/%d", base, proc.Process.Pid), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || !slices.Equal(cpu.stoppedPIDs(), []int{proc.Process.Pid}) || len(a.processes()) != 0 {
+		t.Fatalf("DELETE = %s, stopped %v, targets %v", resp.Status, cpu.stoppedPIDs(), a.processes())
+	}
+}
+
+func TestDiscoversOTelProcess(t *testing.T) {
+	_, url := newRecorder(t)
+	proc := child(t, "OTEL_SERVICE_NAME=svc-x", "OTEL_RESOURCE_ATTRIBUTES=service.name=ignored,service.instance.id=x-1")
+	pid := proc.Process.Pid
+	// Only the test's child: other processes of the machine are left alone.
+	cpu := &fakeProfiler{name: "cpu", supports: func(t profiler.Target) bool { return t.PID == pid }}
+	failing := &fakeProfiler{name: "jfr", startErr: fmt.Errorf("attach failed")}
+	cfg := testConfig(url)
+	cfg.Discover = true
+	a := startAgent(t, cfg, cpu, failing)
+
+	waitUntil(t, "discovery", func() bool { return slices.Contains(cpu.startedPIDs(), pid) })
+	var found *capture.Process
+	for _, p := range a.processes() {
+		if p.PID == int64(pid) {
+			found = &p
+		}
+	}
+	if found == nil || found.Service != "svc-x" || found.InstanceID != "x-1" || !slices.Equal(found.Kinds, []string{"cpu"}) {
+		t.Fatalf("discovered = %+v", found)
+	}
+	_ = proc.Process.Kill()
+	_ = proc.Wait()
+	waitUntil(t, "stop after exit", func() bool { return slices.Contains(cpu.stoppedPIDs(), pid) })
+	if n := len(cpu.startedPIDs()); n != 1 {
+		t.Errorf("started %d times, want 1", n)
+	}
+}
+
+func TestBoundsConcurrentDumps(t *testing.T) {
+	rec, url := newRecorder(t)
+	procs := []*exec.Cmd{child(t), child(t), child(t)}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, peak := 0, 0
+	cpu := &fakeProfiler{name: "cpu", dumpFn: func(context.Context, profiler.Target, profiler.Window) ([]profiler.Artifact, error) {
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return []profiler.Artifact{{Kind: "cpu", FileName: "f", Data: []byte("x")}}, nil
+	}}
+	cfg := testConfig(url)
+	cfg.MaxConcurrentDumps = 2
+	for _, p := range procs {
+		cfg.Targets = append(cfg.Targets, TargetSpec{PID: p.Process.Pid})
+	}
+	a := startAgent(t, cfg, cpu)
+	waitUntil(t, "targets", func() bool { return len(a.processes()) == 3 })
+	now := time.Now().UnixNano()
+	for i, p := range procs {
+		r := capture.DumpRequest{CaptureID: fmt.Sprint("c", i), PID: int64(p.Process.Pid), Start: now - int64(time.Second), End: now}
+		if code, body := postJSON(t, a.DumpURL(), "", r); code != http.StatusAccepted {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	waitUntil(t, "two dumps running", func() bool { return cpu.dumpCount() == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if n := cpu.dumpCount(); n != 2 {
+		t.Fatalf("dumps started = %d, want 2 (bound)", n)
+	}
+	close(release)
+	for i := range procs {
+		waitUntil(t, "completion", func() bool { _, _, ok := rec.done(fmt.Sprint("c", i)); return ok })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if peak != 2 {
+		t.Errorf("peak concurrent dumps = %d, want 2", peak)
+	}
+}

@@ -1,0 +1,182 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config configures an agent.
+type Config struct {
+	// ServerURL is the Rootline server's base URL (e.g. http://127.0.0.1:16686).
+	ServerURL string `yaml:"server_url"`
+	// ListenAddr is where the agent serves its dump, process and metrics API.
+	ListenAddr string `yaml:"listen_addr"`
+	// AdvertiseURL is the base URL the server reaches the agent at; the dump
+	// URL registered is AdvertiseURL + "/api/v1/dump". Empty derives it from
+	// the bound listen address.
+	AdvertiseURL string `yaml:"advertise_url"`
+	// Host names this node (host.name of its spans); empty uses os.Hostname.
+	Host string `yaml:"host"`
+	// AuthToken, when set, is sent to the server as a bearer token and
+	// required on the agent's API. It is required when ListenAddr is reachable
+	// beyond loopback.
+	AuthToken string `yaml:"-"`
+	// Targets are processes to record besides the discovered ones.
+	Targets []TargetSpec `yaml:"targets"`
+	// Discover scans /proc every DiscoverInterval for JVMs and for processes
+	// with an OpenTelemetry service name in their environment.
+	Discover         bool          `yaml:"discover"`
+	DiscoverInterval time.Duration `yaml:"discover_interval"`
+	// MaxWindow bounds the window of one dump request.
+	MaxWindow time.Duration `yaml:"max_window"`
+	// MaxConcurrentDumps bounds dumps running at once; more wait.
+	MaxConcurrentDumps int `yaml:"max_concurrent_dumps"`
+	// DumpTimeout bounds one dump, uploads included.
+	DumpTimeout time.Duration `yaml:"dump_timeout"`
+	// Version is reported in the registration.
+	Version string `yaml:"-"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		ServerURL:          "http://127.0.0.1:16686",
+		ListenAddr:         "127.0.0.1:7070",
+		Discover:           true,
+		DiscoverInterval:   5 * time.Second,
+		MaxWindow:          10 * time.Minute,
+		MaxConcurrentDumps: 2,
+		DumpTimeout:        2 * time.Minute,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if u, err := url.Parse(c.ServerURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("agent server URL %q must be an absolute http(s) URL", c.ServerURL))
+	}
+	if _, _, err := net.SplitHostPort(c.ListenAddr); err != nil {
+		errs = append(errs, fmt.Errorf("agent listen address %q: %v", c.ListenAddr, err))
+	} else if c.AuthToken == "" && !isLoopback(c.ListenAddr) {
+		errs = append(errs, fmt.Errorf("the agent API on %q is reachable beyond loopback and can trigger dumps: "+
+			"set a token with ROOTLINE_AUTH_TOKEN or --auth.token-file, or bind it to 127.0.0.1", c.ListenAddr))
+	}
+	if c.AdvertiseURL != "" {
+		if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("agent advertise URL %q must be an absolute http(s) URL", c.AdvertiseURL))
+		}
+	}
+	if c.Discover && c.DiscoverInterval <= 0 {
+		errs = append(errs, errors.New("agent discover interval must be positive"))
+	}
+	if c.MaxWindow <= 0 || c.DumpTimeout <= 0 {
+		errs = append(errs, errors.New("agent max window and dump timeout must be positive"))
+	}
+	if c.MaxConcurrentDumps < 1 {
+		errs = append(errs, errors.New("agent max concurrent dumps must be ≥ 1"))
+	}
+	for i, t := range c.Targets {
+		if t.PID <= 0 && t.Command == "" {
+			errs = append(errs, fmt.Errorf("agent targets[%d]: needs pid or cmd", i))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isLoopback reports whether a listen address only accepts local connections
+// (the server's rule).
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hostname returns h or the OS host name.
+func hostname(h string) string {
+	if h != "" {
+		return h
+	}
+	if n, err := os.Hostname(); err == nil && n != "" {
+		return n
+	}
+	return "localhost"
+}
+
+// TargetSpec names processes to record: one pid, or every process whose
+// command line contains Command. Service overrides the discovered service name.
+type TargetSpec struct {
+	PID        int    `yaml:"pid"`
+	Command    string `yaml:"cmd"`
+	Service    string `yaml:"service"`
+	InstanceID string `yaml:"service_instance_id"`
+}
+
+// ParseTargetSpec parses a flag value: comma-separated key=value pairs with
+// keys pid, cmd, service and instance (e.g. "pid=1234" or
+// "service=checkout,cmd=checkout.jar"). A value may not contain a comma.
+func ParseTargetSpec(s string) (TargetSpec, error) {
+	var t TargetSpec
+	if strings.TrimSpace(s) == "" {
+		return t, errors.New("target: empty")
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return t, fmt.Errorf("target %q: %q is not key=value", s, part)
+		}
+		switch k {
+		case "pid":
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return t, fmt.Errorf("target %q: pid must be a positive integer", s)
+			}
+			t.PID = n
+		case "cmd":
+			t.Command = v
+		case "service":
+			t.Service = v
+		case "instance":
+			t.InstanceID = v
+		default:
+			return t, fmt.Errorf("target %q: unknown key %q (want pid, cmd, service or instance)", s, k)
+		}
+	}
+	if t.PID == 0 && t.Command == "" {
+		return t, fmt.Errorf("target %q: needs pid= or cmd=", s)
+	}
+	if t.PID != 0 && t.Command != "" {
+		return t, fmt.Errorf("target %q: pid= and cmd= are exclusive", s)
+	}
+	return t, nil
+}
+
+// String formats the spec as ParseTargetSpec reads it.
+func (t TargetSpec) String() string {
+	var parts []string
+	if t.PID != 0 {
+		parts = append(parts, "pid="+strconv.Itoa(t.PID))
+	}
+	if t.Service != "" {
+		parts = append(parts, "service="+t.Service)
+	}
+	if t.InstanceID != "" {
+		parts = append(parts, "instance="+t.InstanceID)
+	}
+	if t.Command != "" {
+		parts = append(parts, "cmd="+t.Command)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,330 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/profiler"
+)
+
+// dumpJob is one accepted dump request. Jobs for the same pid whose windows
+// overlap run one after the other; a job whose window and kinds a finished
+// earlier job covers reuses its artifacts instead of dumping again.
+type dumpJob struct {
+	req    capture.DumpRequest
+	w      profiler.Window
+	kinds  []string
+	notes  []string // requested kinds this pid has no recording of
+	done   chan struct{}
+	result map[string]kindResult // by kind; written before done is closed
+}
+
+type kindResult struct {
+	arts []profiler.Artifact
+	err  error
+}
+
+// covers reports whether j's finished dump can answer o.
+func (j *dumpJob) covers(o *dumpJob) bool {
+	if j.w.Start.After(o.w.Start) || j.w.End.Before(o.w.End) {
+		return false
+	}
+	for _, k := range o.kinds {
+		r, ok := j.result[k]
+		if !ok || r.err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func (j *dumpJob) overlaps(o *dumpJob) bool {
+	return !j.w.Start.After(o.w.End) && !o.w.Start.After(j.w.End)
+}
+
+// handleDump validates a dump request, answers 202 at once and dumps in the
+// background.
+func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
+	var req capture.DumpRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		a.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if req.CaptureID == "" || strings.ContainsAny(req.CaptureID, "/?#") {
+		a.reject(w, http.StatusBadRequest, "captureId is required and must not contain '/', '?' or '#'")
+		return
+	}
+	if req.Start <= 0 || req.End <= req.Start {
+		a.reject(w, http.StatusBadRequest, fmt.Sprintf("window [%d, %d] is empty: start and end are Unix ns, start before end", req.Start, req.End))
+		return
+	}
+	if d := time.Duration(req.End - req.Start); d > a.cfg.MaxWindow {
+		a.reject(w, http.StatusBadRequest, fmt.Sprintf("window of %s is longer than the agent's maximum of %s", d, a.cfg.MaxWindow))
+		return
+	}
+	if req.MaxBytes < 0 {
+		a.reject(w, http.StatusBadRequest, "maxBytes must not be negative")
+		return
+	}
+	job := &dumpJob{req: req, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
+
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.reject(w, http.StatusServiceUnavailable, "agent is shutting down")
+		return
+	}
+	t, ok := a.targets[int(req.PID)]
+	if !ok {
+		a.mu.Unlock()
+		a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d is not a target of this agent", req.PID))
+		return
+	}
+	if len(req.Kinds) == 0 {
+		job.kinds = append([]string(nil), t.kinds...)
+	}
+	for _, k := range req.Kinds {
+		if slices.Contains(t.kinds, k) {
+			if !slices.Contains(job.kinds, k) {
+				job.kinds = append(job.kinds, k)
+			}
+		} else {
+			job.notes = append(job.notes, fmt.Sprintf("%s: not recorded for pid %d", k, req.PID))
+		}
+	}
+	if len(job.kinds) == 0 {
+		a.mu.Unlock()
+		a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d has no recording of kinds %v (recorded: %v)", req.PID, req.Kinds, t.kinds))
+		return
+	}
+	var prior []*dumpJob
+	for _, o := range a.jobs[t.PID] {
+		if o.overlaps(job) {
+			prior = append(prior, o)
+		}
+	}
+	a.jobs[t.PID] = append(a.jobs[t.PID], job)
+	a.dumps.Add(1)
+	tgt := t.Target
+	a.mu.Unlock()
+
+	go a.runDump(job, tgt, prior)
+	writeJSON(w, http.StatusAccepted, map[string]any{"captureId": req.CaptureID, "kinds": job.kinds})
+}
+
+func (a *Agent) reject(w http.ResponseWriter, status int, msg string) {
+	a.metrics.dumps.WithLabelValues("rejected").Inc()
+	writeError(w, status, msg)
+}
+
+// runDump dumps (or reuses a covering earlier dump), uploads and completes.
+func (a *Agent) runDump(job *dumpJob, t profiler.Target, prior []*dumpJob) {
+	defer a.dumps.Done()
+	defer func() {
+		a.mu.Lock()
+		l := a.jobs[t.PID]
+		if i := slices.Index(l, job); i >= 0 {
+			l = slices.Delete(l, i, i+1)
+		}
+		if len(l) == 0 {
+			delete(a.jobs, t.PID)
+		} else {
+			a.jobs[t.PID] = l
+		}
+		a.mu.Unlock()
+		close(job.done)
+	}()
+	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.DumpTimeout)
+	defer cancel()
+	log := a.logger.With("capture", job.req.CaptureID, "pid", t.PID)
+
+	for _, p := range prior {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+		}
+	}
+	job.result = map[string]kindResult{}
+	for i := len(prior) - 1; i >= 0 && ctx.Err() == nil; i-- {
+		if prior[i].covers(job) {
+			for _, k := range job.kinds {
+				job.result[k] = prior[i].result[k]
+			}
+			a.metrics.coalesced.Inc()
+			log.Debug("dump answered by an earlier covering dump", "from", prior[i].req.CaptureID)
+			break
+		}
+	}
+	if len(job.result) == 0 && ctx.Err() == nil {
+		a.dump(ctx, job, t)
+	}
+	outcome, msg := a.upload(ctx, job, log)
+	a.complete(ctx, job.req.CaptureID, outcome, msg, log)
+}
+
+// dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs at once.
+func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target) {
+	select {
+	case a.dumpSem <- struct{}{}:
+		defer func() { <-a.dumpSem }()
+	case <-ctx.Done():
+		return
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range a.profilers {
+		if !slices.Contains(job.kinds, p.Name()) {
+			continue
+		}
+		wg.Go(func() {
+			arts, err := p.Dump(ctx, t, job.w)
+			mu.Lock()
+			job.result[p.Name()] = kindResult{arts: arts, err: err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+}
+
+// upload sends the job's artifacts within the request's byte budget and
+// returns the completion status and error text.
+func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (string, string) {
+	problems := append([]string(nil), job.notes...)
+	if ctx.Err() != nil {
+		problems = append(problems, "dump cancelled: "+cause(ctx))
+		return capture.StateFailed, strings.Join(problems, "; ")
+	}
+	var used int64
+	uploaded, partial, stop := 0, false, false
+	for _, k := range job.kinds {
+		res, ok := job.result[k]
+		if !ok {
+			problems = append(problems, k+": no result")
+			continue
+		}
+		if res.err != nil {
+			if errors.Is(res.err, profiler.ErrTargetGone) {
+				partial = true
+				problems = append(problems, fmt.Sprintf("%s: target exited during the dump (%v)", k, res.err))
+			} else {
+				problems = append(problems, fmt.Sprintf("%s: %v", k, res.err))
+			}
+		}
+		for _, art := range res.arts {
+			if stop {
+				break
+			}
+			n := int64(len(art.Data))
+			if job.req.MaxBytes > 0 && used+n > job.req.MaxBytes {
+				problems = append(problems, fmt.Sprintf("capture budget of %d bytes exceeded: %s (%d bytes) and the artifacts after it were not uploaded", job.req.MaxBytes, art.FileName, n))
+				stop = true
+				break
+			}
+			status, err := a.uploadOne(ctx, job, art)
+			switch {
+			case err == nil:
+				used += n
+				uploaded++
+				a.metrics.uploadBytes.Add(float64(n))
+				if art.Partial {
+					partial = true
+				}
+			case status == http.StatusRequestEntityTooLarge:
+				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+				stop = true
+			case status == http.StatusNotFound || status == http.StatusConflict:
+				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+				stop = true
+			default:
+				log.Warn("upload artifact", "file", art.FileName, "err", err)
+				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+			}
+		}
+	}
+	msg := strings.Join(problems, "; ")
+	switch {
+	case uploaded == 0:
+		if msg == "" {
+			msg = "the profilers returned no artifacts for the window"
+		}
+		return capture.StateFailed, msg
+	case partial || len(problems) > 0:
+		return capture.StatePartial, msg
+	default:
+		return capture.StateComplete, ""
+	}
+}
+
+func cause(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return "dump timeout exceeded"
+	}
+	return "agent shutting down"
+}
+
+// uploadOne posts one artifact; it returns the HTTP status when the server answered.
+func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifact) (int, error) {
+	q := url.Values{}
+	q.Set("kind", art.Kind)
+	if art.FileName != "" {
+		q.Set("fileName", art.FileName)
+	}
+	start, end := job.req.Start, job.req.End
+	if !art.Start.IsZero() {
+		start = art.Start.UnixNano()
+	}
+	if !art.End.IsZero() {
+		end = art.End.UnixNano()
+	}
+	q.Set("start", strconv.FormatInt(start, 10))
+	q.Set("end", strconv.FormatInt(end, 10))
+	q.Set("partial", strconv.FormatBool(art.Partial))
+	if len(art.Attributes) > 0 {
+		b, _ := json.Marshal(art.Attributes)
+		q.Set("attrs", string(b))
+	}
+	mt := art.MediaType
+	if mt == "" {
+		mt = "application/octet-stream"
+	}
+	u := a.cfg.ServerURL + "/api/v1/captures/" + url.PathEscape(job.req.CaptureID) + "/artifacts?" + q.Encode()
+	resp, err := a.call(ctx, http.MethodPost, u, mt, bytes.NewReader(art.Data))
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return resp.StatusCode, serverError(resp)
+	}
+	return resp.StatusCode, nil
+}
+
+// complete ends the capture on the server; it still runs when the dump was
+// cancelled by shutdown, so the server learns why.
+func (a *Agent) complete(ctx context.Context, id, status, msg string, log *slog.Logger) {
+	a.metrics.dumps.WithLabelValues(status).Inc()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	body, _ := json.Marshal(capture.Completion{Status: status, Error: msg})
+	resp, err := a.call(ctx, http.MethodPost, a.cfg.ServerURL+"/api/v1/captures/"+url.PathEscape(id)+"/complete", "application/json", bytes.NewReader(body))
+	if err != nil {
+		log.Warn("complete capture", "status", status, "err", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		log.Warn("complete capture", "status", status, "err", serverError(resp))
+	}
+}

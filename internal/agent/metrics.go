@@ -1,0 +1,55 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	dumps        *prometheus.CounterVec
+	coalesced    prometheus.Counter
+	uploadBytes  prometheus.Counter
+	serverErrors prometheus.Counter
+}
+
+func (a *Agent) registerMetrics() error {
+	a.metrics = metrics{
+		dumps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_agent_dumps_total",
+			Help: "Dump requests by outcome: complete, partial, failed (capture completions) or rejected (answered 4xx/5xx)."}, []string{"outcome"}),
+		coalesced: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_agent_dumps_coalesced_total",
+			Help: "Dump requests answered with the artifacts of an earlier dump covering their window."}),
+		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_agent_upload_bytes_total",
+			Help: "Artifact bytes the server accepted."}),
+		serverErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_agent_server_errors_total",
+			Help: "Failed registrations and heartbeats."}),
+	}
+	targets := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agent_targets", Help: "Processes being recorded."}, func() float64 {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return float64(len(a.targets))
+	})
+	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, targets, profilerStats{a}} {
+		if err := a.reg.Register(c); err != nil {
+			return fmt.Errorf("agent: register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+var profilerStatDesc = prometheus.NewDesc("rootline_profiler_stat",
+	"A profiler's own counters (Profiler.Stats): samples, bytes buffered, CPU seconds, dumps, errors…",
+	[]string{"profiler", "stat"}, nil)
+
+// profilerStats exports every profiler's Stats at scrape time.
+type profilerStats struct{ a *Agent }
+
+func (c profilerStats) Describe(ch chan<- *prometheus.Desc) { ch <- profilerStatDesc }
+
+func (c profilerStats) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.a.profilers {
+		for k, v := range p.Stats() {
+			ch <- prometheus.MustNewConstMetric(profilerStatDesc, prometheus.GaugeValue, v, p.Name(), k)
+		}
+	}
+}
