@@ -27,6 +27,8 @@ Usage:
 Commands:
   server    trace backend: OTLP/Zipkin receivers, anomaly detection, evidence capture,
             embedded SQLite store, Jaeger-compatible query API and web UI
+  agent     per-node flight recorders (JFR, eBPF CPU sampler) and the dump API
+            that turns anomalous spans into evidence
   demo      a self-contained scenario: server, generated traffic, an injected slowdown,
             and what Rootline found
   version   print the version
@@ -48,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "server":
 		return runServer(ctx, args[1:], stderr)
+	case "agent":
+		return runAgent(ctx, args[1:], stderr)
 	case "demo":
 		return demo.Main(ctx, args[1:], stdout, stderr)
 	case "version", "--version":

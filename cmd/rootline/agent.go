@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/rootline/rootline/internal/agent"
+	"github.com/rootline/rootline/internal/profiler"
+	"github.com/rootline/rootline/internal/version"
+)
+
+// agentFlags are the process-level settings of `rootline agent`.
+type agentFlags struct {
+	cfg       agent.Config
+	profilers string
+	tokenFile string
+	logLevel  string
+	logFormat string
+}
+
+func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
+	f := agentFlags{cfg: agent.DefaultConfig(), profilers: "all", logLevel: "info", logFormat: "text"}
+	fs := flag.NewFlagSet("rootline agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &f.cfg
+	fs.StringVar(&c.ServerURL, "server", c.ServerURL, "Rootline server's query/agent API base URL")
+	fs.StringVar(&c.ListenAddr, "listen", c.ListenAddr, "address of the agent's dump API (beyond loopback it needs an auth token)")
+	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "dump URL the server should call (default: derived from --listen)")
+	fs.StringVar(&c.Host, "host", c.Host, "host name reported to the server (default: this machine's host name)")
+	fs.Func("target", "process to record: pid=1234, or service=name,cmd=substring[,instance=id] (repeatable)", func(s string) error {
+		t, err := agent.ParseTargetSpec(s)
+		if err == nil {
+			c.Targets = append(c.Targets, t)
+		}
+		return err
+	})
+	fs.BoolVar(&c.Discover, "discover", c.Discover, "find JVMs and processes with OTEL_SERVICE_NAME / service.name in their environment")
+	fs.DurationVar(&c.DiscoverInterval, "discover-interval", c.DiscoverInterval, "how often /proc is scanned for targets")
+	fs.DurationVar(&c.MaxWindow, "max-window", c.MaxWindow, "longest dump window accepted")
+	fs.IntVar(&c.MaxConcurrentDumps, "max-concurrent-dumps", c.MaxConcurrentDumps, "profiler dumps running at once")
+	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
+	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token shared with the server (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rootline agent [flags]
+
+Runs on each node (as root). Keeps flight recorders running beside the processes it
+targets — continuous JFR for JVMs, eBPF CPU sampling for any process — registers with
+the server and heartbeats, and when the server reports an anomalous span, dumps the
+window around it and uploads the artifacts, linked to the span.
+
+Environment:
+  ROOTLINE_AUTH_TOKEN   bearer token shared with the server
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c.AuthToken = os.Getenv("ROOTLINE_AUTH_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return f, fmt.Errorf("read auth token: %w", err)
+		}
+		c.AuthToken = strings.TrimSpace(string(b))
+	}
+	c.Version = version.Version
+	return f, c.Validate()
+}
+
+func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
+	f, err := parseAgentFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "rootline agent:", err)
+		return 2
+	}
+	logger, err := newLogger(f.logLevel, f.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "rootline agent:", err)
+		return 2
+	}
+	profs, err := buildProfilers(f.profilers, logger)
+	if err != nil {
+		logger.Error("cannot start profilers", "err", err)
+		return 1
+	}
+	a, err := agent.New(f.cfg, profs, logger)
+	if err != nil {
+		for _, p := range profs {
+			_ = p.Close()
+		}
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	if err := a.Run(ctx); err != nil {
+		logger.Error("agent stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// profilerFactories are the profiler plugins compiled in, by name.
+var profilerFactories = map[string]func(*slog.Logger) (profiler.Profiler, error){}
+
+func profilerNames() []string {
+	var names []string
+	for n := range profilerFactories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// buildProfilers starts the named profilers; with "all", a profiler that
+// cannot run here (e.g. no BPF) is skipped with a warning instead of failing.
+func buildProfilers(list string, logger *slog.Logger) ([]profiler.Profiler, error) {
+	all := list == "all"
+	var names []string
+	if all {
+		names = profilerNames()
+	} else {
+		for _, n := range strings.Split(list, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	var out []profiler.Profiler
+	for _, n := range names {
+		mk, ok := profilerFactories[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown profiler %q (have: %s)", n, strings.Join(profilerNames(), ", "))
+		}
+		p, err := mk(logger)
+		if err != nil {
+			if all {
+				logger.Warn("profiler unavailable, skipped", "profiler", n, "err", err)
+				continue
+			}
+			return nil, fmt.Errorf("profiler %s: %w", n, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
