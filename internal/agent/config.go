@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rootline/rootline/internal/httpjson"
 )
 
 // Config configures an agent.
@@ -92,17 +94,7 @@ func (c Config) Validate() error {
 
 // isLoopback reports whether a listen address only accepts local connections
 // (the server's rule).
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopback(addr string) bool { return httpjson.IsLoopback(addr) }
 
 // hostname returns h or the OS host name.
 func hostname(h string) string {

@@ -1,21 +1,16 @@
 package agent
 
 import (
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/httpjson"
 )
-
-// maxJSONBody bounds request bodies.
-const maxJSONBody = 1 << 20
 
 // Handler serves the agent's API:
 //
@@ -45,18 +40,7 @@ func (a *Agent) Handler() http.Handler {
 }
 
 func (a *Agent) authorize(next http.Handler) http.Handler {
-	if a.cfg.AuthToken == "" {
-		return next
-	}
-	want := []byte("Bearer " + a.cfg.AuthToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="rootline"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpjson.RequireBearer(a.cfg.AuthToken, next)
 }
 
 // handleAddProcess registers a process (`rootline run` does so for the
@@ -124,28 +108,10 @@ func (a *Agent) handleRemoveProcess(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// decodeJSON reads a JSON body. strict refuses unknown fields; dump requests
-// are read leniently so a newer server can add fields.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, strict bool) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("content type must be application/json, got %q", ct)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if strict {
-		dec.DisallowUnknownFields()
-	}
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON body: %v", err)
-	}
-	return nil
+	return httpjson.Decode(w, r, v, strict)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
+func writeError(w http.ResponseWriter, status int, msg string) { httpjson.Error(w, status, msg) }

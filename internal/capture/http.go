@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,14 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/store"
 )
-
-// maxJSONBody bounds registration and completion bodies.
-const maxJSONBody = 1 << 20
 
 // Handler serves the agent and capture API (docs/api.md):
 //
@@ -44,18 +40,7 @@ func (m *Manager) Handler() http.Handler {
 }
 
 func (m *Manager) authorize(next http.Handler) http.Handler {
-	if m.cfg.AuthToken == "" {
-		return next
-	}
-	want := []byte("Bearer " + m.cfg.AuthToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="rootline"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpjson.RequireBearer(m.cfg.AuthToken, next)
 }
 
 func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
@@ -277,23 +262,9 @@ func (m *Manager) complete(w http.ResponseWriter, r *http.Request) {
 }
 
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("content type must be application/json, got %q", ct)
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON body: %v", err)
-	}
-	return nil
+	return httpjson.Decode(w, r, v, true)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg})
-}
+func writeError(w http.ResponseWriter, status int, msg string) { httpjson.Error(w, status, msg) }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/export"
+	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/pipeline"
 )
 
@@ -109,17 +109,7 @@ func (c Config) Validate() error {
 }
 
 // isLoopback reports whether a listen address only accepts local connections.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopback(addr string) bool { return httpjson.IsLoopback(addr) }
 
 // Load builds the configuration from defaults, an optional YAML file named by
 // --config, flags, and ROOTLINE_AUTH_TOKEN. It returns flag.ErrHelp for -h.
