@@ -52,5 +52,11 @@ lint: deps
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
+# Regenerates the eBPF objects and Go bindings and fails if they differ from
+# what is committed.
+check-generated: deps
+	$(GO) generate ./internal/profiler/cpu/
+	git diff --exit-code -- internal/profiler/cpu/ bpf/
+
 clean:
 	rm -rf bin

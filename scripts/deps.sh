@@ -16,3 +16,21 @@ if ! go list -m all >/dev/null 2>&1; then
   say "downloading Go modules"
   go mod download
 fi
+
+# eBPF CPU sampler (internal/profiler/cpu): clang/llvm + libbpf headers to run
+# `go generate` (bpf2go), bpftool to inspect programs, gcc to build the test
+# fixtures, linux-perf for the test that cross-checks the sampler against perf.
+apt_pkgs=()
+for pkg in clang llvm libbpf-dev bpftool gcc linux-perf; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    apt_pkgs+=("$pkg")
+  fi
+done
+if [ "${#apt_pkgs[@]}" -gt 0 ] && [ "$(id -u)" != 0 ]; then
+  say "not root: cannot install ${apt_pkgs[*]}; tests that need them will skip (run 'sudo apt-get install ${apt_pkgs[*]}')"
+elif [ "${#apt_pkgs[@]}" -gt 0 ]; then
+  say "installing ${apt_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}"
+fi
