@@ -1,0 +1,16 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/rootline/rootline/internal/profiler"
+	"github.com/rootline/rootline/internal/profiler/cpu"
+	"github.com/rootline/rootline/internal/profiler/jfr"
+)
+
+// The profiler plugins compiled into the agent. Adding one is one package and
+// one line here.
+func init() {
+	profilerFactories["cpu"] = func(l *slog.Logger) (profiler.Profiler, error) { return cpu.New(cpu.Config{}, l) }
+	profilerFactories["jfr"] = func(l *slog.Logger) (profiler.Profiler, error) { return jfr.New(jfr.Config{}, l), nil }
+}
