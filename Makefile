@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps build test test-unit test-e2e demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build test test-unit test-e2e demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -23,13 +23,23 @@ help:
 deps:
 	@scripts/deps.sh
 
-build: deps
+# The web UI: npm ci from the committed lock file, then vite into web/dist
+# (embedded by go:embed). Rebuilt only when its sources change.
+WEB_SRC := $(shell find web/src web/index.html web/package.json web/package-lock.json web/vite.config.ts web/tsconfig.json -type f 2>/dev/null)
+web/.stamp: $(WEB_SRC)
+	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build
+	touch $@
+
+web: deps web/.stamp
+
+build: deps web/.stamp
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rootline
 
 test: deps build test-unit test-e2e
 
-test-unit:
-	$(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/...
+test-unit: web/.stamp
+	$(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/... ./web/...
+	cd web && npm test
 
 test-e2e: build
 	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./test/...

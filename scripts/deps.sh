@@ -11,6 +11,17 @@ if ! command -v go >/dev/null; then
   say "Go $need_go is required and not installed (this machine kind ships it; see README)"; exit 1
 fi
 
+# The web UI is built with the machine's Node.js and npm (npm ci from the lock file).
+if ! command -v npm >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    say "installing nodejs and npm"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm
+  else
+    say "Node.js and npm are required for the web UI (apt-get install nodejs npm)"; exit 1
+  fi
+fi
+
 # Go modules: downloaded once into the module cache (the proxy is reachable).
 if ! go list -m all >/dev/null 2>&1; then
   say "downloading Go modules"

@@ -1,5 +1,6 @@
-// Package web serves the built web UI embedded in the binary. Until the UI is
-// built (make web), a short page says so.
+// Package web serves the built web UI embedded in the binary. The UI is built
+// by `make web` (npm ci + vite build into web/dist) before `go build`; a binary
+// built without it serves a short page saying so, and the API works as usual.
 package web
 
 import (
@@ -8,6 +9,15 @@ import (
 	"net/http"
 	"strings"
 )
+
+// notBuilt is served when the binary was built without the UI.
+const notBuilt = `<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Rootline</title></head>
+<body style="font-family: sans-serif; margin: 2em"><h1>Rootline</h1>
+<p>This binary was built without the web UI (build it with <code>make build</code>, which runs
+<code>make web</code>). The API is live: <a href="/api/services">/api/services</a>,
+<a href="/api/v1/anomalies">/api/v1/anomalies</a>, <a href="/metrics">/metrics</a>; the Jaeger UI or
+Grafana's Jaeger data source can read this address.</p></body></html>
+`
 
 //go:embed all:dist
 var dist embed.FS
@@ -30,7 +40,8 @@ func Handler() http.Handler {
 		}
 		index, err := fs.ReadFile(sub, "index.html")
 		if err != nil {
-			http.Error(w, "index.html missing from the embedded UI", http.StatusInternalServerError)
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			_, _ = w.Write([]byte(notBuilt))
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -211,9 +211,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 			float64(a.DurationNs)/1e6, float64(a.BaselineNs)/1e6, float64(a.DurationNs)/float64(max(a.BaselineNs, 1)), a.TraceID)
 	}
 	fmt.Fprintf(out, "  verdict: the slowdown starts in %q\n", sum.Verdict)
-	fmt.Fprintf(out, "  evidence: no agent registered, so no profiles were captured (profilers come with `rootline agent`)\n")
+	fmt.Fprintf(out, "  evidence: this scenario runs no agent, so no profiles were captured (see `rootline agent --help`)\n")
 	if sum.ExampleTraceID != "" {
-		fmt.Fprintf(out, "  see it: %s/api/traces/%s\n", api, sum.ExampleTraceID)
+		fmt.Fprintf(out, "  see it: %s/#/trace/%s (UI) or %s/api/traces/%s (API)\n", api, sum.ExampleTraceID, api, sum.ExampleTraceID)
 	}
 	if sum.Correct {
 		fmt.Fprintf(out, "  check: correct — the injected fault was in %q\n", o.SlowService)

@@ -51,7 +51,7 @@ const testHz = 499
 var buildOnce sync.Map
 
 // build compiles a fixture once per test binary run.
-func build(t *testing.T, name string, cmd func(out string) *exec.Cmd) string {
+func build(t testing.TB, name string, cmd func(out string) *exec.Cmd) string {
 	t.Helper()
 	f, _ := buildOnce.LoadOrStore(name, sync.OnceValues(func() (string, error) {
 		out := filepath.Join(binDir, name)
@@ -68,7 +68,7 @@ func build(t *testing.T, name string, cmd func(out string) *exec.Cmd) string {
 	return path
 }
 
-func buildC(t *testing.T) string {
+func buildC(t testing.TB) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
 		cputest.Missing(t, "gcc not installed (scripts/deps.sh)")
 	}
@@ -77,7 +77,7 @@ func buildC(t *testing.T) string {
 	})
 }
 
-func buildGo(t *testing.T) string {
+func buildGo(t testing.TB) string {
 	return build(t, "hotgo", func(out string) *exec.Cmd {
 		return exec.Command("go", "build", "-o", out, "./testdata/hotgo")
 	})
@@ -90,7 +90,7 @@ type proc struct {
 	first []string // fields of its first stdout line
 }
 
-func startProc(t *testing.T, path string, args ...string) *proc {
+func startProc(t testing.TB, path string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	out, err := cmd.StdoutPipe()
@@ -121,10 +121,12 @@ func (p *proc) target(service string) profiler.Target {
 	return profiler.Target{PID: p.pid, Service: service}
 }
 
-func newSampler(t *testing.T) *cpu.Sampler {
+func newSampler(t testing.TB) *cpu.Sampler { return newSamplerHz(t, testHz) }
+
+func newSamplerHz(t testing.TB, hz int) *cpu.Sampler {
 	t.Helper()
 	cputest.RequireBPF(t)
-	s, err := cpu.New(cpu.Config{FrequencyHz: testHz}, nil)
+	s, err := cpu.New(cpu.Config{FrequencyHz: hz}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +234,7 @@ func perfRecord(t *testing.T, pid int, d time.Duration) func() (string, string) 
 func TestHotFunction(t *testing.T) {
 	for _, tc := range []struct {
 		name, hot string
-		bin       func(*testing.T) string
+		bin       func(testing.TB) string
 	}{
 		{"c", "hot_loop", buildC},
 		{"go", "main.hotLoop", buildGo},

@@ -1,0 +1,89 @@
+import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
+
+/** APIError carries the HTTP status and the server's own message. */
+export class APIError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+  ) {
+    super(message);
+    this.name = 'APIError';
+  }
+}
+
+/**
+ * authHeaders adds a bearer token when one is saved in localStorage under
+ * "rootline.token" (artifact routes need it when the server has a token).
+ */
+function authHeaders(): HeadersInit {
+  try {
+    const t = globalThis.localStorage?.getItem('rootline.token');
+    return t ? { Authorization: `Bearer ${t}` } : {};
+  } catch {
+    return {};
+  }
+}
+
+/** errorMessage reads either envelope's error: Jaeger's errors[].msg or /api/v1's error. */
+export function errorMessage(body: unknown): string | undefined {
+  if (body && typeof body === 'object') {
+    const b = body as { errors?: { msg?: string }[] | null; error?: unknown };
+    if (Array.isArray(b.errors) && b.errors.length > 0) return b.errors.map((e) => e.msg ?? '').join('; ');
+    if (typeof b.error === 'string') return b.error;
+  }
+  return undefined;
+}
+
+export async function getJSON<T>(url: string, signal?: AbortSignal): Promise<T> {
+  let res: Response;
+  try {
+    res = await fetch(url, { signal, headers: authHeaders() });
+  } catch (e) {
+    if (e instanceof DOMException && e.name === 'AbortError') throw e;
+    throw new APIError(`cannot reach the server (${(e as Error).message})`, 0);
+  }
+  const text = await res.text();
+  let body: unknown;
+  try {
+    body = text ? JSON.parse(text) : undefined;
+  } catch {
+    body = undefined;
+  }
+  if (!res.ok) {
+    const msg = errorMessage(body) ?? (text.trim().slice(0, 200) || res.statusText);
+    const hint = res.status === 401 ? ' — this route needs a token: set localStorage "rootline.token"' : '';
+    throw new APIError(`${res.status} ${msg}${hint}`, res.status);
+  }
+  if (body === undefined) throw new APIError(`unreadable answer from ${url}`, res.status);
+  return body as T;
+}
+
+interface Envelope<T> {
+  data: T;
+  errors?: { msg?: string }[] | null;
+}
+
+async function jaeger<T>(url: string, signal?: AbortSignal): Promise<T> {
+  const env = await getJSON<Envelope<T>>(url, signal);
+  const msg = errorMessage(env);
+  if (msg) throw new APIError(msg, 200);
+  return env.data;
+}
+
+export const api = {
+  services: (signal?: AbortSignal) => jaeger<string[] | null>('/api/services', signal).then((d) => d ?? []),
+  operations: (service: string, signal?: AbortSignal) =>
+    jaeger<string[] | null>(`/api/services/${encodeURIComponent(service)}/operations`, signal).then((d) => d ?? []),
+  searchTraces: (query: URLSearchParams, signal?: AbortSignal) =>
+    jaeger<JaegerTrace[] | null>(`/api/traces?${query.toString()}`, signal).then((d) => d ?? []),
+  trace: async (id: string, signal?: AbortSignal) => {
+    const d = await jaeger<JaegerTrace[] | null>(`/api/traces/${encodeURIComponent(id)}`, signal);
+    const t = d?.[0];
+    if (!t) throw new APIError(`trace ${id} not found`, 404);
+    return t;
+  },
+  anomalies: (signal?: AbortSignal) => getJSON<Anomaly[] | null>('/api/v1/anomalies?limit=100', signal).then((d) => d ?? []),
+  traceArtifacts: (id: string, signal?: AbortSignal) =>
+    getJSON<Artifact[] | null>(`/api/v1/traces/${encodeURIComponent(id)}/artifacts`, signal).then((d) => d ?? []),
+  flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),
+};

@@ -1,0 +1,49 @@
+import { describe, expect, it } from 'vitest';
+import { flameStats, flameURL, isPprof, pruneFlame, selfValue, spanWindowNs, topFrames } from './flame';
+import type { FlameNode } from './types';
+
+const tree: FlameNode = {
+  name: 'root',
+  value: 100,
+  children: [
+    { name: 'main', value: 90, children: [{ name: 'work', value: 60 }, { name: 'gc', value: 20 }] },
+    { name: 'gc', value: 10 },
+  ],
+};
+
+describe('flame helpers', () => {
+  it('counts nodes and depth', () => {
+    expect(flameStats(tree)).toEqual({ nodes: 5, depth: 3 });
+    expect(flameStats(null)).toEqual({ nodes: 0, depth: 0 });
+  });
+  it('computes self value', () => {
+    expect(selfValue(tree.children![0]!)).toBe(10);
+    expect(selfValue({ name: 'x', value: 5 })).toBe(5);
+  });
+  it('ranks frames by summed self value', () => {
+    expect(topFrames(tree, 3)).toEqual([
+      { name: 'work', self: 60 },
+      { name: 'gc', self: 30 },
+      { name: 'main', self: 10 },
+    ]);
+  });
+  it('prunes small frames', () => {
+    const p = pruneFlame(tree, 0.15);
+    expect(flameStats(p).nodes).toBe(4);
+    expect(p.children!.map((c) => c.name)).toEqual(['main']);
+    expect(tree.children!.length).toBe(2); // input untouched
+  });
+  it('converts a span to an exact Unix ns window', () => {
+    // 1763771000123456 µs: ×1000 exceeds 2^53, so this must not go through a double.
+    expect(spanWindowNs(1763771000123456, 789)).toEqual({ start: '1763771000123456000', end: '1763771000124245000' });
+  });
+  it('builds the flame-graph URL', () => {
+    expect(flameURL('a/b')).toBe('/api/v1/artifacts/a%2Fb/flamegraph');
+    expect(flameURL('x', { start: '10', end: '20' })).toBe('/api/v1/artifacts/x/flamegraph?start=10&end=20');
+  });
+  it('recognises pprof like the server', () => {
+    expect(isPprof('application/vnd.google.protobuf+gzip', 'x')).toBe(true);
+    expect(isPprof('application/octet-stream', 'cpu.pb.gz')).toBe(true);
+    expect(isPprof('application/octet-stream', 'rec.jfr')).toBe(false);
+  });
+});

@@ -1,0 +1,89 @@
+import type { FlameNode } from './types';
+
+/**
+ * Helpers over the flame tree of /api/v1/artifacts/{id}/flamegraph, which is
+ * d3-flame-graph's format: {name, value, children}, a node's value including
+ * its children's.
+ */
+
+/** flameStats counts nodes and the deepest level (root = 1). Iterative. */
+export function flameStats(root: FlameNode | null | undefined): { nodes: number; depth: number } {
+  if (!root) return { nodes: 0, depth: 0 };
+  let nodes = 0;
+  let depth = 0;
+  const stack: [FlameNode, number][] = [[root, 1]];
+  while (stack.length > 0) {
+    const [n, d] = stack.pop()!;
+    nodes++;
+    depth = Math.max(depth, d);
+    for (const c of n.children ?? []) stack.push([c, d + 1]);
+  }
+  return { nodes, depth };
+}
+
+/** selfValue is a node's own value: its value less its children's. */
+export function selfValue(n: FlameNode): number {
+  let kids = 0;
+  for (const c of n.children ?? []) kids += c.value;
+  return Math.max(0, n.value - kids);
+}
+
+/**
+ * topFrames returns the frames with the most self value over the whole tree,
+ * summed by name, largest first — a text summary beside the graph.
+ */
+export function topFrames(root: FlameNode | null | undefined, limit = 10): { name: string; self: number }[] {
+  if (!root) return [];
+  const sums = new Map<string, number>();
+  const stack: FlameNode[] = [root];
+  while (stack.length > 0) {
+    const n = stack.pop()!;
+    const s = selfValue(n);
+    if (s > 0 && n !== root) sums.set(n.name, (sums.get(n.name) ?? 0) + s);
+    for (const c of n.children ?? []) stack.push(c);
+  }
+  return [...sums]
+    .map(([name, self]) => ({ name, self }))
+    .sort((a, b) => b.self - a.self || a.name.localeCompare(b.name))
+    .slice(0, limit);
+}
+
+/**
+ * pruneFlame drops nodes smaller than minFraction of the root's value, so a
+ * huge profile stays cheap to draw; the dropped value stays in the parent's
+ * total and shows as self time.
+ */
+export function pruneFlame(root: FlameNode, minFraction: number): FlameNode {
+  const min = root.value * minFraction;
+  const copy = (n: FlameNode): FlameNode => {
+    const kids = (n.children ?? []).filter((c) => c.value >= min);
+    return kids.length > 0 ? { name: n.name, value: n.value, children: kids.map(copy) } : { name: n.name, value: n.value };
+  };
+  return copy(root);
+}
+
+/** A window in Unix ns, as decimal strings: Unix ns exceed 2^53, so numbers would round. */
+export interface NsWindow {
+  start: string;
+  end: string;
+}
+
+/** flameURL builds the flame-graph request for the whole window or only ns. */
+export function flameURL(artifactId: string, ns?: NsWindow): string {
+  const base = `/api/v1/artifacts/${encodeURIComponent(artifactId)}/flamegraph`;
+  if (!ns) return base;
+  const q = new URLSearchParams({ start: ns.start, end: ns.end });
+  return `${base}?${q.toString()}`;
+}
+
+/** spanWindowNs converts a span's µs start and duration to a Unix ns window, exactly. */
+export function spanWindowNs(startUs: number, durationUs: number): NsWindow {
+  const s = BigInt(Math.floor(startUs));
+  const e = BigInt(Math.ceil(startUs + durationUs));
+  return { start: (s * 1000n).toString(), end: (e * 1000n).toString() };
+}
+
+/** isPprof mirrors the server's check (internal/query/handlers_flame.go isPprof). */
+export function isPprof(mediaType: string, fileName: string): boolean {
+  return mediaType.includes('protobuf') || fileName.endsWith('.pb.gz') || fileName.endsWith('.pprof');
+}
