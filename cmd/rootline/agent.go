@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,17 +84,9 @@ Flags:
 
 func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	f, err := parseAgentFlags(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "rootline agent:", err)
-		return 2
-	}
-	logger, err := newLogger(f.logLevel, f.logFormat, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "rootline agent:", err)
-		return 2
+	logger, code := startRole("agent", err, f.logLevel, f.logFormat, stderr)
+	if logger == nil {
+		return code
 	}
 	profs, err := buildProfilers(f.profilers, logger)
 	if err != nil {

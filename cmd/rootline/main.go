@@ -98,17 +98,9 @@ Flags:
 `)
 		fs.PrintDefaults()
 	})
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "rootline server:", err)
-		return 2
-	}
-	logger, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "rootline server:", err)
-		return 2
+	logger, code := startRole("server", err, cfg.LogLevel, cfg.LogFormat, stderr)
+	if logger == nil {
+		return code
 	}
 	srv, err := server.New(cfg, logger)
 	if err != nil {
@@ -125,6 +117,24 @@ Flags:
 		return 1
 	}
 	return 0
+}
+
+// startRole turns a role's flag-parsing result into a logger, or into the exit
+// code to return: 0 after --help, 2 for bad flags.
+func startRole(role string, parseErr error, level, format string, stderr io.Writer) (*slog.Logger, int) {
+	if errors.Is(parseErr, flag.ErrHelp) {
+		return nil, 0
+	}
+	if parseErr != nil {
+		fmt.Fprintf(stderr, "rootline %s: %v\n", role, parseErr)
+		return nil, 2
+	}
+	logger, err := newLogger(level, format, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "rootline %s: %v\n", role, err)
+		return nil, 2
+	}
+	return logger, 0
 }
 
 func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
