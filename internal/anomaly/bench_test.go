@@ -15,11 +15,25 @@ func BenchmarkMedianObserve(b *testing.B) {
 	benchObserve(b, func(c Config) (Detector, error) { return NewMedian(c, nil) })
 }
 
+// BenchmarkMedianObserveAt is the pipeline's path: the span's end time is
+// the key's LastSeen, so no clock is read per span.
+func BenchmarkMedianObserveAt(b *testing.B) {
+	benchObserveAt(b, func(c Config) (Detector, error) { return NewMedian(c, nil) })
+}
+
 func BenchmarkNaiveObserve(b *testing.B) {
 	benchObserve(b, func(c Config) (Detector, error) { return NewNaive(c, nil) })
 }
 
 func benchObserve(b *testing.B, newDet func(Config) (Detector, error)) {
+	bench(b, newDet, func(det Detector, key string, d int64) { det.Observe(key, d) })
+}
+
+func benchObserveAt(b *testing.B, newDet func(Config) (Detector, error)) {
+	bench(b, newDet, func(det Detector, key string, d int64) { det.ObserveAt(key, d, d) })
+}
+
+func bench(b *testing.B, newDet func(Config) (Detector, error), observe func(Detector, string, int64)) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	durations := make([]int64, 1<<16) // a power of two, indexed with a mask
 	for i := range durations {
@@ -44,7 +58,7 @@ func benchObserve(b *testing.B, newDet func(Config) (Detector, error)) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				det.Observe(names[i%keys], durations[i&mask])
+				observe(det, names[i%keys], durations[i&mask])
 			}
 		})
 	}

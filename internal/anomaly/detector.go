@@ -37,7 +37,11 @@ type KeyState struct {
 // from others) and cost O(log W) per Observe.
 type Detector interface {
 	// Observe classifies duration d (ns) against key's history, then adds it.
+	// The key's LastSeen is read from the detector's clock.
 	Observe(key string, d int64) Verdict
+	// ObserveAt is Observe with the observation's time (Unix ns) given, e.g.
+	// the span's end: the pipeline uses it to avoid a clock read per span.
+	ObserveAt(key string, d, at int64) Verdict
 	// State returns the state of one key.
 	State(key string) (KeyState, bool)
 	// States returns all keys' states, sorted by key.

@@ -51,7 +51,11 @@ func wallClock() int64 { return time.Now().UnixNano() }
 // Observe implements Detector. The key is retained while it is tracked.
 func (m *Median) Observe(key string, d int64) Verdict {
 	// Read the clock outside the lock to keep the critical section short.
-	now := m.now()
+	return m.ObserveAt(key, d, m.now())
+}
+
+// ObserveAt implements Detector.
+func (m *Median) ObserveAt(key string, d, now int64) Verdict {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 

@@ -484,3 +484,27 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 }
+
+func TestObserveAtRecordsGivenTime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		new  func(Config) (Detector, error)
+	}{
+		{"median", func(c Config) (Detector, error) { return NewMedian(c, func() int64 { return -1 }) }},
+		{"naive", func(c Config) (Detector, error) { return NewNaive(c, func() int64 { return -1 }) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			det, err := tc.new(Config{Window: 5, Threshold: 3, MinFill: 2, MaxKeys: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			det.ObserveAt("k", 10, 100)
+			det.ObserveAt("k", 10, 200)
+			v := det.ObserveAt("k", 31, 300)
+			st, _ := det.State("k")
+			if !v.Anomalous || v.Baseline != 10 || st.LastSeen != 300 || st.Observed != 3 {
+				t.Fatalf("verdict %+v state %+v", v, st)
+			}
+		})
+	}
+}

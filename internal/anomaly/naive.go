@@ -45,8 +45,10 @@ func NewNaive(cfg Config, now func() int64) (*Naive, error) {
 }
 
 // Observe implements Detector.
-func (n *Naive) Observe(key string, d int64) Verdict {
-	now := n.now()
+func (n *Naive) Observe(key string, d int64) Verdict { return n.ObserveAt(key, d, n.now()) }
+
+// ObserveAt implements Detector.
+func (n *Naive) ObserveAt(key string, d, now int64) Verdict {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 

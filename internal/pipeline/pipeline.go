@@ -250,7 +250,7 @@ func (p *Pipeline) detect(spans []*model.Span) {
 		return
 	}
 	for _, s := range spans {
-		v := p.det.Observe(p.key(s), s.Duration)
+		v := p.det.ObserveAt(p.key(s), s.Duration, s.End())
 		if !v.Anomalous {
 			continue
 		}
