@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build test test-unit test-e2e demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build test test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -43,6 +43,12 @@ test-unit: web/.stamp
 
 test-e2e: build
 	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./test/...
+
+# The web UI in headless Chromium (web/e2e/ui.e2e.mjs, playwright-core with
+# Debian's /usr/bin/chromium): search → trace → evidence → flame graph.
+# Screenshots go to build/screenshots/.
+test-ui-e2e: build
+	cd web && ROOTLINE_BIN=$(CURDIR)/bin/rootline npm run e2e
 
 demo: build
 	$(BIN) demo

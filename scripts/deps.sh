@@ -45,3 +45,16 @@ elif [ "${#apt_pkgs[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${apt_pkgs[@]}"
 fi
+
+# Debian's Chromium for the web UI's browser test (make test-ui-e2e drives it
+# with playwright-core; no browser is ever downloaded by npm).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    say "installing chromium"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends chromium
+  else
+    say "not root: cannot install chromium; make test-ui-e2e needs it (run 'sudo apt-get install chromium')"
+  fi
+fi

@@ -2,6 +2,7 @@ import { HashRouter, NavLink, Navigate, Route, Routes } from 'react-router';
 import { SearchPage } from './pages/SearchPage';
 import { TracePage } from './pages/TracePage';
 import { AnomaliesPage } from './pages/AnomaliesPage';
+import { FlamePage } from './pages/FlamePage';
 
 // A HashRouter keeps every page at the server's "/" so the relative asset
 // paths of the build resolve the same from any route.
@@ -20,6 +21,7 @@ export function App() {
           <Route path="/search" element={<SearchPage />} />
           <Route path="/trace/:traceId" element={<TracePage />} />
           <Route path="/anomalies" element={<AnomaliesPage />} />
+          <Route path="/flame/:artifactId" element={<FlamePage />} />
           <Route path="*" element={<p className="notice">No such page. Use the links above.</p>} />
         </Routes>
       </main>

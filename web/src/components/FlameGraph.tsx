@@ -1,8 +1,9 @@
 import { useEffect, useRef, useState } from 'react';
-import flamegraph from 'd3-flame-graph';
+import flamegraph, { type FlameGraph } from 'd3-flame-graph';
 import { select } from 'd3-selection';
 import { api } from '../lib/api';
-import { flameStats, flameURL, pruneFlame, spanWindowNs, topFrames } from '../lib/flame';
+import { Link } from 'react-router';
+import { flamePagePath, flameStats, flameURL, pruneFlame, spanWindowNs, topFrames } from '../lib/flame';
 import type { FlameNode } from '../lib/types';
 import { useFetch } from '../lib/useFetch';
 
@@ -22,10 +23,25 @@ function useWidth(ref: React.RefObject<HTMLElement | null>): number {
   return w;
 }
 
-/** FlameChart draws one flame tree with d3-flame-graph. */
-function FlameChart({ root, unit }: { root: FlameNode; unit: string }) {
+interface ChartProps {
+  root: FlameNode;
+  unit: string;
+  /** Icicle: roots at the top. */
+  inverted?: boolean;
+  /** Highlights frames whose name contains it. */
+  search?: string;
+}
+
+/**
+ * FlameChart draws one flame tree with d3-flame-graph: click a frame to zoom
+ * into it, click below it to zoom out.
+ */
+export function FlameChart({ root, unit, inverted = false, search = '' }: ChartProps) {
   const el = useRef<HTMLDivElement>(null);
   const details = useRef<HTMLDivElement>(null);
+  const chartRef = useRef<FlameGraph | null>(null);
+  const searchRef = useRef(search);
+  searchRef.current = search;
   const width = useWidth(el);
   useEffect(() => {
     const node = el.current;
@@ -36,14 +52,24 @@ function FlameChart({ root, unit }: { root: FlameNode; unit: string }) {
       .minFrameSize(2)
       .transitionDuration(200)
       .sort(true)
+      .inverted(inverted)
       .setDetailsElement(details.current)
       .setLabelHandler((d) => `${d.data.name} — ${d.value.toLocaleString()} ${unit}`);
     // Very large profiles draw slowly; frames under 0.05 % are invisible anyway.
     select(node).datum(flameStats(root).nodes > 20000 ? pruneFlame(root, 0.0005) : root).call(chart);
+    chartRef.current = chart;
+    if (searchRef.current.trim()) chart.search(searchRef.current.trim());
     return () => {
+      chartRef.current = null;
       chart.destroy();
     };
-  }, [root, unit, width]);
+  }, [root, unit, width, inverted]);
+  useEffect(() => {
+    const chart = chartRef.current;
+    if (!chart) return;
+    if (search.trim()) chart.search(search.trim());
+    else chart.clear();
+  }, [search]);
   return (
     <div>
       <div ref={el} className="flamechart" />
@@ -62,13 +88,17 @@ interface Props {
 /** ArtifactFlame fetches and shows the flame graph of a pprof artifact. */
 export function ArtifactFlame({ artifactId, spanStartUs, spanDurationUs }: Props) {
   const [spanOnly, setSpanOnly] = useState(false);
-  const url = flameURL(artifactId, spanOnly ? spanWindowNs(spanStartUs, spanDurationUs) : undefined);
+  const win = spanOnly ? spanWindowNs(spanStartUs, spanDurationUs) : undefined;
+  const url = flameURL(artifactId, win);
   const res = useFetch(url, (s) => api.flame(url, s));
   return (
     <div className="flame">
       <label className="check">
         <input type="checkbox" checked={spanOnly} onChange={(e) => setSpanOnly(e.target.checked)} /> This span's time only
-      </label>
+      </label>{' '}
+      <Link to={flamePagePath(artifactId, win ?? {})} className="fullflame">
+        open full flame graph
+      </Link>
       {res.status === 'loading' && <p className="muted">Loading the flame graph…</p>}
       {res.status === 'error' && <p className="error">Flame graph unavailable: {res.error}</p>}
       {res.status === 'ok' && (

@@ -86,4 +86,5 @@ export const api = {
   traceArtifacts: (id: string, signal?: AbortSignal) =>
     getJSON<Artifact[] | null>(`/api/v1/traces/${encodeURIComponent(id)}/artifacts`, signal).then((d) => d ?? []),
   flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),
+  artifactMeta: (id: string, signal?: AbortSignal) => getJSON<Artifact>(`/api/v1/artifacts/${encodeURIComponent(id)}/meta`, signal),
 };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { flameStats, flameURL, isPprof, pruneFlame, selfValue, spanWindowNs, topFrames } from './flame';
+import { artifactURL, flameFilterFromParams, flameFilterURL, flameMatches, flamePagePath, flameStats, flameURL, isPprof, pruneFlame, selfValue, spanWindowNs, topFrames } from './flame';
 import type { FlameNode } from './types';
 
 const tree: FlameNode = {
@@ -45,5 +45,29 @@ describe('flame helpers', () => {
     expect(isPprof('application/vnd.google.protobuf+gzip', 'x')).toBe(true);
     expect(isPprof('application/octet-stream', 'cpu.pb.gz')).toBe(true);
     expect(isPprof('application/octet-stream', 'rec.jfr')).toBe(false);
+  });
+});
+
+describe('flame page helpers', () => {
+  it('builds the API and page URLs with filters', () => {
+    expect(flameFilterURL('a/b', {})).toBe('/api/v1/artifacts/a%2Fb/flamegraph');
+    expect(flameFilterURL('x', { tid: ['1,2', ' 3 '], start: '10', end: '20' })).toBe('/api/v1/artifacts/x/flamegraph?tid=1%2C2%2C3&start=10&end=20');
+    expect(flamePagePath('x')).toBe('/flame/x');
+    expect(flamePagePath('x', { start: '5', end: '9' })).toBe('/flame/x?start=5&end=9');
+    expect(artifactURL('x y')).toBe('/api/v1/artifacts/x%20y');
+  });
+  it('reads the page query back', () => {
+    const f = flameFilterFromParams(new URLSearchParams('tid=4&tid=5&start=1&end='));
+    expect(f).toEqual({ tid: ['4', '5'], start: '1' });
+    expect(flameFilterURL('x', f)).toBe('/api/v1/artifacts/x/flamegraph?tid=4%2C5&start=1');
+    expect(flameFilterFromParams(new URLSearchParams(''))).toEqual({});
+  });
+  it('counts search matches once per subtree', () => {
+    expect(flameMatches(tree, 'GC')).toEqual({ frames: 2, value: 30, fraction: 0.3 });
+    expect(flameMatches(tree, 'main')).toEqual({ frames: 1, value: 90, fraction: 0.9 });
+    // "a" is in main, and nothing else but the nested ones are under main.
+    expect(flameMatches(tree, 'a').value).toBe(90);
+    expect(flameMatches(tree, ' ')).toEqual({ frames: 0, value: 0, fraction: 0 });
+    expect(flameMatches(null, 'x').frames).toBe(0);
   });
 });

@@ -87,3 +87,69 @@ export function spanWindowNs(startUs: number, durationUs: number): NsWindow {
 export function isPprof(mediaType: string, fileName: string): boolean {
   return mediaType.includes('protobuf') || fileName.endsWith('.pb.gz') || fileName.endsWith('.pprof');
 }
+
+/** FlameFilter narrows a flame graph to some threads and/or a time window (Unix ns or RFC 3339). */
+export interface FlameFilter {
+  tid?: string[];
+  start?: string;
+  end?: string;
+}
+
+function filterQuery(f: FlameFilter): URLSearchParams {
+  const q = new URLSearchParams();
+  const tids = (f.tid ?? []).flatMap((t) => t.split(',')).map((t) => t.trim()).filter(Boolean);
+  if (tids.length > 0) q.set('tid', tids.join(','));
+  if (f.start) q.set('start', f.start);
+  if (f.end) q.set('end', f.end);
+  return q;
+}
+
+/** flameFilterURL is the flame-graph API request for an artifact with optional filters. */
+export function flameFilterURL(artifactId: string, f: FlameFilter): string {
+  const base = `/api/v1/artifacts/${encodeURIComponent(artifactId)}/flamegraph`;
+  const q = filterQuery(f).toString();
+  return q ? `${base}?${q}` : base;
+}
+
+/** flamePagePath is the UI route of the full-page flame graph: /flame/<id>?tid=&start=&end=. */
+export function flamePagePath(artifactId: string, f: FlameFilter = {}): string {
+  const q = filterQuery(f).toString();
+  return `/flame/${encodeURIComponent(artifactId)}${q ? `?${q}` : ''}`;
+}
+
+/** flameFilterFromParams reads the flame page's URL query. */
+export function flameFilterFromParams(p: URLSearchParams): FlameFilter {
+  const f: FlameFilter = {};
+  const tid = p.getAll('tid').filter(Boolean);
+  if (tid.length > 0) f.tid = tid;
+  const start = p.get('start');
+  const end = p.get('end');
+  if (start) f.start = start;
+  if (end) f.end = end;
+  return f;
+}
+
+/** artifactURL is the raw file of an artifact (the download). */
+export function artifactURL(artifactId: string): string {
+  return `/api/v1/artifacts/${encodeURIComponent(artifactId)}`;
+}
+
+/**
+ * flameMatches counts the frames whose name contains term (case-insensitive)
+ * and the share of the root's value under them, counting nested matches once.
+ */
+export function flameMatches(root: FlameNode | null | undefined, term: string): { frames: number; value: number; fraction: number } {
+  const t = term.trim().toLowerCase();
+  if (!root || !t) return { frames: 0, value: 0, fraction: 0 };
+  let frames = 0;
+  let value = 0;
+  const stack: [FlameNode, boolean][] = [[root, false]];
+  while (stack.length > 0) {
+    const [n, under] = stack.pop()!;
+    const hit = n.name.toLowerCase().includes(t);
+    if (hit) frames++;
+    if (hit && !under) value += n.value;
+    for (const c of n.children ?? []) stack.push([c, under || hit]);
+  }
+  return { frames, value, fraction: root.value > 0 ? value / root.value : 0 };
+}
