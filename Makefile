@@ -25,7 +25,7 @@ deps:
 
 # The web UI: npm ci from the committed lock file, then vite into web/dist
 # (embedded by go:embed). Rebuilt only when its sources change.
-WEB_SRC := $(shell find web/src web/index.html web/package.json web/package-lock.json web/vite.config.ts web/tsconfig.json -type f 2>/dev/null)
+WEB_SRC := $(shell find web/src web/index.html web/package.json web/package-lock.json web/vite.config.ts web/speedscope-plugin.mjs web/tsconfig.json -type f 2>/dev/null)
 web/.stamp: $(WEB_SRC)
 	cd web && npm ci --no-audit --no-fund --loglevel=error && npm run build
 	touch $@
@@ -35,7 +35,7 @@ web: deps web/.stamp
 build: deps web/.stamp
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rootline
 
-test: deps build test-unit test-e2e
+test: deps build test-unit test-e2e test-ui-e2e
 
 test-unit: web/.stamp
 	$(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/... ./web/...

@@ -3,6 +3,7 @@ import { SearchPage } from './pages/SearchPage';
 import { TracePage } from './pages/TracePage';
 import { AnomaliesPage } from './pages/AnomaliesPage';
 import { FlamePage } from './pages/FlamePage';
+import { ServiceMapPage } from './pages/ServiceMapPage';
 
 // A HashRouter keeps every page at the server's "/" so the relative asset
 // paths of the build resolve the same from any route.
@@ -13,6 +14,7 @@ export function App() {
         <span className="brand">Rootline</span>
         <NavLink to="/search">Search</NavLink>
         <NavLink to="/anomalies">Anomalies</NavLink>
+        <NavLink to="/map">Service map</NavLink>
         <TraceLink />
       </nav>
       <main>
@@ -22,6 +24,7 @@ export function App() {
           <Route path="/trace/:traceId" element={<TracePage />} />
           <Route path="/anomalies" element={<AnomaliesPage />} />
           <Route path="/flame/:artifactId" element={<FlamePage />} />
+          <Route path="/map" element={<ServiceMapPage />} />
           <Route path="*" element={<p className="notice">No such page. Use the links above.</p>} />
         </Routes>
       </main>

@@ -1,0 +1,375 @@
+// End-to-end test of the web UI in a real browser: a rootline server and
+// agent profile a CPU-burning Go program, an anomalous trace gets captured
+// evidence, and Chromium (driven by playwright-core, never downloaded:
+// /usr/bin/chromium) walks Search → Trace → span panel → flame graph.
+//
+//   ROOTLINE_BIN=/path/to/rootline npm run e2e
+//
+// Needs root for the eBPF profiler; without it the test prints why it skips
+// and exits 0, unless ROOTLINE_REQUIRE_BPF=1. Screenshots go to
+// <repo>/build/screenshots/. Prints "N passed, N failed" and exits non-zero on
+// any failure. Every process it starts is killed on the way out.
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, rmSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const webDir = resolve(here, '..');
+const repo = resolve(webDir, '..');
+const shots = join(repo, 'build', 'screenshots');
+const CHROMIUM = process.env.CHROMIUM_BIN || '/usr/bin/chromium';
+const BIN = process.env.ROOTLINE_BIN;
+const requireBPF = process.env.ROOTLINE_REQUIRE_BPF === '1';
+
+const t0 = Date.now();
+const elapsed = () => `${((Date.now() - t0) / 1000).toFixed(1)}s`;
+const log = (...a) => console.log(`[${elapsed()}]`, ...a);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+if (!BIN) {
+  console.error('ROOTLINE_BIN must name the built rootline binary (make test-ui-e2e sets it)');
+  process.exit(2);
+}
+if (!existsSync(CHROMIUM)) {
+  console.error(`${CHROMIUM} is missing (scripts/deps.sh installs Debian's chromium)`);
+  process.exit(2);
+}
+if (process.getuid && process.getuid() !== 0) {
+  const why = 'skip: the eBPF CPU profiler needs root';
+  if (requireBPF) {
+    console.log(`${why}, and ROOTLINE_REQUIRE_BPF=1`);
+    console.log('0 passed, 1 failed');
+    process.exit(1);
+  }
+  console.log(why);
+  console.log('0 passed, 0 failed (skipped)');
+  process.exit(0);
+}
+
+// ---- processes -------------------------------------------------------------
+
+const procs = [];
+const tmp = mkdtempSync(join(tmpdir(), 'rootline-ui-e2e-'));
+let browser;
+
+/** start runs a command, keeps its output (for failure reports) and records it for cleanup. */
+function start(name, cmd, args) {
+  const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = [];
+  const keep = (b) => {
+    out.push(b.toString());
+    if (out.length > 400) out.shift();
+  };
+  p.stdout.on('data', keep);
+  p.stderr.on('data', keep);
+  const rec = { name, p, out, exited: false };
+  p.on('exit', () => (rec.exited = true));
+  procs.push(rec);
+  return rec;
+}
+
+async function stopAll() {
+  if (browser) await browser.close().catch(() => {});
+  for (const r of [...procs].reverse()) {
+    if (r.exited) continue;
+    r.p.kill('SIGTERM');
+    for (let i = 0; i < 100 && !r.exited; i++) await sleep(100);
+    if (!r.exited) r.p.kill('SIGKILL');
+  }
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+let cleaning = false;
+for (const sig of ['SIGINT', 'SIGTERM']) {
+  process.on(sig, async () => {
+    if (cleaning) return;
+    cleaning = true;
+    await stopAll();
+    process.exit(130);
+  });
+}
+
+// ---- the checks ------------------------------------------------------------
+
+let passed = 0;
+let failed = 0;
+let broken = false; // later checks depend on earlier ones
+
+async function check(name, fn) {
+  if (broken) {
+    console.log(`SKIP ${name} (an earlier check failed)`);
+    failed++;
+    return;
+  }
+  const s = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`PASS ${name} (${((Date.now() - s) / 1000).toFixed(1)}s)`);
+  } catch (e) {
+    failed++;
+    broken = true;
+    console.log(`FAIL ${name} (${((Date.now() - s) / 1000).toFixed(1)}s): ${e instanceof Error ? e.stack || e.message : e}`);
+  }
+}
+
+/** soft is a check later ones don't depend on: its failure doesn't stop the run. */
+async function soft(name, fn) {
+  const was = broken;
+  await check(name, fn);
+  if (!was) broken = false;
+}
+
+async function waitFor(what, ms, fn) {
+  const end = Date.now() + ms;
+  let last;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > end) throw new Error(`timed out after ${ms / 1000}s waiting for ${what}${last ? `: ${last.message}` : ''}`);
+    await sleep(200);
+  }
+}
+
+let server, query, otlpHTTP, hotPid, slowTrace;
+
+async function getJSON(path) {
+  const res = await fetch(`http://${query}${path}`);
+  if (!res.ok) throw new Error(`GET ${path}: ${res.status}`);
+  return res.json();
+}
+
+const hex = (n) => randomBytes(n).toString('hex');
+const nowNs = () => BigInt(Date.now()) * 1_000_000n;
+const str = (k, v) => ({ key: k, value: { stringValue: v } });
+
+/** span builds one OTLP/JSON resourceSpans entry holding one span. */
+function resourceSpan(service, extraRes, s) {
+  return {
+    resource: { attributes: [str('service.name', service), ...extraRes] },
+    scopeSpans: [
+      {
+        scope: { name: 'ui-e2e' },
+        spans: [
+          {
+            traceId: s.traceId,
+            spanId: s.spanId,
+            ...(s.parent ? { parentSpanId: s.parent } : {}),
+            name: s.name,
+            kind: s.kind,
+            startTimeUnixNano: s.start.toString(),
+            endTimeUnixNano: s.end.toString(),
+            attributes: [str('test.attr', 'v')],
+          },
+        ],
+      },
+    ],
+  };
+}
+
+/** sendTrace posts one trace: a hot-svc server span with a db client child. */
+async function sendTrace(traceId, startNs, durNs, hotRes) {
+  const root = hex(8);
+  const body = {
+    resourceSpans: [
+      resourceSpan('hot-svc', hotRes, { traceId, spanId: root, name: 'GET /work', kind: 2, start: startNs, end: startNs + durNs }),
+      resourceSpan('db', [], { traceId, spanId: hex(8), parent: root, name: 'SELECT items', kind: 3, start: startNs + 1_000_000n, end: startNs + 5_000_000n }),
+    ],
+  };
+  const res = await fetch(`http://${otlpHTTP}/v1/traces`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (res.status !== 200) throw new Error(`OTLP POST: ${res.status} ${await res.text()}`);
+}
+
+async function main() {
+  mkdirSync(shots, { recursive: true });
+
+  await check('build the hotgo target', async () => {
+    execFileSync('go', ['build', '-o', join(tmp, 'hotgo'), '../test/testdata/hotgo'], { cwd: webDir, stdio: 'inherit' });
+  });
+
+  await check('rootline server starts', async () => {
+    server = start('server', BIN, [
+      'server', '--data-dir', join(tmp, 'data'), '--log.format', 'json',
+      '--otlp.grpc.addr', '127.0.0.1:0', '--otlp.http.addr', '127.0.0.1:0',
+      '--zipkin.addr', '127.0.0.1:0', '--query.addr', '127.0.0.1:0',
+      '--detector.min-fill', '10', '--capture.pre', '3s', '--capture.post', '0s', '--capture.settle', '500ms',
+    ]);
+    const ready = await waitFor('"rootline server ready"', 30_000, () => {
+      if (server.exited) throw new Error(`server exited:\n${server.out.join('')}`);
+      for (const line of server.out.join('').split('\n')) {
+        try {
+          const j = JSON.parse(line);
+          if (j.msg === 'rootline server ready') return j;
+        } catch {
+          /* not a JSON line */
+        }
+      }
+      return undefined;
+    });
+    query = ready.query;
+    otlpHTTP = ready.otlp_http;
+    if (!query || !otlpHTTP) throw new Error(`ready line lacks addresses: ${JSON.stringify(ready)}`);
+    log(`server: query ${query}, otlp http ${otlpHTTP}`);
+  });
+
+  await check('agent registers the hot-svc process', async () => {
+    const hot = start('hotgo', join(tmp, 'hotgo'), []);
+    hotPid = hot.p.pid;
+    const agent = start('agent', BIN, [
+      'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--discover=false', '--log.format', 'json',
+      '--profilers', 'cpu', '--target', `pid=${hotPid},service=hot-svc`,
+    ]);
+    await waitFor('the agent to register pid ' + hotPid, 30_000, async () => {
+      if (agent.exited) throw new Error(`agent exited:\n${agent.out.join('')}`);
+      const agents = (await getJSON('/api/v1/agents')) ?? [];
+      return agents.some((a) => (a.processes ?? []).some((p) => Number(p.pid ?? p.PID) === hotPid));
+    });
+    await sleep(4000); // let the profiler gather the capture's pre-window
+  });
+
+  await check('an anomalous trace gets a captured artifact', async () => {
+    const base = nowNs() - 60_000_000_000n;
+    for (let i = 0; i < 20; i++) {
+      await sendTrace(hex(16), base + BigInt(i) * 2_000_000_000n, 10_000_000n, []);
+    }
+    slowTrace = hex(16);
+    await sendTrace(slowTrace, nowNs() - 1_000_000_000n, 1_000_000_000n, [{ key: 'process.pid', value: { intValue: String(hotPid) } }]);
+    const arts = await waitFor('an artifact on the slow trace', 60_000, async () => {
+      const a = (await getJSON(`/api/v1/traces/${slowTrace}/artifacts`)) ?? [];
+      return a.length > 0 ? a : undefined;
+    });
+    log(`artifacts: ${arts.map((a) => `${a.kind} ${a.id}`).join(', ')}`);
+  });
+
+  let page;
+  await check('search page finds the anomalous trace', async () => {
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      chromiumSandbox: false,
+      args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    });
+    page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    page.setDefaultTimeout(20_000);
+    page.on('pageerror', (e) => console.log('page error:', e.message));
+    await page.goto(`http://${query}/`);
+    await page.waitForURL(/#\/search/);
+    const svc = page.getByLabel('Service');
+    await page.locator('select option', { hasText: 'hot-svc' }).first().waitFor({ state: 'attached' });
+    await svc.selectOption('hot-svc');
+    await page.getByLabel('Anomalous only').check();
+    await page.getByRole('button', { name: 'Find traces' }).click();
+    await page.locator('.resultlist li').first().waitFor();
+    const n = await page.locator('.resultlist li').count();
+    if (n !== 1) throw new Error(`want 1 result, got ${n}`);
+    await page.screenshot({ path: join(shots, 'search.png'), fullPage: true });
+  });
+
+  await check('trace page: span panel shows the cpu artifact', async () => {
+    await page.locator('.resultlist li a.result').first().click();
+    await page.waitForURL(new RegExp(`#/trace/${slowTrace}`));
+    const row = page.locator('.trow.anomalous', { has: page.locator('.svcname', { hasText: 'hot-svc' }) }).first();
+    await row.click();
+    const panel = page.locator('aside.spanpanel');
+    await panel.waitFor();
+    await panel.locator('.artifact', { hasText: 'cpu' }).first().waitFor();
+  });
+
+  await check('inline flame graph contains main.hotLoop', async () => {
+    await page.waitForFunction(
+      () => Array.from(document.querySelectorAll('aside.spanpanel .flamechart')).some((el) => el.textContent?.includes('main.hotLoop')),
+      undefined,
+      { timeout: 30_000 },
+    );
+    await sleep(500); // let the flame graph's transition finish for the picture
+    await page.screenshot({ path: join(shots, 'trace-span-panel.png'), fullPage: true });
+  });
+
+  await soft('full-page flame graph: zoom, search, invert', async () => {
+    await page.locator('aside.spanpanel a.fullflame').first().click();
+    await page.waitForURL(/#\/flame\//);
+    await page.waitForFunction(() => document.querySelector('.flamepage .flamechart')?.textContent?.includes('main.hotLoop'), undefined, { timeout: 30_000 });
+    await page.getByLabel('Search frames').fill('hotLoop');
+    await page.locator('.flametools', { hasText: '1 frame,' }).waitFor();
+    // d3-flame-graph marks search hits with its highlight colour.
+    await page.waitForFunction(() => Array.from(document.querySelectorAll('.flamepage .flamechart rect')).some((r) => (r.getAttribute('fill') || '').toUpperCase() === '#E600E6'));
+    await page.locator('.flamepage .flamechart g', { hasText: 'main.hotLoop' }).last().click(); // zoom in
+    await page.getByLabel('Inverted (icicle)').check();
+    await page.waitForFunction(() => document.querySelector('.flamepage .flamechart')?.textContent?.includes('main.hotLoop'));
+    await sleep(500);
+    await page.screenshot({ path: join(shots, 'flame-page.png'), fullPage: true });
+    const dl = await page.locator('.flametools a', { hasText: 'download' }).getAttribute('href');
+    const res = await fetch(new URL(dl, `http://${query}/`));
+    if (!res.ok || (await res.arrayBuffer()).byteLength === 0) throw new Error(`download ${dl}: ${res.status}`);
+  });
+
+  await soft('speedscope opens the artifact', async () => {
+    const href = await page.locator('.flametools a', { hasText: 'speedscope' }).getAttribute('href');
+    const sp = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const consoleLines = [];
+    sp.on('console', (m) => consoleLines.push(`${m.type()}: ${m.text()}`));
+    sp.on('pageerror', (e) => consoleLines.push(`pageerror: ${e.message}`));
+    try {
+      await sp.goto(new URL(href, `http://${query}/`).toString());
+      await sp.waitForFunction(() => document.title.endsWith(' - speedscope'), undefined, { timeout: 20_000 });
+      if (await sp.getByText('Something went wrong').count()) throw new Error('speedscope could not read the profile');
+      await sleep(500);
+      await sp.screenshot({ path: join(shots, 'speedscope.png') });
+    } catch (e) {
+      await sp.screenshot({ path: join(shots, 'speedscope-failed.png') }).catch(() => {});
+      throw new Error(`${e.message}\nspeedscope console:\n${consoleLines.join('\n')}\ntitle: ${await sp.title()}`);
+    } finally {
+      await sp.close();
+    }
+  });
+
+  await soft('service map links hot-svc to its anomalous search', async () => {
+    await page.goto(`http://${query}/#/map`);
+    const hotNode = page.locator('svg.servicemap g.mapnode', { hasText: 'hot-svc' });
+    await hotNode.waitFor();
+    await page.locator('svg.servicemap g.mapnode', { hasText: 'db' }).waitFor();
+    const edges = await page.locator('svg.servicemap g.mapedge').count();
+    if (edges !== 1) throw new Error(`want 1 edge (hot-svc → db), got ${edges}`);
+    await page.screenshot({ path: join(shots, 'service-map.png'), fullPage: true });
+    await hotNode.click();
+    await page.waitForURL(/#\/search\?service=hot-svc&anomalous=true/);
+    await page.locator('.resultlist li').first().waitFor();
+    const n = await page.locator('.resultlist li').count();
+    if (n !== 1) throw new Error(`want 1 anomalous result, got ${n}`);
+  });
+
+  await soft('anomalies page lists the trace', async () => {
+    await page.goto(`http://${query}/#/anomalies`);
+    await page.locator(`a[href*="${slowTrace}"]`).first().waitFor();
+    await page.screenshot({ path: join(shots, 'anomalies.png'), fullPage: true });
+  });
+}
+
+try {
+  await main();
+} catch (e) {
+  failed++;
+  console.log('FAIL unexpected:', e);
+} finally {
+  if (failed > 0) {
+    for (const r of procs) {
+      if (r.name === 'hotgo') continue;
+      console.log(`---- ${r.name} output (last lines) ----\n${r.out.join('').split('\n').slice(-40).join('\n')}`);
+    }
+  }
+  await stopAll();
+}
+console.log(`${passed} passed, ${failed} failed (${elapsed()})`);
+process.exit(failed > 0 ? 1 : 0);
