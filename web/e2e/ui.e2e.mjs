@@ -46,7 +46,7 @@ if (process.getuid && process.getuid() !== 0) {
     process.exit(1);
   }
   console.log(why);
-  console.log('0 passed, 0 failed (skipped)');
+  console.log('0 passed, 0 failed, 1 skipped');
   process.exit(0);
 }
 
@@ -371,5 +371,6 @@ try {
   }
   await stopAll();
 }
-console.log(`${passed} passed, ${failed} failed (${elapsed()})`);
+console.log(`ui e2e took ${elapsed()}`);
+console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed > 0 ? 1 : 0);
