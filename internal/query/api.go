@@ -117,6 +117,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("GET /api/v1/artifacts/{id}", a.authorized(a.getArtifactContent))
 	mux.Handle("GET /api/v1/artifacts/{id}/flamegraph", a.authorized(a.getFlameGraph))
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
+	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		a.v1Error(w, r, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

@@ -1,4 +1,4 @@
-import type { DependencyLink } from './servicemap';
+import type { DependencyLink, ServiceLatency } from './servicemap';
 import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
 
 /** APIError carries the HTTP status and the server's own message. */
@@ -86,6 +86,8 @@ export const api = {
   anomalies: (signal?: AbortSignal) => getJSON<Anomaly[] | null>('/api/v1/anomalies?limit=100', signal).then((d) => d ?? []),
   traceArtifacts: (id: string, signal?: AbortSignal) =>
     getJSON<Artifact[] | null>(`/api/v1/traces/${encodeURIComponent(id)}/artifacts`, signal).then((d) => d ?? []),
+  serviceLatency: (lookback: string, signal?: AbortSignal) =>
+    getJSON<ServiceLatency[] | null>(`/api/v1/services/latency?lookback=${encodeURIComponent(lookback)}`, signal).then((d) => d ?? []),
   dependencies: (endTs: number, lookbackMs: number, signal?: AbortSignal) =>
     jaeger<DependencyLink[] | null>(`/api/dependencies?endTs=${Math.floor(endTs)}&lookback=${Math.floor(lookbackMs)}`, signal).then((d) => d ?? []),
   flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),

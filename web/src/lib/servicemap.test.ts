@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { layoutServiceMap, lookbackMs, rateColor, serviceSearchPath, shapeServiceMap } from './servicemap';
+import { latencyColor, latencyLabel, layoutServiceMap, lookbackMs, rateColor, serviceSearchPath, shapeServiceMap } from './servicemap';
 
 const links = [
   { parent: 'frontend', child: 'api', callCount: 100, anomalies: 5 },
@@ -62,5 +62,20 @@ describe('map helpers', () => {
     expect(lookbackMs('15m')).toBe(900_000);
     expect(lookbackMs('2d')).toBe(172_800_000);
     expect(lookbackMs('bad')).toBe(3_600_000);
+  });
+});
+
+describe('latency colouring', () => {
+  it('is grey when unknown, green up to 2×, red from 3×', () => {
+    expect(latencyColor(undefined)).toBe('hsl(220, 10%, 92%)');
+    expect(latencyColor(0)).toBe('hsl(220, 10%, 92%)');
+    expect(latencyColor(1.5)).toBe('hsl(130, 70%, 90%)');
+    expect(latencyColor(2.5)).toBe('hsl(65, 70%, 90%)');
+    expect(latencyColor(7)).toBe('hsl(0, 70%, 90%)');
+  });
+  it('labels p95 against the baseline', () => {
+    expect(latencyLabel(undefined)).toBe('no recent spans');
+    expect(latencyLabel({ service: 'a', spans: 3, p95Ns: 40e6, baselineNs: 10e6, ratio: 4 })).toBe('p95 40 ms (×4.0 baseline)');
+    expect(latencyLabel({ service: 'a', spans: 3, p95Ns: 2.5e6, baselineNs: 0, ratio: 0 })).toBe('p95 2.5 ms');
   });
 });

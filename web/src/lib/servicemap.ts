@@ -82,6 +82,34 @@ export function rateColor(rate: number | null, full = 0.1): string {
   return `hsl(${Math.round(130 * (1 - t))}, 65%, ${Math.round(42 + 4 * (1 - t))}%)`;
 }
 
+/** One row of GET /api/v1/services/latency: recent p95 against the detector's baseline. */
+export interface ServiceLatency {
+  service: string;
+  spans: number;
+  p95Ns: number;
+  baselineNs: number;
+  /** p95 / baseline; 0 when either is unknown. */
+  ratio: number;
+}
+
+/**
+ * latencyColor maps p95 / baseline to a colour: green up to `ok` (2×: a p95
+ * of twice the median is normal spread), through amber, to red at the
+ * detector's threshold `bad` (3×) and above; grey when unknown.
+ */
+export function latencyColor(ratio: number | undefined, ok = 2, bad = 3): string {
+  if (!ratio || !Number.isFinite(ratio) || ratio <= 0) return 'hsl(220, 10%, 92%)';
+  const t = Math.min(1, Math.max(0, (ratio - ok) / (bad - ok)));
+  return `hsl(${Math.round(130 * (1 - t))}, 70%, 90%)`;
+}
+
+/** latencyLabel describes a service's p95 against its baseline. */
+export function latencyLabel(l: ServiceLatency | undefined): string {
+  if (!l || l.p95Ns <= 0) return 'no recent spans';
+  const ms = (ns: number) => `${(ns / 1e6).toFixed(ns < 1e7 ? 1 : 0)} ms`;
+  return l.baselineNs > 0 ? `p95 ${ms(l.p95Ns)} (×${l.ratio.toFixed(1)} baseline)` : `p95 ${ms(l.p95Ns)}`;
+}
+
 export interface Laid {
   width: number;
   height: number;

@@ -1,7 +1,7 @@
 import { useMemo, useState } from 'react';
 import { useNavigate } from 'react-router';
 import { api } from '../lib/api';
-import { layoutServiceMap, lookbackMs, rateColor, serviceSearchPath, shapeServiceMap } from '../lib/servicemap';
+import { latencyColor, latencyLabel, layoutServiceMap, lookbackMs, rateColor, serviceSearchPath, shapeServiceMap } from '../lib/servicemap';
 import { lookbacks } from '../lib/urlstate';
 import { useFetch } from '../lib/useFetch';
 
@@ -17,6 +17,8 @@ export function ServiceMapPage() {
   const [reload, setReload] = useState(0);
   const [endTs, setEndTs] = useState(() => Date.now());
   const res = useFetch(`deps:${lookback}:${endTs}:${reload}`, (s) => api.dependencies(endTs, lookbackMs(lookback), s));
+  const lat = useFetch(`lat:${lookback}:${endTs}:${reload}`, (s) => api.serviceLatency(lookback, s));
+  const latency = useMemo(() => new Map((lat.status === 'ok' ? lat.data : []).map((l) => [l.service, l])), [lat]);
   const laid = useMemo(() => (res.status === 'ok' ? layoutServiceMap(shapeServiceMap(res.data)) : null), [res]);
   const navigate = useNavigate();
   const open = (id: string) => navigate(serviceSearchPath(id, lookback));
@@ -44,7 +46,7 @@ export function ServiceMapPage() {
           >
             Refresh
           </button>
-          <span className="muted">Colour: share of anomalous calls into a service (green 0 %, red ≥ 10 %). Click a service for its anomalous traces.</span>
+          <span className="muted">Outline and edges: share of anomalous calls (green 0 %, red ≥ 10 %). Fill: recent p95 against the detector's baseline (green ≤ 2×, red ≥ 3×). Click a service for its anomalous traces.</span>
         </p>
       </header>
       {res.status === 'loading' && <p className="notice">Loading dependencies…</p>}
@@ -90,9 +92,9 @@ export function ServiceMapPage() {
                 }}
               >
                 <title>
-                  {n.id}: {n.callsIn} calls in, {n.anomaliesIn} anomalous ({pct(n.rate)}); {n.callsOut} calls out
+                  {n.id}: {n.callsIn} calls in, {n.anomaliesIn} anomalous ({pct(n.rate)}); {n.callsOut} calls out; {latencyLabel(latency.get(n.id))}
                 </title>
-                <rect width={n.w} height={n.h} rx={6} fill="white" stroke={rateColor(n.rate)} strokeWidth={3} />
+                <rect width={n.w} height={n.h} rx={6} fill={latencyColor(latency.get(n.id)?.ratio)} stroke={rateColor(n.rate)} strokeWidth={3} />
                 <text x={n.w / 2} y={18} textAnchor="middle" className="nodename">
                   {n.id}
                 </text>
