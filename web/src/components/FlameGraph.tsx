@@ -3,7 +3,7 @@ import flamegraph, { type FlameGraph } from 'd3-flame-graph';
 import { select } from 'd3-selection';
 import { api } from '../lib/api';
 import { Link } from 'react-router';
-import { flamePagePath, flameStats, flameURL, pruneFlame, spanWindowNs, topFrames } from '../lib/flame';
+import { flameFilterURL, flamePagePath, flameStats, flameURL, pruneFlame, spanWindowNs, topFrames } from '../lib/flame';
 import type { FlameNode } from '../lib/types';
 import { useFetch } from '../lib/useFetch';
 
@@ -83,20 +83,24 @@ interface Props {
   /** The span's µs start and duration, for "this span's time only". */
   spanStartUs: number;
   spanDurationUs: number;
+  /** The OS threads the span ran on, when known (see spanThreadIds). */
+  spanThreads?: string[];
 }
 
 /** ArtifactFlame fetches and shows the flame graph of a pprof artifact. */
-export function ArtifactFlame({ artifactId, spanStartUs, spanDurationUs }: Props) {
+export function ArtifactFlame({ artifactId, spanStartUs, spanDurationUs, spanThreads = [] }: Props) {
   const [spanOnly, setSpanOnly] = useState(false);
   const win = spanOnly ? spanWindowNs(spanStartUs, spanDurationUs) : undefined;
-  const url = flameURL(artifactId, win);
+  const filter = win ? { ...win, tid: spanThreads.length > 0 ? spanThreads : undefined } : {};
+  const url = win ? flameFilterURL(artifactId, filter) : flameURL(artifactId);
   const res = useFetch(url, (s) => api.flame(url, s));
   return (
     <div className="flame">
       <label className="check">
-        <input type="checkbox" checked={spanOnly} onChange={(e) => setSpanOnly(e.target.checked)} /> This span's time only
+        <input type="checkbox" checked={spanOnly} onChange={(e) => setSpanOnly(e.target.checked)} />{' '}
+        {spanThreads.length > 0 ? `This span's threads (${spanThreads.join(', ')}) and time only` : "This span's time only"}
       </label>{' '}
-      <Link to={flamePagePath(artifactId, win ?? {})} className="fullflame">
+      <Link to={flamePagePath(artifactId, filter)} className="fullflame">
         open full flame graph
       </Link>
       {res.status === 'loading' && <p className="muted">Loading the flame graph…</p>}

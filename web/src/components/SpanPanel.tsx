@@ -1,4 +1,4 @@
-import { isPprof } from '../lib/flame';
+import { isPprof, spanThreadIds } from '../lib/flame';
 import type { SpanNode } from '../lib/spantree';
 import { formatBytes, formatDuration, formatTime } from '../lib/timescale';
 import type { Artifact, JaegerProcess, KeyValue } from '../lib/types';
@@ -71,7 +71,7 @@ export function SpanPanel({ node, process, traceStartUs, artifacts, onClose }: P
               download
             </a>
           </p>
-          {isPprof(a.mediaType, a.fileName) && <ArtifactFlame artifactId={a.id} spanStartUs={s.startTime} spanDurationUs={s.duration} />}
+          {isPprof(a.mediaType, a.fileName) && <ArtifactFlame artifactId={a.id} spanStartUs={s.startTime} spanDurationUs={s.duration} spanThreads={spanThreadIds(s.tags)} />}
         </div>
       ))}
       <h3>Tags</h3>

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { artifactURL, flameFilterFromParams, flameFilterURL, flameMatches, flamePagePath, flameStats, flameURL, isPprof, pruneFlame, selfValue, spanWindowNs, topFrames } from './flame';
+import { artifactURL, flameFilterFromParams, flameFilterURL, flameMatches, flamePagePath, flameStats, flameURL, isPprof, pruneFlame, selfValue, spanThreadIds, spanWindowNs, topFrames } from './flame';
 import type { FlameNode } from './types';
 
 const tree: FlameNode = {
@@ -69,5 +69,13 @@ describe('flame page helpers', () => {
     expect(flameMatches(tree, 'a').value).toBe(90);
     expect(flameMatches(tree, ' ')).toEqual({ frames: 0, value: 0, fraction: 0 });
     expect(flameMatches(null, 'x').frames).toBe(0);
+  });
+});
+
+describe('spanThreadIds', () => {
+  it('reads thread.id and rootline.thread.ids, ignoring junk', () => {
+    expect(spanThreadIds(undefined)).toEqual([]);
+    expect(spanThreadIds([{ key: 'thread.id', value: 4242 }])).toEqual(['4242']);
+    expect(spanThreadIds([{ key: 'rootline.thread.ids', value: '7, 8,x,0' }, { key: 'thread.id', value: 7 }, { key: 'http.method', value: 9 }])).toEqual(['7', '8']);
   });
 });

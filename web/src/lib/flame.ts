@@ -83,6 +83,23 @@ export function spanWindowNs(startUs: number, durationUs: number): NsWindow {
   return { start: (s * 1000n).toString(), end: (e * 1000n).toString() };
 }
 
+/**
+ * spanThreadIds returns the OS thread ids a span ran on, from its tags:
+ * OpenTelemetry's `thread.id` (set by instrumented runtimes) and Rootline's
+ * `rootline.thread.ids` (comma-separated, from thread↔request records).
+ */
+export function spanThreadIds(tags: { key: string; value: unknown }[] | null | undefined): string[] {
+  const out = new Set<string>();
+  for (const t of tags ?? []) {
+    if (t.key !== 'thread.id' && t.key !== 'rootline.thread.ids') continue;
+    for (const v of String(t.value).split(',')) {
+      const id = v.trim();
+      if (/^[1-9][0-9]*$/.test(id)) out.add(id);
+    }
+  }
+  return [...out];
+}
+
 /** isPprof mirrors the server's check (internal/query/handlers_flame.go isPprof). */
 export function isPprof(mediaType: string, fileName: string): boolean {
   return mediaType.includes('protobuf') || fileName.endsWith('.pb.gz') || fileName.endsWith('.pprof');
