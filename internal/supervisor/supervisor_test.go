@@ -197,10 +197,13 @@ func TestCancelTerminates(t *testing.T) {
 		if pid == 0 && task.ParentTid == 0 {
 			pid = task.Tid
 		}
+		// Ask for the exit stop of the write of "sleeping": cancelling at its
+		// entry could kill the tracee before the bytes are out.
+		return sc.Nr == unix.SYS_WRITE && sc.FD() == 1
+	}, OnSyscallExit: func(task *Task, sc *Syscall) {
 		if sc.Nr == unix.SYS_WRITE && sc.FD() == 1 {
 			cancel() // the tracee printed "sleeping"
 		}
-		return false
 	}}
 	code, out := runCaptured(t, ctx, []string{traceeBin, "sleep"}, hooks)
 	if code != 128+int(unix.SIGTERM) || !strings.Contains(out, "sleeping") {
