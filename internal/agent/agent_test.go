@@ -649,13 +649,17 @@ func TestDiscoversOTelProcess(t *testing.T) {
 	cfg.Discover = true
 	a := startAgent(t, cfg, cpu, failing)
 
-	waitUntil(t, "discovery", func() bool { return slices.Contains(cpu.startedPIDs(), pid) })
 	var found *capture.Process
-	for _, p := range a.processes() {
-		if p.PID == int64(pid) {
-			found = &p
+	// The profiler starts before the target joins the agent's process list:
+	// wait for both.
+	waitUntil(t, "discovery", func() bool {
+		for _, p := range a.processes() {
+			if p.PID == int64(pid) {
+				found = &p
+			}
 		}
-	}
+		return slices.Contains(cpu.startedPIDs(), pid) && found != nil
+	})
 	if found == nil || found.Service != "svc-x" || found.InstanceID != "x-1" || !slices.Equal(found.Kinds, []string{"cpu"}) {
 		t.Fatalf("discovered = %+v", found)
 	}
