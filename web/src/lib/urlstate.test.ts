@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeSearch, defaultSearch, encodeSearch, isDuration, parseTags, searchAPIQuery, type SearchState } from './urlstate';
+import { decodeSearch, defaultSearch, encodeSearch, isDuration, parseTags, rangeError, searchAPIQuery, type SearchState } from './urlstate';
 
 describe('search URL state', () => {
   it('round-trips every field', () => {
@@ -7,6 +7,8 @@ describe('search URL state', () => {
       service: 'checkout',
       operation: 'GET /cart',
       lookback: '2d',
+      start: '2026-11-22T01:00',
+      end: '2026-11-22T02:30:15',
       minDuration: '100ms',
       maxDuration: '2s',
       tags: 'http.status_code=500',
@@ -37,6 +39,26 @@ describe('parseTags', () => {
   });
   it('reports a token without =', () => {
     expect(parseTags('error').error).toMatch(/key=value/);
+  });
+});
+
+describe('custom time range', () => {
+  it('drops malformed times from the URL', () => {
+    const s = decodeSearch(new URLSearchParams('start=yesterday&end=2026-11-22T02:30'));
+    expect(s.start).toBe('');
+    expect(s.end).toBe('2026-11-22T02:30');
+  });
+  it('sends start/end in µs instead of the lookback', () => {
+    const q = searchAPIQuery({ ...defaultSearch, service: 'a', start: '2026-11-22T01:00', end: '2026-11-22T02:00' });
+    expect(q.get('lookback')).toBeNull();
+    expect(Number(q.get('end')) - Number(q.get('start'))).toBe(3600 * 1e6);
+    expect(Number(q.get('start'))).toBe(new Date('2026-11-22T01:00').getTime() * 1000);
+  });
+  it('keeps the lookback when only an end is given, and rejects an inverted range', () => {
+    const q = searchAPIQuery({ ...defaultSearch, service: 'a', end: '2026-11-22T02:00' });
+    expect(q.get('lookback')).toBe('1h');
+    expect(rangeError({ ...defaultSearch, start: '2026-11-22T02:00', end: '2026-11-22T01:00' })).not.toBe('');
+    expect(rangeError({ ...defaultSearch, start: '2026-11-22T01:00', end: '2026-11-22T02:00' })).toBe('');
   });
 });
 

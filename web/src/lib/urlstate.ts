@@ -8,6 +8,9 @@ export interface SearchState {
   service: string;
   operation: string; // '' = all
   lookback: string; // Go duration: 1h, 2d…
+  /** A custom time range (local time, as <input type="datetime-local">); overrides lookback. */
+  start: string;
+  end: string;
   minDuration: string; // Go duration or ''
   maxDuration: string;
   tags: string; // "key=value key2=value2" (logfmt-like, as Jaeger's UI)
@@ -20,6 +23,8 @@ export const defaultSearch: SearchState = {
   service: '',
   operation: '',
   lookback: '1h',
+  start: '',
+  end: '',
   minDuration: '',
   maxDuration: '',
   tags: '',
@@ -32,6 +37,7 @@ export const lookbacks = ['5m', '15m', '1h', '2h', '6h', '12h', '24h', '2d', '7d
 const sorts: SortOrder[] = ['newest', 'oldest', 'longest', 'shortest'];
 const durationRe = /^\d+(\.\d+)?(ns|us|µs|ms|s|m|h)$/;
 const lookbackRe = /^\d+(m|h|d)$/;
+const localTimeRe = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?$/;
 
 /** encodeSearch writes the non-default fields as URL query parameters. */
 export function encodeSearch(s: SearchState): URLSearchParams {
@@ -39,6 +45,8 @@ export function encodeSearch(s: SearchState): URLSearchParams {
   if (s.service) q.set('service', s.service);
   if (s.operation) q.set('operation', s.operation);
   if (s.lookback !== defaultSearch.lookback) q.set('lookback', s.lookback);
+  if (s.start) q.set('start', s.start);
+  if (s.end) q.set('end', s.end);
   if (s.minDuration) q.set('minDuration', s.minDuration);
   if (s.maxDuration) q.set('maxDuration', s.maxDuration);
   if (s.tags.trim()) q.set('tags', s.tags.trim());
@@ -61,6 +69,8 @@ export function decodeSearch(q: URLSearchParams): SearchState {
     service: q.get('service') ?? '',
     operation: q.get('operation') ?? '',
     lookback: lookbackRe.test(lookback) ? lookback : defaultSearch.lookback,
+    start: localTimeRe.test(q.get('start') ?? '') ? q.get('start')! : '',
+    end: localTimeRe.test(q.get('end') ?? '') ? q.get('end')! : '',
     minDuration: dur('minDuration'),
     maxDuration: dur('maxDuration'),
     tags: q.get('tags') ?? '',
@@ -93,12 +103,27 @@ export function parseTags(input: string): { tags: Record<string, string>; error?
   return { tags };
 }
 
+/** localToMicros converts a datetime-local value (local time) to Unix µs. */
+export function localToMicros(v: string): number {
+  return new Date(v).getTime() * 1000;
+}
+
+/** rangeError explains a custom time range that cannot be searched, or ''. */
+export function rangeError(s: SearchState): string {
+  if (s.start && s.end && localToMicros(s.end) <= localToMicros(s.start)) return 'the end of the time range is not after its start';
+  return '';
+}
+
 /** searchAPIQuery builds the /api/traces query for a state (service required). */
 export function searchAPIQuery(s: SearchState): URLSearchParams {
   const q = new URLSearchParams();
   q.set('service', s.service);
   if (s.operation) q.set('operation', s.operation);
-  q.set('lookback', s.lookback);
+  // A custom range wins over the lookback; with only an end, the lookback
+  // counts back from it (Jaeger's semantics).
+  if (s.start) q.set('start', String(localToMicros(s.start)));
+  else q.set('lookback', s.lookback);
+  if (s.end) q.set('end', String(localToMicros(s.end)));
   if (s.minDuration) q.set('minDuration', s.minDuration);
   if (s.maxDuration) q.set('maxDuration', s.maxDuration);
   const { tags } = parseTags(s.tags);

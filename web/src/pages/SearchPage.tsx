@@ -10,6 +10,7 @@ import {
   encodeSearch,
   isDuration,
   lookbacks,
+  rangeError,
   parseTags,
   searchAPIQuery,
   type SearchState,
@@ -33,7 +34,7 @@ export function SearchPage() {
 
   const tagsError = parseTags(draft.tags).error;
   const durError = !isDuration(draft.minDuration) || !isDuration(draft.maxDuration) ? 'durations are written like 100ms, 1.5s, 2m' : undefined;
-  const formError = tagsError ?? durError;
+  const formError = tagsError ?? durError ?? (rangeError(draft) || undefined);
 
   const set = <K extends keyof SearchState>(k: K, v: SearchState[K]) => setDraft((d) => ({ ...d, [k]: v }));
   const submit = (e: React.FormEvent) => {
@@ -75,6 +76,22 @@ export function SearchPage() {
             ))}
           </select>
         </label>
+        <label>
+          From (optional)
+          <input type="datetime-local" value={draft.start} onChange={(e) => set('start', e.target.value)} aria-label="custom range start" />
+        </label>
+        <label>
+          To (optional)
+          <input type="datetime-local" value={draft.end} onChange={(e) => set('end', e.target.value)} aria-label="custom range end" />
+        </label>
+        {(draft.start || draft.end) && (
+          <p className="muted">
+            {draft.start ? 'The custom range replaces the lookback.' : 'Without a start, the lookback counts back from the end.'}{' '}
+            <button type="button" onClick={() => setDraft({ ...draft, start: '', end: '' })}>
+              clear range
+            </button>
+          </p>
+        )}
         <div className="row">
           <label>
             Min duration
