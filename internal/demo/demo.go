@@ -214,6 +214,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 	fmt.Fprintf(out, "  evidence: this scenario runs no agent, so no profiles were captured (see `rootline agent --help`)\n")
 	if sum.ExampleTraceID != "" {
 		fmt.Fprintf(out, "  see it: %s/#/trace/%s (UI) or %s/api/traces/%s (API)\n", api, sum.ExampleTraceID, api, sum.ExampleTraceID)
+		if !o.Keep {
+			fmt.Fprintf(out, "          (the server stops with the demo: run `bin/rootline demo --keep` to browse it)\n")
+		}
 	}
 	if sum.Correct {
 		fmt.Fprintf(out, "  check: correct — the injected fault was in %q\n", o.SlowService)
