@@ -7,6 +7,8 @@
 #   bench/agent-rss.sh [--targets 20] [--wait 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 targets=20 wait_s=60
 while (($#)); do
 	case $1 in
@@ -37,6 +39,6 @@ agent=$!
 pids+=("$agent")
 sleep "$wait_s"
 kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
-cpu=$(awk -v t="$(getconf CLK_TCK)" '{ s = $0; sub(/^.*\) /, "", s); split(s, f, " "); printf "%.2f", (f[12] + f[13]) / t }' "/proc/$agent/stat")
+cpu=$(cpu_s "$agent")
 targets_seen=$(curl -s http://127.0.0.1:26687/api/v1/agents | grep -o '"pid"' | wc -l)
 echo "targets=$targets registered=$targets_seen wait_s=$wait_s agent_rss_mb=$(($(kb "$agent" VmRSS) / 1024)) agent_peak_rss_mb=$(($(kb "$agent" VmHWM) / 1024)) agent_cpu_s=$cpu"

@@ -6,6 +6,8 @@
 #   bench/jfr-overhead.sh [--rounds 3] [--duration 15]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 rounds=3 duration=15
 while (($#)); do
 	case $1 in
@@ -35,18 +37,4 @@ run() { # mode -> line
 	wait "$pid" || true
 	echo "mode=$mode $line"
 }
-declare -A sum=() n=()
-for r in $(seq 1 "$rounds"); do
-	for mode in none default profile; do
-		line=$(run "$mode")
-		echo "round=$r $line"
-		v=$(sed -n 's/.*loops_per_s=\([0-9.]*\).*/\1/p' <<<"$line")
-		sum[$mode]=$(awk -v a="${sum[$mode]:-0}" -v b="$v" 'BEGIN{print a+b}')
-		n[$mode]=$((${n[$mode]:-0} + 1))
-	done
-done
-base=$(awk -v s="${sum[none]}" -v n="${n[none]}" 'BEGIN{print s/n}')
-for mode in default profile; do
-	m=$(awk -v s="${sum[$mode]}" -v n="${n[$mode]}" 'BEGIN{print s/n}')
-	awk -v m="$m" -v b="$base" -v mode="$mode" 'BEGIN{printf "summary settings=%s mean_loops_per_s=%.1f baseline=%.1f slowdown_pct=%.2f\n", mode, m, b, 100*(b-m)/b}'
-done
+interleave "$rounds" none default profile

@@ -10,6 +10,8 @@
 # the agent's own CPU seconds per second of sampling. Needs root (BPF) and linux-perf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 rounds=3 duration=20s
 while (($#)); do
@@ -33,8 +35,6 @@ go build -o "$work/spin" ./bench/spin
 	--zipkin.addr 127.0.0.1:0 --query.addr 127.0.0.1:26686 --log.level warn &
 pids+=($!)
 sleep 1
-
-cpu_s() { awk -v t="$(getconf CLK_TCK)" '{ s = $0; sub(/^.*\) /, "", s); split(s, f, " "); printf "%.2f", (f[12] + f[13]) / t }' "/proc/$1/stat"; }
 
 run() { # mode -> loops/s
 	local mode=$1 ready=$work/ready.$RANDOM out=$work/out.$RANDOM
@@ -62,18 +62,4 @@ run() { # mode -> loops/s
 	echo "mode=$mode $(cat "$out")$agent_cpu"
 }
 
-declare -A sum=() n=()
-for r in $(seq 1 "$rounds"); do
-	for mode in none agent perf; do
-		line=$(run "$mode")
-		echo "round=$r $line"
-		v=$(sed -n 's/.*loops_per_s=\([0-9.]*\).*/\1/p' <<<"$line")
-		sum[$mode]=$(awk -v a="${sum[$mode]:-0}" -v b="$v" 'BEGIN{print a+b}')
-		n[$mode]=$((${n[$mode]:-0} + 1))
-	done
-done
-base=$(awk -v s="${sum[none]}" -v n="${n[none]}" 'BEGIN{print s/n}')
-for mode in agent perf; do
-	m=$(awk -v s="${sum[$mode]}" -v n="${n[$mode]}" 'BEGIN{print s/n}')
-	awk -v m="$m" -v b="$base" -v mode="$mode" 'BEGIN{printf "summary mode=%s mean_loops_per_s=%.1f baseline=%.1f slowdown_pct=%.2f\n", mode, m, b, 100*(b-m)/b}'
-done
+interleave "$rounds" none agent perf
