@@ -20,7 +20,7 @@ import (
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -109,65 +109,10 @@ func (f *fakeProfiler) dumpCount() int {
 	return f.dumps
 }
 
-// memArtifacts is an in-memory store.ArtifactStore behind the real capture server.
-type memArtifacts struct {
-	mu   sync.Mutex
-	arts []store.Artifact
-	data map[string][]byte
-}
-
-func (m *memArtifacts) PutArtifact(_ context.Context, meta store.Artifact, r io.Reader) (store.Artifact, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return store.Artifact{}, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	meta.ID = fmt.Sprintf("a%d", len(m.arts)+1)
-	meta.Size = int64(len(b))
-	m.arts = append(m.arts, meta)
-	if m.data == nil {
-		m.data = map[string][]byte{}
-	}
-	m.data[meta.ID] = b
-	return meta, nil
-}
-
-func (m *memArtifacts) LinkArtifact(context.Context, string, []store.SpanRef) error { return nil }
-
-func (m *memArtifacts) GetArtifact(_ context.Context, id string) (store.Artifact, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, a := range m.arts {
-		if a.ID == id {
-			return a, nil
-		}
-	}
-	return store.Artifact{}, store.ErrNotFound
-}
-
-func (m *memArtifacts) OpenArtifact(ctx context.Context, id string) (store.Artifact, io.ReadCloser, error) {
-	a, err := m.GetArtifact(ctx, id)
-	if err != nil {
-		return a, nil, err
-	}
-	return a, io.NopCloser(bytes.NewReader(m.data[id])), nil
-}
-
-func (m *memArtifacts) TraceArtifacts(context.Context, model.TraceID) ([]store.Artifact, error) {
-	return nil, nil
-}
-
-func (m *memArtifacts) all() []store.Artifact {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return append([]store.Artifact(nil), m.arts...)
-}
-
 // server is the real capture server (capture.Manager) on httptest.
 type server struct {
 	m    *capture.Manager
-	arts *memArtifacts
+	arts *storetest.MemArtifacts
 	url  string
 	srv  *httptest.Server
 	// failRegistrations answers that many registrations 503 first.
@@ -184,7 +129,7 @@ func newServer(t *testing.T, mod func(*capture.Config)) *server {
 	if mod != nil {
 		mod(&cfg)
 	}
-	s := &server{arts: &memArtifacts{}}
+	s := &server{arts: &storetest.MemArtifacts{}}
 	m, err := capture.New(cfg, s.arts, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +303,7 @@ func TestDumpUploadsArtifacts(t *testing.T) {
 	if c.State != capture.StateComplete || c.Error != "" || len(c.Artifacts) != 2 {
 		t.Fatalf("capture = %+v", c)
 	}
-	arts := srv.arts.all()
+	arts := srv.arts.All()
 	if len(arts) != 2 {
 		t.Fatalf("artifacts = %+v", arts)
 	}
@@ -443,7 +388,7 @@ func TestTargetExitsMidDump(t *testing.T) {
 	if c.State != capture.StatePartial || len(c.Artifacts) != 1 || !strings.Contains(c.Error, "target exited during the dump") {
 		t.Fatalf("capture = %+v", c)
 	}
-	if arts := srv.arts.all(); len(arts) != 1 || !arts[0].Partial {
+	if arts := srv.arts.All(); len(arts) != 1 || !arts[0].Partial {
 		t.Fatalf("artifacts = %+v", arts)
 	}
 	// Discovery notices the exit: the recording is stopped and the target dropped.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,72 +15,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rootline/rootline/internal/model"
-	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// memArtifacts is an in-memory ArtifactStore for this unit test of the
-// capture logic; the real store runs in the end-to-end protocol test.
-type memArtifacts struct {
-	mu   sync.Mutex
-	arts map[string]store.Artifact
-	data map[string][]byte
-	n    int
-}
-
-func newMemArtifacts() *memArtifacts {
-	return &memArtifacts{arts: map[string]store.Artifact{}, data: map[string][]byte{}}
-}
-
-func (m *memArtifacts) PutArtifact(_ context.Context, meta store.Artifact, r io.Reader) (store.Artifact, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return store.Artifact{}, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.n++
-	meta.ID = fmt.Sprintf("a%d", m.n)
-	meta.Size = int64(len(b))
-	m.arts[meta.ID] = meta
-	m.data[meta.ID] = b
-	return meta, nil
-}
-
-func (m *memArtifacts) LinkArtifact(_ context.Context, id string, spans []store.SpanRef) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, ok := m.arts[id]
-	if !ok {
-		return store.ErrNotFound
-	}
-	a.Spans = append(a.Spans, spans...)
-	m.arts[id] = a
-	return nil
-}
-
-func (m *memArtifacts) GetArtifact(_ context.Context, id string) (store.Artifact, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, ok := m.arts[id]
-	if !ok {
-		return a, store.ErrNotFound
-	}
-	return a, nil
-}
-
-func (m *memArtifacts) OpenArtifact(ctx context.Context, id string) (store.Artifact, io.ReadCloser, error) {
-	a, err := m.GetArtifact(ctx, id)
-	if err != nil {
-		return a, nil, err
-	}
-	return a, io.NopCloser(bytes.NewReader(m.data[id])), nil
-}
-
-func (m *memArtifacts) TraceArtifacts(context.Context, model.TraceID) ([]store.Artifact, error) {
-	return nil, nil
-}
 
 // testAgent is a small agent: it answers dump requests and uploads one
 // artifact of the requested size per kind, then completes the capture.
@@ -182,7 +119,7 @@ func (a *testAgent) dumps() []DumpRequest {
 
 type fixture struct {
 	m    *Manager
-	arts *memArtifacts
+	arts *storetest.MemArtifacts
 	url  string
 }
 
@@ -193,7 +130,7 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	if mod != nil {
 		mod(&cfg)
 	}
-	arts := newMemArtifacts()
+	arts := &storetest.MemArtifacts{}
 	m, err := New(cfg, arts, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -256,11 +193,11 @@ func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
 	if merged.PID != 42 || merged.Start != now.UnixNano() || merged.End != now.Add(150*time.Millisecond).UnixNano() {
 		t.Fatalf("merged window = pid %d [%d, %d]", merged.PID, merged.Start, merged.End)
 	}
-	if len(f.arts.arts) != 2 {
-		t.Fatalf("artifacts = %d, want 2", len(f.arts.arts))
+	if len(f.arts.All()) != 2 {
+		t.Fatalf("artifacts = %d, want 2", len(f.arts.All()))
 	}
 	linked := 0
-	for _, a := range f.arts.arts {
+	for _, a := range f.arts.All() {
 		linked += len(a.Spans)
 		if a.PID != 42 || a.Host != "node-1" || a.Kind != "cpu" || a.Size != 100 {
 			t.Fatalf("artifact metadata %+v", a)
