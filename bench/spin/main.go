@@ -1,4 +1,5 @@
-// Command spin is a CPU-bound benchmark target: it runs a known hot function
+// Command spin is a CPU-bound target (benchmarks and the end-to-end profiling
+// tests): it runs a known hot function, main.hotLoop,
 // for a fixed time and prints its throughput (loops per second), so profiler
 // overhead shows as lost throughput.
 package main

@@ -196,7 +196,7 @@ async function main() {
   mkdirSync(shots, { recursive: true });
 
   await check('build the hotgo target', async () => {
-    execFileSync('go', ['build', '-o', join(tmp, 'hotgo'), '../test/testdata/hotgo'], { cwd: webDir, stdio: 'inherit' });
+    execFileSync('go', ['build', '-o', join(tmp, 'hotgo'), '../bench/spin'], { cwd: webDir, stdio: 'inherit' });
   });
 
   await check('rootline server starts', async () => {
@@ -225,7 +225,7 @@ async function main() {
   });
 
   await check('agent registers the hot-svc process', async () => {
-    const hot = start('hotgo', join(tmp, 'hotgo'), []);
+    const hot = start('hotgo', join(tmp, 'hotgo'), ['--duration', '2m']);
     hotPid = hot.p.pid;
     const agent = start('agent', BIN, [
       'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--discover=false', '--log.format', 'json',
