@@ -15,6 +15,7 @@ import (
 
 	"github.com/rootline/rootline/internal/demo"
 	"github.com/rootline/rootline/internal/server"
+	"github.com/rootline/rootline/internal/supervisor"
 	"github.com/rootline/rootline/internal/version"
 	"github.com/rootline/rootline/web"
 )
@@ -29,6 +30,8 @@ Commands:
             embedded SQLite store, Jaeger-compatible query API and web UI
   agent     per-node flight recorders (JFR, eBPF CPU sampler) and the dump API
             that turns anomalous spans into evidence
+  run       run one service under the syscall supervisor: trace context propagation,
+            SERVER/CLIENT spans and wait fields with no change to its code
   demo      a self-contained scenario: server, generated traffic, an injected slowdown,
             and what Rootline found
   version   print the version
@@ -37,6 +40,7 @@ Run 'rootline <command> --help' for the flags of a command.
 `
 
 func main() {
+	supervisor.MaybeLauncher() // `rootline run` re-executes this binary as its launcher
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -44,6 +48,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if args[0] == "run" { // the supervisor forwards signals to the command itself
+		return runRun(args[1:], stderr)
 	}
 	ctx, stop := signalContext()
 	defer stop()

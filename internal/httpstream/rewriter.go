@@ -34,6 +34,10 @@ type Output struct {
 	Len      int
 	// Unchanged is true when the output is the input byte for byte.
 	Unchanged bool
+	// Ends counts the messages whose last byte was in this call's new input
+	// (bytes not seen by an earlier call): a response writer learns when a
+	// response is complete.
+	Ends int
 }
 
 // AppendTo appends the output's bytes to dst; in are the input buffers given
@@ -125,6 +129,7 @@ type Rewriter struct {
 	// queue is empty.
 	arena []byte
 
+	ends    int
 	out     []Segment
 	bufEnds []int64 // end of each input buffer of the last Write, relative to acked
 	one     [1][]byte
@@ -204,7 +209,9 @@ func (r *Rewriter) WriteV(iov [][]byte, inject InjectFunc) Output {
 		r.q = append(r.q, pending{a: r.processed, b: r.processed})
 	}
 	r.outstanding = true
-	return r.output(pos)
+	out := r.output(pos)
+	out.Ends, r.ends = r.ends, 0
+	return out
 }
 
 // Sent records that n bytes of the last Output reached the wire and returns
@@ -293,6 +300,8 @@ func (r *Rewriter) process(q []byte, base int64, inject InjectFunc) {
 			default: // unreachable; never corrupt the stream
 				r.addOwned(held)
 			}
+		case EventEnd:
+			r.ends++
 		case EventOpaque:
 			if r.inHeader {
 				r.addOwned(r.held)

@@ -21,6 +21,17 @@ const (
 	AttrArtifactIDs = "rootline.artifact.ids"
 	AttrError       = "error"
 
+	// Mirage wait model (seed 003 §4): what a request waited on, in
+	// milliseconds, as `rootline run` measured it at this hop.
+	AttrWaitLocalMs  = "rootline.wait.local_ms"  // run-queue wait of the servicing threads
+	AttrWaitNetMs    = "rootline.wait.net_ms"    // client time − downstream server time
+	AttrWaitRemoteMs = "rootline.wait.remote_ms" // largest wait reported from below this hop
+	// AttrThreadIDs lists every thread that worked on a SERVER span's request
+	// (its first is also in thread.id): with process.pid and the span's times
+	// these are the thread↔request records the kernel analysis joins on.
+	AttrThreadIDs = "rootline.thread.ids"
+	AttrThreadID  = "thread.id" // OpenTelemetry semantic convention
+
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"
 	AttrHostName          = "host.name"

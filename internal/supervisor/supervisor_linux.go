@@ -323,7 +323,7 @@ func (s *supervisor) syscallEnter(t *Task) {
 		return
 	}
 	sc := &Syscall{Nr: int(regs.Orig_rax),
-		Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}}
+		Args: [6]uint64{regs.Rdi, regs.Rsi, regs.Rdx, regs.R10, regs.R8, regs.R9}, Regs: &regs}
 	want := t.trackEnter(sc)
 	if s.hooks.OnSyscallEnter != nil {
 		s.call(func() {
@@ -331,6 +331,15 @@ func (s *supervisor) syscallEnter(t *Task) {
 				want = true
 			}
 		}, true)
+	}
+	if t.gone != nil { // reaped inside the hook
+		s.exit(t, *t.gone)
+		return
+	}
+	if t.restart { // the call re-executes and stops at its entry again
+		t.restart = false
+		s.resume(t, 0)
+		return
 	}
 	if want && sc.Nr != unix.SYS_EXIT && sc.Nr != unix.SYS_EXIT_GROUP {
 		t.pending = sc
@@ -348,6 +357,7 @@ func (s *supervisor) syscallExit(t *Task) {
 	var regs unix.PtraceRegs
 	if err := unix.PtraceGetRegs(t.Tid, &regs); err == nil {
 		sc.Ret = int64(regs.Rax)
+		sc.Regs = &regs
 		t.trackExit(sc)
 		s.call(func() { s.hooks.OnSyscallExit(t, sc) }, s.hooks.OnSyscallExit != nil)
 	}

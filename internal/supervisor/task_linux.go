@@ -93,9 +93,11 @@ type Task struct {
 	files   *fdTable
 	inbound map[int]bool // inbound fds this thread accepted or read
 
-	fresh      bool     // waiting for the initial SIGSTOP of a new task
-	pending    *Syscall // syscall whose exit stop was requested
-	cloneFlags uint64   // flags of the clone/fork in progress
+	fresh      bool             // waiting for the initial SIGSTOP of a new task
+	restart    bool             // the current call was turned into an injected one and re-executes
+	gone       *unix.WaitStatus // exit status reaped inside a hook (InjectSyscall)
+	pending    *Syscall         // syscall whose exit stop was requested
+	cloneFlags uint64           // flags of the clone/fork in progress
 }
 
 // FD returns how fd of the task's process is classified.
@@ -146,6 +148,76 @@ func (t *Task) WriteMem(addr uintptr, data []byte) (int, error) {
 	return unix.PtracePokeData(t.Tid, addr, data)
 }
 
+// InjectSyscall runs system call nr with args in the task and returns its
+// result (a negated errno on failure). It MUST be called only from
+// OnSyscallEnter: the intercepted call is replaced by the injected one and
+// then executed again from its start once the hook returns, so the hook is
+// called a second time for it (the classic way to allocate memory inside a
+// tracee: rr, gVisor's ptrace platform). Calls traced by the filter must not
+// be injected.
+func (t *Task) InjectSyscall(nr int, args ...uint64) (int64, error) {
+	saved, err := t.Regs()
+	if err != nil {
+		return 0, err
+	}
+	r := *saved
+	r.Orig_rax = uint64(nr)
+	dst := []*uint64{&r.Rdi, &r.Rsi, &r.Rdx, &r.R10, &r.R8, &r.R9}
+	for i, a := range args {
+		*dst[i] = a
+	}
+	if err := t.SetRegs(&r); err != nil {
+		return 0, err
+	}
+	if err := unix.PtraceSyscall(t.Tid, 0); err != nil {
+		return 0, err
+	}
+	for {
+		var ws unix.WaitStatus
+		if _, err := unix.Wait4(t.Tid, &ws, unix.WALL, nil); err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return 0, err
+		}
+		if ws.Exited() || ws.Signaled() {
+			t.gone = &ws
+			return 0, unix.ESRCH
+		}
+		if ws.Stopped() && ws.StopSignal() == unix.SIGTRAP|0x80 {
+			break
+		}
+		// Nothing else stops a task inside a plain call; resume whatever it
+		// was without a signal it would lose (signals stay pending).
+		if err := unix.PtraceSyscall(t.Tid, 0); err != nil {
+			return 0, err
+		}
+	}
+	got, err := t.Regs()
+	if err != nil {
+		return 0, err
+	}
+	ret := int64(got.Rax)
+	// Back to the state before the interrupted call: the syscall instruction
+	// (2 bytes) runs again with the original number and arguments.
+	back := *saved
+	back.Rip -= 2
+	back.Rax = saved.Orig_rax
+	if err := t.SetRegs(&back); err != nil {
+		return ret, err
+	}
+	t.restart = true
+	return ret, nil
+}
+
+// SkipSyscall makes the intercepted call not run; its result is then set
+// at the exit stop (which the hook must request) with SetRegs. It MUST be
+// called only from OnSyscallEnter.
+func (t *Task) SkipSyscall(r *unix.PtraceRegs) error {
+	r.Orig_rax = ^uint64(0)
+	return t.SetRegs(r)
+}
+
 // Syscall is one intercepted system call.
 type Syscall struct {
 	// Nr is the x86-64 syscall number (unix.SYS_*), Args its arguments.
@@ -154,6 +226,10 @@ type Syscall struct {
 	// Ret is the return value (a negated errno on failure), valid in
 	// OnSyscallExit only.
 	Ret int64
+	// Regs are the task's registers at this stop (entry or exit), valid
+	// during the callback; a Go program keeps its current goroutine (g) in
+	// R14 at syscall entry on amd64.
+	Regs *unix.PtraceRegs
 }
 
 // FD returns the first argument as a file descriptor, which is what it is

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rootline/rootline/internal/rbinder"
+	"github.com/rootline/rootline/internal/supervisor"
+)
+
+type runFlags struct {
+	service   string
+	instance  string
+	server    string
+	agent     string
+	tokenFile string
+	token     string
+	logLevel  string
+	logFormat string
+	argv      []string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text"}
+	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
+	fs.StringVar(&f.instance, "instance", "", "service.instance.id (default: host:pid)")
+	fs.StringVar(&f.server, "server", f.server, "OTLP/HTTP endpoint of the Rootline server (spans go to <server>/v1/traces); empty: no spans")
+	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rootline run [flags] -- CMD [ARGS...]
+
+Starts CMD under Rootline's syscall supervisor (ptrace + a seccomp filter on the
+socket calls) and traces it with no change to its code, in any language:
+  - inbound HTTP/1.x requests: the trace context is read from traceparent, b3,
+    x-b3-* or x-request-id, or a trace is started; a SERVER span per request;
+  - outbound requests the servicing thread writes get traceparent, b3 and
+    x-request-id (headers the application set itself are kept), and a CLIENT span;
+  - responses get rootline-server-time and rootline-wait (Mirage wait model);
+    spans carry rootline.wait.local_ms / net_ms / remote_ms;
+  - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
+  - the process is registered with the local agent so its profilers record it.
+Non-HTTP, TLS and HTTP/2 traffic passes through unchanged. Exit status, signals
+and stdin/stdout/stderr are CMD's. If tracing cannot start, CMD runs untraced and
+the reason is logged once. x86-64 Linux only; needs ptrace rights (root or
+CAP_SYS_PTRACE, or ptrace_scope 0).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	f.argv = fs.Args()
+	if len(f.argv) == 0 {
+		return f, errors.New("no command: usage is rootline run [flags] -- CMD [ARGS...]")
+	}
+	if f.service == "" {
+		f.service = os.Getenv("OTEL_SERVICE_NAME")
+	}
+	if f.service == "" {
+		f.service = filepath.Base(f.argv[0])
+	}
+	f.token = os.Getenv("ROOTLINE_AUTH_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return f, fmt.Errorf("read auth token: %w", err)
+		}
+		f.token = strings.TrimSpace(string(b))
+	}
+	return f, nil
+}
+
+// runRun is `rootline run`. It does not use the role's signal context: the
+// supervisor forwards SIGINT and SIGTERM to the command and returns when the
+// command has exited, so its exit status is ours.
+func runRun(args []string, stderr io.Writer) int {
+	f, err := parseRunFlags(args, stderr)
+	log, code := startRole("run", err, f.logLevel, f.logFormat, stderr)
+	if log == nil {
+		return code
+	}
+	log = log.With("component", "run", "service", f.service)
+
+	env := os.Environ()
+	if os.Getenv("OTEL_SERVICE_NAME") == "" {
+		env = append(env, "OTEL_SERVICE_NAME="+f.service) // lets the agent's discovery name it too
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sink rbinder.Sink
+	var ship *rbinder.Shipper
+	if f.server != "" {
+		ship = rbinder.NewShipper(rbinder.ShipperConfig{
+			Endpoint: strings.TrimRight(f.server, "/") + "/v1/traces", Token: f.token, Logger: log})
+		go ship.Run(ctx)
+		sink = ship
+	}
+	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: log})
+	hooks := tr.Hooks()
+	var registered int
+	onExec := hooks.OnExec
+	hooks.OnExec = func(t *supervisor.Task) {
+		onExec(t)
+		if registered == 0 && t.Tgid == t.Tid && f.agent != "" {
+			registered = t.Tgid
+			go registerWithAgent(f, t.Tgid, log)
+		}
+	}
+
+	code, err = supervisor.Run(context.Background(), supervisor.Config{Logger: log, Env: env}, f.argv, hooks)
+	if err != nil && code < 0 {
+		// Fail open: the command runs untraced.
+		log.Error("cannot trace the command; running it untraced", "err", err)
+		return runUntraced(f.argv, env, stderr)
+	}
+	if registered != 0 {
+		unregisterFromAgent(f, registered)
+	}
+	cancel()
+	if ship != nil {
+		ship.Wait()
+		if d, x := ship.Dropped.Load(), ship.Failed.Load(); d+x > 0 {
+			log.Warn("spans not delivered", "dropped_queue_full", d, "failed_to_send", x, "sent", ship.Sent.Load())
+		}
+	}
+	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
+		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(), "errors", tr.Stats.Errors.Load())
+	return code
+}
+
+func runUntraced(argv, env []string, stderr io.Writer) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(stderr, "rootline run: %v\n", err)
+		return 127
+	}
+	return 0
+}
+
+func registerWithAgent(f runFlags, pid int, log *slog.Logger) {
+	body, _ := json.Marshal(map[string]any{"pid": pid, "service": f.service, "serviceInstanceId": f.instance})
+	for attempt := 0; attempt < 3; attempt++ {
+		req, _ := http.NewRequest(http.MethodPost, strings.TrimRight(f.agent, "/")+"/api/v1/processes", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if f.token != "" {
+			req.Header.Set("Authorization", "Bearer "+f.token)
+		}
+		resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				log.Debug("registered with the agent", "pid", pid)
+				return
+			}
+			err = fmt.Errorf("agent answered %s", resp.Status)
+		}
+		if attempt == 2 {
+			log.Info("not registered with a local agent (profilers will not record this process)", "agent", f.agent, "err", err)
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func unregisterFromAgent(f runFlags, pid int) {
+	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/api/v1/processes/%d", strings.TrimRight(f.agent, "/"), pid), nil)
+	if f.token != "" {
+		req.Header.Set("Authorization", "Bearer "+f.token)
+	}
+	if resp, err := (&http.Client{Timeout: time.Second}).Do(req); err == nil {
+		resp.Body.Close()
+	}
+}

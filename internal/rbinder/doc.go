@@ -1,0 +1,63 @@
+// Package rbinder is the request-tracing layer of `rootline run -- CMD`
+// (Rbinder, seed 002 §3.2, with the Mirage wait model of seed 003 §4): it
+// joins the syscall supervisor (internal/supervisor) with the HTTP/1.x
+// stream logic (internal/httpstream) so that an unmodified service, in any
+// language, propagates trace context and reports spans and waits.
+//
+// # What it does per connection
+//
+// Inbound sockets (accepted): the bytes the service reads are parsed as
+// requests; each request's trace context is extracted (W3C, B3, x-request-id)
+// or a new trace is started, and the request is bound to the thread that
+// read it (Go: to the goroutine, see below). Responses the service writes get
+// rootline-server-time and rootline-wait header lines; when a response ends
+// the SERVER span is emitted.
+//
+// Outbound sockets (connected): requests the service writes get traceparent,
+// b3 and x-request-id lines for the request bound to the writing thread, as a
+// new CLIENT span (headers the application set itself are kept: an
+// instrumented application propagates its own context, and then no CLIENT
+// span is made). Responses the service reads are parsed for the downstream's
+// timing headers: net_wait = client time − downstream server time,
+// remote_wait = the largest wait the downstream reported.
+//
+// Non-HTTP, TLS and HTTP/2 streams go opaque and pass through untouched; the
+// count is in Stats.
+//
+// # Rewriting a write
+//
+// When httpstream says a write's bytes change (a header block gets lines),
+// the call is rewritten at its entry stop into writev (or sendmsg, keeping
+// flags and address) over an iovec array in a per-thread scratch mapping:
+// the application's own buffers are referenced in place, only inserted lines
+// are copied. The scratch is mmap'd in the tracee by an injected system call
+// the first time a thread needs it. At the exit stop the registers the
+// application passed are restored and the return value is set to the count of
+// the application's bytes that were written (httpstream.Rewriter.Sent); when
+// only inserted bytes were taken the original call is restarted, so the
+// application never sees a short count it did not cause.
+//
+// # Go programs
+//
+// Go runs goroutines on any OS thread, so a thread's binding says little
+// about which request a call belongs to. For a Go binary (it has a
+// .go.buildinfo or .gopclntab section) requests are bound to the goroutine:
+// in Go's internal ABI on amd64 the current g is in R14, which is intact at
+// the syscall instruction of the runtime's syscall wrappers
+// (internal/runtime/syscall.Syscall6 is ABIInternal). net/http writes a
+// client request from the connection's writeLoop goroutine, not from the
+// handler's, so a goroutine without a binding that writes a request is given
+// the request whose goroutine last made a call on the same OS thread (the
+// handler hands the request over through a channel, and the runtime runs the
+// woken writeLoop next on the same thread), if that request is still open
+// and has no call in flight; otherwise the most recently started open
+// request without a call in flight. TestGoAssociation measures how often
+// this is wrong under load.
+//
+// # Records for the other layers
+//
+// Each SERVER span carries process.pid, thread.id (the thread that read the
+// request) and rootline.thread.ids (every thread that made a traced call for
+// it): with the span's start and end these are the thread↔request records
+// the profilers and the kernel analysis join on.
+package rbinder
