@@ -145,7 +145,8 @@ func runRun(args []string, stderr io.Writer) int {
 		}
 	}
 	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
-		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(), "errors", tr.Stats.Errors.Load())
+		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(),
+		"restarts", tr.Stats.Restarts.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(), "errors", tr.Stats.Errors.Load())
 	return code
 }
 

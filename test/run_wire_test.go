@@ -1,0 +1,239 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// wirePeer builds test/testdata/wire once per test.
+func wirePeer(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "wire")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/wire").CombinedOutput(); err != nil {
+		t.Fatalf("go build wire: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startTraced starts argv under `rootline run` with env added and, when
+// listens, waits for the "listening <port>" line and returns the port.
+func startTraced(t *testing.T, env []string, listens bool, runFlags []string, argv ...string) (*exec.Cmd, int) {
+	t.Helper()
+	args := append([]string{"run", "--agent", ""}, runFlags...)
+	args = append(append(args, "--"), argv...)
+	cmd := exec.Command(rootlineBin(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", argv[0], stderr.String())
+		}
+	})
+	if !listens {
+		go func() { _, _ = io.Copy(io.Discard, out) }()
+		return cmd, 0
+	}
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	select {
+	case l := <-lines:
+		port, err := strconv.Atoi(strings.TrimPrefix(l, "listening "))
+		if err != nil {
+			t.Fatalf("unexpected first line %q", l)
+		}
+		return cmd, port
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not start; stderr:\n%s", argv[0], stderr.String())
+	}
+	return nil, 0
+}
+
+// stripAdded walks got against want and removes from got whole lines that
+// are not in want; each must start at a line start and be one of the header
+// names in added. It returns the removed lines, or an error at the first
+// difference that is not such a line.
+func stripAdded(got, want []byte, added map[string]bool) ([]string, error) {
+	var lines []string
+	i, j := 0, 0
+	for i < len(got) || j < len(want) {
+		if i < len(got) && j < len(want) && got[i] == want[j] {
+			i++
+			j++
+			continue
+		}
+		if i >= len(got) {
+			return lines, fmt.Errorf("wire ended at %d, %d bytes of the application's missing", i, len(want)-j)
+		}
+		if i == 0 || got[i-1] != '\n' {
+			return lines, fmt.Errorf("bytes differ at wire offset %d (app offset %d) not at a line start: %q vs %q", i, j, snip(got, i), snip(want, j))
+		}
+		end := bytes.Index(got[i:], []byte("\r\n"))
+		colon := bytes.IndexByte(got[i:], ':')
+		if end < 0 || colon < 0 || colon > end || !added[strings.ToLower(string(got[i:i+colon]))] {
+			return lines, fmt.Errorf("unexpected line at wire offset %d (app offset %d): %q vs %q", i, j, snip(got, i), snip(want, j))
+		}
+		lines = append(lines, string(got[i:i+end]))
+		i += end + 2
+	}
+	return lines, nil
+}
+
+func snip(b []byte, i int) []byte { return b[i:min(len(b), i+40)] }
+
+// TestRunByteExactResponses: a traced server writes random responses in
+// random pieces (single bytes, writev, header blocks cut anywhere, large
+// chunked bodies); the client receives exactly those bytes plus the two
+// timing lines per response.
+func TestRunByteExactResponses(t *testing.T) {
+	requireTracing(t)
+	dir := t.TempDir()
+	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "OUT=" + dir}, true, []string{"--server", ""}, wirePeer(t))
+	timing := map[string]bool{"rootline-server-time": true, "rootline-wait": true}
+	r := rand.New(rand.NewPCG(1, 2))
+	for conn := 1; conn <= 3; conn++ {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 15
+		var reqs []byte
+		for k := range n {
+			reqs = fmt.Appendf(reqs, "GET /?seed=%d HTTP/1.1\r\nHost: wire\r\nX-Pad: %s\r\n\r\n", conn*100+k, strings.Repeat("p", r.IntN(300)))
+		}
+		go func() {
+			// Requests in random pieces, some a byte at a time, some pipelined.
+			p := reqs
+			for len(p) > 0 {
+				k := min(len(p), []int{1, 3, 50, 2000}[r.IntN(4)])
+				if _, err := c.Write(p[:k]); err != nil {
+					return
+				}
+				p = p[k:]
+			}
+			_ = c.(*net.TCPConn).CloseWrite()
+		}()
+		_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil {
+			t.Fatalf("conn %d: read: %v", conn, err)
+		}
+		want, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("conn-%d.bin", conn)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := stripAdded(got, want, timing)
+		if err != nil {
+			t.Fatalf("conn %d (%d bytes on the wire, %d written by the app): %v", conn, len(got), len(want), err)
+		}
+		if len(lines) != 2*n {
+			t.Fatalf("conn %d: %d added lines, want %d (2 per response): %q", conn, len(lines), 2*n, lines)
+		}
+		t.Logf("conn %d: %d response bytes identical apart from %d added lines", conn, len(want), len(lines))
+	}
+}
+
+// TestRunByteExactRequests: a traced client writes random requests in random
+// pieces to a slow reader (so the kernel takes partial writes); the wire
+// carries exactly its bytes plus propagation lines, and every request got a
+// traceparent.
+func TestRunByteExactRequests(t *testing.T) {
+	requireTracing(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	out := filepath.Join(t.TempDir(), "sent.bin")
+	const n = 40
+	cmd, _ := startTraced(t, []string{"TARGET=" + l.Addr().String(), "OUT=" + out, "SEED=5", fmt.Sprint("N=", n)}, false,
+		[]string{"--server", ""}, wirePeer(t))
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	buf := make([]byte, 64<<10)
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	for {
+		k, err := c.Read(buf)
+		got = append(got, buf[:k]...)
+		if err != nil {
+			break
+		}
+		time.Sleep(200 * time.Microsecond) // a slow reader: partial writes on the other side
+	}
+	c.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("traced client: %v", err)
+	}
+	want, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop := map[string]bool{"traceparent": true, "tracestate": true, "b3": true, "x-b3-traceid": true,
+		"x-b3-spanid": true, "x-b3-parentspanid": true, "x-b3-sampled": true, "x-request-id": true}
+	lines, err := stripAdded(got, want, prop)
+	if err != nil {
+		t.Fatalf("%d bytes on the wire, %d written by the app: %v", len(got), len(want), err)
+	}
+	tp := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "traceparent: 00-") {
+			tp++
+		}
+	}
+	if tp != n {
+		t.Fatalf("%d requests carry a traceparent, want %d; added lines: %d", tp, n, len(lines))
+	}
+	t.Logf("%d request bytes identical apart from %d added lines (%d traceparent)", len(want), len(lines), tp)
+}
+
+// requireTracing skips when ptrace is not allowed here (and fails under
+// ROOTLINE_REQUIRE_BPF=1, where the whole stack is expected to work).
+func requireTracing(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
+		t.Fatal("rootline run needs root (ptrace of arbitrary commands) and ROOTLINE_REQUIRE_BPF=1 is set")
+	}
+	t.Skip("rootline run tests need root")
+}
