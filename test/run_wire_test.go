@@ -16,15 +16,9 @@ import (
 	"time"
 )
 
-// wirePeer builds test/testdata/wire once per test.
-func wirePeer(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "wire")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/wire").CombinedOutput(); err != nil {
-		t.Fatalf("go build wire: %v\n%s", err, out)
-	}
-	return bin
-}
+func wirePeer(t *testing.T) string { return buildTestdata(t, "wire") }
+
+var execCommand = exec.Command
 
 // startTraced starts argv under `rootline run` with env added and, when
 // listens, waits for the "listening <port>" line and returns the port.

@@ -88,6 +88,12 @@ type proc struct {
 	gctx    map[uint64]*request
 	lastCtx map[int]*request
 	open    []*request
+	// Go net/http client hand-off (gohttp_linux.go): breakpoints by
+	// address, requests by the outbound *http.Request, and writeLoop
+	// goroutines about to write a request for the given inbound one.
+	bps      map[uint64]*breakpoint
+	handoff  map[uint64]*request
+	delegate map[uint64]*request
 }
 
 type conn struct {
@@ -147,6 +153,7 @@ func (tr *Tracer) Hooks() supervisor.Hooks {
 		OnSyscallExit:  tr.exit,
 		OnTaskExit:     tr.taskExit,
 		OnExec:         tr.exec,
+		OnBreakpoint:   tr.breakpoint,
 	}
 }
 
@@ -154,7 +161,8 @@ func (tr *Tracer) proc(pid int) *proc {
 	p := tr.procs[pid]
 	if p == nil {
 		p = &proc{pid: pid, conns: map[int]*conn{}, scratch: map[int]uint64{},
-			gctx: map[uint64]*request{}, lastCtx: map[int]*request{}}
+			gctx: map[uint64]*request{}, lastCtx: map[int]*request{},
+			handoff: map[uint64]*request{}, delegate: map[uint64]*request{}}
 		tr.procs[pid] = p
 	}
 	if !p.goKnown {
@@ -289,6 +297,11 @@ func (tr *Tracer) exec(t *supervisor.Task) {
 		}
 	}
 	delete(tr.procs, t.Tgid) // a new program: new memory, new binary kind
+	if p := tr.proc(t.Tgid); p.isGo {
+		if err := tr.placeGoBreakpoints(t, p); err != nil {
+			tr.log.Info("Go net/http client hand-off not traced exactly; falling back to the heuristic", "pid", t.Tgid, "err", err)
+		}
+	}
 }
 
 // closeConn finishes what a closing connection left open.
@@ -357,6 +370,16 @@ func (tr *Tracer) unbind(p *proc, r *request) {
 	for tid, b := range p.lastCtx {
 		if b == r {
 			delete(p.lastCtx, tid)
+		}
+	}
+	for k, b := range p.handoff {
+		if b == r {
+			delete(p.handoff, k)
+		}
+	}
+	for g, b := range p.delegate {
+		if b == r {
+			delete(p.delegate, g)
 		}
 	}
 	for i, b := range p.open {
@@ -683,7 +706,18 @@ func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *superv
 		cl.own = true
 		tr.Stats.OwnContext.Add(1)
 	}
-	r := tr.current(t, p, sc)
+	var r *request
+	if p.isGo {
+		if d := p.delegate[sc.Regs.R14]; d != nil {
+			delete(p.delegate, sc.Regs.R14)
+			if !d.done {
+				r = d
+			}
+		}
+	}
+	if r == nil {
+		r = tr.current(t, p, sc)
+	}
 	if r == nil && p.isGo {
 		r = tr.handedOver(t, p)
 	}

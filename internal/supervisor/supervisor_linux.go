@@ -54,6 +54,11 @@ type Hooks struct {
 	OnTaskExit func(t *Task, status unix.WaitStatus)
 	// OnExec is called after a task executed a new program.
 	OnExec func(t *Task)
+	// OnBreakpoint is called when a task stops with SIGTRAP outside a
+	// ptrace event (e.g. at an int3 the hooks placed), with its registers;
+	// returning true means the hook handled it (and set the registers to
+	// continue), so the signal is not delivered.
+	OnBreakpoint func(t *Task, regs *unix.PtraceRegs) bool
 }
 
 // ErrNoCommand is returned by Run for an empty argv.
@@ -274,6 +279,17 @@ func (s *supervisor) stopped(t *Task, ws unix.WaitStatus) {
 	case t.fresh && sig == unix.SIGSTOP:
 		t.fresh = false
 		s.resume(t, 0)
+	case sig == unix.SIGTRAP && s.hooks.OnBreakpoint != nil:
+		var regs unix.PtraceRegs
+		handled := false
+		if err := unix.PtraceGetRegs(t.Tid, &regs); err == nil {
+			s.call(func() { handled = s.hooks.OnBreakpoint(t, &regs) }, true)
+		}
+		if handled {
+			s.resume(t, 0)
+		} else {
+			s.resume(t, sig)
+		}
 	default:
 		// Signal-delivery-stop: inject the signal. A group-stop (stopping
 		// signal with no siginfo) is resumed too, so job control stops
