@@ -3,10 +3,12 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,4 +233,34 @@ func requireTracing(t *testing.T) {
 		t.Fatal("rootline run needs root (ptrace of arbitrary commands) and ROOTLINE_REQUIRE_BPF=1 is set")
 	}
 	t.Skip("rootline run tests need root")
+}
+
+// TestRunTLSPassThrough: HTTPS (HTTP/1.1 and HTTP/2 over TLS) to a traced
+// server passes through untouched: the handshake and the answers are intact
+// and no header is added to what the application sees.
+func TestRunTLSPassThrough(t *testing.T) {
+	requireTracing(t)
+	_, port := startTraced(t, []string{"TLS_LISTEN=127.0.0.1:0"}, true, []string{"--server", ""}, wirePeer(t))
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, ForceAttemptHTTP2: h2}
+		if !h2 {
+			tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+		}
+		client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+		for range 5 {
+			resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/", port))
+			if err != nil {
+				t.Fatalf("h2=%v: %v", h2, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := "secure HTTP/1.1 \"\""
+			if h2 {
+				want = "secure HTTP/2.0 \"\""
+			}
+			if string(body) != want || resp.Header.Get("rootline-server-time") != "" {
+				t.Fatalf("h2=%v: got %q (rootline-server-time %q), want %q untouched", h2, body, resp.Header.Get("rootline-server-time"), want)
+			}
+		}
+	}
 }

@@ -144,6 +144,12 @@ func runRun(args []string, stderr io.Writer) int {
 			log.Warn("spans not delivered", "dropped_queue_full", d, "failed_to_send", x, "sent", ship.Sent.Load())
 		}
 	}
+	if n := tr.Stats.Opaque.Load(); n > 0 {
+		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", n)
+	}
+	if n := tr.Stats.Errors.Load(); n > 0 {
+		log.Warn("tracing errors: the affected calls and connections passed through unchanged", "errors", n)
+	}
 	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
 		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(),
 		"restarts", tr.Stats.Restarts.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(), "errors", tr.Stats.Errors.Load())

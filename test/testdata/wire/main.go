@@ -7,12 +7,21 @@
 //	LISTEN=addr OUT=dir   serve: answer each request /?seed=S with a random
 //	                      response; record conn-N.bin per connection
 //	TARGET=addr OUT=file  client: send N random requests (seed SEED), record them
+//	TLS_LISTEN=addr       serve HTTPS (self-signed) and h2c-free HTTP/2 over TLS:
+//	                      answers "secure <proto> <traceparent>"
 package main
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	crand "crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,9 +29,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
+	"time"
 )
 
 func main() {
+	if addr := os.Getenv("TLS_LISTEN"); addr != "" {
+		serveTLS(addr)
+		return
+	}
 	if addr := os.Getenv("LISTEN"); addr != "" {
 		serve(addr, os.Getenv("OUT"))
 		return
@@ -171,4 +185,28 @@ func client(target, out string, seed uint64, n int) {
 	}
 	_ = c.(*net.TCPConn).CloseWrite()
 	_, _ = io.Copy(io.Discard, c)
+}
+
+func serveTLS(addr string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), crand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "wire"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(crand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	l, err := tls.Listen("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("listening", l.Addr().(*net.TCPAddr).Port)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "secure %s %q", r.Proto, r.Header.Get("traceparent"))
+	})}
+	_ = srv.Serve(l)
 }

@@ -1,0 +1,219 @@
+// Command runoverhead measures what `rootline run` costs a 3-hop chain of Go
+// services (bench/chain), against the same chain plain and instrumented in
+// code with the OpenTelemetry Go SDK (Rbinder, seed 002 §5: 1.097× for the
+// supervisor vs 1.052× for code instrumentation).
+//
+// Each (round, rate) runs every mode back to back in a rotating order on the
+// same machine, with an open-loop load (internal/loadgen, latency from the
+// intended send time). Spans of both traced modes go to one Rootline server.
+// CPU is the user+system time of every process of the chain (supervisors
+// included) per request.
+//
+//	go run ./bench/runoverhead --rootline bin/rootline --chain /tmp/chain
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rootline/rootline/internal/loadgen"
+)
+
+type sample struct {
+	mean, p50, p99 time.Duration
+	cpuPerReq      time.Duration
+	errors         int64
+	n              int64
+}
+
+func main() {
+	rootline := flag.String("rootline", "bin/rootline", "rootline binary")
+	chain := flag.String("chain", "", "bench/chain binary (go build -C bench/chain -o /tmp/chain .)")
+	rates := flag.String("rates", "50,100,200", "request rates (per second)")
+	duration := flag.Duration("duration", 15*time.Second, "load per measurement")
+	rounds := flag.Int("rounds", 3, "rounds (each runs every mode at every rate)")
+	spin := flag.Int("spin-us", 1000, "CPU work per hop per request (µs)")
+	modes := flag.String("modes", "plain,run,otel", "modes to compare")
+	flag.Parse()
+	if *chain == "" {
+		fmt.Fprintln(os.Stderr, "runoverhead: --chain is required")
+		os.Exit(2)
+	}
+	dir, err := os.MkdirTemp("", "runoverhead-")
+	check(err)
+	defer os.RemoveAll(dir)
+
+	srv := exec.Command(*rootline, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn",
+		"--otlp.grpc.addr", "", "--otlp.http.addr", "127.0.0.1:24318", "--zipkin.addr", "", "--query.addr", "127.0.0.1:26686")
+	srv.Stderr = os.Stderr
+	check(srv.Start())
+	defer func() { _ = srv.Process.Signal(syscall.SIGTERM); _ = srv.Wait() }()
+	time.Sleep(time.Second)
+
+	modeList := strings.Split(*modes, ",")
+	results := map[string]map[float64][]sample{}
+	for _, m := range modeList {
+		results[m] = map[float64][]sample{}
+	}
+	var rateList []float64
+	for _, r := range strings.Split(*rates, ",") {
+		v, err := strconv.ParseFloat(r, 64)
+		check(err)
+		rateList = append(rateList, v)
+	}
+	for round := range *rounds {
+		for _, rate := range rateList {
+			for i := range modeList {
+				m := modeList[(i+round)%len(modeList)]
+				s := measure(*rootline, *chain, m, rate, *duration, *spin)
+				fmt.Fprintf(os.Stderr, "round %d rate %.0f %-5s mean %v p50 %v p99 %v cpu/req %v errors %d/%d\n",
+					round+1, rate, m, s.mean, s.p50, s.p99, s.cpuPerReq, s.errors, s.n)
+				results[m][rate] = append(results[m][rate], s)
+			}
+		}
+	}
+	fmt.Printf("| rate (req/s) | mode | mean | p50 | p99 | CPU per request | mean × plain | p99 × plain | CPU × plain | errors |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, rate := range rateList {
+		base := med(results[modeList[0]][rate])
+		for _, m := range modeList {
+			s := med(results[m][rate])
+			fmt.Printf("| %.0f | %s | %v | %v | %v | %v | %.3f | %.3f | %.2f | %d |\n", rate, m,
+				s.mean.Round(time.Microsecond), s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond),
+				s.cpuPerReq.Round(time.Microsecond),
+				float64(s.mean)/float64(base.mean), float64(s.p99)/float64(base.p99),
+				float64(s.cpuPerReq)/float64(base.cpuPerReq), s.errors)
+		}
+	}
+}
+
+// med takes each statistic's median over the rounds.
+func med(ss []sample) sample {
+	pick := func(f func(sample) time.Duration) time.Duration {
+		v := make([]time.Duration, len(ss))
+		for i, s := range ss {
+			v[i] = f(s)
+		}
+		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
+		return v[len(v)/2]
+	}
+	var errs int64
+	for _, s := range ss {
+		errs += s.errors
+	}
+	return sample{
+		mean:      pick(func(s sample) time.Duration { return s.mean }),
+		p50:       pick(func(s sample) time.Duration { return s.p50 }),
+		p99:       pick(func(s sample) time.Duration { return s.p99 }),
+		cpuPerReq: pick(func(s sample) time.Duration { return s.cpuPerReq }),
+		errors:    errs,
+	}
+}
+
+func measure(rootline, chain, mode string, rate float64, d time.Duration, spin int) sample {
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.Wait()
+		}
+	}()
+	call := ""
+	for i, name := range []string{"c", "b", "a"} {
+		env := append(os.Environ(), "LISTEN=127.0.0.1:0", "CALL="+call, fmt.Sprint("SPIN_US=", spin), "SERVICE_NAME="+name)
+		argv := []string{chain}
+		switch mode {
+		case "run":
+			argv = []string{rootline, "run", "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
+		case "otel":
+			env = append(env, "OTEL=1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:24318")
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env, cmd.Stderr = env, os.Stderr
+		out, err := cmd.StdoutPipe()
+		check(err)
+		check(cmd.Start())
+		procs = append(procs, cmd)
+		line, err := bufio.NewReader(out).ReadString('\n')
+		check(err)
+		port := strings.TrimSpace(strings.TrimPrefix(line, "listening "))
+		call = "http://127.0.0.1:" + port
+		_ = i
+	}
+	url := call + "/"
+	// Warm up connections and caches, then measure.
+	_, _ = loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: 2 * time.Second}}})
+	cpu0 := treeCPU(procs)
+	res, err := loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
+	check(err)
+	cpu1 := treeCPU(procs)
+	pr := res.Phases[0]
+	return sample{
+		mean: pr.Latency.Mean(), p50: pr.P50(), p99: pr.P99(),
+		cpuPerReq: (cpu1 - cpu0) / time.Duration(max(pr.Sent, 1)),
+		errors:    pr.Errors, n: pr.Sent,
+	}
+}
+
+// treeCPU sums user+system time of the processes and all their descendants.
+func treeCPU(roots []*exec.Cmd) time.Duration {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := stat(pid); len(f) > 3 {
+			ppid, _ := strconv.Atoi(f[3])
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var ticks int64
+	var walk func(int)
+	walk = func(pid int) {
+		if f := stat(pid); len(f) > 14 {
+			u, _ := strconv.ParseInt(f[13], 10, 64)
+			s, _ := strconv.ParseInt(f[14], 10, 64)
+			ticks += u + s
+		}
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	for _, r := range roots {
+		walk(r.Process.Pid)
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
+}
+
+// stat returns the fields of /proc/<pid>/stat, the command name collapsed.
+func stat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return append([]string{s[:strings.IndexByte(s, ' ')], "comm"}, strings.Fields(s[i+1:])...)
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "runoverhead:", err)
+		os.Exit(1)
+	}
+}
