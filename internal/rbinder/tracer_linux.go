@@ -71,6 +71,8 @@ type Tracer struct {
 	procs   map[int]*proc
 	writes  map[int]*pendingWrite // by tid, between a rewritten write's entry and exit
 	errOnce sync.Once
+	// schedstat holds an open /proc/<pid>/task/<tid>/schedstat per thread.
+	schedstat map[int]int
 
 	Stats Stats
 }
@@ -140,9 +142,10 @@ func New(cfg Config) *Tracer {
 	}
 	return &Tracer{
 		cfg: cfg, log: cfg.Logger.With("component", "rbinder"),
-		res:    resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
-		procs:  map[int]*proc{},
-		writes: map[int]*pendingWrite{},
+		res:       resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
+		procs:     map[int]*proc{},
+		writes:    map[int]*pendingWrite{},
+		schedstat: map[int]int{},
 	}
 }
 
@@ -272,6 +275,10 @@ func (tr *Tracer) exit(t *supervisor.Task, sc *supervisor.Syscall) {
 
 func (tr *Tracer) taskExit(t *supervisor.Task, _ unix.WaitStatus) {
 	delete(tr.writes, t.Tid)
+	if fd, ok := tr.schedstat[t.Tid]; ok {
+		unix.Close(fd)
+		delete(tr.schedstat, t.Tid)
+	}
 	p := tr.procs[t.Tgid]
 	if p == nil {
 		return
@@ -397,7 +404,7 @@ func (tr *Tracer) touch(r *request, pid, tid int) {
 			return
 		}
 	}
-	d, ok := runDelay(tr.cfg.ProcRoot, pid, tid)
+	d, ok := tr.runDelay(pid, tid)
 	r.threads = append(r.threads, threadDelay{tid: tid, delay: d, ok: ok})
 }
 
@@ -409,7 +416,7 @@ func (tr *Tracer) localWait(r *request) time.Duration {
 		if !t.ok {
 			continue
 		}
-		if d, ok := runDelay(tr.cfg.ProcRoot, r.pid, t.tid); ok && d > t.delay {
+		if d, ok := tr.runDelay(r.pid, t.tid); ok && d > t.delay {
 			sum += d - t.delay
 		}
 	}
@@ -417,19 +424,29 @@ func (tr *Tracer) localWait(r *request) time.Duration {
 }
 
 // runDelay reads a thread's total run-queue wait: the second field of
-// /proc/<pid>/task/<tid>/schedstat, in nanoseconds.
-func runDelay(procRoot string, pid, tid int) (time.Duration, bool) {
-	var buf [96]byte
-	fd, err := unix.Open(procRoot+"/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, false
+// /proc/<pid>/task/<tid>/schedstat, in nanoseconds. The file stays open per
+// thread (pread at offset 0 re-reads it) until the thread exits.
+func (tr *Tracer) runDelay(pid, tid int) (time.Duration, bool) {
+	fd, ok := tr.schedstat[tid]
+	if !ok {
+		var err error
+		fd, err = unix.Open(tr.cfg.ProcRoot+"/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/schedstat", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, false
+		}
+		tr.schedstat[tid] = fd
 	}
-	n, err := unix.Read(fd, buf[:])
-	unix.Close(fd)
+	var buf [96]byte
+	n, err := unix.Pread(fd, buf[:], 0)
 	if err != nil || n <= 0 {
 		return 0, false
 	}
-	f := strings.Fields(string(buf[:n]))
+	return parseRunDelay(buf[:n])
+}
+
+// parseRunDelay returns the second field of a schedstat line.
+func parseRunDelay(b []byte) (time.Duration, bool) {
+	f := strings.Fields(string(b))
 	if len(f) < 2 {
 		return 0, false
 	}
