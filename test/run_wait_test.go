@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -195,4 +196,55 @@ func waitsOf(t *testing.T, srv *serverProc, service, op, kind string) waitMedian
 func median(v []float64) float64 {
 	sort.Float64s(v)
 	return v[len(v)/2]
+}
+
+// TestRunRegistersWithAgent: `rootline run` tells the local agent about the
+// process it starts (so the profilers record it, under its service name) and
+// takes it back when the process exits.
+func TestRunRegistersWithAgent(t *testing.T) {
+	requireTracing(t)
+	srv := startServer(t, t.TempDir())
+	anchor := startTarget(t, "sleep", "300")
+	startAgent(t, srv, "--profilers", "cpu", "--target", fmt.Sprint("pid=", anchor))
+	var agents []struct {
+		DumpURL   string `json:"dumpUrl"`
+		Processes []struct {
+			PID     int64  `json:"pid"`
+			Service string `json:"service"`
+		} `json:"processes"`
+	}
+	srv.getJSON(t, "/api/v1/agents", &agents)
+	agentURL := strings.TrimSuffix(agents[0].DumpURL, "/api/v1/dump")
+	svc, _ := filepath.Abs("../internal/rbinder/testdata/svc.py")
+	cmd, _ := startTraced(t, []string{"LISTEN=127.0.0.1:0"}, true,
+		[]string{"--service", "registered-svc", "--server", "http://" + srv.http, "--agent", agentURL}, "python3", svc)
+	find := func() (int64, bool) {
+		srv.getJSON(t, "/api/v1/agents", &agents)
+		for _, p := range agents[0].Processes {
+			if p.Service == "registered-svc" {
+				return p.PID, true
+			}
+		}
+		return 0, false
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	pid, ok := find()
+	for ; !ok && time.Now().Before(deadline); pid, ok = find() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !ok {
+		t.Fatalf("the agent never reported registered-svc: %+v", agents)
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); !strings.HasPrefix(string(comm), "python") {
+		t.Fatalf("registered pid %d is %q, not the python service", pid, comm)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	deadline = time.Now().Add(20 * time.Second)
+	for _, ok = find(); ok && time.Now().Before(deadline); _, ok = find() {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if ok {
+		t.Fatal("registered-svc still a target after it exited")
+	}
 }
