@@ -83,8 +83,9 @@ func goFunctions(f *elf.File, names map[string]bpKind) map[string]uint64 {
 }
 
 // emulate applies the effect of the prologue instruction insn at addr to
-// regs, as if the CPU had executed it, and reports whether it could.
-func emulate(t *supervisor.Task, insn []byte, addr uint64, regs *unix.PtraceRegs) bool {
+// regs, as if the CPU had executed it, and reports whether it could; read
+// reads the tracee's memory.
+func emulate(read func(addr uintptr, b []byte) (int, error), insn []byte, addr uint64, regs *unix.PtraceRegs) bool {
 	switch {
 	case len(insn) >= 8 && insn[0] == 0x4c && insn[1] == 0x8d && insn[2] == 0xa4 && insn[3] == 0x24:
 		// LEAQ disp32(SP), R12
@@ -98,7 +99,7 @@ func emulate(t *supervisor.Task, insn []byte, addr uint64, regs *unix.PtraceRegs
 		// CMPQ SP, 16(R14): the stack guard check; only CF and ZF are read
 		// by the JBE that follows, but set the arithmetic flags fully.
 		var b [8]byte
-		if _, err := t.ReadMem(uintptr(regs.R14+16), b[:]); err != nil {
+		if _, err := read(uintptr(regs.R14+16), b[:]); err != nil {
 			return false
 		}
 		a, v := regs.Rsp, binary.LittleEndian.Uint64(b[:])
@@ -246,7 +247,7 @@ func (tr *Tracer) breakpoint(t *supervisor.Task, regs *unix.PtraceRegs) bool {
 			}
 		}
 	}
-	if !emulate(t, bp.insn, addr, regs) {
+	if !emulate(t.ReadMem, bp.insn, addr, regs) {
 		tr.fail(fmt.Errorf("rbinder: cannot emulate the instruction at %#x", addr))
 		return false
 	}
