@@ -109,6 +109,7 @@ type conn struct {
 	info    int        // inbound: 1xx responses written whose end is pending
 	calls   []*call    // outbound: written, response not finished
 	infoRsp bool       // outbound: the response being read is 1xx
+	ends    int        // message ends of a write restarted after the scratch mmap
 }
 
 type writeMode uint8
@@ -609,6 +610,9 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 		}
 	}
 	out := c.out.WriteV(bufs, inject)
+	// A write restarted after the scratch mmap is not parsed again: its
+	// message ends were counted by the first pass.
+	out.Ends, c.ends = out.Ends+c.ends, 0
 	pw := &pendingWrite{c: c, saved: *sc.Regs, ends: out.Ends}
 	switch {
 	case out.Unchanged:
@@ -627,6 +631,7 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 			// The call was turned into an mmap of the thread's scratch
 			// area and runs again: the Rewriter sees the same bytes again
 			// and returns the same output from its queue.
+			c.ends = out.Ends
 			return false
 		}
 		if err != nil {
