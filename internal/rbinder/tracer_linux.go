@@ -217,29 +217,13 @@ func peerOf(procRoot string, pid, fd int) string {
 	return "" // resolving inodes via /proc/net/tcp costs more than it is worth per connection
 }
 
-func isRead(nr int) bool {
-	switch nr {
-	case unix.SYS_READ, unix.SYS_READV, unix.SYS_RECVFROM, unix.SYS_RECVMSG:
-		return true
-	}
-	return false
-}
-
-func isWrite(nr int) bool {
-	switch nr {
-	case unix.SYS_WRITE, unix.SYS_WRITEV, unix.SYS_SENDTO, unix.SYS_SENDMSG:
-		return true
-	}
-	return false
-}
-
 func (tr *Tracer) enter(t *supervisor.Task, sc *supervisor.Syscall) bool {
 	switch nr := sc.Nr; {
-	case isRead(nr):
+	case supervisor.IsRead(nr):
 		p := tr.proc(t.Tgid)
 		c := tr.conn(t, p, sc.FD())
 		return c != nil && !c.opaque
-	case isWrite(nr):
+	case supervisor.IsWrite(nr):
 		p := tr.proc(t.Tgid)
 		c := tr.conn(t, p, sc.FD())
 		if c == nil || c.opaque {
@@ -258,12 +242,12 @@ func (tr *Tracer) enter(t *supervisor.Task, sc *supervisor.Syscall) bool {
 }
 
 func (tr *Tracer) exit(t *supervisor.Task, sc *supervisor.Syscall) {
-	if pw := tr.writes[t.Tid]; pw != nil && isWrite(sc.Nr) {
+	if pw := tr.writes[t.Tid]; pw != nil && supervisor.IsWrite(sc.Nr) {
 		delete(tr.writes, t.Tid)
 		tr.writeExit(t, pw, sc)
 		return
 	}
-	if isRead(sc.Nr) && sc.Ret > 0 {
+	if supervisor.IsRead(sc.Nr) && sc.Ret > 0 {
 		p := tr.procs[t.Tgid]
 		if p == nil {
 			return

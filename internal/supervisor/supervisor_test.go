@@ -139,10 +139,10 @@ func TestFollowsThreadsChildrenAndFDs(t *testing.T) {
 		},
 		OnSyscallEnter: func(task *Task, sc *Syscall) bool {
 			tasks[task.Tid].syscalls++
-			if isRead(sc.Nr) || isWrite(sc.Nr) {
+			if IsRead(sc.Nr) || IsWrite(sc.Nr) {
 				k := fdSeen{task.Tgid, sc.FD()}
 				kinds[k] = task.FD(sc.FD())
-				if isWrite(sc.Nr) && task.State == Servicing && task.ServicingFD == sc.FD() {
+				if IsWrite(sc.Nr) && task.State == Servicing && task.ServicingFD == sc.FD() {
 					servicedWrite[k] = true
 				}
 			}

@@ -236,7 +236,9 @@ type Syscall struct {
 // for every traced I/O call.
 func (sc *Syscall) FD() int { return int(int32(sc.Args[0])) }
 
-func isRead(nr int) bool {
+// IsRead reports whether nr is one of the read calls the filter traces
+// (read, readv, recvfrom, recvmsg).
+func IsRead(nr int) bool {
 	switch nr {
 	case unix.SYS_READ, unix.SYS_READV, unix.SYS_RECVFROM, unix.SYS_RECVMSG:
 		return true
@@ -244,7 +246,9 @@ func isRead(nr int) bool {
 	return false
 }
 
-func isWrite(nr int) bool {
+// IsWrite reports whether nr is one of the write calls the filter traces
+// (write, writev, sendto, sendmsg).
+func IsWrite(nr int) bool {
 	switch nr {
 	case unix.SYS_WRITE, unix.SYS_WRITEV, unix.SYS_SENDTO, unix.SYS_SENDMSG:
 		return true
@@ -272,7 +276,7 @@ func (t *Task) trackEnter(sc *Syscall) bool {
 				t.State = Idle
 			}
 		}
-	case isRead(nr):
+	case IsRead(nr):
 		if t.FD(sc.FD()) != FDInbound {
 			return false
 		}
@@ -281,7 +285,7 @@ func (t *Task) trackEnter(sc *Syscall) bool {
 		}
 		t.inbound[sc.FD()] = true
 		return true
-	case isWrite(nr):
+	case IsWrite(nr):
 		return t.FD(sc.FD()) == FDInbound && t.State == Servicing
 	case nr == unix.SYS_CLONE:
 		t.cloneFlags = sc.Args[0]
@@ -311,12 +315,12 @@ func (t *Task) trackExit(sc *Syscall) {
 				t.State = WaitingRequest
 			}
 		}
-	case isRead(nr):
+	case IsRead(nr):
 		if sc.Ret > 0 && t.FD(sc.FD()) == FDInbound {
 			t.State = Servicing
 			t.ServicingFD = sc.FD()
 		}
-	case isWrite(nr):
+	case IsWrite(nr):
 		// First layer: the first successful write of the response ends the
 		// servicing; httpstream's message boundaries will refine this.
 		if sc.Ret > 0 && t.State == Servicing && t.ServicingFD == sc.FD() {
