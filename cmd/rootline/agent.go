@@ -22,6 +22,7 @@ type agentFlags struct {
 	tokenFile string
 	logLevel  string
 	logFormat string
+	km        kmetricsFlags // kmetrics.go
 }
 
 func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
@@ -49,6 +50,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token shared with the server (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
+	addKmetricsFlags(fs, &f.km)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline agent [flags]
 
@@ -99,6 +101,11 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 			_ = p.Close()
 		}
 		logger.Error("cannot start", "err", err)
+		return 1
+	}
+	if err := startKmetrics(a, f.km, a.Config(), logger); err != nil {
+		_ = a.Close()
+		logger.Error("cannot start kernel metrics", "err", err)
 		return 1
 	}
 	if err := a.Run(ctx); err != nil {

@@ -65,6 +65,8 @@ type Agent struct {
 
 	reg     *prometheus.Registry
 	metrics metrics
+
+	components []Component // optional parts (component.go)
 }
 
 type procKey struct {
@@ -165,6 +167,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		"profilers", a.kinds(), "discover", a.cfg.Discover)
 
 	a.reconcile()
+	waitComponents := a.runComponents(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.discoverLoop(ctx) })
 	wg.Go(func() { a.registerLoop(ctx) })
@@ -177,6 +180,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	stop()
 	wg.Wait()
+	waitComponents()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if serr := a.srv.Shutdown(shutdown); serr != nil && err == nil {
@@ -214,6 +218,9 @@ func (a *Agent) Close() error {
 		if err := p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close profiler %s: %w", p.Name(), err))
 		}
+	}
+	if err := a.closeComponents(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

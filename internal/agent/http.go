@@ -18,6 +18,8 @@ import (
 //	GET    /api/v1/processes         current targets ([]capture.Process)
 //	POST   /api/v1/processes         register a process {pid, service, serviceInstanceId} → 201
 //	DELETE /api/v1/processes/{pid}   forget a registered process → 204
+//	GET    /api/v1/kmetrics          kernel metrics config and containers (with --kmetrics)
+//	PUT    /api/v1/kmetrics/config   change it live (kmetrics.ConfigRequest)
 //	GET    /metrics                  Prometheus metrics
 //	GET    /healthz                  liveness
 //
@@ -31,6 +33,9 @@ func (a *Agent) Handler() http.Handler {
 	})
 	api.HandleFunc("POST /api/v1/processes", a.handleAddProcess)
 	api.HandleFunc("DELETE /api/v1/processes/{pid}", a.handleRemoveProcess)
+	for _, c := range a.componentList() { // e.g. /api/v1/kmetrics (component.go)
+		c.Routes(api)
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/", a.authorize(api))

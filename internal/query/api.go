@@ -54,6 +54,7 @@ type API struct {
 	spans     store.SpanReader
 	artifacts store.ArtifactStore
 	detector  func() []anomaly.KeyState
+	metrics   store.MetricReader // nil: GET /api/v1/metrics answers 501 (handlers_metrics.go)
 	logger    *slog.Logger
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -118,6 +119,7 @@ func (a *API) Handler() http.Handler {
 	mux.Handle("GET /api/v1/artifacts/{id}/flamegraph", a.authorized(a.getFlameGraph))
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
 	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
+	mux.HandleFunc("GET /api/v1/metrics", a.getMetrics)
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		a.v1Error(w, r, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

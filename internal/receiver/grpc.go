@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -18,6 +19,7 @@ func (r *Receivers) newGRPCServer() *grpc.Server {
 	// MaxRecvMsgSize also bounds the decompressed size of a gzip message.
 	s := grpc.NewServer(grpc.MaxRecvMsgSize(int(r.cfg.MaxRequestBytes)))
 	ptraceotlp.RegisterGRPCServer(s, &otlpGRPC{r: r})
+	pmetricotlp.RegisterGRPCServer(s, &otlpMetricsGRPC{r: r}) // otlpmetrics.go
 	return s
 }
 

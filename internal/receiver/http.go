@@ -45,6 +45,7 @@ type httpError struct {
 func (r *Receivers) otlpHTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/traces", r.handleOTLPHTTP)
+	mux.HandleFunc("/v1/metrics", r.handleOTLPMetrics) // otlpmetrics.go
 	return mux
 }
 

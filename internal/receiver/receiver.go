@@ -22,6 +22,7 @@ import (
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // DefaultMaxRequestBytes bounds a request body (and its decompressed form).
@@ -67,6 +68,9 @@ type Receivers struct {
 	http    []*http.Server // OTLP/HTTP and Zipkin, those enabled
 	addrs   Addresses
 	serving sync.WaitGroup // the Serve loops
+
+	// metricWriter stores OTLP metrics (otlpmetrics.go); nil refuses them.
+	metricWriter store.MetricWriter
 }
 
 // New checks cfg and builds the receivers without binding anything. A nil

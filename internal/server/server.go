@@ -36,6 +36,7 @@ type Server struct {
 	logger   *slog.Logger
 	reg      *prometheus.Registry
 	store    store.Store
+	metrics  store.MetricReader // OTLP metric points (kernel metrics of agents)
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
@@ -92,6 +93,8 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
+	s.recv.SetMetricWriter(st)
+	s.metrics = st
 	return s, nil
 }
 
@@ -109,6 +112,7 @@ func (s *Server) Captures() *capture.Manager { return s.capture }
 
 func (s *Server) handler() http.Handler {
 	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, s.detector.States, s.logger)
+	q.SetMetricReader(s.metrics)
 	mux := http.NewServeMux()
 	capH := s.capture.Handler()
 	mux.Handle("/api/v1/agents", capH)

@@ -79,6 +79,11 @@ func (s *Store) purge(ctx context.Context, p store.RetentionPolicy, st *store.Pu
 			}
 		}
 	}
+	if p.Normal > 0 { // metric points live as long as normal traces (metrics.go)
+		if _, err := s.purgeMetrics(ctx, p.Now-p.Normal); err != nil {
+			return err
+		}
+	}
 	if p.MaxBytes > 0 {
 		return s.purgeToSize(ctx, st, p.MaxBytes)
 	}

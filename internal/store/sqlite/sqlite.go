@@ -193,6 +193,9 @@ func (s *Store) open() error {
 	if err := s.migrate(ctx); err != nil {
 		return err
 	}
+	if err := s.createMetricSchema(ctx); err != nil { // metrics.go
+		return err
+	}
 	if err := s.wstmt.prepare(ctx, s.wdb); err != nil {
 		return err
 	}

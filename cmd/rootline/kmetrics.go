@@ -1,0 +1,91 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"time"
+
+	"github.com/rootline/rootline/internal/agent"
+	"github.com/rootline/rootline/internal/kmetrics"
+)
+
+// kmetricsFlags are the agent's per-container kernel metrics settings.
+type kmetricsFlags struct {
+	enabled  bool
+	metrics  string
+	rate     uint
+	interval time.Duration
+	otlpURL  string
+}
+
+func addKmetricsFlags(fs *flag.FlagSet, k *kmetricsFlags) {
+	k.interval = 15 * time.Second
+	k.rate = 1
+	fs.BoolVar(&k.enabled, "kmetrics", false, "load the per-container eBPF kernel metrics (API /api/v1/kmetrics, /metrics, OTLP push); needs root")
+	fs.StringVar(&k.metrics, "kmetrics.enable", "", "kernel metrics enabled for every container from the start (comma-separated names, or all); others are enabled through PUT /api/v1/kmetrics/config")
+	fs.UintVar(&k.rate, "kmetrics.sample", k.rate, "default sampling rate of the metrics in --kmetrics.enable: record 1 event in N")
+	fs.DurationVar(&k.interval, "kmetrics.push-interval", k.interval, "how often the kernel metrics are pushed to the server as OTLP (0: never)")
+	fs.StringVar(&k.otlpURL, "kmetrics.otlp-url", "", "OTLP/HTTP metrics endpoint (default: the --server host, port 4318, /v1/metrics)")
+}
+
+// startKmetrics loads the BPF programs and adds the component to a.
+func startKmetrics(a *agent.Agent, k kmetricsFlags, cfg agent.Config, logger *slog.Logger) error {
+	if !k.enabled {
+		return nil
+	}
+	metrics, err := kmetrics.ParseMetrics(k.metrics)
+	if err != nil {
+		return err
+	}
+	var dflt kmetrics.Entry
+	for _, m := range metrics {
+		dflt.Enabled |= 1 << m
+		dflt.Rate[m] = uint32(max(k.rate, 1))
+	}
+	kern, err := kmetrics.LoadKernel()
+	if err != nil {
+		return err
+	}
+	targets := func() []kmetrics.Target {
+		var out []kmetrics.Target
+		for _, p := range a.Processes() {
+			out = append(out, kmetrics.Target{PID: int(p.PID), Service: p.Service})
+		}
+		return out
+	}
+	m, err := kmetrics.New(kern, kmetrics.Options{Targets: targets, Default: dflt, Logger: logger})
+	if err != nil {
+		kern.Close()
+		return err
+	}
+	c := &kmetrics.Component{Manager: m, Interval: k.interval, Logger: logger}
+	if k.interval > 0 {
+		u := k.otlpURL
+		if u == "" {
+			if u, err = defaultOTLPMetricsURL(cfg.ServerURL); err != nil {
+				m.Close()
+				return err
+			}
+		}
+		c.Pusher = &kmetrics.Pusher{URL: u, Token: cfg.AuthToken, Host: cfg.Host}
+	}
+	if err := a.AddComponent(c); err != nil {
+		m.Close()
+		return err
+	}
+	logger.Info("kernel metrics loaded", "default", metrics, "push", c.Pusher != nil)
+	return nil
+}
+
+func defaultOTLPMetricsURL(server string) (string, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return "", fmt.Errorf("kmetrics: server URL: %w", err)
+	}
+	u.Host = net.JoinHostPort(u.Hostname(), "4318")
+	u.Path = "/v1/metrics"
+	return u.String(), nil
+}

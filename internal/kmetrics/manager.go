@@ -1,0 +1,553 @@
+package kmetrics
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Target is a process the agent knows, with its service name (registered by
+// `rootline run`, configured, or read from its OpenTelemetry environment).
+type Target struct {
+	PID     int
+	Service string
+}
+
+// Options configure a Manager.
+type Options struct {
+	// Cgroups locates the hierarchies; zero means DetectCgroups.
+	Cgroups Cgroups
+	// Targets lists the agent's processes; it maps containers to services.
+	// May be nil.
+	Targets func() []Target
+	// Default is the config of every container without its own entry.
+	Default Entry
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+// Manager owns the BPF config: it turns API requests into config map
+// entries, attaches exactly the programs some container needs, and decodes
+// the BPF maps into labelled series. It is safe for concurrent use.
+type Manager struct {
+	k       Kernel
+	cg      Cgroups
+	targets func() []Target
+	logger  *slog.Logger
+
+	mu       sync.Mutex
+	dflt     Entry
+	entries  map[uint64]Entry
+	names    map[uint64]Container // keys resolved to cgroups
+	unknown  map[uint64]bool      // keys FindKey could not resolve
+	envSvc   map[uint64][]string  // services read from cgroup members' environment
+	gen      uint64
+	attached programSet
+	reasons  map[uint32]string
+	closed   bool
+}
+
+// New applies opts.Default to k and returns the manager; it owns k from now on.
+func New(k Kernel, opts Options) (*Manager, error) {
+	if opts.Cgroups == (Cgroups{}) {
+		opts.Cgroups = DetectCgroups()
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{k: k, cg: opts.Cgroups, targets: opts.Targets, logger: opts.Logger.With("component", "kmetrics"),
+		dflt: opts.Default, entries: map[uint64]Entry{}, names: map[uint64]Container{},
+		unknown: map[uint64]bool{}, envSvc: map[uint64][]string{}}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.applyLocked(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close detaches and unloads the programs.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	return m.k.Close()
+}
+
+// applyLocked writes the globals (new generation) and attaches the programs
+// the union of every config needs.
+func (m *Manager) applyLocked() error {
+	m.gen++
+	mask := m.dflt.Enabled
+	keys := make([]uint64, 0, len(m.entries))
+	for key, e := range m.entries {
+		mask |= e.Enabled
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	if err := m.k.SetGlobals(m.dflt, m.gen, keys); err != nil {
+		return err
+	}
+	want := programsFor(mask)
+	if err := m.k.SetAttached(want); err != nil {
+		return err
+	}
+	if want != m.attached {
+		m.logger.Info("programs attached", "programs", want.names())
+	}
+	m.attached = want
+	return nil
+}
+
+func (s programSet) names() []string {
+	out := []string{}
+	for p := range numPrograms {
+		if s.has(p) {
+			out = append(out, p.String())
+		}
+	}
+	return out
+}
+
+// ConfigRequest changes the config of containers (PUT /api/v1/kmetrics/config).
+// Exactly one of Container, Service and PID selects them.
+type ConfigRequest struct {
+	// Container is "default" (every container without its own entry), a
+	// cgroup path (/sys/fs/cgroup/unified/x, /sys/fs/cgroup/cpu/x, "cpu:/x"
+	// for v1 cpu, "/x" for v2) or a container key in decimal.
+	Container string `json:"container,omitempty"`
+	// Service selects the containers of every target with that service name.
+	Service string `json:"service,omitempty"`
+	// PID selects the container of one process.
+	PID int `json:"pid,omitempty"`
+	// Metrics are the metric names the change applies to; empty or ["all"]
+	// means every metric.
+	Metrics []string `json:"metrics,omitempty"`
+	// Enabled switches the metrics on or off; nil leaves them as they are.
+	Enabled *bool `json:"enabled,omitempty"`
+	// Rate sets 1-in-Rate sampling of the metrics (1: every event).
+	Rate *uint32 `json:"rate,omitempty"`
+	// Reset drops the containers' own entries: they follow the default again.
+	Reset bool `json:"reset,omitempty"`
+}
+
+// ErrBadRequest wraps invalid config requests.
+var ErrBadRequest = errors.New("kmetrics: bad request")
+
+// Configure applies req live (no program is reloaded) and returns the new state.
+func (m *Manager) Configure(req ConfigRequest) (State, error) {
+	metrics, err := ParseMetrics(strings.Join(req.Metrics, ","))
+	if err != nil {
+		return State{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	if len(metrics) == 0 {
+		metrics = Metrics()
+	}
+	if req.Rate != nil && *req.Rate > 1<<20 {
+		return State{}, fmt.Errorf("%w: rate must be at most %d", ErrBadRequest, 1<<20)
+	}
+	var sel int
+	for _, set := range []bool{req.Container != "", req.Service != "", req.PID != 0} {
+		if set {
+			sel++
+		}
+	}
+	if sel != 1 {
+		return State{}, fmt.Errorf("%w: give exactly one of container, service and pid", ErrBadRequest)
+	}
+	if req.Enabled == nil && req.Rate == nil && !req.Reset {
+		return State{}, fmt.Errorf("%w: nothing to change (enabled, rate or reset)", ErrBadRequest)
+	}
+	var containers []Container
+	isDefault := req.Container == "default"
+	switch {
+	case isDefault:
+		if req.Reset {
+			return State{}, fmt.Errorf("%w: the default cannot be reset", ErrBadRequest)
+		}
+	case req.Container != "":
+		c, err := m.containerByName(req.Container)
+		if err != nil {
+			return State{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		containers = append(containers, c)
+	case req.PID != 0:
+		c, err := m.cg.PIDContainer(req.PID)
+		if err != nil {
+			return State{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+		}
+		containers = append(containers, c)
+	default:
+		for _, ct := range m.containersOfTargets() {
+			if slices.Contains(ct.Services, req.Service) {
+				containers = append(containers, ct.Container)
+			}
+		}
+		if len(containers) == 0 {
+			return State{}, fmt.Errorf("%w: no target with service %q", ErrBadRequest, req.Service)
+		}
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return State{}, errors.New("kmetrics: closed")
+	}
+	change := func(e Entry) Entry {
+		for _, mt := range metrics {
+			if req.Enabled != nil {
+				if *req.Enabled {
+					e.Enabled |= 1 << mt
+				} else {
+					e.Enabled &^= 1 << mt
+				}
+			}
+			if req.Rate != nil {
+				e.Rate[mt] = max(*req.Rate, 1)
+			}
+		}
+		return e
+	}
+	if isDefault {
+		m.dflt = change(m.dflt)
+	}
+	for _, c := range containers {
+		m.names[c.Key] = c
+		if req.Reset {
+			delete(m.entries, c.Key)
+			if err := m.k.DeleteEntry(c.Key); err != nil {
+				return State{}, err
+			}
+			continue
+		}
+		e, ok := m.entries[c.Key]
+		if !ok {
+			e = m.dflt // a new entry starts as a copy of the default
+		}
+		e = change(e)
+		m.entries[c.Key] = e
+		if err := m.k.SetEntry(c.Key, e); err != nil {
+			return State{}, err
+		}
+	}
+	if err := m.applyLocked(); err != nil {
+		return State{}, err
+	}
+	m.logger.Info("config changed", "container", req.Container, "service", req.Service, "pid", req.PID,
+		"metrics", metrics, "enabled", req.Enabled, "rate", req.Rate, "reset", req.Reset)
+	return m.stateLocked(nil), nil
+}
+
+func (m *Manager) containerByName(name string) (Container, error) {
+	if n, err := strconv.ParseUint(name, 10, 64); err == nil {
+		m.mu.Lock()
+		c, ok := m.names[n]
+		m.mu.Unlock()
+		if ok {
+			return c, nil
+		}
+		if c, ok := m.cg.FindKey(n); ok {
+			return c, nil
+		}
+		return Container{}, fmt.Errorf("no cgroup with key %d", n)
+	}
+	return m.cg.PathContainer(name)
+}
+
+// MetricConfig is one metric's config in the API.
+type MetricConfig struct {
+	Enabled bool   `json:"enabled"`
+	Rate    uint32 `json:"rate"`
+}
+
+// ContainerState describes one container in GET /api/v1/kmetrics.
+type ContainerState struct {
+	Container
+	Name     string   `json:"name"`
+	Services []string `json:"services,omitempty"`
+	PIDs     []int    `json:"pids,omitempty"`
+	// Config is the container's own entry; absent when it follows the default.
+	Config map[string]MetricConfig `json:"config,omitempty"`
+}
+
+// State is the answer of GET /api/v1/kmetrics.
+type State struct {
+	Default    map[string]MetricConfig `json:"default"`
+	Containers []ContainerState        `json:"containers"`
+	Attached   []string                `json:"attached"`
+	Metrics    []string                `json:"metrics"`
+}
+
+func configMap(e Entry) map[string]MetricConfig {
+	out := map[string]MetricConfig{}
+	for _, mt := range Metrics() {
+		out[mt.String()] = MetricConfig{Enabled: e.Has(mt), Rate: max(e.Rate[mt], 1)}
+	}
+	return out
+}
+
+// State returns the config and the known containers: those of the agent's
+// targets and those with their own entry.
+func (m *Manager) State() State {
+	cts := m.containersOfTargets()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.stateLocked(cts)
+}
+
+func (m *Manager) stateLocked(cts []ContainerState) State {
+	st := State{Default: configMap(m.dflt), Attached: m.attached.names(), Containers: []ContainerState{}}
+	for _, mt := range Metrics() {
+		st.Metrics = append(st.Metrics, mt.String())
+	}
+	seen := map[uint64]bool{}
+	for _, c := range cts {
+		seen[c.Key] = true
+		if e, ok := m.entries[c.Key]; ok {
+			c.Config = configMap(e)
+		}
+		st.Containers = append(st.Containers, c)
+	}
+	for key, e := range m.entries {
+		if seen[key] {
+			continue
+		}
+		c := m.names[key]
+		st.Containers = append(st.Containers, ContainerState{Container: c, Name: c.Name(), Services: m.envServicesLocked(c), Config: configMap(e)})
+	}
+	sort.Slice(st.Containers, func(i, j int) bool { return st.Containers[i].Name < st.Containers[j].Name })
+	return st
+}
+
+// containersOfTargets maps the agent's targets to their containers.
+func (m *Manager) containersOfTargets() []ContainerState {
+	if m.targets == nil {
+		return nil
+	}
+	byKey := map[uint64]*ContainerState{}
+	for _, t := range m.targets() {
+		c, err := m.cg.PIDContainer(t.PID)
+		if err != nil {
+			continue
+		}
+		cs, ok := byKey[c.Key]
+		if !ok {
+			cs = &ContainerState{Container: c, Name: c.Name()}
+			byKey[c.Key] = cs
+		}
+		cs.PIDs = append(cs.PIDs, t.PID)
+		if t.Service != "" && !slices.Contains(cs.Services, t.Service) {
+			cs.Services = append(cs.Services, t.Service)
+		}
+	}
+	out := make([]ContainerState, 0, len(byKey))
+	m.mu.Lock()
+	for _, cs := range byKey {
+		m.names[cs.Key] = cs.Container
+		sort.Ints(cs.PIDs)
+		sort.Strings(cs.Services)
+		out = append(out, *cs)
+	}
+	m.mu.Unlock()
+	return out
+}
+
+// envServicesLocked reads the service names in the OpenTelemetry environment
+// of a few members of a container without targets (cached per key).
+func (m *Manager) envServicesLocked(c Container) []string {
+	if s, ok := m.envSvc[c.Key]; ok {
+		return s
+	}
+	root := m.cg.V2Root
+	if c.V1 {
+		root = m.cg.V1CPURoot
+	}
+	var out []string
+	if root != "" && c.Path != "" && c.Path != "/" {
+		data, _ := os.ReadFile(filepath.Join(root, c.Path, "cgroup.procs"))
+		n := 0
+		for line := range strings.Lines(string(data)) {
+			pid, err := strconv.Atoi(strings.TrimSpace(line))
+			if err != nil {
+				continue
+			}
+			if n++; n > 8 {
+				break
+			}
+			env, _ := os.ReadFile(filepath.Join(m.cg.ProcRoot, strconv.Itoa(pid), "environ"))
+			if s := serviceFromEnviron(env); s != "" && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	m.envSvc[c.Key] = out
+	return out
+}
+
+// serviceFromEnviron returns OTEL_SERVICE_NAME, else service.name in
+// OTEL_RESOURCE_ATTRIBUTES, of a NUL-separated environment.
+func serviceFromEnviron(env []byte) string {
+	var attrs string
+	for kv := range strings.SplitSeq(string(env), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "OTEL_SERVICE_NAME="); ok && v != "" {
+			return v
+		}
+		if v, ok := strings.CutPrefix(kv, "OTEL_RESOURCE_ATTRIBUTES="); ok {
+			attrs = v
+		}
+	}
+	for kv := range strings.SplitSeq(attrs, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "service.name="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Series is one labelled histogram or counter.
+type Series struct {
+	Metric    Metric
+	Container string // Container.Name, or the key when unresolved
+	CgroupID  uint64
+	Service   string // comma-separated when a container runs several
+	Reason    string // drops only
+	Count     uint64
+	Sum       uint64
+	Buckets   [NumBuckets]uint64 // histograms only
+}
+
+// Read decodes the BPF maps into labelled series (cumulative values, raw
+// sampled counts: with 1-in-N sampling they are ~1/N of the events).
+func (m *Manager) Read() ([]Series, error) {
+	cts := m.containersOfTargets()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("kmetrics: closed")
+	}
+	snap, err := m.k.Read()
+	if err != nil {
+		return nil, err
+	}
+	svc := map[uint64]string{}
+	for _, c := range cts {
+		svc[c.Key] = strings.Join(c.Services, ",")
+	}
+	m.forgetRemovedLocked(&snap)
+	label := func(key uint64) (string, string) {
+		c, ok := m.names[key]
+		if !ok && !m.unknown[key] && key != 0 {
+			if c, ok = m.cg.FindKey(key); ok {
+				m.names[key] = c
+			} else {
+				m.unknown[key] = true
+			}
+		}
+		s, hasSvc := svc[key]
+		if !ok {
+			if key == 0 {
+				return "none", s
+			}
+			return "id:" + strconv.FormatUint(key&^V1Bit, 10), s
+		}
+		if !hasSvc {
+			s = strings.Join(m.envServicesLocked(c), ",")
+		}
+		return c.Name(), s
+	}
+	out := make([]Series, 0, len(snap.Samples)+len(snap.Drops))
+	for _, s := range snap.Samples {
+		if s.Metric >= numMetrics || s.Metric == Drops {
+			continue // drops are exported per reason below
+		}
+		name, service := label(s.Key)
+		se := Series{Metric: s.Metric, Container: name, CgroupID: s.Key &^ V1Bit, Service: service, Count: s.Count, Sum: s.Sum}
+		if s.Metric.Kind() == Histogram {
+			se.Buckets = s.Buckets
+		}
+		out = append(out, se)
+	}
+	for _, d := range snap.Drops {
+		name, service := label(d.Key)
+		out = append(out, Series{Metric: Drops, Container: name, CgroupID: d.Key &^ V1Bit, Service: service,
+			Reason: m.reasonLocked(d.Reason), Count: d.Count, Sum: d.Count})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.Metric != b.Metric {
+			return a.Metric < b.Metric
+		}
+		if a.Container != b.Container {
+			return a.Container < b.Container
+		}
+		return a.Reason < b.Reason
+	})
+	return out, nil
+}
+
+// forgetRemovedLocked drops from snap, and from the BPF maps, the values of
+// cgroups that no longer exist (their directory is gone or now belongs to a
+// new cgroup), unless they still have a config entry: churn must not fill
+// the maps.
+func (m *Manager) forgetRemovedLocked(snap *Snapshot) {
+	gone := map[uint64]bool{}
+	check := func(key uint64) {
+		if key == 0 || gone[key] {
+			return
+		}
+		if _, ok := m.entries[key]; ok {
+			return
+		}
+		c, ok := m.names[key]
+		if !ok {
+			return // resolved (or found unresolvable) below, on first sight
+		}
+		root := m.cg.V2Root
+		if c.V1 {
+			root = m.cg.V1CPURoot
+		}
+		if ino, err := inode(filepath.Join(root, c.Path)); err != nil || ino != key&^V1Bit {
+			gone[key] = true
+		}
+	}
+	for _, s := range snap.Samples {
+		check(s.Key)
+	}
+	for _, d := range snap.Drops {
+		check(d.Key)
+	}
+	if len(gone) == 0 {
+		return
+	}
+	if err := m.k.Forget(gone); err != nil {
+		m.logger.Warn("forget removed cgroups", "err", err)
+		return
+	}
+	for key := range gone {
+		delete(m.names, key)
+		delete(m.envSvc, key)
+	}
+	snap.Samples = slices.DeleteFunc(snap.Samples, func(s Sample) bool { return gone[s.Key] })
+	snap.Drops = slices.DeleteFunc(snap.Drops, func(d DropSample) bool { return gone[d.Key] })
+	m.logger.Debug("forgot removed cgroups", "keys", len(gone))
+}
+
+func (m *Manager) reasonLocked(r uint32) string {
+	if m.reasons == nil {
+		m.reasons = dropReasons()
+	}
+	if s, ok := m.reasons[r]; ok {
+		return s
+	}
+	return strconv.FormatUint(uint64(r), 10)
+}

@@ -1,0 +1,150 @@
+package kmetrics
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/pcommon"
+	"go.opentelemetry.io/collector/pdata/pmetric"
+	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+)
+
+// ScopeName is the instrumentation scope of the pushed metrics.
+const ScopeName = "github.com/rootline/rootline/internal/kmetrics"
+
+// ToOTLP converts series to OTLP metrics: one resource per (container,
+// service) with service.name (the container's service, else "unknown"),
+// host.name and container attributes; histograms as explicit-bucket
+// histograms with the log2 bounds (seconds or bytes), counters as monotonic
+// sums, all cumulative since start.
+func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics {
+	md := pmetric.NewMetrics()
+	type resKey struct{ container, service string }
+	res := map[resKey]pmetric.MetricSlice{}
+	metrics := map[resKey]map[Metric]pmetric.Metric{}
+	for _, s := range series {
+		rk := resKey{s.Container, s.Service}
+		ms, ok := res[rk]
+		if !ok {
+			rm := md.ResourceMetrics().AppendEmpty()
+			attrs := rm.Resource().Attributes()
+			svc := s.Service
+			if svc == "" {
+				svc = "unknown"
+			}
+			attrs.PutStr("service.name", svc)
+			if host != "" {
+				attrs.PutStr("host.name", host)
+			}
+			attrs.PutStr("container", s.Container)
+			attrs.PutInt("cgroup.id", int64(s.CgroupID))
+			sm := rm.ScopeMetrics().AppendEmpty()
+			sm.Scope().SetName(ScopeName)
+			ms = sm.Metrics()
+			res[rk] = ms
+			metrics[rk] = map[Metric]pmetric.Metric{}
+		}
+		mt, ok := metrics[rk][s.Metric]
+		if !ok {
+			mt = ms.AppendEmpty()
+			mt.SetName(s.Metric.ExportName())
+			mt.SetDescription(s.Metric.Help())
+			switch {
+			case s.Metric.Kind() == Counter:
+				mt.SetUnit("1")
+				sum := mt.SetEmptySum()
+				sum.SetIsMonotonic(true)
+				sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+			default:
+				if s.Metric.Unit() == Nanoseconds {
+					mt.SetUnit("s")
+				} else {
+					mt.SetUnit("By")
+				}
+				mt.SetEmptyHistogram().SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+			}
+			metrics[rk][s.Metric] = mt
+		}
+		ts, st := pcommon.NewTimestampFromTime(now), pcommon.NewTimestampFromTime(start)
+		if s.Metric.Kind() == Counter {
+			dp := mt.Sum().DataPoints().AppendEmpty()
+			dp.SetStartTimestamp(st)
+			dp.SetTimestamp(ts)
+			dp.SetIntValue(int64(s.Count))
+			if s.Reason != "" {
+				dp.Attributes().PutStr("reason", s.Reason)
+			}
+			continue
+		}
+		dp := mt.Histogram().DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(st)
+		dp.SetTimestamp(ts)
+		dp.SetCount(s.Count)
+		dp.SetSum(float64(s.Sum) * scale(s.Metric))
+		upper, cum := Bounds(s.Metric, s.Buckets)
+		// OTLP buckets are per-bucket counts with one more bucket than
+		// bounds; the last (overflow) bucket is empty by construction.
+		counts := make([]uint64, len(cum)+1)
+		var prev uint64
+		for i, c := range cum {
+			counts[i] = c - prev
+			prev = c
+		}
+		dp.ExplicitBounds().FromRaw(upper)
+		dp.BucketCounts().FromRaw(counts)
+	}
+	return md
+}
+
+// Pusher pushes the series as OTLP/HTTP protobuf to a server's /v1/metrics.
+type Pusher struct {
+	// URL is the full endpoint (http://server:4318/v1/metrics).
+	URL string
+	// Token, when set, is sent as a bearer token.
+	Token  string
+	Host   string
+	Client *http.Client
+	start  time.Time
+}
+
+// Push sends one export request.
+func (p *Pusher) Push(ctx context.Context, series []Series, now time.Time) error {
+	if p.start.IsZero() {
+		p.start = now
+	}
+	if len(series) == 0 {
+		return nil
+	}
+	req := pmetricotlp.NewExportRequestFromMetrics(ToOTLP(series, p.Host, p.start, now))
+	body, err := req.MarshalProto()
+	if err != nil {
+		return fmt.Errorf("kmetrics: encode OTLP: %w", err)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header.Set("Content-Type", "application/x-protobuf")
+	if p.Token != "" {
+		hr.Header.Set("Authorization", "Bearer "+p.Token)
+	}
+	c := p.Client
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(hr)
+	if err != nil {
+		return fmt.Errorf("kmetrics: push: %w", err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("kmetrics: push: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
