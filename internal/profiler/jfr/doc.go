@@ -54,9 +54,10 @@
 // Containers: a JVM in its own pid and mount namespaces is reached by jcmd
 // (JDK 10+) through /proc/<pid>/root/tmp; it writes the dump into its own
 // /tmp and the profiler reads it back through /proc/<pid>/root and deletes
-// it. A JVM with its own mount namespace but the agent's pid namespace is
-// refused (ErrNotSupported): JDK 17's jcmd then looks for the attach socket
-// in the agent's /tmp and would wait 10 s in vain. User namespaces (a
+// it. A JVM with its own mount namespace and a private /tmp but the agent's
+// pid namespace is refused (ErrNotSupported): JDK 17's jcmd then looks for
+// the attach socket in the agent's /tmp and would wait 10 s in vain. One that
+// keeps the host's /tmp (`ip netns exec`, the demo's pods) is recorded. User namespaces (a
 // container's root mapped to another host uid) are not handled.
 //
 // Other limitations: only HotSpot JVMs with JFR are supported (tested with

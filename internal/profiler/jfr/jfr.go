@@ -166,9 +166,10 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if attachDisabled(t.PID) {
 		return fmt.Errorf("jfr: start pid %d: %w", t.PID, ErrAttachDisabled)
 	}
-	if pi.otherMountNS && !pi.otherPidNS {
+	if pi.otherMountNS && !pi.otherPidNS && !sameTmp(t.PID) {
 		// jcmd would wait 10 s for an attach socket in the agent's /tmp
-		// while the JVM creates it in its own.
+		// while the JVM creates it in its own. (A mount namespace that
+		// keeps the host's /tmp, as `ip netns exec` makes, is fine.)
 		return fmt.Errorf("jfr: start pid %d: the JVM has its own mount namespace but shares the agent's pid namespace, where jcmd cannot find its attach socket: %w",
 			t.PID, profiler.ErrNotSupported)
 	}
@@ -481,4 +482,14 @@ func defaultPeriod(settings string) time.Duration {
 		return 20 * time.Millisecond
 	}
 	return 10 * time.Millisecond
+}
+
+// sameTmp reports whether the process sees the agent's /tmp (same device and
+// inode through /proc/<pid>/root/tmp).
+func sameTmp(pid int) bool {
+	var a, b syscall.Stat_t
+	if syscall.Stat("/tmp", &a) != nil || syscall.Stat(fmt.Sprintf("/proc/%d/root/tmp", pid), &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
 }

@@ -1,0 +1,599 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rootline/rootline/internal/loadgen"
+	"github.com/rootline/rootline/internal/mesh"
+)
+
+// MeshOptions configure the mesh scenario (the default `rootline demo`).
+type MeshOptions struct {
+	Topology       string   // YAML file; empty: mesh.Default()
+	Faults         []string // name@service[=amount], run one after the other
+	Warmup         time.Duration
+	Duration       time.Duration // of each fault
+	Rate           float64       // 0: the topology's last phase rate
+	Mode           string        // pod, port or "" (pod when root)
+	NoEnvoy        bool
+	NoRun          bool
+	ForwardHeaders bool
+	DataDir        string
+	QueryAddr      string
+	Keep           bool
+	JSONPath       string
+	RepoRoot       string // where build/demo and demo/services are; "" = next to the binary
+	Logger         *slog.Logger
+}
+
+// FaultResult is what the demo found about one injected fault.
+type FaultResult struct {
+	Injected  string         `json:"injected"`
+	Service   string         `json:"service"`
+	From      time.Time      `json:"from"`
+	To        time.Time      `json:"to"`
+	Anomalies int            `json:"anomalies"`
+	ByService map[string]int `json:"anomaliesByService"`
+	Verdict   Verdict        `json:"verdict"`
+	Evidence  map[string]int `json:"evidenceArtifacts"`
+	Load      LoadSummary    `json:"load"`
+	Correct   bool           `json:"correct"`
+	Error     string         `json:"error,omitempty"`
+}
+
+// LoadSummary is the load generator's view of a phase.
+type LoadSummary struct {
+	Rate   float64 `json:"rate"`
+	Sent   int64   `json:"sent"`
+	Errors int64   `json:"errors"`
+	P50Ms  float64 `json:"p50Ms"`
+	P95Ms  float64 `json:"p95Ms"`
+	P99Ms  float64 `json:"p99Ms"`
+}
+
+// MeshSummary is the demo's result (also written with --json).
+type MeshSummary struct {
+	Mode      string        `json:"mode"`
+	Envoy     bool          `json:"envoy"`
+	Run       bool          `json:"rootlineRun"`
+	Services  int           `json:"services"`
+	Warmup    []LoadSummary `json:"warmup"`
+	Faults    []FaultResult `json:"faults"`
+	UI        string        `json:"ui"`
+	Correct   bool          `json:"correct"`
+	Notes     []string      `json:"notes,omitempty"`
+	SpansSeen int           `json:"spansStored"`
+}
+
+func summarize(r loadgen.PhaseResult) LoadSummary {
+	msf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	return LoadSummary{Rate: r.Rate, Sent: r.Sent, Errors: r.Errors, P50Ms: msf(r.P50()), P95Ms: msf(r.P95()), P99Ms: msf(r.P99())}
+}
+
+// RunMesh runs the mesh scenario: server, agent, the topology's services
+// (each under `rootline run` and with an Envoy sidecar when available), load
+// in phases, then each fault in turn with a verdict read from the API.
+func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, error) {
+	var sum MeshSummary
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return sum, err
+	}
+	if o.RepoRoot == "" {
+		o.RepoRoot = filepath.Dir(filepath.Dir(self)) // bin/rootline → repo
+	}
+	topo := mesh.Default()
+	if o.Topology != "" {
+		if topo, err = mesh.Load(o.Topology); err != nil {
+			return sum, err
+		}
+	}
+	var faults []mesh.Fault
+	for _, s := range o.Faults {
+		f, err := mesh.ParseFault(s)
+		if err != nil {
+			return sum, err
+		}
+		if topo.Service(f.Service) == nil {
+			return sum, fmt.Errorf("fault %s: no service %q in the topology", s, f.Service)
+		}
+		faults = append(faults, f)
+	}
+	root := os.Geteuid() == 0
+	mode := mesh.Mode(o.Mode)
+	if mode == mesh.ModeAuto {
+		mode = mesh.ModePort
+		if root {
+			mode = mesh.ModePod
+		}
+	}
+	if mode == mesh.ModePod && !root {
+		return sum, fmt.Errorf("pod mode needs root (network namespaces, iptables); use --mode port")
+	}
+	if !root {
+		sum.Notes = append(sum.Notes, "not root: port mode; faults that need root (cpu-throttle, net-bandwidth) are unavailable")
+	}
+	sum.Mode = string(mode)
+	if err := checkServiceBinaries(topo, o.RepoRoot); err != nil {
+		return sum, err
+	}
+
+	dir := o.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "rootline-demo-")
+		if err != nil {
+			return sum, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr)
+	if err != nil {
+		return sum, err
+	}
+	defer stopServer()
+	api := "http://" + addrs.Query
+	sum.UI = api
+	fmt.Fprintf(out, "rootline demo: server up — UI and API %s, OTLP/gRPC %s, OTLP/HTTP %s\n", api, addrs.OTLPGRPC, addrs.OTLPHTTP)
+
+	agentAddr, stopAgent, err := startAgentProc(ctx, self, api, dir)
+	if err != nil {
+		return sum, err
+	}
+	defer stopAgent()
+	fmt.Fprintf(out, "rootline demo: agent up at %s (profilers: cpu, jfr, and kernel when available)\n", agentAddr)
+
+	envoy := ""
+	if !o.NoEnvoy {
+		if envoy, err = mesh.FindEnvoy(); err != nil {
+			sum.Notes = append(sum.Notes, "no Envoy ("+err.Error()+"): spans come from rootline run only")
+			envoy = ""
+		}
+	}
+	sum.Envoy = envoy != ""
+	sum.Run = !o.NoRun
+	subnet := "10.77.0.0/24"
+	podAddr := func(h string) string {
+		if mode != mesh.ModePod {
+			return h
+		}
+		_, port, _ := net.SplitHostPort(h)
+		return net.JoinHostPort("10.77.0.1", port) // the bridge, by the mesh's contract
+	}
+	opts := mesh.Options{
+		Mode: mode, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy, Tracing: envoy != "",
+		OTLPEndpoint: addrs.OTLPGRPC, Expose: []string{addrs.OTLPHTTP, agentAddr},
+		ServiceCmd: mesh.DefaultServiceCmd(o.RepoRoot), ForwardHeaders: o.ForwardHeaders,
+		Subnet: subnet, Logger: log,
+	}
+	if !o.NoRun {
+		opts.Wrap = func(svc string, argv []string) []string {
+			return append([]string{self, "run", "--service", svc,
+				"--server", "http://" + podAddr(addrs.OTLPHTTP), "--agent", "http://" + podAddr(agentAddr), "--"}, argv...)
+		}
+	}
+	fmt.Fprintf(out, "rootline demo: starting %d services in %s mode (%s)…\n", len(topo.Services), mode, describe(sum))
+	m, err := mesh.Start(ctx, topo, opts)
+	if err != nil {
+		return sum, fmt.Errorf("start the mesh: %w", err)
+	}
+	defer func() {
+		if err := m.Close(); err != nil {
+			fmt.Fprintf(out, "rootline demo: cleanup: %v\n", err)
+		}
+	}()
+	sum.Services = len(topo.Services)
+	entry := m.EntryURL()
+	fmt.Fprintf(out, "rootline demo: mesh up, entry %s\n", entry)
+	if err := waitServing(ctx, entry, 90*time.Second); err != nil {
+		return sum, err
+	}
+
+	anomalies := &anomalyCounter{api: api}
+	progress := func(label string) func(loadgen.Progress) {
+		return func(p loadgen.Progress) {
+			if p.Elapsed.Round(time.Second)%(5*time.Second) != 0 {
+				return
+			}
+			fmt.Fprintf(out, "  %-22s %3.0fs  target %4.0f/s  done %5.1f/s  p50 %6.1f ms  p99 %7.1f ms  errors %d  anomalies %d\n",
+				label, p.Elapsed.Seconds(), p.Target, p.Rate, ms(float64(p.P50)), ms(float64(p.P99)), p.Errors, anomalies.get())
+		}
+	}
+	stopCount := anomalies.poll(ctx)
+	defer stopCount()
+
+	// Warm-up: the topology's phases of increasing rate, so the detector's
+	// windows learn the normal latency.
+	phases := topo.Phases
+	if o.Warmup > 0 {
+		phases = scalePhases(phases, o.Warmup)
+	}
+	rate := o.Rate
+	if rate == 0 && len(phases) > 0 {
+		rate = phases[len(phases)-1].Rate
+	}
+	fmt.Fprintf(out, "phase: warm-up, %s\n", phaseList(phases))
+	for i, ph := range phases {
+		res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
+			Progress: progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))})
+		if err != nil {
+			return sum, err
+		}
+		sum.Warmup = append(sum.Warmup, summarize(res.Phases[0]))
+	}
+
+	sum.Correct = len(faults) > 0
+	for i, f := range faults {
+		if ctx.Err() != nil {
+			return sum, ctx.Err()
+		}
+		fr := runFault(ctx, m, api, entry, f, rate, o.Duration, progress(f.String()), out)
+		sum.Faults = append(sum.Faults, fr)
+		sum.Correct = sum.Correct && fr.Correct
+		if i < len(faults)-1 {
+			// Recovery: normal traffic so the detector's windows forget the fault.
+			fmt.Fprintf(out, "phase: recovery, %.0f/s for %s\n", rate, o.Duration)
+			if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: o.Duration}},
+				Progress: progress("recovery")}); err != nil {
+				return sum, err
+			}
+		}
+	}
+	if v, err := metricValue(ctx, api+"/metrics", "rootline_pipeline_spans_stored_total"); err == nil {
+		sum.SpansSeen = int(v)
+	}
+	printMeshSummary(out, sum)
+	if o.Keep {
+		fmt.Fprintf(out, "\nmesh and server kept running at %s — press Ctrl-C to stop and clean up\n", api)
+		<-ctx.Done()
+	}
+	return sum, nil
+}
+
+func describe(s MeshSummary) string {
+	var parts []string
+	if s.Run {
+		parts = append(parts, "each under rootline run")
+	} else {
+		parts = append(parts, "no rootline run")
+	}
+	if s.Envoy {
+		parts = append(parts, "Envoy sidecars tracing to the server")
+	} else {
+		parts = append(parts, "no sidecars")
+	}
+	return strings.Join(parts, ", ")
+}
+
+func phaseList(ph []mesh.Phase) string {
+	var s []string
+	for _, p := range ph {
+		s = append(s, fmt.Sprintf("%.0f/s for %s", p.Rate, p.Duration))
+	}
+	return strings.Join(s, ", then ")
+}
+
+// scalePhases fits the phases into total, keeping their proportions.
+func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
+	var sum time.Duration
+	for _, p := range ph {
+		sum += p.Duration
+	}
+	if sum == 0 {
+		return ph
+	}
+	out := make([]mesh.Phase, len(ph))
+	for i, p := range ph {
+		out[i] = mesh.Phase{Rate: p.Rate, Duration: time.Duration(float64(total) * float64(p.Duration) / float64(sum))}
+	}
+	return out
+}
+
+func runFault(ctx context.Context, m *mesh.Mesh, api, entry string, f mesh.Fault, rate float64, d time.Duration,
+	progress func(loadgen.Progress), out io.Writer) FaultResult {
+	fr := FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
+	// A baseline just before the fault, at the same rate.
+	base := min(d, 20*time.Second)
+	fr.From = time.Now()
+	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s\n", f, rate, base)
+	if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: base}}, Progress: progress}); err != nil {
+		fr.Error = err.Error()
+		return fr
+	}
+	fmt.Fprintf(out, "phase: fault %s on, %.0f/s for %s\n", f, rate, d)
+	undo, err := m.Inject(f)
+	if err != nil {
+		fr.Error = err.Error()
+		fmt.Fprintf(out, "  cannot inject %s: %v\n", f, err)
+		return fr
+	}
+	res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}, Progress: progress})
+	if uerr := undo(); uerr != nil {
+		fmt.Fprintf(out, "  undo %s: %v\n", f, uerr)
+	}
+	fr.To = time.Now()
+	if err != nil {
+		fr.Error = err.Error()
+		return fr
+	}
+	fr.Load = summarize(res.Phases[0])
+	// Let the last spans arrive and the evidence of the fault's anomalies
+	// reach the server.
+	sleepCtx(ctx, 3*time.Second)
+	if n := waitCaptures(ctx, api, fr.From, 90*time.Second); n > 0 {
+		fmt.Fprintf(out, "  %d captures still running after 90 s; diagnosing without them\n", n)
+	}
+
+	var all, anoms []anomalyRow
+	_ = getJSON(ctx, fmt.Sprintf("%s/api/v1/anomalies?limit=10000&since=%d", api, fr.From.UnixNano()), &all)
+	for _, a := range all {
+		if a.Start <= fr.To.UnixNano() {
+			anoms = append(anoms, a)
+			fr.ByService[a.Service]++
+		}
+	}
+	fr.Anomalies = len(anoms)
+	v, err := Diagnose(ctx, api, "", fr.From, fr.To)
+	if err != nil {
+		fr.Error = err.Error()
+	}
+	fr.Verdict = v
+	fr.Evidence = evidenceOf(anoms, v.Service)
+	fr.Correct = v.Service == f.Service
+	printFault(out, fr)
+	return fr
+}
+
+// waitServing sends requests through the whole topology until a few in a
+// row succeed: JVMs and sidecars answer their first requests slowly.
+func waitServing(ctx context.Context, url string, limit time.Duration) error {
+	client := &http.Client{Timeout: 20 * time.Second}
+	deadline := time.Now().Add(limit)
+	ok := 0
+	var last error
+	for ok < 5 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the mesh does not answer at %s: %v", url, last)
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				ok++
+				continue
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		ok, last = 0, err
+		sleepCtx(ctx, 200*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// waitCaptures waits until no capture created since from is pending or
+// requested, and returns how many still are when limit passes.
+func waitCaptures(ctx context.Context, api string, from time.Time, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for {
+		var caps []struct {
+			State   string    `json:"state"`
+			Created time.Time `json:"created"`
+		}
+		open := 0
+		if getJSON(ctx, api+"/api/v1/captures?limit=1000", &caps) == nil {
+			for _, c := range caps {
+				if !c.Created.Before(from) && (c.State == "pending" || c.State == "requested") {
+					open++
+				}
+			}
+		}
+		if open == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return open
+		}
+		sleepCtx(ctx, time.Second)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// evidenceOf counts the artifacts linked to the culprit's anomalous spans.
+func evidenceOf(anoms []anomalyRow, svc string) map[string]int {
+	kinds := map[string]int{}
+	seen := map[string]bool{}
+	for _, a := range anoms {
+		if a.Service != svc {
+			continue
+		}
+		for _, x := range a.Artifacts {
+			if !seen[x.ID] {
+				seen[x.ID] = true
+				kinds[x.Kind]++
+			}
+		}
+	}
+	return kinds
+}
+
+func printFault(out io.Writer, fr FaultResult) {
+	fmt.Fprintf(out, "\nfault %s\n", fr.Injected)
+	fmt.Fprintf(out, "  load: %.0f/s, p50 %.1f ms, p95 %.1f ms, p99 %.1f ms, errors %d of %d\n",
+		fr.Load.Rate, fr.Load.P50Ms, fr.Load.P95Ms, fr.Load.P99Ms, fr.Load.Errors, fr.Load.Sent)
+	var svcs []string
+	for s := range fr.ByService {
+		svcs = append(svcs, s)
+	}
+	sort.Slice(svcs, func(i, j int) bool { return fr.ByService[svcs[i]] > fr.ByService[svcs[j]] })
+	var parts []string
+	for _, s := range svcs {
+		parts = append(parts, fmt.Sprintf("%s %d", s, fr.ByService[s]))
+	}
+	fmt.Fprintf(out, "  anomalous spans: %d (%s)\n", fr.Anomalies, strings.Join(parts, ", "))
+	fmt.Fprintf(out, "  slowest services (growth of own time per slow trace):\n")
+	for i, r := range fr.Verdict.Ranking {
+		if i == 4 {
+			break
+		}
+		fmt.Fprintf(out, "    %-6s +%7.1f ms own, +%6.1f ms network, +%6.1f ms run-queue\n", r.Service, r.SelfDeltaMs, r.NetDeltaMs, r.LocalDeltaMs)
+	}
+	if len(fr.Evidence) > 0 {
+		var ev []string
+		for k, n := range fr.Evidence {
+			ev = append(ev, fmt.Sprintf("%d %s", n, k))
+		}
+		sort.Strings(ev)
+		fmt.Fprintf(out, "  evidence captured for %s: %s\n", fr.Verdict.Service, strings.Join(ev, ", "))
+	}
+	for _, e := range fr.Verdict.Evidence {
+		fmt.Fprintf(out, "    · %s\n", e)
+	}
+	fmt.Fprintf(out, "  verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	if fr.Correct {
+		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
+	} else {
+		fmt.Fprintf(out, "  check: WRONG — the fault was injected into %q\n", fr.Service)
+	}
+	if fr.Error != "" {
+		fmt.Fprintf(out, "  error: %s\n", fr.Error)
+	}
+}
+
+func printMeshSummary(out io.Writer, s MeshSummary) {
+	fmt.Fprintf(out, "\nWhat Rootline found\n")
+	fmt.Fprintf(out, "  %d services, %s mode, %s; %d spans stored\n", s.Services, s.Mode, describe(s), s.SpansSeen)
+	for _, f := range s.Faults {
+		mark := "correct"
+		if !f.Correct {
+			mark = "WRONG"
+		}
+		fmt.Fprintf(out, "  %-24s → verdict %-4s cause %-14s %s\n", f.Injected, f.Verdict.Service, f.Verdict.Cause, mark)
+		if f.Verdict.ExampleTraceID != "" {
+			fmt.Fprintf(out, "      see it: %s/#/trace/%s\n", s.UI, f.Verdict.ExampleTraceID)
+		}
+	}
+	for _, n := range s.Notes {
+		fmt.Fprintf(out, "  note: %s\n", n)
+	}
+	fmt.Fprintf(out, "  UI: %s (stops with the demo; add --keep to browse)\n", s.UI)
+}
+
+// checkServiceBinaries says what to build when the demo services are missing.
+func checkServiceBinaries(topo *mesh.Topology, repo string) error {
+	need := map[string]string{
+		"go":     filepath.Join(repo, "build", "demo", "svc-go"),
+		"java":   filepath.Join(repo, "build", "demo", "java", "Svc.class"),
+		"python": filepath.Join(repo, "demo", "services", "python", "svc.py"),
+	}
+	for _, s := range topo.Services {
+		p := need[strings.ToLower(s.Language)]
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("demo service for %s (%s) missing at %s: run `make build` first", s.Name, s.Language, p)
+		}
+	}
+	return nil
+}
+
+// startAgentProc runs `rootline agent` as a child and waits for its API.
+func startAgentProc(ctx context.Context, self, api, dir string) (string, func(), error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logf, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to the demo, which stops it
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return "", nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return addr, stop, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			b, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
+			return "", nil, fmt.Errorf("agent did not start: %v\n%s", err, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// anomalyCounter polls the anomaly count for the progress lines.
+type anomalyCounter struct {
+	api   string
+	n     atomic.Int64
+	start time.Time
+}
+
+func (a *anomalyCounter) get() int64 { return a.n.Load() }
+
+func (a *anomalyCounter) poll(ctx context.Context) func() {
+	a.start = time.Now()
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		t := time.NewTicker(3 * time.Second)
+		defer t.Stop()
+		for {
+			var rows []json.RawMessage
+			if getJSON(cctx, fmt.Sprintf("%s/api/v1/anomalies?limit=10000&since=%d", a.api, a.start.UnixNano()), &rows) == nil {
+				a.n.Store(int64(len(rows)))
+			}
+			select {
+			case <-cctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return cancel
+}

@@ -1,0 +1,756 @@
+package demo
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Causes a Verdict can name.
+const (
+	// CauseCPU: the culprit's own time grew and its request threads were on
+	// CPU for most of it (captured CPU samples).
+	CauseCPU = "cpu"
+	// CauseRunQueue: the culprit's threads waited for a CPU
+	// (rootline.wait.local_ms grew): a CPU quota, a noisy neighbour.
+	CauseRunQueue = "run-queue"
+	// CauseNetwork: calls into the culprit took longer than the culprit
+	// itself did (rootline.wait.net_ms / client-span time beyond the server span).
+	CauseNetwork = "network"
+	// CauseBlocking: the culprit's own time grew while its threads were mostly
+	// off CPU and not runnable: a lock, sleep, disk or GC pause.
+	CauseBlocking = "lock/blocking"
+	// CauseSelfTime: the culprit's own time grew but no CPU samples were
+	// captured to tell CPU from blocking.
+	CauseSelfTime = "self-time"
+	// CauseNone: nothing to explain (no slow traces in the window).
+	CauseNone = "none"
+)
+
+// Span attributes the verdict reads. They are Rootline's public contract
+// (model.AttrAnomaly, model.AttrWait*Ms, model.AttrThreadIDs/AttrThreadID).
+const (
+	attrAnomaly      = "rootline.anomaly"
+	attrWaitLocalMs  = "rootline.wait.local_ms"
+	attrWaitNetMs    = "rootline.wait.net_ms"
+	attrThreadIDs    = "rootline.thread.ids"
+	attrThreadID     = "thread.id"
+	attrSpanKind     = "span.kind"
+	attrServerAddr   = "server.address"
+	maxSlowTraces    = 200
+	maxBaseTraces    = 500
+	traceIDsPerFetch = 20
+)
+
+// Verdict is the diagnosis of a slowdown, reached from Rootline's query API
+// alone.
+type Verdict struct {
+	// Service is the culprit ("" when there was nothing to explain).
+	Service string `json:"service"`
+	// Cause is one of the Cause* constants.
+	Cause string `json:"cause"`
+	// Confidence in [0, 1]: how clearly the culprit stands out, scaled down
+	// when few slow or baseline traces were seen.
+	Confidence float64 `json:"confidence"`
+	// Evidence are human-readable facts behind the verdict.
+	Evidence []string `json:"evidence"`
+	// Ranking lists every service, most suspect first.
+	Ranking []ServiceScore `json:"ranking"`
+	// SlowTraces and BaseTraces are the traces compared; ExampleTraceID is a
+	// slow trace through the culprit.
+	SlowTraces     int    `json:"slowTraces"`
+	BaseTraces     int    `json:"baseTraces"`
+	ExampleTraceID string `json:"exampleTraceId,omitempty"`
+}
+
+// ServiceScore is one service's share of the slowdown, per trace, in
+// milliseconds: how much more time slow traces spent in it than baseline
+// traces did.
+type ServiceScore struct {
+	Service string `json:"service"`
+	// Score = SelfDeltaMs + NetDeltaMs.
+	Score float64 `json:"score"`
+	// SelfDeltaMs is the growth of the service's exclusive time (its spans'
+	// durations minus the time covered by their children).
+	SelfDeltaMs float64 `json:"selfDeltaMs"`
+	SelfSlowMs  float64 `json:"selfSlowMs"`
+	SelfBaseMs  float64 `json:"selfBaseMs"`
+	// NetDeltaMs is the growth of the time calls into the service spent
+	// outside it (network, proxies).
+	NetDeltaMs float64 `json:"netDeltaMs"`
+	// LocalDeltaMs is the growth of its run-queue wait (rootline.wait.local_ms).
+	LocalDeltaMs float64 `json:"localDeltaMs"`
+	// Anomalies counts its anomalous spans in the slow traces.
+	Anomalies int `json:"anomalies"`
+}
+
+// Diagnose decides which service caused the slowdown seen between from and
+// to, and why, from Rootline's query API at apiBase (e.g.
+// "http://127.0.0.1:16686"). token, when set, is sent as a bearer token.
+//
+// Slow traces are those with an anomalous span (rootline.anomaly); when the
+// detector flagged fewer than three, the slowest tenth of the window's traces
+// stand in. Baseline traces are the window's other traces, taken before the
+// first anomaly when there are enough. Each service's exclusive time per trace
+// is compared between the two sets; the service whose time grew most is the
+// culprit, and its waits and captured CPU samples give the cause.
+func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (Verdict, error) {
+	c := &apiClient{base: strings.TrimRight(apiBase, "/"), token: token}
+	v := Verdict{Cause: CauseNone}
+
+	var anoms []anomalyRec
+	q := url.Values{"since": {strconv.FormatInt(from.UnixNano(), 10)}, "limit": {"1000"}}
+	if err := c.get(ctx, "/api/v1/anomalies?"+q.Encode(), &anoms); err != nil {
+		return v, err
+	}
+	anoms = slices.DeleteFunc(anoms, func(a anomalyRec) bool { return a.Start > to.UnixNano() || a.Start < from.UnixNano() })
+
+	var slowIDs []string
+	seen := map[string]bool{}
+	firstAnom := int64(math.MaxInt64)
+	for _, a := range anoms { // newest first
+		firstAnom = min(firstAnom, a.Start)
+		if !seen[a.TraceID] && len(slowIDs) < maxSlowTraces {
+			seen[a.TraceID] = true
+			slowIDs = append(slowIDs, a.TraceID)
+		}
+	}
+	slow, err := c.tracesByID(ctx, slowIDs)
+	if err != nil {
+		return v, err
+	}
+
+	// The entry service: the service of root spans (of slow traces if any,
+	// else of any trace in the window).
+	root := ""
+	for _, t := range slow {
+		if r := t.root(); r != nil {
+			root = r.service
+			break
+		}
+	}
+	if root == "" {
+		var services []string
+		if err := c.getJaeger(ctx, "/api/services", &services); err != nil {
+			return v, err
+		}
+		if root, err = c.findRoot(ctx, services, from, to); err != nil {
+			return v, err
+		}
+		if root == "" {
+			v.Evidence = append(v.Evidence, "no traces between "+from.Format(time.RFC3339)+" and "+to.Format(time.RFC3339))
+			return v, nil
+		}
+	}
+
+	// Baseline: before the first anomaly if that leaves enough traces.
+	var base []*trace
+	if len(slow) > 0 && firstAnom > from.UnixNano() {
+		b, err := c.search(ctx, root, from, time.Unix(0, firstAnom-1000), maxBaseTraces)
+		if err != nil {
+			return v, err
+		}
+		base = b
+	}
+	fallback := false
+	if len(base) < 20 {
+		all, err := c.search(ctx, root, from, to, maxBaseTraces)
+		if err != nil {
+			return v, err
+		}
+		if len(slow) < 3 {
+			// The detector flagged (almost) nothing: compare the slowest tenth
+			// of the window with the rest.
+			fallback = true
+			slices.SortFunc(all, func(x, y *trace) int { return cmp.Compare(y.duration(), x.duration()) })
+			n := max(len(all)/10, min(len(all), 1))
+			slow, all = all[:n], all[n:]
+		}
+		base = all
+	}
+	base = slices.DeleteFunc(base, func(t *trace) bool { return seen[t.id] || t.anomalous() })
+	v.SlowTraces, v.BaseTraces = len(slow), len(base)
+	if len(slow) == 0 || len(base) == 0 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d slow and %d baseline traces: nothing to compare", len(slow), len(base)))
+		return v, nil
+	}
+
+	known := map[string]bool{}
+	for _, t := range append(slices.Clone(slow), base...) {
+		for _, s := range t.spans {
+			known[s.service] = true
+		}
+	}
+	slowM, baseM := meanTimes(slow, known), meanTimes(base, known)
+	anomsBy := map[string]int{}
+	for _, t := range slow {
+		for _, s := range t.spans {
+			if s.anomaly {
+				anomsBy[s.service]++
+			}
+		}
+	}
+	for svc := range known {
+		sm, bm := slowM[svc], baseM[svc]
+		sc := ServiceScore{
+			Service:      svc,
+			SelfSlowMs:   ms(sm.self),
+			SelfBaseMs:   ms(bm.self),
+			SelfDeltaMs:  ms(sm.self - bm.self),
+			NetDeltaMs:   ms(sm.net - bm.net),
+			LocalDeltaMs: ms(sm.local - bm.local),
+			Anomalies:    anomsBy[svc],
+		}
+		sc.Score = sc.SelfDeltaMs + sc.NetDeltaMs
+		v.Ranking = append(v.Ranking, sc)
+	}
+	slices.SortFunc(v.Ranking, func(x, y ServiceScore) int {
+		if d := cmp.Compare(y.Score, x.Score); d != 0 {
+			return d
+		}
+		return strings.Compare(x.Service, y.Service)
+	})
+	for i := range v.Ranking {
+		r := &v.Ranking[i]
+		r.Score, r.SelfDeltaMs, r.SelfSlowMs, r.SelfBaseMs = round2(r.Score), round2(r.SelfDeltaMs), round2(r.SelfSlowMs), round2(r.SelfBaseMs)
+		r.NetDeltaMs, r.LocalDeltaMs = round2(r.NetDeltaMs), round2(r.LocalDeltaMs)
+	}
+
+	top := v.Ranking[0]
+	if fallback {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("the detector flagged %d anomalous spans: comparing the slowest %d traces with the other %d", len(anoms), len(slow), len(base)))
+	} else {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d traces with anomalous spans (%d anomalous spans) compared with %d baseline traces", len(slow), len(anoms), len(base)))
+	}
+	if top.Score <= 0 {
+		v.Evidence = append(v.Evidence, "no service spent more time in slow traces than in baseline ones")
+		return v, nil
+	}
+	v.Service = top.Service
+	second := 0.0
+	if len(v.Ranking) > 1 {
+		second = max(v.Ranking[1].Score, 0)
+	}
+	margin := (top.Score - second) / top.Score
+	v.Confidence = margin * math.Min(1, float64(len(slow))/5) * math.Min(1, float64(len(base))/20)
+	if fallback {
+		v.Confidence *= 0.7
+	}
+	v.Confidence = round2(v.Confidence)
+
+	v.Evidence = append(v.Evidence, fmt.Sprintf("%s: exclusive time %+.1f ms per trace (%.1f → %.1f ms), calls into it %+.1f ms outside it, run-queue wait %+.1f ms, %d anomalous spans",
+		top.Service, top.SelfDeltaMs, top.SelfBaseMs, top.SelfSlowMs, top.NetDeltaMs, top.LocalDeltaMs, top.Anomalies))
+	if len(v.Ranking) > 1 {
+		n := v.Ranking[1]
+		v.Evidence = append(v.Evidence, fmt.Sprintf("next suspect %s: %+.1f ms per trace (exclusive %+.1f, calls into it %+.1f)", n.Service, n.Score, n.SelfDeltaMs, n.NetDeltaMs))
+	}
+	for _, t := range slow {
+		if t.visits(top.Service) {
+			v.ExampleTraceID = t.id
+			break
+		}
+	}
+
+	switch {
+	case top.NetDeltaMs > top.SelfDeltaMs:
+		v.Cause = CauseNetwork
+		v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s grew by %.1f ms beyond its own time (client time − server time)", top.Service, top.NetDeltaMs))
+	case top.LocalDeltaMs > 0 && top.LocalDeltaMs >= 0.5*top.SelfDeltaMs:
+		v.Cause = CauseRunQueue
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", top.Service, top.LocalDeltaMs))
+	default:
+		cpu, self, profiles, err := c.onCPU(ctx, slow, top.Service, anoms)
+		if err != nil {
+			v.Evidence = append(v.Evidence, "CPU samples unreadable: "+err.Error())
+		}
+		switch {
+		case profiles == 0 || self <= 0:
+			v.Cause = CauseSelfTime
+			v.Evidence = append(v.Evidence, "no CPU profile captured for its slow spans: cannot tell CPU work from blocking")
+		case float64(cpu) >= 0.5*float64(self):
+			v.Cause = CauseCPU
+			v.Evidence = append(v.Evidence, fmt.Sprintf("on CPU for %.0f%% of its exclusive time in %d captured CPU profiles", 100*float64(cpu)/float64(self), profiles))
+		default:
+			v.Cause = CauseBlocking
+			v.Evidence = append(v.Evidence, fmt.Sprintf("on CPU for only %.0f%% of its exclusive time in %d captured CPU profiles: blocked (lock, sleep, I/O or GC)", 100*float64(cpu)/float64(self), profiles))
+		}
+	}
+	kinds := map[string]int{}
+	for _, a := range anoms {
+		if a.Service == top.Service {
+			for _, art := range a.Artifacts {
+				kinds[art.Kind]++
+			}
+		}
+	}
+	if len(kinds) > 0 {
+		var parts []string
+		for k, n := range kinds {
+			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
+		}
+		slices.Sort(parts)
+		v.Evidence = append(v.Evidence, "evidence captured for "+top.Service+": "+strings.Join(parts, ", "))
+	}
+	return v, nil
+}
+
+func ms(d float64) float64 { return d / 1e6 }
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// times is one service's time in one trace (or a mean over traces), in ns.
+type times struct{ self, net, local float64 }
+
+// meanTimes averages each service's times over traces (a service absent from
+// a trace counts as zero there).
+func meanTimes(traces []*trace, known map[string]bool) map[string]times {
+	sum := map[string]times{}
+	for _, t := range traces {
+		for svc, x := range t.times(known) {
+			s := sum[svc]
+			s.self += x.self
+			s.net += x.net
+			s.local += x.local
+			sum[svc] = s
+		}
+	}
+	n := float64(len(traces))
+	for svc, s := range sum {
+		sum[svc] = times{s.self / n, s.net / n, s.local / n}
+	}
+	return sum
+}
+
+// span is the part of a Jaeger-JSON span the verdict uses.
+type span struct {
+	id, parent, service, kind, serverAddr string
+	start, dur                            int64 // ns
+	anomaly                               bool
+	waitLocal, waitNet                    float64 // ms; NaN when absent
+	threads                               []int64
+	up                                    *span // parent span in this trace
+	children                              []*span
+}
+
+type trace struct {
+	id    string
+	spans []*span
+}
+
+func (t *trace) root() *span {
+	ids := map[string]bool{}
+	for _, s := range t.spans {
+		ids[s.id] = true
+	}
+	var root *span
+	for _, s := range t.spans {
+		if (s.parent == "" || !ids[s.parent]) && (root == nil || s.start < root.start) {
+			root = s
+		}
+	}
+	return root
+}
+
+func (t *trace) duration() int64 {
+	if r := t.root(); r != nil {
+		return r.dur
+	}
+	return 0
+}
+
+func (t *trace) anomalous() bool {
+	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.anomaly })
+}
+
+func (t *trace) visits(svc string) bool {
+	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.service == svc })
+}
+
+// times splits the trace's time among services. A span's exclusive time is
+// its duration minus the union of its children's intervals. A CLIENT span's
+// time outside the callee (its rootline.wait.net_ms, or its duration not
+// covered by the callee's spans) is time spent between two services —
+// network and proxies — and is charged to the callee as network time; every
+// other span's exclusive time is the service's own.
+func (t *trace) times(known map[string]bool) map[string]times {
+	out := map[string]times{}
+	for _, s := range t.spans {
+		if s.kind == "client" {
+			if s.nestedClient() {
+				continue // the outer CLIENT span accounts for it
+			}
+			callee := s.callee(known)
+			c := out[callee]
+			if !math.IsNaN(s.waitNet) {
+				c.net += s.waitNet * 1e6
+			} else {
+				c.net += float64(s.exclusiveOf(s.across()))
+			}
+			out[callee] = c
+			continue
+		}
+		x := out[s.service]
+		x.self += float64(s.exclusive())
+		if !math.IsNaN(s.waitLocal) {
+			x.local += s.waitLocal * 1e6
+		}
+		out[s.service] = x
+	}
+	return out
+}
+
+// nestedClient reports whether s is a CLIENT span inside a CLIENT span of the
+// same service: a sidecar's egress span under the application's own call.
+func (s *span) nestedClient() bool {
+	return s.kind == "client" && s.up != nil && s.up.kind == "client" && s.up.service == s.service
+}
+
+// across returns the spans a CLIENT span led to, looking through nested
+// CLIENT spans of its own service (a sidecar's egress span).
+func (s *span) across() []*span {
+	var out []*span
+	for _, c := range s.children {
+		if c.kind == "client" && c.service == s.service {
+			out = append(out, c.across()...)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// exclusive is the span's duration not covered by its children.
+func (s *span) exclusive() int64 { return s.exclusiveOf(s.children) }
+
+// exclusiveOf is the span's duration not covered by the given spans.
+func (s *span) exclusiveOf(children []*span) int64 {
+	type iv struct{ a, b int64 }
+	var ivs []iv
+	end := s.start + s.dur
+	for _, c := range children {
+		a, b := max(c.start, s.start), min(c.start+c.dur, end)
+		if b > a {
+			ivs = append(ivs, iv{a, b})
+		}
+	}
+	slices.SortFunc(ivs, func(x, y iv) int { return cmp.Compare(x.a, y.a) })
+	covered, curA, curB := int64(0), int64(0), int64(-1)
+	for _, v := range ivs {
+		if v.a > curB {
+			if curB > curA {
+				covered += curB - curA
+			}
+			curA, curB = v.a, v.b
+		} else {
+			curB = max(curB, v.b)
+		}
+	}
+	if curB > curA {
+		covered += curB - curA
+	}
+	return max(s.dur-covered, 0)
+}
+
+// callee names the service a CLIENT span called: the first span of another
+// service it led to, else the host of its (or a nested CLIENT span's)
+// server.address when that is a known service, else the caller itself (the
+// callee left no span).
+func (s *span) callee(known map[string]bool) string {
+	for _, c := range s.across() {
+		if c.service != s.service {
+			return c.service
+		}
+	}
+	for c := s; c != nil; {
+		h := c.serverAddr
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		}
+		if h != "" && known[h] {
+			return h
+		}
+		var next *span
+		for _, cc := range c.children {
+			if cc.kind == "client" && cc.service == s.service {
+				next = cc
+				break
+			}
+		}
+		c = next
+	}
+	return s.service
+}
+
+// anomalyRec is one entry of GET /api/v1/anomalies.
+type anomalyRec struct {
+	TraceID    string `json:"traceID"`
+	SpanID     string `json:"spanID"`
+	Service    string `json:"service"`
+	Start      int64  `json:"start"`
+	DurationNs int64  `json:"durationNs"`
+	Artifacts  []struct {
+		ID   string `json:"id"`
+		Kind string `json:"kind"`
+	} `json:"artifacts"`
+}
+
+// Jaeger JSON, as served by /api/traces.
+type jaegerTrace struct {
+	TraceID string `json:"traceID"`
+	Spans   []struct {
+		SpanID     string `json:"spanID"`
+		References []struct {
+			RefType string `json:"refType"`
+			SpanID  string `json:"spanID"`
+		} `json:"references"`
+		StartTime int64 `json:"startTime"` // µs
+		Duration  int64 `json:"duration"`  // µs
+		Tags      []struct {
+			Key   string `json:"key"`
+			Value any    `json:"value"`
+		} `json:"tags"`
+		ProcessID string `json:"processID"`
+	} `json:"spans"`
+	Processes map[string]struct {
+		ServiceName string `json:"serviceName"`
+	} `json:"processes"`
+}
+
+func (jt *jaegerTrace) convert() *trace {
+	t := &trace{id: jt.TraceID}
+	byID := map[string]*span{}
+	for _, js := range jt.Spans {
+		s := &span{id: js.SpanID, service: jt.Processes[js.ProcessID].ServiceName,
+			start: js.StartTime * 1000, dur: js.Duration * 1000, waitLocal: math.NaN(), waitNet: math.NaN()}
+		for _, r := range js.References {
+			if r.RefType == "CHILD_OF" || s.parent == "" {
+				s.parent = r.SpanID
+			}
+		}
+		for _, tag := range js.Tags {
+			switch tag.Key {
+			case attrSpanKind:
+				s.kind, _ = tag.Value.(string)
+			case attrAnomaly:
+				s.anomaly = tag.Value == true || tag.Value == "true"
+			case attrWaitLocalMs:
+				s.waitLocal = number(tag.Value)
+			case attrWaitNetMs:
+				s.waitNet = number(tag.Value)
+			case attrServerAddr:
+				s.serverAddr, _ = tag.Value.(string)
+			case attrThreadIDs:
+				if str, ok := tag.Value.(string); ok {
+					for _, f := range strings.Split(str, ",") {
+						if n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err == nil && !slices.Contains(s.threads, n) {
+							s.threads = append(s.threads, n)
+						}
+					}
+				}
+			case attrThreadID:
+				if n := number(tag.Value); !math.IsNaN(n) && !slices.Contains(s.threads, int64(n)) {
+					s.threads = append(s.threads, int64(n))
+				}
+			}
+		}
+		t.spans = append(t.spans, s)
+		byID[s.id] = s
+	}
+	for _, s := range t.spans {
+		if p := byID[s.parent]; p != nil && p != s {
+			p.children = append(p.children, s)
+			s.up = p
+		}
+	}
+	return t
+}
+
+func number(v any) float64 {
+	switch x := v.(type) {
+	case float64:
+		return x
+	case string:
+		if f, err := strconv.ParseFloat(x, 64); err == nil {
+			return f
+		}
+	}
+	return math.NaN()
+}
+
+type apiClient struct {
+	base, token string
+}
+
+func (c *apiClient) do(ctx context.Context, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return resp, nil
+}
+
+// get decodes a plain JSON answer (the /api/v1 routes).
+func (c *apiClient) get(ctx context.Context, path string, v any) error {
+	resp, err := c.do(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return nil
+}
+
+// getJaeger decodes the data of a Jaeger envelope.
+func (c *apiClient) getJaeger(ctx context.Context, path string, data any) error {
+	var env struct {
+		Data   json.RawMessage `json:"data"`
+		Errors []struct {
+			Msg string `json:"msg"`
+		} `json:"errors"`
+	}
+	if err := c.get(ctx, path, &env); err != nil {
+		return err
+	}
+	if len(env.Data) == 0 || string(env.Data) == "null" {
+		if len(env.Errors) > 0 {
+			return fmt.Errorf("GET %s: %s", path, env.Errors[0].Msg)
+		}
+		return nil
+	}
+	return json.Unmarshal(env.Data, data)
+}
+
+func (c *apiClient) tracesByID(ctx context.Context, ids []string) ([]*trace, error) {
+	var out []*trace
+	for i := 0; i < len(ids); i += traceIDsPerFetch {
+		q := url.Values{"traceID": ids[i:min(i+traceIDsPerFetch, len(ids))]}
+		var jts []jaegerTrace
+		if err := c.getJaeger(ctx, "/api/traces?"+q.Encode(), &jts); err != nil {
+			return nil, err
+		}
+		for i := range jts {
+			out = append(out, jts[i].convert())
+		}
+	}
+	return out, nil
+}
+
+func (c *apiClient) search(ctx context.Context, service string, from, to time.Time, limit int) ([]*trace, error) {
+	q := url.Values{
+		"service": {service},
+		"start":   {strconv.FormatInt(from.UnixMicro(), 10)},
+		"end":     {strconv.FormatInt(to.UnixMicro(), 10)},
+		"limit":   {strconv.Itoa(limit)},
+	}
+	var jts []jaegerTrace
+	if err := c.getJaeger(ctx, "/api/traces?"+q.Encode(), &jts); err != nil {
+		return nil, err
+	}
+	out := make([]*trace, 0, len(jts))
+	for i := range jts {
+		out = append(out, jts[i].convert())
+	}
+	return out, nil
+}
+
+// findRoot returns the service that most often owns root spans among a
+// sample of the window's traces.
+func (c *apiClient) findRoot(ctx context.Context, services []string, from, to time.Time) (string, error) {
+	count := map[string]int{}
+	for _, svc := range services {
+		ts, err := c.search(ctx, svc, from, to, 20)
+		if err != nil {
+			return "", err
+		}
+		for _, t := range ts {
+			if r := t.root(); r != nil {
+				count[r.service]++
+			}
+		}
+	}
+	best := ""
+	for svc, n := range count {
+		if best == "" || n > count[best] || (n == count[best] && svc < best) {
+			best = svc
+		}
+	}
+	return best, nil
+}
+
+// onCPU sums, over the culprit's anomalous spans with a captured CPU profile,
+// the CPU time its request threads used inside the span (from the profile's
+// samples filtered by thread and time) and the spans' exclusive time.
+func (c *apiClient) onCPU(ctx context.Context, slow []*trace, svc string, anoms []anomalyRec) (cpuNs, selfNs int64, profiles int, err error) {
+	spans := map[string]*span{}
+	for _, t := range slow {
+		for _, s := range t.spans {
+			if s.service == svc {
+				spans[s.id] = s
+			}
+		}
+	}
+	var errs []error
+	for _, a := range anoms {
+		s := spans[a.SpanID]
+		if a.Service != svc || s == nil || len(s.threads) == 0 {
+			continue
+		}
+		for _, art := range a.Artifacts {
+			if art.Kind != "cpu" {
+				continue
+			}
+			var tids []string
+			for _, t := range s.threads {
+				tids = append(tids, strconv.FormatInt(t, 10))
+			}
+			q := url.Values{"tid": {strings.Join(tids, ",")}, "type": {"cpu"},
+				"start": {strconv.FormatInt(s.start, 10)}, "end": {strconv.FormatInt(s.start+s.dur, 10)}}
+			var fg struct {
+				Unit string `json:"unit"`
+				Root struct {
+					Value int64 `json:"value"`
+				} `json:"root"`
+			}
+			if e := c.get(ctx, "/api/v1/artifacts/"+url.PathEscape(art.ID)+"/flamegraph?"+q.Encode(), &fg); e != nil {
+				errs = append(errs, e)
+				continue
+			}
+			if fg.Unit != "nanoseconds" {
+				continue
+			}
+			cpuNs += fg.Root.Value
+			selfNs += s.exclusive()
+			profiles++
+			break // one profile per span
+		}
+		if profiles >= 20 {
+			break
+		}
+	}
+	return cpuNs, selfNs, profiles, errors.Join(errs...)
+}

@@ -1,0 +1,331 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Every service's apps run in a cgroup of their own, <name>/<service>, in
+// the cpu and cpuset hierarchies: cgroup v1 controllers (the hybrid layout
+// of this machine kind) or, when the unified hierarchy has them, v2. The
+// faults then only change limits; new threads and children inherit them.
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupName is the parent cgroup of a mesh's services.
+func cgroupName(prefix string) string {
+	if prefix == "rl" {
+		return "rootline-demo"
+	}
+	return "rootline-demo-" + prefix
+}
+
+type cgroups struct {
+	name   string
+	cpu    string // v1 cpu hierarchy mount, or ""
+	cpuset string // v1 cpuset hierarchy mount, or ""
+	v2     string // v2 mount with the cpu controller, or ""
+	v2set  bool   // v2 has cpuset too
+	log    *slog.Logger
+	made   []string // directories made, parents first
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func v1Mount(ctrl, file string) string {
+	for _, d := range []string{ctrl, ctrl + ",cpuacct", "cpuacct," + ctrl} {
+		p := filepath.Join(cgroupRoot, d)
+		if fileExists(filepath.Join(p, file)) {
+			return p
+		}
+	}
+	return ""
+}
+
+// v2Mount is the unified hierarchy if its root offers the cpu controller.
+func v2Mount() (string, bool) {
+	for _, p := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.controllers"))
+		if err != nil {
+			continue
+		}
+		ctrls := strings.Fields(string(b))
+		has := func(c string) bool {
+			for _, x := range ctrls {
+				if x == c {
+					return true
+				}
+			}
+			return false
+		}
+		if has("cpu") {
+			return p, has("cpuset")
+		}
+	}
+	return "", false
+}
+
+func newCgroups(name string, log *slog.Logger) (*cgroups, error) {
+	cg := &cgroups{name: name, log: log}
+	cg.cpu = v1Mount("cpu", "cpu.cfs_quota_us")
+	cg.cpuset = v1Mount("cpuset", "cpuset.cpus")
+	if cg.cpu == "" {
+		cg.v2, cg.v2set = v2Mount()
+		if cg.v2 == "" {
+			return nil, errors.New("no cgroup cpu controller (v1 cpu or v2 cpu)")
+		}
+		if err := writeFile(filepath.Join(cg.v2, "cgroup.subtree_control"), "+cpu"); err != nil {
+			return nil, err
+		}
+		if cg.v2set {
+			_ = writeFile(filepath.Join(cg.v2, "cgroup.subtree_control"), "+cpuset")
+		}
+	}
+	for _, root := range cg.roots() {
+		if err := cg.mkdir(filepath.Join(root, name)); err != nil {
+			return nil, errors.Join(err, cg.remove())
+		}
+	}
+	if cg.v2 != "" {
+		ctl := "+cpu"
+		if cg.v2set {
+			ctl += " +cpuset"
+		}
+		if err := writeFile(filepath.Join(cg.v2, name, "cgroup.subtree_control"), ctl); err != nil {
+			return nil, errors.Join(err, cg.remove())
+		}
+	}
+	return cg, nil
+}
+
+func (cg *cgroups) roots() []string {
+	var r []string
+	for _, p := range []string{cg.cpu, cg.cpuset, cg.v2} {
+		if p != "" {
+			r = append(r, p)
+		}
+	}
+	return r
+}
+
+func writeFile(p, v string) error {
+	if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+		return fmt.Errorf("cgroup: write %q to %s: %w", v, p, err)
+	}
+	return nil
+}
+
+// mkdir makes a cgroup; a new v1 cpuset cgroup gets its parent's CPUs and
+// memory nodes (it is empty, and refuses tasks, until they are set).
+func (cg *cgroups) mkdir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	cg.made = append(cg.made, dir)
+	if cg.cpuset != "" && strings.HasPrefix(dir, cg.cpuset+"/") {
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			v, err := os.ReadFile(filepath.Join(filepath.Dir(dir), f))
+			if err != nil {
+				return err
+			}
+			if err := writeFile(filepath.Join(dir, f), strings.TrimSpace(string(v))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (cg *cgroups) addService(svc string) error {
+	for _, root := range cg.roots() {
+		if err := cg.mkdir(filepath.Join(root, cg.name, svc)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// procsFiles are the cgroup.procs files that put a process in svc's cgroups.
+func (cg *cgroups) procsFiles(svc string) []string {
+	var fs []string
+	for _, root := range cg.roots() {
+		fs = append(fs, filepath.Join(root, cg.name, svc, "cgroup.procs"))
+	}
+	return fs
+}
+
+func (cg *cgroups) addPID(svc string, pid int) error {
+	var errs []error
+	for _, f := range cg.procsFiles(svc) {
+		errs = append(errs, writeFile(f, strconv.Itoa(pid)))
+	}
+	return errors.Join(errs...)
+}
+
+// Dir is svc's cgroup in the cpu controller (what cpu-throttle limits).
+func (cg *cgroups) dir(svc string) string {
+	if cg.cpu != "" {
+		return filepath.Join(cg.cpu, cg.name, svc)
+	}
+	return filepath.Join(cg.v2, cg.name, svc)
+}
+
+// setQuota limits svc to cpus CPUs per period; the returned function lifts it.
+func (cg *cgroups) setQuota(svc string, cpus float64) (func() error, error) {
+	d := cg.dir(svc)
+	if cg.cpu != "" {
+		period := 100000
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_period_us")); err == nil {
+			if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 {
+				period = p
+			}
+		}
+		quota := max(int(cpus*float64(period)), 1000)
+		if err := writeFile(filepath.Join(d, "cpu.cfs_quota_us"), strconv.Itoa(quota)); err != nil {
+			return nil, err
+		}
+		return func() error { return writeFile(filepath.Join(d, "cpu.cfs_quota_us"), "-1") }, nil
+	}
+	const period = 100000
+	quota := max(int(cpus*period), 1000)
+	if err := writeFile(filepath.Join(d, "cpu.max"), fmt.Sprintf("%d %d", quota, period)); err != nil {
+		return nil, err
+	}
+	return func() error { return writeFile(filepath.Join(d, "cpu.max"), fmt.Sprintf("max %d", period)) }, nil
+}
+
+func (cg *cgroups) hasCpuset() bool { return cg.cpuset != "" || cg.v2set }
+
+func (cg *cgroups) cpusetDir(svc string) string {
+	if cg.cpuset != "" {
+		return filepath.Join(cg.cpuset, cg.name, svc)
+	}
+	return filepath.Join(cg.v2, cg.name, svc)
+}
+
+// cpusetProcs is where a noisy neighbour of svc goes: svc's own v1 cpuset
+// cgroup (a hierarchy separate from cpu), or in v2 a sibling pinned alike.
+func (cg *cgroups) cpusetProcs(svc string) string {
+	if cg.cpuset != "" {
+		return filepath.Join(cg.cpusetDir(svc), "cgroup.procs")
+	}
+	return filepath.Join(cg.v2, cg.name, svc+".hog", "cgroup.procs")
+}
+
+// pinLastCPU restricts svc (and its neighbours' cgroup) to the machine's
+// last CPU; the returned function restores the CPUs it had.
+func (cg *cgroups) pinLastCPU(svc string) (func() error, error) {
+	d := cg.cpusetDir(svc)
+	old, err := os.ReadFile(filepath.Join(d, "cpuset.cpus"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	eff, err := os.ReadFile(filepath.Join(d, "cpuset.effective_cpus"))
+	if err != nil {
+		eff = old
+	}
+	last, err := lastCPU(strings.TrimSpace(string(eff)))
+	if err != nil {
+		return nil, err
+	}
+	oldCPUs := strings.TrimSpace(string(old))
+	if err := writeFile(filepath.Join(d, "cpuset.cpus"), strconv.Itoa(last)); err != nil {
+		return nil, err
+	}
+	restore := func() error { return writeFile(filepath.Join(d, "cpuset.cpus"), oldCPUs) }
+	if cg.cpuset == "" {
+		hog := filepath.Join(cg.v2, cg.name, svc+".hog")
+		if err := cg.mkdir(hog); err != nil {
+			return nil, errors.Join(err, restore())
+		}
+		if err := writeFile(filepath.Join(hog, "cpuset.cpus"), strconv.Itoa(last)); err != nil {
+			return nil, errors.Join(err, restore())
+		}
+	}
+	return restore, nil
+}
+
+// lastCPU is the highest CPU of a list such as "0-3,6".
+func lastCPU(list string) (int, error) {
+	last := -1
+	for _, part := range strings.Split(list, ",") {
+		_, hi, _ := strings.Cut(part, "-")
+		if hi == "" {
+			hi = part
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(hi))
+		if err != nil {
+			return 0, fmt.Errorf("cgroup: cpu list %q", list)
+		}
+		last = max(last, n)
+	}
+	if last < 0 {
+		return 0, fmt.Errorf("cgroup: empty cpu list")
+	}
+	return last, nil
+}
+
+// remove deletes the cgroups made, children first; processes still inside
+// (leftovers of a wrapper) are killed.
+func (cg *cgroups) remove() error {
+	var errs []error
+	for i := len(cg.made) - 1; i >= 0; i-- {
+		if err := rmCgroup(cg.made[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	cg.made = nil
+	return errors.Join(errs...)
+}
+
+// rmCgroup kills what is left in dir and removes it, retrying while the
+// kernel finishes the exits.
+func rmCgroup(dir string) error {
+	var err error
+	for range 50 {
+		if b, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, _ := strconv.Atoi(f); pid > 1 {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		err = syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+}
+
+// removeCgroups deletes <name> and its children in every hierarchy (stale
+// state cleanup).
+func removeCgroups(name string, log *slog.Logger) error {
+	var errs []error
+	for _, root := range []string{v1Mount("cpu", "cpu.cfs_quota_us"), v1Mount("cpuset", "cpuset.cpus"), cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+		if root == "" {
+			continue
+		}
+		dir := filepath.Join(root, name)
+		if !fileExists(filepath.Join(dir, "cgroup.procs")) {
+			continue
+		}
+		log.Info("removing leftover cgroup", "dir", dir)
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if e.IsDir() {
+				errs = append(errs, rmCgroup(filepath.Join(dir, e.Name())))
+			}
+		}
+		errs = append(errs, rmCgroup(dir))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package mesh
+
+import "syscall"
+
+func procAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

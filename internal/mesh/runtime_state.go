@@ -1,0 +1,106 @@
+package mesh
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The state of a running mesh lives beside a lock file per prefix: the lock
+// is held for the mesh's lifetime (the kernel drops it when the process
+// dies), so a Start that gets it knows anything left under its prefix is a
+// leftover of a killed run, and the pid file says which processes were ours.
+
+func stateDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/rootline"
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("rootline-%d", os.Geteuid()))
+}
+
+func lockPrefix(prefix string) (*os.File, error) {
+	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(stateDir(), "mesh-"+prefix+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		owner, _ := os.ReadFile(f.Name())
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("mesh: prefix %q (pid %s): %w", prefix, strings.TrimSpace(string(owner)), ErrBusy)
+		}
+		return nil, err
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return f, nil
+}
+
+func pidFile(prefix string) string { return filepath.Join(stateDir(), "mesh-"+prefix+".pids") }
+
+// recordPID notes a started process with its start time, so that a later
+// cleanup never kills an unrelated process that reused the pid.
+func recordPID(prefix string, pid int) {
+	st := procStart(pid)
+	if st == "" {
+		return
+	}
+	f, err := os.OpenFile(pidFile(prefix), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%d %s\n", pid, st)
+}
+
+func clearPIDs(prefix string) { os.Remove(pidFile(prefix)) }
+
+// killRecorded kills the process groups of recorded processes still alive.
+func killRecorded(prefix string) int {
+	f, err := os.Open(pidFile(prefix))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var pid int
+		var st string
+		if _, err := fmt.Sscan(sc.Text(), &pid, &st); err != nil || pid <= 1 {
+			continue
+		}
+		if procStart(pid) == st {
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			n++
+		}
+	}
+	return n
+}
+
+// procStart is field 22 (starttime) of /proc/<pid>/stat, "" if gone.
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	fs := strings.Fields(s[i+1:])
+	if len(fs) < 20 {
+		return ""
+	}
+	return fs[19]
+}
