@@ -203,7 +203,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	sum.Services = len(topo.Services)
 	entry := m.EntryURL()
 	fmt.Fprintf(out, "rootline demo: mesh up, entry %s\n", entry)
-	if err := waitServing(ctx, entry, 90*time.Second); err != nil {
+	if err := WaitServing(ctx, entry, 90*time.Second); err != nil {
 		return sum, err
 	}
 
@@ -362,9 +362,9 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, entry string, f mesh.Fault
 	return fr
 }
 
-// waitServing sends requests through the whole topology until a few in a
+// WaitServing sends requests through the whole topology until a few in a
 // row succeed: JVMs and sidecars answer their first requests slowly.
-func waitServing(ctx context.Context, url string, limit time.Duration) error {
+func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 	client := &http.Client{Timeout: 20 * time.Second}
 	deadline := time.Now().Add(limit)
 	ok := 0

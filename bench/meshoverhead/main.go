@@ -1,0 +1,332 @@
+// Command meshoverhead reproduces Protractor's Table 6.3 (seed 000 §6.2) on
+// this machine: latency percentiles and error rates of the demo mesh at
+// several request rates, (a) with Envoy sidecars and no tracing, and (b) the
+// same plus all of Rootline — server (detection, captures, store), agent with
+// its profilers, every service under `rootline run`, sidecars tracing to the
+// server. Modes alternate in each round on the same machine.
+//
+// For (b) it also reports Rootline's network bytes per request — everything
+// sent to and from the server (OTLP from sidecars and supervisors, agent
+// registration, heartbeats and artifact uploads), counted by TCP forwarders
+// in front of the server, plus the header lines `rootline run` adds — and the
+// server's CPU per 1,000 spans.
+//
+//	sudo go run ./bench/meshoverhead --rootline bin/rootline
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/loadgen"
+	"github.com/rootline/rootline/internal/mesh"
+)
+
+type result struct {
+	p50, p95, p99      time.Duration
+	errors, sent       int64
+	serverCPUPer1kSpan time.Duration
+	bytesPerReq        float64
+	spansPerReq        float64
+}
+
+func main() {
+	rootline := flag.String("rootline", "bin/rootline", "rootline binary")
+	repo := flag.String("repo", ".", "repository root (build/demo, demo/services)")
+	topoFile := flag.String("topology", "", "topology YAML (default: the built-in ten services)")
+	rates := flag.String("rates", "10,25,40", "request rates (per second)")
+	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
+	rounds := flag.Int("rounds", 2, "rounds; each runs both modes at every rate")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		fail(fmt.Errorf("needs root (pod mode)"))
+	}
+	self, err := filepath.Abs(*rootline)
+	check(err)
+	topo := mesh.Default()
+	if *topoFile != "" {
+		topo, err = mesh.Load(*topoFile)
+		check(err)
+	}
+	envoy, err := mesh.FindEnvoy()
+	check(err)
+	var rateList []float64
+	for _, r := range strings.Split(*rates, ",") {
+		v, err := strconv.ParseFloat(r, 64)
+		check(err)
+		rateList = append(rateList, v)
+	}
+	res := map[string]map[float64][]result{"envoy": {}, "envoy+rootline": {}}
+	modes := []string{"envoy", "envoy+rootline"}
+	for round := range *rounds {
+		for i := range modes {
+			mode := modes[(i+round)%2]
+			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
+				res[mode][rate] = append(res[mode][rate], r)
+				fmt.Fprintf(os.Stderr, "round %d %-15s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d\n",
+					round+1, mode, rate, r.p50, r.p95, r.p99, r.errors, r.sent)
+			}
+		}
+	}
+	fmt.Printf("| rate (req/s) | p50 envoy | p50 +rootline | p95 envoy | p95 +rootline | Δp95 | p99 envoy | p99 +rootline | errors envoy | errors +rootline | Rootline bytes/request | spans/request | server CPU per 1,000 spans |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, rate := range rateList {
+		a, b := med(res["envoy"][rate]), med(res["envoy+rootline"][rate])
+		fmt.Printf("| %.0f | %v | %v | %v | %v | %+.1f%% | %v | %v | %.2f%% | %.2f%% | %.0f | %.1f | %v |\n", rate,
+			ms(a.p50), ms(b.p50), ms(a.p95), ms(b.p95), 100*(float64(b.p95)/float64(a.p95)-1), ms(a.p99), ms(b.p99),
+			pct(a), pct(b), b.bytesPerReq, b.spansPerReq, b.serverCPUPer1kSpan.Round(time.Millisecond))
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
+func pct(r result) float64 {
+	if r.sent == 0 {
+		return 0
+	}
+	return 100 * float64(r.errors) / float64(r.sent)
+}
+
+// med takes each statistic's median over the rounds.
+func med(rs []result) result {
+	if len(rs) == 0 {
+		return result{}
+	}
+	pick := func(f func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		sort.Float64s(v)
+		return v[len(v)/2]
+	}
+	var out result
+	out.p50 = time.Duration(pick(func(r result) float64 { return float64(r.p50) }))
+	out.p95 = time.Duration(pick(func(r result) float64 { return float64(r.p95) }))
+	out.p99 = time.Duration(pick(func(r result) float64 { return float64(r.p99) }))
+	out.serverCPUPer1kSpan = time.Duration(pick(func(r result) float64 { return float64(r.serverCPUPer1kSpan) }))
+	out.bytesPerReq = pick(func(r result) float64 { return r.bytesPerReq })
+	out.spansPerReq = pick(func(r result) float64 { return r.spansPerReq })
+	for _, r := range rs {
+		out.errors += r.errors
+		out.sent += r.sent
+	}
+	return out
+}
+
+// runMode starts the mesh in one mode and measures every rate.
+func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates []float64, d time.Duration) map[float64]result {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "meshoverhead-")
+	check(err)
+	defer os.RemoveAll(dir)
+	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy,
+		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler)}
+	var srv *exec.Cmd
+	var counted []*forwarder
+	var queryAddr string
+	if mode == "envoy+rootline" {
+		var grpcAddr, httpAddr string
+		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir)
+		defer stop(srv)
+		fg, fh, fq := forward(grpcAddr), forward(httpAddr), forward(queryAddr)
+		counted = []*forwarder{fg, fh, fq}
+		agent, agentAddr := startAgent(self, "http://"+fq.addr, dir)
+		defer stop(agent)
+		pod := func(h string) string {
+			_, port, _ := net.SplitHostPort(h)
+			return net.JoinHostPort("10.77.0.1", port)
+		}
+		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr, agentAddr}
+		opts.Wrap = func(svc string, argv []string) []string {
+			return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(fh.addr),
+				"--agent", "http://" + pod(agentAddr), "--"}, argv...)
+		}
+	}
+	m, err := mesh.Start(ctx, topo, opts)
+	check(err)
+	defer m.Close()
+	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
+	out := map[float64]result{}
+	for _, rate := range rates {
+		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: 3 * time.Second}}})
+		var cpu0, spans0 float64
+		var bytes0 int64
+		if srv != nil {
+			cpu0, spans0, bytes0 = procCPU(srv.Process.Pid), storedSpans(queryAddr), total(counted)
+		}
+		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
+		check(err)
+		pr := r.Phases[0]
+		res := result{p50: pr.P50(), p95: pr.P95(), p99: pr.P99(), errors: pr.Errors, sent: pr.Sent}
+		if srv != nil {
+			time.Sleep(2 * time.Second) // the last batches
+			spans := storedSpans(queryAddr) - spans0
+			cpu := procCPU(srv.Process.Pid) - cpu0
+			if spans > 0 {
+				res.serverCPUPer1kSpan = time.Duration(cpu / spans * 1000 * float64(time.Second))
+			}
+			// Header lines rootline run adds per hop: propagation on each
+			// request (~330 bytes), timing on each response (~90 bytes).
+			visits := 0
+			for _, n := range topo.Visits() {
+				visits += n
+			}
+			added := float64(visits) * (330 + 90)
+			res.bytesPerReq = float64(total(counted)-bytes0)/float64(max(pr.Sent, 1)) + added
+			res.spansPerReq = spans / float64(max(pr.Sent, 1))
+		}
+		out[rate] = res
+	}
+	return out
+}
+
+func startServer(self, dir string) (*exec.Cmd, string, string, string) {
+	addrs := freeAddrs(4)
+	cmd := exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn",
+		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3])
+	cmd.Stderr = os.Stderr
+	check(cmd.Start())
+	waitHTTP("http://" + addrs[2] + "/readyz")
+	return cmd, addrs[0], addrs[1], addrs[2]
+}
+
+func startAgent(self, server, dir string) (*exec.Cmd, string) {
+	addr := freeAddrs(1)[0]
+	cmd := exec.Command(self, "agent", "--server", server, "--listen", addr, "--discover=false", "--log.level", "warn")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	check(cmd.Start())
+	waitHTTP("http://" + addr + "/healthz")
+	return cmd, addr
+}
+
+func stop(c *exec.Cmd) {
+	_ = c.Process.Signal(syscall.SIGTERM)
+	_ = c.Wait()
+}
+
+func waitHTTP(u string) {
+	for i := 0; i < 200; i++ {
+		if resp, err := http.Get(u); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fail(fmt.Errorf("%s never answered", u))
+}
+
+func freeAddrs(n int) []string {
+	var ls []net.Listener
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		check(err)
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// forwarder is a TCP forwarder in front of a server port that counts the
+// bytes it carries both ways.
+type forwarder struct {
+	addr  string
+	bytes atomic.Int64
+}
+
+func forward(target string) *forwarder {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	check(err)
+	f := &forwarder{addr: l.Addr().String()}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{})
+				go func() { n, _ := io.Copy(u, c); f.bytes.Add(n); u.(*net.TCPConn).CloseWrite(); close(done) }()
+				n, _ := io.Copy(c, u)
+				f.bytes.Add(n)
+				<-done
+			}()
+		}
+	}()
+	return f
+}
+
+func total(fs []*forwarder) int64 {
+	var n int64
+	for _, f := range fs {
+		n += f.bytes.Load()
+	}
+	return n
+}
+
+// procCPU is a process's user+system CPU seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return (u + k) / 100
+}
+
+func storedSpans(query string) float64 {
+	resp, err := http.Get("http://" + query + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rootline_pipeline_spans_stored_total "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+func check(err error) {
+	if err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "meshoverhead:", err)
+	os.Exit(1)
+}
