@@ -71,11 +71,14 @@ func main() {
 		check(err)
 		rateList = append(rateList, v)
 	}
-	res := map[string]map[float64][]result{"envoy": {}, "envoy+rootline": {}}
-	modes := []string{"envoy", "envoy+rootline"}
+	modes := []string{"envoy", "envoy+rootline", "envoy+rootline-no-run"}
+	res := map[string]map[float64][]result{}
+	for _, m := range modes {
+		res[m] = map[float64][]result{}
+	}
 	for round := range *rounds {
 		for i := range modes {
-			mode := modes[(i+round)%2]
+			mode := modes[(i+round)%len(modes)]
 			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
 				res[mode][rate] = append(res[mode][rate], r)
 				fmt.Fprintf(os.Stderr, "round %d %-15s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d\n",
@@ -83,13 +86,19 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | p50 envoy | p50 +rootline | p95 envoy | p95 +rootline | Δp95 | p99 envoy | p99 +rootline | errors envoy | errors +rootline | Rootline bytes/request | spans/request | server CPU per 1,000 spans |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | Rootline bytes/request | spans/request | server CPU per 1,000 spans |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
-		a, b := med(res["envoy"][rate]), med(res["envoy+rootline"][rate])
-		fmt.Printf("| %.0f | %v | %v | %v | %v | %+.1f%% | %v | %v | %.2f%% | %.2f%% | %.0f | %.1f | %v |\n", rate,
-			ms(a.p50), ms(b.p50), ms(a.p95), ms(b.p95), 100*(float64(b.p95)/float64(a.p95)-1), ms(a.p99), ms(b.p99),
-			pct(a), pct(b), b.bytesPerReq, b.spansPerReq, b.serverCPUPer1kSpan.Round(time.Millisecond))
+		a := med(res["envoy"][rate])
+		for _, m := range modes {
+			b := med(res[m][rate])
+			extra := "| – | – | – |"
+			if m != "envoy" {
+				extra = fmt.Sprintf("| %.0f | %.1f | %v |", b.bytesPerReq, b.spansPerReq, b.serverCPUPer1kSpan.Round(time.Millisecond))
+			}
+			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% %s\n", rate, m,
+				ms(b.p50), ms(b.p95), 100*(float64(b.p95)/float64(a.p95)-1), ms(b.p99), pct(b), extra)
+		}
 	}
 }
 
@@ -139,22 +148,26 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 	var srv *exec.Cmd
 	var counted []*forwarder
 	var queryAddr string
-	if mode == "envoy+rootline" {
+	if mode != "envoy" {
 		var grpcAddr, httpAddr string
 		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir)
 		defer stop(srv)
 		fg, fh, fq := forward(grpcAddr), forward(httpAddr), forward(queryAddr)
 		counted = []*forwarder{fg, fh, fq}
-		agent, agentAddr := startAgent(self, "http://"+fq.addr, dir)
+		// Without the supervisor nothing registers the services: the agent
+		// discovers them (JVMs, OTEL_SERVICE_NAME) itself.
+		agent, agentAddr := startAgent(self, "http://"+fq.addr, mode != "envoy+rootline")
 		defer stop(agent)
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
 			return net.JoinHostPort("10.77.0.1", port)
 		}
 		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr, agentAddr}
-		opts.Wrap = func(svc string, argv []string) []string {
-			return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(fh.addr),
-				"--agent", "http://" + pod(agentAddr), "--"}, argv...)
+		if mode == "envoy+rootline" {
+			opts.Wrap = func(svc string, argv []string) []string {
+				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(fh.addr),
+					"--agent", "http://" + pod(agentAddr), "--"}, argv...)
+			}
 		}
 	}
 	m, err := mesh.Start(ctx, topo, opts)
@@ -182,11 +195,14 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 			}
 			// Header lines rootline run adds per hop: propagation on each
 			// request (~330 bytes), timing on each response (~90 bytes).
-			visits := 0
-			for _, n := range topo.Visits() {
-				visits += n
+			added := 0.0
+			if opts.Wrap != nil {
+				visits := 0
+				for _, n := range topo.Visits() {
+					visits += n
+				}
+				added = float64(visits) * (330 + 90)
 			}
-			added := float64(visits) * (330 + 90)
 			res.bytesPerReq = float64(total(counted)-bytes0)/float64(max(pr.Sent, 1)) + added
 			res.spansPerReq = spans / float64(max(pr.Sent, 1))
 		}
@@ -205,9 +221,9 @@ func startServer(self, dir string) (*exec.Cmd, string, string, string) {
 	return cmd, addrs[0], addrs[1], addrs[2]
 }
 
-func startAgent(self, server, dir string) (*exec.Cmd, string) {
+func startAgent(self, server string, discover bool) (*exec.Cmd, string) {
 	addr := freeAddrs(1)[0]
-	cmd := exec.Command(self, "agent", "--server", server, "--listen", addr, "--discover=false", "--log.level", "warn")
+	cmd := exec.Command(self, "agent", "--server", server, "--listen", addr, fmt.Sprint("--discover=", discover), "--log.level", "warn")
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	check(cmd.Start())
