@@ -48,8 +48,7 @@ const (
 	attrThreadID     = "thread.id"
 	attrSpanKind     = "span.kind"
 	attrServerAddr   = "server.address"
-	maxSlowTraces    = 200
-	maxBaseTraces    = 500
+	tracesPerSearch  = 100
 	traceIDsPerFetch = 20
 )
 
@@ -99,12 +98,19 @@ type ServiceScore struct {
 // to, and why, from Rootline's query API at apiBase (e.g.
 // "http://127.0.0.1:16686"). token, when set, is sent as a bearer token.
 //
-// Slow traces are those with an anomalous span (rootline.anomaly); when the
-// detector flagged fewer than three, the slowest tenth of the window's traces
-// stand in. Baseline traces are the window's other traces, taken before the
-// first anomaly when there are enough. Each service's exclusive time per trace
-// is compared between the two sets; the service whose time grew most is the
-// culprit, and its waits and captured CPU samples give the cause.
+// It samples the window's traces evenly over time (Jaeger search on the
+// entry service, slice by slice) and finds the onset of the slowdown: the
+// point after which the share of traces with an anomalous span
+// (rootline.anomaly) rises most. Slow traces are the anomalous ones after it,
+// baseline traces the normal ones before it (all normal ones if too few);
+// when the detector flagged fewer than three traces, the slowest tenth stands
+// in for the slow ones. Each service's exclusive time per trace (span
+// durations minus their children's), the time calls into it spent outside it
+// (rootline.wait.net_ms) and its run-queue wait (rootline.wait.local_ms) are
+// compared between the two sets; the service whose time grew most is the
+// culprit. The cause comes from which of those grew, and for a growth of
+// exclusive time from the CPU profiles captured for its slow spans (CPU time
+// of the span's threads within the span, via the flame-graph API).
 func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (Verdict, error) {
 	c := &apiClient{base: strings.TrimRight(apiBase, "/"), token: token}
 	v := Verdict{Cause: CauseNone}
@@ -116,28 +122,16 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 	}
 	anoms = slices.DeleteFunc(anoms, func(a anomalyRec) bool { return a.Start > to.UnixNano() || a.Start < from.UnixNano() })
 
-	var slowIDs []string
-	seen := map[string]bool{}
-	firstAnom := int64(math.MaxInt64)
-	for _, a := range anoms { // newest first
-		firstAnom = min(firstAnom, a.Start)
-		if !seen[a.TraceID] && len(slowIDs) < maxSlowTraces {
-			seen[a.TraceID] = true
-			slowIDs = append(slowIDs, a.TraceID)
-		}
-	}
-	slow, err := c.tracesByID(ctx, slowIDs)
-	if err != nil {
-		return v, err
-	}
-
-	// The entry service: the service of root spans (of slow traces if any,
-	// else of any trace in the window).
+	// The entry service: the root service of an anomalous trace, else the
+	// most common root service among the window's traces.
 	root := ""
-	for _, t := range slow {
-		if r := t.root(); r != nil {
-			root = r.service
-			break
+	if len(anoms) > 0 {
+		ts, err := c.tracesByID(ctx, []string{anoms[0].TraceID})
+		if err != nil {
+			return v, err
+		}
+		if len(ts) > 0 && ts[0].root() != nil {
+			root = ts[0].root().service
 		}
 	}
 	if root == "" {
@@ -145,6 +139,7 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 		if err := c.getJaeger(ctx, "/api/services", &services); err != nil {
 			return v, err
 		}
+		var err error
 		if root, err = c.findRoot(ctx, services, from, to); err != nil {
 			return v, err
 		}
@@ -154,35 +149,19 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 		}
 	}
 
-	// Baseline: before the first anomaly if that leaves enough traces.
-	var base []*trace
-	if len(slow) > 0 && firstAnom > from.UnixNano() {
-		b, err := c.search(ctx, root, from, time.Unix(0, firstAnom-1000), maxBaseTraces)
-		if err != nil {
-			return v, err
-		}
-		base = b
+	// The window's traces, sampled evenly over time, in start order.
+	end := to
+	if now := time.Now(); now.Before(end) {
+		end = now
 	}
-	fallback := false
-	if len(base) < 20 {
-		all, err := c.search(ctx, root, from, to, maxBaseTraces)
-		if err != nil {
-			return v, err
-		}
-		if len(slow) < 3 {
-			// The detector flagged (almost) nothing: compare the slowest tenth
-			// of the window with the rest.
-			fallback = true
-			slices.SortFunc(all, func(x, y *trace) int { return cmp.Compare(y.duration(), x.duration()) })
-			n := max(len(all)/10, min(len(all), 1))
-			slow, all = all[:n], all[n:]
-		}
-		base = all
+	all, err := c.sample(ctx, root, from, end)
+	if err != nil {
+		return v, err
 	}
-	base = slices.DeleteFunc(base, func(t *trace) bool { return seen[t.id] || t.anomalous() })
+	slow, base, onset, fallback := split(all)
 	v.SlowTraces, v.BaseTraces = len(slow), len(base)
 	if len(slow) == 0 || len(base) == 0 {
-		v.Evidence = append(v.Evidence, fmt.Sprintf("%d slow and %d baseline traces: nothing to compare", len(slow), len(base)))
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d slow and %d baseline traces among %d: nothing to compare", len(slow), len(base), len(all)))
 		return v, nil
 	}
 
@@ -228,11 +207,23 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 	}
 
 	top := v.Ranking[0]
-	if fallback {
-		v.Evidence = append(v.Evidence, fmt.Sprintf("the detector flagged %d anomalous spans: comparing the slowest %d traces with the other %d", len(anoms), len(slow), len(base)))
-	} else {
-		v.Evidence = append(v.Evidence, fmt.Sprintf("%d traces with anomalous spans (%d anomalous spans) compared with %d baseline traces", len(slow), len(anoms), len(base)))
+	switch {
+	case fallback:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("the detector flagged %d anomalous spans: comparing the slowest %d of %d traces with the others", len(anoms), len(slow), len(all)))
+	case onset > 0:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("anomalies surge from %s: %d anomalous traces since then compared with %d normal traces before (of %d sampled; %d anomalous spans in the window)",
+			time.Unix(0, onset).UTC().Format("15:04:05.000"), len(slow), len(base), len(all), len(anoms)))
+	default:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d anomalous traces compared with %d normal ones (of %d sampled; %d anomalous spans in the window)", len(slow), len(base), len(all), len(anoms)))
 	}
+	clamped := 0
+	for _, t := range all {
+		clamped += t.clamped
+	}
+	if clamped > 0 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d server spans outlasted the call that made them and were cut to it", clamped))
+	}
+
 	if top.Score <= 0 {
 		v.Evidence = append(v.Evidence, "no service spent more time in slow traces than in baseline ones")
 		return v, nil
@@ -305,6 +296,61 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 	return v, nil
 }
 
+// split divides traces (in start order) into slow and baseline ones. Slow
+// traces are the anomalous ones after the onset — the point after which the
+// share of anomalous traces rises most (a single change point; 0 when there is
+// none, e.g. anomalies spread evenly) — and baseline traces the normal ones
+// before it. With fewer than three anomalous traces, the slowest tenth stands
+// in for the slow ones (fallback).
+func split(all []*trace) (slow, base []*trace, onset int64, fallback bool) {
+	n := len(all)
+	cum := make([]int, n+1)
+	for i, t := range all {
+		cum[i+1] = cum[i]
+		if t.anomalous() {
+			cum[i+1]++
+		}
+	}
+	if cum[n] < 3 {
+		sorted := slices.Clone(all)
+		slices.SortFunc(sorted, func(x, y *trace) int { return cmp.Compare(y.duration(), x.duration()) })
+		k := max(n/10, min(n, 1))
+		return sorted[:k], sorted[k:], 0, true
+	}
+	best, at := 0.0, 0
+	minSeg := max(5, n/50)
+	for k := minSeg; k <= n-minSeg; k++ {
+		before := float64(cum[k]) / float64(k)
+		after := float64(cum[n]-cum[k]) / float64(n-k)
+		if d := after - before; d > best {
+			best, at = d, k
+		}
+	}
+	from := 0
+	if best >= 0.2 {
+		from = at
+		onset = all[at].start()
+	}
+	for i, t := range all {
+		switch {
+		case i >= from && t.anomalous():
+			slow = append(slow, t)
+		case i < from && !t.anomalous():
+			base = append(base, t)
+		}
+	}
+	if len(base) < 20 {
+		// Too little before the onset: every normal trace is the baseline.
+		base = base[:0]
+		for _, t := range all {
+			if !t.anomalous() {
+				base = append(base, t)
+			}
+		}
+	}
+	return slow, base, onset, false
+}
+
 func ms(d float64) float64 { return d / 1e6 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }
@@ -344,8 +390,9 @@ type span struct {
 }
 
 type trace struct {
-	id    string
-	spans []*span
+	id      string
+	spans   []*span
+	clamped int // server spans cut to their caller's CLIENT span
 }
 
 func (t *trace) root() *span {
@@ -360,6 +407,13 @@ func (t *trace) root() *span {
 		}
 	}
 	return root
+}
+
+func (t *trace) start() int64 {
+	if r := t.root(); r != nil {
+		return r.start
+	}
+	return 0
 }
 
 func (t *trace) duration() int64 {
@@ -573,6 +627,17 @@ func (jt *jaegerTrace) convert() *trace {
 			s.up = p
 		}
 	}
+	// A server span cannot outlast the call that made it: when one does, its
+	// end was taken late (seen with supervised Go services), and it is cut to
+	// the caller's CLIENT span so the late end is not charged as own time.
+	for _, s := range t.spans {
+		if s.kind == "server" && s.up != nil && s.up.kind == "client" && s.up.service != s.service {
+			if end := s.up.start + s.up.dur; s.start+s.dur > end {
+				s.dur = max(end-s.start, 0)
+				t.clamped++
+			}
+		}
+	}
 	return t
 }
 
@@ -675,6 +740,53 @@ func (c *apiClient) search(ctx context.Context, service string, from, to time.Ti
 	for i := range jts {
 		out = append(out, jts[i].convert())
 	}
+	return out, nil
+}
+
+// sample returns the traces of service between from and to, in start order:
+// the window is cut into slices, and a slice with more traces than one search
+// returns is cut again (twice at most), so a busy window is sampled evenly
+// rather than only at its newest end.
+func (c *apiClient) sample(ctx context.Context, service string, from, to time.Time) ([]*trace, error) {
+	seen := map[string]bool{}
+	var out []*trace
+	var walk func(a, b time.Time, depth int) error
+	walk = func(a, b time.Time, depth int) error {
+		ts, err := c.search(ctx, service, a, b, tracesPerSearch)
+		if err != nil {
+			return err
+		}
+		if len(ts) >= tracesPerSearch && depth < 2 && b.Sub(a) > 10*time.Millisecond {
+			mid := a.Add(b.Sub(a) / 2)
+			if err := walk(a, mid, depth+1); err != nil {
+				return err
+			}
+			return walk(mid.Add(time.Microsecond), b, depth+1)
+		}
+		for _, t := range ts {
+			if !seen[t.id] {
+				seen[t.id] = true
+				out = append(out, t)
+			}
+		}
+		return nil
+	}
+	const slices0 = 4
+	step := to.Sub(from) / slices0
+	if step <= 0 {
+		return nil, nil
+	}
+	for i := range slices0 {
+		a := from.Add(time.Duration(i) * step)
+		b := a.Add(step - time.Microsecond)
+		if i == slices0-1 {
+			b = to
+		}
+		if err := walk(a, b, 0); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(x, y *trace) int { return cmp.Compare(x.start(), y.start()) })
 	return out, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -371,5 +372,47 @@ func TestTraceTimesSidecars(t *testing.T) {
 		if g := got[svc]; g.self != w.self || g.net != w.net {
 			t.Errorf("%s: self %v net %v, want self %v net %v", svc, time.Duration(g.self), time.Duration(g.net), time.Duration(w.self), time.Duration(w.net))
 		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	// pattern: one character per trace in start order, 'x' anomalous, '.' normal.
+	mk := func(pattern string) []*trace {
+		var out []*trace
+		for i, c := range pattern {
+			s := &span{id: "r", start: int64(i) * int64(time.Millisecond), dur: int64(time.Millisecond), anomaly: c == 'x'}
+			if c == 'x' {
+				s.dur = 10 * int64(time.Millisecond)
+			}
+			out = append(out, &trace{id: strconv.Itoa(i), spans: []*span{s}})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		pattern    string
+		slow, base int
+		onsetAt    int // index of the first trace after the onset; -1: none
+		fallback   bool
+	}{
+		{"surge", strings.Repeat(".", 40) + "x" + strings.Repeat(".", 39) + strings.Repeat("x.xx", 10), 29, 80, 82, false}, // the densest tail starts at 82
+		{"evenly spread", strings.Repeat("x...", 30), 30, 90, -1, false},
+		{"too few anomalies", strings.Repeat(".", 50) + "xx", 5, 47, -1, true},
+		{"surge at the start", strings.Repeat("x", 30) + strings.Repeat(".", 30), 30, 30, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := mk(tc.pattern)
+			slow, base, onset, fallback := split(all)
+			want := int64(-1)
+			if tc.onsetAt >= 0 {
+				want = all[tc.onsetAt].start()
+			}
+			if onset == 0 {
+				onset = -1
+			}
+			if len(slow) != tc.slow || len(base) != tc.base || onset != want || fallback != tc.fallback {
+				t.Errorf("slow %d base %d onset %d fallback %v; want %d %d %d %v", len(slow), len(base), onset, fallback, tc.slow, tc.base, want, tc.fallback)
+			}
+		})
 	}
 }
