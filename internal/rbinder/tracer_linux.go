@@ -125,6 +125,7 @@ type pendingWrite struct {
 	saved unix.PtraceRegs
 	mode  writeMode
 	ends  int
+	at    time.Time // the entry stop: before any byte of the write left
 }
 
 // New returns a Tracer.
@@ -597,7 +598,7 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 	// A write restarted after the scratch mmap is not parsed again: its
 	// message ends were counted by the first pass.
 	out.Ends, c.ends = out.Ends+c.ends, 0
-	pw := &pendingWrite{c: c, saved: *sc.Regs, ends: out.Ends}
+	pw := &pendingWrite{c: c, saved: *sc.Regs, ends: out.Ends, at: now}
 	switch {
 	case out.Unchanged:
 		pw.mode = writeUnchanged
@@ -638,7 +639,10 @@ func (tr *Tracer) writeExit(t *supervisor.Task, pw *pendingWrite, sc *supervisor
 		m = c.out.Sent(int(n))
 	}
 	if pw.ends > 0 && c.inbound {
-		tr.responsesEnded(t, c, pw.ends)
+		// The span ends when the response's last bytes were handed to the
+		// kernel: the entry stop, which precedes the caller's receipt even
+		// when this exit stop is handled late on a busy machine.
+		tr.responsesEnded(t, c, pw.ends, pw.at)
 	}
 	regs := pw.saved // the application's argument registers, as it passed them
 	switch {
@@ -660,9 +664,8 @@ func (tr *Tracer) writeExit(t *supervisor.Task, pw *pendingWrite, sc *supervisor
 	}
 }
 
-func (tr *Tracer) responsesEnded(t *supervisor.Task, c *conn, n int) {
+func (tr *Tracer) responsesEnded(t *supervisor.Task, c *conn, n int, now time.Time) {
 	p := tr.procs[t.Tgid]
-	now := tr.cfg.Now()
 	for ; n > 0; n-- {
 		if c.info > 0 {
 			c.info--
