@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build test test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build demo-services test test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -32,8 +32,17 @@ web/.stamp: $(WEB_SRC)
 
 web: deps web/.stamp
 
-build: deps web/.stamp
+build: deps web/.stamp demo-services
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/rootline
+
+# The demo's uninstrumented forwarding service in Go and Java (the Python one
+# runs from demo/services/python/svc.py as is).
+demo-services: build/demo/java/Svc.class
+	$(GO) build -trimpath -o build/demo/svc-go ./demo/services/go
+
+build/demo/java/Svc.class: demo/services/java/Svc.java
+	@mkdir -p build/demo/java
+	javac -encoding UTF-8 -d build/demo/java $<
 
 test: deps build test-unit test-e2e test-ui-e2e
 
@@ -72,7 +81,9 @@ lint: deps
 # what is committed.
 check-generated: deps
 	$(GO) generate ./internal/profiler/cpu/
-	git diff --exit-code -- internal/profiler/cpu/ bpf/
+	$(GO) generate ./internal/profiler/kernel/
+	$(GO) generate ./internal/kmetrics/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ bpf/
 
 clean:
 	rm -rf bin

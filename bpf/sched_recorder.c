@@ -1,0 +1,596 @@
+// Scheduler flight recorder: thread states and wakeups of target processes
+// (internal/profiler/kernel loads it). tp_btf programs on the sched
+// tracepoints emit struct sr_event records into the sr_events ring buffer for
+// tasks whose process (tgid) is in sr_targets or whose cgroup v2 id is in
+// sr_cgroups, or for every task when sr_config.all is set.
+//
+// Cost model: nothing is emitted for untargeted tasks; what runs for them is
+// one or two hash lookups per context switch and wakeup, and a per-CPU array
+// write per irq/softirq/hrtimer entry and exit.
+//
+// Why a blocked task blocks: syscalls produce no records. When a target
+// blocks, sched_switch reads the syscall it is in from the user registers
+// the kernel saved at entry (bpf_task_pt_regs: orig_ax holds the syscall
+// number; cx == ip and r11 == flags tell a SYSCALL-instruction entry from an
+// exception, whose orig_ax is an error code) and, for read/write-like calls,
+// resolves the fd's file type (socket, regular file, pipe…). A user task
+// that blocks outside a syscall is in a page fault. This costs nothing per
+// syscall. With sr_config.syscall_hooks set instead (user space then also
+// attaches sys_enter/sys_exit), the syscall is tracked in task storage of
+// target threads: portable to kernels without FRED-less x86-64 entry frames,
+// but every syscall of every task then takes the tracing slow path. User
+// space maps the syscall to a reason (lock, network, disk, timer, other).
+//
+// Why a wakeup happened: irq/softirq/hrtimer entry and exit maintain a per-CPU
+// context; sched_waking records it, so a wakeup from interrupt context is
+// attributed to that kind instead of to the interrupted thread.
+//
+// Build: go generate ./internal/profiler/kernel/ (bpf2go).
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "sched_recorder.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// Minimal kernel types: CO-RE relocates each field against the running
+// kernel's BTF (/sys/kernel/btf/vmlinux), so only the fields used appear.
+struct kernfs_node {
+	__u64 id;
+} __attribute__((preserve_access_index));
+
+struct cgroup {
+	struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned short i_mode;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	unsigned int flags;
+	int prio;
+	int pid;
+	int tgid;
+	char comm[SR_COMM_LEN];
+	struct files_struct *files;
+	struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+
+struct pt_regs {
+	unsigned long r11;
+	unsigned long cx;
+	unsigned long di;
+	unsigned long orig_ax;
+	unsigned long ip;
+	unsigned long flags;
+} __attribute__((preserve_access_index));
+
+struct request {
+	unsigned int __data_len;
+} __attribute__((preserve_access_index));
+
+#define PF_KTHREAD 0x00200000
+#define TASK_REPORT 0x7f
+
+// sr_targets: tgid -> 1 (registered by user space) or 2 (followed child).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u8);
+} sr_targets SEC(".maps");
+
+// sr_cgroups: cgroup v2 id -> 1.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} sr_cgroups SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sr_config);
+} sr_cfg SEC(".maps");
+
+// sr_events: user space resizes it before load (Config.RingBufferBytes).
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);
+} sr_events SEC(".maps");
+
+// sr_lost counts records dropped because the ring buffer was full.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sr_lost SEC(".maps");
+
+// struct sr_cpuctx is the interrupt context of one CPU.
+struct sr_cpuctx {
+	__u32 hardirq; // irq number + 1 while in a hardirq handler
+	__u32 softirq; // vector + 1 while in a softirq
+	__u32 hrtimer; // non-zero while an hrtimer callback runs
+	__u32 block;   // non-zero once the current irq/softirq completed a block request
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sr_cpuctx);
+} sr_ctx SEC(".maps");
+
+// struct sr_task is the syscall a target thread is in.
+struct sr_task {
+	__s32 nr;    // syscall number, or SR_SYS_NONE outside syscalls
+	__u32 known; // non-zero once an entry or exit was seen
+	__u64 arg0;  // first syscall argument (the fd of read/write-like calls)
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sr_task);
+} sr_tasks SEC(".maps");
+
+// struct sr_inflight is a block request issued by a target thread.
+struct sr_inflight {
+	__u64 ts;
+	__u32 tid;
+	__u32 tgid;
+	__u32 bytes;
+	__u32 _pad;
+	char comm[SR_COMM_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct sr_inflight);
+} sr_rqs SEC(".maps");
+
+// Force bpf2go to emit Go types for the shared structs.
+const struct sr_event *unused_event __attribute__((unused));
+const struct sr_config *unused_config __attribute__((unused));
+
+static const __u32 zero = 0;
+
+static __always_inline struct sr_config *config(void)
+{
+	return bpf_map_lookup_elem(&sr_cfg, &zero);
+}
+
+static __always_inline int is_target(struct task_struct *t, struct sr_config *cfg)
+{
+	__u32 tgid = t->tgid;
+	if (tgid == 0 || tgid == cfg->self_tgid) // idle, the agent
+		return 0;
+	if (cfg->all)
+		return 1;
+	if (bpf_map_lookup_elem(&sr_targets, &tgid))
+		return 1;
+	if (cfg->cgroups) {
+		__u64 id = t->cgroups->dfl_cgrp->kn->id;
+		if (bpf_map_lookup_elem(&sr_cgroups, &id))
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline struct sr_event *reserve(void)
+{
+	struct sr_event *e = bpf_ringbuf_reserve(&sr_events, sizeof(*e), 0);
+	if (!e) {
+		__u64 *lost = bpf_map_lookup_elem(&sr_lost, &zero);
+		if (lost)
+			*lost += 1; // per-CPU slot: no atomic needed
+		return 0;
+	}
+	e->cpu = bpf_get_smp_processor_id();
+	e->arg = 0;
+	e->syscall = 0;
+	e->detail = 0;
+	e->flags = 0;
+	e->ctx = 0;
+	e->prio = 0;
+	e->prio2 = 0;
+	e->target_cpu = 0;
+	e->_pad = 0;
+	e->tid2 = 0;
+	e->tgid2 = 0;
+	return e;
+}
+
+// submit batches reader wake-ups: waking the reader per event costs more
+// than the event. The reader also polls on a timer.
+static __always_inline void submit(struct sr_event *e, struct sr_config *cfg)
+{
+	__u64 flags = 0;
+	if (cfg->wakeup_bytes)
+		flags = bpf_ringbuf_query(&sr_events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ?
+				BPF_RB_FORCE_WAKEUP :
+				BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
+static __always_inline void task_ids(struct task_struct *t, __u32 *tid, __u32 *tgid, char *comm)
+{
+	*tid = t->pid;
+	*tgid = t->tgid;
+	bpf_probe_read_kernel(comm, SR_COMM_LEN, t->comm);
+}
+
+// fd_kind returns S_IFMT >> 12 of fd in the current task, 0 if unknown.
+static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd)
+{
+	struct fdtable *fdt = t->files->fdt;
+	if (fd >= fdt->max_fds)
+		return 0;
+	struct file **fds = fdt->fd;
+	struct file *f = 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff]) || !f)
+		return 0;
+	return (BPF_CORE_READ(f, f_inode, i_mode) & 0170000) >> 12;
+}
+
+// x86-64 syscalls whose first argument is an fd worth classifying.
+static __always_inline int fd_syscall(__s32 nr)
+{
+	switch (nr) {
+	case 0:   // read
+	case 1:   // write
+	case 17:  // pread64
+	case 18:  // pwrite64
+	case 19:  // readv
+	case 20:  // writev
+	case 295: // preadv
+	case 296: // pwritev
+	case 327: // preadv2
+	case 328: // pwritev2
+		return 1;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	struct sr_config *cfg = config();
+	if (!cfg)
+		return 0;
+	int tprev = is_target(prev, cfg);
+	int tnext = is_target(next, cfg);
+	if (!tprev && !tnext)
+		return 0;
+
+	struct sr_event *e = reserve();
+	if (!e)
+		return 0;
+	e->ts = bpf_ktime_get_ns();
+	e->type = SR_EV_SWITCH;
+	e->arg = prev_state;
+	e->tid = prev->pid; // prev is current
+	e->tgid = prev->tgid;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	task_ids(next, &e->tid2, &e->tgid2, e->comm2);
+	e->prio = prev->prio;
+	e->prio2 = next->prio;
+	if (preempt)
+		e->flags |= SR_F_PREEMPT;
+	e->syscall = SR_SYS_UNKNOWN;
+	if (prev->flags & PF_KTHREAD) {
+		e->flags |= SR_F_KTHREAD;
+	} else if (tprev && !preempt && (prev_state & TASK_REPORT)) {
+		// prev (current) blocks: which syscall is it in?
+		struct task_struct *cur = bpf_get_current_task_btf();
+		__u64 arg0 = 0;
+		if (cfg->syscall_hooks) {
+			struct sr_task *st = bpf_task_storage_get(&sr_tasks, cur, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (st && st->known) {
+				e->syscall = st->nr;
+				arg0 = st->arg0;
+			}
+		} else {
+			struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(cur);
+			if (regs->cx == regs->ip && regs->r11 == regs->flags)
+				e->syscall = regs->orig_ax;
+			else
+				e->syscall = SR_SYS_NONE; // an exception: a page fault
+			arg0 = regs->di;
+		}
+		if (fd_syscall(e->syscall))
+			e->detail = fd_kind(cur, arg0);
+	}
+	// With syscall hooks, track a target's syscalls from its first
+	// switch-in on (task storage exists for targets only).
+	if (cfg->syscall_hooks && tnext && !(next->flags & PF_KTHREAD))
+		bpf_task_storage_get(&sr_tasks, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	submit(e, cfg);
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sr_sys_enter, struct pt_regs *regs, long id)
+{
+	struct sr_task *st = bpf_task_storage_get(&sr_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return 0; // not a target thread (storage is created for targets only)
+	st->nr = id;
+	st->arg0 = regs->di;
+	st->known = 1;
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(sr_sys_exit, struct pt_regs *regs, long ret)
+{
+	struct sr_task *st = bpf_task_storage_get(&sr_tasks, bpf_get_current_task_btf(), 0, 0);
+	if (!st)
+		return 0;
+	st->nr = SR_SYS_NONE;
+	st->known = 1;
+	return 0;
+}
+
+static __always_inline int wake(struct task_struct *p, __u32 type)
+{
+	struct sr_config *cfg = config();
+	if (!cfg || !is_target(p, cfg))
+		return 0;
+	struct sr_event *e = reserve();
+	if (!e)
+		return 0;
+	e->ts = bpf_ktime_get_ns();
+	e->type = type;
+	task_ids(p, &e->tid, &e->tgid, e->comm);
+	e->prio = p->prio;
+	if (type == SR_EV_WAKING) {
+		__u64 id = bpf_get_current_pid_tgid();
+		e->tid2 = (__u32)id;
+		e->tgid2 = id >> 32;
+		bpf_get_current_comm(e->comm2, sizeof(e->comm2));
+		struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+		if (c) {
+			if (c->hrtimer) {
+				e->ctx = SR_CTX_HRTIMER;
+			} else if (c->hardirq) {
+				e->ctx = c->block ? SR_CTX_BLOCKIRQ : SR_CTX_HARDIRQ;
+				e->detail = c->hardirq - 1;
+			} else if (c->softirq) {
+				e->ctx = SR_CTX_SOFTIRQ;
+				e->detail = c->softirq - 1;
+			}
+		}
+	} else {
+		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
+	}
+	submit(e, cfg);
+	return 0;
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sr_waking, struct task_struct *p)
+{
+	return wake(p, SR_EV_WAKING);
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(sr_wakeup, struct task_struct *p)
+{
+	return wake(p, SR_EV_WAKEUP);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(sr_wakeup_new, struct task_struct *p)
+{
+	return wake(p, SR_EV_WAKEUP_NEW);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
+{
+	struct sr_config *cfg = config();
+	if (!cfg)
+		return 0;
+	int tparent = is_target(parent, cfg);
+	__u32 ctgid = child->tgid;
+	if (tparent && cfg->follow_forks && ctgid != parent->tgid) {
+		__u8 followed = 2;
+		bpf_map_update_elem(&sr_targets, &ctgid, &followed, BPF_NOEXIST);
+	}
+	if (!tparent && !is_target(child, cfg))
+		return 0;
+	struct sr_event *e = reserve();
+	if (!e)
+		return 0;
+	e->ts = bpf_ktime_get_ns();
+	e->type = SR_EV_FORK;
+	task_ids(child, &e->tid, &e->tgid, e->comm);
+	task_ids(parent, &e->tid2, &e->tgid2, e->comm2);
+	submit(e, cfg);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sr_exec, struct task_struct *p)
+{
+	struct sr_config *cfg = config();
+	if (!cfg || !is_target(p, cfg))
+		return 0;
+	struct sr_event *e = reserve();
+	if (!e)
+		return 0;
+	e->ts = bpf_ktime_get_ns();
+	e->type = SR_EV_EXEC;
+	task_ids(p, &e->tid, &e->tgid, e->comm);
+	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
+	submit(e, cfg);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
+{
+	struct sr_config *cfg = config();
+	if (!cfg || !is_target(p, cfg))
+		return 0;
+	__u32 tgid = p->tgid;
+	if (group_dead) {
+		__u8 *v = bpf_map_lookup_elem(&sr_targets, &tgid);
+		if (v && *v == 2)
+			bpf_map_delete_elem(&sr_targets, &tgid);
+	}
+	struct sr_event *e = reserve();
+	if (!e)
+		return 0;
+	e->ts = bpf_ktime_get_ns();
+	e->type = SR_EV_EXIT;
+	task_ids(p, &e->tid, &e->tgid, e->comm);
+	e->flags = group_dead ? 1 : 0;
+	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
+	submit(e, cfg);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(sr_rq_issue, struct request *rq)
+{
+	struct sr_config *cfg = config();
+	if (!cfg)
+		return 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (!is_target(cur, cfg))
+		return 0;
+	struct sr_inflight in = {};
+	in.ts = bpf_ktime_get_ns();
+	__u64 id = bpf_get_current_pid_tgid();
+	in.tid = (__u32)id;
+	in.tgid = id >> 32;
+	in.bytes = rq->__data_len;
+	bpf_get_current_comm(in.comm, sizeof(in.comm));
+	__u64 key = (__u64)rq;
+	bpf_map_update_elem(&sr_rqs, &key, &in, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+	if (c)
+		c->block = 1;
+	__u64 key = (__u64)rq;
+	struct sr_inflight *in = bpf_map_lookup_elem(&sr_rqs, &key);
+	if (!in)
+		return 0;
+	struct sr_config *cfg = config();
+	struct sr_event *e = cfg ? reserve() : 0;
+	if (e) {
+		e->ts = bpf_ktime_get_ns();
+		e->type = SR_EV_BLOCK_RQ;
+		e->tid = in->tid;
+		e->tgid = in->tgid;
+		e->arg = in->ts;
+		e->detail = in->bytes;
+		__builtin_memcpy(e->comm, in->comm, sizeof(e->comm));
+		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
+		submit(e, cfg);
+	}
+	bpf_map_delete_elem(&sr_rqs, &key);
+	return 0;
+}
+
+static __always_inline struct sr_cpuctx *cpuctx(void)
+{
+	return bpf_map_lookup_elem(&sr_ctx, &zero);
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(sr_irq_entry, int irq)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c) {
+		c->hardirq = irq + 1;
+		c->block = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(sr_irq_exit, int irq)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c) {
+		c->hardirq = 0;
+		c->block = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(sr_softirq_entry, unsigned int vec)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c) {
+		c->softirq = vec + 1;
+		c->block = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(sr_softirq_exit, unsigned int vec)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c) {
+		c->softirq = 0;
+		c->block = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(sr_hrtimer_entry)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c)
+		c->hrtimer = 1;
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(sr_hrtimer_exit)
+{
+	struct sr_cpuctx *c = cpuctx();
+	if (c)
+		c->hrtimer = 0;
+	return 0;
+}

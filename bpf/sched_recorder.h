@@ -1,0 +1,72 @@
+// Shared layout of the scheduler flight recorder (bpf/sched_recorder.c).
+// Every struct here is mirrored in Go by bpf2go
+// (internal/profiler/kernel/schedrecorder_bpfel.go) and decoded by
+// internal/profiler/kernel/source_linux.go: it MUST match the Go side. Change
+// both together and run `go generate ./internal/profiler/kernel/`. See
+// bpf/README.md for the layout rules.
+#pragma once
+
+#include <linux/types.h>
+
+#define SR_COMM_LEN 16
+
+// Event types (struct sr_event.type). The Go side has the same constants
+// (internal/profiler/kernel/event.go).
+#define SR_EV_SWITCH 1     // tid=prev tid2=next; arg=raw prev __state; flags SR_F_*
+#define SR_EV_WAKING 2     // tid=wakee tid2=current (waker if ctx==SR_CTX_THREAD)
+#define SR_EV_WAKEUP 3     // tid=wakee (enqueued)
+#define SR_EV_WAKEUP_NEW 4 // tid=new task (first enqueue)
+#define SR_EV_FORK 5       // tid=child tid2=parent
+#define SR_EV_EXEC 6       // tid=task, comm=new comm
+#define SR_EV_EXIT 7       // tid=task; flags bit0: group dead
+#define SR_EV_BLOCK_RQ 8   // tid=issuer; arg=issue ktime; detail=bytes; ts=completion
+
+// Context of a wakeup (sr_event.ctx for SR_EV_WAKING).
+#define SR_CTX_THREAD 0
+#define SR_CTX_HARDIRQ 1  // detail = irq number
+#define SR_CTX_SOFTIRQ 2  // detail = softirq vector (TIMER=1, NET_RX=3, BLOCK=4, HRTIMER=8…)
+#define SR_CTX_HRTIMER 3  // an hrtimer callback (timer expiry, sleeps)
+#define SR_CTX_BLOCKIRQ 4 // an irq that completed a block request; detail = irq number
+
+// SR_EV_SWITCH flags.
+#define SR_F_PREEMPT 1   // the switch was an involuntary preemption
+#define SR_F_KTHREAD 2   // prev is a kernel thread
+
+// Syscall of a task at switch time (sr_event.syscall) when not a syscall number.
+#define SR_SYS_NONE -1    // a user task known not to be in a syscall (fault/exception)
+#define SR_SYS_UNKNOWN -2 // not known (thread first seen in a syscall, kernel thread)
+
+// struct sr_config is element 0 of the sr_cfg array.
+struct sr_config {
+	__u32 all;            // non-zero: record every task, not only targets
+	__u32 cgroups;        // non-zero: sr_cgroups holds entries (check it)
+	__u32 follow_forks;   // non-zero: children of a target process become targets
+	__u32 wakeup_bytes;   // wake the reader only once this much is pending
+	__u32 self_tgid;      // never record this process (the agent), even with all
+	__u32 syscall_hooks;  // non-zero: sys_enter/sys_exit track syscalls in task
+	                      // storage (else: read from the saved user registers)
+};
+
+// struct sr_event is one record of the sr_events ring buffer (96 bytes).
+// 8-byte fields first, explicit padding, no holes.
+struct sr_event {
+	__u64 ts;      // bpf_ktime_get_ns (CLOCK_MONOTONIC)
+	__u64 arg;     // SWITCH: raw prev __state; BLOCK_RQ: issue ts; FORK: clone flags (0)
+	__u32 type;    // SR_EV_*
+	__u32 cpu;     // CPU the event ran on
+	__u32 tid;     // primary task (see SR_EV_*)
+	__u32 tgid;
+	__u32 tid2;    // secondary task (see SR_EV_*)
+	__u32 tgid2;
+	__s32 syscall; // SWITCH: prev's syscall number or SR_SYS_*
+	__u32 detail;  // SWITCH: S_IFMT>>12 of the fd of a read/write-like call (0: n/a);
+	               // WAKING: irq number / softirq vector; BLOCK_RQ: bytes
+	__u16 flags;   // SR_F_* (SWITCH), group_dead (EXIT)
+	__u16 ctx;     // SR_CTX_* (WAKING)
+	__s16 prio;    // tid's prio (SWITCH/WAKING)
+	__s16 prio2;   // tid2's prio (SWITCH)
+	__u32 target_cpu; // WAKING: CPU the wakee will run on
+	__u32 _pad;
+	char comm[SR_COMM_LEN];  // tid's comm
+	char comm2[SR_COMM_LEN]; // tid2's comm
+};

@@ -1,0 +1,320 @@
+package kernel
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// Synthetic event constructors. Process 100 has threads 101 and 102;
+// process 200 (thread 200) is outside the target.
+func swIn(ts int64, cpu uint16, next uint32) Event {
+	return Event{Type: EvSwitch, TS: ts, CPU: cpu, TID2: next, TGID2: tgidOf(next), Syscall: SysUnknown}
+}
+
+func swOut(ts int64, cpu uint16, prev uint32, state uint64, syscall int32, detail uint32, next uint32) Event {
+	return Event{Type: EvSwitch, TS: ts, CPU: cpu, TID: prev, TGID: tgidOf(prev), Arg: state,
+		Syscall: syscall, Detail: detail, TID2: next, TGID2: tgidOf(next)}
+}
+
+func preempt(ts int64, cpu uint16, prev, next uint32) Event {
+	return Event{Type: EvSwitch, TS: ts, CPU: cpu, TID: prev, TGID: tgidOf(prev), Flags: FlagPreempt,
+		Syscall: SysNone, TID2: next, TGID2: tgidOf(next)}
+}
+
+func waking(ts int64, wakee, waker uint32, ctx uint8, detail uint32) Event {
+	return Event{Type: EvWaking, TS: ts, TID: wakee, TGID: tgidOf(wakee), TID2: waker, TGID2: tgidOf(waker), Ctx: ctx, Detail: detail}
+}
+
+func tgidOf(tid uint32) uint32 {
+	switch {
+	case tid == 0:
+		return 0
+	case tid/100 == 1:
+		return 100
+	}
+	return tid
+}
+
+// render prints intervals compactly: "101 blocked/lock(futex) 10-30 <thread:102".
+func render(s *Snapshot) []string {
+	var out []string
+	for _, iv := range s.Intervals {
+		st := iv.State
+		if iv.Reason != "" {
+			st += "/" + iv.Reason
+		}
+		if iv.Syscall != "" {
+			st += "(" + iv.Syscall + ")"
+		}
+		line := fmt.Sprintf("%d %s %d-%d", iv.TID, st, iv.Start, iv.End)
+		if iv.CPU >= 0 {
+			line += fmt.Sprintf(" cpu%d", iv.CPU)
+		}
+		if iv.Wakeup >= 0 {
+			w := s.Wakeups[iv.Wakeup]
+			line += fmt.Sprintf(" <%s:%d", w.Context, w.Waker)
+			if w.Detail != "" {
+				line += ":" + w.Detail
+			}
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+func TestBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		events     []Event
+		start, end int64
+		want       []string
+	}{
+		{
+			name: "futex woken by another thread, then preempted",
+			events: []Event{
+				swIn(0, 1, 101),
+				swOut(10, 1, 101, 1, 202, 0, 0),
+				waking(30, 101, 102, CtxThread, 0),
+				{Type: EvWakeup, TS: 32, TID: 101, TGID: 100},
+				swIn(40, 1, 101),
+				preempt(50, 1, 101, 102),
+				swOut(60, 1, 102, 1, 0, fileFIFO, 101),
+			},
+			end: 70,
+			want: []string{
+				"101 running 0-10 cpu1",
+				"101 blocked/lock(futex) 10-30 <thread:102",
+				"101 runqueue/wakeup 30-40 <thread:102",
+				"101 running 40-50 cpu1",
+				"101 runqueue/preempted 50-60",
+				"101 running 60-70 cpu1",
+				"102 running 50-60 cpu1",
+				"102 blocked/syscall(read) 60-70",
+			},
+		},
+		{
+			name: "sleep woken by an hrtimer",
+			events: []Event{
+				swIn(0, 0, 101),
+				swOut(5, 0, 101, 1, 230, 0, 0),
+				waking(105, 101, 0, CtxHrtimer, 0),
+				swIn(106, 0, 101),
+			},
+			end: 110,
+			want: []string{
+				"101 running 0-5 cpu0",
+				"101 blocked/timer(clock_nanosleep) 5-105 <timer:0:hrtimer",
+				"101 runqueue/wakeup 105-106 <timer:0:hrtimer",
+				"101 running 106-110 cpu0",
+			},
+		},
+		{
+			name: "socket read woken from NET_RX",
+			events: []Event{
+				swIn(0, 0, 101),
+				swOut(5, 0, 101, 1, 0, fileSock, 0),
+				waking(50, 101, 200, CtxSoftirq, 3),
+				swIn(52, 0, 101),
+			},
+			end: 60,
+			want: []string{
+				"101 running 0-5 cpu0",
+				"101 blocked/network(read) 5-50 <network:200:NET_RX",
+				"101 runqueue/wakeup 50-52 <network:200:NET_RX",
+				"101 running 52-60 cpu0",
+			},
+		},
+		{
+			name: "fsync woken by a block irq; read of a file; page fault",
+			events: []Event{
+				swIn(0, 0, 101),
+				swOut(5, 0, 101, 2, 74, 0, 0),
+				waking(50, 101, 0, CtxBlockIRQ, 24),
+				swIn(52, 0, 101),
+				swOut(60, 0, 101, 2, 0, fileReg, 0),
+				waking(70, 101, 0, CtxSoftirq, 4),
+				swIn(71, 0, 101),
+				swOut(80, 0, 101, 2, SysNone, 0, 0),
+				waking(90, 101, 0, CtxHardirq, 24),
+				swIn(91, 0, 101),
+			},
+			end: 95,
+			want: []string{
+				"101 running 0-5 cpu0",
+				"101 blocked/disk(fsync) 5-50 <disk:0:irq 24",
+				"101 runqueue/wakeup 50-52 <disk:0:irq 24",
+				"101 running 52-60 cpu0",
+				"101 blocked/disk(read) 60-70 <disk:0:BLOCK",
+				"101 runqueue/wakeup 70-71 <disk:0:BLOCK",
+				"101 running 71-80 cpu0",
+				"101 blocked/pagefault 80-90 <hardirq:0:irq 24",
+				"101 runqueue/wakeup 90-91 <hardirq:0:irq 24",
+				"101 running 91-95 cpu0",
+			},
+		},
+		{
+			name: "state 0 without preempt flag (yield) is runnable; TASK_RTLOCK_WAIT blocks",
+			events: []Event{
+				swIn(0, 0, 101),
+				swOut(10, 0, 101, 0, 24, 0, 200),
+				swOut(20, 0, 200, 0, SysUnknown, 0, 101),
+				swOut(30, 0, 101, taskRTLock, 202, 0, 0),
+			},
+			end: 40,
+			want: []string{
+				"101 running 0-10 cpu0",
+				"101 runqueue/preempted 10-20",
+				"101 running 20-30 cpu0",
+				"101 blocked/lock(futex) 30-40",
+			},
+		},
+		{
+			name: "window clips intervals; states before the first event are unknown",
+			events: []Event{
+				swOut(5, 0, 102, 1, 202, 0, 0), // 102 running before: unknown start
+				swIn(10, 0, 101),
+				swOut(100, 0, 101, 1, 35, 0, 0),
+				waking(200, 101, 0, CtxHrtimer, 0),
+				swIn(201, 1, 101),
+			},
+			start: 50, end: 150,
+			want: []string{
+				"101 running 50-100 cpu0",
+				"101 blocked/timer(nanosleep) 100-150",
+				"102 blocked/lock(futex) 50-150",
+			},
+		},
+		{
+			name: "new thread and exit",
+			events: []Event{
+				{Type: EvFork, TS: 0, TID: 102, TGID: 100, TID2: 101, TGID2: 100},
+				{Type: EvWakeupNew, TS: 1, TID: 102, TGID: 100},
+				swIn(4, 1, 102),
+				{Type: EvExit, TS: 20, TID: 102, TGID: 100},
+				swOut(21, 1, 102, taskDead, SysUnknown, 0, 0),
+			},
+			end: 30,
+			want: []string{
+				"102 runqueue/new 0-4",
+				"102 running 4-20 cpu1",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _ := build(tc.events, buildInput{pid: 100, start: tc.start, end: tc.end, comm: func(uint32) string { return "x" }})
+			got := render(s)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("intervals:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBuildThreadsAndEdges(t *testing.T) {
+	events := []Event{
+		swIn(0, 0, 101),
+		swOut(10, 0, 101, 1, 202, 0, 200),
+		swOut(15, 0, 200, 1, SysUnknown, 0, 0),
+		waking(20, 101, 200, CtxThread, 0),
+		{Type: EvWakeup, TS: 23, TID: 101, TGID: 100},
+		swIn(25, 0, 101),
+		{Type: EvBlockRq, TS: 28, Arg: 26, TID: 101, TGID: 100, Detail: 4096},
+	}
+	comms := map[uint32]string{101: "worker", 200: "holder"}
+	s, raw := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
+	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true}, {TID: 200, PID: 200, Comm: "holder"}}; !slices.Equal(s.Threads, want) {
+		t.Errorf("threads = %+v, want %+v", s.Threads, want)
+	}
+	if len(s.Wakeups) != 1 {
+		t.Fatalf("wakeups = %+v, want 1", s.Wakeups)
+	}
+	w := s.Wakeups[0]
+	if w.Waker != 200 || w.Wakee != 101 || w.Context != "thread" || w.TS != 1020 || w.Enqueued != 1023 {
+		t.Errorf("wakeup = %+v", w)
+	}
+	if len(s.DiskIOs) != 1 || s.DiskIOs[0].Bytes != 4096 || s.DiskIOs[0].Issue != 1026 {
+		t.Errorf("disk I/Os = %+v", s.DiskIOs)
+	}
+	if s.Start != 1000 || s.End != 1030 {
+		t.Errorf("window = %d-%d, want 1000-1030 (Unix = monotonic + offset)", s.Start, s.End)
+	}
+	// Raw events: all of them involve 101 or its waker 200.
+	if len(raw) != len(events) {
+		t.Errorf("raw events = %d, want %d", len(raw), len(events))
+	}
+}
+
+func TestReportedState(t *testing.T) {
+	for _, tc := range []struct {
+		ev   Event
+		want int64
+	}{
+		{Event{Flags: FlagPreempt, Arg: 1}, taskReportMx},
+		{Event{Arg: 0}, 0},
+		{Event{Arg: 1}, 1},
+		{Event{Arg: 2}, 2},
+		{Event{Arg: taskIdle}, 0x80},
+		{Event{Arg: 0x102}, 2}, // TASK_KILLABLE
+		{Event{Arg: taskDead}, 0x10},
+	} {
+		if got := reportedState(&tc.ev); got != tc.want {
+			t.Errorf("reportedState(flags %d, state %#x) = %#x, want %#x", tc.ev.Flags, tc.ev.Arg, got, tc.want)
+		}
+	}
+}
+
+// TestSnapshotRoundTrip: Encode's hand-written JSON decodes to the same
+// snapshot.
+func TestSnapshotRoundTrip(t *testing.T) {
+	in := &Snapshot{Version: 1, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
+		Threads:   []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true}},
+		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonLock, Syscall: "futex", Start: 1, End: 5, CPU: -1, Wakeup: 0}, {TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1}},
+		Wakeups:   []Wakeup{{TS: 5, Wakee: 7, Waker: 8, Context: "softirq", Detail: "NET_RX", CPU: 1, Enqueued: 6}},
+		DiskIOs:   []DiskIO{{TID: 7, Issue: 2, Complete: 3, Bytes: 4096}},
+	}
+	var buf bytes.Buffer
+	if err := in.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	out, err := DecodeSnapshot(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", out, in)
+	}
+}
+
+// TestRingBounds: the ring keeps at most its byte budget, evicting the
+// oldest chunks, and window returns the events of a time range in order.
+func TestRingBounds(t *testing.T) {
+	r := newRing(3 * chunkLen * eventBytes)
+	var c Comm
+	copy(c[:], "t")
+	total := 5*chunkLen + 10
+	for i := range total {
+		ev := Event{Type: EvSwitch, TS: int64(i), TID: 101, TID2: 102}
+		r.add(&ev, &c, &c)
+	}
+	bytes, evicted, added := r.stats()
+	if bytes > 3*chunkLen*eventBytes || added != uint64(total) || evicted != uint64(3*chunkLen) {
+		t.Errorf("bytes %d (max %d), evicted %d, added %d", bytes, 3*chunkLen*eventBytes, evicted, added)
+	}
+	got := r.window(int64(4*chunkLen), int64(4*chunkLen+9))
+	if len(got) != 10 || got[0].TS != int64(4*chunkLen) || got[9].TS != int64(4*chunkLen+9) {
+		t.Errorf("window: %d events", len(got))
+	}
+	if old := r.window(0, 100); len(old) != 0 {
+		t.Errorf("evicted events returned: %d", len(old))
+	}
+	if r.comm(101) != "t" || r.comm(7) != "" {
+		t.Errorf("comms %q %q", r.comm(101), r.comm(7))
+	}
+	r.expire(int64(total))
+	if b, _, _ := r.stats(); b != chunkLen*eventBytes {
+		t.Errorf("after expiry %d bytes buffered, want the newest chunk only", b)
+	}
+}

@@ -1,0 +1,86 @@
+package kernel
+
+import "context"
+
+// Event types; they MUST match the SR_EV_* defines of bpf/sched_recorder.h.
+const (
+	EvSwitch    = 1 // TID=prev, TID2=next; Arg=raw prev __state
+	EvWaking    = 2 // TID=wakee, TID2=current (the waker when Ctx==CtxThread)
+	EvWakeup    = 3 // TID=wakee, enqueued on a run queue
+	EvWakeupNew = 4 // TID=new task, first enqueue
+	EvFork      = 5 // TID=child, TID2=parent
+	EvExec      = 6 // TID=task; Comm=new comm
+	EvExit      = 7 // TID=task; Flags&1: the whole process exited
+	EvBlockRq   = 8 // TID=issuer; Arg=issue ts; TS=completion; Detail=bytes
+)
+
+// Wakeup contexts (SR_CTX_*).
+const (
+	CtxThread   = 0
+	CtxHardirq  = 1 // Detail = irq number
+	CtxSoftirq  = 2 // Detail = softirq vector
+	CtxHrtimer  = 3
+	CtxBlockIRQ = 4 // an irq that completed a block request
+)
+
+// Switch flags (SR_F_*).
+const (
+	FlagPreempt = 1
+	FlagKthread = 2
+)
+
+// Syscall values that are not syscall numbers (SR_SYS_*).
+const (
+	SysNone    = -1 // a user task known not to be in a syscall
+	SysUnknown = -2
+)
+
+// Event is one decoded kernel record (struct sr_event without the comms,
+// which the recorder keeps per thread). TS is CLOCK_MONOTONIC nanoseconds.
+type Event struct {
+	TS        int64
+	Arg       uint64
+	TID, TGID uint32
+	// TID2/TGID2 are the secondary task (next, waker, parent).
+	TID2, TGID2 uint32
+	Syscall     int32
+	Detail      uint32
+	TargetCPU   uint32
+	CPU         uint16
+	Flags       uint16
+	Type        uint8
+	Ctx         uint8
+	Prio, Prio2 int16
+}
+
+// Comm is a thread's command name as the kernel reports it (≤ 15 bytes).
+type Comm = [16]byte
+
+// Sink receives the events of a Source. Its methods are called from one
+// goroutine; comm pointers are only valid during the call.
+type Sink interface {
+	// Event is called for each record in arrival order (roughly time order:
+	// records of different CPUs may be out of order by a few microseconds).
+	Event(ev *Event, comm, comm2 *Comm)
+}
+
+// Source is where kernel events come from: the BPF programs
+// (bpfSource, root only) or a synthetic sequence in tests. Implementations
+// MUST be safe for concurrent calls of their target methods while Run runs.
+type Source interface {
+	// Run delivers events to sink until Close; it returns nil after Close.
+	Run(sink Sink) error
+	// Drain makes Run deliver every event recorded before the call, waiting
+	// at most until ctx is done.
+	Drain(ctx context.Context)
+	// SetTarget adds (on) or removes a process (tgid) from the recorded set.
+	SetTarget(tgid uint32, on bool) error
+	// SetCgroup adds or removes a cgroup v2 id from the recorded set.
+	SetCgroup(id uint64, on bool) error
+	// Lost is the number of records dropped in the kernel so far.
+	Lost() uint64
+	// Stats reports the source's own counters (BPF run time…).
+	Stats() map[string]float64
+	// Close detaches from the kernel and ends Run.
+	Close() error
+}

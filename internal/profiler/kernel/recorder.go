@@ -1,0 +1,436 @@
+package kernel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/profiler"
+)
+
+// Config configures a Recorder. Zero fields take DefaultConfig's values.
+type Config struct {
+	// MaxBytes bounds the memory of the buffered events (default 128 MiB,
+	// ≈ 2.3 M events: ~20 s at 100 k scheduler events/s).
+	MaxBytes int64 `yaml:"max_bytes"`
+	// Retention drops events older than this even under MaxBytes (default 60s).
+	Retention time.Duration `yaml:"retention"`
+	// Preroll is how far before a dump's window events are replayed, so the
+	// threads' states at the window's start are known (default 5s).
+	Preroll time.Duration `yaml:"preroll"`
+	// RingBufferBytes is the BPF ring buffer between kernel and reader
+	// (default 8 MiB, rounded up to a power of two ≥ one page).
+	RingBufferBytes int `yaml:"ring_buffer_bytes"`
+	// FlushInterval is how often the reader drains the ring buffer when the
+	// kernel has not woken it (default 200ms).
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	// All records every task, not only targets ("everything" switch).
+	All bool `yaml:"all"`
+	// NoFollowForks stops recording new child processes of targets
+	// (followed by default: a target is a process tree).
+	NoFollowForks bool `yaml:"no_follow_forks"`
+	// SyscallHooks finds the syscall a thread blocks in with
+	// raw_syscalls:sys_enter/sys_exit and task storage instead of the
+	// registers saved at syscall entry. Slower for every process on the
+	// machine (each syscall takes the tracing slow path); for kernels or
+	// architectures where the saved registers do not tell (not x86-64, or
+	// x86-64 with FRED).
+	SyscallHooks bool `yaml:"syscall_hooks"`
+	// Enqueue also records sched_wakeup, the time a woken thread is put on a
+	// run queue (Wakeup.Enqueued). Off by default: it adds a third record
+	// per wakeup, and run-queue waits are measured from sched_waking (as
+	// perf sched does when the kernel has it).
+	Enqueue bool `yaml:"enqueue"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxBytes:        128 << 20,
+		Retention:       60 * time.Second,
+		Preroll:         5 * time.Second,
+		RingBufferBytes: 8 << 20,
+		FlushInterval:   200 * time.Millisecond,
+	}
+}
+
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = d.MaxBytes
+	}
+	if c.Retention <= 0 {
+		c.Retention = d.Retention
+	}
+	if c.Preroll <= 0 {
+		c.Preroll = d.Preroll
+	}
+	if c.RingBufferBytes <= 0 {
+		c.RingBufferBytes = d.RingBufferBytes
+	}
+	c.RingBufferBytes = max(c.RingBufferBytes, os.Getpagesize())
+	c.RingBufferBytes = 1 << bits.Len(uint(c.RingBufferBytes-1))
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = d.FlushInterval
+	}
+	return c
+}
+
+// Recorder is the "kernel" profiler: a flight recorder of thread states and
+// wakeups. It is safe for concurrent use.
+type Recorder struct {
+	cfg      Config
+	log      *slog.Logger
+	src      Source
+	ring     *ring
+	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
+	host     string
+
+	mu      sync.Mutex // guards targets and closed
+	targets map[int]uint64
+	closed  bool
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	readerTID atomic.Int32
+	dumps     atomic.Uint64
+	dumpErrs  atomic.Uint64
+	runErr    atomic.Pointer[error]
+}
+
+var _ profiler.Profiler = (*Recorder)(nil)
+
+// New loads the BPF programs and starts recording (nothing until Start,
+// unless Config.All). The error wraps ErrUnavailable when BPF cannot be
+// used here. A nil logger discards.
+func New(cfg Config, logger *slog.Logger) (*Recorder, error) {
+	cfg = cfg.withDefaults()
+	src, err := newBPFSource(sourceConfig{ringBytes: cfg.RingBufferBytes, all: cfg.All,
+		followForks: !cfg.NoFollowForks, syscallHooks: cfg.SyscallHooks, enqueue: cfg.Enqueue, flush: cfg.FlushInterval})
+	if err != nil {
+		return nil, err
+	}
+	return NewWithSource(cfg, src, logger), nil
+}
+
+// NewWithSource records the events of src (tests use a synthetic source).
+// The Recorder owns src and closes it.
+func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
+	cfg = cfg.withDefaults()
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	r := &Recorder{
+		cfg:      cfg,
+		log:      logger.With("component", "profiler/kernel"),
+		src:      src,
+		ring:     newRing(cfg.MaxBytes),
+		offsetNs: clockOffset(),
+		host:     host,
+		targets:  map[int]uint64{},
+		done:     make(chan struct{}),
+	}
+	r.wg.Add(2)
+	go func() {
+		defer r.wg.Done()
+		// The reader keeps its OS thread (never unlocked: the thread exits
+		// with it), so its CPU time is that thread's.
+		runtime.LockOSThread()
+		r.readerTID.Store(int32(unix.Gettid()))
+		if err := src.Run(sinkFunc(r.ring.add)); err != nil {
+			r.runErr.Store(&err)
+			r.log.Error("kernel event reader stopped", "err", err)
+		}
+	}()
+	go r.maintain()
+	r.log.Info("kernel recorder started", "max_bytes", cfg.MaxBytes, "all", cfg.All)
+	return r
+}
+
+type sinkFunc func(ev *Event, comm, comm2 *Comm)
+
+func (f sinkFunc) Event(ev *Event, comm, comm2 *Comm) { f(ev, comm, comm2) }
+
+// clockOffset measures realtime − monotonic, the offset turning
+// bpf_ktime_get_ns into Unix time, bracketing the realtime read.
+func clockOffset() int64 {
+	var m1, rt, m2 unix.Timespec
+	best := int64(-1)
+	var off int64
+	for range 5 {
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
+		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
+		if d := m2.Nano() - m1.Nano(); best < 0 || d < best {
+			best = d
+			off = rt.Nano() - (m1.Nano()+m2.Nano())/2
+		}
+	}
+	return off
+}
+
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// maintain expires old events and forgets targets that exited.
+func (r *Recorder) maintain() {
+	defer r.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.done:
+			return
+		case <-t.C:
+		}
+		r.ring.expire(monotonicNow() - r.cfg.Retention.Nanoseconds())
+		r.mu.Lock()
+		for pid, st := range r.targets {
+			if st != 0 && !alive(pid, st) {
+				_ = r.src.SetTarget(uint32(pid), false)
+				r.targets[pid] = 0 // kept for dumps until Stop
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// procStart returns the start time (clock ticks since boot) of pid, to tell
+// a live target from a reused pid.
+func procStart(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+func alive(pid int, start uint64) bool {
+	st, err := procStart(pid)
+	return err == nil && st == start
+}
+
+// Name implements profiler.Profiler.
+func (r *Recorder) Name() string { return "kernel" }
+
+// Supports implements profiler.Profiler: any process.
+func (r *Recorder) Supports(t profiler.Target) bool { return t.PID > 0 }
+
+// Start implements profiler.Profiler: the process (and, unless
+// NoFollowForks, the children it forks from now on) is recorded.
+func (r *Recorder) Start(ctx context.Context, t profiler.Target) error {
+	if t.PID <= 0 {
+		return fmt.Errorf("kernel: invalid pid %d: %w", t.PID, profiler.ErrNotSupported)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("kernel: recorder closed")
+	}
+	if st, ok := r.targets[t.PID]; ok && st != 0 {
+		return nil
+	}
+	st, err := procStart(t.PID)
+	if err != nil {
+		return fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrTargetGone)
+	}
+	if err := r.src.SetTarget(uint32(t.PID), true); err != nil {
+		return fmt.Errorf("kernel: add target %d: %w", t.PID, err)
+	}
+	r.targets[t.PID] = st
+	return nil
+}
+
+// StartCgroup records every task of the cgroup v2 with this id (the inode
+// number of its directory under the unified hierarchy).
+func (r *Recorder) StartCgroup(id uint64) error { return r.src.SetCgroup(id, true) }
+
+// StopCgroup stops recording the cgroup.
+func (r *Recorder) StopCgroup(id uint64) error { return r.src.SetCgroup(id, false) }
+
+// Stop implements profiler.Profiler. Buffered events stay until they age out
+// (they are shared with the threads that woke other targets).
+func (r *Recorder) Stop(t profiler.Target) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.targets[t.PID]; !ok {
+		return fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
+	}
+	delete(r.targets, t.PID)
+	if r.closed {
+		return nil
+	}
+	return r.src.SetTarget(uint32(t.PID), false)
+}
+
+// Flush waits (bounded by the flush interval and ctx) until the records
+// taken so far have reached the in-memory ring, so that Stats counts them.
+// Dump does it itself.
+func (r *Recorder) Flush(ctx context.Context) { r.src.Drain(ctx) }
+
+// Dump implements profiler.Profiler: a "kernel" snapshot (gzipped JSON, see
+// Snapshot) and its "kernel-ctf" export (tar.gz of a CTF 1.8 trace).
+func (r *Recorder) Dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	r.dumps.Add(1)
+	arts, err := r.dump(ctx, t, w)
+	if err != nil && !errors.Is(err, profiler.ErrTargetGone) {
+		r.dumpErrs.Add(1)
+	}
+	return arts, err
+}
+
+func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	r.mu.Lock()
+	st, started := r.targets[t.PID]
+	r.mu.Unlock()
+	// A process never started may still have been recorded: a child of a
+	// target (followed forks), a member of a target cgroup, or Config.All.
+	isAlive := started && st != 0 && alive(t.PID, st)
+	if !started {
+		_, err := procStart(t.PID)
+		isAlive = err == nil
+	}
+	end := w.End
+	if end.IsZero() || end.After(time.Now()) {
+		end = time.Now()
+	}
+	start := w.Start
+	if start.After(end) {
+		return nil, fmt.Errorf("kernel: window starts after it ends")
+	}
+	r.src.Drain(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	mStart, mEnd := start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
+	events := r.ring.window(mStart-r.cfg.Preroll.Nanoseconds(), mEnd)
+	snap, raw := build(events, buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm})
+	nEvents := len(events)
+	events = nil // raw holds what the CTF export needs: let the GC have the rest
+	if !started && len(snap.Threads) == 0 {
+		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
+	}
+	snap.Lost = r.src.Lost()
+	var js, ctf bytes.Buffer
+	if err := snap.Encode(&js); err != nil {
+		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
+	}
+	if err := writeCTF(&ctf, snap, raw, r.offsetNs, r.ring.comm, r.host); err != nil {
+		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
+	}
+	attrs := map[string]string{
+		"events":    strconv.Itoa(nEvents),
+		"threads":   strconv.Itoa(len(snap.Threads)),
+		"intervals": strconv.Itoa(len(snap.Intervals)),
+		"wakeups":   strconv.Itoa(len(snap.Wakeups)),
+		"lost":      strconv.FormatUint(snap.Lost, 10),
+	}
+	_, evicted, _ := r.ring.stats()
+	attrs["evicted"] = strconv.FormatUint(evicted, 10)
+	service := t.Service
+	if service == "" {
+		service = "unknown"
+	}
+	base := fmt.Sprintf("kernel-%s-%d", sanitize(service), t.PID)
+	arts := []profiler.Artifact{
+		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
+			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
+		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
+			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"]}},
+	}
+	if !isAlive {
+		return arts, fmt.Errorf("kernel: pid %d exited: %w", t.PID, profiler.ErrTargetGone)
+	}
+	return arts, nil
+}
+
+// sanitize keeps a service name safe in a file name.
+func sanitize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// Stats implements profiler.Profiler.
+func (r *Recorder) Stats() map[string]float64 {
+	buffered, evicted, total := r.ring.stats()
+	r.mu.Lock()
+	targets := len(r.targets)
+	r.mu.Unlock()
+	m := map[string]float64{
+		"events":         float64(total),
+		"events_evicted": float64(evicted),
+		"bytes_buffered": float64(buffered),
+		"targets":        float64(targets),
+		"dumps":          float64(r.dumps.Load()),
+		"dump_errors":    float64(r.dumpErrs.Load()),
+	}
+	if d, ok := threadCPU(r.readerTID.Load()); ok {
+		m["reader_cpu_seconds"] = d.Seconds()
+	}
+	for k, v := range r.src.Stats() {
+		m[k] = v
+	}
+	return m
+}
+
+// threadCPU returns the CPU time of one of this process's threads from
+// /proc/self/task/<tid>/schedstat.
+func threadCPU(tid int32) (time.Duration, bool) {
+	if tid == 0 {
+		return 0, false
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0, false
+	}
+	ns, err := strconv.ParseInt(f[0], 10, 64)
+	return time.Duration(ns), err == nil
+}
+
+// Close implements profiler.Profiler.
+func (r *Recorder) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	close(r.done)
+	r.mu.Unlock()
+	err := r.src.Close()
+	r.wg.Wait()
+	return err
+}

@@ -1,0 +1,465 @@
+package kernel
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/profiler"
+	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+)
+
+// requireBPF skips (or fails under ROOTLINE_REQUIRE_BPF=1) when the recorder
+// cannot load here.
+func requireBPF(t *testing.T) {
+	t.Helper()
+	if err := Available(); err != nil {
+		cputest.Missing(t, err.Error())
+	}
+}
+
+// buildWorkload compiles testdata/workload.c.
+func buildWorkload(t *testing.T) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		cputest.Missing(t, "gcc not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "workload")
+	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/workload.c").CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// workload is a running testdata/workload.c.
+type workload struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+	tids  map[string]uint32
+}
+
+func startWorkload(t *testing.T, name string, args ...string) *workload {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout), tids: map[string]uint32{}}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	w.waitFor(t, "ready")
+	return w
+}
+
+// waitFor reads lines until want, collecting "tid <label> <tid>" lines.
+func (w *workload) waitFor(t *testing.T, want string) {
+	t.Helper()
+	for w.out.Scan() {
+		line := w.out.Text()
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "tid" {
+			n, _ := strconv.Atoi(f[2])
+			w.tids[f[1]] = uint32(n)
+		}
+		if line == want {
+			return
+		}
+	}
+	t.Fatalf("workload ended before %q: %v", want, w.out.Err())
+}
+
+func (w *workload) pid() int { return w.cmd.Process.Pid }
+
+func (w *workload) run(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor(t, "done")
+}
+
+// schedstat returns the on-CPU ns of every thread of pid.
+func schedstat(t *testing.T, pid int) map[uint32]int64 {
+	t.Helper()
+	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[uint32]int64{}
+	for _, d := range dirs {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
+		if err != nil {
+			continue
+		}
+		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+		tid, _ := strconv.Atoi(d.Name())
+		m[uint32(tid)] = ns
+	}
+	return m
+}
+
+func newTestRecorder(t *testing.T, cfg ...Config) *Recorder {
+	t.Helper()
+	requireBPF(t)
+	var c Config
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	r, err := New(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+func dumpSnapshot(t *testing.T, r *Recorder, pid int, start, end time.Time) (*Snapshot, []profiler.Artifact) {
+	t.Helper()
+	arts, err := r.Dump(context.Background(), profiler.Target{PID: pid}, profiler.Window{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshot(arts[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Lost != 0 {
+		t.Logf("warning: %d events lost", snap.Lost)
+	}
+	return snap, arts
+}
+
+// TestAccuracyOnCPU: RUNNING time per thread vs /proc/<pid>/task/<tid>/schedstat.
+func TestAccuracyOnCPU(t *testing.T) {
+	r := newTestRecorder(t)
+	w := startWorkload(t, buildWorkload(t), "oncpu")
+	if err := r.Start(context.Background(), profiler.Target{PID: w.pid()}); err != nil {
+		t.Fatal(err)
+	}
+	before := schedstat(t, w.pid())
+	start := time.Now()
+	w.run(t)
+	end := time.Now()
+	after := schedstat(t, w.pid())
+	snap, _ := dumpSnapshot(t, r, w.pid(), start, end)
+
+	running := map[uint32]int64{}
+	for _, iv := range snap.Intervals {
+		if iv.State == StateRunning {
+			running[iv.TID] += iv.End - iv.Start
+		}
+	}
+	checked := 0
+	for tid, ns := range after {
+		want := ns - before[tid]
+		if want < int64(50*time.Millisecond) {
+			continue
+		}
+		checked++
+		got := running[tid]
+		diff := math.Abs(float64(got-want)) / float64(want)
+		t.Logf("tid %d: recorder %v, schedstat %v (%.3f%%)", tid, time.Duration(got), time.Duration(want), 100*diff)
+		if diff > 0.02 {
+			t.Errorf("tid %d: on-CPU %v, schedstat says %v: %.2f%% off (> 2%%)", tid, time.Duration(got), time.Duration(want), 100*diff)
+		}
+	}
+	if checked < 2 {
+		t.Errorf("only %d threads ran ≥ 50ms", checked)
+	}
+}
+
+// findBlocked returns the longest BLOCKED interval of tid with reason.
+func findBlocked(s *Snapshot, tid uint32, reason string) (Interval, bool) {
+	var best Interval
+	ok := false
+	for _, iv := range s.Intervals {
+		if iv.TID == tid && iv.State == StateBlocked && iv.Reason == reason && (!ok || iv.End-iv.Start > best.End-best.Start) {
+			best, ok = iv, true
+		}
+	}
+	return best, ok
+}
+
+func describe(s *Snapshot, tid uint32) string {
+	var b strings.Builder
+	for _, iv := range s.Intervals {
+		if iv.TID == tid {
+			fmt.Fprintf(&b, "  %s/%s(%s) %v", iv.State, iv.Reason, iv.Syscall, time.Duration(iv.End-iv.Start))
+			if iv.Wakeup >= 0 {
+				wk := s.Wakeups[iv.Wakeup]
+				fmt.Fprintf(&b, " <%s %d %s", wk.Context, wk.Waker, wk.Detail)
+			}
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
+}
+
+// TestAccuracyBlockingReasons: a futex held by another thread, a sleep, a
+// socket read and an fsync each show as BLOCKED with the right reason and
+// wakeup.
+func TestAccuracyBlockingReasons(t *testing.T) {
+	t.Run("registers", func(t *testing.T) { testBlockingReasons(t, Config{}) })
+	t.Run("syscall-hooks", func(t *testing.T) { testBlockingReasons(t, Config{SyscallHooks: true, Enqueue: true}) })
+}
+
+func testBlockingReasons(t *testing.T, cfg Config) {
+	r := newTestRecorder(t, cfg)
+	w := startWorkload(t, buildWorkload(t), "blocking", t.TempDir())
+	if err := r.Start(context.Background(), profiler.Target{PID: w.pid()}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w.run(t)
+	end := time.Now()
+	snap, arts := dumpSnapshot(t, r, w.pid(), start, end)
+
+	for _, tc := range []struct {
+		label, reason, syscall string
+		wakeCtx                string // "" any
+		waker                  string // label of the waking thread
+	}{
+		{"waiter", ReasonLock, "futex", "thread", "holder"},
+		{"sleeper", ReasonTimer, "clock_nanosleep", "timer", ""},
+		{"netreader", ReasonNetwork, "read", "", ""},
+		{"fsyncer", ReasonDisk, "fsync", "", ""},
+		{"fsyncer", ReasonPageFault, "", "", ""}, // mmap of a file dropped from the page cache
+	} {
+		t.Run(tc.label+"/"+tc.reason, func(t *testing.T) {
+			tid := w.tids[tc.label]
+			iv, ok := findBlocked(snap, tid, tc.reason)
+			if !ok {
+				t.Fatalf("no BLOCKED(%s) interval for %s (tid %d):\n%s", tc.reason, tc.label, tid, describe(snap, tid))
+			}
+			if iv.Syscall != tc.syscall {
+				t.Errorf("syscall = %q, want %q", iv.Syscall, tc.syscall)
+			}
+			if iv.Wakeup < 0 {
+				t.Fatalf("BLOCKED(%s) has no wakeup edge", tc.reason)
+			}
+			wk := snap.Wakeups[iv.Wakeup]
+			t.Logf("%s: blocked %v in %s, woken by %+v", tc.label, time.Duration(iv.End-iv.Start), iv.Syscall, wk)
+			if tc.wakeCtx != "" && wk.Context != tc.wakeCtx {
+				t.Errorf("wakeup context = %q, want %q", wk.Context, tc.wakeCtx)
+			}
+			if tc.waker != "" && wk.Waker != w.tids[tc.waker] {
+				t.Errorf("waker = %d, want %s (%d)", wk.Waker, tc.waker, w.tids[tc.waker])
+			}
+			if cfg.Enqueue != (wk.Enqueued != 0) {
+				t.Errorf("Enqueue %v but wakeup enqueue time %d", cfg.Enqueue, wk.Enqueued)
+			}
+		})
+	}
+	if th, ok := snap.Thread(w.tids["holder"]); !ok || th.Comm != "holder" {
+		t.Errorf("holder thread = %+v, %v", th, ok)
+	}
+	// The CTF export of this real window opens in babeltrace2.
+	lines := babeltrace(t, untarCTF(t, arts[1].Data))
+	n := countEvents(lines)
+	if n["sched_switch"] == 0 || n["rootline_thread_state"] != len(snap.Intervals) || n["rootline_wakeup"] != len(snap.Wakeups) {
+		t.Errorf("babeltrace2 event counts %v; snapshot has %d intervals, %d wakeups", n, len(snap.Intervals), len(snap.Wakeups))
+	}
+	t.Logf("snapshot: %d threads, %d intervals, %d wakeups, %d disk I/Os; CTF: %v", len(snap.Threads),
+		len(snap.Intervals), len(snap.Wakeups), len(snap.DiskIOs), n)
+}
+
+// TestAccuracyRunqueueVsPerf: two CPU hogs and a latency-sensitive process
+// pinned on one CPU; the recorder's mean run-queue wait after a wakeup vs
+// `perf sched timehist` "sch delay" on the same run (both from sched_waking:
+// perf uses it when the kernel has it).
+func TestAccuracyRunqueueVsPerf(t *testing.T) {
+	r := newTestRecorder(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		cputest.Missing(t, "perf not installed (linux-perf)")
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		cputest.Missing(t, "taskset not installed")
+	}
+	bin := buildWorkload(t)
+	cpuArg := "1"
+	if n, _ := onlineCPUCount(); n < 2 {
+		cpuArg = "0"
+	}
+	// perf first, on idle CPUs: it must be recording before the workload
+	// starts (it needs a while to start on a loaded machine).
+	data := filepath.Join(t.TempDir(), "perf.data")
+	rec := exec.Command(perf, "sched", "record", "-o", data, "--", "sleep", "5")
+	if out, err := rec.StdoutPipe(); err == nil {
+		go func() { _, _ = io.Copy(io.Discard, out) }()
+	}
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rec.Process.Kill() })
+	time.Sleep(time.Second)
+	for range 2 {
+		hog := exec.Command(taskset, "-c", cpuArg, bin, "hog")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hog.Process.Kill(); _ = hog.Wait() })
+	}
+	w := startWorkload(t, taskset, "-c", cpuArg, bin, "lat", "1500")
+	if err := r.Start(context.Background(), profiler.Target{PID: w.pid()}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w.run(t)
+	end := time.Now()
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("perf sched record: %v", err)
+	}
+	snap, _ := dumpSnapshot(t, r, w.pid(), start.Add(-100*time.Millisecond), end)
+
+	var rsum int64
+	var rn int
+	for _, iv := range snap.Intervals {
+		if iv.TID != uint32(w.pid()) || iv.State != StateRunqueue || iv.Reason != ReasonWakeup || iv.Wakeup < 0 {
+			continue
+		}
+		rsum += iv.End - iv.Start // sched_waking → switch-in
+		rn++
+	}
+
+	out, err := exec.Command(perf, "sched", "timehist", "-i", data, "--state", "-p", strconv.Itoa(w.pid())).Output()
+	if d := os.Getenv("KTEST_PERF_OUT"); d != "" {
+		_ = os.WriteFile(d, out, 0o644)
+		_ = exec.Command("cp", data, d+".data").Run()
+		_ = snap.Encode(mustCreate(t, d+".snap.json.gz"))
+	}
+	if err != nil {
+		t.Fatalf("perf sched timehist: %v", err)
+	}
+	// Columns: time [cpu] task[tid] wait sch-delay run state. A line's
+	// sch delay is the wakeup → run delay of the wait before that run; count
+	// it when the previous sched-out was a sleep (not a preemption).
+	var psum float64
+	var pn int
+	prev := ""
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) < 7 || !strings.Contains(f[2], "["+strconv.Itoa(w.pid())+"]") {
+			continue
+		}
+		delay, err := strconv.ParseFloat(f[4], 64)
+		if err != nil {
+			continue
+		}
+		if prev == "S" || prev == "D" {
+			psum += delay
+			pn++
+		}
+		prev = f[6]
+	}
+	if rn < 100 || pn < 100 {
+		t.Fatalf("too few wakeups: recorder %d, perf %d", rn, pn)
+	}
+	rmean := time.Duration(rsum / int64(rn))
+	pmean := time.Duration(psum / float64(pn) * float64(time.Millisecond))
+	diff := math.Abs(float64(rmean-pmean)) / float64(pmean)
+	t.Logf("run-queue wait after wakeup: recorder mean %v over %d waits, perf sched timehist mean %v over %d (%.1f%% apart)",
+		rmean, rn, pmean, pn, 100*diff)
+	if diff > 0.10 {
+		t.Errorf("means %.1f%% apart (> 10%%)", 100*diff)
+	}
+}
+
+func onlineCPUCount() (int, error) {
+	data, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for part := range strings.SplitSeq(strings.TrimSpace(string(data)), ",") {
+		lo, hi, ok := strings.Cut(part, "-")
+		a, _ := strconv.Atoi(lo)
+		b := a
+		if ok {
+			b, _ = strconv.Atoi(hi)
+		}
+		n += b - a + 1
+	}
+	return n, nil
+}
+
+func mustCreate(t *testing.T, p string) *os.File {
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// TestCgroupTarget: a process recorded because its cgroup v2 is a target
+// (a container), not because its pid was started.
+func TestCgroupTarget(t *testing.T) {
+	r := newTestRecorder(t)
+	root := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+		root = "/sys/fs/cgroup"
+	}
+	dir := filepath.Join(root, fmt.Sprintf("rootline-ktest-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		cputest.Missing(t, "cannot create a cgroup v2: "+err.Error())
+	}
+	t.Cleanup(func() { _ = os.Remove(dir) })
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorkload(t, buildWorkload(t), "blocking", t.TempDir())
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(w.pid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the cgroup is removed (cleanups run last-in first-out)
+		_ = w.cmd.Process.Kill()
+		_ = w.cmd.Wait()
+	})
+	if err := r.StartCgroup(st.Ino); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	w.run(t)
+	end := time.Now()
+	// Never started by pid: dumped because its events were recorded.
+	arts, err := r.Dump(context.Background(), profiler.Target{PID: w.pid()}, profiler.Window{Start: start, End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := DecodeSnapshot(arts[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := findBlocked(snap, w.tids["waiter"], ReasonLock); !ok {
+		t.Errorf("cgroup %d (ino of %s): no BLOCKED(lock) for the waiter; %d threads, %d intervals", st.Ino, dir, len(snap.Threads), len(snap.Intervals))
+	}
+	if err := r.StopCgroup(st.Ino); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,141 @@
+package kernel
+
+import (
+	"sort"
+	"sync"
+	"unsafe"
+)
+
+// chunkLen is the number of events per chunk of the ring: eviction drops a
+// whole chunk (≈ 200 KiB), so the ring holds between max−1 and max chunks.
+const chunkLen = 4096
+
+// eventBytes is the memory one buffered event costs.
+const eventBytes = int64(unsafe.Sizeof(Event{}))
+
+// ring is the bounded in-memory recording: the most recent events of every
+// target, oldest chunk dropped first when it exceeds its byte budget or
+// holds only events older than the retention. Comms are kept per thread
+// beside it. Safe for concurrent use.
+type ring struct {
+	mu        sync.Mutex
+	chunks    [][]Event
+	maxChunks int
+	evicted   uint64
+	total     uint64
+	comms     map[uint32]*commEntry
+}
+
+type commEntry struct {
+	comm Comm
+	seen int64 // TS of the last event naming the thread
+}
+
+func newRing(maxBytes int64) *ring {
+	n := int(maxBytes / (eventBytes * chunkLen))
+	return &ring{maxChunks: max(n, 2), comms: map[uint32]*commEntry{}}
+}
+
+// add appends ev and remembers the comms of its threads (nil comm: none).
+func (r *ring) add(ev *Event, comm, comm2 *Comm) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := len(r.chunks) - 1
+	if last < 0 || len(r.chunks[last]) == chunkLen {
+		var c []Event
+		if len(r.chunks) >= r.maxChunks {
+			// Full: the oldest chunk's memory becomes the newest chunk.
+			c = r.chunks[0][:0]
+			r.evicted += uint64(len(r.chunks[0]))
+			r.chunks[0] = nil
+			r.chunks = r.chunks[1:]
+		} else {
+			c = make([]Event, 0, chunkLen)
+		}
+		r.chunks = append(r.chunks, c)
+		last = len(r.chunks) - 1
+	}
+	r.chunks[last] = append(r.chunks[last], *ev)
+	r.total++
+	if comm != nil && ev.TID != 0 {
+		r.setComm(ev.TID, comm, ev.TS)
+	}
+	if comm2 != nil && ev.TID2 != 0 && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
+		r.setComm(ev.TID2, comm2, ev.TS)
+	}
+}
+
+func (r *ring) setComm(tid uint32, c *Comm, ts int64) {
+	if e := r.comms[tid]; e != nil {
+		e.comm, e.seen = *c, ts // in place: one hash per event
+		return
+	}
+	r.comms[tid] = &commEntry{comm: *c, seen: ts}
+}
+
+// expire drops chunks whose newest event is older than before, and comms
+// not seen since then.
+func (r *ring) expire(before int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for len(r.chunks) > 1 {
+		c := r.chunks[0]
+		if len(c) > 0 && c[len(c)-1].TS >= before {
+			break
+		}
+		r.evicted += uint64(len(c))
+		r.chunks[0] = nil
+		r.chunks = r.chunks[1:]
+	}
+	for tid, e := range r.comms {
+		if e.seen < before {
+			delete(r.comms, tid)
+		}
+	}
+}
+
+// window copies the events with from ≤ TS ≤ to, sorted by TS.
+func (r *ring) window(from, to int64) []Event {
+	r.mu.Lock()
+	var out []Event
+	for _, c := range r.chunks {
+		if len(c) == 0 || c[len(c)-1].TS < from-slack || c[0].TS > to+slack {
+			continue
+		}
+		for i := range c {
+			if c[i].TS >= from && c[i].TS <= to {
+				out = append(out, c[i])
+			}
+		}
+	}
+	r.mu.Unlock()
+	// Records of different CPUs reach the ring buffer slightly out of order.
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TS < out[j].TS })
+	return out
+}
+
+// slack bounds how far out of order events of different CPUs arrive.
+const slack = 10_000_000
+
+func (r *ring) comm(tid uint32) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.comms[tid]
+	if e == nil {
+		return ""
+	}
+	c := e.comm[:]
+	for i, b := range c {
+		if b == 0 {
+			return string(c[:i])
+		}
+	}
+	return string(c)
+}
+
+// stats returns the buffered bytes, events evicted and events added.
+func (r *ring) stats() (bytes int64, evicted, total uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(len(r.chunks)) * chunkLen * eventBytes, r.evicted, r.total
+}

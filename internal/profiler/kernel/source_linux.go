@@ -1,0 +1,366 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+)
+
+// ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
+// kernel without tp_btf or ring buffers). New and Available wrap it.
+var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
+
+// bpfSource is the Source backed by bpf/sched_recorder.c.
+type bpfSource struct {
+	objs  schedRecorderObjects
+	links []link.Link
+	rd    *ringbuf.Reader
+	flush time.Duration
+	// syscallHooks: sys_enter/sys_exit are attached.
+	syscallHooks bool
+	// enqueue: sched_wakeup is attached.
+	enqueue bool
+
+	mu      sync.Mutex // guards links, targets, cgroups and closed
+	all     bool
+	targets map[uint32]bool
+	cgroups int
+	closed  bool
+
+	drainMu  sync.Mutex
+	drained  chan struct{}
+	done     chan struct{}
+	readErrs atomic.Uint64
+}
+
+// sourceConfig is what newBPFSource needs from Config.
+type sourceConfig struct {
+	ringBytes   int
+	all         bool
+	followForks bool
+	// syscallHooks attaches sys_enter/sys_exit (Config.SyscallHooks).
+	syscallHooks bool
+	// enqueue attaches sched_wakeup (Config.Enqueue).
+	enqueue bool
+	flush   time.Duration
+}
+
+// newBPFSource loads and attaches the programs. The error wraps
+// ErrUnavailable when BPF cannot be used here.
+func newBPFSource(sc sourceConfig) (*bpfSource, error) {
+	spec, err := loadSchedRecorder()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec.Maps[schedRecorderMapSrEvents].MaxEntries = uint32(sc.ringBytes)
+	s := &bpfSource{flush: sc.flush, drained: make(chan struct{}), done: make(chan struct{}), targets: map[uint32]bool{}}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("%w: load BPF (root or CAP_BPF+CAP_PERFMON needed): %w", ErrUnavailable, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = s.release()
+		}
+	}()
+	cfg := schedRecorderSrConfig{WakeupBytes: uint32(sc.ringBytes / 4), SelfTgid: uint32(os.Getpid())}
+	if sc.all {
+		cfg.All = 1
+	}
+	if sc.followForks {
+		cfg.FollowForks = 1
+	}
+	if sc.syscallHooks {
+		cfg.SyscallHooks = 1
+	}
+	s.syscallHooks = sc.syscallHooks
+	s.enqueue = sc.enqueue
+	if err := s.objs.SrCfg.Put(uint32(0), cfg); err != nil {
+		return nil, fmt.Errorf("kernel: write config: %w", err)
+	}
+	if s.rd, err = ringbuf.NewReader(s.objs.SrEvents); err != nil {
+		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
+	}
+	// Attach once to find out now whether this kernel can; then stay
+	// attached only while there is something to record.
+	s.all = sc.all
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	if !s.all {
+		s.detach()
+	}
+	ok = true
+	return s, nil
+}
+
+// attach attaches every program (interrupt context first, so that wakeups
+// are attributed from the first record on); a no-op when attached.
+func (s *bpfSource) attach() error {
+	if len(s.links) > 0 {
+		return nil
+	}
+	for _, p := range s.programs() {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			s.detach()
+			return fmt.Errorf("%w: attach %s: %w", ErrUnavailable, p.name, err)
+		}
+		s.links = append(s.links, l)
+	}
+	return nil
+}
+
+// detach detaches every program: with no target, the recorder costs the
+// machine nothing.
+func (s *bpfSource) detach() {
+	for _, l := range s.links {
+		_ = l.Close()
+	}
+	s.links = nil
+}
+
+// update attaches or detaches the programs as targets come and go (with
+// s.mu held). Children of a removed target that BPF followed are not
+// recorded while nothing is attached.
+func (s *bpfSource) update() error {
+	if s.all || len(s.targets) > 0 || s.cgroups > 0 {
+		return s.attach()
+	}
+	s.detach()
+	return nil
+}
+
+type namedProg struct {
+	name string
+	prog *ebpf.Program
+}
+
+func (s *bpfSource) programs() []namedProg {
+	o := &s.objs
+	ps := []namedProg{
+		{"irq_handler_entry", o.SrIrqEntry}, {"irq_handler_exit", o.SrIrqExit},
+		{"softirq_entry", o.SrSoftirqEntry}, {"softirq_exit", o.SrSoftirqExit},
+		{"hrtimer_expire_entry", o.SrHrtimerEntry}, {"hrtimer_expire_exit", o.SrHrtimerExit},
+		{"block_rq_issue", o.SrRqIssue}, {"block_rq_complete", o.SrRqComplete},
+		{"sched_process_fork", o.SrFork}, {"sched_process_exec", o.SrExec}, {"sched_process_exit", o.SrExit},
+		{"sched_waking", o.SrWaking}, {"sched_wakeup_new", o.SrWakeupNew},
+	}
+	if s.enqueue {
+		ps = append(ps, namedProg{"sched_wakeup", o.SrWakeup})
+	}
+	if s.syscallHooks {
+		ps = append(ps, namedProg{"sys_enter", o.SrSysEnter}, namedProg{"sys_exit", o.SrSysExit})
+	}
+	return append(ps, namedProg{"sched_switch", o.SrSwitch})
+}
+
+func (s *bpfSource) release() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	s.links = nil
+	if s.rd != nil {
+		errs = append(errs, s.rd.Close())
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Run implements Source (records it cannot read are counted as
+// read_errors in Stats). It runs on its own OS thread (never unlocked, so
+// its tid is not reused by other goroutines) so that its CPU time can be
+// read from /proc.
+func (s *bpfSource) Run(sink Sink) error {
+	runtime.LockOSThread()
+	var rec ringbuf.Record
+	var ev Event
+	const size = int(unsafe.Sizeof(schedRecorderSrEvent{}))
+	s.rd.SetDeadline(time.Now().Add(s.flush))
+	for {
+		if err := s.rd.ReadInto(&rec); err != nil {
+			switch {
+			case errors.Is(err, ringbuf.ErrClosed):
+				return nil
+			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
+				s.drainMu.Lock()
+				close(s.drained)
+				s.drained = make(chan struct{})
+				s.drainMu.Unlock()
+				s.rd.SetDeadline(time.Now().Add(s.flush))
+				continue
+			default:
+				s.readErrs.Add(1)
+				continue
+			}
+		}
+		if len(rec.RawSample) < size {
+			s.readErrs.Add(1)
+			continue
+		}
+		// struct sr_event (bpf/sched_recorder.h), generated by bpf2go; the
+		// record buffer is reused, so only pointers into it for this call.
+		r := (*schedRecorderSrEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		ev = Event{
+			TS: int64(r.Ts), Arg: r.Arg, TID: r.Tid, TGID: r.Tgid, TID2: r.Tid2, TGID2: r.Tgid2,
+			Syscall: r.Syscall, Detail: r.Detail, TargetCPU: r.TargetCpu, CPU: uint16(r.Cpu),
+			Flags: r.Flags, Type: uint8(r.Type), Ctx: uint8(r.Ctx), Prio: r.Prio, Prio2: r.Prio2,
+		}
+		sink.Event(&ev, (*Comm)(unsafe.Pointer(&r.Comm)), (*Comm)(unsafe.Pointer(&r.Comm2)))
+	}
+}
+
+// Drain implements Source.
+func (s *bpfSource) Drain(ctx context.Context) {
+	s.drainMu.Lock()
+	ch := s.drained
+	s.drainMu.Unlock()
+	if err := s.rd.Flush(); err != nil {
+		return
+	}
+	t := time.NewTimer(2 * s.flush)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-s.done:
+	}
+}
+
+// SetTarget implements Source.
+func (s *bpfSource) SetTarget(tgid uint32, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("kernel: source closed")
+	}
+	if on {
+		if err := s.objs.SrTargets.Put(tgid, uint8(1)); err != nil {
+			return err
+		}
+		s.targets[tgid] = true
+		return s.update()
+	}
+	delete(s.targets, tgid)
+	if err := s.objs.SrTargets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return err
+	}
+	return s.update()
+}
+
+// SetCgroup implements Source.
+func (s *bpfSource) SetCgroup(id uint64, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("kernel: source closed")
+	}
+	if on {
+		if err := s.objs.SrCgroups.Update(id, uint8(1), ebpf.UpdateNoExist); err != nil {
+			if errors.Is(err, ebpf.ErrKeyExist) {
+				return nil
+			}
+			return err
+		}
+		s.cgroups++
+	} else {
+		if err := s.objs.SrCgroups.Delete(id); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				return nil
+			}
+			return err
+		}
+		s.cgroups--
+	}
+	var cfg schedRecorderSrConfig
+	if err := s.objs.SrCfg.Lookup(uint32(0), &cfg); err != nil {
+		return err
+	}
+	cfg.Cgroups = 0
+	if s.cgroups > 0 {
+		cfg.Cgroups = 1
+	}
+	if err := s.objs.SrCfg.Put(uint32(0), cfg); err != nil {
+		return err
+	}
+	return s.update()
+}
+
+// Lost implements Source: the sum of the per-CPU drop counters.
+func (s *bpfSource) Lost() uint64 {
+	var per []uint64
+	if err := s.objs.SrLost.Lookup(uint32(0), &per); err != nil {
+		return 0
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n
+}
+
+// Stats implements Source: BPF run time and count summed over the programs.
+// They stay 0 unless kernel.bpf_stats_enabled is set (the recorder does not
+// turn it on: it costs two clock reads per run of every BPF program).
+func (s *bpfSource) Stats() map[string]float64 {
+	m := map[string]float64{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return m
+	}
+	m["lost"] = float64(s.Lost())
+	m["read_errors"] = float64(s.readErrs.Load())
+	var rt time.Duration
+	var n uint64
+	for _, p := range s.programs() {
+		st, err := p.prog.Stats()
+		if err != nil {
+			continue
+		}
+		rt += st.Runtime
+		n += st.RunCount
+	}
+	m["bpf_run_time_seconds"] = rt.Seconds()
+	m["bpf_run_count"] = float64(n)
+	return m
+}
+
+// Close implements Source.
+func (s *bpfSource) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	return s.release()
+}
+
+// Available reports whether this process can run the recorder: it loads the
+// BPF objects once and unloads them. The error wraps ErrUnavailable.
+func Available() error {
+	spec, err := loadSchedRecorder()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec.Maps[schedRecorderMapSrEvents].MaxEntries = 4096
+	var objs schedRecorderObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
+	}
+	return objs.Close()
+}
