@@ -34,6 +34,9 @@ var DefaultAmounts = map[string]string{
 	FaultCPUHog:       "2",
 	FaultNetBandwidth: "2mbit",
 	FaultNetDelay:     "100ms",
+	// The hot lock: 20 ms held per request shows at the demo's rates
+	// (visits/s × 20 ms well below 1 s/s, but queueing under concurrency).
+	FaultLock: "20ms",
 }
 
 // appFaults maps fault names to the name the app's POST /fault takes.
