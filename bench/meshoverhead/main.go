@@ -121,6 +121,9 @@ func med(rs []result) result {
 			v[i] = f(r)
 		}
 		sort.Float64s(v)
+		if len(v)%2 == 0 {
+			return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
 		return v[len(v)/2]
 	}
 	var out result
@@ -289,14 +292,26 @@ func forward(target string) *forwarder {
 				}
 				defer u.Close()
 				done := make(chan struct{})
-				go func() { n, _ := io.Copy(u, c); f.bytes.Add(n); u.(*net.TCPConn).CloseWrite(); close(done) }()
-				n, _ := io.Copy(c, u)
-				f.bytes.Add(n)
+				go func() { _, _ = io.Copy(counter{u, &f.bytes}, c); u.(*net.TCPConn).CloseWrite(); close(done) }()
+				_, _ = io.Copy(counter{c, &f.bytes}, u)
 				<-done
 			}()
 		}
 	}()
 	return f
+}
+
+// counter counts what is written through it as it flows (gRPC connections
+// stay open for the whole run).
+type counter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c counter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func total(fs []*forwarder) int64 {
