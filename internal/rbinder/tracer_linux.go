@@ -355,30 +355,23 @@ func (tr *Tracer) unbind(p *proc, r *request) {
 	if !p.isGo {
 		return // threads drop a done request lazily (current checks done)
 	}
-	for g, b := range p.gctx {
-		if b == r {
-			delete(p.gctx, g)
-		}
-	}
-	for tid, b := range p.lastCtx {
-		if b == r {
-			delete(p.lastCtx, tid)
-		}
-	}
-	for k, b := range p.handoff {
-		if b == r {
-			delete(p.handoff, k)
-		}
-	}
-	for g, b := range p.delegate {
-		if b == r {
-			delete(p.delegate, g)
-		}
-	}
+	dropRequest(p.gctx, r)
+	dropRequest(p.lastCtx, r)
+	dropRequest(p.handoff, r)
+	dropRequest(p.delegate, r)
 	for i, b := range p.open {
 		if b == r {
 			p.open = append(p.open[:i], p.open[i+1:]...)
 			break
+		}
+	}
+}
+
+// dropRequest deletes every entry of m that points at r.
+func dropRequest[K comparable](m map[K]*request, r *request) {
+	for k, b := range m {
+		if b == r {
+			delete(m, k)
 		}
 	}
 }
