@@ -268,4 +268,3 @@ const spinJava = `public class Spin {
     }
 }
 `
-
