@@ -46,8 +46,14 @@ build/demo/java/Svc.class: demo/services/java/Svc.java
 
 test: deps build test-unit test-e2e test-ui-e2e
 
+# The eBPF accuracy tests (kernel recorder, kernel metrics) compare against
+# schedstat and perf on the same run: they run after the rest, one package at a
+# time, so that the other packages' tests (mesh, JVMs) do not load the machine
+# under them.
+ACCURACY_PKGS := ./internal/profiler/kernel/ ./internal/kmetrics/
 test-unit: web/.stamp
-	$(GO) test -race -count=1 -timeout 15m ./internal/... ./cmd/... ./web/...
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./internal/... ./cmd/... ./web/... | grep -v -e /internal/profiler/kernel -e /internal/kmetrics)
+	$(GO) test -race -count=1 -timeout 15m -p 1 $(ACCURACY_PKGS)
 	cd web && npm test
 
 test-e2e: build
