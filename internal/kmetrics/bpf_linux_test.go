@@ -183,23 +183,6 @@ func schedstat(t *testing.T, pid int, field ...int) map[string]uint64 {
 	return out
 }
 
-// excludedTime is the irq, softirq and steal time of every CPU so far
-// (/proc/stat), which task clocks do not count.
-func excludedTime(t *testing.T) time.Duration {
-	t.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
-	var ticks uint64
-	for _, i := range []int{6, 7, 8} { // "cpu" user nice system idle iowait irq softirq steal
-		v, _ := strconv.ParseUint(f[i], 10, 64)
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
-}
-
 func delta(before, after map[string]uint64) uint64 {
 	var d uint64
 	for k, v := range after {
@@ -247,13 +230,13 @@ func TestBPFOnCPUMatchesSchedstat(t *testing.T) {
 			enable(t, m, c, 1, OnCPU, OffCPU)
 			ch := startChild(t, m.cg, c)
 			before := schedstat(t, ch.pid)
-			excl0 := excludedTime(t)
+			excl0 := cputest.ExcludedTime(t)
 			base := series(t, m, c, OnCPU)
 			ch.do("burn 300")
 			time.Sleep(50 * time.Millisecond) // every thread is switched out: intervals closed
 			want := delta(before, schedstat(t, ch.pid))
 			got := series(t, m, c, OnCPU)
-			excl := excludedTime(t) - excl0
+			excl := cputest.ExcludedTime(t) - excl0
 			bpf := got.Sum - base.Sum
 			t.Logf("on-CPU: BPF %d ns in %d intervals, schedstat %d ns (%.2f%%); irq+softirq+steal time on the host meanwhile %v",
 				bpf, got.Count-base.Count, want, 100*(float64(bpf)-float64(want))/float64(want), excl)

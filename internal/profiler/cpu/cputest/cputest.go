@@ -4,7 +4,10 @@ package cputest
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rootline/rootline/internal/profiler/cpu"
 )
@@ -30,4 +33,24 @@ func Missing(tb testing.TB, reason string) {
 		tb.Fatalf("%s=1 but: %s", RequireEnv, reason)
 	}
 	tb.Skip(reason)
+}
+
+// ExcludedTime is the irq, softirq and steal time of every CPU so far
+// (/proc/stat, USER_HZ ticks). Task clocks (schedstat, sum_exec_runtime)
+// leave it out, while BPF intervals between two sched_switch events are
+// wall-clock: on a virtual machine whose host steals the CPU, a thread's
+// BPF on-CPU time exceeds its schedstat by up to the steal meanwhile.
+func ExcludedTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	var ticks uint64
+	for _, i := range []int{6, 7, 8} { // "cpu" user nice system idle iowait irq softirq steal
+		v, _ := strconv.ParseUint(f[i], 10, 64)
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
 }
