@@ -89,7 +89,8 @@ check-generated: deps
 	$(GO) generate ./internal/profiler/cpu/
 	$(GO) generate ./internal/profiler/kernel/
 	$(GO) generate ./internal/kmetrics/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ bpf/
+	$(GO) generate ./internal/rbinder/readtap/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ bpf/
 
 clean:
 	rm -rf bin

@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/rbinder/readtap"
 )
 
 func wirePeer(t *testing.T) string { return buildTestdata(t, "wire") }
@@ -27,7 +30,7 @@ var execCommand = exec.Command
 // listens, waits for the "listening <port>" line and returns the port.
 func startTraced(t *testing.T, env []string, listens bool, runFlags []string, argv ...string) (*exec.Cmd, int) {
 	t.Helper()
-	args := append([]string{"run", "--agent", ""}, runFlags...)
+	args := append([]string{"run", "--agent", "", "--reads", runReads}, runFlags...)
 	args = append(append(args, "--"), argv...)
 	cmd := exec.Command(rootlineBin(t), args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -117,8 +120,9 @@ func snip(b []byte, i int) []byte { return b[i:min(len(b), i+40)] }
 // random pieces (single bytes, writev, header blocks cut anywhere, large
 // chunked bodies); the client receives exactly those bytes plus the two
 // timing lines per response.
-func TestRunByteExactResponses(t *testing.T) {
-	requireTracing(t)
+func TestRunByteExactResponses(t *testing.T) { forEachReads(t, testRunByteExactResponses) }
+
+func testRunByteExactResponses(t *testing.T) {
 	dir := t.TempDir()
 	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "OUT=" + dir}, true, []string{"--server", ""}, wirePeer(t))
 	timing := map[string]bool{"rootline-server-time": true, "rootline-wait": true}
@@ -170,8 +174,9 @@ func TestRunByteExactResponses(t *testing.T) {
 // pieces to a slow reader (so the kernel takes partial writes); the wire
 // carries exactly its bytes plus propagation lines, and every request got a
 // traceparent.
-func TestRunByteExactRequests(t *testing.T) {
-	requireTracing(t)
+func TestRunByteExactRequests(t *testing.T) { forEachReads(t, testRunByteExactRequests) }
+
+func testRunByteExactRequests(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -220,6 +225,29 @@ func TestRunByteExactRequests(t *testing.T) {
 		t.Fatalf("%d requests carry a traceparent, want %d; added lines: %d", tp, n, len(lines))
 	}
 	t.Logf("%d request bytes identical apart from %d added lines (%d traceparent)", len(want), len(lines), tp)
+}
+
+// runReads is `rootline run --reads` for the run tests (forEachReads).
+var runReads = "auto"
+
+// forEachReads runs f with each way `rootline run` observes reads: the eBPF
+// read tap and ptrace stops.
+func forEachReads(t *testing.T, f func(*testing.T)) {
+	requireTracing(t)
+	for _, mode := range []string{"ebpf", "ptrace"} {
+		t.Run("reads="+mode, func(t *testing.T) {
+			if mode == "ebpf" {
+				tap, err := readtap.Open(4096)
+				if err != nil {
+					cputest.Missing(t, err.Error())
+				}
+				tap.Close()
+			}
+			runReads = mode
+			defer func() { runReads = "auto" }()
+			f(t)
+		})
+	}
 }
 
 // requireTracing skips when ptrace is not allowed here (and fails under

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/rbinder"
+	"github.com/rootline/rootline/internal/rbinder/readtap"
 	"github.com/rootline/rootline/internal/supervisor"
 )
 
@@ -30,11 +31,12 @@ type runFlags struct {
 	token     string
 	logLevel  string
 	logFormat string
+	reads     string
 	argv      []string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text"}
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text", reads: "auto"}
 	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
@@ -42,6 +44,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.server, "server", f.server, "OTLP/HTTP endpoint of the Rootline server (spans go to <server>/v1/traces); empty: no spans")
 	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
 	fs.Usage = func() {
@@ -57,6 +60,8 @@ socket calls) and traces it with no change to its code, in any language:
     spans carry rootline.wait.local_ms / net_ms / remote_ms;
   - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
   - the process is registered with the local agent so its profilers record it.
+Writes are rewritten at ptrace stops; reads are copied by eBPF tracepoints when
+they load (root), which removes most stops (see -reads).
 Non-HTTP, TLS and HTTP/2 traffic passes through unchanged. Exit status, signals
 and stdin/stdout/stderr are CMD's. If tracing cannot start, CMD runs untraced and
 the reason is logged once. x86-64 Linux only; needs ptrace rights (root or
@@ -68,6 +73,11 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		return f, err
+	}
+	switch f.reads {
+	case "auto", "ebpf", "ptrace":
+	default:
+		return f, fmt.Errorf("-reads %q: want auto, ebpf or ptrace", f.reads)
 	}
 	f.argv = fs.Args()
 	if len(f.argv) == 0 {
@@ -116,7 +126,24 @@ func runRun(args []string, stderr io.Writer) int {
 		go ship.Run(ctx)
 		sink = ship
 	}
-	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: log})
+	scfg := supervisor.Config{Logger: log, Env: env}
+	var reads rbinder.ReadSource
+	if f.reads != "ptrace" {
+		tap, err := readtap.Open(0)
+		switch {
+		case err == nil:
+			defer tap.Close()
+			reads = tap
+			scfg.Untraced = rbinder.ReadSyscalls
+			log.Debug("socket reads observed with eBPF")
+		case f.reads == "ebpf":
+			log.Error("-reads ebpf: cannot load the eBPF read tap; running untraced", "err", err)
+			return runUntraced(f.argv, env, stderr)
+		default:
+			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
+		}
+	}
+	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: log, Reads: reads})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
@@ -128,7 +155,7 @@ func runRun(args []string, stderr io.Writer) int {
 		}
 	}
 
-	code, err = supervisor.Run(context.Background(), supervisor.Config{Logger: log, Env: env}, f.argv, hooks)
+	code, err = supervisor.Run(context.Background(), scfg, f.argv, hooks)
 	if err != nil && code < 0 {
 		// Fail open: the command runs untraced.
 		log.Error("cannot trace the command; running it untraced", "err", err)
@@ -152,7 +179,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
 		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(),
-		"restarts", tr.Stats.Restarts.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(), "errors", tr.Stats.Errors.Load())
+		"restarts", tr.Stats.Restarts.Load(), "tap_reads", tr.Stats.TapReads.Load(), "tap_gaps", tr.Stats.TapGaps.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(), "errors", tr.Stats.Errors.Load())
 	return code
 }
 

@@ -24,6 +24,20 @@
 // Non-HTTP, TLS and HTTP/2 streams go opaque and pass through untouched; the
 // count is in Stats.
 //
+// # Reads without ptrace stops
+//
+// With Config.Reads (readtap.Tap, eBPF tracepoints on read and recvfrom)
+// those calls are left out of the seccomp filter: the tracer watches each
+// socket it classifies (at connect's entry, accept's exit, and for a forked
+// child its inherited sockets before it runs) and, at the start of every
+// hook, drains the reads made since. A read's record is submitted at the
+// read's exit, before the thread can enter another call, so the tracer
+// knows every read that precedes the stop it handles: a request read is
+// bound before the response write is rewritten. The record carries the
+// goroutine (R14) and the thread's run-queue wait at the read, so Go binding
+// and local_wait are the same as with stops. A gap in a socket's read
+// sequence (ring buffer full) makes the connection opaque.
+//
 // # Rewriting a write
 //
 // When httpstream says a write's bytes change (a header block gets lines),

@@ -219,6 +219,7 @@ func splitLines(b []byte) []string {
 
 // breakpoint handles a SIGTRAP stop at one of the tracer's int3s.
 func (tr *Tracer) breakpoint(t *supervisor.Task, regs *unix.PtraceRegs) bool {
+	tr.drain()
 	p := tr.procs[t.Tgid]
 	if p == nil || p.bps == nil {
 		return false

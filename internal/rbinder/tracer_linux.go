@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/httpstream"
+	"github.com/rootline/rootline/internal/rbinder/readtap"
 	"github.com/rootline/rootline/internal/supervisor"
 )
 
@@ -37,7 +38,23 @@ type Config struct {
 	ProcRoot string
 	// Now is time.Now unless a test says otherwise.
 	Now func() time.Time
+	// Reads, if set, observes read(2) and recvfrom(2) on sockets without
+	// ptrace stops (readtap.Tap); the supervisor must then run with those
+	// calls left out of its filter (see ReadSyscalls).
+	Reads ReadSource
 }
+
+// ReadSource delivers the reads of watched sockets (readtap.Tap).
+type ReadSource interface {
+	Watch(tgid, fd int) error
+	Unwatch(tgid, fd int)
+	UnwatchProcess(tgid int)
+	Drain(fn func(*readtap.Read)) error
+}
+
+// ReadSyscalls are the calls a ReadSource observes, to leave out of the
+// supervisor's filter (supervisor.Config.Untraced).
+var ReadSyscalls = []int{unix.SYS_READ, unix.SYS_RECVFROM}
 
 // Stats are the tracer's counters; safe to read from any goroutine.
 type Stats struct {
@@ -50,6 +67,8 @@ type Stats struct {
 	Restarts      atomic.Int64 // writes restarted because only added bytes were sent
 	Scratch       atomic.Int64 // scratch mappings made in tracees
 	Errors        atomic.Int64 // tracee memory or register access failures
+	TapReads      atomic.Int64 // reads received from the ReadSource
+	TapGaps       atomic.Int64 // connections passed through because the ReadSource lost reads
 	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
 }
 
@@ -73,6 +92,10 @@ type Tracer struct {
 	errOnce sync.Once
 	// schedstat holds an open /proc/<pid>/task/<tid>/schedstat per thread.
 	schedstat map[int]int
+	// tasks are the traced threads by tid, for reads from cfg.Reads.
+	tasks map[int]*supervisor.Task
+	// monoOffset is wall − CLOCK_MONOTONIC, for cfg.Reads' timestamps.
+	monoOffset int64
 
 	Stats Stats
 }
@@ -144,10 +167,12 @@ func New(cfg Config) *Tracer {
 	}
 	return &Tracer{
 		cfg: cfg, log: cfg.Logger.With("component", "rbinder"),
-		res:       resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
-		procs:     map[int]*proc{},
-		writes:    map[int]*pendingWrite{},
-		schedstat: map[int]int{},
+		res:        resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
+		procs:      map[int]*proc{},
+		writes:     map[int]*pendingWrite{},
+		schedstat:  map[int]int{},
+		tasks:      map[int]*supervisor.Task{},
+		monoOffset: readtap.MonoOffset(),
 	}
 }
 
@@ -156,6 +181,7 @@ func (tr *Tracer) Hooks() supervisor.Hooks {
 	return supervisor.Hooks{
 		OnSyscallEnter: tr.enter,
 		OnSyscallExit:  tr.exit,
+		OnTaskStart:    tr.taskStart,
 		OnTaskExit:     tr.taskExit,
 		OnExec:         tr.exec,
 		OnBreakpoint:   tr.breakpoint,
@@ -219,6 +245,7 @@ func peerOf(procRoot string, pid, fd int) string {
 }
 
 func (tr *Tracer) enter(t *supervisor.Task, sc *supervisor.Syscall) bool {
+	tr.drain()
 	switch nr := sc.Nr; {
 	case supervisor.IsRead(nr):
 		p := tr.proc(t.Tgid)
@@ -231,7 +258,14 @@ func (tr *Tracer) enter(t *supervisor.Task, sc *supervisor.Syscall) bool {
 			return false
 		}
 		return tr.writeEnter(t, p, c, sc)
+	case nr == unix.SYS_CONNECT:
+		tr.watch(t.Tgid, sc.FD())
+	case nr == unix.SYS_ACCEPT || nr == unix.SYS_ACCEPT4:
+		return tr.cfg.Reads != nil // to watch the new socket
 	case nr == unix.SYS_CLOSE:
+		if tr.cfg.Reads != nil {
+			tr.cfg.Reads.Unwatch(t.Tgid, sc.FD())
+		}
 		if p := tr.procs[t.Tgid]; p != nil {
 			if c := p.conns[sc.FD()]; c != nil {
 				delete(p.conns, sc.FD())
@@ -243,6 +277,11 @@ func (tr *Tracer) enter(t *supervisor.Task, sc *supervisor.Syscall) bool {
 }
 
 func (tr *Tracer) exit(t *supervisor.Task, sc *supervisor.Syscall) {
+	tr.drain()
+	if (sc.Nr == unix.SYS_ACCEPT || sc.Nr == unix.SYS_ACCEPT4) && sc.Ret >= 0 {
+		tr.watch(t.Tgid, int(sc.Ret))
+		return
+	}
 	if pw := tr.writes[t.Tid]; pw != nil && supervisor.IsWrite(sc.Nr) {
 		delete(tr.writes, t.Tid)
 		tr.writeExit(t, pw, sc)
@@ -260,7 +299,11 @@ func (tr *Tracer) exit(t *supervisor.Task, sc *supervisor.Syscall) {
 }
 
 func (tr *Tracer) taskExit(t *supervisor.Task, _ unix.WaitStatus) {
+	tr.drain()
 	delete(tr.writes, t.Tid)
+	if tr.tasks[t.Tid] == t {
+		delete(tr.tasks, t.Tid)
+	}
 	if fd, ok := tr.schedstat[t.Tid]; ok {
 		unix.Close(fd)
 		delete(tr.schedstat, t.Tid)
@@ -280,10 +323,26 @@ func (tr *Tracer) taskExit(t *supervisor.Task, _ unix.WaitStatus) {
 			tr.closeConn(p, c)
 		}
 		delete(tr.procs, t.Tgid)
+		if tr.cfg.Reads != nil {
+			tr.cfg.Reads.UnwatchProcess(t.Tgid)
+		}
 	}
 }
 
 func (tr *Tracer) exec(t *supervisor.Task) {
+	tr.drain()
+	for tid, o := range tr.tasks { // the other threads are gone; t may have taken the leader's tid
+		if o.Tgid == t.Tgid {
+			delete(tr.tasks, tid)
+		}
+	}
+	tr.tasks[t.Tid] = t
+	if tr.cfg.Reads != nil {
+		// Sockets survive exec (unless close-on-exec, which is not known
+		// here): watch them afresh for the new program's parsers.
+		tr.cfg.Reads.UnwatchProcess(t.Tgid)
+		tr.watchAll(t)
+	}
 	if p := tr.procs[t.Tgid]; p != nil {
 		for _, c := range p.conns {
 			tr.closeConn(p, c)
@@ -341,9 +400,10 @@ func (tr *Tracer) handedOver(t *supervisor.Task, p *proc) *request {
 	return best
 }
 
-func (tr *Tracer) bind(t *supervisor.Task, p *proc, sc *supervisor.Syscall, r *request) {
+// bind binds r to the thread t or, in a Go program, to the goroutine g.
+func (tr *Tracer) bind(t *supervisor.Task, p *proc, g uint64, r *request) {
 	if p.isGo {
-		p.gctx[sc.Regs.R14] = r
+		p.gctx[g] = r
 		p.lastCtx[t.Tid] = r
 		p.open = append(p.open, r)
 		return
@@ -447,12 +507,24 @@ func (tr *Tracer) readExit(t *supervisor.Task, p *proc, c *conn, sc *supervisor.
 		tr.fail(err)
 		return
 	}
-	now := tr.cfg.Now()
+	tr.feed(t, p, c, data, readAt{g: sc.Regs.R14, now: tr.cfg.Now(), delay: -1})
+}
+
+// readAt is what is known of a read besides its bytes.
+type readAt struct {
+	g     uint64        // the goroutine (Go programs)
+	now   time.Time     // when it returned
+	delay time.Duration // the thread's run-queue wait so far; < 0: read it now
+}
+
+// feed parses what thread t read from c.
+func (tr *Tracer) feed(t *supervisor.Task, p *proc, c *conn, data []byte, at readAt) {
+	now := at.now
 	for _, ev := range c.in.Feed(data) {
 		switch ev.Kind {
 		case httpstream.EventHeaders:
 			if c.inbound {
-				tr.requestRead(t, p, c, sc, ev.Msg, now)
+				tr.requestRead(t, p, c, at, ev.Msg)
 			} else {
 				tr.responseHeaders(c, ev.Msg)
 			}
@@ -478,7 +550,7 @@ func peek(sc *supervisor.Syscall) bool {
 	return false
 }
 
-func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Syscall, m *httpstream.Message, now time.Time) {
+func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m *httpstream.Message) {
 	ctx, ok := httpstream.ExtractContext(m.Headers)
 	if !ok {
 		rid := ctx.RequestID
@@ -489,14 +561,18 @@ func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, sc *supervis
 		}
 	}
 	r := &request{
-		ctx: ctx, span: httpstream.NewSpanID(nil), start: now,
+		ctx: ctx, span: httpstream.NewSpanID(nil), start: at.now,
 		method: m.Method, target: string(m.Target), host: string(m.Headers.Get("host")),
 		peer: c.peer, pid: p.pid,
 	}
 	c.reqs = append(c.reqs, r)
 	c.out.ExpectResponse(m.Method)
-	tr.touch(r, p.pid, t.Tid)
-	tr.bind(t, p, sc, r)
+	if at.delay >= 0 {
+		r.threads = append(r.threads, threadDelay{tid: t.Tid, delay: at.delay, ok: true})
+	} else {
+		tr.touch(r, p.pid, t.Tid)
+	}
+	tr.bind(t, p, at.g, r)
 }
 
 func (tr *Tracer) responseHeaders(c *conn, m *httpstream.Message) {
@@ -908,4 +984,67 @@ func (tr *Tracer) giveUp(c *conn, err error) {
 func (tr *Tracer) fail(err error) {
 	tr.Stats.Errors.Add(1)
 	tr.errOnce.Do(func() { tr.log.Warn("tracing error; the call passes unchanged (logged once)", "err", err) })
+}
+
+// ---- reads observed without ptrace (Config.Reads) ----
+
+func (tr *Tracer) taskStart(t *supervisor.Task) {
+	tr.tasks[t.Tid] = t
+	if tr.cfg.Reads != nil && t.Tid == t.Tgid && t.ParentTid != 0 {
+		// A forked child: its copies of the parent's sockets are its own.
+		tr.watchAll(t)
+	}
+}
+
+// watch starts observing the reads of a classified socket.
+func (tr *Tracer) watch(tgid, fd int) {
+	if tr.cfg.Reads == nil {
+		return
+	}
+	if err := tr.cfg.Reads.Watch(tgid, fd); err != nil {
+		tr.fail(err)
+	}
+}
+
+// watchAll watches every classified socket of t's process.
+func (tr *Tracer) watchAll(t *supervisor.Task) {
+	t.EachFD(func(fd int, k supervisor.FDKind) {
+		if k == supervisor.FDInbound || k == supervisor.FDOutbound {
+			tr.watch(t.Tgid, fd)
+		}
+	})
+}
+
+// drain handles the reads the ReadSource saw since the last stop: each of
+// them happened before the call the current stop is about.
+func (tr *Tracer) drain() {
+	if tr.cfg.Reads == nil {
+		return
+	}
+	if err := tr.cfg.Reads.Drain(tr.tapRead); err != nil {
+		tr.fail(err)
+	}
+}
+
+func (tr *Tracer) tapRead(r *readtap.Read) {
+	tr.Stats.TapReads.Add(1)
+	t := tr.tasks[r.Tid]
+	if t == nil || t.Tgid != r.Tgid {
+		return // the thread is gone (its process's sockets are closed)
+	}
+	p := tr.proc(r.Tgid)
+	c := tr.conn(t, p, r.FD)
+	if c == nil || c.opaque {
+		return
+	}
+	if r.Incomplete {
+		// Bytes of this stream are missing: parsing on would misread it.
+		c.opaque = true
+		c.out.SetOpaque("reads lost by the eBPF read tap")
+		tr.Stats.Opaque.Add(1)
+		tr.Stats.TapGaps.Add(1)
+		tr.log.Warn("reads of a connection were lost; passing it through untraced", "pid", r.Tgid, "fd", r.FD)
+		return
+	}
+	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: readtap.MonoToTime(r.Mono, tr.monoOffset), delay: time.Duration(r.RunDelay)})
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -30,6 +32,11 @@ type Config struct {
 	Dir string
 	// Stdin, Stdout and Stderr default to the supervisor's.
 	Stdin, Stdout, Stderr *os.File
+	// Untraced lists calls of TracedSyscalls the filter leaves out (they
+	// run at native speed and reach no hook), e.g. read and recvfrom when
+	// another mechanism observes them. The per-thread Rbinder State is not
+	// advanced by calls left out.
+	Untraced []int
 	// CancelGrace is how long Run waits after sending SIGTERM on context
 	// cancellation before sending SIGKILL; zero means 5s.
 	CancelGrace time.Duration
@@ -147,6 +154,13 @@ func (s *supervisor) run(argv []string, started chan<- error) (int, error) {
 		env = os.Environ()
 	}
 	env = append(env[:len(env):len(env)], launcherEnv+"=1")
+	if len(s.cfg.Untraced) > 0 {
+		nrs := make([]string, len(s.cfg.Untraced))
+		for i, nr := range s.cfg.Untraced {
+			nrs[i] = strconv.Itoa(nr)
+		}
+		env = append(env, untracedEnv+"="+strings.Join(nrs, ","))
+	}
 	files := []*os.File{s.cfg.Stdin, s.cfg.Stdout, s.cfg.Stderr}
 	for i, def := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 		if files[i] == nil {

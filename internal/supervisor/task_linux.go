@@ -103,6 +103,13 @@ type Task struct {
 // FD returns how fd of the task's process is classified.
 func (t *Task) FD(fd int) FDKind { return t.files.fds[fd] }
 
+// EachFD calls fn with every classified descriptor of the task's process.
+func (t *Task) EachFD(fn func(fd int, kind FDKind)) {
+	for fd, k := range t.files.fds {
+		fn(fd, k)
+	}
+}
+
 // Regs reads the task's registers.
 func (t *Task) Regs() (*unix.PtraceRegs, error) {
 	var r unix.PtraceRegs
