@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,11 +34,11 @@ import (
 	"github.com/rootline/rootline/internal/demo"
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
+	"github.com/rootline/rootline/internal/overhead"
 )
 
 type result struct {
-	p50, p95, p99      time.Duration
-	errors, sent       int64
+	overhead.Latency
 	serverCPUPer1kSpan time.Duration
 	bytesPerReq        float64
 	spansPerReq        float64
@@ -65,12 +64,8 @@ func main() {
 	}
 	envoy, err := mesh.FindEnvoy()
 	check(err)
-	var rateList []float64
-	for _, r := range strings.Split(*rates, ",") {
-		v, err := strconv.ParseFloat(r, 64)
-		check(err)
-		rateList = append(rateList, v)
-	}
+	rateList, err := overhead.ParseRates(*rates)
+	check(err)
 	modes := []string{"envoy", "envoy+rootline", "envoy+rootline-no-run"}
 	res := map[string]map[float64][]result{}
 	for _, m := range modes {
@@ -82,7 +77,7 @@ func main() {
 			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
 				res[mode][rate] = append(res[mode][rate], r)
 				fmt.Fprintf(os.Stderr, "round %d %-15s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d\n",
-					round+1, mode, rate, r.p50, r.p95, r.p99, r.errors, r.sent)
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent)
 			}
 		}
 	}
@@ -97,47 +92,21 @@ func main() {
 				extra = fmt.Sprintf("| %.0f | %.1f | %v |", b.bytesPerReq, b.spansPerReq, b.serverCPUPer1kSpan.Round(time.Millisecond))
 			}
 			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% %s\n", rate, m,
-				ms(b.p50), ms(b.p95), 100*(float64(b.p95)/float64(a.p95)-1), ms(b.p99), pct(b), extra)
+				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(), extra)
 		}
 	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-func pct(r result) float64 {
-	if r.sent == 0 {
-		return 0
-	}
-	return 100 * float64(r.errors) / float64(r.sent)
-}
 
 // med takes each statistic's median over the rounds.
 func med(rs []result) result {
-	if len(rs) == 0 {
-		return result{}
+	return result{
+		Latency:            overhead.MedianLatency(rs, func(r result) overhead.Latency { return r.Latency }),
+		serverCPUPer1kSpan: overhead.MedianOf(rs, func(r result) time.Duration { return r.serverCPUPer1kSpan }),
+		bytesPerReq:        overhead.MedianOf(rs, func(r result) float64 { return r.bytesPerReq }),
+		spansPerReq:        overhead.MedianOf(rs, func(r result) float64 { return r.spansPerReq }),
 	}
-	pick := func(f func(result) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = f(r)
-		}
-		sort.Float64s(v)
-		if len(v)%2 == 0 {
-			return (v[len(v)/2-1] + v[len(v)/2]) / 2
-		}
-		return v[len(v)/2]
-	}
-	var out result
-	out.p50 = time.Duration(pick(func(r result) float64 { return float64(r.p50) }))
-	out.p95 = time.Duration(pick(func(r result) float64 { return float64(r.p95) }))
-	out.p99 = time.Duration(pick(func(r result) float64 { return float64(r.p99) }))
-	out.serverCPUPer1kSpan = time.Duration(pick(func(r result) float64 { return float64(r.serverCPUPer1kSpan) }))
-	out.bytesPerReq = pick(func(r result) float64 { return r.bytesPerReq })
-	out.spansPerReq = pick(func(r result) float64 { return r.spansPerReq })
-	for _, r := range rs {
-		out.errors += r.errors
-		out.sent += r.sent
-	}
-	return out
 }
 
 // runMode starts the mesh in one mode and measures every rate.
@@ -180,21 +149,22 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 	out := map[float64]result{}
 	for _, rate := range rates {
 		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: 3 * time.Second}}})
-		var cpu0, spans0 float64
+		var cpu0 time.Duration
+		var spans0 float64
 		var bytes0 int64
 		if srv != nil {
-			cpu0, spans0, bytes0 = procCPU(srv.Process.Pid), storedSpans(queryAddr), total(counted)
+			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), storedSpans(queryAddr), total(counted)
 		}
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
-		res := result{p50: pr.P50(), p95: pr.P95(), p99: pr.P99(), errors: pr.Errors, sent: pr.Sent}
+		res := result{Latency: overhead.Measured(pr)}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
 			spans := storedSpans(queryAddr) - spans0
-			cpu := procCPU(srv.Process.Pid) - cpu0
+			cpu := overhead.CPU(srv.Process.Pid) - cpu0
 			if spans > 0 {
-				res.serverCPUPer1kSpan = time.Duration(cpu / spans * 1000 * float64(time.Second))
+				res.serverCPUPer1kSpan = time.Duration(float64(cpu) / spans * 1000)
 			}
 			// Header lines rootline run adds per hop: propagation on each
 			// request (~330 bytes), timing on each response (~90 bytes).
@@ -320,19 +290,6 @@ func total(fs []*forwarder) int64 {
 		n += f.bytes.Load()
 	}
 	return n
-}
-
-// procCPU is a process's user+system CPU seconds.
-func procCPU(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	u, _ := strconv.ParseFloat(f[11], 64)
-	k, _ := strconv.ParseFloat(f[12], 64)
-	return (u + k) / 100
 }
 
 func storedSpans(query string) float64 {

@@ -20,20 +20,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/rootline/rootline/internal/loadgen"
+	"github.com/rootline/rootline/internal/overhead"
 )
 
 type sample struct {
-	mean, p50, p99 time.Duration
-	cpuPerReq      time.Duration
-	errors         int64
-	n              int64
+	overhead.Latency
+	cpuPerReq time.Duration
 }
 
 func main() {
@@ -65,19 +62,15 @@ func main() {
 	for _, m := range modeList {
 		results[m] = map[float64][]sample{}
 	}
-	var rateList []float64
-	for _, r := range strings.Split(*rates, ",") {
-		v, err := strconv.ParseFloat(r, 64)
-		check(err)
-		rateList = append(rateList, v)
-	}
+	rateList, err := overhead.ParseRates(*rates)
+	check(err)
 	for round := range *rounds {
 		for _, rate := range rateList {
 			for i := range modeList {
 				m := modeList[(i+round)%len(modeList)]
 				s := measure(*rootline, *chain, m, rate, *duration, *spin)
 				fmt.Fprintf(os.Stderr, "round %d rate %.0f %-5s mean %v p50 %v p99 %v cpu/req %v errors %d/%d\n",
-					round+1, rate, m, s.mean, s.p50, s.p99, s.cpuPerReq, s.errors, s.n)
+					round+1, rate, m, s.Mean, s.P50, s.P99, s.cpuPerReq, s.Errors, s.Sent)
 				results[m][rate] = append(results[m][rate], s)
 			}
 		}
@@ -89,39 +82,25 @@ func main() {
 		for _, m := range modeList {
 			s := med(results[m][rate])
 			fmt.Printf("| %.0f | %s | %v | %v | %v | %v | %.3f | %.3f | %.2f | %d |\n", rate, m,
-				s.mean.Round(time.Microsecond), s.p50.Round(time.Microsecond), s.p99.Round(time.Microsecond),
+				s.Mean.Round(time.Microsecond), s.P50.Round(time.Microsecond), s.P99.Round(time.Microsecond),
 				s.cpuPerReq.Round(time.Microsecond),
-				float64(s.mean)/float64(base.mean), float64(s.p99)/float64(base.p99),
-				float64(s.cpuPerReq)/float64(base.cpuPerReq), s.errors)
+				float64(s.Mean)/float64(base.Mean), float64(s.P99)/float64(base.P99),
+				float64(s.cpuPerReq)/float64(base.cpuPerReq), s.Errors)
 		}
 	}
 }
 
 // med takes each statistic's median over the rounds.
 func med(ss []sample) sample {
-	pick := func(f func(sample) time.Duration) time.Duration {
-		v := make([]time.Duration, len(ss))
-		for i, s := range ss {
-			v[i] = f(s)
-		}
-		sort.Slice(v, func(i, j int) bool { return v[i] < v[j] })
-		return v[len(v)/2]
-	}
-	var errs int64
-	for _, s := range ss {
-		errs += s.errors
-	}
 	return sample{
-		mean:      pick(func(s sample) time.Duration { return s.mean }),
-		p50:       pick(func(s sample) time.Duration { return s.p50 }),
-		p99:       pick(func(s sample) time.Duration { return s.p99 }),
-		cpuPerReq: pick(func(s sample) time.Duration { return s.cpuPerReq }),
-		errors:    errs,
+		Latency:   overhead.MedianLatency(ss, func(s sample) overhead.Latency { return s.Latency }),
+		cpuPerReq: overhead.MedianOf(ss, func(s sample) time.Duration { return s.cpuPerReq }),
 	}
 }
 
 func measure(rootline, chain, mode string, rate float64, d time.Duration, spin int) sample {
 	var procs []*exec.Cmd
+	var pids []int
 	defer func() {
 		for _, p := range procs {
 			_ = p.Process.Signal(syscall.SIGTERM)
@@ -143,7 +122,7 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 		out, err := cmd.StdoutPipe()
 		check(err)
 		check(cmd.Start())
-		procs = append(procs, cmd)
+		procs, pids = append(procs, cmd), append(pids, cmd.Process.Pid)
 		line, err := bufio.NewReader(out).ReadString('\n')
 		check(err)
 		port := strings.TrimSpace(strings.TrimPrefix(line, "listening "))
@@ -153,62 +132,12 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 	url := call + "/"
 	// Warm up connections and caches, then measure.
 	_, _ = loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: 2 * time.Second}}})
-	cpu0 := treeCPU(procs)
+	cpu0 := overhead.TreeCPU(pids...)
 	res, err := loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 	check(err)
-	cpu1 := treeCPU(procs)
+	cpu1 := overhead.TreeCPU(pids...)
 	pr := res.Phases[0]
-	return sample{
-		mean: pr.Latency.Mean(), p50: pr.P50(), p99: pr.P99(),
-		cpuPerReq: (cpu1 - cpu0) / time.Duration(max(pr.Sent, 1)),
-		errors:    pr.Errors, n: pr.Sent,
-	}
-}
-
-// treeCPU sums user+system time of the processes and all their descendants.
-func treeCPU(roots []*exec.Cmd) time.Duration {
-	children := map[int][]int{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if f := stat(pid); len(f) > 3 {
-			ppid, _ := strconv.Atoi(f[3])
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	var ticks int64
-	var walk func(int)
-	walk = func(pid int) {
-		if f := stat(pid); len(f) > 14 {
-			u, _ := strconv.ParseInt(f[13], 10, 64)
-			s, _ := strconv.ParseInt(f[14], 10, 64)
-			ticks += u + s
-		}
-		for _, c := range children[pid] {
-			walk(c)
-		}
-	}
-	for _, r := range roots {
-		walk(r.Process.Pid)
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ = 100
-}
-
-// stat returns the fields of /proc/<pid>/stat, the command name collapsed.
-func stat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return append([]string{s[:strings.IndexByte(s, ' ')], "comm"}, strings.Fields(s[i+1:])...)
+	return sample{Latency: overhead.Measured(pr), cpuPerReq: (cpu1 - cpu0) / time.Duration(max(pr.Sent, 1))}
 }
 
 func check(err error) {

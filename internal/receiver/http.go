@@ -53,30 +53,9 @@ func (r *Receivers) otlpHTTPHandler() http.Handler {
 // the response, success or Status, is in the request's encoding.
 func (r *Receivers) handleOTLPHTTP(w http.ResponseWriter, req *http.Request) {
 	const rcv = receiverOTLPHTTP
-	if req.Method != http.MethodPost {
-		r.refuse(w, rcv, "", refusal(http.StatusMethodNotAllowed, outcomeUnsupported, "only POST is allowed on /v1/traces"))
-		return
-	}
-	mt := mediaType(req)
-	if mt != mediaProto && mt != mediaJSON {
-		r.refuse(w, rcv, "", refusal(http.StatusUnsupportedMediaType, outcomeUnsupported,
-			fmt.Sprintf("Content-Type %q is not supported: use %s or %s", req.Header.Get("Content-Type"), mediaProto, mediaJSON)))
-		return
-	}
-	body, herr := readBody(w, req, r.cfg.MaxRequestBytes)
-	if herr != nil {
-		r.refuse(w, rcv, mt, herr)
-		return
-	}
 	exp := ptraceotlp.NewExportRequest()
-	var err error
-	if mt == mediaJSON {
-		err = exp.UnmarshalJSON(body)
-	} else {
-		err = exp.UnmarshalProto(body)
-	}
-	if err != nil {
-		r.refuse(w, rcv, mt, refusal(http.StatusBadRequest, outcomeInvalid, "cannot decode ExportTraceServiceRequest: "+err.Error()))
+	mt, ok := r.readOTLPHTTP(w, req, "/v1/traces", "ExportTraceServiceRequest", exp)
+	if !ok {
 		return
 	}
 	td := exp.Traces()
@@ -89,15 +68,66 @@ func (r *Receivers) handleOTLPHTTP(w http.ResponseWriter, req *http.Request) {
 		writeRefused(w, mt, o, err)
 		return
 	}
+	r.writeOTLPHTTP(w, mt, ptraceotlp.NewExportResponse())
+}
+
+// otlpRequest is an OTLP export request of pdata (ptraceotlp, pmetricotlp).
+type otlpRequest interface {
+	UnmarshalProto(data []byte) error
+	UnmarshalJSON(data []byte) error
+}
+
+// otlpResponse is an OTLP export response of pdata.
+type otlpResponse interface {
+	MarshalProto() ([]byte, error)
+	MarshalJSON() ([]byte, error)
+}
+
+// readOTLPHTTP decodes the body of an OTLP/HTTP export to path (POST,
+// protobuf or JSON, maybe gzipped) into exp; message is exp's protobuf
+// message name, for the error text. It returns the request's media type, the
+// encoding of the answer, or answers the request itself and returns false.
+func (r *Receivers) readOTLPHTTP(w http.ResponseWriter, req *http.Request, path, message string, exp otlpRequest) (string, bool) {
+	const rcv = receiverOTLPHTTP
+	if req.Method != http.MethodPost {
+		r.refuse(w, rcv, "", refusal(http.StatusMethodNotAllowed, outcomeUnsupported, "only POST is allowed on "+path))
+		return "", false
+	}
+	mt := mediaType(req)
+	if mt != mediaProto && mt != mediaJSON {
+		r.refuse(w, rcv, "", refusal(http.StatusUnsupportedMediaType, outcomeUnsupported,
+			fmt.Sprintf("Content-Type %q is not supported: use %s or %s", req.Header.Get("Content-Type"), mediaProto, mediaJSON)))
+		return "", false
+	}
+	body, herr := readBody(w, req, r.cfg.MaxRequestBytes)
+	if herr != nil {
+		r.refuse(w, rcv, mt, herr)
+		return "", false
+	}
+	var err error
+	if mt == mediaJSON {
+		err = exp.UnmarshalJSON(body)
+	} else {
+		err = exp.UnmarshalProto(body)
+	}
+	if err != nil {
+		r.refuse(w, rcv, mt, refusal(http.StatusBadRequest, outcomeInvalid, "cannot decode "+message+": "+err.Error()))
+		return "", false
+	}
+	return mt, true
+}
+
+// writeOTLPHTTP answers an accepted OTLP/HTTP export with resp in encoding mt.
+func (r *Receivers) writeOTLPHTTP(w http.ResponseWriter, mt string, resp otlpResponse) {
 	var out []byte
-	resp := ptraceotlp.NewExportResponse()
+	var err error
 	if mt == mediaJSON {
 		out, err = resp.MarshalJSON()
 	} else {
 		out, err = resp.MarshalProto()
 	}
-	if err != nil { // cannot happen for an empty response; the spans are stored anyway
-		r.logger.Error("encoding export response failed", "receiver", rcv, "err", err)
+	if err != nil { // cannot happen for an empty response; the data is stored anyway
+		r.logger.Error("encoding export response failed", "receiver", receiverOTLPHTTP, "err", err)
 	}
 	w.Header().Set("Content-Type", mt)
 	w.WriteHeader(http.StatusOK)

@@ -2,7 +2,6 @@ package receiver
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -42,30 +41,9 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 		http.Error(w, "this server does not store metrics", http.StatusNotFound)
 		return
 	}
-	if req.Method != http.MethodPost {
-		r.refuse(w, rcv, "", refusal(http.StatusMethodNotAllowed, outcomeUnsupported, "only POST is allowed on /v1/metrics"))
-		return
-	}
-	mt := mediaType(req)
-	if mt != mediaProto && mt != mediaJSON {
-		r.refuse(w, rcv, "", refusal(http.StatusUnsupportedMediaType, outcomeUnsupported,
-			fmt.Sprintf("Content-Type %q is not supported: use %s or %s", req.Header.Get("Content-Type"), mediaProto, mediaJSON)))
-		return
-	}
-	body, herr := readBody(w, req, r.cfg.MaxRequestBytes)
-	if herr != nil {
-		r.refuse(w, rcv, mt, herr)
-		return
-	}
 	exp := pmetricotlp.NewExportRequest()
-	var err error
-	if mt == mediaJSON {
-		err = exp.UnmarshalJSON(body)
-	} else {
-		err = exp.UnmarshalProto(body)
-	}
-	if err != nil {
-		r.refuse(w, rcv, mt, refusal(http.StatusBadRequest, outcomeInvalid, "cannot decode ExportMetricsServiceRequest: "+err.Error()))
+	mt, ok := r.readOTLPHTTP(w, req, "/v1/metrics", "ExportMetricsServiceRequest", exp)
+	if !ok {
 		return
 	}
 	if err := sink.WriteMetrics(req.Context(), FromPdataMetrics(exp.Metrics())); err != nil {
@@ -73,19 +51,7 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 		writeStatus(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, "cannot store metrics"))
 		return
 	}
-	var out []byte
-	resp := pmetricotlp.NewExportResponse()
-	if mt == mediaJSON {
-		out, err = resp.MarshalJSON()
-	} else {
-		out, err = resp.MarshalProto()
-	}
-	if err != nil {
-		r.logger.Error("encoding export response failed", "receiver", rcv, "err", err)
-	}
-	w.Header().Set("Content-Type", mt)
-	w.WriteHeader(http.StatusOK)
-	w.Write(out)
+	r.writeOTLPHTTP(w, mt, pmetricotlp.NewExportResponse())
 }
 
 var _ pmetricotlp.GRPCServer = (*otlpMetricsGRPC)(nil)

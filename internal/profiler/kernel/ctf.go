@@ -40,6 +40,8 @@ const (
 	ctfDiskIO         = 102
 )
 
+// ctfMetadata is the TSDL metadata up to the stream and event classes
+// (ctfClassMetadata follows it).
 const ctfMetadata = `/* CTF 1.8 */
 
 typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
@@ -91,9 +93,14 @@ struct event_header {
 	uint32_t id;
 	uint64_clock_monotonic_t timestamp;
 };
+`
 
+// ctfStreamMetadata declares a stream class (%d: its id) after ctfMetadata;
+// its packet context is what ctfStream.packet writes (%s: the stream's own
+// fields, cpu_id for the per-CPU streams of class 0).
+const ctfStreamMetadata = `
 stream {
-	id = 0;
+	id = %d;
 	event.header := struct event_header;
 	packet.context := struct {
 		uint64_clock_monotonic_t timestamp_begin;
@@ -102,187 +109,170 @@ stream {
 		uint64_t packet_size;
 		uint64_t packet_seq_num;
 		uint64_t events_discarded;
-		uint32_t cpu_id;
-	};
-};
-
-stream {
-	id = 1;
-	event.header := struct event_header;
-	packet.context := struct {
-		uint64_clock_monotonic_t timestamp_begin;
-		uint64_clock_monotonic_t timestamp_end;
-		uint64_t content_size;
-		uint64_t packet_size;
-		uint64_t packet_seq_num;
-		uint64_t events_discarded;
-	};
-};
-
-event {
-	name = "sched_switch";
-	id = 0;
-	stream_id = 0;
-	fields := struct {
-		char_t prev_comm[16];
-		int32_t prev_tid;
-		int32_t prev_prio;
-		int64_t prev_state;
-		char_t next_comm[16];
-		int32_t next_tid;
-		int32_t next_prio;
-	};
-};
-
-event {
-	name = "sched_waking";
-	id = 1;
-	stream_id = 0;
-	fields := struct {
-		char_t comm[16];
-		int32_t tid;
-		int32_t prio;
-		int32_t target_cpu;
-	};
-};
-
-event {
-	name = "sched_wakeup";
-	id = 2;
-	stream_id = 0;
-	fields := struct {
-		char_t comm[16];
-		int32_t tid;
-		int32_t prio;
-		int32_t target_cpu;
-	};
-};
-
-event {
-	name = "sched_wakeup_new";
-	id = 3;
-	stream_id = 0;
-	fields := struct {
-		char_t comm[16];
-		int32_t tid;
-		int32_t prio;
-		int32_t target_cpu;
-	};
-};
-
-event {
-	name = "sched_process_fork";
-	id = 4;
-	stream_id = 0;
-	fields := struct {
-		char_t parent_comm[16];
-		int32_t parent_tid;
-		int32_t parent_pid;
-		char_t child_comm[16];
-		int32_t child_tid;
-		int32_t child_pid;
-	};
-};
-
-event {
-	name = "sched_process_exec";
-	id = 5;
-	stream_id = 0;
-	fields := struct {
-		string filename;
-		int32_t tid;
-		int32_t old_tid;
-	};
-};
-
-event {
-	name = "sched_process_exit";
-	id = 6;
-	stream_id = 0;
-	fields := struct {
-		char_t comm[16];
-		int32_t tid;
-		int32_t prio;
-	};
-};
-
-event {
-	name = "rootline_thread_state";
-	id = 100;
-	stream_id = 1;
-	fields := struct {
-		int32_t tid;
-		int32_t pid;
-		string state;
-		string reason;
-		string syscall;
-		uint64_t duration_ns;
-		int32_t cpu;
-		int32_t wakeup_id;
-	};
-};
-
-event {
-	name = "rootline_wakeup";
-	id = 101;
-	stream_id = 1;
-	fields := struct {
-		int32_t wakeup_id;
-		int32_t wakee_tid;
-		int32_t waker_tid;
-		string waker_comm;
-		string context;
-		string detail;
-		int32_t cpu;
-		int64_t enqueue_delay_ns;
-	};
-};
-
-event {
-	name = "rootline_disk_io";
-	id = 102;
-	stream_id = 1;
-	fields := struct {
-		int32_t tid;
-		uint32_t bytes;
-		uint64_t latency_ns;
-	};
+%s	};
 };
 `
+
+// ctfType is the type of an event field: how the metadata declares it and
+// how ctfStream.event encodes it (little-endian, byte-aligned).
+type ctfType uint8
+
+// The integer types take a value of any Go integer type and keep its low
+// bits, as a conversion does.
+const (
+	ctfInt32 ctfType = iota
+	ctfInt64
+	ctfUint32
+	ctfUint64
+	ctfComm   // char_t[16]: a thread name, cut to 15 bytes, NUL-padded
+	ctfString // NUL-terminated; NULs in the value are dropped
+)
+
+// ctfDecl is the TSDL declaration of each field type (%s: the field's name).
+var ctfDecl = [...]string{
+	ctfInt32:  "int32_t %s",
+	ctfInt64:  "int64_t %s",
+	ctfUint32: "uint32_t %s",
+	ctfUint64: "uint64_t %s",
+	ctfComm:   "char_t %s[16]",
+	ctfString: "string %s",
+}
+
+// ctfField is one field of an event class.
+type ctfField struct {
+	name string
+	typ  ctfType
+}
+
+// ctfEventClass is one event class of the export.
+type ctfEventClass struct {
+	id     uint32
+	name   string
+	stream uint32 // 0: the raw scheduler events, 1: Rootline's derived data
+	fields []ctfField
+}
+
+// ctfWakeFields are the fields of sched_waking, sched_wakeup and
+// sched_wakeup_new.
+var ctfWakeFields = []ctfField{{"comm", ctfComm}, {"tid", ctfInt32}, {"prio", ctfInt32}, {"target_cpu", ctfInt32}}
+
+// ctfEvents are the export's event classes, in the order the metadata
+// declares them. The metadata and the encoding of each event
+// (ctfStream.event, whose values follow the field list) both come from
+// this table: adding an event class is an entry here and a call of event
+// where writeCTF writes it.
+var ctfEvents = []ctfEventClass{
+	{ctfSchedSwitch, "sched_switch", 0, []ctfField{
+		{"prev_comm", ctfComm}, {"prev_tid", ctfInt32}, {"prev_prio", ctfInt32}, {"prev_state", ctfInt64},
+		{"next_comm", ctfComm}, {"next_tid", ctfInt32}, {"next_prio", ctfInt32}}},
+	{ctfSchedWaking, "sched_waking", 0, ctfWakeFields},
+	{ctfSchedWakeup, "sched_wakeup", 0, ctfWakeFields},
+	{ctfSchedWakeupNew, "sched_wakeup_new", 0, ctfWakeFields},
+	{ctfProcessFork, "sched_process_fork", 0, []ctfField{
+		{"parent_comm", ctfComm}, {"parent_tid", ctfInt32}, {"parent_pid", ctfInt32},
+		{"child_comm", ctfComm}, {"child_tid", ctfInt32}, {"child_pid", ctfInt32}}},
+	{ctfProcessExec, "sched_process_exec", 0, []ctfField{
+		{"filename", ctfString}, {"tid", ctfInt32}, {"old_tid", ctfInt32}}},
+	{ctfProcessExit, "sched_process_exit", 0, []ctfField{
+		{"comm", ctfComm}, {"tid", ctfInt32}, {"prio", ctfInt32}}},
+	{ctfThreadState, "rootline_thread_state", 1, []ctfField{
+		{"tid", ctfInt32}, {"pid", ctfInt32}, {"state", ctfString}, {"reason", ctfString},
+		{"syscall", ctfString}, {"duration_ns", ctfUint64}, {"cpu", ctfInt32}, {"wakeup_id", ctfInt32}}},
+	{ctfWakeup, "rootline_wakeup", 1, []ctfField{
+		{"wakeup_id", ctfInt32}, {"wakee_tid", ctfInt32}, {"waker_tid", ctfInt32}, {"waker_comm", ctfString},
+		{"context", ctfString}, {"detail", ctfString}, {"cpu", ctfInt32}, {"enqueue_delay_ns", ctfInt64}}},
+	{ctfDiskIO, "rootline_disk_io", 1, []ctfField{
+		{"tid", ctfInt32}, {"bytes", ctfUint32}, {"latency_ns", ctfUint64}}},
+}
+
+// ctfEventByID indexes ctfEvents by id.
+var ctfEventByID = func() map[uint32]*ctfEventClass {
+	m := make(map[uint32]*ctfEventClass, len(ctfEvents))
+	for i := range ctfEvents {
+		m[ctfEvents[i].id] = &ctfEvents[i]
+	}
+	return m
+}()
+
+// ctfClassMetadata is the TSDL of the stream and event classes, the end of
+// the metadata.
+var ctfClassMetadata = func() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, ctfStreamMetadata, 0, "\t\tuint32_t cpu_id;\n")
+	fmt.Fprintf(&b, ctfStreamMetadata, 1, "")
+	for _, c := range ctfEvents {
+		fmt.Fprintf(&b, "\nevent {\n\tname = \"%s\";\n\tid = %d;\n\tstream_id = %d;\n\tfields := struct {\n", c.name, c.id, c.stream)
+		for _, f := range c.fields {
+			fmt.Fprintf(&b, "\t\t"+ctfDecl[f.typ]+";\n", f.name)
+		}
+		b.WriteString("\t};\n};\n")
+	}
+	return b.String()
+}()
 
 // ctfStream builds one packet of one stream (little-endian, byte-aligned
 // fields, as the metadata declares).
 type ctfStream struct {
+	id     uint32 // stream class
 	buf    []byte
 	last   int64
 	events int
 }
 
-func (s *ctfStream) u32(v uint32) { s.buf = binary.LittleEndian.AppendUint32(s.buf, v) }
-func (s *ctfStream) u64(v uint64) { s.buf = binary.LittleEndian.AppendUint64(s.buf, v) }
-func (s *ctfStream) i32(v int32)  { s.u32(uint32(v)) }
-func (s *ctfStream) i64(v int64)  { s.u64(uint64(v)) }
-func (s *ctfStream) comm(c string) {
-	var b [16]byte
-	copy(b[:15], c)
-	s.buf = append(s.buf, b[:]...)
-}
-func (s *ctfStream) str(v string) {
-	s.buf = append(s.buf, strings.ReplaceAll(v, "\x00", "")...)
-	s.buf = append(s.buf, 0)
-}
-
-// header starts an event; timestamps MUST not decrease within a stream.
-func (s *ctfStream) header(id uint32, ts int64) {
-	s.u32(id)
-	s.u64(uint64(ts))
+// event appends an event of class id at ts; timestamps MUST not decrease
+// within a stream. vals are the values of the class's fields in their
+// order: a string for ctfComm and ctfString, any integer type otherwise.
+func (s *ctfStream) event(id uint32, ts int64, vals ...any) {
+	c := ctfEventByID[id]
+	if c == nil || c.stream != s.id || len(vals) != len(c.fields) {
+		panic("ctf: event does not match its class")
+	}
+	le := binary.LittleEndian
+	s.buf = le.AppendUint32(s.buf, id)
+	s.buf = le.AppendUint64(s.buf, uint64(ts))
 	s.last = ts
 	s.events++
+	for i, f := range c.fields {
+		switch f.typ {
+		case ctfInt32, ctfUint32:
+			s.buf = le.AppendUint32(s.buf, uint32(ctfInt(vals[i])))
+		case ctfInt64, ctfUint64:
+			s.buf = le.AppendUint64(s.buf, uint64(ctfInt(vals[i])))
+		case ctfComm:
+			var b [16]byte
+			copy(b[:15], vals[i].(string))
+			s.buf = append(s.buf, b[:]...)
+		case ctfString:
+			s.buf = append(s.buf, strings.ReplaceAll(vals[i].(string), "\x00", "")...)
+			s.buf = append(s.buf, 0)
+		}
+	}
+}
+
+// ctfInt is an integer field's value; the field keeps its low bits.
+func ctfInt(v any) int64 {
+	switch v := v.(type) {
+	case int:
+		return int64(v)
+	case int16:
+		return int64(v)
+	case int32:
+		return int64(v)
+	case int64:
+		return v
+	case uint16:
+		return int64(v)
+	case uint32:
+		return int64(v)
+	case uint64:
+		return int64(v)
+	}
+	panic("ctf: an integer field's value is not an integer")
 }
 
 // packet returns the stream file's packet header and context; the events
 // (s.buf) follow them in the file.
-func (s *ctfStream) packet(uuid [16]byte, streamID uint32, instance uint64, begin, end int64, cpu int) []byte {
+func (s *ctfStream) packet(uuid [16]byte, instance uint64, begin, end int64, cpu int) []byte {
 	ctxLen := 8 * 6
 	if cpu >= 0 {
 		ctxLen += 4
@@ -293,7 +283,7 @@ func (s *ctfStream) packet(uuid [16]byte, streamID uint32, instance uint64, begi
 	le := binary.LittleEndian
 	h = le.AppendUint32(h, ctfMagic)
 	h = append(h, uuid[:]...)
-	h = le.AppendUint32(h, streamID)
+	h = le.AppendUint32(h, s.id)
 	h = le.AppendUint64(h, instance)
 	h = le.AppendUint64(h, uint64(begin))
 	h = le.AppendUint64(h, uint64(max(end, begin, s.last)))
@@ -320,7 +310,7 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 	uuid[8] = uuid[8]&0x3f | 0x80
 	begin, end := snap.Start-offset, snap.End-offset
 	metadata := fmt.Sprintf(ctfMetadata, formatUUID(uuid), strings.ReplaceAll(hostname, `"`, ""), snap.PID,
-		snap.Lost, offset/1e9, offset%1e9)
+		snap.Lost, offset/1e9, offset%1e9) + ctfClassMetadata
 
 	perCPU := map[int]*ctfStream{}
 	tgid := map[uint32]uint32{}
@@ -331,44 +321,24 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 		ev := &raw[i]
 		s := perCPU[int(ev.CPU)]
 		if s == nil {
-			s = &ctfStream{buf: make([]byte, 0, 64*len(raw)/max(1, runtime.NumCPU()))}
+			s = &ctfStream{id: 0, buf: make([]byte, 0, 64*len(raw)/max(1, runtime.NumCPU()))}
 			perCPU[int(ev.CPU)] = s
 		}
 		switch ev.Type {
 		case EvSwitch:
-			s.header(ctfSchedSwitch, ev.TS)
-			s.comm(comm(ev.TID))
-			s.i32(int32(ev.TID))
-			s.i32(int32(ev.Prio))
-			s.i64(reportedState(ev))
-			s.comm(comm(ev.TID2))
-			s.i32(int32(ev.TID2))
-			s.i32(int32(ev.Prio2))
-		case EvWaking, EvWakeup, EvWakeupNew:
-			id := map[uint8]uint32{EvWaking: ctfSchedWaking, EvWakeup: ctfSchedWakeup, EvWakeupNew: ctfSchedWakeupNew}[ev.Type]
-			s.header(id, ev.TS)
-			s.comm(comm(ev.TID))
-			s.i32(int32(ev.TID))
-			s.i32(int32(ev.Prio))
-			s.i32(int32(ev.TargetCPU))
+			s.event(ctfSchedSwitch, ev.TS, comm(ev.TID), ev.TID, ev.Prio, reportedState(ev), comm(ev.TID2), ev.TID2, ev.Prio2)
+		case EvWaking:
+			s.event(ctfSchedWaking, ev.TS, comm(ev.TID), ev.TID, ev.Prio, ev.TargetCPU)
+		case EvWakeup:
+			s.event(ctfSchedWakeup, ev.TS, comm(ev.TID), ev.TID, ev.Prio, ev.TargetCPU)
+		case EvWakeupNew:
+			s.event(ctfSchedWakeupNew, ev.TS, comm(ev.TID), ev.TID, ev.Prio, ev.TargetCPU)
 		case EvFork:
-			s.header(ctfProcessFork, ev.TS)
-			s.comm(comm(ev.TID2))
-			s.i32(int32(ev.TID2))
-			s.i32(int32(ev.TGID2))
-			s.comm(comm(ev.TID))
-			s.i32(int32(ev.TID))
-			s.i32(int32(ev.TGID))
+			s.event(ctfProcessFork, ev.TS, comm(ev.TID2), ev.TID2, ev.TGID2, comm(ev.TID), ev.TID, ev.TGID)
 		case EvExec:
-			s.header(ctfProcessExec, ev.TS)
-			s.str(comm(ev.TID))
-			s.i32(int32(ev.TID))
-			s.i32(int32(ev.TID))
+			s.event(ctfProcessExec, ev.TS, comm(ev.TID), ev.TID, ev.TID)
 		case EvExit:
-			s.header(ctfProcessExit, ev.TS)
-			s.comm(comm(ev.TID))
-			s.i32(int32(ev.TID))
-			s.i32(int32(ev.Prio))
+			s.event(ctfProcessExit, ev.TS, comm(ev.TID), ev.TID, ev.Prio)
 		}
 	}
 
@@ -389,39 +359,22 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 		ds = append(ds, derived{max(d.Issue-offset, begin), ctfDiskIO, i})
 	}
 	slices.SortStableFunc(ds, func(a, b derived) int { return int(a.ts - b.ts) })
-	rs := &ctfStream{buf: make([]byte, 0, 64*len(ds))}
+	rs := &ctfStream{id: 1, buf: make([]byte, 0, 64*len(ds))}
 	for _, d := range ds {
-		rs.header(uint32(d.kind), d.ts)
 		switch d.kind {
 		case ctfThreadState:
 			iv := snap.Intervals[d.index]
-			rs.i32(int32(iv.TID))
-			rs.i32(int32(tgid[iv.TID]))
-			rs.str(iv.State)
-			rs.str(iv.Reason)
-			rs.str(iv.Syscall)
-			rs.u64(uint64(iv.End - iv.Start))
-			rs.i32(int32(iv.CPU))
-			rs.i32(int32(iv.Wakeup))
+			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.End-iv.Start, iv.CPU, iv.Wakeup)
 		case ctfWakeup:
 			wk := snap.Wakeups[d.index]
-			rs.i32(int32(d.index))
-			rs.i32(int32(wk.Wakee))
-			rs.i32(int32(wk.Waker))
-			rs.str(comm(wk.Waker))
-			rs.str(wk.Context)
-			rs.str(wk.Detail)
-			rs.i32(int32(wk.CPU))
 			delay := int64(-1)
 			if wk.Enqueued != 0 {
 				delay = wk.Enqueued - wk.TS
 			}
-			rs.i64(delay)
+			rs.event(ctfWakeup, d.ts, d.index, wk.Wakee, wk.Waker, comm(wk.Waker), wk.Context, wk.Detail, wk.CPU, delay)
 		case ctfDiskIO:
 			io := snap.DiskIOs[d.index]
-			rs.i32(int32(io.TID))
-			rs.u32(io.Bytes)
-			rs.u64(uint64(io.Complete - io.Issue))
+			rs.event(ctfDiskIO, d.ts, io.TID, io.Bytes, io.Complete-io.Issue)
 		}
 	}
 
@@ -457,11 +410,11 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 	slices.Sort(cpus)
 	for i, c := range cpus {
 		st := perCPU[c]
-		if err := add(fmt.Sprintf("channel0_%d", c), st.packet(uuid, 0, uint64(i), begin, end, c), st.buf); err != nil {
+		if err := add(fmt.Sprintf("channel0_%d", c), st.packet(uuid, uint64(i), begin, end, c), st.buf); err != nil {
 			return err
 		}
 	}
-	if err := add("rootline_0", rs.packet(uuid, 1, uint64(len(cpus)), begin, end, -1), rs.buf); err != nil {
+	if err := add("rootline_0", rs.packet(uuid, uint64(len(cpus)), begin, end, -1), rs.buf); err != nil {
 		return err
 	}
 	if err := tw.Close(); err != nil {

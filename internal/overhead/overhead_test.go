@@ -1,0 +1,86 @@
+package overhead
+
+import (
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    []float64
+		want float64
+	}{
+		{"none", nil, 0},
+		{"one", []float64{3}, 3},
+		{"odd", []float64{5, 1, 3}, 3},
+		{"even: mean of the middle two", []float64{4, 1, 10, 2}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Median(tc.v); got != tc.want {
+				t.Errorf("Median(%v) = %v, want %v", tc.v, got, tc.want)
+			}
+		})
+	}
+	if got := Median([]time.Duration{3, 1, 2, 4}); got != 2 {
+		t.Errorf("Median of durations 1..4 = %v, want 2 (2.5 truncated)", got)
+	}
+}
+
+func TestMedianLatency(t *testing.T) {
+	type round struct {
+		lat Latency
+		cpu time.Duration
+	}
+	rounds := []round{
+		{Latency{Mean: 3, P50: 2, P95: 9, P99: 10, Errors: 1, Sent: 100}, 7},
+		{Latency{Mean: 1, P50: 1, P95: 5, P99: 30, Errors: 0, Sent: 90}, 5},
+		{Latency{Mean: 2, P50: 4, P95: 7, P99: 20, Errors: 2, Sent: 110}, 6},
+	}
+	got := MedianLatency(rounds, func(r round) Latency { return r.lat })
+	want := Latency{Mean: 2, P50: 2, P95: 7, P99: 20, Errors: 3, Sent: 300}
+	if got != want {
+		t.Errorf("MedianLatency = %+v, want %+v", got, want)
+	}
+	if got := MedianOf(rounds, func(r round) time.Duration { return r.cpu }); got != 6 {
+		t.Errorf("MedianOf cpu = %v, want 6", got)
+	}
+	if got := want.ErrorPercent(); got != 1 {
+		t.Errorf("ErrorPercent = %v, want 1", got)
+	}
+	if got := (Latency{}).ErrorPercent(); got != 0 {
+		t.Errorf("ErrorPercent of nothing sent = %v, want 0", got)
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	got, err := ParseRates("10,25.5,40")
+	if err != nil || !slices.Equal(got, []float64{10, 25.5, 40}) {
+		t.Errorf("ParseRates = %v, %v", got, err)
+	}
+	if _, err := ParseRates("10,x"); err == nil {
+		t.Error("ParseRates(10,x): no error")
+	}
+}
+
+func TestCPU(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	// Work until the CPU time shows (it counts in 10 ms ticks).
+	self := CPU(os.Getpid())
+	for end := time.Now().Add(10 * time.Second); self == 0 && time.Now().Before(end); self = CPU(os.Getpid()) {
+	}
+	if self <= 0 {
+		t.Fatalf("CPU of this process = %v after up to 10 s of work", self)
+	}
+	if tree := TreeCPU(os.Getpid()); tree < self {
+		t.Errorf("TreeCPU = %v < CPU %v", tree, self)
+	}
+	if got := CPU(-1); got != 0 {
+		t.Errorf("CPU of no process = %v", got)
+	}
+}

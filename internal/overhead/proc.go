@@ -1,0 +1,74 @@
+package overhead
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ).
+const userHZ = 100
+
+// CPU returns the user+system CPU time process pid has used, 0 if it is
+// gone.
+func CPU(pid int) time.Duration {
+	return ticks(stat(pid)) * (time.Second / userHZ)
+}
+
+// TreeCPU returns the user+system CPU time of the processes pids and of all
+// their descendants that are alive.
+func TreeCPU(pids ...int) time.Duration {
+	children := map[int][]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := stat(pid); len(f) > 3 {
+			ppid, _ := strconv.Atoi(f[3])
+			children[ppid] = append(children[ppid], pid)
+		}
+	}
+	var total time.Duration
+	var walk func(int)
+	walk = func(pid int) {
+		total += CPU(pid)
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	for _, pid := range pids {
+		walk(pid)
+	}
+	return total
+}
+
+// ticks is the utime+stime of the fields of a /proc/<pid>/stat, 0 if there
+// are not that many.
+func ticks(f []string) time.Duration {
+	if len(f) <= 14 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[13], 10, 64)
+	s, _ := strconv.ParseInt(f[14], 10, 64)
+	return time.Duration(u + s)
+}
+
+// stat returns the fields of /proc/<pid>/stat, f[i] being field i+1 of
+// proc(5) (f[3] ppid, f[13] utime, f[14] stime) and f[1], the command name,
+// which may hold spaces, replaced by "comm"; nil if the process is gone.
+func stat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return append([]string{s[:strings.IndexByte(s, ' ')], "comm"}, strings.Fields(s[i+1:])...)
+}
