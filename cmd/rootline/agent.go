@@ -41,6 +41,14 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 		}
 		return err
 	})
+	fs.Func("kernel.cgroup", "container to record with the kernel flight recorder: a cgroup v2 path (relative to the cgroup2 mount, or absolute), "+
+		"or path=PATH|id=CGROUP_ID[,service=name][,instance=id] (repeatable); its processes become targets, and a kernel dump of one of them covers the whole cgroup", func(s string) error {
+		ct, err := agent.ParseContainerSpec(s)
+		if err == nil {
+			c.Containers = append(c.Containers, ct)
+		}
+		return err
+	})
 	fs.BoolVar(&c.Discover, "discover", c.Discover, "find JVMs and processes with OTEL_SERVICE_NAME / service.name in their environment")
 	fs.DurationVar(&c.DiscoverInterval, "discover-interval", c.DiscoverInterval, "how often /proc is scanned for targets")
 	fs.DurationVar(&c.MaxWindow, "max-window", c.MaxWindow, "longest dump window accepted")

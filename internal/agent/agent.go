@@ -1,9 +1,10 @@
 // Package agent is the core of the `rootline agent` role: it finds the
-// processes of its node to record (configured, discovered in /proc, or
-// registered by `rootline run`), keeps every supporting profiler recording
-// them, registers them with the Rootline server, and answers the server's
-// dump requests by uploading the profilers' artifacts (docs/api.md,
-// "Capture protocol").
+// processes of its node to record (configured, discovered in /proc,
+// registered by `rootline run`, or in a registered container: a cgroup v2
+// the kernel flight recorder records as a whole, container.go), keeps every
+// supporting profiler recording them, registers them with the Rootline
+// server, and answers the server's dump requests by uploading the
+// profilers' artifacts (docs/api.md, "Capture protocol").
 //
 // The agent serves its own HTTP API (see Handler) on Config.ListenAddr.
 package agent
@@ -52,8 +53,10 @@ type Agent struct {
 
 	mu         sync.Mutex
 	targets    map[int]*target
-	registered map[int]apiProcess // by POST /api/v1/processes
-	jobs       map[int][]*dumpJob // running or waiting dumps per pid
+	registered map[int]apiProcess    // by POST /api/v1/processes
+	containers map[uint64]*container // registered cgroups, by id (container.go)
+	cgroupRoot string                // the cgroup2 mount ("" if none)
+	jobs       map[int][]*dumpJob    // running or waiting dumps per pid
 	closed     bool
 	dumps      sync.WaitGroup
 	dumpSem    chan struct{}
@@ -80,6 +83,12 @@ type target struct {
 	start      uint64
 	instanceID string
 	kinds      []string // profilers recording it
+	// cgroup is the id of the registered container the process is in (0:
+	// none); its kernel dumps are the container's.
+	cgroup uint64
+	// containerOnly: a target only as a container's process, recorded by
+	// the cgroup profilers as part of it (no profiler was started for it).
+	containerOnly bool
 }
 
 type apiProcess struct {
@@ -124,16 +133,29 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 		seen:       map[procKey]procInfo{},
 		targets:    map[int]*target{},
 		registered: map[int]apiProcess{},
+		containers: map[uint64]*container{},
+		cgroupRoot: cgroup2Root(),
 		jobs:       map[int][]*dumpJob{},
 		dumpSem:    make(chan struct{}, cfg.MaxConcurrentDumps),
 		changed:    make(chan struct{}, 1),
 		retryMin:   time.Second, retryMax: 30 * time.Second,
 		reg: prometheus.NewRegistry(),
 	}
-	if err := a.registerMetrics(); err != nil {
+	fail := func(err error) (*Agent, error) {
 		ln.Close()
 		cancel()
 		return nil, err
+	}
+	for i, spec := range cfg.Containers {
+		if _, err := resolveCgroup(a.cgroupRoot, spec); err != nil {
+			return fail(fmt.Errorf("agent: containers[%d] (%s): %w", i, spec, err))
+		}
+	}
+	if len(cfg.Containers) > 0 && len(a.cgroupProfilers()) == 0 {
+		a.logger.Warn("the configured cgroups are not recorded: " + errNoCgroupProf.Error())
+	}
+	if err := a.registerMetrics(); err != nil {
+		return fail(err)
 	}
 	a.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	return a, nil
@@ -252,9 +274,11 @@ func (a *Agent) discoverLoop(ctx context.Context) {
 
 // candidate is a process that should be a target.
 type candidate struct {
-	t          profiler.Target
-	start      uint64
-	instanceID string
+	t             profiler.Target
+	start         uint64
+	instanceID    string
+	cgroup        uint64 // see target
+	containerOnly bool
 }
 
 // reconcile computes the processes to record and starts and stops
@@ -266,12 +290,13 @@ func (a *Agent) reconcile() {
 	if a.ctx.Err() != nil {
 		return
 	}
+	a.syncContainers()
 	want := a.candidates()
 
 	a.mu.Lock()
 	var gone []*target
 	for pid, t := range a.targets {
-		if c, ok := want[pid]; !ok || c.start != t.start {
+		if c, ok := want[pid]; !ok || c.start != t.start || c.cgroup != t.cgroup || c.containerOnly != t.containerOnly {
 			gone = append(gone, t)
 			delete(a.targets, pid)
 		}
@@ -290,9 +315,9 @@ func (a *Agent) reconcile() {
 	}
 	sort.Slice(added, func(i, j int) bool { return added[i].t.PID < added[j].t.PID })
 	for _, c := range added {
-		t := &target{Target: c.t, start: c.start, instanceID: c.instanceID}
+		t := &target{Target: c.t, start: c.start, instanceID: c.instanceID, cgroup: c.cgroup, containerOnly: c.containerOnly}
 		for _, p := range a.profilers {
-			if !p.Supports(t.Target) {
+			if c.containerOnly || !p.Supports(t.Target) {
 				continue
 			}
 			if err := p.Start(a.ctx, t.Target); err != nil {
@@ -301,6 +326,17 @@ func (a *Agent) reconcile() {
 				continue
 			}
 			t.kinds = append(t.kinds, p.Name())
+		}
+		if c.cgroup != 0 { // the profilers recording its container record it
+			a.mu.Lock()
+			if ct := a.containers[c.cgroup]; ct != nil {
+				for _, k := range ct.kinds {
+					if !slices.Contains(t.kinds, k) {
+						t.kinds = append(t.kinds, k)
+					}
+				}
+			}
+			a.mu.Unlock()
 		}
 		a.logger.Info("target added", "pid", t.PID, "service", t.Service, "jvm", t.JVM, "kinds", t.kinds)
 		a.mu.Lock()
@@ -316,6 +352,9 @@ func (a *Agent) reconcile() {
 }
 
 func (a *Agent) stopTarget(t *target) {
+	if t.containerOnly {
+		return // recorded with its cgroup, which removeContainer stops
+	}
 	for _, p := range a.profilers {
 		if !slices.Contains(t.kinds, p.Name()) {
 			continue
@@ -417,6 +456,34 @@ func (a *Agent) candidates() map[int]candidate {
 		}
 		live[procKey{r.pid, st.start}] = true
 		want[r.pid] = mk(r.pid, st, info(r.pid, st), r.service, r.instanceID)
+	}
+	// The processes of registered containers. Being in a cgroup does not
+	// make a process a container's: only registered cgroups count.
+	a.mu.Lock()
+	cts := make([]*container, 0, len(a.containers))
+	for _, c := range a.containers {
+		cts = append(cts, c)
+	}
+	a.mu.Unlock()
+	for _, ct := range cts {
+		for _, pid := range cgroupPIDs(ct.dir) {
+			if pid == a.self {
+				continue
+			}
+			if c, ok := want[pid]; ok { // a target anyway: its own names win
+				c.cgroup = ct.id
+				want[pid] = c
+				continue
+			}
+			st, err := readStat(a.procRoot, pid)
+			if err != nil {
+				continue
+			}
+			live[procKey{pid, st.start}] = true
+			c := mk(pid, st, info(pid, st), ct.service, ct.instanceID)
+			c.cgroup, c.containerOnly = ct.id, true
+			want[pid] = c
+		}
 	}
 	for k := range a.seen {
 		if !live[k] {

@@ -31,6 +31,11 @@ type Config struct {
 	AuthToken string `yaml:"-"`
 	// Targets are processes to record besides the discovered ones.
 	Targets []TargetSpec `yaml:"targets"`
+	// Containers are cgroups v2 the cgroup profilers (the kernel flight
+	// recorder) record as a whole; their processes are targets. Each must
+	// exist when the agent starts; one removed is followed again when its
+	// path is created again.
+	Containers []ContainerSpec `yaml:"containers"`
 	// Discover scans /proc every DiscoverInterval for JVMs and for processes
 	// with an OpenTelemetry service name in their environment.
 	Discover         bool          `yaml:"discover"`
@@ -87,6 +92,11 @@ func (c Config) Validate() error {
 	for i, t := range c.Targets {
 		if t.PID <= 0 && t.Command == "" {
 			errs = append(errs, fmt.Errorf("agent targets[%d]: needs pid or cmd", i))
+		}
+	}
+	for i, c := range c.Containers {
+		if c.Cgroup == "" && c.CgroupID == 0 {
+			errs = append(errs, fmt.Errorf("agent containers[%d]: needs a cgroup path or id", i))
 		}
 	}
 	return errors.Join(errs...)

@@ -118,9 +118,14 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 	a.jobs[t.PID] = append(a.jobs[t.PID], job)
 	a.dumps.Add(1)
 	tgt := t.Target
+	var cg *container
+	if c := a.containers[t.cgroup]; c != nil {
+		cp := *c // a copy: the registration may change meanwhile
+		cg = &cp
+	}
 	a.mu.Unlock()
 
-	go a.runDump(job, tgt, prior)
+	go a.runDump(job, tgt, cg, prior)
 	writeJSON(w, http.StatusAccepted, map[string]any{"captureId": req.CaptureID, "kinds": job.kinds})
 }
 
@@ -130,7 +135,8 @@ func (a *Agent) reject(w http.ResponseWriter, status int, msg string) {
 }
 
 // runDump dumps (or reuses a covering earlier dump), uploads and completes.
-func (a *Agent) runDump(job *dumpJob, t profiler.Target, prior []*dumpJob) {
+// cg is the registered container the target is in, if any.
+func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []*dumpJob) {
 	defer a.dumps.Done()
 	defer func() {
 		a.mu.Lock()
@@ -168,14 +174,16 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, prior []*dumpJob) {
 		}
 	}
 	if len(job.result) == 0 && ctx.Err() == nil {
-		a.dump(ctx, job, t)
+		a.dump(ctx, job, t, cg)
 	}
 	outcome, msg := a.upload(ctx, job, log)
 	a.complete(ctx, job.req.CaptureID, outcome, msg, log)
 }
 
-// dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs at once.
-func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target) {
+// dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs
+// at once. A cgroup profiler dumps the whole container of a process in one
+// (cg).
+func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *container) {
 	select {
 	case a.dumpSem <- struct{}{}:
 		defer func() { <-a.dumpSem }()
@@ -189,7 +197,13 @@ func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target) {
 			continue
 		}
 		wg.Go(func() {
-			arts, err := p.Dump(ctx, t, job.w)
+			var arts []profiler.Artifact
+			var err error
+			if cp, ok := p.(CgroupProfiler); ok && cg != nil && slices.Contains(cg.kinds, p.Name()) {
+				arts, err = cp.DumpCgroup(ctx, cg.id, cg.dir, t, job.w)
+			} else {
+				arts, err = p.Dump(ctx, t, job.w)
+			}
 			mu.Lock()
 			job.result[p.Name()] = kindResult{arts: arts, err: err}
 			mu.Unlock()

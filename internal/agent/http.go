@@ -18,6 +18,9 @@ import (
 //	GET    /api/v1/processes         current targets ([]capture.Process)
 //	POST   /api/v1/processes         register a process {pid, service, serviceInstanceId} → 201
 //	DELETE /api/v1/processes/{pid}   forget a registered process → 204
+//	GET    /api/v1/containers        registered containers ([]Container)
+//	POST   /api/v1/containers        register a cgroup v2 (ContainerSpec) → 201
+//	DELETE /api/v1/containers/{id}   forget a registered container → 204
 //	GET    /api/v1/kmetrics          kernel metrics config and containers (with --kmetrics)
 //	PUT    /api/v1/kmetrics/config   change it live (kmetrics.ConfigRequest)
 //	GET    /metrics                  Prometheus metrics
@@ -33,6 +36,11 @@ func (a *Agent) Handler() http.Handler {
 	})
 	api.HandleFunc("POST /api/v1/processes", a.handleAddProcess)
 	api.HandleFunc("DELETE /api/v1/processes/{pid}", a.handleRemoveProcess)
+	api.HandleFunc("GET /api/v1/containers", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, a.containerList())
+	})
+	api.HandleFunc("POST /api/v1/containers", a.handleAddContainer)
+	api.HandleFunc("DELETE /api/v1/containers/{id}", a.handleRemoveContainer)
 	for _, c := range a.componentList() { // e.g. /api/v1/kmetrics (component.go)
 		c.Routes(api)
 	}

@@ -178,7 +178,10 @@ func (b *builder) event(ev *Event) {
 
 // buildInput is what build needs besides the events.
 type buildInput struct {
-	pid        uint32
+	pid uint32
+	// pids, if set, are the snapshot's processes instead of pid alone (a
+	// cgroup's; Snapshot.PID stays pid).
+	pids       map[uint32]bool
 	start, end int64 // window, CLOCK_MONOTONIC ns
 	// offset turns CLOCK_MONOTONIC into Unix ns.
 	offset int64
@@ -208,7 +211,7 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 	// The snapshot's threads: the process's, then those that woke them.
 	set := map[uint32]bool{}
 	for tid, t := range b.threads {
-		if t.tgid == in.pid {
+		if t.tgid == in.pid && in.pids == nil || in.pids[t.tgid] {
 			set[tid] = true
 		}
 	}
@@ -245,7 +248,7 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 		s.Wakeups = append(s.Wakeups, w)
 	}
 	for tid := range set {
-		s.Threads = append(s.Threads, Thread{TID: tid, PID: in.pid, Comm: in.comm(tid), Target: true})
+		s.Threads = append(s.Threads, Thread{TID: tid, PID: b.threads[tid].tgid, Comm: in.comm(tid), Target: true})
 	}
 	for tid := range wakers {
 		tg := uint32(0)

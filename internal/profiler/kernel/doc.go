@@ -97,6 +97,22 @@
 //     rootline_wakeup and rootline_disk_io. Try it with
 //     `tar xzf kernel-ctf.tar.gz && babeltrace2 kernel-ctf-<pid>`.
 //
+// # Containers
+//
+// StartCgroup(id) records a cgroup v2 (a container) from BPF: every task
+// whose own cgroup has that id (the inode of its directory; not the tasks of
+// descendant cgroups). The records carry no cgroup id, so DumpCgroup
+// selects the container's processes at dump time: those listed in its
+// cgroup.procs, plus those they forked in the window and its preroll
+// (children start in their parent's cgroup). Their threads are the
+// snapshot's targets (Thread.PID is each one's own process; the file names
+// are kernel-<service>-cgroup-<id>.*, the "kernel" artifact has cgroup,
+// cgroup_id and processes attributes). A process of the cgroup that exited
+// before the dump, and was not forked by one of those in that time, is
+// missing from the snapshot even though its records were taken. The agent
+// registers containers with POST /api/v1/containers or --kernel.cgroup
+// (docs/api.md) and dumps them with DumpCgroup.
+//
 // # Regenerating the BPF object
 //
 //	go generate ./internal/profiler/kernel/

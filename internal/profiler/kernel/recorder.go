@@ -98,8 +98,9 @@ type Recorder struct {
 	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
 	host     string
 
-	mu      sync.Mutex // guards targets and closed
+	mu      sync.Mutex // guards targets, cgroups and closed
 	targets map[int]uint64
+	cgroups map[uint64]bool // started with StartCgroup
 	closed  bool
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -141,6 +142,7 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		offsetNs: clockOffset(),
 		host:     host,
 		targets:  map[int]uint64{},
+		cgroups:  map[uint64]bool{},
 		done:     make(chan struct{}),
 	}
 	r.wg.Add(2)
@@ -266,11 +268,39 @@ func (r *Recorder) Start(ctx context.Context, t profiler.Target) error {
 }
 
 // StartCgroup records every task of the cgroup v2 with this id (the inode
-// number of its directory under the unified hierarchy).
-func (r *Recorder) StartCgroup(id uint64) error { return r.src.SetCgroup(id, true) }
+// number of its directory under the unified hierarchy): a container. Only
+// the tasks whose own cgroup it is are recorded, not those of its
+// descendant cgroups. Starting a cgroup twice is a no-op.
+func (r *Recorder) StartCgroup(id uint64) error {
+	if id == 0 {
+		return fmt.Errorf("kernel: invalid cgroup id 0: %w", profiler.ErrNotSupported)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return errors.New("kernel: recorder closed")
+	}
+	if err := r.src.SetCgroup(id, true); err != nil {
+		return fmt.Errorf("kernel: add cgroup %d: %w", id, err)
+	}
+	r.cgroups[id] = true
+	return nil
+}
 
-// StopCgroup stops recording the cgroup.
-func (r *Recorder) StopCgroup(id uint64) error { return r.src.SetCgroup(id, false) }
+// StopCgroup stops recording the cgroup. Its buffered events stay until
+// they age out.
+func (r *Recorder) StopCgroup(id uint64) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.cgroups[id] {
+		return fmt.Errorf("kernel: cgroup %d: %w", id, profiler.ErrUnknownTarget)
+	}
+	delete(r.cgroups, id)
+	if r.closed {
+		return nil
+	}
+	return r.src.SetCgroup(id, false)
+}
 
 // Stop implements profiler.Profiler. Buffered events stay until they age out
 // (they are shared with the threads that woke other targets).
@@ -314,6 +344,101 @@ func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Windo
 		_, err := procStart(t.PID)
 		isAlive = err == nil
 	}
+	arts, err := r.snapshot(ctx, t, w, nil, !started, isAlive)
+	if err != nil {
+		return nil, err
+	}
+	if !isAlive {
+		return arts, fmt.Errorf("kernel: pid %d exited: %w", t.PID, profiler.ErrTargetGone)
+	}
+	return arts, nil
+}
+
+// DumpCgroup is Dump for a cgroup v2 started with StartCgroup (a
+// container): the snapshot's target threads are those of every process of
+// the cgroup in the window, not of t.PID alone. dir is the cgroup's
+// directory (e.g. /sys/fs/cgroup/unified/app); t names the artifacts (its
+// PID, which may be 0, is the snapshot's pid).
+//
+// The records do not carry a cgroup id: the cgroup's processes are read
+// from dir/cgroup.procs at dump time, plus the processes they forked in the
+// window and its preroll (children start in their parent's cgroup). A
+// process of the cgroup that exited before the dump and was not forked by
+// one of those in that time is missing from the snapshot (its events stay
+// in the buffer). When dir is gone the artifacts are Partial and the error
+// wraps ErrTargetGone.
+func (r *Recorder) DumpCgroup(ctx context.Context, id uint64, dir string, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	r.dumps.Add(1)
+	arts, err := r.dumpCgroup(ctx, id, dir, t, w)
+	if err != nil && !errors.Is(err, profiler.ErrTargetGone) {
+		r.dumpErrs.Add(1)
+	}
+	return arts, err
+}
+
+func (r *Recorder) dumpCgroup(ctx context.Context, id uint64, dir string, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	r.mu.Lock()
+	started := r.cgroups[id]
+	r.mu.Unlock()
+	if !started {
+		return nil, fmt.Errorf("kernel: cgroup %d: %w", id, profiler.ErrUnknownTarget)
+	}
+	pids, err := cgroupProcs(dir)
+	isAlive := err == nil
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("kernel: cgroup %d: %w", id, err)
+	}
+	sel := &cgroupSel{id: id, dir: dir, members: map[uint32]bool{}}
+	for _, p := range pids {
+		sel.members[p] = true
+	}
+	arts, err := r.snapshot(ctx, t, w, sel, false, isAlive)
+	if err != nil {
+		return nil, err
+	}
+	if !isAlive {
+		return arts, fmt.Errorf("kernel: cgroup %d (%s) was removed: %w", id, dir, profiler.ErrTargetGone)
+	}
+	return arts, nil
+}
+
+// cgroupSel selects the processes of a cgroup in a snapshot.
+type cgroupSel struct {
+	id      uint64
+	dir     string
+	members map[uint32]bool // tgids
+}
+
+// cgroupProcs reads the pids of a cgroup's cgroup.procs.
+func cgroupProcs(dir string) ([]uint32, error) {
+	data, err := os.ReadFile(dir + "/cgroup.procs")
+	if err != nil {
+		return nil, err
+	}
+	var out []uint32
+	for _, f := range strings.Fields(string(data)) {
+		if n, err := strconv.ParseUint(f, 10, 32); err == nil && n > 0 {
+			out = append(out, uint32(n))
+		}
+	}
+	return out, nil
+}
+
+// followForks extends sel.members with the processes they forked in events
+// (sorted by TS): children start in their parent's cgroup.
+func followForks(events []Event, sel *cgroupSel) {
+	for i := range events {
+		ev := &events[i]
+		if ev.Type == EvFork && sel.members[ev.TGID2] && ev.TGID != 0 {
+			sel.members[ev.TGID] = true
+		}
+	}
+}
+
+// snapshot builds the artifacts of the window for t.PID, or for the
+// processes of a cgroup when sel is set. needThreads: an empty snapshot is
+// ErrUnknownTarget (the pid was never recorded).
+func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.Window, sel *cgroupSel, needThreads, isAlive bool) ([]profiler.Artifact, error) {
 	end := w.End
 	if end.IsZero() || end.After(time.Now()) {
 		end = time.Now()
@@ -328,10 +453,15 @@ func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Windo
 	}
 	mStart, mEnd := start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
 	events := r.ring.window(mStart-r.cfg.Preroll.Nanoseconds(), mEnd)
-	snap, raw := build(events, buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm})
+	in := buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm}
+	if sel != nil {
+		followForks(events, sel)
+		in.pids = sel.members
+	}
+	snap, raw := build(events, in)
 	nEvents := len(events)
 	events = nil // raw holds what the CTF export needs: let the GC have the rest
-	if !started && len(snap.Threads) == 0 {
+	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
 	snap.Lost = r.src.Lost()
@@ -356,16 +486,24 @@ func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Windo
 		service = "unknown"
 	}
 	base := fmt.Sprintf("kernel-%s-%d", sanitize(service), t.PID)
-	arts := []profiler.Artifact{
+	if sel != nil {
+		base = fmt.Sprintf("kernel-%s-cgroup-%d", sanitize(service), sel.id)
+		attrs["cgroup_id"] = strconv.FormatUint(sel.id, 10)
+		attrs["cgroup"] = sel.dir
+		procs := map[uint32]bool{}
+		for _, th := range snap.Threads {
+			if th.Target {
+				procs[th.PID] = true
+			}
+		}
+		attrs["processes"] = strconv.Itoa(len(procs))
+	}
+	return []profiler.Artifact{
 		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
 			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"]}},
-	}
-	if !isAlive {
-		return arts, fmt.Errorf("kernel: pid %d exited: %w", t.PID, profiler.ErrTargetGone)
-	}
-	return arts, nil
+	}, nil
 }
 
 // sanitize keeps a service name safe in a file name.
@@ -383,13 +521,14 @@ func sanitize(s string) string {
 func (r *Recorder) Stats() map[string]float64 {
 	buffered, evicted, total := r.ring.stats()
 	r.mu.Lock()
-	targets := len(r.targets)
+	targets, cgroups := len(r.targets), len(r.cgroups)
 	r.mu.Unlock()
 	m := map[string]float64{
 		"events":         float64(total),
 		"events_evicted": float64(evicted),
 		"bytes_buffered": float64(buffered),
 		"targets":        float64(targets),
+		"cgroups":        float64(cgroups),
 		"dumps":          float64(r.dumps.Load()),
 		"dump_errors":    float64(r.dumpErrs.Load()),
 	}
