@@ -1,35 +1,57 @@
 #!/usr/bin/env bash
-# Overhead of the kernel flight recorder (issue 7, "kernel" profiler) on
-# scheduler-heavy work, interleaved in one run.
+# Overhead of the kernel flight recorder (issue 7, "kernel" profiler) and of the
+# per-container kernel metrics (issue 7, `rootline agent --kmetrics`), alone and
+# together, on scheduler-heavy work, interleaved in one run.
 #
 #   bench/kernel-overhead.sh [--rounds 5] [--modes "off targeted untargeted"]
 #                            [--messaging-loops 200] [--pipe-loops 200000]
 #                            [--no-stats] [--no-rate]
 #
+#   e.g. bench/kernel-overhead.sh --rounds 5 --modes "off recorder metrics both"
+#
 # Each round runs `perf bench sched messaging` and `perf bench sched pipe` once
 # per mode, the modes rotated from round to round. A mode is a command prefix
 # (mode_prefix below) that runs the benchmark:
-#   off         no recorder loaded
+#   off         nothing loaded
 #   targeted    the recorder loaded, the benchmark's process tree its target
 #   untargeted  the recorder loaded and attached, targeting another (idle) process
 #   targeted-hooks, untargeted-hooks
 #               the same with Config.SyscallHooks (syscalls tracked with
 #               raw_syscalls sys_enter/sys_exit instead of saved registers)
+#   recorder    = targeted
+#   metrics     the kernel metrics loaded (internal/kmetrics, what the agent's
+#               --kmetrics loads), all 14 metrics enabled 1-in-1 for the
+#               benchmark's cgroup: all 13 km_* programs attached, every event
+#               of the benchmark recorded; the recorder not loaded
+#   both        recorder targeted + metrics targeted
+#   metrics-untargeted, both-untargeted
+#               the same, the metrics enabled for another (empty) cgroup and
+#               the recorder (if loaded) targeting another process
 # The prefix is internal/profiler/kernel/testdata/krecord, which loads the
-# recorder, starts the benchmark gated on its stdin, registers it, then
-# releases it. To add a mode (e.g. kernel metrics on, or both), add a case to
-# mode_prefix and name it in --modes; the first mode is the baseline.
+# recorder and/or the metrics, starts the benchmark gated on its stdin, moves
+# it into a cgroup v2 of its own (in every mode, so that they compare alike),
+# registers it, then releases it; with the metrics loaded it reads them once a
+# second while the benchmark runs. To add a mode, add a case to mode_prefix and
+# name it in --modes; the first mode is the baseline.
 #
-# The summary is, per mode, the mean benchmark time and its slowdown against
-# the baseline, and the mean CPU time of the benchmark's processes (user+sys,
-# where the BPF programs' run time is charged) and its increase: on a busy
-# machine the CPU figure is the steadier one. A second pass with kernel.bpf_stats_enabled=1 (off during the
-# timed pass: it costs two clock reads per program run) prints, per mode and
+# Each round starts with a "# round=N" line giving the time and the load
+# average (so do the later passes). The summary is, per mode,
+# the mean (and median) benchmark time and its slowdown against the baseline,
+# and the mean, median, min and max CPU time of the benchmark's processes
+# (user+sys, where the BPF programs' run time is charged) and the mean's and
+# median's increase: on a busy machine the CPU figure is the steadier one. A
+# second pass with kernel.bpf_stats_enabled=1 (off during the timed pass: it
+# costs two clock reads per program run) prints, per mode other than off and
 # benchmark, bpftool's run_time_ns / run_cnt summed over the recorder's sr_*
-# programs, and that time divided by the records written to the ring buffer.
-# A last run measures the recorder process's CPU and RSS at ~100 k scheduler
-# events/s (testdata/workload.c pingpong). Needs root, BPF, linux-perf,
-# bpftool and gcc.
+# programs and over the metrics' km_* programs (krecord counts only the
+# programs it loaded), the sr_* time divided by the records written to the ring
+# buffer, and the programs' run time as a share of the benchmark's CPU time
+# (accounted_pct). A last pass measures the loading process's CPU (in the
+# benchmark's window, and in total with loading) and max RSS at ~100 k
+# scheduler events/s (testdata/workload.c pingpong): the recorder alone (then
+# the dump of the window), and recorder + metrics if "both" is in --modes.
+# KRECORD_BIN=path uses that krecord binary instead of building one.
+# Needs root, BPF, cgroup v2 (for the metrics), linux-perf, bpftool and gcc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +78,11 @@ cleanup() {
 }
 trap cleanup EXIT
 sysctl -q kernel.bpf_stats_enabled=0
-go build -o "$work/krecord" ./internal/profiler/kernel/testdata/krecord
+if [[ -n ${KRECORD_BIN:-} ]]; then # a krecord built earlier (e.g. while the tree does not build)
+	cp "$KRECORD_BIN" "$work/krecord"
+else
+	go build -o "$work/krecord" ./internal/profiler/kernel/testdata/krecord
+fi
 gcc -O1 -pthread -o "$work/workload" internal/profiler/kernel/testdata/workload.c
 
 # mode_prefix MODE: the command prefix that runs a benchmark under MODE.
@@ -65,6 +91,12 @@ mode_prefix() {
 	off | targeted | untargeted) echo "$work/krecord -mode $1 --" ;;
 	# Syscalls tracked with raw_syscalls sys_enter/sys_exit (Config.SyscallHooks).
 	targeted-hooks | untargeted-hooks) echo "$work/krecord -syscall-hooks -mode ${1%-hooks} --" ;;
+	recorder) echo "$work/krecord -mode targeted --" ;;
+	# Kernel metrics: all metrics 1-in-1 for the benchmark's cgroup (or another).
+	metrics) echo "$work/krecord -mode off -kmetrics targeted --" ;;
+	both) echo "$work/krecord -mode targeted -kmetrics targeted --" ;;
+	metrics-untargeted) echo "$work/krecord -mode off -kmetrics untargeted --" ;;
+	both-untargeted) echo "$work/krecord -mode untargeted -kmetrics untargeted --" ;;
 	*) echo "unknown mode $1 (add it to mode_prefix)" >&2; return 2 ;;
 	esac
 }
@@ -92,8 +124,11 @@ run() {
 echo "# $(date -u +%FT%TZ) $(uname -r) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# rounds=$rounds modes=($modes) messaging: $(bench_cmd messaging); pipe: $(bench_cmd pipe)"
 read -r -a mode_list <<<"$modes"
-declare -A sum=() csum=() n=()
+for m in "${mode_list[@]}"; do mode_prefix "$m" >/dev/null; done
+# vals[bench.mode] / cvals[bench.mode]: the rounds' seconds / CPU seconds.
+declare -A vals=() cvals=()
 for r in $(seq 1 "$rounds"); do
+	echo "# round=$r $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 	# Rotate the order so that no mode always runs first or last.
 	k=$(((r - 1) % ${#mode_list[@]}))
 	order=("${mode_list[@]:k}" "${mode_list[@]:0:k}")
@@ -101,38 +136,54 @@ for r in $(seq 1 "$rounds"); do
 		for m in "${order[@]}"; do
 			line=$(run "$b" "$m")
 			echo "round=$r $line"
-			v=$(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$line")
-			c=$(sed -n 's/.*cpu_s=\([0-9.]*\).*/\1/p' <<<"$line")
-			sum[$b.$m]=$(awk -v a="${sum[$b.$m]:-0}" -v b="$v" 'BEGIN{print a+b}')
-			csum[$b.$m]=$(awk -v a="${csum[$b.$m]:-0}" -v b="$c" 'BEGIN{print a+b}')
-			n[$b.$m]=$((${n[$b.$m]:-0} + 1))
+			vals[$b.$m]+=" $(sed -n 's/.*seconds=\([0-9.]*\).*/\1/p' <<<"$line")"
+			cvals[$b.$m]+=" $(sed -n 's/.*cpu_s=\([0-9.]*\).*/\1/p' <<<"$line")"
 		done
 	done
 done
+echo "# end of the timed pass $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
+# stats_of VALUES…: "mean median min max"
+stats_of() { tr ' ' '\n' <<<"$*" | sed '/^$/d' | sort -g | awk '{v[NR] = $1; s += $1}
+	END { printf "%.4f %.4f %.4f %.4f\n", s / NR, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[1], v[NR] }'; }
 base=${mode_list[0]}
 ((rounds > 0)) && for b in messaging pipe; do
-	bm=$(awk -v s="${sum[$b.$base]}" -v n="${n[$b.$base]}" 'BEGIN{print s/n}')
-	bc=$(awk -v s="${csum[$b.$base]}" -v n="${n[$b.$base]}" 'BEGIN{print s/n}')
+	read -r bm bmed _ _ < <(stats_of "${vals[$b.$base]}")
+	read -r bc bcmed _ _ < <(stats_of "${cvals[$b.$base]}")
 	for m in "${mode_list[@]}"; do
-		awk -v s="${sum[$b.$m]}" -v c="${csum[$b.$m]}" -v n="${n[$b.$m]}" -v base="$bm" -v cbase="$bc" -v b="$b" -v m="$m" \
-			'BEGIN{mean=s/n; cm=c/n; printf "summary bench=%s mode=%s mean_s=%.4f slowdown_pct=%.2f mean_cpu_s=%.4f cpu_overhead_pct=%.2f\n", b, m, mean, 100*(mean-base)/base, cm, 100*(cm-cbase)/cbase}'
+		read -r mean med _ _ < <(stats_of "${vals[$b.$m]}")
+		read -r cm cmed cmin cmax < <(stats_of "${cvals[$b.$m]}")
+		awk -v b="$b" -v m="$m" -v mean="$mean" -v med="$med" -v base="$bm" -v bmed="$bmed" \
+			-v cm="$cm" -v cmed="$cmed" -v cmin="$cmin" -v cmax="$cmax" -v cbase="$bc" -v cbmed="$bcmed" 'BEGIN{
+			printf "summary bench=%s mode=%s mean_s=%.4f slowdown_pct=%.2f median_s=%.4f median_slowdown_pct=%.2f mean_cpu_s=%.4f cpu_overhead_pct=%.2f median_cpu_s=%.4f median_cpu_overhead_pct=%.2f cpu_min_s=%.4f cpu_max_s=%.4f\n",
+				b, m, mean, 100*(mean-base)/base, med, 100*(med-bmed)/bmed, cm, 100*(cm-cbase)/cbase, cmed, 100*(cmed-cbmed)/cbmed, cmin, cmax }'
 	done
 done
 
 if ((stats)); then
 	sysctl -q kernel.bpf_stats_enabled=1
+	echo "# bpf_stats pass $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 	for m in "${mode_list[@]}"; do
 		[[ $m == off ]] && continue
 		for b in messaging pipe; do
-			run "$b" "$m" >/dev/null
-			tot=$(grep 'krecord bpftool total' "$work/err" || true)
+			line=$(run "$b" "$m")
+			cpu=$(sed -n 's/.*cpu_s=\([0-9.]*\).*/\1/p' <<<"$line")
 			st=$(grep 'krecord stats' "$work/err" || true)
-			rt=$(sed -n 's/.*run_time_ns=\([0-9]*\).*/\1/p' <<<"$tot")
-			cnt=$(sed -n 's/.*run_cnt=\([0-9]*\).*/\1/p' <<<"$tot")
 			ev=$(sed -n 's/.* events=\([0-9]*\).*/\1/p' <<<"$st")
-			awk -v b="$b" -v m="$m" -v rt="${rt:-0}" -v cnt="${cnt:-0}" -v ev="${ev:-0}" 'BEGIN{
-				printf "bpf bench=%s mode=%s runs=%d run_time_ms=%.1f ns_per_run=%.1f records=%d ns_per_record=%s\n",
-					b, m, cnt, rt/1e6, cnt ? rt/cnt : 0, ev, ev ? sprintf("%.1f", rt/ev) : "-" }'
+			all_rt=0 all_cnt=0
+			for fam in sr_ km_; do
+				tot=$(grep "krecord bpftool total prefix=$fam " "$work/err" || true)
+				[[ -n $tot ]] || continue
+				rt=$(sed -n 's/.*run_time_ns=\([0-9]*\).*/\1/p' <<<"$tot")
+				cnt=$(sed -n 's/.*run_cnt=\([0-9]*\).*/\1/p' <<<"$tot")
+				all_rt=$((all_rt + rt)) all_cnt=$((all_cnt + cnt))
+				awk -v b="$b" -v m="$m" -v f="$fam" -v rt="$rt" -v cnt="$cnt" -v ev="${ev:-0}" -v cpu="$cpu" 'BEGIN{
+					printf "bpf bench=%s mode=%s progs=%s* runs=%d run_time_ms=%.1f ns_per_run=%.1f", b, m, f, cnt, rt/1e6, cnt ? rt/cnt : 0
+					if (f == "sr_") printf " records=%d ns_per_record=%s", ev, ev ? sprintf("%.1f", rt/ev) : "-"
+					printf " accounted_pct=%.2f\n", (cpu > 0 ? 100*rt/1e9/cpu : 0) }'
+			done
+			awk -v b="$b" -v m="$m" -v rt="$all_rt" -v cnt="$all_cnt" -v cpu="$cpu" 'BEGIN{
+				if (cnt) printf "bpf bench=%s mode=%s progs=all runs=%d run_time_ms=%.1f ns_per_run=%.1f bench_cpu_s=%.3f accounted_pct=%.2f\n",
+					b, m, cnt, rt/1e6, rt/cnt, cpu, (cpu > 0 ? 100*rt/1e9/cpu : 0) }'
 			grep 'krecord bpftool prog=' "$work/err" | sed "s/^krecord bpftool /bpf-prog bench=$b mode=$m /"
 		done
 	done
@@ -141,8 +192,15 @@ fi
 
 if ((rate)); then
 	# ~100 k records/s: 34 k round trips/s ≈ 3 records each (switches and
-	# wakings; sched_wakeup is not recorded by default). The dump of the
-	# whole 10 s window comes after the CPU/RSS line.
+	# wakings; sched_wakeup is not recorded by default). The recorder alone,
+	# then the dump of the whole 10 s window (after the CPU/RSS line); then,
+	# if "both" is a mode, recorder + metrics (no dump).
+	echo "# rate pass $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 	"$work/krecord" -mode targeted -dump -- "$work/workload" pingpong 34000 10 2>&1 >/dev/null |
-		grep -E 'krecord (stats|dump)' | sed 's/^krecord /rate /'
+		grep -E 'krecord (stats|dump)' | sed 's/^krecord /rate mode=recorder /'
+	if [[ " $modes " == *" both "* ]]; then
+		echo "# rate pass (both) $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		"$work/krecord" -mode targeted -kmetrics targeted -- "$work/workload" pingpong 34000 10 2>&1 >/dev/null |
+			grep -E 'krecord (stats|kmetrics reads)' | sed 's/^krecord /rate mode=both /'
+	fi
 fi

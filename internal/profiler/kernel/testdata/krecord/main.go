@@ -1,15 +1,28 @@
-// Command krecord runs a command under the kernel recorder, for
-// bench/kernel-overhead.sh (build: go build ./internal/profiler/kernel/testdata/krecord).
+// Command krecord runs a command under the kernel recorder and/or the
+// per-container kernel metrics, for bench/kernel-overhead.sh (build: go build
+// ./internal/profiler/kernel/testdata/krecord).
 //
-//	krecord -mode off|targeted|untargeted [-syscall-hooks] [-dump] -- command args…
+//	krecord -mode off|targeted|untargeted [-kmetrics off|targeted|untargeted]
+//	        [-syscall-hooks] [-dump] [-cgroup=false] -- command args…
 //
-// off: the recorder is not loaded. targeted: the command's process (and
-// the processes it forks) are targets. untargeted: the programs are
-// attached but the target is another (idle) process. The command is started
-// blocked, registered, then released, so its first event is recorded. On
-// exit krecord prints "krecord key=value…" lines on stderr: the command's
-// CPU time (with its children), events recorded, lost, BPF run time/count
-// per program, its own CPU time and max RSS.
+// -mode is the recorder (internal/profiler/kernel). off: not loaded.
+// targeted: the command's process (and the processes it forks) are targets.
+// untargeted: the programs are attached but the target is another (idle)
+// process. -kmetrics is the agent's kernel metrics (internal/kmetrics, what
+// `rootline agent --kmetrics` loads). off: not loaded. targeted: every metric
+// enabled, 1-in-1, for the command's cgroup (every km_* program attached, every
+// event of the command recorded). untargeted: the same for another, empty
+// cgroup. While the command runs the metrics are read once a second (an
+// eager scraper; the agent pushes every 15 s by default).
+//
+// The command runs in a fresh cgroup v2 of its own in every mode (unless
+// -cgroup=false), so that the modes compare alike; the cgroups are removed at
+// the end. It is started blocked, moved into the cgroup, registered, then
+// released, so its first event is recorded. On exit krecord prints
+// "krecord key=value…" lines on stderr: the command's CPU time (with its
+// children), events recorded, lost, BPF run time/count per program and per
+// program family (sr_: recorder, km_: metrics), its own CPU time (in total,
+// and in the command's window: without loading) and max RSS.
 package main
 
 import (
@@ -20,22 +33,27 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/rootline/rootline/internal/kmetrics"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
 func main() {
-	mode := flag.String("mode", "targeted", "off, targeted or untargeted")
+	mode := flag.String("mode", "targeted", "recorder: off, targeted or untargeted")
+	kmMode := flag.String("kmetrics", "off", "kernel metrics: off, targeted or untargeted")
 	dump := flag.Bool("dump", false, "dump the command's window at the end (measures Dump)")
 	hooks := flag.Bool("syscall-hooks", false, "track syscalls with sys_enter/sys_exit (Config.SyscallHooks)")
+	inCgroup := flag.Bool("cgroup", true, "run the command in a cgroup v2 of its own")
 	flag.Parse()
 	args := flag.Args()
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: krecord -mode off|targeted|untargeted -- command args…")
+	if len(args) == 0 || !valid(*mode) || !valid(*kmMode) {
+		fmt.Fprintln(os.Stderr, "usage: krecord -mode off|targeted|untargeted [-kmetrics off|targeted|untargeted] -- command args…")
 		os.Exit(2)
 	}
 	// Programs loaded before ours are someone else's (e.g. a test run).
@@ -43,12 +61,40 @@ func main() {
 	for _, p := range bpftoolProgs() {
 		before[p.ID] = true
 	}
+	cg := kmetrics.DetectCgroups()
+	defer removeCgroups()
+	newCgroup := func(what string) string {
+		if cg.V2Root == "" {
+			fail(fmt.Errorf("no cgroup v2 hierarchy mounted (needed for -cgroup and -kmetrics)"))
+		}
+		dir := filepath.Join(cg.V2Root, fmt.Sprintf("rootline-krecord-%s.%d", what, os.Getpid()))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			fail(err)
+		}
+		cgDirs = append(cgDirs, dir)
+		return dir
+	}
+	var cmdCgroup string
+	if *inCgroup || *kmMode == "targeted" {
+		cmdCgroup = newCgroup("cmd")
+	}
 	var rec *kernel.Recorder
 	if *mode != "off" {
 		var err error
 		if rec, err = kernel.New(kernel.Config{SyscallHooks: *hooks}, nil); err != nil {
-			fmt.Fprintln(os.Stderr, "krecord:", err)
-			os.Exit(1)
+			fail(err)
+		}
+	}
+	var km *kmetrics.Manager
+	var kmKey uint64
+	if *kmMode != "off" {
+		dir := cmdCgroup
+		if *kmMode == "untargeted" {
+			dir = newCgroup("other")
+		}
+		var err error
+		if km, kmKey, err = loadKmetrics(cg, dir); err != nil {
+			fail(err)
 		}
 	}
 	// The command waits for a line on its stdin before it execs.
@@ -60,6 +106,12 @@ func main() {
 	}
 	if err := cmd.Start(); err != nil {
 		fail(err)
+	}
+	if cmdCgroup != "" {
+		if err := os.WriteFile(filepath.Join(cmdCgroup, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			_ = cmd.Process.Kill()
+			fail(err)
+		}
 	}
 	var idle *exec.Cmd
 	switch *mode {
@@ -76,11 +128,36 @@ func main() {
 			fail(err)
 		}
 	}
+	// Read the metrics once a second while the command runs.
+	stopReads, readsDone := make(chan struct{}), make(chan int)
+	go func() {
+		n := 0
+		if km != nil {
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+		loop:
+			for {
+				select {
+				case <-stopReads:
+					break loop
+				case <-tick.C:
+					if _, err := km.Read(); err == nil {
+						n++
+					}
+				}
+			}
+		}
+		readsDone <- n
+	}()
+	var ru0 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
 	_, _ = io.WriteString(gate, "\n")
 	_ = gate.Close()
 	err = cmd.Wait()
 	end := time.Now()
+	close(stopReads)
+	reads := <-readsDone
 	// The command's CPU time including the children it waited for: the BPF
 	// programs' run time is charged to the tasks they trace.
 	if ps := cmd.ProcessState; ps != nil {
@@ -91,24 +168,92 @@ func main() {
 		_ = idle.Process.Kill()
 		_ = idle.Wait()
 	}
-	if rec != nil {
-		report(rec, cmd.Process.Pid, start, end, *dump, before)
+	if km != nil {
+		// The configured cgroup's series and on-CPU intervals: a check that
+		// the targeting works (untargeted: none).
+		var series, mine, oncpu int
+		if all, err := km.Read(); err == nil {
+			reads++
+			for _, s := range all {
+				series++
+				if s.CgroupID == kmKey&^kmetrics.V1Bit {
+					mine++
+					if s.Metric == kmetrics.OnCPU {
+						oncpu += int(s.Count)
+					}
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "krecord kmetrics reads=%d series=%d cgroup_series=%d cgroup_oncpu_count=%d\n", reads, series, mine, oncpu)
+	}
+	if rec != nil || km != nil {
+		report(rec, km, cmd.Process.Pid, start, end, ru0, *dump, before)
 	}
 	if err != nil {
 		fail(err)
 	}
 }
 
-func report(rec *kernel.Recorder, pid int, start, end time.Time, dump bool, before map[uint32]bool) {
-	rec.Flush(context.Background())
-	st := rec.Stats()
+func valid(mode string) bool {
+	return mode == "off" || mode == "targeted" || mode == "untargeted"
+}
+
+// loadKmetrics loads the kernel metrics and enables every metric, 1-in-1,
+// for the cgroup dir.
+func loadKmetrics(cg kmetrics.Cgroups, dir string) (*kmetrics.Manager, uint64, error) {
+	c, err := cg.PathContainer(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	k, err := kmetrics.LoadKernel()
+	if err != nil {
+		return nil, 0, err
+	}
+	m, err := kmetrics.New(k, kmetrics.Options{Cgroups: cg})
+	if err != nil {
+		_ = k.Close()
+		return nil, 0, err
+	}
+	on, rate := true, uint32(1)
+	st, err := m.Configure(kmetrics.ConfigRequest{Container: dir, Metrics: []string{"all"}, Enabled: &on, Rate: &rate})
+	if err != nil {
+		_ = m.Close()
+		return nil, 0, err
+	}
+	fmt.Fprintf(os.Stderr, "krecord kmetrics cgroup=%s key=%d attached=%d\n", c.Name(), c.Key, len(st.Attached))
+	return m, c.Key, nil
+}
+
+// cgDirs are the cgroups krecord made; removeCgroups removes them (their
+// processes have exited).
+var cgDirs []string
+
+func removeCgroups() {
+	for _, d := range cgDirs {
+		for range 50 {
+			if err := os.Remove(d); err == nil || os.IsNotExist(err) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func report(rec *kernel.Recorder, km *kmetrics.Manager, pid int, start, end time.Time, ru0 syscall.Rusage, dump bool, before map[uint32]bool) {
+	st := map[string]float64{}
+	if rec != nil {
+		rec.Flush(context.Background())
+		st = rec.Stats()
+	}
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	wcpu := cpu - time.Duration(ru0.Utime.Nano()+ru0.Stime.Nano())
 	secs := end.Sub(start).Seconds()
-	fmt.Fprintf(os.Stderr, "krecord stats seconds=%.3f events=%.0f events_per_s=%.0f lost=%.0f reader_cpu_s=%.3f process_cpu_s=%.3f cpu_pct=%.2f maxrss_mib=%.1f\n",
-		secs, st["events"], st["events"]/secs, st["lost"], st["reader_cpu_seconds"], cpu.Seconds(), 100*cpu.Seconds()/secs, float64(ru.Maxrss)/1024)
-	if dump {
+	fmt.Fprintf(os.Stderr, "krecord stats seconds=%.3f events=%.0f events_per_s=%.0f lost=%.0f reader_cpu_s=%.3f process_cpu_s=%.3f cpu_pct=%.2f window_cpu_s=%.3f window_cpu_pct=%.2f maxrss_mib=%.1f\n",
+		secs, st["events"], st["events"]/secs, st["lost"], st["reader_cpu_seconds"], cpu.Seconds(), 100*cpu.Seconds()/secs,
+		wcpu.Seconds(), 100*wcpu.Seconds()/secs, float64(ru.Maxrss)/1024)
+	if dump && rec != nil {
 		t0 := time.Now()
 		arts, err := rec.Dump(context.Background(), profiler.Target{PID: pid}, profiler.Window{Start: start, End: end})
 		if err != nil && len(arts) == 0 {
@@ -120,22 +265,30 @@ func report(rec *kernel.Recorder, pid int, start, end time.Time, dump bool, befo
 			fmt.Fprintf(os.Stderr, "krecord dump kind=%s bytes=%d attrs=%v took=%v maxrss_after_mib=%.1f\n", a.Kind, len(a.Data), a.Attributes, took, float64(ru.Maxrss)/1024)
 		}
 	}
-	// bpftool's view of our programs (run_time_ns needs kernel.bpf_stats_enabled).
-	var tns, cnt uint64
-	for _, p := range bpftoolProgs() {
-		if before[p.ID] || !strings.HasPrefix(p.Name, "sr_") {
-			continue
+	// bpftool's view of our programs (run_time_ns needs kernel.bpf_stats_enabled):
+	// the recorder's sr_* and the metrics' km_* programs.
+	for _, prefix := range []string{"sr_", "km_"} {
+		var tns, cnt uint64
+		for _, p := range bpftoolProgs() {
+			if before[p.ID] || !strings.HasPrefix(p.Name, prefix) {
+				continue
+			}
+			tns += p.RunTimeNs
+			cnt += p.RunCnt
+			if p.RunCnt > 0 {
+				fmt.Fprintf(os.Stderr, "krecord bpftool prog=%s run_cnt=%d run_time_ns=%d ns_per_run=%.1f\n", p.Name, p.RunCnt, p.RunTimeNs, float64(p.RunTimeNs)/float64(p.RunCnt))
+			}
 		}
-		tns += p.RunTimeNs
-		cnt += p.RunCnt
-		if p.RunCnt > 0 {
-			fmt.Fprintf(os.Stderr, "krecord bpftool prog=%s run_cnt=%d run_time_ns=%d ns_per_run=%.1f\n", p.Name, p.RunCnt, p.RunTimeNs, float64(p.RunTimeNs)/float64(p.RunCnt))
+		if cnt > 0 {
+			fmt.Fprintf(os.Stderr, "krecord bpftool total prefix=%s run_cnt=%d run_time_ns=%d ns_per_run=%.1f\n", prefix, cnt, tns, float64(tns)/float64(cnt))
 		}
 	}
-	if cnt > 0 {
-		fmt.Fprintf(os.Stderr, "krecord bpftool total run_cnt=%d run_time_ns=%d ns_per_run=%.1f\n", cnt, tns, float64(tns)/float64(cnt))
+	if km != nil {
+		_ = km.Close()
 	}
-	_ = rec.Close()
+	if rec != nil {
+		_ = rec.Close()
+	}
 }
 
 type bpfProg struct {
@@ -159,5 +312,6 @@ func bpftoolProgs() []bpfProg {
 
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "krecord:", err)
+	removeCgroups()
 	os.Exit(1)
 }
