@@ -40,7 +40,7 @@ func main() {
 	duration := flag.Duration("duration", 15*time.Second, "load per measurement")
 	rounds := flag.Int("rounds", 3, "rounds (each runs every mode at every rate)")
 	spin := flag.Int("spin-us", 1000, "CPU work per hop per request (µs)")
-	modes := flag.String("modes", "plain,run,otel", "modes to compare")
+	modes := flag.String("modes", "plain,run,otel", "modes to compare: plain, run (rootline run, reads via eBPF when it loads), run-ptrace (rootline run --reads ptrace), otel")
 	flag.Parse()
 	if *chain == "" {
 		fmt.Fprintln(os.Stderr, "runoverhead: --chain is required")
@@ -112,8 +112,9 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 		env := append(os.Environ(), "LISTEN=127.0.0.1:0", "CALL="+call, fmt.Sprint("SPIN_US=", spin), "SERVICE_NAME="+name)
 		argv := []string{chain}
 		switch mode {
-		case "run":
-			argv = []string{rootline, "run", "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
+		case "run", "run-ptrace":
+			reads := map[string]string{"run": "auto", "run-ptrace": "ptrace"}[mode]
+			argv = []string{rootline, "run", "--reads", reads, "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
 		case "otel":
 			env = append(env, "OTEL=1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:24318")
 		}
