@@ -32,6 +32,7 @@ type runFlags struct {
 	logLevel  string
 	logFormat string
 	reads     string
+	readsBuf  int
 	argv      []string
 }
 
@@ -45,6 +46,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
+	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
 	fs.Usage = func() {
@@ -78,6 +80,9 @@ Flags:
 	case "auto", "ebpf", "ptrace":
 	default:
 		return f, fmt.Errorf("-reads %q: want auto, ebpf or ptrace", f.reads)
+	}
+	if f.readsBuf < 4096 || f.readsBuf&(f.readsBuf-1) != 0 {
+		return f, fmt.Errorf("-reads.buffer-bytes %d: want a power of two ≥ 4096", f.readsBuf)
 	}
 	f.argv = fs.Args()
 	if len(f.argv) == 0 {
@@ -129,7 +134,7 @@ func runRun(args []string, stderr io.Writer) int {
 	scfg := supervisor.Config{Logger: log, Env: env}
 	var reads rbinder.ReadSource
 	if f.reads != "ptrace" {
-		tap, err := readtap.Open(0)
+		tap, err := readtap.Open(f.readsBuf)
 		switch {
 		case err == nil:
 			defer tap.Close()
@@ -173,6 +178,9 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	if n := tr.Stats.Opaque.Load(); n > 0 {
 		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", n)
+	}
+	if n := tr.Stats.TapGaps.Load(); n > 0 {
+		log.Warn("connections passed through untraced because the eBPF read tap's buffer overflowed (raise -reads.buffer-bytes)", "connections", n)
 	}
 	if n := tr.Stats.Errors.Load(); n > 0 {
 		log.Warn("tracing errors: the affected calls and connections passed through unchanged", "errors", n)

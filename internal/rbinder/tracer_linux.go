@@ -96,6 +96,7 @@ type Tracer struct {
 	tasks map[int]*supervisor.Task
 	// monoOffset is wall − CLOCK_MONOTONIC, for cfg.Reads' timestamps.
 	monoOffset int64
+	tapWarned  bool
 
 	Stats Stats
 }
@@ -1043,7 +1044,10 @@ func (tr *Tracer) tapRead(r *readtap.Read) {
 		c.out.SetOpaque("reads lost by the eBPF read tap")
 		tr.Stats.Opaque.Add(1)
 		tr.Stats.TapGaps.Add(1)
-		tr.log.Warn("reads of a connection were lost; passing it through untraced", "pid", r.Tgid, "fd", r.FD)
+		if !tr.tapWarned {
+			tr.tapWarned = true
+			tr.log.Warn("reads of a connection were lost (the eBPF read tap's buffer overflowed); passing it through untraced", "pid", r.Tgid, "fd", r.FD)
+		}
 		return
 	}
 	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: readtap.MonoToTime(r.Mono, tr.monoOffset), delay: time.Duration(r.RunDelay)})
