@@ -68,9 +68,6 @@ type Hooks struct {
 	OnBreakpoint func(t *Task, regs *unix.PtraceRegs) bool
 }
 
-// tracerNice is the nice value of the tracing thread.
-const tracerNice = -10
-
 // ErrNoCommand is returned by Run for an empty argv.
 var ErrNoCommand = errors.New("supervisor: no command")
 
@@ -122,13 +119,6 @@ func Run(ctx context.Context, cfg Config, argv []string, hooks Hooks) (int, erro
 		// tracer. The thread is never unlocked, so it exits with the
 		// goroutine rather than returning to the scheduler.
 		runtime.LockOSThread()
-		// Every stop waits for this thread to run: on a busy machine a
-		// higher weight shortens that wait (measured: a Go middle hop's
-		// added latency 0.7-1.2 ms → 0.3-0.7 ms at nice -10). Needs root
-		// or CAP_SYS_NICE; without them it stays at the default.
-		if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), tracerNice); err != nil {
-			log.Debug("tracer priority unchanged", "nice", tracerNice, "err", err)
-		}
 		code, err := s.run(argv, started)
 		done <- result{code, err}
 	}()
