@@ -108,9 +108,6 @@ func (t *Tap) Watch(tgid, fd int) error {
 	return nil
 }
 
-// Watching reports whether (tgid, fd) is watched.
-func (t *Tap) Watching(tgid, fd int) bool { return t.watched[tgid][fd] }
-
 // Unwatch stops copying the reads of (tgid, fd) (at its close).
 func (t *Tap) Unwatch(tgid, fd int) {
 	if !t.watched[tgid][fd] {
@@ -128,15 +125,6 @@ func (t *Tap) UnwatchProcess(tgid int) {
 		t.Unwatch(tgid, fd)
 	}
 	delete(t.watched, tgid)
-}
-
-// WatchedFDs returns the watched descriptors of tgid.
-func (t *Tap) WatchedFDs(tgid int) []int {
-	var fds []int
-	for fd := range t.watched[tgid] {
-		fds = append(fds, fd)
-	}
-	return fds
 }
 
 // Drain calls fn with every read completed so far, in the order each
