@@ -134,16 +134,12 @@ func ParseTargetSpec(s string) (TargetSpec, error) {
 	if strings.TrimSpace(s) == "" {
 		return t, errors.New("target: empty")
 	}
-	for part := range strings.SplitSeq(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || v == "" {
-			return t, fmt.Errorf("target %q: %q is not key=value", s, part)
-		}
+	err := eachKeyValue("target", s, func(k, v string) error {
 		switch k {
 		case "pid":
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return t, fmt.Errorf("target %q: pid must be a positive integer", s)
+				return fmt.Errorf("target %q: pid must be a positive integer", s)
 			}
 			t.PID = n
 		case "cmd":
@@ -153,8 +149,12 @@ func ParseTargetSpec(s string) (TargetSpec, error) {
 		case "instance":
 			t.InstanceID = v
 		default:
-			return t, fmt.Errorf("target %q: unknown key %q (want pid, cmd, service or instance)", s, k)
+			return fmt.Errorf("target %q: unknown key %q (want pid, cmd, service or instance)", s, k)
 		}
+		return nil
+	})
+	if err != nil {
+		return t, err
 	}
 	if t.PID == 0 && t.Command == "" {
 		return t, fmt.Errorf("target %q: needs pid= or cmd=", s)
@@ -181,4 +181,19 @@ func (t TargetSpec) String() string {
 		parts = append(parts, "cmd="+t.Command)
 	}
 	return strings.Join(parts, ",")
+}
+
+// eachKeyValue calls fn with each key=value of a comma-separated flag value
+// s of the given kind ("target", "cgroup"), stopping at the first error.
+func eachKeyValue(kind, s string, fn func(k, v string) error) error {
+	for part := range strings.SplitSeq(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || v == "" {
+			return fmt.Errorf("%s %q: %q is not key=value", kind, s, part)
+		}
+		if err := fn(k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -59,18 +59,14 @@ func ParseContainerSpec(s string) (ContainerSpec, error) {
 		c.Cgroup = s
 		return c, nil
 	}
-	for part := range strings.SplitSeq(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok || v == "" {
-			return c, fmt.Errorf("cgroup %q: %q is not key=value", s, part)
-		}
+	err := eachKeyValue("cgroup", s, func(k, v string) error {
 		switch k {
 		case "path":
 			c.Cgroup = v
 		case "id":
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil || n == 0 {
-				return c, fmt.Errorf("cgroup %q: id must be a positive integer (the inode of the cgroup's directory)", s)
+				return fmt.Errorf("cgroup %q: id must be a positive integer (the inode of the cgroup's directory)", s)
 			}
 			c.CgroupID = n
 		case "service":
@@ -78,8 +74,12 @@ func ParseContainerSpec(s string) (ContainerSpec, error) {
 		case "instance":
 			c.InstanceID = v
 		default:
-			return c, fmt.Errorf("cgroup %q: unknown key %q (want path, id, service or instance)", s, k)
+			return fmt.Errorf("cgroup %q: unknown key %q (want path, id, service or instance)", s, k)
 		}
+		return nil
+	})
+	if err != nil {
+		return c, err
 	}
 	if c.Cgroup == "" && c.CgroupID == 0 {
 		return c, fmt.Errorf("cgroup %q: needs path= or id=", s)
