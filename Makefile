@@ -90,7 +90,8 @@ check-generated: deps
 	$(GO) generate ./internal/profiler/kernel/
 	$(GO) generate ./internal/kmetrics/
 	$(GO) generate ./internal/rbinder/readtap/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ bpf/
+	$(GO) generate ./internal/rbinder/datapath/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ internal/rbinder/datapath/ bpf/
 
 clean:
 	rm -rf bin

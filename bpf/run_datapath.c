@@ -1,0 +1,2302 @@
+// The in-kernel datapath of `rootline run`: trace context propagation and
+// the Mirage wait headers for an unmodified service, with no stop of the
+// service on its request path (Rbinder, seed 002 §3.2, without ptrace).
+//
+// - sock_ops (attached to the run's cgroup v2) sees every TCP connection of
+//   the service established: accepted ones are inbound, connected ones
+//   outbound. Each goes into a sockhash (so that the sk_msg program sees its
+//   writes) and gets a struct conn, keyed by the address of its struct sock.
+// - Tracepoints on read, recvfrom, readv and recvmsg find the struct sock
+//   of the descriptor and follow what the service reads: request heads on
+//   inbound connections (the caller's trace context: traceparent, b3,
+//   x-b3-*, x-request-id, tracestate), response heads on outbound ones (the
+//   downstream's rootline-server-time and rootline-wait).
+// - The sk_msg program sees what the service writes, before it is queued:
+//   a request head on an outbound connection gets traceparent, b3, x-b3-*
+//   and x-request-id lines for the request the writing thread (or Go
+//   goroutine) services; a response head on an inbound connection gets
+//   rootline-server-time and rootline-wait. bpf_msg_push_data inserts the
+//   lines before the head's final line break: the application's buffer is
+//   untouched and its write returns its own byte count.
+// - Go: goroutines move between threads, so requests are bound to the
+//   goroutine (R14 in Go's internal ABI on amd64, intact at the syscall
+//   instruction); uprobes on net/http.(*persistConn).roundTrip and
+//   net/http.(*Request).write hand a request over to the writeLoop goroutine
+//   that writes it.
+// - Events go to user space through a ring buffer, which builds the spans;
+//   a full ring loses spans (counted), never propagation.
+//
+// HTTP/1.x framing is followed per direction: heads are scanned byte by
+// byte, bodies skipped by their Content-Length. A body of unknown length on
+// a request (chunked) lasts until the other side starts a head; on a
+// response, until "0\r\n\r\n" ends a read or write, or the connection
+// closes. Anything that does not start like HTTP/1.x makes the connection
+// opaque: it passes untouched.
+//
+// Build: go generate ./internal/rbinder/datapath/ (bpf2go).
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#include "run_datapath.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// The run's cgroup v2 id: only its processes are followed. Set at load.
+volatile const __u64 rd_cgroup = 0;
+
+// Writable globals, so their values are unknown to the verifier (it does
+// not track what map memory holds). The state of bpf_loop callbacks starts
+// from them instead of constants: a counter that starts at a known 0 would
+// be a new state at every iteration, and the callback would be verified
+// once per iteration instead of a few times.
+volatile __s32 rt_zero = 0;
+volatile __s32 rt_m1 = -1;
+#define ZERO rt_zero
+#define M1 rt_m1
+
+// ---- kernel types (CO-RE) ----
+
+struct pt_regs {
+	unsigned long r14;
+	unsigned long bx;
+	unsigned long ax;
+} __attribute__((preserve_access_index));
+
+struct sched_info {
+	unsigned long long run_delay;
+} __attribute__((preserve_access_index));
+
+struct file;
+struct fdtable {
+	unsigned int max_fds;
+	struct file **fd;
+} __attribute__((preserve_access_index));
+
+struct files_struct {
+	struct fdtable *fdt;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned short i_mode;
+} __attribute__((preserve_access_index));
+
+struct sock;
+struct socket {
+	struct sock *sk;
+} __attribute__((preserve_access_index));
+
+struct file {
+	void *private_data;
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	struct sched_info sched_info;
+	struct files_struct *files;
+} __attribute__((preserve_access_index));
+
+struct linux_binprm {
+	const char *filename;
+} __attribute__((preserve_access_index));
+
+struct sock_common {
+	unsigned short skc_family;
+} __attribute__((preserve_access_index));
+
+struct sock {
+	struct sock_common __sk_common;
+	int sk_sndbuf;
+	int sk_wmem_queued;
+} __attribute__((preserve_access_index));
+
+struct iovec_u {
+	__u64 base;
+	__u64 len;
+};
+
+struct user_msghdr_u {
+	__u64 name;
+	__s32 namelen;
+	__s32 _pad;
+	__u64 iov;
+	__u64 iovlen;
+};
+
+#define S_IFMT 0170000
+#define S_IFSOCK 0140000
+#define AF_INET 2
+#define AF_INET6 10
+#define MSG_PEEK 2
+
+// ---- per-connection state ----
+
+// Half states: what the next byte of one direction is.
+#define H_IDLE 0    // the start of a message (a head)
+#define H_HEAD 1    // inside a head
+#define H_BODY 2    // inside a body of known length (body bytes left)
+#define H_FLIP 3    // inside a body that lasts until the other side completes a (final) head
+#define H_CHUNK 4   // inside a chunked response body
+#define H_CLOSE 5   // inside a body that ends with the connection
+#define H_OPAQUE 6  // not HTTP/1.x: pass through
+
+#define DIR_IN 1
+#define DIR_OUT 2
+
+// SCR: bytes scanned per step (a power of two).
+#define SCR 4096
+#define SCR_MASK (SCR - 1)
+#define HEAD_MASK (RD_HEAD - 1)
+// A head longer than this (or a first line longer than the kept head)
+// makes the connection opaque rather than be scanned forever.
+#define MAX_HEAD (64 * 1024)
+
+struct half {
+	__u8 state;
+	__u8 cr;       // the previous head byte was '\r'
+	__u8 cut;      // the head is longer than kept
+	__u8 _pad;
+	// 32 bits, so that the verifier sees them as any value: a counter
+	// with a bounded range starting a bpf_loop would make every
+	// iteration a new state to verify.
+	__u32 col;     // bytes in the current head line
+	__u32 lines;   // head lines completed
+	__u32 len;     // head bytes so far
+	__u32 finals;  // final heads completed on this side (the other side's flip)
+	__u32 flip;    // the other side's finals when this side's body of unknown length began
+	__u32 _pad2;
+	__u64 body;    // body bytes left (H_BODY)
+	__u64 start;   // when the current head began (ns)
+	__u8 tail[8];  // the last bytes of a chunked body seen so far
+};
+
+// A head buffer; its own type so that global functions can take it whole.
+struct head_buf {
+	__u8 b[RD_HEAD];
+};
+
+struct conn {
+	__u64 addr;      // the struct sock's address (the key), as a number
+	__u8 dir;
+	__u8 family;
+	__u8 head_req;   // the request in flight is HEAD: its response has no body
+	__u8 _pad;
+	__u16 rport;
+	__u16 lport;
+	__u32 raddr[4];
+	struct half rd;
+	struct half wr;
+	// inbound: the request being serviced
+	__u64 req;
+	__u32 rsp_status;
+	// outbound: the call in flight
+	__u32 call_status;
+	__u64 call;
+	__u64 call_parent;
+	__u64 call_start;
+	__u32 call_tid;
+	__u32 call_flags;
+	__u64 call_server;
+	__u64 call_wait;
+	__u8 call_trace[16];
+	struct head_buf qhead; // a request head (inbound: read; outbound: written)
+	struct head_buf shead; // a response head (inbound: written; outbound: read)
+};
+
+// A request being serviced: a SERVER span.
+struct req {
+	__u8 trace[16];
+	__u64 parent;
+	__u64 span;
+	__u64 sk;
+	__u64 start;
+	__u64 local_ns;
+	__u64 max_net;
+	__u64 max_remote;
+	__u64 seg_rd;   // run_delay of seg_tid at the request's last event on it
+	__u64 g;        // Go: the goroutine bound
+	__u32 seg_tid;
+	__u32 tgid;
+	__u32 bound;    // the thread bound (non-Go)
+	__u32 flags;    // RD_F_SAMPLED | RD_F_CTX
+	__u32 ntids;
+	__u32 tids[RD_MAX_TIDS];
+	__u16 ts_len;
+	__u16 rid_len;
+	__u8 ts[RD_TS];
+	__u8 rid[RD_RID];
+};
+
+struct gkey {
+	__u32 tgid;
+	__u32 _pad;
+	__u64 g;
+};
+
+struct infl {
+	__u64 sk;
+	__u64 buf;   // read/recvfrom: the buffer; readv/recvmsg: the iovec array
+	__u32 iovcnt; // 0: buf is a flat buffer
+	__u32 _pad;
+	__u64 ts;
+};
+
+// ---- maps ----
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct conn);
+} rd_conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u64);
+} rd_socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct req);
+} rd_reqs SEC(".maps");
+
+// thread → the request it services (non-Go processes)
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} rd_threads SEC(".maps");
+
+// Go: goroutine → the request it services
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct gkey);
+	__type(value, __u64);
+} rd_goroutines SEC(".maps");
+
+// Go: *http.Request → the request that made it (roundTrip)
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct gkey);
+	__type(value, __u64);
+} rd_goreqs SEC(".maps");
+
+// Go: writeLoop goroutine → the request whose client request it writes next
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct gkey);
+	__type(value, __u64);
+} rd_gowrites SEC(".maps");
+
+// Go processes of the run (set by user space)
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u8);
+} rd_gopids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct infl);
+} rd_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} rd_events SEC(".maps");
+
+// Counters, indexes RD_STAT_* (read by user space).
+#define RD_STAT_LOST 0     // events the ring buffer could not take
+#define RD_STAT_NOCONN 1   // conn state could not be made
+#define RD_STAT_INJECT 2   // heads that got lines
+#define RD_STAT_SKIP 3     // heads left unchanged that should have had lines
+#define RD_STAT_OPAQUE 4   // connections found not to be HTTP/1.x
+#define RD_STAT_NOREQ 5    // request state could not be made
+#define RD_STAT_N 8
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RD_STAT_N);
+	__type(key, __u32);
+	__type(value, __u64);
+} rd_stats SEC(".maps");
+
+// What a complete head says (parse_cb fills it).
+#define HD_TRACEPARENT 0x1
+#define HD_TRACESTATE 0x2
+#define HD_B3 0x4
+#define HD_B3TRACE 0x8
+#define HD_B3SPAN 0x10
+#define HD_B3PARENT 0x20
+#define HD_B3SAMPLED 0x40
+#define HD_B3FLAGS 0x80
+#define HD_RID 0x100
+#define HD_CL 0x200
+#define HD_CHUNKED 0x400
+#define HD_SERVERTIME 0x800
+#define HD_WAIT 0x1000
+#define HD_TP_MANY 0x2000
+#define HD_CL_BAD 0x4000
+
+// Header fields a head's parse records (value offsets, first occurrence).
+#define HX_TP 0
+#define HX_TS 1
+#define HX_B3 2
+#define HX_XTRACE 3
+#define HX_XSPAN 4
+#define HX_XSAMPLED 5
+#define HX_XFLAGS 6
+#define HX_RID 7
+#define HX_CL 8
+#define HX_TE 9
+#define HX_ST 10
+#define HX_WAIT 11
+#define HX_N 12
+
+struct hinfo {
+	__u32 has;     // HD_* bits
+	__u32 status;  // a response's status code
+	__u32 tp_count;
+	__u32 _pad;
+	__u16 off[HX_N];
+	__u16 len[HX_N];
+	// decoded
+	__u64 cl;
+	__u64 server_us;
+	__u64 wait_us;
+	__u8 trace[16]; // the context found (ctx_ok)
+	__u64 span;
+	__u8 sampled;
+	__u8 ctx_ok;
+	__u8 _pad2[6];
+	__u8 tmp[16];
+};
+
+struct call_ids {
+	__u8 trace[16];
+	__u64 span;
+	__u64 parent;
+	__u8 sampled;
+};
+
+#define TEXT 2048
+#define TEXT_MASK (TEXT - 1)
+struct scratch {
+	__u64 l; // opaque()
+	__u8 data[SCR];
+	__u8 text[TEXT + 8]; // + 8: put8 at the last offsets
+	struct hinfo hi;
+	struct call_ids ci;
+	struct scan_out {
+		__s32 brk;  // index of the head's final line break in data (-1: not there)
+		__s32 done; // the head ended in data
+		__s32 bad;  // not HTTP/1.x
+	} so;
+	struct rd_event ev;
+	struct conn zconn; // stays zero: the initial value of a new conn
+	struct req zreq;   // stays zero
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} rd_scratch SEC(".maps");
+
+// Force bpf2go to emit Go types for the shared structs.
+const struct rd_event *_rd_event __attribute__((unused));
+
+// ---- helpers ----
+
+static __always_inline void stat(__u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(&rd_stats, &i);
+	if (v)
+		*v += 1;
+}
+
+// Scratch space: slot 0 for programs that run in process context, slot 1
+// for sock_ops, which may run in a softirq that interrupts one of them.
+static __always_inline struct scratch *scratch_at(__u32 slot)
+{
+	return bpf_map_lookup_elem(&rd_scratch, &slot);
+}
+#define scratch() scratch_at(0)
+
+// opaque returns v as a value the verifier does not know (it does not track
+// map memory). What starts a bpf_loop callback's state goes through it, so
+// that the callback is verified for any value rather than once per value
+// reaching it.
+static __always_inline __u64 opaque(__u64 v)
+{
+	struct scratch *s = scratch();
+	if (!s)
+		return 0;
+	s->l = v;
+	return *(volatile __u64 *)&s->l;
+}
+#define OPQ(v) ((__typeof__(v))opaque(v))
+
+static __always_inline int ours(void)
+{
+	return bpf_get_current_cgroup_id() == rd_cgroup;
+}
+
+static __always_inline __u64 run_delay(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	return BPF_CORE_READ(t, sched_info.run_delay);
+}
+
+static __always_inline __u64 cur_g(void)
+{
+	struct task_struct *t = bpf_get_current_task_btf();
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
+	return BPF_CORE_READ(regs, r14);
+}
+
+static __always_inline __u64 rand64(void)
+{
+	__u64 v = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
+	return v ? v : 1; // ids are never zero
+}
+
+static __always_inline __u8 lower(__u8 c)
+{
+	return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+static __always_inline int hexval(__u8 c, int upper_ok)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (upper_ok && c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+
+// emit sends ev (head_len bytes of head) to user space.
+static __always_inline void emit(struct rd_event *ev)
+{
+	__u32 n = ev->head_len;
+	if (n > RD_HEAD)
+		n = RD_HEAD;
+	__u64 sz = __builtin_offsetof(struct rd_event, head) + n;
+	asm volatile("" : "+r"(sz));
+	if (sz > sizeof(struct rd_event))
+		sz = sizeof(struct rd_event);
+	__u64 flags = bpf_ringbuf_query(&rd_events, BPF_RB_AVAIL_DATA) >= (64 << 10) ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&rd_events, ev, sz, flags) < 0)
+		stat(RD_STAT_LOST);
+}
+
+static __always_inline void ev_reset(struct rd_event *ev, __u32 type, struct conn *c, __u64 sk)
+{
+	__builtin_memset(ev, 0, __builtin_offsetof(struct rd_event, head));
+	__u64 id = bpf_get_current_pid_tgid();
+	ev->type = type;
+	ev->tgid = id >> 32;
+	ev->tid = (__u32)id;
+	ev->ts = bpf_ktime_get_ns();
+	ev->sk = sk;
+	if (c) {
+		ev->raddr[0] = c->raddr[0];
+		ev->raddr[1] = c->raddr[1];
+		ev->raddr[2] = c->raddr[2];
+		ev->raddr[3] = c->raddr[3];
+		ev->rport = c->rport;
+		ev->lport = c->lport;
+		if (c->family == AF_INET6)
+			ev->flags |= RD_F_IPV6;
+	}
+}
+
+static __always_inline void make_opaque(struct conn *c, __u64 sk, struct scratch *s)
+{
+	if (c->rd.state == H_OPAQUE)
+		return;
+	c->rd.state = H_OPAQUE;
+	c->wr.state = H_OPAQUE;
+	stat(RD_STAT_OPAQUE);
+	ev_reset(&s->ev, RD_EV_OPAQUE, c, sk);
+	emit(&s->ev);
+}
+
+// touch charges a request's run-queue wait on the calling thread since its
+// last event there, and records the thread.
+static __always_inline void touch(struct req *r)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u64 rd = run_delay();
+	if (r->seg_tid == tid) {
+		if (rd > r->seg_rd)
+			r->local_ns += rd - r->seg_rd;
+	} else {
+		int known = 0;
+		for (int i = 0; i < RD_MAX_TIDS; i++) {
+			if (i < r->ntids && r->tids[i] == tid)
+				known = 1;
+		}
+		if (!known && r->ntids < RD_MAX_TIDS) {
+			__u32 k = r->ntids;
+			if (k < RD_MAX_TIDS)
+				r->tids[k] = tid;
+			r->ntids = k + 1;
+		}
+		r->seg_tid = tid;
+	}
+	r->seg_rd = rd;
+}
+
+// ---- head scanning ----
+
+struct scan_ctx {
+	__u8 *buf;     // SCR bytes
+	__u32 from;
+	__u32 to;
+	__u32 col;
+	__u32 lines;
+	__u32 cr;
+	__s32 cr_at;   // index of the '\r' just seen in buf (-1: in earlier data)
+	__s32 end;     // index after the head's last byte (-1: not in buf)
+	__s32 brk;     // index where the head's final line break starts (-1: in earlier data)
+	__s32 first;   // index after the first line's '\n' (-1: not in buf)
+};
+
+static long scan_cb(__u32 i, struct scan_ctx *s)
+{
+	__u32 at = s->from + i;
+	if (at >= s->to)
+		return 1;
+	__u8 b = s->buf[at & SCR_MASK];
+	if (b == '\n') {
+		if (s->col == 0 && s->lines > 0) {
+			s->end = at + 1;
+			s->brk = s->cr ? s->cr_at : (__s32)at;
+			return 1;
+		}
+		if (s->lines == 0)
+			s->first = at + 1;
+		s->lines++;
+		s->col = ZERO; // not the constant 0: see rt_zero
+		s->cr = 0;
+	} else if (b == '\r') {
+		if (s->cr)
+			s->col++; // a lone '\r' before: content
+		s->cr = 1;
+		s->cr_at = at;
+	} else {
+		if (s->cr)
+			s->col++;
+		s->col++;
+		s->cr = 0;
+	}
+	return 0;
+}
+
+struct parse_ctx {
+	__u8 *h;       // the head (HEAD_MASK)
+	__u32 len;
+	__u32 ls;      // current line start
+	__s32 colon;   // first ':' of the current line (-1 none)
+	__u32 lines;
+	struct hinfo *hi;
+};
+
+// name_is compares h[at:at+n] with the lower-case literal lit ignoring case.
+#define NAME_IS(h, at, lit) name_is((h), (at), lit, sizeof(lit) - 1)
+static __always_inline int name_is(__u8 *h, __u32 at, const char *lit, __u32 n)
+{
+#pragma unroll
+	for (__u32 k = 0; k < n; k++) {
+		if (lower(h[(at + k) & HEAD_MASK]) != (__u8)lit[k])
+			return 0;
+	}
+	return 1;
+}
+
+static __always_inline void field(struct hinfo *hi, __u32 x, __u32 bit, __u32 vs, __u32 ve)
+{
+	if (!(hi->has & bit) && x < HX_N) {
+		hi->off[x] = vs;
+		hi->len[x] = ve - vs;
+	}
+	hi->has |= bit;
+}
+
+// classify records a header field (name h[ls:colon], value h[vs:ve]) that
+// Rootline reads; values are decoded after the whole head is classified.
+static __always_inline void classify(struct parse_ctx *pc, __u32 ls, __u32 colon, __u32 vs, __u32 ve)
+{
+	struct hinfo *hi = pc->hi;
+	__u8 *h = pc->h;
+	switch (colon - ls) {
+	case 2:
+		if (NAME_IS(h, ls, "b3"))
+			field(hi, HX_B3, HD_B3, vs, ve);
+		break;
+	case 10:
+		if (NAME_IS(h, ls, "tracestate"))
+			field(hi, HX_TS, HD_TRACESTATE, vs, ve);
+		else if (NAME_IS(h, ls, "x-b3-flags"))
+			field(hi, HX_XFLAGS, HD_B3FLAGS, vs, ve);
+		break;
+	case 11:
+		if (NAME_IS(h, ls, "traceparent")) {
+			field(hi, HX_TP, HD_TRACEPARENT, vs, ve);
+			hi->tp_count++;
+		} else if (NAME_IS(h, ls, "x-b3-spanid"))
+			field(hi, HX_XSPAN, HD_B3SPAN, vs, ve);
+		break;
+	case 12:
+		if (NAME_IS(h, ls, "x-b3-traceid"))
+			field(hi, HX_XTRACE, HD_B3TRACE, vs, ve);
+		else if (NAME_IS(h, ls, "x-b3-sampled"))
+			field(hi, HX_XSAMPLED, HD_B3SAMPLED, vs, ve);
+		else if (NAME_IS(h, ls, "x-request-id"))
+			field(hi, HX_RID, HD_RID, vs, ve);
+		break;
+	case 13:
+		if (NAME_IS(h, ls, "rootline-wait"))
+			field(hi, HX_WAIT, HD_WAIT, vs, ve);
+		break;
+	case 14:
+		if (NAME_IS(h, ls, "content-length"))
+			field(hi, HX_CL, HD_CL, vs, ve);
+		break;
+	case 17:
+		if (NAME_IS(h, ls, "transfer-encoding"))
+			field(hi, HX_TE, HD_CHUNKED, vs, ve);
+		else if (NAME_IS(h, ls, "x-b3-parentspanid"))
+			hi->has |= HD_B3PARENT;
+		break;
+	case 20:
+		if (NAME_IS(h, ls, "rootline-server-time"))
+			field(hi, HX_ST, HD_SERVERTIME, vs, ve);
+		break;
+	}
+}
+
+static long parse_cb(__u32 i, struct parse_ctx *pc)
+{
+	if (i >= pc->len)
+		return 1;
+	__u8 *h = pc->h;
+	__u8 b = h[i & HEAD_MASK];
+	if (b == ':' && pc->colon < 0) {
+		pc->colon = i;
+		return 0;
+	}
+	if (b != '\n')
+		return 0;
+	__u32 ls = pc->ls;
+	__s32 colon = pc->colon;
+	pc->ls = i + 1;
+	pc->colon = M1;
+	pc->lines++;
+	if (pc->lines == 1) {
+		// A status line: "HTTP/1.x NNN".
+		if (i >= ls + 12 && h[(ls + 8) & HEAD_MASK] == ' ') {
+			__u8 a = h[(ls + 9) & HEAD_MASK], b2 = h[(ls + 10) & HEAD_MASK], c = h[(ls + 11) & HEAD_MASK];
+			if (a >= '0' && a <= '9' && b2 >= '0' && b2 <= '9' && c >= '0' && c <= '9')
+				pc->hi->status = (a - '0') * 100 + (b2 - '0') * 10 + (c - '0');
+		}
+		return 0;
+	}
+	if (colon <= (__s32)ls)
+		return 0;
+	__u32 ve = i, vs = colon + 1;
+	if (ve > ls && h[(ve - 1) & HEAD_MASK] == '\r')
+		ve--;
+	for (int k = 0; k < 4; k++) {
+		if (vs < ve && (h[vs & HEAD_MASK] == ' ' || h[vs & HEAD_MASK] == '\t'))
+			vs++;
+	}
+	for (int k = 0; k < 4; k++) {
+		if (ve > vs && (h[(ve - 1) & HEAD_MASK] == ' ' || h[(ve - 1) & HEAD_MASK] == '\t'))
+			ve--;
+	}
+	classify(pc, ls, colon, vs, ve);
+	return 0;
+}
+
+// parse_head classifies the fields of a complete head h[0:len).
+__noinline int parse_head(struct head_buf *hb, __u32 len, struct hinfo *hi)
+{
+	if (!hb)
+		return 0;
+	__u8 *h = hb->b;
+	if (!hi)
+		return 0;
+	__builtin_memset(hi, 0, sizeof(*hi));
+	struct parse_ctx pc = {.h = h, .len = OPQ(len > RD_HEAD ? RD_HEAD : len), .ls = ZERO, .colon = M1, .lines = ZERO, .hi = hi};
+	bpf_loop(RD_HEAD, parse_cb, &pc, 0);
+	return 0;
+}
+
+struct hex_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 upper_ok;
+	__u8 *out;
+	__u32 bad;
+	__u32 nz;
+};
+
+static long hex_cb(__u32 i, struct hex_ctx *x)
+{
+	int hi = hexval(x->h[(x->at + 2 * i) & HEAD_MASK], x->upper_ok);
+	int lo = hexval(x->h[(x->at + 2 * i + 1) & HEAD_MASK], x->upper_ok);
+	if (hi < 0 || lo < 0) {
+		x->bad = 1;
+		return 1;
+	}
+	__u8 v = (hi << 4) | lo;
+	x->out[i & 15] = v;
+	x->nz |= v;
+	return 0;
+}
+
+// hex_into decodes 2*n hex digits at h[at] into out[0:n] (n ≤ 16): 1 if
+// valid, -1 if all zeros, 0 if not hex.
+static __noinline int hex_into(__u8 *h, __u32 at, __u8 *out, __u32 n, __u32 upper_ok)
+{
+	if (!h || !out || n > 16)
+		return 0;
+	struct hex_ctx x = {.h = h, .at = OPQ(at), .upper_ok = OPQ(upper_ok), .out = out, .bad = ZERO, .nz = ZERO};
+	bpf_loop(n, hex_cb, &x, 0);
+	if (x.bad)
+		return 0;
+	return x.nz ? 1 : -1;
+}
+
+static __always_inline __u64 span_from(__u8 *b)
+{
+	__u64 v = 0;
+	for (int k = 0; k < 8; k++)
+		v = (v << 8) | b[k];
+	return v;
+}
+
+struct num_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 n;
+	__u64 v;
+	__u64 best; // rootline-wait: the largest number that starts a list element
+	__u32 digits;
+	__u32 want;
+	__u32 in;
+};
+
+static long num_cb(__u32 i, struct num_ctx *x)
+{
+	if (i >= x->n)
+		return 1;
+	__u8 c = x->h[(x->at + i) & HEAD_MASK];
+	if (c >= '0' && c <= '9' && x->want) {
+		x->v = x->v * 10 + (c - '0');
+		x->digits++;
+		x->in = 1;
+		return 0;
+	}
+	if (x->in) {
+		if (x->v > x->best)
+			x->best = x->v;
+		x->in = 0;
+		x->v = 0;
+	}
+	if (c == ',')
+		x->want = 1;
+	else if (c != ' ' && c != '\t')
+		x->want = 0;
+	return 0;
+}
+
+// number reads the leading decimal digits of h[at:at+n] (list: the largest
+// number starting an element of a comma-separated list).
+static __noinline __u64 number(__u8 *h, __u32 at, __u32 n, __u32 list)
+{
+	if (!h)
+		return 0;
+	struct num_ctx x = {.h = h, .at = OPQ(at), .n = OPQ(n > 256 ? 256 : n), .v = ZERO, .best = ZERO, .digits = ZERO, .want = 1, .in = ZERO};
+	bpf_loop(256, num_cb, &x, 0);
+	if (x.in && x.v > x.best)
+		x.best = x.v;
+	if (!list && x.digits > 19)
+		return 0;
+	return x.best;
+}
+
+// The trace context of a request head: W3C first (exactly one
+// traceparent), then the b3 header, then X-B3-* (httpstream.ExtractContext).
+// Three functions, called in turn until one finds a context, each small
+// enough for the stack the call chain above it leaves.
+
+// decode_tp reads traceparent: VV-{32 hex}-{16 hex}-FF, lower case.
+__noinline int decode_tp(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb || !hi || !(hi->has & HD_TRACEPARENT) || hi->tp_count != 1)
+		return 0;
+	__u8 *h = hb->b;
+	__u32 vs = hi->off[HX_TP], vl = hi->len[HX_TP];
+	if (vl < 55 || h[(vs + 2) & HEAD_MASK] != '-' || h[(vs + 35) & HEAD_MASK] != '-' ||
+	    h[(vs + 52) & HEAD_MASK] != '-' || (vl > 55 && h[(vs + 55) & HEAD_MASK] != '-'))
+		return 0;
+	int ver = hexval(h[vs & HEAD_MASK], 0) * 16 + hexval(h[(vs + 1) & HEAD_MASK], 0);
+	int fl = hexval(h[(vs + 53) & HEAD_MASK], 0) * 16 + hexval(h[(vs + 54) & HEAD_MASK], 0);
+	if (ver < 0 || ver == 0xff || (ver == 0 && vl != 55) || fl < 0)
+		return 0;
+	if (hex_into(h, vs + 3, hi->trace, 16, 0) != 1 || hex_into(h, vs + 36, hi->tmp, 8, 0) != 1)
+		return 0;
+	hi->span = span_from(hi->tmp);
+	hi->sampled = fl & 1;
+	hi->ctx_ok = 1;
+	return 1;
+}
+
+// decode_b3 reads b3: {trace}-{span}[-{sampling}[-{parent}]].
+__noinline int decode_b3(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb || !hi || !(hi->has & HD_B3))
+		return 0;
+	__u8 *h = hb->b;
+	__u32 vs = hi->off[HX_B3], ve = vs + hi->len[HX_B3], tl;
+	if (ve >= vs + 49 && h[(vs + 32) & HEAD_MASK] == '-')
+		tl = 32;
+	else if (ve >= vs + 33 && h[(vs + 16) & HEAD_MASK] == '-')
+		tl = 16;
+	else
+		return 0;
+	__builtin_memset(hi->trace, 0, 16);
+	if ((tl == 32 ? hex_into(h, vs, hi->trace, 16, 1) : hex_into(h, vs, hi->trace + 8, 8, 1)) != 1)
+		return 0;
+	__u32 ss = vs + tl + 1;
+	if (hex_into(h, ss, hi->tmp, 8, 1) != 1)
+		return 0;
+	hi->sampled = 1;
+	if (ss + 16 < ve) {
+		__u8 sc = h[(ss + 17) & HEAD_MASK];
+		if (h[(ss + 16) & HEAD_MASK] != '-' || ss + 17 >= ve)
+			return 0;
+		if (sc == '0')
+			hi->sampled = 0;
+		else if (sc != '1' && sc != 'd')
+			return 0;
+	}
+	hi->span = span_from(hi->tmp);
+	hi->ctx_ok = 1;
+	return 1;
+}
+
+// decode_xb3 reads X-B3-TraceId, X-B3-SpanId, X-B3-Sampled and X-B3-Flags.
+__noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb || !hi || !(hi->has & HD_B3TRACE) || !(hi->has & HD_B3SPAN) || hi->len[HX_XSPAN] != 16)
+		return 0;
+	__u8 *h = hb->b;
+	__u32 vl = hi->len[HX_XTRACE];
+	__builtin_memset(hi->trace, 0, 16);
+	if (vl == 32) {
+		if (hex_into(h, hi->off[HX_XTRACE], hi->trace, 16, 1) != 1)
+			return 0;
+	} else if (vl != 16 || hex_into(h, hi->off[HX_XTRACE], hi->trace + 8, 8, 1) != 1) {
+		return 0;
+	}
+	if (hex_into(h, hi->off[HX_XSPAN], hi->tmp, 8, 1) != 1)
+		return 0;
+	hi->span = span_from(hi->tmp);
+	hi->sampled = 1;
+	if (hi->has & HD_B3SAMPLED) {
+		__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
+		if ((l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false")))
+			hi->sampled = 0;
+	}
+	if ((hi->has & HD_B3FLAGS) && hi->len[HX_XFLAGS] == 1 && h[hi->off[HX_XFLAGS] & HEAD_MASK] == '1')
+		hi->sampled = 1;
+	hi->ctx_ok = 1;
+	return 1;
+}
+
+// decode_framing reads Content-Length and Transfer-Encoding.
+__noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb)
+		return 0;
+	__u8 *h = hb->b;
+	if (!hi)
+		return 0;
+	if (hi->has & HD_CL) {
+		if (hi->len[HX_CL] == 0)
+			hi->has &= ~HD_CL;
+		else
+			hi->cl = number(h, hi->off[HX_CL], hi->len[HX_CL], 0);
+	}
+	if (hi->has & HD_CHUNKED) {
+		// chunked must be the last coding
+		__u32 o = hi->off[HX_TE], l = hi->len[HX_TE];
+		if (l < 7 || !NAME_IS(h, o + l - 7, "chunked"))
+			hi->has &= ~HD_CHUNKED;
+	}
+	return 0;
+}
+
+// decode_timing reads a downstream's rootline-server-time and rootline-wait.
+__noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb)
+		return 0;
+	__u8 *h = hb->b;
+	if (!hi)
+		return 0;
+	if (hi->has & HD_SERVERTIME)
+		hi->server_us = number(h, hi->off[HX_ST], hi->len[HX_ST], 0);
+	if (hi->has & HD_WAIT)
+		hi->wait_us = number(h, hi->off[HX_WAIT], hi->len[HX_WAIT], 1);
+	return 0;
+}
+
+// first_line_ok checks a complete first line h[0:n) (n counts its '\n'):
+// a request line "METHOD SP target SP HTTP/1.x" or a status line
+// "HTTP/1.x NNN ...".
+static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head)
+{
+	if (n < 2)
+		return 0;
+	__u32 e = n - 1;
+	if (h[(e - 1) & HEAD_MASK] == '\r')
+		e--;
+	if (!request)
+		return e >= 12 && name_is(h, 0, "http/1.", 7) && h[8 & HEAD_MASK] == ' ';
+	if (e < 14)
+		return 0;
+	// method: upper-case letters up to the first space
+	__u32 m = 0;
+	for (__u32 k = 0; k < 24; k++) {
+		__u8 c = h[k & HEAD_MASK];
+		if (c == ' ') {
+			m = k;
+			break;
+		}
+		if (!(c >= 'A' && c <= 'Z') && c != '-' && c != '_')
+			return 0;
+	}
+	if (m == 0)
+		return 0;
+	if (m == 4 && h[0] == 'H' && h[1] == 'E' && h[2] == 'A' && h[3] == 'D')
+		*is_head = 1;
+	// " HTTP/1.0" or " HTTP/1.1" at the end
+	if (!name_is(h, e - 9, " http/1.", 8))
+		return 0;
+	__u8 v = h[(e - 1) & HEAD_MASK];
+	return v == '0' || v == '1';
+}
+
+// ---- building inserted lines ----
+
+struct text {
+	__u8 *b;
+	__u32 n;
+};
+
+static __always_inline void put(struct text *t, const char *s, __u32 n)
+{
+#pragma unroll
+	for (__u32 k = 0; k < n; k++) {
+		t->b[t->n & TEXT_MASK] = s[k];
+		t->n++;
+	}
+}
+#define PUT(t, lit) put((t), lit, sizeof(lit) - 1)
+
+// hex8 spells v as 8 lower-case hex digits, most significant first, in
+// the bytes of a little-endian u64: no branch and no loop, so that writing
+// ids costs the verifier nothing per digit.
+static __always_inline __u64 hex8(__u32 v)
+{
+	__u64 z = __builtin_bswap32(v);
+	z = (z | (z << 16)) & 0x0000FFFF0000FFFFULL;
+	z = (z | (z << 8)) & 0x00FF00FF00FF00FFULL;
+	__u64 w = ((z >> 4) & 0x000F000F000F000FULL) | ((z & 0x000F000F000F000FULL) << 8);
+	__u64 letters = ((w + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
+	return w + 0x3030303030303030ULL + letters * 39;
+}
+
+static __always_inline void put8(struct text *t, __u64 w)
+{
+	*(__u64 *)(t->b + (t->n & TEXT_MASK)) = w;
+	t->n += 8;
+}
+
+// put_hex writes the n bytes at v (n a multiple of 4) in hex.
+static __always_inline void put_hex(struct text *t, __u8 *v, __u32 n)
+{
+	for (__u32 k = 0; k < n; k += 4)
+		put8(t, hex8((__u32)v[k] << 24 | (__u32)v[k + 1] << 16 | (__u32)v[k + 2] << 8 | v[k + 3]));
+}
+
+static __always_inline void put_span(struct text *t, __u64 s)
+{
+	put8(t, hex8(s >> 32));
+	put8(t, hex8((__u32)s));
+}
+
+struct num_put {
+	__u8 *b;
+	__u32 at;  // where the last digit goes
+	__u64 v;
+	__u32 n;   // digits written
+};
+
+static long put_num_cb(__u32 i, struct num_put *x)
+{
+	x->b[(x->at - i) & TEXT_MASK] = '0' + x->v % 10;
+	x->v /= 10;
+	x->n = i + 1;
+	return x->v == 0;
+}
+
+static long digits_cb(__u32 i, __u64 *v)
+{
+	*v /= 10;
+	return *v == 0;
+}
+
+// put_num writes v in decimal.
+static __always_inline void put_num(struct text *t, __u64 v)
+{
+	__u64 w = v;
+	__u32 n = bpf_loop(20, digits_cb, &w, 0); // iterations made: the digit count
+	struct num_put x = {.b = t->b, .at = OPQ(t->n + n - 1), .v = OPQ(v), .n = ZERO};
+	bpf_loop(20, put_num_cb, &x, 0);
+	t->n += x.n;
+}
+
+struct copy_ctx {
+	__u8 *dst;
+	__u32 doff;
+	__u8 *src;
+	__u32 soff;
+	__u32 n;
+};
+
+// copy_in_cb copies scratch data (SCR bytes) into a head buffer.
+static long copy_in_cb(__u32 i, struct copy_ctx *c)
+{
+	if (i >= c->n)
+		return 1;
+	c->dst[(c->doff + i) & HEAD_MASK] = c->src[(c->soff + i) & SCR_MASK];
+	return 0;
+}
+
+// copy_head_cb copies a head buffer into another.
+static long copy_head_cb(__u32 i, struct copy_ctx *c)
+{
+	if (i >= c->n)
+		return 1;
+	c->dst[(c->doff + i) & HEAD_MASK] = c->src[(c->soff + i) & HEAD_MASK];
+	return 0;
+}
+
+// A header value copied into a request's state (tracestate, x-request-id),
+// checked to be printable so that it can be written back into a header.
+struct val_ctx {
+	__u8 *src; // a head
+	__u32 off;
+	__u32 n;
+	__u8 *dst;
+	__u32 bad;
+};
+
+static long copy_ts_cb(__u32 i, struct val_ctx *v)
+{
+	if (i >= v->n)
+		return 1;
+	__u8 ch = v->src[(v->off + i) & HEAD_MASK];
+	if ((ch < 0x20 && ch != '\t') || ch > 0x7e)
+		v->bad = 1;
+	v->dst[i & (RD_TS - 1)] = ch;
+	return 0;
+}
+
+static long copy_rid_cb(__u32 i, struct val_ctx *v)
+{
+	if (i >= v->n)
+		return 1;
+	__u8 ch = v->src[(v->off + i) & HEAD_MASK];
+	if (ch < 0x20 || ch > 0x7e)
+		v->bad = 1;
+	v->dst[i & (RD_RID - 1)] = ch;
+	return 0;
+}
+
+// A request's tracestate or x-request-id written into inserted lines.
+struct put_ctx {
+	__u8 *src;
+	__u32 n;
+	__u8 *text;
+	__u32 at;
+};
+
+static long put_ts_cb(__u32 i, struct put_ctx *p)
+{
+	if (i >= p->n)
+		return 1;
+	p->text[(p->at + i) & TEXT_MASK] = p->src[i & (RD_TS - 1)];
+	return 0;
+}
+
+static long put_rid_cb(__u32 i, struct put_ctx *p)
+{
+	if (i >= p->n)
+		return 1;
+	p->text[(p->at + i) & TEXT_MASK] = p->src[i & (RD_RID - 1)];
+	return 0;
+}
+
+// put_uuid writes the trace id as a version 4 UUID (httpstream.RequestIDFor):
+// 8-4-4-4-12 hex digits. put8 writes 8 digits and keeps n of them; the
+// rest is overwritten by what follows.
+static __always_inline void put_uuid(struct text *t, __u8 *tr)
+{
+	__u8 u6 = (tr[6] & 0x0f) | 0x40, u8v = (tr[8] & 0x3f) | 0x80;
+	put8(t, hex8((__u32)tr[0] << 24 | (__u32)tr[1] << 16 | (__u32)tr[2] << 8 | tr[3]));
+	PUT(t, "-");
+	put8(t, hex8((__u32)tr[4] << 24 | (__u32)tr[5] << 16));
+	t->n -= 4;
+	PUT(t, "-");
+	put8(t, hex8((__u32)u6 << 24 | (__u32)tr[7] << 16));
+	t->n -= 4;
+	PUT(t, "-");
+	put8(t, hex8((__u32)u8v << 24 | (__u32)tr[9] << 16));
+	t->n -= 4;
+	PUT(t, "-");
+	put8(t, hex8((__u32)tr[10] << 24 | (__u32)tr[11] << 16 | (__u32)tr[12] << 8 | tr[13]));
+	put8(t, hex8((__u32)tr[14] << 24 | (__u32)tr[15] << 16));
+	t->n -= 4;
+}
+
+// ---- reading ----
+
+static __always_inline __u64 sock_of_fd(int fd)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt || fd < 0)
+		return 0;
+	unsigned int max = BPF_CORE_READ(fdt, max_fds);
+	if ((unsigned int)fd >= max)
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0 || !f)
+		return 0;
+	unsigned short mode = BPF_CORE_READ(f, f_inode, i_mode);
+	if ((mode & S_IFMT) != S_IFSOCK)
+		return 0;
+	struct socket *so = BPF_CORE_READ(f, private_data);
+	return (__u64)BPF_CORE_READ(so, sk);
+}
+
+static __always_inline void bind_request(struct conn *c, struct req *r)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (bpf_map_lookup_elem(&rd_gopids, &tgid)) {
+		struct gkey k = {.tgid = tgid, .g = cur_g()};
+		r->g = k.g;
+		bpf_map_update_elem(&rd_goroutines, &k, &r->span, BPF_ANY);
+	} else {
+		r->bound = tid;
+		bpf_map_update_elem(&rd_threads, &tid, &r->span, BPF_ANY);
+	}
+}
+
+static __always_inline void unbind_request(struct req *r)
+{
+	if (r->g) {
+		struct gkey k = {.tgid = r->tgid, .g = r->g};
+		__u64 *v = bpf_map_lookup_elem(&rd_goroutines, &k);
+		if (v && *v == r->span)
+			bpf_map_delete_elem(&rd_goroutines, &k);
+		r->g = 0;
+	}
+	if (r->bound) {
+		__u32 tid = r->bound;
+		__u64 *v = bpf_map_lookup_elem(&rd_threads, &tid);
+		if (v && *v == r->span)
+			bpf_map_delete_elem(&rd_threads, &tid);
+		r->bound = 0;
+	}
+}
+
+// end_request sends REQ_END for the request of an inbound connection and
+// forgets it.
+static __noinline void end_request(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+{
+	__u64 span = c->req;
+	if (!span)
+		return;
+	c->req = 0;
+	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
+	if (!r)
+		return;
+	unbind_request(r);
+	if (s) {
+		struct rd_event *ev = &s->ev;
+		ev_reset(ev, RD_EV_REQ_END, c, sk);
+		ev->flags |= flags | (r->flags & (RD_F_SAMPLED | RD_F_CTX));
+		__builtin_memcpy(ev->trace, r->trace, 16);
+		ev->span = r->span;
+		ev->parent = r->parent;
+		ev->start = r->start;
+		ev->local_ns = r->local_ns;
+		ev->net_ns = r->max_net;
+		ev->remote_ns = r->max_remote;
+		ev->status = c->rsp_status;
+		__u32 nt = r->ntids;
+		if (nt > RD_MAX_TIDS)
+			nt = RD_MAX_TIDS;
+		ev->ntids = nt;
+		for (int i = 0; i < RD_MAX_TIDS; i++)
+			ev->tids[i] = r->tids[i];
+		emit(ev);
+	}
+	bpf_map_delete_elem(&rd_reqs, &span);
+}
+
+// end_call sends CALL_END for the call of an outbound connection and folds
+// its waits into the request that made it (Mirage §4.2).
+static __noinline void end_call(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+{
+	__u64 span = c->call;
+	if (!span)
+		return;
+	c->call = 0;
+	__u64 now = bpf_ktime_get_ns();
+	__u64 client = now > c->call_start ? now - c->call_start : 0;
+	__u64 server = c->call_server * 1000;
+	__u64 net = 0, remote = c->call_wait * 1000;
+	if (c->call_flags & RD_F_TIMED)
+		net = client > server ? client - server : 0;
+	else
+		remote = 0;
+	if (c->call_parent) {
+		__u64 p = c->call_parent;
+		struct req *r = bpf_map_lookup_elem(&rd_reqs, &p);
+		if (r) {
+			if (net > r->max_net)
+				r->max_net = net;
+			if (remote > r->max_remote)
+				r->max_remote = remote;
+			if (!(flags & RD_F_CLOSED))
+				touch(r);
+		}
+	}
+	if ((c->call_flags & RD_F_OWN) || !s)
+		return; // the application reports its own span
+	struct rd_event *ev = &s->ev;
+	ev_reset(ev, RD_EV_CALL_END, c, sk);
+	ev->flags |= flags | (c->call_flags & (RD_F_TIMED | RD_F_SAMPLED | RD_F_UNBOUND));
+	__builtin_memcpy(ev->trace, c->call_trace, 16);
+	ev->span = span;
+	ev->parent = c->call_parent;
+	ev->start = c->call_start;
+	ev->net_ns = net;
+	ev->remote_ns = remote;
+	ev->server_ns = server;
+	ev->status = c->call_status;
+	ev->tids[0] = c->call_tid;
+	emit(ev);
+}
+
+// Complete request head read on an inbound connection: a SERVER span starts.
+static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
+{
+	struct hinfo *hi = &s->hi;
+	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
+	parse_head(&c->qhead, kept, hi);
+	if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
+		decode_xb3(&c->qhead, hi);
+	decode_framing(&c->qhead, hi);
+	if (c->req)
+		end_request(c, sk, RD_F_CLOSED, s); // a pipelined or unfinished predecessor
+	__u64 span = rand64();
+	if (bpf_map_update_elem(&rd_reqs, &span, &s->zreq, BPF_NOEXIST) < 0) {
+		stat(RD_STAT_NOREQ);
+		return;
+	}
+	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
+	if (!r)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	r->span = span;
+	r->sk = sk;
+	r->tgid = id >> 32;
+	r->start = c->rd.start;
+	r->seg_tid = (__u32)id;
+	r->seg_rd = run_delay();
+	r->tids[0] = (__u32)id;
+	r->ntids = 1;
+	if (hi->ctx_ok) {
+		__builtin_memcpy(r->trace, hi->trace, 16);
+		r->parent = hi->span;
+		r->flags = RD_F_CTX | (hi->sampled ? RD_F_SAMPLED : 0);
+		// tracestate goes with a W3C context only; a longer list than
+		// kept is not propagated.
+		__u32 n = hi->len[HX_TS];
+		if ((hi->has & HD_TRACEPARENT) && (hi->has & HD_TRACESTATE) && n > 0 && n <= RD_TS) {
+			struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_TS]), .n = OPQ(n), .dst = r->ts, .bad = ZERO};
+			bpf_loop(RD_TS, copy_ts_cb, &v, 0);
+			if (!v.bad)
+				r->ts_len = n;
+		}
+	} else {
+		__u64 a = rand64(), b = rand64();
+		__builtin_memcpy(r->trace, &a, 8);
+		__builtin_memcpy(r->trace + 8, &b, 8);
+		r->flags = RD_F_SAMPLED;
+	}
+	__u32 n = hi->len[HX_RID];
+	if ((hi->has & HD_RID) && n > 0 && n <= RD_RID) {
+		struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_RID]), .n = OPQ(n), .dst = r->rid, .bad = ZERO};
+		bpf_loop(RD_RID, copy_rid_cb, &v, 0);
+		if (!v.bad)
+			r->rid_len = n;
+	}
+	c->req = span;
+	c->rsp_status = 0;
+	c->rd.finals++;
+	bind_request(c, r);
+
+	struct rd_event *ev = &s->ev;
+	ev_reset(ev, RD_EV_REQ, c, sk);
+	ev->flags |= r->flags;
+	if (hlen > RD_HEAD)
+		ev->flags |= RD_F_CUT;
+	__builtin_memcpy(ev->trace, r->trace, 16);
+	ev->span = span;
+	ev->parent = r->parent;
+	ev->start = r->start;
+	ev->head_len = kept;
+	struct copy_ctx cc = {.dst = ev->head, .src = c->qhead.b, .doff = ZERO, .soff = ZERO, .n = OPQ(kept)};
+	bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
+	emit(ev);
+
+	// The request body: counted, or (chunked) until the response head.
+	c->rd.state = H_IDLE;
+	if (hi->has & HD_CHUNKED) {
+		c->rd.state = H_FLIP;
+		c->rd.flip = c->wr.finals;
+	} else if ((hi->has & HD_CL) && hi->cl > 0) {
+		c->rd.state = H_BODY;
+		c->rd.body = hi->cl;
+	}
+}
+
+// Complete response head read on an outbound connection.
+static __noinline void response_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
+{
+	struct hinfo *hi = &s->hi;
+	__u32 kept = hlen > RD_RHEAD ? RD_RHEAD : hlen;
+	parse_head(&c->shead, kept, hi);
+	decode_framing(&c->shead, hi);
+	decode_timing(&c->shead, hi);
+	c->rd.state = H_IDLE;
+	if (hi->status >= 100 && hi->status < 200)
+		return; // an interim response: another head follows
+	c->rd.finals++;
+	c->call_status = hi->status;
+	if (hi->has & HD_SERVERTIME) {
+		c->call_flags |= RD_F_TIMED;
+		c->call_server = hi->server_us;
+		c->call_wait = hi->wait_us;
+	}
+	if (c->head_req || hi->status == 204 || hi->status == 304) {
+		end_call(c, sk, 0, s);
+	} else if (hi->has & HD_CHUNKED) {
+		c->rd.state = H_CHUNK;
+		__builtin_memset(c->rd.tail, 0, 8);
+	} else if (hi->has & HD_CL) {
+		if (hi->cl == 0) {
+			end_call(c, sk, 0, s);
+		} else {
+			c->rd.state = H_BODY;
+			c->rd.body = hi->cl;
+		}
+	} else {
+		c->rd.state = H_CLOSE;
+	}
+}
+
+// Body of one direction finished (a counted, chunked or close-delimited body).
+static __always_inline void body_done(struct conn *c, __u64 sk, int is_write, __u32 flags, struct scratch *s)
+{
+	if (is_write) {
+		if (c->dir == DIR_IN)
+			end_request(c, sk, flags, s);
+	} else {
+		if (c->dir == DIR_OUT)
+			end_call(c, sk, flags, s);
+	}
+}
+
+// chunk_end tracks the last bytes of a chunked body; it reports whether
+// they are "0\r\n\r\n" (the last chunk with no trailer).
+static __always_inline int chunk_end(struct half *h, __u8 *data, __u32 from, __u32 to)
+{
+	__u32 n = to - from;
+	// Keep the last 5 bytes: shift the old tail by n and append.
+	__u8 t[5];
+	for (int k = 0; k < 5; k++) {
+		// byte k of the new tail is at stream offset (end - 5 + k)
+		__s32 back = 5 - k; // how far from the end
+		if ((__u32)back <= n)
+			t[k] = data[(to - back) & SCR_MASK];
+		else
+			t[k] = h->tail[(k + n) & 7];
+	}
+	for (int k = 0; k < 5; k++)
+		h->tail[k] = t[k];
+	return t[0] == '0' && t[1] == '\r' && t[2] == '\n' && t[3] == '\r' && t[4] == '\n';
+}
+
+// scan_head runs the head scanner over s->data[from:to) for one side of c
+// (is_write: what the service writes), appends the head bytes to the
+// connection's head buffer and returns the index where the head ends (to
+// when it does not end there). s->so gets: brk, the index of the head's
+// final line break (-1: not in this data); done, whether the head ended;
+// bad, whether it is not HTTP/1.x.
+static __noinline __u32 scan_head(struct conn *c, int is_write, struct scratch *s, __u32 from, __u32 to)
+{
+	if (!c || !s)
+		return to;
+	struct half *h = is_write ? &c->wr : &c->rd;
+	// Request heads: read on inbound connections, written on outbound ones.
+	int request = (c->dir == DIR_IN) != is_write;
+	struct scan_ctx sc = {.buf = s->data, .from = OPQ(from), .to = OPQ(to), .col = h->col, .lines = h->lines, .cr = OPQ(h->cr),
+			      .cr_at = M1, .end = M1, .brk = M1, .first = M1};
+	bpf_loop(SCR, scan_cb, &sc, 0);
+	__u32 end = sc.end >= 0 ? (__u32)sc.end : to;
+	__u32 n = end - from;
+	__u8 *hb = request ? c->qhead.b : c->shead.b;
+	__u32 room = h->len < RD_HEAD ? RD_HEAD - h->len : 0;
+	struct copy_ctx cc = {.dst = hb, .doff = OPQ(h->len), .src = s->data, .soff = OPQ(from), .n = OPQ(n < room ? n : room)};
+	bpf_loop(SCR, copy_in_cb, &cc, 0);
+	__u32 before = h->len;
+	h->len += n;
+	h->col = sc.col;
+	h->lines = sc.lines;
+	h->cr = sc.cr;
+	if (h->len > RD_HEAD)
+		h->cut = 1;
+	s->so.brk = sc.brk;
+	s->so.done = sc.end >= 0;
+	s->so.bad = 0;
+	if (sc.first >= 0) {
+		__u32 fl = before + (sc.first - from);
+		__u8 is_head = 0;
+		if (fl > RD_HEAD || !first_line_ok(hb, fl, request, &is_head))
+			s->so.bad = 1;
+		else if (request)
+			c->head_req = is_head;
+	} else if (h->lines == 0 && h->len > RD_HEAD) {
+		s->so.bad = 1; // a first line longer than we keep
+	}
+	if (h->len > MAX_HEAD)
+		s->so.bad = 1;
+	return end;
+}
+
+// One read being followed, in SCR-byte steps.
+struct read_ctx {
+	struct conn *c;
+	struct scratch *s;
+	__u64 sk;
+	__u64 ubuf;
+	__u64 ts;
+	__u32 n;
+	__u32 off;
+};
+
+// read_step follows the next piece of a read: a body skipped without
+// copying, or up to SCR bytes copied and scanned as (part of) a head.
+static long read_step(__u32 i, struct read_ctx *x)
+{
+	struct conn *c = x->c;
+	struct scratch *s = x->s;
+	struct half *h = &c->rd;
+	__u64 sk = x->sk;
+	if (x->off >= x->n || h->state == H_OPAQUE)
+		return 1;
+	__u32 left = x->n - x->off;
+	if (h->state == H_BODY) {
+		__u32 k = left < h->body ? left : (__u32)h->body;
+		h->body -= k;
+		x->off += k;
+		if (h->body == 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, 0, 0, s);
+		}
+		return 0;
+	}
+	if (h->state == H_FLIP) {
+		if (c->wr.finals == h->flip)
+			return 1; // all of it is body
+		h->state = H_IDLE;
+	}
+	if (h->state == H_CLOSE)
+		return 1;
+	__u32 m = left < SCR ? left : SCR;
+	__u64 sz = m;
+	asm volatile("" : "+r"(sz));
+	sz &= SCR_MASK | SCR;
+	if (sz > SCR)
+		sz = SCR;
+	if (bpf_probe_read_user(s->data, sz, (void *)(x->ubuf + x->off)) < 0)
+		return 1;
+	if (h->state == H_CHUNK) {
+		if (chunk_end(h, s->data, 0, m)) {
+			h->state = H_IDLE;
+			body_done(c, sk, 0, 0, s);
+		}
+		x->off += m;
+		return 0;
+	}
+	__u32 p = 0;
+	if (h->state == H_IDLE) {
+		// Line breaks between messages are skipped (RFC 9112 §2.2).
+		for (int k = 0; k < 4; k++) {
+			if (p < m && (s->data[p & SCR_MASK] == '\r' || s->data[p & SCR_MASK] == '\n'))
+				p++;
+		}
+		if (p >= m) {
+			x->off += m;
+			return 0;
+		}
+		__u8 b = s->data[p & SCR_MASK];
+		int request = c->dir == DIR_IN;
+		if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
+			if (c->wr.finals == 0 && c->rd.finals == 0)
+				make_opaque(c, sk, s); // the first message is not HTTP/1.x
+			return 1;            // else: bytes of a body we lost track of
+		}
+		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
+		h->state = H_HEAD;
+		h->start = x->ts;
+	}
+	__u32 end = scan_head(c, 0, s, p, m);
+	if (s->so.bad) {
+		make_opaque(c, sk, s);
+		return 1;
+	}
+	x->off += end;
+	if (!s->so.done)
+		return 0;
+	if (c->dir == DIR_IN)
+		request_read(c, sk, s, h->len);
+	else
+		response_read(c, sk, s, h->len);
+	return 0;
+}
+
+
+struct sys_enter_ctx {
+	__u64 _common;
+	__s32 nr;
+	__u32 _pad;
+	__u64 args[6];
+};
+
+struct sys_exit_ctx {
+	__u64 _common;
+	__s32 nr;
+	__u32 _pad;
+	__s64 ret;
+};
+
+static __always_inline void read_enter(__s32 fd, __u64 buf, __u32 iovcnt)
+{
+	if (!ours())
+		return;
+	__u64 sk = sock_of_fd(fd);
+	if (!sk || !bpf_map_lookup_elem(&rd_conns, &sk))
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct infl in = {.sk = sk, .buf = buf, .iovcnt = iovcnt};
+	bpf_map_update_elem(&rd_inflight, &id, &in, BPF_ANY);
+}
+
+// The buffers of one read: a flat buffer (iovcnt 0) or up to 4 iovecs.
+struct iov_ctx {
+	struct conn *c;
+	struct scratch *s;
+	__u64 sk;
+	__u64 buf;
+	__u64 iovcnt;
+	__u64 left;
+	__u64 ts;
+};
+
+static long iov_cb(__u32 i, struct iov_ctx *x)
+{
+	if (!x->left)
+		return 1;
+	struct iovec_u v = {.base = x->buf, .len = x->left};
+	if (x->iovcnt) {
+		if (i >= x->iovcnt ||
+		    bpf_probe_read_user(&v, sizeof(v), (void *)(x->buf + i * sizeof(v))) < 0)
+			return 1;
+	} else if (i > 0) {
+		return 1;
+	}
+	__u64 k = v.len < x->left ? v.len : x->left;
+	struct read_ctx r = {.c = x->c, .s = x->s, .sk = x->sk, .ubuf = v.base, .ts = x->ts, .n = OPQ(k), .off = ZERO};
+	bpf_loop(64, read_step, &r, 0);
+	x->left -= k;
+	return 0;
+}
+
+// One program per entry (a tracepoint program may not read past its
+// record, and the records differ), one for all their exits.
+SEC("tracepoint/syscalls/sys_enter_read")
+int rd_enter_read(struct sys_enter_ctx *ctx)
+{
+	read_enter(ctx->args[0], ctx->args[1], 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_recvfrom")
+int rd_enter_recvfrom(struct sys_enter_ctx *ctx)
+{
+	if (!(ctx->args[3] & MSG_PEEK)) // peeked bytes will be read again
+		read_enter(ctx->args[0], ctx->args[1], 0);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_readv")
+int rd_enter_readv(struct sys_enter_ctx *ctx)
+{
+	if (ctx->args[2])
+		read_enter(ctx->args[0], ctx->args[1], ctx->args[2]);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_recvmsg")
+int rd_enter_recvmsg(struct sys_enter_ctx *ctx)
+{
+	if (ctx->args[2] & MSG_PEEK)
+		return 0;
+	struct user_msghdr_u mh;
+	if (bpf_probe_read_user(&mh, sizeof(mh), (void *)ctx->args[1]) < 0 || mh.iovlen == 0)
+		return 0;
+	read_enter(ctx->args[0], mh.iov, mh.iovlen);
+	return 0;
+}
+
+// One program for their exit.
+SEC("tracepoint/syscalls/sys_exit_read")
+int rd_read_exit(struct sys_exit_ctx *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct infl *inp = bpf_map_lookup_elem(&rd_inflight, &id);
+	if (!inp)
+		return 0;
+	struct infl in = *inp;
+	bpf_map_delete_elem(&rd_inflight, &id);
+	struct conn *c = bpf_map_lookup_elem(&rd_conns, &in.sk);
+	struct scratch *s = scratch();
+	if (!c || !s)
+		return 0;
+	__s64 ret = ctx->ret;
+	__u64 ts = bpf_ktime_get_ns();
+	if (ret == 0) {
+		// EOF: a close-delimited body ends.
+		if (c->rd.state == H_CLOSE) {
+			c->rd.state = H_IDLE;
+			body_done(c, in.sk, 0, 0, s);
+		}
+		return 0;
+	}
+	if (ret < 0)
+		return 0;
+	struct iov_ctx x = {.c = c, .s = s, .sk = in.sk, .buf = in.buf, .iovcnt = OPQ(in.iovcnt), .left = OPQ(ret), .ts = ts};
+	bpf_loop(4, iov_cb, &x, 0);
+	if (x.left)
+		make_opaque(c, in.sk, s); // more iovecs than followed: the stream is lost
+	return 0;
+}
+
+// ---- writing ----
+
+// The request the writing thread or goroutine services (0: none).
+static __always_inline __u64 current_request(__u32 tgid, __u32 tid)
+{
+	if (bpf_map_lookup_elem(&rd_gopids, &tgid)) {
+		struct gkey k = {.tgid = tgid, .g = cur_g()};
+		__u64 *v = bpf_map_lookup_elem(&rd_gowrites, &k);
+		if (v) {
+			__u64 span = *v;
+			bpf_map_delete_elem(&rd_gowrites, &k);
+			return span;
+		}
+		v = bpf_map_lookup_elem(&rd_goroutines, &k);
+		return v ? *v : 0;
+	}
+	__u64 *v = bpf_map_lookup_elem(&rd_threads, &tid);
+	return v ? *v : 0;
+}
+
+// room_for reports whether the socket's send buffer takes n more bytes at
+// once. The kernel's byte count for a write that got lines is only right if
+// the write is queued whole: after a partial send it would subtract the
+// unsent bytes, inserted ones included, from the application's count.
+static __always_inline int room_for(struct conn *c, __u32 n)
+{
+	struct sock *sk = (struct sock *)c->addr;
+	int sndbuf = 0, queued = 0;
+	if (bpf_core_read(&sndbuf, sizeof(sndbuf), &sk->sk_sndbuf) < 0 ||
+	    bpf_core_read(&queued, sizeof(queued), &sk->sk_wmem_queued) < 0)
+		return 0;
+	// skb overhead: count every byte twice
+	return sndbuf - queued > (int)(2 * n + 4096);
+}
+
+static __always_inline void skip(struct conn *c, __u64 sk, __u32 why)
+{
+	stat(RD_STAT_SKIP);
+	struct scratch *s = scratch();
+	if (!s)
+		return;
+	ev_reset(&s->ev, RD_EV_SKIP, c, sk);
+	s->ev.status = why;
+	emit(&s->ev);
+}
+
+struct ins_ctx {
+	__u8 *d;
+	__u8 *e;
+	__u8 *text;
+	__u32 n;
+	__u32 k;
+};
+
+// Helpers may not write packets: one byte at a time.
+static long ins_cb(__u32 i, struct ins_ctx *x)
+{
+	if (i >= x->n)
+		return 1;
+	__u8 *w = x->d + (i & TEXT_MASK);
+	if (w + 1 > x->e)
+		return 1;
+	*w = x->text[i & TEXT_MASK];
+	x->k = i + 1;
+	return 0;
+}
+
+// insert puts the text's n bytes at offset at of the message.
+static __noinline int insert(struct sk_msg_md *msg, __u32 at, __u8 *text, __u32 n)
+{
+	if (n == 0 || n > TEXT)
+		return 0;
+	if (bpf_msg_push_data(msg, at, n, 0) < 0)
+		return -1;
+	if (bpf_msg_pull_data(msg, at, at + n, 0) < 0)
+		return -1;
+	struct ins_ctx x = {.d = msg->data, .e = msg->data_end, .text = text, .n = OPQ(n), .k = ZERO};
+	bpf_loop(TEXT, ins_cb, &x, 0);
+	if (x.k != n)
+		return -1;
+	return 0;
+}
+
+// request_lines builds what a request head from the request r (NULL: none)
+// gets: the propagation headers of httpstream.AppendInjectHeaders.
+
+static __noinline __u32 request_lines(struct text *t, struct req *r, struct call_ids *ci, struct hinfo *hi)
+{
+	__u8 *trace = ci->trace;
+	__u64 span = ci->span, parent = ci->parent;
+	__u8 sampled = ci->sampled;
+	int instrumented = hi->has & (HD_TRACEPARENT | HD_B3 | HD_B3TRACE | HD_B3SPAN);
+	if (!instrumented) {
+		__u8 smp = sampled ? '1' : '0';
+		PUT(t, "traceparent: 00-");
+		put_hex(t, trace, 16);
+		PUT(t, "-");
+		put_span(t, span);
+		PUT(t, "-0");
+		put(t, (const char *)&smp, 1);
+		PUT(t, "\r\n");
+		if (r && r->ts_len > 0 && !(hi->has & HD_TRACESTATE)) {
+			PUT(t, "tracestate: ");
+			struct put_ctx p = {.src = r->ts, .n = OPQ(r->ts_len), .text = t->b, .at = OPQ(t->n)};
+			bpf_loop(RD_TS, put_ts_cb, &p, 0);
+			t->n += p.n;
+			PUT(t, "\r\n");
+		}
+		PUT(t, "b3: ");
+		put_hex(t, trace, 16);
+		PUT(t, "-");
+		put_span(t, span);
+		PUT(t, "-");
+		put(t, (const char *)&smp, 1);
+		if (parent) {
+			PUT(t, "-");
+			put_span(t, parent);
+		}
+		PUT(t, "\r\nx-b3-traceid: ");
+		put_hex(t, trace, 16);
+		PUT(t, "\r\nx-b3-spanid: ");
+		put_span(t, span);
+		PUT(t, "\r\n");
+		if (parent && !(hi->has & HD_B3PARENT)) {
+			PUT(t, "x-b3-parentspanid: ");
+			put_span(t, parent);
+			PUT(t, "\r\n");
+		}
+		if (!(hi->has & (HD_B3SAMPLED | HD_B3FLAGS))) {
+			PUT(t, "x-b3-sampled: ");
+			put(t, (const char *)&smp, 1);
+			PUT(t, "\r\n");
+		}
+	}
+	if (!(hi->has & HD_RID)) {
+		PUT(t, "x-request-id: ");
+		if (r && r->rid_len > 0) {
+			struct put_ctx p = {.src = r->rid, .n = OPQ(r->rid_len), .text = t->b, .at = OPQ(t->n)};
+			bpf_loop(RD_RID, put_rid_cb, &p, 0);
+			t->n += p.n;
+		} else {
+			put_uuid(t, trace);
+		}
+		PUT(t, "\r\n");
+	}
+	return t->n;
+}
+
+// Complete request head written on an outbound connection: a CLIENT span.
+static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
+{
+	struct hinfo *hi = &s->hi;
+	__u32 hlen = c->wr.len;
+	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
+	parse_head(&c->qhead, kept, hi);
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	__u64 parent = current_request(tgid, tid);
+	struct req *r = 0;
+	if (parent) {
+		r = bpf_map_lookup_elem(&rd_reqs, &parent);
+		if (!r)
+			parent = 0;
+	}
+	struct call_ids *ci = &s->ci;
+	ci->span = rand64();
+	ci->parent = parent;
+	ci->sampled = 1;
+	__u32 flags = 0;
+	if (r) {
+		__builtin_memcpy(ci->trace, r->trace, 16);
+		ci->sampled = (r->flags & RD_F_SAMPLED) != 0;
+		touch(r);
+	} else {
+		__u64 a = rand64(), b = rand64();
+		__builtin_memcpy(ci->trace, &a, 8);
+		__builtin_memcpy(ci->trace + 8, &b, 8);
+		flags |= RD_F_UNBOUND;
+	}
+	if (ci->sampled)
+		flags |= RD_F_SAMPLED;
+	if (hi->has & (HD_TRACEPARENT | HD_B3 | HD_B3TRACE | HD_B3SPAN))
+		flags |= RD_F_OWN;
+
+	struct text t = {.b = s->text};
+	request_lines(&t, r, ci, hi);
+	if (t.n > 0) {
+		if (brk < 0)
+			skip(c, sk, RD_SKIP_SPLIT);
+		else if (!room_for(c, msg->size + t.n))
+			skip(c, sk, RD_SKIP_SNDBUF);
+		else if (insert(msg, brk, s->text, t.n) < 0)
+			skip(c, sk, RD_SKIP_PUSH);
+		else {
+			flags |= RD_F_INJECTED;
+			stat(RD_STAT_INJECT);
+		}
+	}
+	c->call = ci->span;
+	c->call_parent = parent;
+	c->call_start = c->wr.start;
+	c->call_tid = tid;
+	c->call_flags = flags;
+	c->call_status = 0;
+	c->call_server = 0;
+	c->call_wait = 0;
+	__builtin_memcpy(c->call_trace, ci->trace, 16);
+
+	if (!(flags & RD_F_OWN)) {
+		struct rd_event *ev = &s->ev;
+		ev_reset(ev, RD_EV_CALL, c, sk);
+		ev->flags |= flags;
+		if (hlen > RD_HEAD)
+			ev->flags |= RD_F_CUT;
+		__builtin_memcpy(ev->trace, c->call_trace, 16);
+		ev->span = c->call;
+		ev->parent = parent;
+		ev->start = c->wr.start;
+		ev->head_len = kept;
+		struct copy_ctx cc = {.dst = ev->head, .src = c->qhead.b, .doff = ZERO, .soff = ZERO, .n = OPQ(kept)};
+		bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
+		emit(ev);
+	}
+	// The body lasts until the (final) response head is read.
+	c->wr.finals++;
+	c->wr.state = H_FLIP;
+	c->wr.flip = c->rd.finals;
+}
+
+// Complete response head written on an inbound connection.
+static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
+{
+	struct hinfo *hi = &s->hi;
+	__u32 kept = c->wr.len > RD_RHEAD ? RD_RHEAD : c->wr.len;
+	parse_head(&c->shead, kept, hi);
+	decode_framing(&c->shead, hi);
+	c->wr.state = H_IDLE;
+	if (hi->status >= 100 && hi->status < 200)
+		return; // interim: the final response follows
+	c->wr.finals++;
+	c->rsp_status = hi->status;
+	__u64 span = c->req;
+	struct req *r = span ? bpf_map_lookup_elem(&rd_reqs, &span) : 0;
+	if (r) {
+		touch(r);
+		unbind_request(r);
+		if (!(hi->has & (HD_SERVERTIME | HD_WAIT))) {
+			__u64 now = bpf_ktime_get_ns();
+			struct text t = {.b = s->text};
+			PUT(&t, "rootline-server-time: ");
+			put_num(&t, now > r->start ? (now - r->start) / 1000 : 0);
+			PUT(&t, "\r\nrootline-wait: ");
+			put_num(&t, r->local_ns / 1000);
+			PUT(&t, ";kind=local, ");
+			put_num(&t, r->max_net / 1000);
+			PUT(&t, ";kind=net, ");
+			put_num(&t, r->max_remote / 1000);
+			PUT(&t, ";kind=remote\r\n");
+			if (brk < 0)
+				skip(c, sk, RD_SKIP_SPLIT);
+			else if (!room_for(c, msg->size + t.n))
+				skip(c, sk, RD_SKIP_SNDBUF);
+			else if (insert(msg, brk, s->text, t.n) < 0)
+				skip(c, sk, RD_SKIP_PUSH);
+			else
+				stat(RD_STAT_INJECT);
+		}
+	}
+	if (c->head_req || hi->status == 204 || hi->status == 304) {
+		c->head_req = 0;
+		end_request(c, sk, 0, s);
+	} else if (hi->has & HD_CHUNKED) {
+		c->wr.state = H_CHUNK;
+		__builtin_memset(c->wr.tail, 0, 8);
+	} else if (hi->has & HD_CL) {
+		if (hi->cl == 0) {
+			end_request(c, sk, 0, s);
+		} else {
+			c->wr.state = H_BODY;
+			c->wr.body = hi->cl;
+		}
+	} else {
+		c->wr.state = H_CLOSE;
+	}
+}
+
+// One write being followed, in SCR-byte steps.
+struct msg_ctx {
+	struct sk_msg_md *msg;
+	struct conn *c;
+	struct scratch *s;
+	__u64 sk;
+	__u64 ts;
+	__u32 size;
+	__u32 off;
+};
+
+static long msg_step(__u32 i, struct msg_ctx *x)
+{
+	struct sk_msg_md *msg = x->msg;
+	struct conn *c = x->c;
+	struct scratch *s = x->s;
+	struct half *h = &c->wr;
+	__u64 sk = x->sk;
+	if (x->off >= x->size || h->state == H_OPAQUE)
+		return 1;
+	__u32 left = x->size - x->off;
+	if (h->state == H_BODY) {
+		__u32 k = left < h->body ? left : (__u32)h->body;
+		h->body -= k;
+		x->off += k;
+		if (h->body == 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, 1, 0, s);
+		}
+		return 0;
+	}
+	if (h->state == H_FLIP) {
+		if (c->rd.finals == h->flip)
+			return 1;
+		h->state = H_IDLE;
+	}
+	if (h->state == H_CLOSE)
+		return 1;
+	__u32 m = left < SCR ? left : SCR;
+	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
+		return 1;
+	__u8 *d = msg->data, *e = msg->data_end;
+	__u64 avail = (__u64)(e - d);
+	if (avail < m)
+		m = avail;
+	__u64 sz = m;
+	asm volatile("" : "+r"(sz));
+	sz &= SCR_MASK | SCR;
+	if (sz > SCR)
+		sz = SCR;
+	if (sz == 0 || bpf_probe_read_kernel(s->data, sz, d) < 0)
+		return 1;
+	m = sz;
+	if (h->state == H_CHUNK) {
+		if (chunk_end(h, s->data, 0, m)) {
+			h->state = H_IDLE;
+			body_done(c, sk, 1, 0, s);
+		}
+		x->off += m;
+		return 0;
+	}
+	__u32 p = 0;
+	if (h->state == H_IDLE) {
+		for (int k = 0; k < 4; k++) {
+			if (p < m && (s->data[p & SCR_MASK] == '\r' || s->data[p & SCR_MASK] == '\n'))
+				p++;
+		}
+		if (p >= m) {
+			x->off += m;
+			return 0;
+		}
+		__u8 b = s->data[p & SCR_MASK];
+		int request = c->dir == DIR_OUT;
+		if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
+			if (c->wr.finals == 0 && c->rd.finals == 0)
+				make_opaque(c, sk, s); // the first message is not HTTP/1.x
+			return 1;            // else: bytes of a body we lost track of
+		}
+		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
+		h->state = H_HEAD;
+		h->start = x->ts;
+	}
+	__u32 end = scan_head(c, 1, s, p, m);
+	if (s->so.bad) {
+		make_opaque(c, sk, s);
+		return 1;
+	}
+	if (!s->so.done) {
+		x->off += end;
+		return 0;
+	}
+	// brk indexes this step's data; the insertion offset is in the
+	// message. A head that began in an earlier write still gets its lines
+	// before its final line break, unless that break began there too.
+	__s32 brk = s->so.brk;
+	__s32 at = brk >= 0 ? (__s32)(x->off + brk) : -1;
+	if (c->dir == DIR_OUT)
+		request_written(msg, c, sk, s, at);
+	else
+		response_written(msg, c, sk, s, at);
+	// What was inserted shifts the rest of the message.
+	__u32 grown = msg->size - x->size;
+	x->size = msg->size;
+	x->off += end + grown;
+	return 0;
+}
+
+SEC("sk_msg")
+int rd_msg(struct sk_msg_md *msg)
+{
+	__u64 sk = (__u64)msg->sk;
+	struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
+	if (!c || c->wr.state == H_OPAQUE)
+		return SK_PASS;
+	struct scratch *s = scratch();
+	if (!s)
+		return SK_PASS;
+	struct msg_ctx x = {.msg = msg, .c = c, .s = s, .sk = sk, .ts = bpf_ktime_get_ns(), .size = OPQ(msg->size), .off = ZERO};
+	bpf_loop(16, msg_step, &x, 0);
+	return SK_PASS;
+}
+
+// ---- connections ----
+
+SEC("sockops")
+int rd_sockops(struct bpf_sock_ops *skops)
+{
+	__u32 op = skops->op;
+	struct bpf_sock *bsk = skops->sk;
+	if (!bsk)
+		return 1;
+	__u64 sk = (__u64)bsk;
+	struct scratch *s = scratch_at(1);
+	if (!s)
+		return 1;
+	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		__u32 family = skops->family;
+		if (family != AF_INET && family != AF_INET6)
+			return 1;
+		if (bpf_map_update_elem(&rd_conns, &sk, &s->zconn, BPF_ANY) < 0) {
+			stat(RD_STAT_NOCONN);
+			return 1;
+		}
+		struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
+		if (!c)
+			return 1;
+		c->addr = sk;
+		c->dir = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? DIR_OUT : DIR_IN;
+		c->family = family;
+		c->lport = skops->local_port;
+		c->rport = bpf_ntohl(skops->remote_port);
+		if (family == AF_INET) {
+			c->raddr[0] = skops->remote_ip4;
+		} else {
+			c->raddr[0] = skops->remote_ip6[0];
+			c->raddr[1] = skops->remote_ip6[1];
+			c->raddr[2] = skops->remote_ip6[2];
+			c->raddr[3] = skops->remote_ip6[3];
+		}
+		if (bpf_sock_hash_update(skops, &rd_socks, &sk, BPF_ANY) < 0) {
+			bpf_map_delete_elem(&rd_conns, &sk);
+			stat(RD_STAT_NOCONN);
+			return 1;
+		}
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_STATE_CB && skops->args[1] == BPF_TCP_CLOSE) {
+		struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
+		if (!c)
+			return 1;
+		int closed_body = c->dir == DIR_IN ? c->wr.state == H_CLOSE : c->rd.state == H_CLOSE;
+		if (c->dir == DIR_IN)
+			end_request(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
+		else
+			end_call(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
+		bpf_map_delete_elem(&rd_conns, &sk);
+	}
+	return 1;
+}
+
+// ---- threads and processes ----
+
+// A thread or process started while servicing a request works for it.
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(rd_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (!ours())
+		return 0;
+	__u32 ptid = parent->pid, ctid = child->pid;
+	__u64 *v = bpf_map_lookup_elem(&rd_threads, &ptid);
+	if (v) {
+		__u64 span = *v;
+		bpf_map_update_elem(&rd_threads, &ctid, &span, BPF_ANY);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(rd_exit, struct task_struct *p)
+{
+	if (!ours())
+		return 0;
+	__u32 tid = p->pid, tgid = p->tgid;
+	bpf_map_delete_elem(&rd_threads, &tid);
+	if (tid == tgid)
+		bpf_map_delete_elem(&rd_gopids, &tgid);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(rd_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm)
+{
+	if (!ours())
+		return 0;
+	struct scratch *s = scratch();
+	if (!s)
+		return 0;
+	struct rd_event *ev = &s->ev;
+	ev_reset(ev, RD_EV_EXEC, 0, 0);
+	int n = bpf_probe_read_kernel_str(ev->head, 256, BPF_CORE_READ(bprm, filename));
+	ev->head_len = n > 0 ? n : 0;
+	emit(ev);
+	return 0;
+}
+
+// ---- Go net/http client hand-off ----
+
+// net/http.(*persistConn).roundTrip(pc, req *transportRequest) on the
+// calling goroutine: transportRequest's first field is the *Request.
+SEC("uprobe")
+int rd_go_roundtrip(struct pt_regs *ctx)
+{
+	if (!ours())
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct gkey gk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, r14)};
+	__u64 *span = bpf_map_lookup_elem(&rd_goroutines, &gk);
+	if (!span)
+		return 0;
+	__u64 v = *span;
+	__u64 treq = BPF_CORE_READ(ctx, bx);
+	__u64 req = 0;
+	if (bpf_probe_read_user(&req, sizeof(req), (void *)treq) < 0 || !req)
+		return 0;
+	struct gkey rk = {.tgid = tgid, .g = req};
+	bpf_map_update_elem(&rd_goreqs, &rk, &v, BPF_ANY);
+	return 0;
+}
+
+// net/http.(*Request).write(r, …) on the connection's writeLoop goroutine.
+SEC("uprobe")
+int rd_go_reqwrite(struct pt_regs *ctx)
+{
+	if (!ours())
+		return 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct gkey rk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, ax)};
+	__u64 *span = bpf_map_lookup_elem(&rd_goreqs, &rk);
+	if (!span)
+		return 0;
+	__u64 v = *span;
+	struct gkey gk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, r14)};
+	bpf_map_update_elem(&rd_gowrites, &gk, &v, BPF_ANY);
+	return 0;
+}

@@ -1,0 +1,428 @@
+//go:build linux
+
+package datapath
+
+import (
+	"debug/elf"
+	"debug/gosym"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultRingBytes is the events ring buffer: spans wait there until user
+// space reads them (every 100 ms, or sooner when 64 KiB are pending).
+const DefaultRingBytes = 4 << 20
+
+// Config configures Open.
+type Config struct {
+	// Cgroup is the cgroup v2 directory the service runs in (see
+	// NewCgroup); only its processes are followed.
+	Cgroup string
+	// RingBytes is the events ring buffer size (a power of two ≥ 4096);
+	// 0 means DefaultRingBytes.
+	RingBytes int
+}
+
+// Datapath is the loaded datapath of one `rootline run`. Read runs on one
+// goroutine; AddGo, Stats and Close may be called from any.
+type Datapath struct {
+	objs  runDatapathObjects
+	links []link.Link
+	rd    *ringbuf.Reader
+
+	mu     sync.Mutex
+	probed map[string]error // executables given Go probes
+	closed bool
+}
+
+// Open loads the programs and attaches them to the cgroup cfg.Cgroup.
+func Open(cfg Config) (*Datapath, error) {
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.RingBytes < 4096 || cfg.RingBytes&(cfg.RingBytes-1) != 0 {
+		return nil, fmt.Errorf("datapath: ring buffer size %d is not a power of two ≥ 4096", cfg.RingBytes)
+	}
+	id, err := CgroupID(cfg.Cgroup)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec, err := loadRunDatapath()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	spec.Maps["rd_events"].MaxEntries = uint32(cfg.RingBytes)
+	if err := spec.Variables["rd_cgroup"].Set(id); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	d := &Datapath{probed: map[string]error{}}
+	if err := spec.LoadAndAssign(&d.objs, loadOptions()); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("%w: load BPF: %+v", ErrUnavailable, ve)
+		}
+		return nil, fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
+	}
+	fail := func(what string, err error) (*Datapath, error) {
+		d.Close()
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	ensureTracefs()
+	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+		Target: d.objs.RdSocks.FD(), Program: d.objs.RdMsg, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
+		return fail("attach sk_msg", err)
+	}
+	for _, a := range []struct {
+		group, name string
+		prog        *ebpf.Program
+	}{
+		{"syscalls", "sys_enter_read", d.objs.RdEnterRead}, {"syscalls", "sys_exit_read", d.objs.RdReadExit},
+		{"syscalls", "sys_enter_recvfrom", d.objs.RdEnterRecvfrom}, {"syscalls", "sys_exit_recvfrom", d.objs.RdReadExit},
+		{"syscalls", "sys_enter_readv", d.objs.RdEnterReadv}, {"syscalls", "sys_exit_readv", d.objs.RdReadExit},
+		{"syscalls", "sys_enter_recvmsg", d.objs.RdEnterRecvmsg}, {"syscalls", "sys_exit_recvmsg", d.objs.RdReadExit},
+	} {
+		l, err := link.Tracepoint(a.group, a.name, a.prog, nil)
+		if err != nil {
+			return fail("attach "+a.group+":"+a.name, err)
+		}
+		d.links = append(d.links, l)
+	}
+	for _, p := range []*ebpf.Program{d.objs.RdFork, d.objs.RdExit, d.objs.RdExec} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			return fail("attach "+p.String(), err)
+		}
+		d.links = append(d.links, l)
+	}
+	// sock_ops last: from here on connections are followed.
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: d.objs.RdSockops})
+	if err != nil {
+		return fail("attach sock_ops to "+cfg.Cgroup, err)
+	}
+	d.links = append(d.links, l)
+	if d.rd, err = ringbuf.NewReader(d.objs.RdEvents); err != nil {
+		return fail("ring buffer", err)
+	}
+	return d, nil
+}
+
+// ensureTracefs mounts tracefs where the tracepoint API looks for it, if
+// nothing is there (some machines do not mount it).
+func ensureTracefs() {
+	if _, err := os.Stat("/sys/kernel/tracing/events"); err == nil {
+		return
+	}
+	_ = unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, "")
+}
+
+// Close detaches the programs; the service keeps running, untraced.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	var errs []error
+	for i := len(d.links) - 1; i >= 0; i-- {
+		errs = append(errs, d.links[i].Close())
+	}
+	if d.rd != nil {
+		errs = append(errs, d.rd.Close())
+	}
+	if d.objs.RdSocks != nil {
+		// Connections leave the sockhash (and tcp_bpf) as they close; the
+		// map goes with the last reference.
+		_ = link.RawDetachProgram(link.RawDetachProgramOptions{
+			Target: d.objs.RdSocks.FD(), Program: d.objs.RdMsg, Attach: ebpf.AttachSkMsgVerdict})
+	}
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Go functions probed for the net/http client hand-off.
+const (
+	goRoundTrip = "net/http.(*persistConn).roundTrip"
+	goReqWrite  = "net/http.(*Request).write"
+)
+
+// AddGo binds the requests of Go process pid to goroutines and, once per
+// executable, puts the net/http client probes on exe. It reports whether
+// the probes are there (a Go program without net/http's client, or a
+// stripped one without .gopclntab, has none: its calls are then made
+// outside any request).
+func (d *Datapath) AddGo(pid int, exe string) (bool, error) {
+	one := uint8(1)
+	if err := d.objs.RdGopids.Put(uint32(pid), one); err != nil {
+		return false, fmt.Errorf("datapath: mark %d as Go: %w", pid, err)
+	}
+	real, err := filepath.EvalSymlinks(exe)
+	if err != nil {
+		real = exe
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err, ok := d.probed[real]; ok {
+		return err == nil, err
+	}
+	err = d.probeGo(real)
+	d.probed[real] = err
+	return err == nil, err
+}
+
+var errNoHTTPClient = errors.New("no net/http client in the executable")
+
+func (d *Datapath) probeGo(exe string) error {
+	f, err := elf.Open(exe)
+	if err != nil {
+		return err
+	}
+	addrs := GoFunctions(f, []string{goRoundTrip, goReqWrite})
+	f.Close()
+	if len(addrs) < 2 {
+		return errNoHTTPClient
+	}
+	x, err := link.OpenExecutable(exe)
+	if err != nil {
+		return err
+	}
+	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.objs.RdGoRoundtrip, goReqWrite: d.objs.RdGoReqwrite} {
+		// Address overrides the symbol lookup (stripped binaries), the
+		// offset is from the function's entry: the probe is on its first
+		// instruction, where the arguments are still in their registers.
+		l, err := x.Uprobe(name, prog, &link.UprobeOptions{Address: addrs[name]})
+		if err != nil {
+			return fmt.Errorf("uprobe %s: %w", name, err)
+		}
+		d.links = append(d.links, l)
+	}
+	return nil
+}
+
+// IsGo reports whether the executable is a Go program.
+func IsGo(exe string) bool {
+	f, err := elf.Open(exe)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return f.Section(".go.buildinfo") != nil || f.Section(".gopclntab") != nil
+}
+
+// Stats reads the programs' counters.
+func (d *Datapath) Stats() Stats {
+	var st Stats
+	get := func(i uint32) uint64 {
+		var per []uint64
+		if err := d.objs.RdStats.Lookup(i, &per); err != nil {
+			return 0
+		}
+		var n uint64
+		for _, v := range per {
+			n += v
+		}
+		return n
+	}
+	st.Lost, st.NoConn, st.Injected, st.Skipped, st.Opaque, st.NoReq = get(0), get(1), get(2), get(3), get(4), get(5)
+	return st
+}
+
+// Read calls fn with every event, in order, until Close. The events ring
+// buffer is read at least every poll.
+func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
+	var rec ringbuf.Record
+	var ev Event
+	tids := make([]int, 0, 8)
+	d.rd.SetDeadline(time.Now().Add(poll))
+	for {
+		err := d.rd.ReadInto(&rec)
+		switch {
+		case errors.Is(err, ringbuf.ErrClosed):
+			return nil
+		case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
+			d.rd.SetDeadline(time.Now().Add(poll))
+			continue
+		case err != nil:
+			return fmt.Errorf("datapath: %w", err)
+		}
+		if decode(rec.RawSample, &ev, tids[:0]) {
+			fn(&ev)
+		}
+	}
+}
+
+const headOff = int(unsafe.Offsetof(runDatapathRdEvent{}.Head))
+
+// decode fills ev from a raw struct rd_event (bpf/run_datapath.h).
+func decode(b []byte, ev *Event, tids []int) bool {
+	if len(b) < headOff {
+		return false
+	}
+	r := (*runDatapathRdEvent)(unsafe.Pointer(&b[0]))
+	*ev = Event{
+		Type: r.Type, Flags: r.Flags, Tgid: int(r.Tgid), Tid: int(r.Tid), Mono: int64(r.Ts), Conn: r.Sk,
+		TraceID: r.Trace, SpanID: r.Span, ParentID: r.Parent, StartMono: int64(r.Start),
+		Local: time.Duration(r.LocalNs), Net: time.Duration(r.NetNs), Remote: time.Duration(r.RemoteNs),
+		ServerTime: time.Duration(r.ServerNs), Status: int(r.Status), LocalPort: int(r.Lport),
+	}
+	for i := 0; i < int(min(r.Ntids, 8)); i++ {
+		tids = append(tids, int(r.Tids[i]))
+	}
+	if ev.Type == EvCallEnd && r.Ntids == 0 && r.Tids[0] != 0 {
+		tids = append(tids, int(r.Tids[0]))
+	}
+	ev.Tids = tids
+	if r.Rport != 0 {
+		var a netip.Addr
+		if r.Flags&256 != 0 {
+			var ip [16]byte
+			for i := range 4 {
+				binary.LittleEndian.PutUint32(ip[4*i:], r.Raddr[i])
+			}
+			a = netip.AddrFrom16(ip)
+		} else {
+			var ip [4]byte
+			binary.LittleEndian.PutUint32(ip[:], r.Raddr[0])
+			a = netip.AddrFrom4(ip)
+		}
+		ev.Peer = netip.AddrPortFrom(a.Unmap(), r.Rport)
+	}
+	n := int(min(r.HeadLen, uint32(len(r.Head))))
+	if n > len(b)-headOff {
+		n = len(b) - headOff
+	}
+	ev.Head = b[headOff : headOff+n]
+	if ev.Type == EvExec {
+		if i := strings.IndexByte(string(ev.Head), 0); i >= 0 {
+			ev.Head = ev.Head[:i]
+		}
+	}
+	return true
+}
+
+// GoFunctions finds the entry addresses of names in a Go executable, from
+// the symbol table or, in a stripped binary, from .gopclntab.
+func GoFunctions(f *elf.File, names []string) map[string]uint64 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]uint64{}
+	if syms, err := f.Symbols(); err == nil {
+		for _, s := range syms {
+			if want[s.Name] && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+				out[s.Name] = s.Value
+			}
+		}
+	}
+	if len(out) == len(want) {
+		return out
+	}
+	pcln, text := f.Section(".gopclntab"), f.Section(".text")
+	if pcln == nil || text == nil {
+		return out
+	}
+	data, err := pcln.Data()
+	if err != nil {
+		return out
+	}
+	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
+	if err != nil {
+		return out
+	}
+	for name := range want {
+		if fn := tab.LookupFunc(name); fn != nil {
+			out[name] = fn.Entry
+		}
+	}
+	return out
+}
+
+// CgroupID is the id of a cgroup v2 directory (its inode number), the value
+// bpf_get_current_cgroup_id returns for its processes.
+func CgroupID(dir string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return 0, fmt.Errorf("%s is not on a cgroup v2 file system", dir)
+	}
+	return st.Ino, nil
+}
+
+// V2Mount is the cgroup v2 hierarchy's mount point: /sys/fs/cgroup on a
+// unified system, /sys/fs/cgroup/unified on a hybrid one ("" if none).
+func V2Mount() string {
+	for _, p := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var fs unix.Statfs_t
+		if unix.Statfs(p, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+			return p
+		}
+	}
+	return ""
+}
+
+// NewCgroup makes a cgroup v2 for a run, named name, below the cgroup v2
+// the calling process is in, and returns its directory. remove deletes it
+// (once its processes have exited).
+func NewCgroup(name string) (dir string, remove func() error, err error) {
+	mnt := V2Mount()
+	if mnt == "" {
+		return "", nil, fmt.Errorf("%w: no cgroup v2 hierarchy mounted", ErrUnavailable)
+	}
+	parent := mnt
+	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "0::"); ok {
+				parent = filepath.Join(mnt, rest)
+			}
+		}
+	}
+	dir = filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", nil, fmt.Errorf("%w: make cgroup %s: %w", ErrUnavailable, dir, err)
+	}
+	remove = func() error {
+		var err error
+		// The last processes may take a moment to leave after exiting.
+		for i := 0; i < 50; i++ {
+			if err = unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return dir, remove, nil
+}
+
+// CgroupName names a run's cgroup after the supervising process.
+func CgroupName() string { return "rootline-run-" + strconv.Itoa(os.Getpid()) }
+
+// loadOptions: ROOTLINE_BPF_LOG=1 asks the verifier for its full log.
+func loadOptions() *ebpf.CollectionOptions {
+	if os.Getenv("ROOTLINE_BPF_LOG") == "" {
+		return nil
+	}
+	return &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
+}
