@@ -45,6 +45,15 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+// Build with -DRD_DEBUG to trace the parsers to /sys/kernel/tracing/trace.
+#ifdef RD_DEBUG
+#define dbg(fmt, ...) bpf_printk(fmt, ##__VA_ARGS__)
+#else
+#define dbg(fmt, ...) \
+	do {          \
+	} while (0)
+#endif
+
 // The run's cgroup v2 id: only its processes are followed. Set at load.
 volatile const __u64 rd_cgroup = 0;
 
@@ -115,6 +124,10 @@ struct sock {
 	int sk_wmem_queued;
 } __attribute__((preserve_access_index));
 
+struct tcp_sock {
+	__u32 write_seq;
+} __attribute__((preserve_access_index));
+
 struct iovec_u {
 	__u64 base;
 	__u64 len;
@@ -140,13 +153,16 @@ struct user_msghdr_u {
 #define H_IDLE 0    // the start of a message (a head)
 #define H_HEAD 1    // inside a head
 #define H_BODY 2    // inside a body of known length (body bytes left)
-#define H_FLIP 3    // inside a body that lasts until the other side completes a (final) head
-#define H_CHUNK 4   // inside a chunked response body
+#define H_CHUNK 4   // inside a chunked body (struct half's chunk parser)
 #define H_CLOSE 5   // inside a body that ends with the connection
 #define H_OPAQUE 6  // not HTTP/1.x: pass through
 
 #define DIR_IN 1
 #define DIR_OUT 2
+
+// MAX_STEPS bounds the steps (a head piece, a body skip, a chunk size
+// line) that follow one read or write.
+#define MAX_STEPS 16384
 
 // SCR: bytes scanned per step (a power of two).
 #define SCR 4096
@@ -167,13 +183,34 @@ struct half {
 	__u32 col;     // bytes in the current head line
 	__u32 lines;   // head lines completed
 	__u32 len;     // head bytes so far
-	__u32 finals;  // final heads completed on this side (the other side's flip)
-	__u32 flip;    // the other side's finals when this side's body of unknown length began
+	__u32 finals;  // heads completed on this side (final ones for responses)
+	__u32 _pad1;
 	__u32 _pad2;
 	__u64 body;    // body bytes left (H_BODY)
 	__u64 start;   // when the current head began (ns)
-	__u8 tail[8];  // the last bytes of a chunked body seen so far
+	// chunked body parser
+	__u32 cstate;  // CS_*
+	__u32 cdigits; // hex digits of the size line so far
+	__u64 csize;   // the chunk's size, then its data bytes left
 };
+
+// Requests (or calls) a connection holds awaiting their responses.
+#define RQ 32
+
+// An outbound request written and not yet answered: a CLIENT span.
+struct callrec {
+	__u64 span;    // 0: none
+	__u64 parent;  // the SERVER span it is part of (0: unbound)
+	__u64 start;
+	__u64 server;  // the downstream's rootline-server-time (µs)
+	__u64 wait;    // the largest wait it reported (µs)
+	__u32 tid;
+	__u32 flags;   // RD_F_*; RD_F_CUT is reused for "HEAD request"
+	__u32 status;
+	__u32 _pad;
+	__u8 trace[16];
+};
+#define CALL_HEAD RD_F_CUT
 
 // A head buffer; its own type so that global functions can take it whole.
 struct head_buf {
@@ -182,28 +219,32 @@ struct head_buf {
 
 struct conn {
 	__u64 addr;      // the struct sock's address (the key), as a number
+	__u32 wseq;      // the TCP write sequence up to which writes were followed
+	__u8 wseq_ok;
 	__u8 dir;
 	__u8 family;
-	__u8 head_req;   // the request in flight is HEAD: its response has no body
+	__u8 head_req;   // the last request head was HEAD
 	__u8 _pad;
 	__u16 rport;
 	__u16 lport;
 	__u32 raddr[4];
 	struct half rd;
 	struct half wr;
-	// inbound: the request being serviced
+	// inbound: requests read whose responses are not written yet (HTTP/1.1
+	// pipelining: answered in order), and the one being answered
+	__u64 rq[RQ];
+	__u8 rq_head[RQ];  // it is a HEAD request: its response has no body
+	__u32 rq_first;
+	__u32 rq_next;
 	__u64 req;
 	__u32 rsp_status;
-	// outbound: the call in flight
-	__u32 call_status;
-	__u64 call;
-	__u64 call_parent;
-	__u64 call_start;
-	__u32 call_tid;
-	__u32 call_flags;
-	__u64 call_server;
-	__u64 call_wait;
-	__u8 call_trace[16];
+	// outbound: calls written whose responses are not read yet, and the one
+	// whose response is being read
+	__u32 cq_first;
+	__u32 cq_next;
+	__u32 _pad2;
+	struct callrec cq[RQ];
+	struct callrec call;
 	struct head_buf qhead; // a request head (inbound: read; outbound: written)
 	struct head_buf shead; // a response head (inbound: written; outbound: read)
 };
@@ -330,6 +371,8 @@ struct {
 #define RD_STAT_SKIP 3     // heads left unchanged that should have had lines
 #define RD_STAT_OPAQUE 4   // connections found not to be HTTP/1.x
 #define RD_STAT_NOREQ 5    // request state could not be made
+#define RD_STAT_GO_RT 6    // Go roundTrip calls made while servicing a request
+#define RD_STAT_GO_WR 7    // Go client requests handed over to their writeLoop
 #define RD_STAT_N 8
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -354,6 +397,7 @@ struct {
 #define HD_WAIT 0x1000
 #define HD_TP_MANY 0x2000
 #define HD_CL_BAD 0x4000
+#define HD_BAD 0x8000 // a malformed field line: the head is not followed
 
 // Header fields a head's parse records (value offsets, first occurrence).
 #define HX_TP 0
@@ -534,6 +578,7 @@ static __always_inline void ev_reset(struct rd_event *ev, __u32 type, struct con
 
 static __always_inline void make_opaque(struct conn *c, __u64 sk, struct scratch *s)
 {
+	dbg("opaque dir=%d rd=%d wr=%d", c->dir, c->rd.state, c->wr.state);
 	if (c->rd.state == H_OPAQUE)
 		return;
 	c->rd.state = H_OPAQUE;
@@ -724,8 +769,15 @@ static long parse_cb(__u32 i, struct parse_ctx *pc)
 		}
 		return 0;
 	}
-	if (colon <= (__s32)ls)
+	if (colon <= (__s32)ls) {
+		// A field line without a name and colon, or an obsolete folded
+		// continuation: not something to add lines to.
+		if (i > ls + 1 || (i == ls + 1 && h[ls & HEAD_MASK] != '\r'))
+			pc->hi->has |= HD_BAD;
 		return 0;
+	}
+	if (h[ls & HEAD_MASK] == ' ' || h[ls & HEAD_MASK] == '\t' || h[(colon - 1) & HEAD_MASK] == ' ')
+		pc->hi->has |= HD_BAD;
 	__u32 ve = i, vs = colon + 1;
 	if (ve > ls && h[(ve - 1) & HEAD_MASK] == '\r')
 		ve--;
@@ -939,6 +991,33 @@ __noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
 	return 1;
 }
 
+struct digit_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 n;
+	__u32 bad;
+};
+
+static long digit_cb(__u32 i, struct digit_ctx *x)
+{
+	if (i >= x->n)
+		return 1;
+	__u8 c = x->h[(x->at + i) & HEAD_MASK];
+	if (c < '0' || c > '9') {
+		x->bad = 1;
+		return 1;
+	}
+	return 0;
+}
+
+// digits_only reports whether h[at:at+n] is all decimal digits.
+static __always_inline int digits_only(__u8 *h, __u32 at, __u32 n)
+{
+	struct digit_ctx x = {.h = h, .at = OPQ(at), .n = OPQ(n), .bad = ZERO};
+	bpf_loop(32, digit_cb, &x, 0);
+	return !x.bad;
+}
+
 // decode_framing reads Content-Length and Transfer-Encoding.
 __noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
 {
@@ -948,10 +1027,12 @@ __noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
 	if (!hi)
 		return 0;
 	if (hi->has & HD_CL) {
-		if (hi->len[HX_CL] == 0)
-			hi->has &= ~HD_CL;
-		else
-			hi->cl = number(h, hi->off[HX_CL], hi->len[HX_CL], 0);
+		__u32 o = hi->off[HX_CL], l = hi->len[HX_CL];
+		hi->cl = number(h, o, l, 0);
+		// Digits only: anything else is a framing the kernel side does not
+		// follow (RFC 9112 §6.3: a bad Content-Length is an error).
+		if (l == 0 || l > 19 || !digits_only(h, o, l))
+			hi->has |= HD_CL_BAD;
 	}
 	if (hi->has & HD_CHUNKED) {
 		// chunked must be the last coding
@@ -980,9 +1061,34 @@ __noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
 // first_line_ok checks a complete first line h[0:n) (n counts its '\n'):
 // a request line "METHOD SP target SP HTTP/1.x" or a status line
 // "HTTP/1.x NNN ...".
+struct ctl_ctx {
+	__u8 *h;
+	__u32 n;
+	__u32 bad;
+};
+
+static long ctl_cb(__u32 i, struct ctl_ctx *x)
+{
+	if (i >= x->n)
+		return 1;
+	__u8 c = x->h[i & HEAD_MASK];
+	if (c < 0x20 || c == 0x7f) {
+		x->bad = 1;
+		return 1;
+	}
+	return 0;
+}
+
 static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head)
 {
 	if (n < 2)
+		return 0;
+	// No control bytes before the line break.
+	struct ctl_ctx x = {.h = h, .n = OPQ(n - 1), .bad = ZERO};
+	if (h[(n - 2) & HEAD_MASK] == '\r')
+		x.n--;
+	bpf_loop(RD_HEAD, ctl_cb, &x, 0);
+	if (x.bad)
 		return 0;
 	__u32 e = n - 1;
 	if (h[(e - 1) & HEAD_MASK] == '\r')
@@ -1251,14 +1357,146 @@ static __always_inline void unbind_request(struct req *r)
 	}
 }
 
-// end_request sends REQ_END for the request of an inbound connection and
-// forgets it.
-static __noinline void end_request(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+// Chunked body parser states (RFC 9112 §7.1): size lines and the line
+// breaks after data are scanned byte by byte, data is skipped by count.
+#define CS_SIZE 0    // in the chunk-size digits
+#define CS_EXT 1     // in chunk extensions, up to the line's end
+#define CS_SLF 2     // after the size line's CR
+#define CS_DATA 3    // in chunk data (csize bytes left)
+#define CS_DCR 4     // after chunk data: CR
+#define CS_DLF 5     // after chunk data: LF
+#define CS_TRAILER 6 // at the start of a trailer line (or the final empty line)
+#define CS_TLINE 7   // in a trailer line
+#define CS_TLF 8     // after the final CR
+
+// Chunk window: bytes copied to scan a size line.
+#define CW 64
+
+struct chunk_ctx {
+	struct half *h;
+	__u8 *b;   // CW bytes
+	__u32 n;
+	__u32 pos; // bytes consumed
+	__s32 res; // 1: the body ended at pos; -1: malformed; 0: more
+};
+
+static long chunk_cb(__u32 i, struct chunk_ctx *x)
 {
-	__u64 span = c->req;
-	if (!span)
+	struct half *h = x->h;
+	if (x->pos >= x->n || h->cstate == CS_DATA)
+		return 1;
+	__u8 c = x->b[x->pos & (CW - 1)];
+	x->pos++;
+	int hv = hexval(c, 1);
+	switch (h->cstate) {
+	case CS_SIZE:
+		if (hv >= 0 && h->cdigits < 15) {
+			h->csize = h->csize * 16 + hv;
+			h->cdigits++;
+			return 0;
+		}
+		if (h->cdigits == 0) {
+			x->res = -1;
+			return 1;
+		}
+		if (c == ';' || c == ' ' || c == '\t')
+			h->cstate = CS_EXT;
+		else if (c == '\r')
+			h->cstate = CS_SLF;
+		else if (c == '\n')
+			goto size_done;
+		else {
+			x->res = -1;
+			return 1;
+		}
+		return 0;
+	case CS_EXT:
+		if (c == '\n')
+			goto size_done;
+		return 0;
+	case CS_SLF:
+		if (c != '\n') {
+			x->res = -1;
+			return 1;
+		}
+		goto size_done;
+	case CS_DCR:
+		if (c == '\r') {
+			h->cstate = CS_DLF;
+			return 0;
+		}
+		if (c != '\n') {
+			x->res = -1;
+			return 1;
+		}
+		h->cstate = CS_SIZE;
+		return 0;
+	case CS_DLF:
+		if (c != '\n') {
+			x->res = -1;
+			return 1;
+		}
+		h->cstate = CS_SIZE;
+		return 0;
+	case CS_TRAILER:
+		if (c == '\r')
+			h->cstate = CS_TLF;
+		else if (c == '\n')
+			goto body_done;
+		else
+			h->cstate = CS_TLINE;
+		return 0;
+	case CS_TLINE:
+		if (c == '\n')
+			h->cstate = CS_TRAILER;
+		return 0;
+	case CS_TLF:
+		if (c != '\n') {
+			x->res = -1;
+			return 1;
+		}
+		goto body_done;
+	}
+	return 0;
+size_done:
+	h->cdigits = ZERO;
+	if (h->csize == 0) {
+		h->cstate = CS_TRAILER;
+		return 0;
+	}
+	h->cstate = CS_DATA;
+	return 1; // data is skipped by the caller
+body_done:
+	x->res = 1;
+	return 1;
+}
+
+// chunk_scan runs the chunk parser over b[0:n): it returns the bytes it
+// consumed and in *res whether the body ended there (1) or is malformed
+// (-1). It stops where chunk data starts, for the caller to skip.
+static __always_inline __u32 chunk_scan(struct half *h, __u8 *b, __u32 n, __s32 *res)
+{
+	struct chunk_ctx x = {.h = h, .b = b, .n = OPQ(n), .pos = ZERO, .res = ZERO};
+	bpf_loop(CW, chunk_cb, &x, 0);
+	*res = x.res;
+	return x.pos;
+}
+
+static __always_inline void chunk_start(struct half *h)
+{
+	h->state = H_CHUNK;
+	h->cstate = CS_SIZE;
+	h->cdigits = ZERO;
+	h->csize = 0;
+}
+
+// end_span sends REQ_END for a request of an inbound connection (the one
+// being answered, with its status, or one still queued: status 0) and
+// forgets it.
+static __noinline void end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struct scratch *s)
+{
+	if (!span || !c)
 		return;
-	c->req = 0;
 	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
 	if (!r)
 		return;
@@ -1274,7 +1512,7 @@ static __noinline void end_request(struct conn *c, __u64 sk, __u32 flags, struct
 		ev->local_ns = r->local_ns;
 		ev->net_ns = r->max_net;
 		ev->remote_ns = r->max_remote;
-		ev->status = c->rsp_status;
+		ev->status = span == c->req ? c->rsp_status : 0;
 		__u32 nt = r->ntids;
 		if (nt > RD_MAX_TIDS)
 			nt = RD_MAX_TIDS;
@@ -1286,24 +1524,30 @@ static __noinline void end_request(struct conn *c, __u64 sk, __u32 flags, struct
 	bpf_map_delete_elem(&rd_reqs, &span);
 }
 
-// end_call sends CALL_END for the call of an outbound connection and folds
-// its waits into the request that made it (Mirage §4.2).
-static __noinline void end_call(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+// end_request ends the request whose response was being written.
+static __always_inline void end_request(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
 {
-	__u64 span = c->call;
-	if (!span)
+	__u64 span = c->req;
+	end_span(c, sk, span, flags, s);
+	c->req = 0;
+}
+
+// end_callrec sends CALL_END for a call of an outbound connection and
+// folds its waits into the request that made it (Mirage §4.2).
+static __noinline void end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 flags, struct scratch *s)
+{
+	if (!c || !q || !q->span)
 		return;
-	c->call = 0;
 	__u64 now = bpf_ktime_get_ns();
-	__u64 client = now > c->call_start ? now - c->call_start : 0;
-	__u64 server = c->call_server * 1000;
-	__u64 net = 0, remote = c->call_wait * 1000;
-	if (c->call_flags & RD_F_TIMED)
+	__u64 client = now > q->start ? now - q->start : 0;
+	__u64 server = q->server * 1000;
+	__u64 net = 0, remote = q->wait * 1000;
+	if (q->flags & RD_F_TIMED)
 		net = client > server ? client - server : 0;
 	else
 		remote = 0;
-	if (c->call_parent) {
-		__u64 p = c->call_parent;
+	if (q->parent) {
+		__u64 p = q->parent;
 		struct req *r = bpf_map_lookup_elem(&rd_reqs, &p);
 		if (r) {
 			if (net > r->max_net)
@@ -1314,21 +1558,54 @@ static __noinline void end_call(struct conn *c, __u64 sk, __u32 flags, struct sc
 				touch(r);
 		}
 	}
-	if ((c->call_flags & RD_F_OWN) || !s)
-		return; // the application reports its own span
-	struct rd_event *ev = &s->ev;
-	ev_reset(ev, RD_EV_CALL_END, c, sk);
-	ev->flags |= flags | (c->call_flags & (RD_F_TIMED | RD_F_SAMPLED | RD_F_UNBOUND));
-	__builtin_memcpy(ev->trace, c->call_trace, 16);
-	ev->span = span;
-	ev->parent = c->call_parent;
-	ev->start = c->call_start;
-	ev->net_ns = net;
-	ev->remote_ns = remote;
-	ev->server_ns = server;
-	ev->status = c->call_status;
-	ev->tids[0] = c->call_tid;
-	emit(ev);
+	if (!(q->flags & RD_F_OWN) && s) { // else the application reports its own span
+		struct rd_event *ev = &s->ev;
+		ev_reset(ev, RD_EV_CALL_END, c, sk);
+		ev->flags |= flags | (q->flags & (RD_F_TIMED | RD_F_SAMPLED | RD_F_UNBOUND));
+		__builtin_memcpy(ev->trace, q->trace, 16);
+		ev->span = q->span;
+		ev->parent = q->parent;
+		ev->start = q->start;
+		ev->net_ns = net;
+		ev->remote_ns = remote;
+		ev->server_ns = server;
+		ev->status = q->status;
+		ev->tids[0] = q->tid;
+		emit(ev);
+	}
+	q->span = 0;
+}
+
+// end_call ends the call whose response was being read.
+static __always_inline void end_call(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+{
+	end_callrec(c, sk, &c->call, flags, s);
+}
+
+// end_all ends everything a closing connection still holds.
+static __noinline void end_all(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+{
+	if (!c)
+		return;
+	if (c->dir == DIR_IN) {
+		end_request(c, sk, flags, s);
+		for (int i = 0; i < RQ; i++) {
+			if (c->rq_first == c->rq_next)
+				break;
+			__u64 span = c->rq[c->rq_first & (RQ - 1)];
+			c->rq_first++;
+			end_span(c, sk, span, RD_F_CLOSED, s);
+		}
+	} else {
+		end_call(c, sk, flags, s);
+		for (int i = 0; i < RQ; i++) {
+			if (c->cq_first == c->cq_next)
+				break;
+			struct callrec *q = &c->cq[c->cq_first & (RQ - 1)];
+			c->cq_first++;
+			end_callrec(c, sk, q, RD_F_CLOSED, s);
+		}
+	}
 }
 
 // Complete request head read on an inbound connection: a SERVER span starts.
@@ -1337,11 +1614,19 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 	struct hinfo *hi = &s->hi;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	parse_head(&c->qhead, kept, hi);
+	decode_framing(&c->qhead, hi);
+	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+		make_opaque(c, sk, s); // malformed: the service will answer it, or not, untouched
+		return;
+	}
 	if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
 		decode_xb3(&c->qhead, hi);
-	decode_framing(&c->qhead, hi);
-	if (c->req)
-		end_request(c, sk, RD_F_CLOSED, s); // a pipelined or unfinished predecessor
+	if (c->rq_next - c->rq_first >= RQ) {
+		// More requests awaiting answers than kept: the oldest is given up.
+		__u64 old = c->rq[c->rq_first & (RQ - 1)];
+		c->rq_first++;
+		end_span(c, sk, old, RD_F_CLOSED, s);
+	}
 	__u64 span = rand64();
 	if (bpf_map_update_elem(&rd_reqs, &span, &s->zreq, BPF_NOEXIST) < 0) {
 		stat(RD_STAT_NOREQ);
@@ -1385,8 +1670,10 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 		if (!v.bad)
 			r->rid_len = n;
 	}
-	c->req = span;
-	c->rsp_status = 0;
+	dbg("request read span=%x queued=%d", span, c->rq_next - c->rq_first);
+	c->rq[c->rq_next & (RQ - 1)] = span;
+	c->rq_head[c->rq_next & (RQ - 1)] = c->head_req;
+	c->rq_next++;
 	c->rd.finals++;
 	bind_request(c, r);
 
@@ -1404,11 +1691,10 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 	bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
 	emit(ev);
 
-	// The request body: counted, or (chunked) until the response head.
+	// The request body: counted, or chunked.
 	c->rd.state = H_IDLE;
 	if (hi->has & HD_CHUNKED) {
-		c->rd.state = H_FLIP;
-		c->rd.flip = c->wr.finals;
+		chunk_start(&c->rd);
 	} else if ((hi->has & HD_CL) && hi->cl > 0) {
 		c->rd.state = H_BODY;
 		c->rd.body = hi->cl;
@@ -1423,21 +1709,31 @@ static __noinline void response_read(struct conn *c, __u64 sk, struct scratch *s
 	parse_head(&c->shead, kept, hi);
 	decode_framing(&c->shead, hi);
 	decode_timing(&c->shead, hi);
+	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+		make_opaque(c, sk, s);
+		return;
+	}
 	c->rd.state = H_IDLE;
 	if (hi->status >= 100 && hi->status < 200)
 		return; // an interim response: another head follows
 	c->rd.finals++;
-	c->call_status = hi->status;
-	if (hi->has & HD_SERVERTIME) {
-		c->call_flags |= RD_F_TIMED;
-		c->call_server = hi->server_us;
-		c->call_wait = hi->wait_us;
+	// The oldest call awaiting an answer gets it.
+	if (c->call.span)
+		end_call(c, sk, RD_F_CLOSED, s); // its body was not followed to the end
+	if (c->cq_first != c->cq_next) {
+		c->call = c->cq[c->cq_first & (RQ - 1)];
+		c->cq_first++;
 	}
-	if (c->head_req || hi->status == 204 || hi->status == 304) {
+	c->call.status = hi->status;
+	if (hi->has & HD_SERVERTIME) {
+		c->call.flags |= RD_F_TIMED;
+		c->call.server = hi->server_us;
+		c->call.wait = hi->wait_us;
+	}
+	if ((c->call.flags & CALL_HEAD) || hi->status == 204 || hi->status == 304) {
 		end_call(c, sk, 0, s);
 	} else if (hi->has & HD_CHUNKED) {
-		c->rd.state = H_CHUNK;
-		__builtin_memset(c->rd.tail, 0, 8);
+		chunk_start(&c->rd);
 	} else if (hi->has & HD_CL) {
 		if (hi->cl == 0) {
 			end_call(c, sk, 0, s);
@@ -1462,25 +1758,6 @@ static __always_inline void body_done(struct conn *c, __u64 sk, int is_write, __
 	}
 }
 
-// chunk_end tracks the last bytes of a chunked body; it reports whether
-// they are "0\r\n\r\n" (the last chunk with no trailer).
-static __always_inline int chunk_end(struct half *h, __u8 *data, __u32 from, __u32 to)
-{
-	__u32 n = to - from;
-	// Keep the last 5 bytes: shift the old tail by n and append.
-	__u8 t[5];
-	for (int k = 0; k < 5; k++) {
-		// byte k of the new tail is at stream offset (end - 5 + k)
-		__s32 back = 5 - k; // how far from the end
-		if ((__u32)back <= n)
-			t[k] = data[(to - back) & SCR_MASK];
-		else
-			t[k] = h->tail[(k + n) & 7];
-	}
-	for (int k = 0; k < 5; k++)
-		h->tail[k] = t[k];
-	return t[0] == '0' && t[1] == '\r' && t[2] == '\n' && t[3] == '\r' && t[4] == '\n';
-}
 
 // scan_head runs the head scanner over s->data[from:to) for one side of c
 // (is_write: what the service writes), appends the head bytes to the
@@ -1561,13 +1838,38 @@ static long read_step(__u32 i, struct read_ctx *x)
 		}
 		return 0;
 	}
-	if (h->state == H_FLIP) {
-		if (c->wr.finals == h->flip)
-			return 1; // all of it is body
-		h->state = H_IDLE;
-	}
 	if (h->state == H_CLOSE)
 		return 1;
+	if (h->state == H_CHUNK) {
+		if (h->cstate == CS_DATA) {
+			__u32 k = left < h->csize ? left : (__u32)h->csize;
+			h->csize -= k;
+			x->off += k;
+			if (h->csize == 0)
+				h->cstate = CS_DCR;
+			return 0;
+		}
+		// A size line: a small window is enough.
+		__u32 w = left < CW ? left : CW;
+		__u64 wz = w;
+		asm volatile("" : "+r"(wz));
+		wz &= CW | (CW - 1);
+		if (wz > CW)
+			wz = CW;
+		if (bpf_probe_read_user(s->data, wz, (void *)(x->ubuf + x->off)) < 0)
+			return 1;
+		__s32 res;
+		x->off += chunk_scan(h, s->data, wz, &res);
+		if (res < 0) {
+			make_opaque(c, sk, s);
+			return 1;
+		}
+		if (res > 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, 0, 0, s);
+		}
+		return 0;
+	}
 	__u32 m = left < SCR ? left : SCR;
 	__u64 sz = m;
 	asm volatile("" : "+r"(sz));
@@ -1576,14 +1878,6 @@ static long read_step(__u32 i, struct read_ctx *x)
 		sz = SCR;
 	if (bpf_probe_read_user(s->data, sz, (void *)(x->ubuf + x->off)) < 0)
 		return 1;
-	if (h->state == H_CHUNK) {
-		if (chunk_end(h, s->data, 0, m)) {
-			h->state = H_IDLE;
-			body_done(c, sk, 0, 0, s);
-		}
-		x->off += m;
-		return 0;
-	}
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		// Line breaks between messages are skipped (RFC 9112 §2.2).
@@ -1673,7 +1967,9 @@ static long iov_cb(__u32 i, struct iov_ctx *x)
 	}
 	__u64 k = v.len < x->left ? v.len : x->left;
 	struct read_ctx r = {.c = x->c, .s = x->s, .sk = x->sk, .ubuf = v.base, .ts = x->ts, .n = OPQ(k), .off = ZERO};
-	bpf_loop(64, read_step, &r, 0);
+	bpf_loop(MAX_STEPS, read_step, &r, 0);
+	if (r.off < r.n && x->c->rd.state != H_OPAQUE && x->c->rd.state != H_CLOSE)
+		make_opaque(x->c, x->sk, x->s);
 	x->left -= k;
 	return 0;
 }
@@ -1768,10 +2064,11 @@ static __always_inline __u64 current_request(__u32 tgid, __u32 tid)
 	return v ? *v : 0;
 }
 
-// room_for reports whether the socket's send buffer takes n more bytes at
-// once. The kernel's byte count for a write that got lines is only right if
-// the write is queued whole: after a partial send it would subtract the
-// unsent bytes, inserted ones included, from the application's count.
+// room_for reports whether the socket's send buffer takes the first n bytes
+// of a message at once. After a partial send the kernel subtracts the
+// unsent bytes from the count the application's write returns; that count
+// is only right if the inserted lines were sent whole, i.e. if the send got
+// at least as far as their end (n: the insertion offset plus their length).
 static __always_inline int room_for(struct conn *c, __u32 n)
 {
 	struct sock *sk = (struct sock *)c->addr;
@@ -1785,6 +2082,7 @@ static __always_inline int room_for(struct conn *c, __u32 n)
 
 static __always_inline void skip(struct conn *c, __u64 sk, __u32 why)
 {
+	dbg("skip why=%d", why);
 	stat(RD_STAT_SKIP);
 	struct scratch *s = scratch();
 	if (!s)
@@ -1903,6 +2201,11 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	parse_head(&c->qhead, kept, hi);
+	decode_framing(&c->qhead, hi);
+	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+		make_opaque(c, sk, s);
+		return;
+	}
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	__u64 parent = current_request(tgid, tid);
@@ -1937,7 +2240,7 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 	if (t.n > 0) {
 		if (brk < 0)
 			skip(c, sk, RD_SKIP_SPLIT);
-		else if (!room_for(c, msg->size + t.n))
+		else if (!room_for(c, brk + t.n))
 			skip(c, sk, RD_SKIP_SNDBUF);
 		else if (insert(msg, brk, s->text, t.n) < 0)
 			skip(c, sk, RD_SKIP_PUSH);
@@ -1946,15 +2249,23 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 			stat(RD_STAT_INJECT);
 		}
 	}
-	c->call = ci->span;
-	c->call_parent = parent;
-	c->call_start = c->wr.start;
-	c->call_tid = tid;
-	c->call_flags = flags;
-	c->call_status = 0;
-	c->call_server = 0;
-	c->call_wait = 0;
-	__builtin_memcpy(c->call_trace, ci->trace, 16);
+	if (c->cq_next - c->cq_first >= RQ) {
+		// More calls awaiting answers than kept: the oldest is given up.
+		struct callrec *o = &c->cq[c->cq_first & (RQ - 1)];
+		c->cq_first++;
+		end_callrec(c, sk, o, RD_F_CLOSED, s);
+	}
+	struct callrec *q = &c->cq[c->cq_next & (RQ - 1)];
+	q->span = ci->span;
+	q->parent = parent;
+	q->start = c->wr.start;
+	q->tid = tid;
+	q->flags = flags | (c->head_req ? CALL_HEAD : 0);
+	q->status = 0;
+	q->server = 0;
+	q->wait = 0;
+	__builtin_memcpy(q->trace, ci->trace, 16);
+	c->cq_next++;
 
 	if (!(flags & RD_F_OWN)) {
 		struct rd_event *ev = &s->ev;
@@ -1962,8 +2273,8 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 		ev->flags |= flags;
 		if (hlen > RD_HEAD)
 			ev->flags |= RD_F_CUT;
-		__builtin_memcpy(ev->trace, c->call_trace, 16);
-		ev->span = c->call;
+		__builtin_memcpy(ev->trace, ci->trace, 16);
+		ev->span = ci->span;
 		ev->parent = parent;
 		ev->start = c->wr.start;
 		ev->head_len = kept;
@@ -1971,10 +2282,15 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 		bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
 		emit(ev);
 	}
-	// The body lasts until the (final) response head is read.
+	// The body: counted, none, or (chunked) until a final response head is read.
 	c->wr.finals++;
-	c->wr.state = H_FLIP;
-	c->wr.flip = c->rd.finals;
+	c->wr.state = H_IDLE;
+	if (hi->has & HD_CHUNKED) {
+		chunk_start(&c->wr);
+	} else if ((hi->has & HD_CL) && hi->cl > 0) {
+		c->wr.state = H_BODY;
+		c->wr.body = hi->cl;
+	}
 }
 
 // Complete response head written on an inbound connection.
@@ -1984,11 +2300,25 @@ static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, _
 	__u32 kept = c->wr.len > RD_RHEAD ? RD_RHEAD : c->wr.len;
 	parse_head(&c->shead, kept, hi);
 	decode_framing(&c->shead, hi);
+	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+		make_opaque(c, sk, s);
+		return;
+	}
 	c->wr.state = H_IDLE;
 	if (hi->status >= 100 && hi->status < 200)
 		return; // interim: the final response follows
 	c->wr.finals++;
+	// Responses answer requests in order: the oldest awaiting one.
+	if (c->req)
+		end_request(c, sk, RD_F_CLOSED, s); // its body was not followed to the end
+	__u8 head_req = 0;
+	if (c->rq_first != c->rq_next) {
+		c->req = c->rq[c->rq_first & (RQ - 1)];
+		head_req = c->rq_head[c->rq_first & (RQ - 1)];
+		c->rq_first++;
+	}
 	c->rsp_status = hi->status;
+	dbg("response head req=%x queued=%d brk=%d", c->req, c->rq_next - c->rq_first, brk);
 	__u64 span = c->req;
 	struct req *r = span ? bpf_map_lookup_elem(&rd_reqs, &span) : 0;
 	if (r) {
@@ -2008,7 +2338,7 @@ static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, _
 			PUT(&t, ";kind=remote\r\n");
 			if (brk < 0)
 				skip(c, sk, RD_SKIP_SPLIT);
-			else if (!room_for(c, msg->size + t.n))
+			else if (!room_for(c, brk + t.n))
 				skip(c, sk, RD_SKIP_SNDBUF);
 			else if (insert(msg, brk, s->text, t.n) < 0)
 				skip(c, sk, RD_SKIP_PUSH);
@@ -2016,12 +2346,10 @@ static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, _
 				stat(RD_STAT_INJECT);
 		}
 	}
-	if (c->head_req || hi->status == 204 || hi->status == 304) {
-		c->head_req = 0;
+	if (head_req || hi->status == 204 || hi->status == 304) {
 		end_request(c, sk, 0, s);
 	} else if (hi->has & HD_CHUNKED) {
-		c->wr.state = H_CHUNK;
-		__builtin_memset(c->wr.tail, 0, 8);
+		chunk_start(&c->wr);
 	} else if (hi->has & HD_CL) {
 		if (hi->cl == 0) {
 			end_request(c, sk, 0, s);
@@ -2032,6 +2360,34 @@ static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, _
 	} else {
 		c->wr.state = H_CLOSE;
 	}
+}
+
+// unseen accounts for n bytes the connection sent without this program
+// seeing them: the rest of a body of known length, else the stream is lost
+// (opaque). It reports whether the connection is still followed.
+static __always_inline int unseen(struct conn *c, __u64 sk, __u32 n, struct scratch *s)
+{
+	struct half *h = &c->wr;
+	if (h->state == H_OPAQUE)
+		return 0;
+	if (h->state == H_CLOSE)
+		return 1;
+	if (h->state == H_BODY && n <= h->body) {
+		h->body -= n;
+		if (h->body == 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, 1, 0, s);
+		}
+		return 1;
+	}
+	if (h->state == H_CHUNK && h->cstate == CS_DATA && n <= h->csize) {
+		h->csize -= n;
+		if (h->csize == 0)
+			h->cstate = CS_DCR;
+		return 1;
+	}
+	make_opaque(c, sk, s);
+	return 0;
 }
 
 // One write being followed, in SCR-byte steps.
@@ -2055,6 +2411,8 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	if (x->off >= x->size || h->state == H_OPAQUE)
 		return 1;
 	__u32 left = x->size - x->off;
+	dbg("wr step state=%d cs=%d off=%d", h->state, h->cstate, x->off);
+	dbg("   size=%d body=%d csize=%d", x->size, h->body, h->csize);
 	if (h->state == H_BODY) {
 		__u32 k = left < h->body ? left : (__u32)h->body;
 		h->body -= k;
@@ -2065,13 +2423,43 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		}
 		return 0;
 	}
-	if (h->state == H_FLIP) {
-		if (c->rd.finals == h->flip)
-			return 1;
-		h->state = H_IDLE;
-	}
 	if (h->state == H_CLOSE)
 		return 1;
+	if (h->state == H_CHUNK) {
+		if (h->cstate == CS_DATA) {
+			__u32 k = left < h->csize ? left : (__u32)h->csize;
+			h->csize -= k;
+			x->off += k;
+			if (h->csize == 0)
+				h->cstate = CS_DCR;
+			return 0;
+		}
+		// A size line: a small window is enough.
+		__u32 w = left < CW ? left : CW;
+		if (bpf_msg_pull_data(msg, x->off, x->off + w, 0) < 0)
+			return 1;
+		__u8 *d = msg->data, *e = msg->data_end;
+		if ((__u64)(e - d) < w)
+			w = e - d;
+		__u64 wz = w;
+		asm volatile("" : "+r"(wz));
+		wz &= CW | (CW - 1);
+		if (wz > CW)
+			wz = CW;
+		if (wz == 0 || bpf_probe_read_kernel(s->data, wz, d) < 0)
+			return 1;
+		__s32 res;
+		x->off += chunk_scan(h, s->data, wz, &res);
+		if (res < 0) {
+			make_opaque(c, sk, s);
+			return 1;
+		}
+		if (res > 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, 1, 0, s);
+		}
+		return 0;
+	}
 	__u32 m = left < SCR ? left : SCR;
 	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
 		return 1;
@@ -2087,14 +2475,6 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	if (sz == 0 || bpf_probe_read_kernel(s->data, sz, d) < 0)
 		return 1;
 	m = sz;
-	if (h->state == H_CHUNK) {
-		if (chunk_end(h, s->data, 0, m)) {
-			h->state = H_IDLE;
-			body_done(c, sk, 1, 0, s);
-		}
-		x->off += m;
-		return 0;
-	}
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		for (int k = 0; k < 4; k++) {
@@ -2151,8 +2531,35 @@ int rd_msg(struct sk_msg_md *msg)
 	struct scratch *s = scratch();
 	if (!s)
 		return SK_PASS;
-	struct msg_ctx x = {.msg = msg, .c = c, .s = s, .sk = sk, .ts = bpf_ktime_get_ns(), .size = OPQ(msg->size), .off = ZERO};
-	bpf_loop(16, msg_step, &x, 0);
+	// The kernel runs this program on what a write copied in, before it is
+	// sent. After a partial send the application writes the unsent bytes
+	// again, and the program sees them again (skip them); and the next
+	// write after a partial send goes out without the program (account
+	// for bytes never seen). The TCP write sequence tells both apart.
+	__u32 seq0 = 0, skipn = 0;
+	struct tcp_sock *tp = (struct tcp_sock *)c->addr;
+	if (bpf_core_read(&seq0, sizeof(seq0), &tp->write_seq) < 0)
+		return SK_PASS;
+	dbg("msg seq0=%u wseq=%u size=%u", seq0, c->wseq, msg->size);
+	if (c->wseq_ok) {
+		__s32 d = (__s32)(c->wseq - seq0);
+		if (d > 0)
+			skipn = d;
+		else if (d < 0 && !unseen(c, sk, -d, s))
+			return SK_PASS;
+	}
+	__u32 size = msg->size;
+	struct msg_ctx x = {.msg = msg, .c = c, .s = s, .sk = sk, .ts = bpf_ktime_get_ns(), .size = OPQ(size),
+			    .off = OPQ(skipn < size ? skipn : size)};
+	// Steps cost only what they do; the bound is for messages of many
+	// tiny chunks. A message not followed to its end loses the stream.
+	bpf_loop(MAX_STEPS, msg_step, &x, 0);
+	if (x.off < x.size && c->wr.state != H_OPAQUE && c->wr.state != H_CLOSE)
+		make_opaque(c, sk, s);
+	__u32 end = seq0 + msg->size;
+	if (!c->wseq_ok || (__s32)(end - c->wseq) > 0)
+		c->wseq = end;
+	c->wseq_ok = 1;
 	return SK_PASS;
 }
 
@@ -2206,10 +2613,7 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		if (!c)
 			return 1;
 		int closed_body = c->dir == DIR_IN ? c->wr.state == H_CLOSE : c->rd.state == H_CLOSE;
-		if (c->dir == DIR_IN)
-			end_request(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
-		else
-			end_call(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
+		end_all(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
 		bpf_map_delete_elem(&rd_conns, &sk);
 	}
 	return 1;
@@ -2281,6 +2685,7 @@ int rd_go_roundtrip(struct pt_regs *ctx)
 		return 0;
 	struct gkey rk = {.tgid = tgid, .g = req};
 	bpf_map_update_elem(&rd_goreqs, &rk, &v, BPF_ANY);
+	stat(RD_STAT_GO_RT);
 	return 0;
 }
 
@@ -2298,5 +2703,6 @@ int rd_go_reqwrite(struct pt_regs *ctx)
 	__u64 v = *span;
 	struct gkey gk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, r14)};
 	bpf_map_update_elem(&rd_gowrites, &gk, &v, BPF_ANY);
+	stat(RD_STAT_GO_WR);
 	return 0;
 }

@@ -328,7 +328,8 @@ func (s *svcProc) alive() bool {
 func startSvc(t *testing.T, col *collector, name string, env []string, argv ...string) *svcProc {
 	t.Helper()
 	if col != nil {
-		argv = append([]string{rootlineBin(t), "run", "--reads", runReads, "--service", name, "--server", col.URL, "--agent", "", "--"}, argv...)
+		run := append(append([]string{rootlineBin(t), "run"}, runMode...), "--service", name, "--server", col.URL, "--agent", "", "--")
+		argv = append(run, argv...)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), "LISTEN=127.0.0.1:0", "PYTHONUNBUFFERED=1"), env...)
@@ -468,7 +469,7 @@ func keepAliveClient() *http.Client {
 // TestRunPolyglotChain: go → java → python → c, each under rootline run, with
 // no header forwarding in any of them: every request's trace is one complete
 // trace with every hop's parent right.
-func TestRunPolyglotChain(t *testing.T) { forEachReads(t, testRunPolyglotChain) }
+func TestRunPolyglotChain(t *testing.T) { forEachMode(t, testRunPolyglotChain) }
 
 func testRunPolyglotChain(t *testing.T) {
 	dir := t.TempDir()

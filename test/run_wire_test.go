@@ -30,7 +30,7 @@ var execCommand = exec.Command
 // listens, waits for the "listening <port>" line and returns the port.
 func startTraced(t *testing.T, env []string, listens bool, runFlags []string, argv ...string) (*exec.Cmd, int) {
 	t.Helper()
-	args := append([]string{"run", "--agent", "", "--reads", runReads}, runFlags...)
+	args := append(append([]string{"run", "--agent", ""}, runMode...), runFlags...)
 	args = append(append(args, "--"), argv...)
 	cmd := exec.Command(rootlineBin(t), args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -120,7 +120,7 @@ func snip(b []byte, i int) []byte { return b[i:min(len(b), i+40)] }
 // random pieces (single bytes, writev, header blocks cut anywhere, large
 // chunked bodies); the client receives exactly those bytes plus the two
 // timing lines per response.
-func TestRunByteExactResponses(t *testing.T) { forEachReads(t, testRunByteExactResponses) }
+func TestRunByteExactResponses(t *testing.T) { forEachMode(t, testRunByteExactResponses) }
 
 func testRunByteExactResponses(t *testing.T) {
 	dir := t.TempDir()
@@ -174,7 +174,7 @@ func testRunByteExactResponses(t *testing.T) {
 // pieces to a slow reader (so the kernel takes partial writes); the wire
 // carries exactly its bytes plus propagation lines, and every request got a
 // traceparent.
-func TestRunByteExactRequests(t *testing.T) { forEachReads(t, testRunByteExactRequests) }
+func TestRunByteExactRequests(t *testing.T) { forEachMode(t, testRunByteExactRequests) }
 
 func testRunByteExactRequests(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -227,24 +227,34 @@ func testRunByteExactRequests(t *testing.T) {
 	t.Logf("%d request bytes identical apart from %d added lines (%d traceparent)", len(want), len(lines), tp)
 }
 
-// runReads is `rootline run --reads` for the run tests (forEachReads).
-var runReads = "auto"
+// runMode is the `rootline run` flags choosing how it traces, for the run
+// tests (forEachMode); nil is the default (-mode auto: the in-kernel
+// datapath as root).
+var runMode []string
 
-// forEachReads runs f with each way `rootline run` observes reads: the eBPF
-// read tap and ptrace stops.
-func forEachReads(t *testing.T, f func(*testing.T)) {
+// forEachMode runs f with each way `rootline run` traces: the in-kernel
+// datapath (no ptrace), the ptrace supervisor with the eBPF read tap, and
+// the ptrace supervisor alone.
+func forEachMode(t *testing.T, f func(*testing.T)) {
 	requireTracing(t)
-	for _, mode := range []string{"ebpf", "ptrace"} {
-		t.Run("reads="+mode, func(t *testing.T) {
-			if mode == "ebpf" {
+	for _, m := range []struct {
+		name  string
+		flags []string
+	}{
+		{"ebpf", []string{"--mode", "ebpf"}},
+		{"ptrace+readtap", []string{"--mode", "ptrace", "--reads", "ebpf"}},
+		{"ptrace", []string{"--mode", "ptrace", "--reads", "ptrace"}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			if m.name == "ptrace+readtap" {
 				tap, err := readtap.Open(4096)
 				if err != nil {
 					cputest.Missing(t, err.Error())
 				}
 				tap.Close()
 			}
-			runReads = mode
-			defer func() { runReads = "auto" }()
+			runMode = m.flags
+			defer func() { runMode = nil }()
 			f(t)
 		})
 	}
@@ -306,8 +316,8 @@ func TestRunReadTapOverflow(t *testing.T) {
 		tap.Close()
 	}
 	dir := t.TempDir()
-	runReads = "ebpf"
-	defer func() { runReads = "auto" }()
+	runMode = []string{"--mode", "ptrace", "--reads", "ebpf"}
+	defer func() { runMode = nil }()
 	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "OUT=" + dir}, true,
 		[]string{"--server", "", "--reads.buffer-bytes", "4096"}, wirePeer(t))
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))

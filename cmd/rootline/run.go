@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rootline/rootline/internal/rbinder"
@@ -31,13 +30,15 @@ type runFlags struct {
 	token     string
 	logLevel  string
 	logFormat string
+	mode      string
+	ringBytes int
 	reads     string
 	readsBuf  int
 	argv      []string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text", reads: "auto"}
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
 	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
@@ -45,6 +46,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.server, "server", f.server, "OTLP/HTTP endpoint of the Rootline server (spans go to <server>/v1/traces); empty: no spans")
 	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace)")
+	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
@@ -52,8 +55,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline run [flags] -- CMD [ARGS...]
 
-Starts CMD under Rootline's syscall supervisor (ptrace + a seccomp filter on the
-socket calls) and traces it with no change to its code, in any language:
+Starts CMD and traces it with no change to its code, in any language:
   - inbound HTTP/1.x requests: the trace context is read from traceparent, b3,
     x-b3-* or x-request-id, or a trace is started; a SERVER span per request;
   - outbound requests the servicing thread writes get traceparent, b3 and
@@ -62,12 +64,14 @@ socket calls) and traces it with no change to its code, in any language:
     spans carry rootline.wait.local_ms / net_ms / remote_ms;
   - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
   - the process is registered with the local agent so its profilers record it.
-Writes are rewritten at ptrace stops; reads are copied by eBPF tracepoints when
-they load (root), which removes most stops (see -reads).
+Two ways (-mode): the in-kernel datapath (default as root) puts CMD in a cgroup
+of its own where eBPF programs add the header lines as the kernel queues its
+writes (sk_msg) and follow its reads (tracepoints): CMD never waits for the
+tracer. The syscall supervisor (ptrace + a seccomp filter on the socket calls)
+rewrites writes at ptrace stops and works without BPF, at a cost per call.
 Non-HTTP, TLS and HTTP/2 traffic passes through unchanged. Exit status, signals
 and stdin/stdout/stderr are CMD's. If tracing cannot start, CMD runs untraced and
-the reason is logged once. x86-64 Linux only; needs ptrace rights (root or
-CAP_SYS_PTRACE, or ptrace_scope 0).
+the reason is logged once. x86-64 Linux only.
 
 Flags:
 `)
@@ -75,6 +79,14 @@ Flags:
 	}
 	if err := fs.Parse(args); err != nil {
 		return f, err
+	}
+	switch f.mode {
+	case "auto", "ebpf", "ptrace":
+	default:
+		return f, fmt.Errorf("-mode %q: want auto, ebpf or ptrace", f.mode)
+	}
+	if f.ringBytes < 4096 || f.ringBytes&(f.ringBytes-1) != 0 {
+		return f, fmt.Errorf("-datapath.buffer-bytes %d: want a power of two ≥ 4096", f.ringBytes)
 	}
 	switch f.reads {
 	case "auto", "ebpf", "ptrace":
@@ -131,6 +143,19 @@ func runRun(args []string, stderr io.Writer) int {
 		go ship.Run(ctx)
 		sink = ship
 	}
+	if f.mode != "ptrace" {
+		code, started, err := runDatapath(f, env, log, sink, stderr)
+		if started {
+			finishShipping(ship, cancel, log)
+			return code
+		}
+		if f.mode == "ebpf" {
+			log.Error("-mode ebpf: the in-kernel datapath cannot start; running untraced", "err", err)
+			return runUntraced(f.argv, env, stderr)
+		}
+		log.Info("in-kernel datapath unavailable; tracing with the ptrace supervisor (slower)", "err", err)
+	}
+
 	scfg := supervisor.Config{Logger: log, Env: env}
 	var reads rbinder.ReadSource
 	if f.reads != "ptrace" {
@@ -169,13 +194,7 @@ func runRun(args []string, stderr io.Writer) int {
 	if registered != 0 {
 		unregisterFromAgent(f, registered)
 	}
-	cancel()
-	if ship != nil {
-		ship.Wait()
-		if d, x := ship.Dropped.Load(), ship.Failed.Load(); d+x > 0 {
-			log.Warn("spans not delivered", "dropped_queue_full", d, "failed_to_send", x, "sent", ship.Sent.Load())
-		}
-	}
+	finishShipping(ship, cancel, log)
 	if n := tr.Stats.Opaque.Load(); n > 0 {
 		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", n)
 	}
@@ -191,21 +210,27 @@ func runRun(args []string, stderr io.Writer) int {
 	return code
 }
 
+// finishShipping sends the spans still queued and reports what was lost.
+func finishShipping(ship *rbinder.Shipper, cancel context.CancelFunc, log *slog.Logger) {
+	cancel()
+	if ship == nil {
+		return
+	}
+	ship.Wait()
+	if d, x := ship.Dropped.Load(), ship.Failed.Load(); d+x > 0 {
+		log.Warn("spans not delivered", "dropped_queue_full", d, "failed_to_send", x, "sent", ship.Sent.Load())
+	}
+}
+
 func runUntraced(argv, env []string, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, os.Stdout, os.Stderr
-	if err := cmd.Run(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ee.ExitCode()
-		}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
 		fmt.Fprintf(stderr, "rootline run: %v\n", err)
-		return 127
 	}
-	return 0
+	return exitCode(err)
 }
 
 func registerWithAgent(f runFlags, pid int, log *slog.Logger) {

@@ -3,6 +3,7 @@ package rbinder
 import (
 	"bytes"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rootline/rootline/internal/httpstream"
@@ -214,4 +215,21 @@ func (rs resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
 			model.Float("rootline.downstream.server_time_ms", ms(c.timing.ServerTime)))
 	}
 	return s
+}
+
+// Stats are the tracer's counters; safe to read from any goroutine.
+type Stats struct {
+	Requests      atomic.Int64 // SERVER spans
+	Calls         atomic.Int64 // CLIENT spans
+	OwnContext    atomic.Int64 // outbound requests that carried the application's own context
+	Unbound       atomic.Int64 // outbound requests made outside any request (root CLIENT spans)
+	Opaque        atomic.Int64 // connections passed through as not HTTP/1.x
+	Rewrites      atomic.Int64 // writes rewritten to carry added header lines
+	Restarts      atomic.Int64 // writes restarted because only added bytes were sent
+	Scratch       atomic.Int64 // scratch mappings made in tracees
+	Errors        atomic.Int64 // tracee memory or register access failures
+	TapReads      atomic.Int64 // reads received from the ReadSource
+	TapGaps       atomic.Int64 // connections passed through because the ReadSource lost reads
+	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
+	Skipped       atomic.Int64 // heads the in-kernel datapath had to leave without their lines
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -55,22 +54,6 @@ type ReadSource interface {
 // ReadSyscalls are the calls a ReadSource observes, to leave out of the
 // supervisor's filter (supervisor.Config.Untraced).
 var ReadSyscalls = []int{unix.SYS_READ, unix.SYS_RECVFROM}
-
-// Stats are the tracer's counters; safe to read from any goroutine.
-type Stats struct {
-	Requests      atomic.Int64 // SERVER spans
-	Calls         atomic.Int64 // CLIENT spans
-	OwnContext    atomic.Int64 // outbound requests that carried the application's own context
-	Unbound       atomic.Int64 // outbound requests made outside any request (root CLIENT spans)
-	Opaque        atomic.Int64 // connections passed through as not HTTP/1.x
-	Rewrites      atomic.Int64 // writes rewritten to carry added header lines
-	Restarts      atomic.Int64 // writes restarted because only added bytes were sent
-	Scratch       atomic.Int64 // scratch mappings made in tracees
-	Errors        atomic.Int64 // tracee memory or register access failures
-	TapReads      atomic.Int64 // reads received from the ReadSource
-	TapGaps       atomic.Int64 // connections passed through because the ReadSource lost reads
-	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
-}
 
 // scratchSize is the per-thread mapping that holds iovec arrays and inserted
 // lines: a held header block is at most httpstream.MaxHeaderBytes.

@@ -90,4 +90,7 @@ type Stats struct {
 	Skipped  uint64 // heads left unchanged that should have had lines
 	Opaque   uint64 // connections found not to be HTTP/1.x
 	NoReq    uint64 // requests whose state could not be made
+	// Go net/http client hand-off: roundTrip calls made while servicing a
+	// request, and requests handed over to the writeLoop that writes them.
+	GoRoundTrips, GoHandoffs uint64
 }

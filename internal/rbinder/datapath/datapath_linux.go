@@ -162,15 +162,30 @@ const (
 )
 
 // AddGo binds the requests of Go process pid to goroutines and, once per
-// executable, puts the net/http client probes on exe. It reports whether
-// the probes are there (a Go program without net/http's client, or a
-// stripped one without .gopclntab, has none: its calls are then made
-// outside any request).
+// executable, puts the net/http client probes on exe (ProbeGo). It reports
+// whether the probes are there.
 func (d *Datapath) AddGo(pid int, exe string) (bool, error) {
-	one := uint8(1)
-	if err := d.objs.RdGopids.Put(uint32(pid), one); err != nil {
-		return false, fmt.Errorf("datapath: mark %d as Go: %w", pid, err)
+	if err := d.MarkGo(pid); err != nil {
+		return false, err
 	}
+	return d.ProbeGo(exe)
+}
+
+// MarkGo binds the requests of process pid to goroutines (R14) rather than
+// threads.
+func (d *Datapath) MarkGo(pid int) error {
+	if err := d.objs.RdGopids.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("datapath: mark %d as Go: %w", pid, err)
+	}
+	return nil
+}
+
+// ProbeGo puts the net/http client probes on a Go executable, once per
+// file; they apply to the run's processes only, so they may be placed
+// before the program starts. It reports whether the probes are there (a Go
+// program without net/http's client has none: its calls are then made
+// outside any request).
+func (d *Datapath) ProbeGo(exe string) (bool, error) {
 	real, err := filepath.EvalSymlinks(exe)
 	if err != nil {
 		real = exe
@@ -193,6 +208,18 @@ func (d *Datapath) probeGo(exe string) error {
 		return err
 	}
 	addrs := GoFunctions(f, []string{goRoundTrip, goReqWrite})
+	// Uprobes take file offsets.
+	for name, va := range addrs {
+		addrs[name] = 0
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Vaddr <= va && va < p.Vaddr+p.Memsz {
+				addrs[name] = va - p.Vaddr + p.Off
+			}
+		}
+		if addrs[name] == 0 {
+			delete(addrs, name)
+		}
+	}
 	f.Close()
 	if len(addrs) < 2 {
 		return errNoHTTPClient
@@ -202,9 +229,9 @@ func (d *Datapath) probeGo(exe string) error {
 		return err
 	}
 	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.objs.RdGoRoundtrip, goReqWrite: d.objs.RdGoReqwrite} {
-		// Address overrides the symbol lookup (stripped binaries), the
-		// offset is from the function's entry: the probe is on its first
-		// instruction, where the arguments are still in their registers.
+		// Address (a file offset) overrides the symbol lookup (stripped
+		// binaries): the probe is on the function's first instruction,
+		// where the arguments are still in their registers.
 		l, err := x.Uprobe(name, prog, &link.UprobeOptions{Address: addrs[name]})
 		if err != nil {
 			return fmt.Errorf("uprobe %s: %w", name, err)
@@ -239,6 +266,7 @@ func (d *Datapath) Stats() Stats {
 		return n
 	}
 	st.Lost, st.NoConn, st.Injected, st.Skipped, st.Opaque, st.NoReq = get(0), get(1), get(2), get(3), get(4), get(5)
+	st.GoRoundTrips, st.GoHandoffs = get(6), get(7)
 	return st
 }
 

@@ -16,59 +16,91 @@ import (
 type runDatapathConn struct {
 	_       structs.HostLayout
 	Addr    uint64
+	Wseq    uint32
+	WseqOk  uint8
 	Dir     uint8
 	Family  uint8
 	HeadReq uint8
 	Pad     uint8
+	_       [1]byte
 	Rport   uint16
 	Lport   uint16
+	_       [2]byte
 	Raddr   [4]uint32
 	Rd      struct {
-		_      structs.HostLayout
-		State  uint8
-		Cr     uint8
-		Cut    uint8
-		Pad    uint8
-		Col    uint32
-		Lines  uint32
-		Len    uint32
-		Finals uint32
-		Flip   uint32
-		Pad2   uint32
-		_      [4]byte
-		Body   uint64
-		Start  uint64
-		Tail   [8]uint8
+		_       structs.HostLayout
+		State   uint8
+		Cr      uint8
+		Cut     uint8
+		Pad     uint8
+		Col     uint32
+		Lines   uint32
+		Len     uint32
+		Finals  uint32
+		Pad1    uint32
+		Pad2    uint32
+		_       [4]byte
+		Body    uint64
+		Start   uint64
+		Cstate  uint32
+		Cdigits uint32
+		Csize   uint64
 	}
 	Wr struct {
-		_      structs.HostLayout
-		State  uint8
-		Cr     uint8
-		Cut    uint8
-		Pad    uint8
-		Col    uint32
-		Lines  uint32
-		Len    uint32
-		Finals uint32
-		Flip   uint32
-		Pad2   uint32
-		_      [4]byte
-		Body   uint64
-		Start  uint64
-		Tail   [8]uint8
+		_       structs.HostLayout
+		State   uint8
+		Cr      uint8
+		Cut     uint8
+		Pad     uint8
+		Col     uint32
+		Lines   uint32
+		Len     uint32
+		Finals  uint32
+		Pad1    uint32
+		Pad2    uint32
+		_       [4]byte
+		Body    uint64
+		Start   uint64
+		Cstate  uint32
+		Cdigits uint32
+		Csize   uint64
 	}
-	Req        uint64
-	RspStatus  uint32
-	CallStatus uint32
-	Call       uint64
-	CallParent uint64
-	CallStart  uint64
-	CallTid    uint32
-	CallFlags  uint32
-	CallServer uint64
-	CallWait   uint64
-	CallTrace  [16]uint8
-	Qhead      struct {
+	Rq        [32]uint64
+	RqHead    [32]uint8
+	RqFirst   uint32
+	RqNext    uint32
+	Req       uint64
+	RspStatus uint32
+	CqFirst   uint32
+	CqNext    uint32
+	Pad2      uint32
+	Cq        [32]struct {
+		_      structs.HostLayout
+		Span   uint64
+		Parent uint64
+		Start  uint64
+		Server uint64
+		Wait   uint64
+		Tid    uint32
+		Flags  uint32
+		Status uint32
+		Pad    uint32
+		Trace  [16]uint8
+	}
+	Call struct {
+		_      structs.HostLayout
+		Span   uint64
+		Parent uint64
+		Start  uint64
+		Server uint64
+		Wait   uint64
+		Tid    uint32
+		Flags  uint32
+		Status uint32
+		Pad    uint32
+		Trace  [16]uint8
+	}
+	Qhead struct {
 		_ structs.HostLayout
 		B [2048]uint8
 	}

@@ -1,0 +1,166 @@
+//go:build linux
+
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/rbinder"
+	"github.com/rootline/rootline/internal/rbinder/datapath"
+	"github.com/rootline/rootline/internal/rbinder/readtap"
+)
+
+// runDatapath runs the command with the in-kernel datapath (no ptrace).
+// started is false when the datapath could not be set up and nothing was
+// run: the caller falls back to the supervisor.
+func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, stderr io.Writer) (code int, started bool, err error) {
+	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
+	if err != nil {
+		return 0, false, err
+	}
+	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: f.ringBytes})
+	if err != nil {
+		_ = removeCgroup()
+		return 0, false, err
+	}
+	closeDatapath := func() {
+		if err := d.Close(); err != nil {
+			log.Warn("closing the eBPF datapath", "err", err)
+		}
+		if err := removeCgroup(); err != nil {
+			log.Info("cgroup left behind (processes of the command still run in it)", "err", err)
+		}
+	}
+
+	exe, lookErr := exec.LookPath(f.argv[0])
+	isGo := lookErr == nil && datapath.IsGo(exe)
+	if isGo {
+		// Before the start: the probes must be there for its first request.
+		if ok, err := d.ProbeGo(exe); !ok {
+			log.Info("Go program without net/http client probes: its outbound calls are not tied to requests", "err", err)
+		}
+	}
+
+	spans := rbinder.NewKernelSpans(rbinder.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
+		Logger: log, MonoOffset: readtap.MonoOffset()})
+	readDone := make(chan error, 1)
+	go func() {
+		var kev rbinder.KernelEvent
+		readDone <- d.Read(100*time.Millisecond, func(ev *datapath.Event) {
+			if ev.Type == datapath.EvExec {
+				// A process of the run executed a program: a Go one gets
+				// goroutine binding and probes.
+				if path := string(ev.Head); datapath.IsGo(path) {
+					if _, err := d.AddGo(ev.Tgid, path); err != nil {
+						log.Debug("Go probes", "exe", path, "err", err)
+					}
+				}
+				return
+			}
+			kev = rbinder.KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
+				Conn: ev.Conn, TraceID: ev.TraceID, SpanID: ev.SpanID, ParentID: ev.ParentID, StartMono: ev.StartMono,
+				Local: ev.Local, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
+				Tids: ev.Tids, Peer: ev.Peer, Head: ev.Head}
+			spans.Event(&kev)
+		})
+	}()
+
+	cmd := exec.Command(f.argv[0], f.argv[1:]...)
+	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, os.Stdout, os.Stderr
+	cgfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		// Born in the cgroup, so that every socket it makes is followed.
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cgfd}
+	}
+	err = cmd.Start()
+	if cgfd >= 0 {
+		unix.Close(cgfd)
+	}
+	if err != nil {
+		closeDatapath()
+		<-readDone
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			// Not found or not executable: the shell's status for it.
+			stderr.Write([]byte("rootline run: " + err.Error() + "\n"))
+			return 127, true, nil
+		}
+		return 0, false, err
+	}
+	pid := cmd.Process.Pid
+	if isGo {
+		if err := d.MarkGo(pid); err != nil {
+			log.Warn("Go binding", "err", err)
+		}
+	}
+	log.Debug("tracing with the in-kernel datapath", "pid", pid, "cgroup", dir, "go", isGo)
+	if f.agent != "" {
+		go registerWithAgent(f, pid, log)
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	var werr error
+wait:
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case werr = <-waited:
+			break wait
+		}
+	}
+	signal.Stop(sigs)
+	code = exitCode(werr)
+
+	// The last spans end as the command's connections close: give the
+	// ring buffer one read before detaching.
+	time.Sleep(250 * time.Millisecond)
+	st := d.Stats()
+	closeDatapath()
+	if err := <-readDone; err != nil {
+		log.Warn("reading the eBPF datapath", "err", err)
+	}
+	if f.agent != "" {
+		unregisterFromAgent(f, pid)
+	}
+	if st.Lost > 0 {
+		log.Warn("spans lost: the datapath's ring buffer was full (raise -datapath.buffer-bytes)", "events", st.Lost)
+	}
+	if st.Skipped > 0 {
+		log.Info("heads left without Rootline's lines (send buffer full, or a final line break split across writes)", "heads", st.Skipped)
+	}
+	if st.Opaque > 0 {
+		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", st.Opaque)
+	}
+	log.Debug("done", "requests", spans.Stats.Requests.Load(), "calls", spans.Stats.Calls.Load(),
+		"injected", st.Injected, "go_roundtrips", st.GoRoundTrips, "go_handoffs", st.GoHandoffs, "unbound_calls", spans.Stats.Unbound.Load(), "unfinished", spans.Pending())
+	return code, true, nil
+}
+
+// exitCode is the shell's status for a waited command: its exit code, or
+// 128 + the signal that killed it.
+func exitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 127
+}
