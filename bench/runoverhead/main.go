@@ -40,7 +40,7 @@ func main() {
 	duration := flag.Duration("duration", 15*time.Second, "load per measurement")
 	rounds := flag.Int("rounds", 3, "rounds (each runs every mode at every rate)")
 	spin := flag.Int("spin-us", 1000, "CPU work per hop per request (µs)")
-	modes := flag.String("modes", "plain,run,otel", "modes to compare: plain, run (rootline run, reads via eBPF when it loads), run-ptrace (rootline run --reads ptrace), otel")
+	modes := flag.String("modes", "plain,run,otel", "modes to compare: plain, run (rootline run --mode ebpf: the in-kernel datapath), run-ptrace (rootline run --mode ptrace: the supervisor, reads by the eBPF read tap), otel (the OpenTelemetry Go SDK in code)")
 	flag.Parse()
 	if *chain == "" {
 		fmt.Fprintln(os.Stderr, "runoverhead: --chain is required")
@@ -113,8 +113,8 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 		argv := []string{chain}
 		switch mode {
 		case "run", "run-ptrace":
-			reads := map[string]string{"run": "auto", "run-ptrace": "ptrace"}[mode]
-			argv = []string{rootline, "run", "--reads", reads, "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
+			m := map[string]string{"run": "ebpf", "run-ptrace": "ptrace"}[mode]
+			argv = []string{rootline, "run", "--mode", m, "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
 		case "otel":
 			env = append(env, "OTEL=1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:24318")
 		}
