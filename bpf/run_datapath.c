@@ -164,6 +164,9 @@ struct user_msghdr_u {
 // line) that follow one read or write.
 #define MAX_STEPS 16384
 
+// HSTEP: head bytes copied and scanned per step; most heads end within one.
+#define HSTEP 1024
+
 // SCR: bytes scanned per step (a power of two).
 #define SCR 4096
 #define SCR_MASK (SCR - 1)
@@ -172,26 +175,78 @@ struct user_msghdr_u {
 // makes the connection opaque rather than be scanned forever.
 #define MAX_HEAD (64 * 1024)
 
+// What a head says, classified line by line (head_feed).
+#define HD_TRACEPARENT 0x1
+#define HD_TRACESTATE 0x2
+#define HD_B3 0x4
+#define HD_B3TRACE 0x8
+#define HD_B3SPAN 0x10
+#define HD_B3PARENT 0x20
+#define HD_B3SAMPLED 0x40
+#define HD_B3FLAGS 0x80
+#define HD_RID 0x100
+#define HD_CL 0x200
+#define HD_CHUNKED 0x400
+#define HD_SERVERTIME 0x800
+#define HD_WAIT 0x1000
+#define HD_TP_MANY 0x2000
+#define HD_CL_BAD 0x4000
+#define HD_BAD 0x8000 // a malformed field line: the head is not followed
+
+// Header fields a head's parse records (value offsets, first occurrence).
+#define HX_TP 0
+#define HX_TS 1
+#define HX_B3 2
+#define HX_XTRACE 3
+#define HX_XSPAN 4
+#define HX_XSAMPLED 5
+#define HX_XFLAGS 6
+#define HX_RID 7
+#define HX_CL 8
+#define HX_TE 9
+#define HX_ST 10
+#define HX_WAIT 11
+#define HX_N 12
+
+struct hinfo {
+	__u32 has;     // HD_* bits
+	__u32 status;  // a response's status code
+	__u32 tp_count;
+	__u32 _pad;
+	__u16 off[HX_N];
+	__u16 len[HX_N];
+	// decoded
+	__u64 cl;
+	__u64 server_us;
+	__u64 wait_us;
+	__u8 trace[16]; // the context found (ctx_ok)
+	__u64 span;
+	__u8 sampled;
+	__u8 ctx_ok;
+	__u8 _pad2[6];
+	__u8 tmp[16];
+};
+
 struct half {
 	__u8 state;
-	__u8 cr;       // the previous head byte was '\r'
 	__u8 cut;      // the head is longer than kept
+	__u8 last;     // the head's last byte so far
 	__u8 _pad;
 	// 32 bits, so that the verifier sees them as any value: a counter
 	// with a bounded range starting a bpf_loop would make every
 	// iteration a new state to verify.
-	__u32 col;     // bytes in the current head line
-	__u32 lines;   // head lines completed
 	__u32 len;     // head bytes so far
+	__u32 kept;    // of which in the head buffer
+	__u32 ls;      // head offset where the current line starts
+	__u32 lines;   // head lines completed
 	__u32 finals;  // heads completed on this side (final ones for responses)
-	__u32 _pad1;
-	__u32 _pad2;
 	__u64 body;    // body bytes left (H_BODY)
 	__u64 start;   // when the current head began (ns)
 	// chunked body parser
 	__u32 cstate;  // CS_*
 	__u32 cdigits; // hex digits of the size line so far
 	__u64 csize;   // the chunk's size, then its data bytes left
+	struct hinfo hi; // the head's fields, classified line by line
 };
 
 // Requests (or calls) a connection holds awaiting their responses.
@@ -214,7 +269,7 @@ struct callrec {
 
 // A head buffer; its own type so that global functions can take it whole.
 struct head_buf {
-	__u8 b[RD_HEAD];
+	__u8 b[RD_HEAD + 8]; // + 8: a word read at the last offsets
 };
 
 struct conn {
@@ -381,57 +436,6 @@ struct {
 	__type(value, __u64);
 } rd_stats SEC(".maps");
 
-// What a complete head says (parse_cb fills it).
-#define HD_TRACEPARENT 0x1
-#define HD_TRACESTATE 0x2
-#define HD_B3 0x4
-#define HD_B3TRACE 0x8
-#define HD_B3SPAN 0x10
-#define HD_B3PARENT 0x20
-#define HD_B3SAMPLED 0x40
-#define HD_B3FLAGS 0x80
-#define HD_RID 0x100
-#define HD_CL 0x200
-#define HD_CHUNKED 0x400
-#define HD_SERVERTIME 0x800
-#define HD_WAIT 0x1000
-#define HD_TP_MANY 0x2000
-#define HD_CL_BAD 0x4000
-#define HD_BAD 0x8000 // a malformed field line: the head is not followed
-
-// Header fields a head's parse records (value offsets, first occurrence).
-#define HX_TP 0
-#define HX_TS 1
-#define HX_B3 2
-#define HX_XTRACE 3
-#define HX_XSPAN 4
-#define HX_XSAMPLED 5
-#define HX_XFLAGS 6
-#define HX_RID 7
-#define HX_CL 8
-#define HX_TE 9
-#define HX_ST 10
-#define HX_WAIT 11
-#define HX_N 12
-
-struct hinfo {
-	__u32 has;     // HD_* bits
-	__u32 status;  // a response's status code
-	__u32 tp_count;
-	__u32 _pad;
-	__u16 off[HX_N];
-	__u16 len[HX_N];
-	// decoded
-	__u64 cl;
-	__u64 server_us;
-	__u64 wait_us;
-	__u8 trace[16]; // the context found (ctx_ok)
-	__u64 span;
-	__u8 sampled;
-	__u8 ctx_ok;
-	__u8 _pad2[6];
-	__u8 tmp[16];
-};
 
 struct call_ids {
 	__u8 trace[16];
@@ -444,7 +448,7 @@ struct call_ids {
 #define TEXT_MASK (TEXT - 1)
 struct scratch {
 	__u64 l; // opaque()
-	__u8 data[SCR];
+	__u8 data[SCR + RD_HEAD + 8]; // SCR bytes; the rest lets a head be copied from any offset
 	__u8 text[TEXT + 8]; // + 8: put8 at the last offsets
 	struct hinfo hi;
 	struct call_ids ci;
@@ -616,59 +620,6 @@ static __always_inline void touch(struct req *r)
 
 // ---- head scanning ----
 
-struct scan_ctx {
-	__u8 *buf;     // SCR bytes
-	__u32 from;
-	__u32 to;
-	__u32 col;
-	__u32 lines;
-	__u32 cr;
-	__s32 cr_at;   // index of the '\r' just seen in buf (-1: in earlier data)
-	__s32 end;     // index after the head's last byte (-1: not in buf)
-	__s32 brk;     // index where the head's final line break starts (-1: in earlier data)
-	__s32 first;   // index after the first line's '\n' (-1: not in buf)
-};
-
-static long scan_cb(__u32 i, struct scan_ctx *s)
-{
-	__u32 at = s->from + i;
-	if (at >= s->to)
-		return 1;
-	__u8 b = s->buf[at & SCR_MASK];
-	if (b == '\n') {
-		if (s->col == 0 && s->lines > 0) {
-			s->end = at + 1;
-			s->brk = s->cr ? s->cr_at : (__s32)at;
-			return 1;
-		}
-		if (s->lines == 0)
-			s->first = at + 1;
-		s->lines++;
-		s->col = ZERO; // not the constant 0: see rt_zero
-		s->cr = 0;
-	} else if (b == '\r') {
-		if (s->cr)
-			s->col++; // a lone '\r' before: content
-		s->cr = 1;
-		s->cr_at = at;
-	} else {
-		if (s->cr)
-			s->col++;
-		s->col++;
-		s->cr = 0;
-	}
-	return 0;
-}
-
-struct parse_ctx {
-	__u8 *h;       // the head (HEAD_MASK)
-	__u32 len;
-	__u32 ls;      // current line start
-	__s32 colon;   // first ':' of the current line (-1 none)
-	__u32 lines;
-	struct hinfo *hi;
-};
-
 // name_is compares h[at:at+n] with the lower-case literal lit ignoring case.
 #define NAME_IS(h, at, lit) name_is((h), (at), lit, sizeof(lit) - 1)
 static __always_inline int name_is(__u8 *h, __u32 at, const char *lit, __u32 n)
@@ -692,10 +643,12 @@ static __always_inline void field(struct hinfo *hi, __u32 x, __u32 bit, __u32 vs
 
 // classify records a header field (name h[ls:colon], value h[vs:ve]) that
 // Rootline reads; values are decoded after the whole head is classified.
-static __always_inline void classify(struct parse_ctx *pc, __u32 ls, __u32 colon, __u32 vs, __u32 ve)
+__noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 colon, __u64 vse)
 {
-	struct hinfo *hi = pc->hi;
-	__u8 *h = pc->h;
+	if (!hb || !hi)
+		return 0;
+	__u8 *h = hb->b;
+	__u32 vs = vse >> 32, ve = (__u32)vse;
 	switch (colon - ls) {
 	case 2:
 		if (NAME_IS(h, ls, "b3"))
@@ -741,69 +694,6 @@ static __always_inline void classify(struct parse_ctx *pc, __u32 ls, __u32 colon
 			field(hi, HX_ST, HD_SERVERTIME, vs, ve);
 		break;
 	}
-}
-
-static long parse_cb(__u32 i, struct parse_ctx *pc)
-{
-	if (i >= pc->len)
-		return 1;
-	__u8 *h = pc->h;
-	__u8 b = h[i & HEAD_MASK];
-	if (b == ':' && pc->colon < 0) {
-		pc->colon = i;
-		return 0;
-	}
-	if (b != '\n')
-		return 0;
-	__u32 ls = pc->ls;
-	__s32 colon = pc->colon;
-	pc->ls = i + 1;
-	pc->colon = M1;
-	pc->lines++;
-	if (pc->lines == 1) {
-		// A status line: "HTTP/1.x NNN".
-		if (i >= ls + 12 && h[(ls + 8) & HEAD_MASK] == ' ') {
-			__u8 a = h[(ls + 9) & HEAD_MASK], b2 = h[(ls + 10) & HEAD_MASK], c = h[(ls + 11) & HEAD_MASK];
-			if (a >= '0' && a <= '9' && b2 >= '0' && b2 <= '9' && c >= '0' && c <= '9')
-				pc->hi->status = (a - '0') * 100 + (b2 - '0') * 10 + (c - '0');
-		}
-		return 0;
-	}
-	if (colon <= (__s32)ls) {
-		// A field line without a name and colon, or an obsolete folded
-		// continuation: not something to add lines to.
-		if (i > ls + 1 || (i == ls + 1 && h[ls & HEAD_MASK] != '\r'))
-			pc->hi->has |= HD_BAD;
-		return 0;
-	}
-	if (h[ls & HEAD_MASK] == ' ' || h[ls & HEAD_MASK] == '\t' || h[(colon - 1) & HEAD_MASK] == ' ')
-		pc->hi->has |= HD_BAD;
-	__u32 ve = i, vs = colon + 1;
-	if (ve > ls && h[(ve - 1) & HEAD_MASK] == '\r')
-		ve--;
-	for (int k = 0; k < 4; k++) {
-		if (vs < ve && (h[vs & HEAD_MASK] == ' ' || h[vs & HEAD_MASK] == '\t'))
-			vs++;
-	}
-	for (int k = 0; k < 4; k++) {
-		if (ve > vs && (h[(ve - 1) & HEAD_MASK] == ' ' || h[(ve - 1) & HEAD_MASK] == '\t'))
-			ve--;
-	}
-	classify(pc, ls, colon, vs, ve);
-	return 0;
-}
-
-// parse_head classifies the fields of a complete head h[0:len).
-__noinline int parse_head(struct head_buf *hb, __u32 len, struct hinfo *hi)
-{
-	if (!hb)
-		return 0;
-	__u8 *h = hb->b;
-	if (!hi)
-		return 0;
-	__builtin_memset(hi, 0, sizeof(*hi));
-	struct parse_ctx pc = {.h = h, .len = OPQ(len > RD_HEAD ? RD_HEAD : len), .ls = ZERO, .colon = M1, .lines = ZERO, .hi = hi};
-	bpf_loop(RD_HEAD, parse_cb, &pc, 0);
 	return 0;
 }
 
@@ -1079,6 +969,21 @@ static long ctl_cb(__u32 i, struct ctl_ctx *x)
 	return 0;
 }
 
+static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head);
+
+// first_line checks a complete first line hb[0:n) (n counts its '\n'): a
+// request line "METHOD SP target SP HTTP/1.x" or a status line "HTTP/1.x
+// NNN ...". Returns 0 if it is neither, 1 if fine, 3 for a HEAD request. A
+// global function: verified once, not at every line of every head.
+__noinline int first_line(struct head_buf *hb, __u32 n, __u32 request)
+{
+	if (!hb)
+		return 0;
+	__u8 is_head = 0;
+	int ok = first_line_ok(hb->b, n, request, &is_head);
+	return ok ? 1 | (is_head << 1) : 0;
+}
+
 static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head)
 {
 	if (n < 2)
@@ -1126,13 +1031,18 @@ struct text {
 	__u32 n;
 };
 
+// put writes n bytes of s, eight at a time: for a literal, each word is a
+// constant the compiler folds into one store. The bytes past n in the last
+// word are overwritten by what follows (text has 8 bytes of slack).
 static __always_inline void put(struct text *t, const char *s, __u32 n)
 {
 #pragma unroll
-	for (__u32 k = 0; k < n; k++) {
-		t->b[t->n & TEXT_MASK] = s[k];
-		t->n++;
+	for (__u32 k = 0; k < n; k += 8) {
+		__u64 w = 0;
+		__builtin_memcpy(&w, s + k, n - k < 8 ? n - k : 8);
+		*(__u64 *)(t->b + ((t->n + k) & TEXT_MASK)) = w;
 	}
+	t->n += n;
 }
 #define PUT(t, lit) put((t), lit, sizeof(lit) - 1)
 
@@ -1216,13 +1126,17 @@ static long copy_in_cb(__u32 i, struct copy_ctx *c)
 	return 0;
 }
 
-// copy_head_cb copies a head buffer into another.
-static long copy_head_cb(__u32 i, struct copy_ctx *c)
+// copy_head puts the first n bytes of a head buffer into an event.
+static __always_inline void copy_head(struct rd_event *ev, struct head_buf *hb, __u32 n)
 {
-	if (i >= c->n)
-		return 1;
-	c->dst[(c->doff + i) & HEAD_MASK] = c->src[(c->soff + i) & HEAD_MASK];
-	return 0;
+	__u64 sz = n;
+	asm volatile("" : "+r"(sz));
+	sz &= RD_HEAD | (RD_HEAD - 1);
+	if (sz > RD_HEAD)
+		sz = RD_HEAD;
+	if (bpf_probe_read_kernel(ev->head, sz, hb->b) < 0)
+		sz = 0;
+	ev->head_len = sz;
 }
 
 // A header value copied into a request's state (tracestate, x-request-id),
@@ -1611,9 +1525,8 @@ static __noinline void end_all(struct conn *c, __u64 sk, __u32 flags, struct scr
 // Complete request head read on an inbound connection: a SERVER span starts.
 static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
 {
-	struct hinfo *hi = &s->hi;
+	struct hinfo *hi = &c->rd.hi;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
-	parse_head(&c->qhead, kept, hi);
 	decode_framing(&c->qhead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s); // malformed: the service will answer it, or not, untouched
@@ -1686,9 +1599,7 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 	ev->span = span;
 	ev->parent = r->parent;
 	ev->start = r->start;
-	ev->head_len = kept;
-	struct copy_ctx cc = {.dst = ev->head, .src = c->qhead.b, .doff = ZERO, .soff = ZERO, .n = OPQ(kept)};
-	bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
+	copy_head(ev, &c->qhead, kept);
 	emit(ev);
 
 	// The request body: counted, or chunked.
@@ -1704,9 +1615,7 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 // Complete response head read on an outbound connection.
 static __noinline void response_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
 {
-	struct hinfo *hi = &s->hi;
-	__u32 kept = hlen > RD_RHEAD ? RD_RHEAD : hlen;
-	parse_head(&c->shead, kept, hi);
+	struct hinfo *hi = &c->rd.hi;
 	decode_framing(&c->shead, hi);
 	decode_timing(&c->shead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
@@ -1759,48 +1668,312 @@ static __always_inline void body_done(struct conn *c, __u64 sk, int is_write, __
 }
 
 
-// scan_head runs the head scanner over s->data[from:to) for one side of c
-// (is_write: what the service writes), appends the head bytes to the
-// connection's head buffer and returns the index where the head ends (to
-// when it does not end there). s->so gets: brk, the index of the head's
-// final line break (-1: not in this data); done, whether the head ended;
-// bad, whether it is not HTTP/1.x.
-static __noinline __u32 scan_head(struct conn *c, int is_write, struct scratch *s, __u32 from, __u32 to)
+// ---- heads: one pass, a word at a time ----
+//
+// A head is copied into its connection's head buffer as it arrives (at
+// most RD_HEAD bytes are kept), and scanned there for line breaks eight
+// bytes at a time; each complete line is classified at once, so the head
+// is parsed by the time its end is found. Bytes past the kept part are
+// only scanned for the end.
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+// has_byte is nonzero when a byte of w is c (exact for "any", RFC-free
+// bit trick; the caller checks the bytes of a flagged word one by one).
+static __always_inline __u64 has_byte(__u64 w, __u8 c)
+{
+	__u64 t = w ^ (ONES * c);
+	return (t - ONES) & ~t & HIGHS;
+}
+
+// Finding the next byte c in buf[pos:end): a word per iteration.
+struct find_ctx {
+	__u8 *buf;
+	__u32 pos;
+	__u32 end;
+	__u32 c;
+	__s32 at; // where it is (-1: not there)
+};
+
+static __always_inline long find_word(struct find_ctx *x, __u32 k, __u64 w)
+{
+	if (!has_byte(w, x->c))
+		return 0;
+	for (int j = 0; j < 8; j++) {
+		if (k + j < x->end && x->buf[(k + j) & HEAD_MASK] == x->c) {
+			x->at = k + j;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static long find_head_cb(__u32 i, struct find_ctx *x)
+{
+	__u32 k = x->pos + 8 * i;
+	if (k >= x->end)
+		return 1;
+	return find_word(x, k, *(__u64 *)(x->buf + (k & HEAD_MASK)));
+}
+
+static long find_data_cb(__u32 i, struct find_ctx *x)
+{
+	__u32 k = x->pos + 8 * i;
+	if (k >= x->end)
+		return 1;
+	__u64 w = *(__u64 *)(x->buf + (k & SCR_MASK));
+	if (!has_byte(w, x->c))
+		return 0;
+	for (int j = 0; j < 8; j++) {
+		if (k + j < x->end && x->buf[(k + j) & SCR_MASK] == x->c) {
+			x->at = k + j;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// find returns the index of the first c in a head buffer's [pos, end)
+// (data: in scratch data instead), or -1.
+static __always_inline __s32 find(__u8 *buf, __u32 pos, __u32 end, __u8 c, int data)
+{
+	struct find_ctx x = {.buf = buf, .pos = OPQ(pos), .end = OPQ(end), .c = c, .at = M1};
+	if (data)
+		bpf_loop(SCR / 8 + 1, find_data_cb, &x, 0);
+	else
+		bpf_loop(RD_HEAD / 8 + 1, find_head_cb, &x, 0);
+	return x.at;
+}
+
+// field_line classifies the field line h[ls:e) (without its line break).
+__noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 e)
+{
+	if (!hb || !hi)
+		return 0;
+	__u8 *h = hb->b;
+	__s32 colon = find(h, ls, e, ':', 0);
+	if (colon <= (__s32)ls || h[ls & HEAD_MASK] == ' ' || h[ls & HEAD_MASK] == '\t' ||
+	    h[(colon - 1) & HEAD_MASK] == ' ') {
+		// no name and colon, an obsolete folded line, or space before
+		// the colon: not something to add lines to
+		hi->has |= HD_BAD;
+		return 0;
+	}
+	__u32 vs = colon + 1, ve = e;
+	for (int k = 0; k < 4; k++) {
+		if (vs < ve && (h[vs & HEAD_MASK] == ' ' || h[vs & HEAD_MASK] == '\t'))
+			vs++;
+	}
+	for (int k = 0; k < 4; k++) {
+		if (ve > vs && (h[(ve - 1) & HEAD_MASK] == ' ' || h[(ve - 1) & HEAD_MASK] == '\t'))
+			ve--;
+	}
+	classify(hb, hi, ls, colon, (__u64)vs << 32 | ve);
+	return 0;
+}
+
+// status_line records a status line's code: "HTTP/1.x NNN".
+static __always_inline void status_line(__u8 *h, struct hinfo *hi, __u32 e)
+{
+	if (e < 12 || h[8] != ' ')
+		return;
+	__u8 a = h[9], b = h[10], c = h[11];
+	if (a >= '0' && a <= '9' && b >= '0' && b <= '9' && c >= '0' && c <= '9')
+		hi->status = (a - '0') * 100 + (b - '0') * 10 + (c - '0');
+}
+
+// The lines of the kept part of a head, one per iteration.
+struct lines_ctx {
+	struct conn *c;
+	struct half *h;
+	struct head_buf *hb;
+	__u32 end;     // kept bytes to scan up to
+	__u32 pos;     // where to look for the next line break
+	__s32 eoh;     // head offset after the head's final line break (-1: not yet)
+	__s32 brk;     // head offset where the final line break starts
+	__u32 bad;
+	__u32 request;
+};
+
+static long lines_cb(__u32 i, struct lines_ctx *x)
+{
+	struct half *h = x->h;
+	__u8 *hb = x->hb->b;
+	__s32 p = find(hb, x->pos, x->end, '\n', 0);
+	if (p < 0)
+		return 1;
+	__u32 P = p, ls = h->ls;
+	x->pos = P + 1;
+	// the line is h[ls:e), e before a CR
+	__u32 e = P;
+	if (P > ls && hb[(P - 1) & HEAD_MASK] == '\r')
+		e = P - 1;
+	h->ls = P + 1;
+	if (h->lines == 0) {
+		h->lines = 1;
+		int fl = first_line(x->hb, P + 1, x->request);
+		if (!fl) {
+			x->bad = 1;
+			return 1;
+		}
+		if (x->request)
+			x->c->head_req = fl >> 1;
+		else
+			status_line(hb, &h->hi, e);
+		return 0;
+	}
+	h->lines++;
+	if (e == ls) {
+		// the empty line: the head ends here
+		x->eoh = P + 1;
+		x->brk = P > ls ? P - 1 : P;
+		return 1;
+	}
+	field_line(x->hb, &h->hi, ls, e);
+	return 0;
+}
+
+// The end of a head past its kept part, one line break per iteration.
+struct tail_ctx {
+	struct half *h;
+	__u8 *data;
+	__u32 pos;     // data index
+	__u32 end;
+	__u32 base;    // head offset of data[0]
+	__u8 prev;     // the byte before data[pos]
+	__s32 eoh;
+	__s32 brk;
+};
+
+static long tail_cb(__u32 i, struct tail_ctx *x)
+{
+	__s32 p = find(x->data, x->pos, x->end, '\n', 1);
+	if (p < 0)
+		return 1;
+	__u32 P = p;
+	__u32 ls = x->h->ls; // head offset
+	__u32 hp = x->base + P;
+	__u8 before = P > x->pos ? x->data[(P - 1) & SCR_MASK] : x->prev;
+	x->h->ls = hp + 1;
+	x->h->lines++;
+	x->pos = P + 1;
+	if (hp == ls || (hp == ls + 1 && before == '\r')) {
+		x->eoh = hp + 1;
+		x->brk = hp == ls ? hp : hp - 1;
+		return 1;
+	}
+	x->prev = '\n';
+	return 0;
+}
+
+// scan_kept scans the kept head bytes [from, to) of h: -1 when the head
+// goes on, -2 when it is not HTTP/1.x, else its end and final line break
+// (head offsets) as end << 32 | brk.
+static __noinline __s64 scan_kept(struct conn *c, struct half *h, struct head_buf *hb, __u32 from, __u64 to_req)
+{
+	if (!c || !h || !hb)
+		return -2;
+	__u32 to = (__u32)to_req;
+	struct lines_ctx lx = {.c = c, .h = h, .hb = hb, .end = OPQ(to), .pos = OPQ(from),
+			       .eoh = M1, .brk = M1, .bad = ZERO, .request = OPQ(to_req >> 32)};
+	bpf_loop(RD_HEAD, lines_cb, &lx, 0);
+	if (lx.bad)
+		return -2;
+	if (lx.eoh < 0)
+		return -1;
+	return (__s64)((__u64)(__u32)lx.eoh << 32 | (__u32)lx.brk);
+}
+
+// scan_tail looks for the end of a head in s->data[from:to), past its kept
+// part; base is the head offset of s->data[0]. Returns as scan_kept.
+static __noinline __s64 scan_tail(struct half *h, struct scratch *s, __u32 from, __u32 to, __u32 base)
+{
+	if (!h || !s)
+		return -1;
+	__u8 prev = from > 0 ? s->data[(from - 1) & SCR_MASK] : h->last;
+	struct tail_ctx tx = {.h = h, .data = s->data, .pos = OPQ(from), .end = OPQ(to), .base = OPQ(base),
+			      .prev = prev, .eoh = M1, .brk = M1};
+	bpf_loop(SCR, tail_cb, &tx, 0);
+	if (tx.eoh < 0)
+		return -1;
+	return (__s64)((__u64)(__u32)tx.eoh << 32 | (__u32)tx.brk);
+}
+
+// head_feed takes the head bytes s->data[from:to) of one side of c
+// (is_write: what the service writes): it keeps them, classifies the
+// lines they complete, and returns the index in s->data where the head
+// ends (to when it does not end there). s->so gets brk, the index in
+// s->data of the head's final line break (-1: not in this data), done
+// and bad (not HTTP/1.x).
+static __noinline __u32 head_feed(struct conn *c, int is_write, struct scratch *s, __u32 from, __u32 to)
 {
 	if (!c || !s)
 		return to;
 	struct half *h = is_write ? &c->wr : &c->rd;
 	// Request heads: read on inbound connections, written on outbound ones.
 	int request = (c->dir == DIR_IN) != is_write;
-	struct scan_ctx sc = {.buf = s->data, .from = OPQ(from), .to = OPQ(to), .col = h->col, .lines = h->lines, .cr = OPQ(h->cr),
-			      .cr_at = M1, .end = M1, .brk = M1, .first = M1};
-	bpf_loop(SCR, scan_cb, &sc, 0);
-	__u32 end = sc.end >= 0 ? (__u32)sc.end : to;
-	__u32 n = end - from;
-	__u8 *hb = request ? c->qhead.b : c->shead.b;
-	__u32 room = h->len < RD_HEAD ? RD_HEAD - h->len : 0;
-	struct copy_ctx cc = {.dst = hb, .doff = OPQ(h->len), .src = s->data, .soff = OPQ(from), .n = OPQ(n < room ? n : room)};
-	bpf_loop(SCR, copy_in_cb, &cc, 0);
-	__u32 before = h->len;
-	h->len += n;
-	h->col = sc.col;
-	h->lines = sc.lines;
-	h->cr = sc.cr;
-	if (h->len > RD_HEAD)
-		h->cut = 1;
-	s->so.brk = sc.brk;
-	s->so.done = sc.end >= 0;
+	struct head_buf *hb = request ? &c->qhead : &c->shead;
+	s->so.brk = -1;
+	s->so.done = 0;
 	s->so.bad = 0;
-	if (sc.first >= 0) {
-		__u32 fl = before + (sc.first - from);
-		__u8 is_head = 0;
-		if (fl > RD_HEAD || !first_line_ok(hb, fl, request, &is_head))
-			s->so.bad = 1;
-		else if (request)
-			c->head_req = is_head;
-	} else if (h->lines == 0 && h->len > RD_HEAD) {
-		s->so.bad = 1; // a first line longer than we keep
+	__u32 base = h->len; // head offset of data[from]
+	__u32 n = to - from;
+	__u32 kept0 = h->kept;
+	// Keep what fits: in one copy when the head starts here.
+	__u32 k = 0;
+	if (kept0 < RD_HEAD) {
+		k = n < RD_HEAD - kept0 ? n : RD_HEAD - kept0;
+		if (kept0 == 0 && base == 0) {
+			__u64 sz = k;
+			asm volatile("" : "+r"(sz));
+			sz &= RD_HEAD | (RD_HEAD - 1);
+			if (sz > RD_HEAD)
+				sz = RD_HEAD;
+			if (bpf_probe_read_kernel(hb->b, sz, s->data + (from & SCR_MASK)) < 0)
+				sz = 0;
+			k = sz;
+		} else {
+			struct copy_ctx cc = {.dst = hb->b, .doff = OPQ(kept0), .src = s->data, .soff = OPQ(from), .n = OPQ(k)};
+			bpf_loop(SCR, copy_in_cb, &cc, 0);
+		}
+		h->kept = kept0 + k;
 	}
+	__s32 eoh = -1, brk = -1;
+	if (k > 0) {
+		__s64 r = scan_kept(c, h, hb, kept0, (__u64)request << 32 | (kept0 + k));
+		if (r == -2) {
+			s->so.bad = 1;
+			return to;
+		}
+		if (r >= 0) {
+			eoh = r >> 32;
+			brk = (__s32)r;
+		}
+	}
+	if (eoh < 0 && n > k) {
+		// past the kept part: only the end is looked for
+		if (h->lines == 0) {
+			s->so.bad = 1; // a first line longer than we keep
+			return to;
+		}
+		h->cut = 1;
+		__s64 r = scan_tail(h, s, from + k, to, base - from);
+		if (r >= 0) {
+			eoh = r >> 32;
+			brk = (__s32)r;
+		}
+	}
+	__u32 end = to;
+	if (eoh >= 0) {
+		end = from + (eoh - base);
+		s->so.done = 1;
+		// in s->data, unless it began in earlier data
+		s->so.brk = (__u32)brk >= base ? (__s32)(from + (brk - base)) : -1;
+	}
+	h->len = base + (end - from);
+	if (end > from)
+		h->last = s->data[(end - 1) & SCR_MASK];
 	if (h->len > MAX_HEAD)
 		s->so.bad = 1;
 	return end;
@@ -1870,7 +2043,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 		}
 		return 0;
 	}
-	__u32 m = left < SCR ? left : SCR;
+	__u32 m = left < HSTEP ? left : HSTEP;
 	__u64 sz = m;
 	asm volatile("" : "+r"(sz));
 	sz &= SCR_MASK | SCR;
@@ -1897,10 +2070,11 @@ static long read_step(__u32 i, struct read_ctx *x)
 			return 1;            // else: bytes of a body we lost track of
 		}
 		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
+		__builtin_memset(&h->hi, 0, sizeof(h->hi));
 		h->state = H_HEAD;
 		h->start = x->ts;
 	}
-	__u32 end = scan_head(c, 0, s, p, m);
+	__u32 end = head_feed(c, 0, s, p, m);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;
@@ -2103,13 +2277,22 @@ struct ins_ctx {
 // Helpers may not write packets: one byte at a time.
 static long ins_cb(__u32 i, struct ins_ctx *x)
 {
-	if (i >= x->n)
+	__u32 k = x->k;
+	if (k >= x->n)
 		return 1;
-	__u8 *w = x->d + (i & TEXT_MASK);
+	__u8 *w = x->d + (k & TEXT_MASK);
+	if (k + 8 <= x->n) {
+		// a word at a time
+		if (w + 8 > x->e)
+			return 1;
+		*(__u64 *)w = *(__u64 *)(x->text + (k & TEXT_MASK));
+		x->k = k + 8;
+		return 0;
+	}
 	if (w + 1 > x->e)
 		return 1;
-	*w = x->text[i & TEXT_MASK];
-	x->k = i + 1;
+	*w = x->text[k & TEXT_MASK];
+	x->k = k + 1;
 	return 0;
 }
 
@@ -2197,10 +2380,9 @@ static __noinline __u32 request_lines(struct text *t, struct req *r, struct call
 // Complete request head written on an outbound connection: a CLIENT span.
 static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
 {
-	struct hinfo *hi = &s->hi;
+	struct hinfo *hi = &c->wr.hi;
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
-	parse_head(&c->qhead, kept, hi);
 	decode_framing(&c->qhead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
@@ -2277,9 +2459,7 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 		ev->span = ci->span;
 		ev->parent = parent;
 		ev->start = c->wr.start;
-		ev->head_len = kept;
-		struct copy_ctx cc = {.dst = ev->head, .src = c->qhead.b, .doff = ZERO, .soff = ZERO, .n = OPQ(kept)};
-		bpf_loop(RD_HEAD, copy_head_cb, &cc, 0);
+		copy_head(ev, &c->qhead, kept);
 		emit(ev);
 	}
 	// The body: counted, none, or (chunked) until a final response head is read.
@@ -2296,9 +2476,7 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 // Complete response head written on an inbound connection.
 static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
 {
-	struct hinfo *hi = &s->hi;
-	__u32 kept = c->wr.len > RD_RHEAD ? RD_RHEAD : c->wr.len;
-	parse_head(&c->shead, kept, hi);
+	struct hinfo *hi = &c->wr.hi;
 	decode_framing(&c->shead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
@@ -2460,7 +2638,7 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		}
 		return 0;
 	}
-	__u32 m = left < SCR ? left : SCR;
+	__u32 m = left < HSTEP ? left : HSTEP;
 	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
 		return 1;
 	__u8 *d = msg->data, *e = msg->data_end;
@@ -2493,10 +2671,11 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 			return 1;            // else: bytes of a body we lost track of
 		}
 		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
+		__builtin_memset(&h->hi, 0, sizeof(h->hi));
 		h->state = H_HEAD;
 		h->start = x->ts;
 	}
-	__u32 end = scan_head(c, 1, s, p, m);
+	__u32 end = head_feed(c, 1, s, p, m);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;

@@ -30,40 +30,72 @@ type runDatapathConn struct {
 	Rd      struct {
 		_       structs.HostLayout
 		State   uint8
-		Cr      uint8
 		Cut     uint8
+		Last    uint8
 		Pad     uint8
-		Col     uint32
-		Lines   uint32
 		Len     uint32
+		Kept    uint32
+		Ls      uint32
+		Lines   uint32
 		Finals  uint32
-		Pad1    uint32
-		Pad2    uint32
-		_       [4]byte
 		Body    uint64
 		Start   uint64
 		Cstate  uint32
 		Cdigits uint32
 		Csize   uint64
+		Hi      struct {
+			_        structs.HostLayout
+			Has      uint32
+			Status   uint32
+			TpCount  uint32
+			Pad      uint32
+			Off      [12]uint16
+			Len      [12]uint16
+			Cl       uint64
+			ServerUs uint64
+			WaitUs   uint64
+			Trace    [16]uint8
+			Span     uint64
+			Sampled  uint8
+			CtxOk    uint8
+			Pad2     [6]uint8
+			Tmp      [16]uint8
+		}
 	}
 	Wr struct {
 		_       structs.HostLayout
 		State   uint8
-		Cr      uint8
 		Cut     uint8
+		Last    uint8
 		Pad     uint8
-		Col     uint32
-		Lines   uint32
 		Len     uint32
+		Kept    uint32
+		Ls      uint32
+		Lines   uint32
 		Finals  uint32
-		Pad1    uint32
-		Pad2    uint32
-		_       [4]byte
 		Body    uint64
 		Start   uint64
 		Cstate  uint32
 		Cdigits uint32
 		Csize   uint64
+		Hi      struct {
+			_        structs.HostLayout
+			Has      uint32
+			Status   uint32
+			TpCount  uint32
+			Pad      uint32
+			Off      [12]uint16
+			Len      [12]uint16
+			Cl       uint64
+			ServerUs uint64
+			WaitUs   uint64
+			Trace    [16]uint8
+			Span     uint64
+			Sampled  uint8
+			CtxOk    uint8
+			Pad2     [6]uint8
+			Tmp      [16]uint8
+		}
 	}
 	Rq        [32]uint64
 	RqHead    [32]uint8
@@ -102,11 +134,11 @@ type runDatapathConn struct {
 	}
 	Qhead struct {
 		_ structs.HostLayout
-		B [2048]uint8
+		B [2056]uint8
 	}
 	Shead struct {
 		_ structs.HostLayout
-		B [2048]uint8
+		B [2056]uint8
 	}
 }
 
@@ -179,7 +211,7 @@ type runDatapathReq struct {
 type runDatapathScratch struct {
 	_    structs.HostLayout
 	L    uint64
-	Data [4096]uint8
+	Data [6152]uint8
 	Text [2056]uint8
 	Hi   struct {
 		_        structs.HostLayout
