@@ -1407,13 +1407,13 @@ static __always_inline void chunk_start(struct half *h)
 // end_span sends REQ_END for a request of an inbound connection (the one
 // being answered, with its status, or one still queued: status 0) and
 // forgets it.
-static __noinline void end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struct scratch *s)
+__noinline int end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struct scratch *s)
 {
 	if (!span || !c)
-		return;
+		return 0;
 	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
 	if (!r)
-		return;
+		return 0;
 	unbind_request(r);
 	if (s) {
 		struct rd_event *ev = &s->ev;
@@ -1436,6 +1436,7 @@ static __noinline void end_span(struct conn *c, __u64 sk, __u64 span, __u32 flag
 		emit(ev);
 	}
 	bpf_map_delete_elem(&rd_reqs, &span);
+	return 0;
 }
 
 // end_request ends the request whose response was being written.
@@ -1448,10 +1449,10 @@ static __always_inline void end_request(struct conn *c, __u64 sk, __u32 flags, s
 
 // end_callrec sends CALL_END for a call of an outbound connection and
 // folds its waits into the request that made it (Mirage §4.2).
-static __noinline void end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 flags, struct scratch *s)
+__noinline int end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 flags, struct scratch *s)
 {
 	if (!c || !q || !q->span)
-		return;
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	__u64 client = now > q->start ? now - q->start : 0;
 	__u64 server = q->server * 1000;
@@ -1488,6 +1489,7 @@ static __noinline void end_callrec(struct conn *c, __u64 sk, struct callrec *q, 
 		emit(ev);
 	}
 	q->span = 0;
+	return 0;
 }
 
 // end_call ends the call whose response was being read.
@@ -1497,10 +1499,10 @@ static __always_inline void end_call(struct conn *c, __u64 sk, __u32 flags, stru
 }
 
 // end_all ends everything a closing connection still holds.
-static __noinline void end_all(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
+__noinline int end_all(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
 {
 	if (!c)
-		return;
+		return 0;
 	if (c->dir == DIR_IN) {
 		end_request(c, sk, flags, s);
 		for (int i = 0; i < RQ; i++) {
@@ -1520,17 +1522,20 @@ static __noinline void end_all(struct conn *c, __u64 sk, __u32 flags, struct scr
 			end_callrec(c, sk, q, RD_F_CLOSED, s);
 		}
 	}
+	return 0;
 }
 
 // Complete request head read on an inbound connection: a SERVER span starts.
-static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
+__noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
 {
+	if (!c || !s)
+		return 0;
 	struct hinfo *hi = &c->rd.hi;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s); // malformed: the service will answer it, or not, untouched
-		return;
+		return 0;
 	}
 	if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
 		decode_xb3(&c->qhead, hi);
@@ -1543,11 +1548,11 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 	__u64 span = rand64();
 	if (bpf_map_update_elem(&rd_reqs, &span, &s->zreq, BPF_NOEXIST) < 0) {
 		stat(RD_STAT_NOREQ);
-		return;
+		return 0;
 	}
 	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
 	if (!r)
-		return;
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	r->span = span;
 	r->sk = sk;
@@ -1610,21 +1615,24 @@ static __noinline void request_read(struct conn *c, __u64 sk, struct scratch *s,
 		c->rd.state = H_BODY;
 		c->rd.body = hi->cl;
 	}
+	return 0;
 }
 
 // Complete response head read on an outbound connection.
-static __noinline void response_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
+__noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 {
+	if (!c || !s)
+		return 0;
 	struct hinfo *hi = &c->rd.hi;
 	decode_framing(&c->shead, hi);
 	decode_timing(&c->shead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
-		return;
+		return 0;
 	}
 	c->rd.state = H_IDLE;
 	if (hi->status >= 100 && hi->status < 200)
-		return; // an interim response: another head follows
+		return 0; // an interim response: another head follows
 	c->rd.finals++;
 	// The oldest call awaiting an answer gets it.
 	if (c->call.span)
@@ -1653,6 +1661,7 @@ static __noinline void response_read(struct conn *c, __u64 sk, struct scratch *s
 	} else {
 		c->rd.state = H_CLOSE;
 	}
+	return 0;
 }
 
 // Body of one direction finished (a counted, chunked or close-delimited body).
@@ -1906,7 +1915,7 @@ static __noinline __s64 scan_tail(struct half *h, struct scratch *s, __u32 from,
 // ends (to when it does not end there). s->so gets brk, the index in
 // s->data of the head's final line break (-1: not in this data), done
 // and bad (not HTTP/1.x).
-static __noinline __u32 head_feed(struct conn *c, int is_write, struct scratch *s, __u32 from, __u32 to)
+__noinline __u32 head_feed(struct conn *c, int is_write, struct scratch *s, __u32 from, __u32 to)
 {
 	if (!c || !s)
 		return to;
@@ -2085,7 +2094,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 	if (c->dir == DIR_IN)
 		request_read(c, sk, s, h->len);
 	else
-		response_read(c, sk, s, h->len);
+		response_read(c, sk, s);
 	return 0;
 }
 
@@ -2378,15 +2387,17 @@ static __noinline __u32 request_lines(struct text *t, struct req *r, struct call
 }
 
 // Complete request head written on an outbound connection: a CLIENT span.
-static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
+__noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
 {
+	if (!c || !s)
+		return 0;
 	struct hinfo *hi = &c->wr.hi;
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
-		return;
+		return 0;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
@@ -2471,20 +2482,23 @@ static __noinline void request_written(struct sk_msg_md *msg, struct conn *c, __
 		c->wr.state = H_BODY;
 		c->wr.body = hi->cl;
 	}
+	return 0;
 }
 
 // Complete response head written on an inbound connection.
-static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
+__noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, struct scratch *s, __s32 brk)
 {
+	if (!c || !s)
+		return 0;
 	struct hinfo *hi = &c->wr.hi;
 	decode_framing(&c->shead, hi);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
-		return;
+		return 0;
 	}
 	c->wr.state = H_IDLE;
 	if (hi->status >= 100 && hi->status < 200)
-		return; // interim: the final response follows
+		return 0; // interim: the final response follows
 	c->wr.finals++;
 	// Responses answer requests in order: the oldest awaiting one.
 	if (c->req)
@@ -2538,6 +2552,7 @@ static __noinline void response_written(struct sk_msg_md *msg, struct conn *c, _
 	} else {
 		c->wr.state = H_CLOSE;
 	}
+	return 0;
 }
 
 // unseen accounts for n bytes the connection sent without this program
@@ -2707,6 +2722,7 @@ int rd_msg(struct sk_msg_md *msg)
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
 	if (!c || c->wr.state == H_OPAQUE)
 		return SK_PASS;
+	sk = c->addr; // the same value, as a number the verifier lets functions take
 	struct scratch *s = scratch();
 	if (!s)
 		return SK_PASS;
@@ -2791,6 +2807,7 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
 		if (!c)
 			return 1;
+		sk = c->addr;
 		int closed_body = c->dir == DIR_IN ? c->wr.state == H_CLOSE : c->rd.state == H_CLOSE;
 		end_all(c, sk, closed_body ? 0 : RD_F_CLOSED, s);
 		bpf_map_delete_elem(&rd_conns, &sk);
