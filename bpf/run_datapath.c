@@ -383,17 +383,19 @@ struct {
 	__type(value, __u64);
 } rd_goroutines SEC(".maps");
 
-// Go: *http.Request → the request that made it (roundTrip)
+// Go: *http.Request → the request that made it (roundTrip); consumed by
+// (*Request).write
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct gkey);
 	__type(value, __u64);
 } rd_goreqs SEC(".maps");
 
-// Go: writeLoop goroutine → the request whose client request it writes next
+// Go: writeLoop goroutine → the request whose client request it writes
+// next; consumed by the write
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, struct gkey);
 	__type(value, __u64);
@@ -554,8 +556,8 @@ static __always_inline void emit(struct rd_event *ev)
 	asm volatile("" : "+r"(sz));
 	if (sz > sizeof(struct rd_event))
 		sz = sizeof(struct rd_event);
-	__u64 flags = bpf_ringbuf_query(&rd_events, BPF_RB_AVAIL_DATA) >= (64 << 10) ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&rd_events, ev, sz, flags) < 0)
+	// No wake-up: user space reads the ring on a timer (datapath.Read).
+	if (bpf_ringbuf_output(&rd_events, ev, sz, BPF_RB_NO_WAKEUP) < 0)
 		stat(RD_STAT_LOST);
 }
 
@@ -951,18 +953,35 @@ __noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
 // first_line_ok checks a complete first line h[0:n) (n counts its '\n'):
 // a request line "METHOD SP target SP HTTP/1.x" or a status line
 // "HTTP/1.x NNN ...".
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+// has_byte is nonzero when a byte of w is c (exact for "any", RFC-free
+// bit trick; the caller checks the bytes of a flagged word one by one).
+static __always_inline __u64 has_byte(__u64 w, __u8 c)
+{
+	__u64 t = w ^ (ONES * c);
+	return (t - ONES) & ~t & HIGHS;
+}
+
 struct ctl_ctx {
 	__u8 *h;
 	__u32 n;
 	__u32 bad;
 };
 
+// ctl_cb checks 8 bytes: a byte below 0x20 or 0x7f (DEL) is a control
+// byte. (w - 0x20..) & ~w & 0x80.. is nonzero exactly when a byte of w is
+// below 0x20.
 static long ctl_cb(__u32 i, struct ctl_ctx *x)
 {
-	if (i >= x->n)
+	__u32 k = 8 * i;
+	if (k >= x->n)
 		return 1;
-	__u8 c = x->h[i & HEAD_MASK];
-	if (c < 0x20 || c == 0x7f) {
+	__u64 w = *(__u64 *)(x->h + (k & HEAD_MASK));
+	if (x->n - k < 8)
+		w |= ~0ULL << (8 * (x->n - k)); // past the line: not control bytes
+	if (((w - 0x2020202020202020ULL) & ~w & HIGHS) || has_byte(w, 0x7f)) {
 		x->bad = 1;
 		return 1;
 	}
@@ -992,7 +1011,7 @@ static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is
 	struct ctl_ctx x = {.h = h, .n = OPQ(n - 1), .bad = ZERO};
 	if (h[(n - 2) & HEAD_MASK] == '\r')
 		x.n--;
-	bpf_loop(RD_HEAD, ctl_cb, &x, 0);
+	bpf_loop(RD_HEAD / 8 + 1, ctl_cb, &x, 0);
 	if (x.bad)
 		return 0;
 	__u32 e = n - 1;
@@ -1685,16 +1704,6 @@ static __always_inline void body_done(struct conn *c, __u64 sk, int is_write, __
 // is parsed by the time its end is found. Bytes past the kept part are
 // only scanned for the end.
 
-#define ONES 0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-
-// has_byte is nonzero when a byte of w is c (exact for "any", RFC-free
-// bit trick; the caller checks the bytes of a flagged word one by one).
-static __always_inline __u64 has_byte(__u64 w, __u8 c)
-{
-	__u64 t = w ^ (ONES * c);
-	return (t - ONES) & ~t & HIGHS;
-}
 
 // Finding the next byte c in buf[pos:end): a word per iteration.
 struct find_ctx {
@@ -2897,6 +2906,7 @@ int rd_go_reqwrite(struct pt_regs *ctx)
 	if (!span)
 		return 0;
 	__u64 v = *span;
+	bpf_map_delete_elem(&rd_goreqs, &rk);
 	struct gkey gk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, r14)};
 	bpf_map_update_elem(&rd_gowrites, &gk, &v, BPF_ANY);
 	stat(RD_STAT_GO_WR);

@@ -23,8 +23,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// DefaultRingBytes is the events ring buffer: spans wait there until user
-// space reads them (every 100 ms, or sooner when 64 KiB are pending).
+// DefaultRingBytes is the events ring buffer: span events wait there until
+// user space reads them (Read's poll interval; the programs never wake the
+// reader, which would cost every request a wake-up).
 const DefaultRingBytes = 4 << 20
 
 // Config configures Open.
