@@ -875,3 +875,42 @@ func TestRunMalformedClient(t *testing.T) {
 		})
 	}
 }
+
+// TestRunDatapathSurvivesKill: with the in-kernel datapath, killing
+// `rootline run` itself (SIGKILL: nothing can be cleaned up) leaves the
+// service running and answering, untraced: the programs go with the file
+// descriptors of the killed process, the sockets with the sockhash.
+func TestRunDatapathSurvivesKill(t *testing.T) {
+	requireTracing(t)
+	runMode = []string{"--mode", "ebpf"}
+	defer func() { runMode = nil }()
+	col := newCollector(t)
+	svc := startSvc(t, col, "survivor", nil, pySvc(t)...)
+	client := keepAliveClient()
+	_, h, err := get(client, svc.url()+"/before", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Get("rootline-server-time") == "" {
+		t.Fatal("no rootline-server-time before the kill: not traced by the datapath")
+	}
+	// rootline run only; the service, its child, holds the output pipe, so
+	// the test's reader (and svc.exited) waits for the group's kill below.
+	if err := svc.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = syscall.Kill(-svc.cmd.Process.Pid, syscall.SIGKILL)
+		<-svc.exited
+	}()
+	time.Sleep(500 * time.Millisecond)
+	for i, c := range []*http.Client{client, {Timeout: 10 * time.Second}} { // the old connection and a new one
+		_, h, err := get(c, svc.url()+"/after", "")
+		if err != nil {
+			t.Fatalf("request %d after rootline run was killed: %v", i, err)
+		}
+		if v := h.Get("rootline-server-time"); v != "" {
+			t.Errorf("request %d after the kill still got rootline-server-time %q", i, v)
+		}
+	}
+}

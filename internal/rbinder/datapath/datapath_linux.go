@@ -427,6 +427,7 @@ func NewCgroup(name string) (dir string, remove func() error, err error) {
 			}
 		}
 	}
+	removeStale(parent)
 	dir = filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", nil, fmt.Errorf("%w: make cgroup %s: %w", ErrUnavailable, dir, err)
@@ -443,6 +444,22 @@ func NewCgroup(name string) (dir string, remove func() error, err error) {
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)
 	}
 	return dir, remove, nil
+}
+
+// removeStale removes the empty cgroups of runs that were killed before
+// they could remove their own (rmdir fails on a cgroup that has processes).
+func removeStale(parent string) {
+	ents, _ := os.ReadDir(parent)
+	for _, e := range ents {
+		pid, ok := strings.CutPrefix(e.Name(), "rootline-run-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if n, err := strconv.Atoi(pid); err == nil && unix.Kill(n, 0) == nil {
+			continue // its run is alive
+		}
+		_ = unix.Rmdir(filepath.Join(parent, e.Name()))
+	}
 }
 
 // CgroupName names a run's cgroup after the supervising process.
