@@ -97,6 +97,18 @@ API. It exits 0 only if every verdict names the service the fault was injected
 into, and removes every process, namespace, cgroup and qdisc it made (also on
 Ctrl-C).
 
+Faults (name@service[=amount]):
+  lock             a hot lock the service's request threads share (amount: held per request, 20ms)
+  cpu-throttle     a CPU quota on the service's cgroup (amount: share of a CPU, 20%)
+  cpu-hog          busy processes in the service's own cgroup (a noisy neighbour in its pod),
+                   which gets a limit of half a CPU meanwhile (amount: processes, 2)
+  net-bandwidth    a tbf limit on the service's link, pod mode (amount: rate, 2mbit)
+  net-delay        Envoy's fault filter delays calls into the service (amount: 100ms)
+  gc               an allocation storm in a Java service (amount: bytes per request)
+  slow-downstream  the service's calls to its downstreams are slowed
+  disk             an fsync storm (amount: bytes per request)
+  cpu              extra CPU work per request
+
 The synthetic scenario sends generated traces of a small shop and needs nothing.
 
 Flags:

@@ -17,7 +17,7 @@ import (
 // Fault names.
 const (
 	FaultCPUThrottle    = "cpu-throttle"    // cgroup CPU quota on the service's apps
-	FaultCPUHog         = "cpu-hog"         // busy processes sharing the service's CPU
+	FaultCPUHog         = "cpu-hog"         // busy processes in the service's cgroup, under a pod CPU limit
 	FaultNetBandwidth   = "net-bandwidth"   // tbf on the service's links (pod mode)
 	FaultNetDelay       = "net-delay"       // Envoy fault filter on calls into the service
 	FaultLock           = "lock"            // app: hot lock shared by request threads
@@ -57,7 +57,8 @@ type Fault struct {
 	// Service is the target service (all its replicas).
 	Service string
 	// Amount depends on the fault: cpu-throttle a share of one CPU ("20%",
-	// "0.2", "200m"); cpu-hog the number of busy processes; net-bandwidth a
+	// "0.2", "200m"); cpu-hog the number of busy processes (the pod's limit
+	// is CPUHogLimit); net-bandwidth a
 	// tc rate ("2mbit"); net-delay a duration ("100ms"); app faults pass it
 	// to the app ("20ms"). Empty: DefaultAmounts.
 	Amount string
@@ -222,21 +223,25 @@ func (m *Mesh) addAppTree(st *ServiceState) {
 	}
 }
 
+// CPUHogLimit is the CPU limit (CPUs) the service's cgroup gets while a
+// cpu-hog fault runs: the neighbours then take the service's own CPU, as in
+// a Kubernetes pod with a limit, instead of the whole machine's (on a 2-CPU
+// machine that hosts the whole mesh, an unbounded hog slows every service).
+const CPUHogLimit = 0.5
+
 func (m *Mesh) cpuHog(st *ServiceState, amount string) (func() error, error) {
 	n, err := strconv.Atoi(amount)
 	if err != nil || n < 1 || n > 64 {
 		return nil, fmt.Errorf("bad cpu-hog amount %q (want a number of busy processes)", amount)
 	}
-	if m.cg == nil || !m.cg.hasCpuset() {
+	if m.cg == nil {
 		if !m.root {
 			return nil, ErrNeedRoot
 		}
-		return nil, errors.New("needs the cgroup cpuset controller")
+		return nil, errors.New("no usable cgroup cpu controller")
 	}
 	m.addAppTree(st)
-	// The service's apps and the hogs share the last CPU: the apps then wait
-	// in its run queue, which is what a noisy neighbour does.
-	restore, err := m.cg.pinLastCPU(st.Name)
+	restore, err := m.cg.setQuota(st.Name, CPUHogLimit)
 	if err != nil {
 		return nil, err
 	}
@@ -246,10 +251,10 @@ func (m *Mesh) cpuHog(st *ServiceState, amount string) (func() error, error) {
 		return restore()
 	}
 	for i := range n {
-		// The hog runs outside the service's cpu cgroup (a throttle on the
-		// service must not throttle its neighbour) but in its cpuset.
+		// The hogs share the service's cgroup (its pod): its CPU limit and
+		// its share of the machine.
 		p, err := m.spawn(fmt.Sprintf("%s.hog%d", st.Name, i), "", []string{"sh", "-c", "while :; do :; done"},
-			os.Environ(), []string{m.cg.cpusetProcs(st.Name)}, false)
+			os.Environ(), m.cg.procsFiles(st.Name), false)
 		if err != nil {
 			return nil, errors.Join(err, stop())
 		}

@@ -61,14 +61,6 @@ func TestParseAmounts(t *testing.T) {
 			t.Errorf("parseRate(%q) accepted", bad)
 		}
 	}
-	for _, tc := range []struct {
-		in   string
-		want int
-	}{{"0-1", 1}, {"0", 0}, {"0-3,6", 6}, {"2,4-5", 5}} {
-		if got, err := lastCPU(tc.in); err != nil || got != tc.want {
-			t.Errorf("lastCPU(%q) = %v, %v", tc.in, got, err)
-		}
-	}
 }
 
 // TestCleanupStale removes what a killed mesh would leave: a namespace with

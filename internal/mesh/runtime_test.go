@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,30 +370,44 @@ func TestPodMode(t *testing.T) {
 	})
 
 	t.Run("cpu-hog", func(t *testing.T) {
-		undo, err := m.Inject(Fault{Name: FaultCPUHog, Service: "c", Amount: "1"})
+		base := median(t, entry, 3)
+		undo, err := m.Inject(Fault{Name: FaultCPUHog, Service: "c", Amount: "2"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cpus, _ := os.ReadFile(filepath.Join(m.cg.cpusetDir("c"), "cpuset.cpus"))
+		quotaFile := filepath.Join(m.cg.dir("c"), "cpu.cfs_quota_us")
+		if m.cg.cpu == "" {
+			quotaFile = filepath.Join(m.cg.dir("c"), "cpu.max")
+		}
+		q, _ := os.ReadFile(quotaFile)
 		var procs []byte
 		for range 50 {
-			// The hog's shell enters the cgroup itself, just after it starts.
-			if procs, _ = os.ReadFile(filepath.Join(m.cg.cpusetDir("c"), "cgroup.procs")); len(strings.Fields(string(procs))) >= 2 {
+			// The hogs' shells enter the cgroup themselves, just after they start.
+			if procs, _ = os.ReadFile(filepath.Join(m.cg.dir("c"), "cgroup.procs")); len(strings.Fields(string(procs))) >= 3 {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		d := median(t, entry, 3)
+		slow := median(t, entry, 3)
 		if err := undo(); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("cpu-hog on c: cpuset.cpus=%s, procs %q, median %v", strings.TrimSpace(string(cpus)), strings.Fields(string(procs)), d)
-		if len(strings.Fields(string(procs))) < 2 {
-			t.Errorf("cpuset of c has %q, want the app and a hog", procs)
+		q2, _ := os.ReadFile(quotaFile)
+		t.Logf("cpu-hog on c: %s=%s, procs %q, median %v → %v", filepath.Base(quotaFile), strings.TrimSpace(string(q)),
+			strings.Fields(string(procs)), base, slow)
+		if len(strings.Fields(string(procs))) < 3 {
+			t.Errorf("cgroup of c has %q, want the app and two hogs", procs)
 		}
-		after, _ := os.ReadFile(filepath.Join(m.cg.cpusetDir("c"), "cpuset.cpus"))
-		if string(after) == string(cpus) {
-			t.Errorf("cpuset.cpus not restored: %s", after)
+		if !strings.HasPrefix(string(q), strconv.Itoa(int(CPUHogLimit*100000))) {
+			t.Errorf("%s = %q during the fault, want the pod limit %v CPU", quotaFile, q, CPUHogLimit)
+		}
+		if strings.HasPrefix(string(q2), strconv.Itoa(int(CPUHogLimit*100000))) {
+			t.Errorf("limit not lifted: %q", q2)
+		}
+		// c does 30 ms of CPU per request; sharing half a CPU with two hogs
+		// it gets at most a sixth.
+		if slow < 2*base {
+			t.Errorf("median with the hogs %v, baseline %v: want at least twice as slow", slow, base)
 		}
 	})
 
