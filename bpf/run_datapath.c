@@ -6,8 +6,8 @@
 //   the service established: accepted ones are inbound, connected ones
 //   outbound. Each goes into a sockhash (so that the sk_msg program sees its
 //   writes) and gets a struct conn, keyed by the address of its struct sock.
-// - Tracepoints on read, recvfrom, readv and recvmsg find the struct sock
-//   of the descriptor and follow what the service reads: request heads on
+// - The sock_recv_length tracepoint (every read, recvfrom, readv and recvmsg
+//   on a socket) follows what the service reads: request heads on
 //   inbound connections (the caller's trace context: traceparent, b3,
 //   x-b3-*, x-request-id, tracestate), response heads on outbound ones (the
 //   downstream's rootline-server-time and rootline-wait).
@@ -73,41 +73,19 @@ struct pt_regs {
 	unsigned long r14;
 	unsigned long bx;
 	unsigned long ax;
+	unsigned long dx;
+	unsigned long si;
+	unsigned long orig_ax;
 } __attribute__((preserve_access_index));
 
 struct sched_info {
 	unsigned long long run_delay;
 } __attribute__((preserve_access_index));
 
-struct file;
-struct fdtable {
-	unsigned int max_fds;
-	struct file **fd;
-} __attribute__((preserve_access_index));
-
-struct files_struct {
-	struct fdtable *fdt;
-} __attribute__((preserve_access_index));
-
-struct inode {
-	unsigned short i_mode;
-} __attribute__((preserve_access_index));
-
-struct sock;
-struct socket {
-	struct sock *sk;
-} __attribute__((preserve_access_index));
-
-struct file {
-	void *private_data;
-	struct inode *f_inode;
-} __attribute__((preserve_access_index));
-
 struct task_struct {
 	int pid;
 	int tgid;
 	struct sched_info sched_info;
-	struct files_struct *files;
 } __attribute__((preserve_access_index));
 
 struct linux_binprm {
@@ -141,8 +119,6 @@ struct user_msghdr_u {
 	__u64 iovlen;
 };
 
-#define S_IFMT 0170000
-#define S_IFSOCK 0140000
 #define AF_INET 2
 #define AF_INET6 10
 #define MSG_PEEK 2
@@ -334,13 +310,6 @@ struct gkey {
 	__u64 g;
 };
 
-struct infl {
-	__u64 sk;
-	__u64 buf;   // read/recvfrom: the buffer; readv/recvmsg: the iovec array
-	__u32 iovcnt; // 0: buf is a flat buffer
-	__u32 _pad;
-	__u64 ts;
-};
 
 // ---- maps ----
 
@@ -409,12 +378,7 @@ struct {
 	__type(value, __u8);
 } rd_gopids SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct infl);
-} rd_inflight SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -1238,25 +1202,6 @@ static __always_inline void put_uuid(struct text *t, __u8 *tr)
 
 // ---- reading ----
 
-static __always_inline __u64 sock_of_fd(int fd)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt || fd < 0)
-		return 0;
-	unsigned int max = BPF_CORE_READ(fdt, max_fds);
-	if ((unsigned int)fd >= max)
-		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = 0;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) < 0 || !f)
-		return 0;
-	unsigned short mode = BPF_CORE_READ(f, f_inode, i_mode);
-	if ((mode & S_IFMT) != S_IFSOCK)
-		return 0;
-	struct socket *so = BPF_CORE_READ(f, private_data);
-	return (__u64)BPF_CORE_READ(so, sk);
-}
 
 static __always_inline void bind_request(struct conn *c, struct req *r)
 {
@@ -2108,32 +2053,6 @@ static long read_step(__u32 i, struct read_ctx *x)
 }
 
 
-struct sys_enter_ctx {
-	__u64 _common;
-	__s32 nr;
-	__u32 _pad;
-	__u64 args[6];
-};
-
-struct sys_exit_ctx {
-	__u64 _common;
-	__s32 nr;
-	__u32 _pad;
-	__s64 ret;
-};
-
-static __always_inline void read_enter(__s32 fd, __u64 buf, __u32 iovcnt)
-{
-	if (!ours())
-		return;
-	__u64 sk = sock_of_fd(fd);
-	if (!sk || !bpf_map_lookup_elem(&rd_conns, &sk))
-		return;
-	__u64 id = bpf_get_current_pid_tgid();
-	struct infl in = {.sk = sk, .buf = buf, .iovcnt = iovcnt};
-	bpf_map_update_elem(&rd_inflight, &id, &in, BPF_ANY);
-}
-
 // The buffers of one read: a flat buffer (iovcnt 0) or up to 4 iovecs.
 struct iov_ctx {
 	struct conn *c;
@@ -2166,73 +2085,68 @@ static long iov_cb(__u32 i, struct iov_ctx *x)
 	return 0;
 }
 
-// One program per entry (a tracepoint program may not read past its
-// record, and the records differ), one for all their exits.
-SEC("tracepoint/syscalls/sys_enter_read")
-int rd_enter_read(struct sys_enter_ctx *ctx)
-{
-	read_enter(ctx->args[0], ctx->args[1], 0);
-	return 0;
-}
+// Syscall numbers (x86-64) of the reads followed.
+#define NR_READ 0
+#define NR_READV 19
+#define NR_RECVFROM 45
+#define NR_RECVMSG 47
 
-SEC("tracepoint/syscalls/sys_enter_recvfrom")
-int rd_enter_recvfrom(struct sys_enter_ctx *ctx)
+// A socket read returned: sock_recv_length fires in sock_recvmsg for read,
+// recvfrom, readv and recvmsg alike, in the reading thread, with the socket
+// and the count. The user buffer is in the registers the syscall was made
+// with. One program on one socket tracepoint: no syscall tracepoint (which
+// would put every system call of every process on the slow path), no walk
+// from descriptor to socket, nothing kept between entry and exit.
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 {
-	if (!(ctx->args[3] & MSG_PEEK)) // peeked bytes will be read again
-		read_enter(ctx->args[0], ctx->args[1], 0);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_readv")
-int rd_enter_readv(struct sys_enter_ctx *ctx)
-{
-	if (ctx->args[2])
-		read_enter(ctx->args[0], ctx->args[1], ctx->args[2]);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_enter_recvmsg")
-int rd_enter_recvmsg(struct sys_enter_ctx *ctx)
-{
-	if (ctx->args[2] & MSG_PEEK)
+	if (ret < 0 || (flags & MSG_PEEK))
+		return 0; // errors; peeked bytes will be read again
+	__u64 key = (__u64)sock;
+	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
+	if (!c)
 		return 0;
-	struct user_msghdr_u mh;
-	if (bpf_probe_read_user(&mh, sizeof(mh), (void *)ctx->args[1]) < 0 || mh.iovlen == 0)
-		return 0;
-	read_enter(ctx->args[0], mh.iov, mh.iovlen);
-	return 0;
-}
-
-// One program for their exit.
-SEC("tracepoint/syscalls/sys_exit_read")
-int rd_read_exit(struct sys_exit_ctx *ctx)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	struct infl *inp = bpf_map_lookup_elem(&rd_inflight, &id);
-	if (!inp)
-		return 0;
-	struct infl in = *inp;
-	bpf_map_delete_elem(&rd_inflight, &id);
-	struct conn *c = bpf_map_lookup_elem(&rd_conns, &in.sk);
 	struct scratch *s = scratch();
-	if (!c || !s)
+	if (!s)
 		return 0;
-	__s64 ret = ctx->ret;
-	__u64 ts = bpf_ktime_get_ns();
+	__u64 sk = c->addr;
 	if (ret == 0) {
 		// EOF: a close-delimited body ends.
 		if (c->rd.state == H_CLOSE) {
 			c->rd.state = H_IDLE;
-			body_done(c, in.sk, 0, 0, s);
+			body_done(c, sk, 0, 0, s);
 		}
 		return 0;
 	}
-	if (ret < 0)
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	__u64 nr = BPF_CORE_READ(regs, orig_ax), buf = BPF_CORE_READ(regs, si), iovcnt = 0;
+	switch (nr) {
+	case NR_READ:
+	case NR_RECVFROM:
+		break;
+	case NR_READV:
+		iovcnt = BPF_CORE_READ(regs, dx);
+		break;
+	case NR_RECVMSG: {
+		struct user_msghdr_u mh;
+		if (bpf_probe_read_user(&mh, sizeof(mh), (void *)buf) < 0) {
+			make_opaque(c, sk, s);
+			return 0;
+		}
+		buf = mh.iov;
+		iovcnt = mh.iovlen;
+		break;
+	}
+	default:
+		// io_uring, recvmmsg, a kernel read: bytes the program cannot see
+		make_opaque(c, sk, s);
 		return 0;
-	struct iov_ctx x = {.c = c, .s = s, .sk = in.sk, .buf = in.buf, .iovcnt = OPQ(in.iovcnt), .left = OPQ(ret), .ts = ts};
+	}
+	struct iov_ctx x = {.c = c, .s = s, .sk = sk, .buf = buf, .iovcnt = OPQ(iovcnt), .left = OPQ(ret),
+			    .ts = bpf_ktime_get_ns()};
 	bpf_loop(4, iov_cb, &x, 0);
 	if (x.left)
-		make_opaque(c, in.sk, s); // more iovecs than followed: the stream is lost
+		make_opaque(c, sk, s); // more iovecs than followed: the stream is lost
 	return 0;
 }
 

@@ -9,8 +9,8 @@
 // (outbound) into a sockhash; an sk_msg program on the sockhash sees every
 // write before it is queued and inserts header lines with
 // bpf_msg_push_data (the application's buffer and the count its write
-// returns stay its own); tracepoints on read, recvfrom, readv and recvmsg
-// follow what it reads. Requests are bound to the thread that read them,
+// returns stay its own); the sock_recv_length tracepoint follows what it
+// reads. Requests are bound to the thread that read them,
 // or in Go programs to the goroutine (R14), with uprobes on net/http's
 // client hand-off (AddGo).
 //

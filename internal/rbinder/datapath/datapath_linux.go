@@ -82,27 +82,11 @@ func Open(cfg Config) (*Datapath, error) {
 		d.Close()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}
-	ensureTracefs()
 	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
 		Target: d.objs.RdSocks.FD(), Program: d.objs.RdMsg, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
 		return fail("attach sk_msg", err)
 	}
-	for _, a := range []struct {
-		group, name string
-		prog        *ebpf.Program
-	}{
-		{"syscalls", "sys_enter_read", d.objs.RdEnterRead}, {"syscalls", "sys_exit_read", d.objs.RdReadExit},
-		{"syscalls", "sys_enter_recvfrom", d.objs.RdEnterRecvfrom}, {"syscalls", "sys_exit_recvfrom", d.objs.RdReadExit},
-		{"syscalls", "sys_enter_readv", d.objs.RdEnterReadv}, {"syscalls", "sys_exit_readv", d.objs.RdReadExit},
-		{"syscalls", "sys_enter_recvmsg", d.objs.RdEnterRecvmsg}, {"syscalls", "sys_exit_recvmsg", d.objs.RdReadExit},
-	} {
-		l, err := link.Tracepoint(a.group, a.name, a.prog, nil)
-		if err != nil {
-			return fail("attach "+a.group+":"+a.name, err)
-		}
-		d.links = append(d.links, l)
-	}
-	for _, p := range []*ebpf.Program{d.objs.RdFork, d.objs.RdExit, d.objs.RdExec} {
+	for _, p := range []*ebpf.Program{d.objs.RdRecv, d.objs.RdFork, d.objs.RdExit, d.objs.RdExec} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
 			return fail("attach "+p.String(), err)
@@ -119,15 +103,6 @@ func Open(cfg Config) (*Datapath, error) {
 		return fail("ring buffer", err)
 	}
 	return d, nil
-}
-
-// ensureTracefs mounts tracefs where the tracepoint API looks for it, if
-// nothing is there (some machines do not mount it).
-func ensureTracefs() {
-	if _, err := os.Stat("/sys/kernel/tracing/events"); err == nil {
-		return
-	}
-	_ = unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, "")
 }
 
 // Close detaches the programs; the service keeps running, untraced.

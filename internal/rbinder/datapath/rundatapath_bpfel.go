@@ -149,15 +149,6 @@ type runDatapathGkey struct {
 	G    uint64
 }
 
-type runDatapathInfl struct {
-	_      structs.HostLayout
-	Sk     uint64
-	Buf    uint64
-	Iovcnt uint32
-	Pad    uint32
-	Ts     uint64
-}
-
 type runDatapathRdEvent struct {
 	_        structs.HostLayout
 	Type     uint32
@@ -255,34 +246,29 @@ type runDatapathScratch struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	runDatapathMapRdConns          = "rd_conns"
-	runDatapathMapRdEvents         = "rd_events"
-	runDatapathMapRdGopids         = "rd_gopids"
-	runDatapathMapRdGoreqs         = "rd_goreqs"
-	runDatapathMapRdGoroutines     = "rd_goroutines"
-	runDatapathMapRdGowrites       = "rd_gowrites"
-	runDatapathMapRdInflight       = "rd_inflight"
-	runDatapathMapRdReqs           = "rd_reqs"
-	runDatapathMapRdScratch        = "rd_scratch"
-	runDatapathMapRdSocks          = "rd_socks"
-	runDatapathMapRdStats          = "rd_stats"
-	runDatapathMapRdThreads        = "rd_threads"
-	runDatapathProgRdEnterRead     = "rd_enter_read"
-	runDatapathProgRdEnterReadv    = "rd_enter_readv"
-	runDatapathProgRdEnterRecvfrom = "rd_enter_recvfrom"
-	runDatapathProgRdEnterRecvmsg  = "rd_enter_recvmsg"
-	runDatapathProgRdExec          = "rd_exec"
-	runDatapathProgRdExit          = "rd_exit"
-	runDatapathProgRdFork          = "rd_fork"
-	runDatapathProgRdGoReqwrite    = "rd_go_reqwrite"
-	runDatapathProgRdGoRoundtrip   = "rd_go_roundtrip"
-	runDatapathProgRdMsg           = "rd_msg"
-	runDatapathProgRdReadExit      = "rd_read_exit"
-	runDatapathProgRdSockops       = "rd_sockops"
-	runDatapathVarRdEvent          = "_rd_event"
-	runDatapathVarRdCgroup         = "rd_cgroup"
-	runDatapathVarRtM1             = "rt_m1"
-	runDatapathVarRtZero           = "rt_zero"
+	runDatapathMapRdConns        = "rd_conns"
+	runDatapathMapRdEvents       = "rd_events"
+	runDatapathMapRdGopids       = "rd_gopids"
+	runDatapathMapRdGoreqs       = "rd_goreqs"
+	runDatapathMapRdGoroutines   = "rd_goroutines"
+	runDatapathMapRdGowrites     = "rd_gowrites"
+	runDatapathMapRdReqs         = "rd_reqs"
+	runDatapathMapRdScratch      = "rd_scratch"
+	runDatapathMapRdSocks        = "rd_socks"
+	runDatapathMapRdStats        = "rd_stats"
+	runDatapathMapRdThreads      = "rd_threads"
+	runDatapathProgRdExec        = "rd_exec"
+	runDatapathProgRdExit        = "rd_exit"
+	runDatapathProgRdFork        = "rd_fork"
+	runDatapathProgRdGoReqwrite  = "rd_go_reqwrite"
+	runDatapathProgRdGoRoundtrip = "rd_go_roundtrip"
+	runDatapathProgRdMsg         = "rd_msg"
+	runDatapathProgRdRecv        = "rd_recv"
+	runDatapathProgRdSockops     = "rd_sockops"
+	runDatapathVarRdEvent        = "_rd_event"
+	runDatapathVarRdCgroup       = "rd_cgroup"
+	runDatapathVarRtM1           = "rt_m1"
+	runDatapathVarRtZero         = "rt_zero"
 )
 
 // loadRunDatapath returns the embedded CollectionSpec for runDatapath.
@@ -327,18 +313,14 @@ type runDatapathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runDatapathProgramSpecs struct {
-	RdEnterRead     *ebpf.ProgramSpec `ebpf:"rd_enter_read"`
-	RdEnterReadv    *ebpf.ProgramSpec `ebpf:"rd_enter_readv"`
-	RdEnterRecvfrom *ebpf.ProgramSpec `ebpf:"rd_enter_recvfrom"`
-	RdEnterRecvmsg  *ebpf.ProgramSpec `ebpf:"rd_enter_recvmsg"`
-	RdExec          *ebpf.ProgramSpec `ebpf:"rd_exec"`
-	RdExit          *ebpf.ProgramSpec `ebpf:"rd_exit"`
-	RdFork          *ebpf.ProgramSpec `ebpf:"rd_fork"`
-	RdGoReqwrite    *ebpf.ProgramSpec `ebpf:"rd_go_reqwrite"`
-	RdGoRoundtrip   *ebpf.ProgramSpec `ebpf:"rd_go_roundtrip"`
-	RdMsg           *ebpf.ProgramSpec `ebpf:"rd_msg"`
-	RdReadExit      *ebpf.ProgramSpec `ebpf:"rd_read_exit"`
-	RdSockops       *ebpf.ProgramSpec `ebpf:"rd_sockops"`
+	RdExec        *ebpf.ProgramSpec `ebpf:"rd_exec"`
+	RdExit        *ebpf.ProgramSpec `ebpf:"rd_exit"`
+	RdFork        *ebpf.ProgramSpec `ebpf:"rd_fork"`
+	RdGoReqwrite  *ebpf.ProgramSpec `ebpf:"rd_go_reqwrite"`
+	RdGoRoundtrip *ebpf.ProgramSpec `ebpf:"rd_go_roundtrip"`
+	RdMsg         *ebpf.ProgramSpec `ebpf:"rd_msg"`
+	RdRecv        *ebpf.ProgramSpec `ebpf:"rd_recv"`
+	RdSockops     *ebpf.ProgramSpec `ebpf:"rd_sockops"`
 }
 
 // runDatapathMapSpecs contains maps before they are loaded into the kernel.
@@ -351,7 +333,6 @@ type runDatapathMapSpecs struct {
 	RdGoreqs     *ebpf.MapSpec `ebpf:"rd_goreqs"`
 	RdGoroutines *ebpf.MapSpec `ebpf:"rd_goroutines"`
 	RdGowrites   *ebpf.MapSpec `ebpf:"rd_gowrites"`
-	RdInflight   *ebpf.MapSpec `ebpf:"rd_inflight"`
 	RdReqs       *ebpf.MapSpec `ebpf:"rd_reqs"`
 	RdScratch    *ebpf.MapSpec `ebpf:"rd_scratch"`
 	RdSocks      *ebpf.MapSpec `ebpf:"rd_socks"`
@@ -395,7 +376,6 @@ type runDatapathMaps struct {
 	RdGoreqs     *ebpf.Map `ebpf:"rd_goreqs"`
 	RdGoroutines *ebpf.Map `ebpf:"rd_goroutines"`
 	RdGowrites   *ebpf.Map `ebpf:"rd_gowrites"`
-	RdInflight   *ebpf.Map `ebpf:"rd_inflight"`
 	RdReqs       *ebpf.Map `ebpf:"rd_reqs"`
 	RdScratch    *ebpf.Map `ebpf:"rd_scratch"`
 	RdSocks      *ebpf.Map `ebpf:"rd_socks"`
@@ -411,7 +391,6 @@ func (m *runDatapathMaps) Close() error {
 		m.RdGoreqs,
 		m.RdGoroutines,
 		m.RdGowrites,
-		m.RdInflight,
 		m.RdReqs,
 		m.RdScratch,
 		m.RdSocks,
@@ -434,33 +413,25 @@ type runDatapathVariables struct {
 //
 // It can be passed to loadRunDatapathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runDatapathPrograms struct {
-	RdEnterRead     *ebpf.Program `ebpf:"rd_enter_read"`
-	RdEnterReadv    *ebpf.Program `ebpf:"rd_enter_readv"`
-	RdEnterRecvfrom *ebpf.Program `ebpf:"rd_enter_recvfrom"`
-	RdEnterRecvmsg  *ebpf.Program `ebpf:"rd_enter_recvmsg"`
-	RdExec          *ebpf.Program `ebpf:"rd_exec"`
-	RdExit          *ebpf.Program `ebpf:"rd_exit"`
-	RdFork          *ebpf.Program `ebpf:"rd_fork"`
-	RdGoReqwrite    *ebpf.Program `ebpf:"rd_go_reqwrite"`
-	RdGoRoundtrip   *ebpf.Program `ebpf:"rd_go_roundtrip"`
-	RdMsg           *ebpf.Program `ebpf:"rd_msg"`
-	RdReadExit      *ebpf.Program `ebpf:"rd_read_exit"`
-	RdSockops       *ebpf.Program `ebpf:"rd_sockops"`
+	RdExec        *ebpf.Program `ebpf:"rd_exec"`
+	RdExit        *ebpf.Program `ebpf:"rd_exit"`
+	RdFork        *ebpf.Program `ebpf:"rd_fork"`
+	RdGoReqwrite  *ebpf.Program `ebpf:"rd_go_reqwrite"`
+	RdGoRoundtrip *ebpf.Program `ebpf:"rd_go_roundtrip"`
+	RdMsg         *ebpf.Program `ebpf:"rd_msg"`
+	RdRecv        *ebpf.Program `ebpf:"rd_recv"`
+	RdSockops     *ebpf.Program `ebpf:"rd_sockops"`
 }
 
 func (p *runDatapathPrograms) Close() error {
 	return _RunDatapathClose(
-		p.RdEnterRead,
-		p.RdEnterReadv,
-		p.RdEnterRecvfrom,
-		p.RdEnterRecvmsg,
 		p.RdExec,
 		p.RdExit,
 		p.RdFork,
 		p.RdGoReqwrite,
 		p.RdGoRoundtrip,
 		p.RdMsg,
-		p.RdReadExit,
+		p.RdRecv,
 		p.RdSockops,
 	)
 }
