@@ -277,7 +277,11 @@ func decode(b []byte, ev *Event, tids []int) bool {
 	if len(b) < headOff {
 		return false
 	}
-	r := (*runDatapathRdEvent)(unsafe.Pointer(&b[0]))
+	// The record may be shorter than the struct (the head is sent only as
+	// long as it is): copy the fixed part rather than cast the buffer.
+	var rec runDatapathRdEvent
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&rec)), headOff), b)
+	r := &rec
 	*ev = Event{
 		Type: r.Type, Flags: r.Flags, Tgid: int(r.Tgid), Tid: int(r.Tid), Mono: int64(r.Ts), Conn: r.Sk,
 		TraceID: r.Trace, SpanID: r.Span, ParentID: r.Parent, StartMono: int64(r.Start),
