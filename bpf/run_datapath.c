@@ -1942,6 +1942,93 @@ __noinline __u32 head_feed(struct conn *c, int is_write, struct scratch *s, __u3
 	return end;
 }
 
+// The steps below, shared by reads (read_step) and writes (msg_step).
+
+// body_step passes over body bytes (a Content-Length body or a chunk's data)
+// without looking at them. It returns 1 if h was in such a state.
+static __always_inline int body_step(struct conn *c, struct half *h, __u64 sk, int wr,
+				     struct scratch *s, __u32 left, __u32 *off)
+{
+	if (h->state == H_BODY) {
+		__u32 k = left < h->body ? left : (__u32)h->body;
+		h->body -= k;
+		*off += k;
+		if (h->body == 0) {
+			h->state = H_IDLE;
+			body_done(c, sk, wr, 0, s);
+		}
+		return 1;
+	}
+	if (h->state == H_CHUNK && h->cstate == CS_DATA) {
+		__u32 k = left < h->csize ? left : (__u32)h->csize;
+		h->csize -= k;
+		*off += k;
+		if (h->csize == 0)
+			h->cstate = CS_DCR;
+		return 1;
+	}
+	return 0;
+}
+
+// chunk_step scans a chunk-size line copied to s->data (wz bytes). It
+// returns 1 when the connection turned opaque.
+static __always_inline int chunk_step(struct conn *c, struct half *h, __u64 sk, int wr,
+				      struct scratch *s, __u64 wz, __u32 *off)
+{
+	__s32 res;
+	*off += chunk_scan(h, s->data, wz, &res);
+	if (res < 0) {
+		make_opaque(c, sk, s);
+		return 1;
+	}
+	if (res > 0) {
+		h->state = H_IDLE;
+		body_done(c, sk, wr, 0, s);
+	}
+	return 0;
+}
+
+// copy_len bounds n to [0, max] in a form the verifier follows through the
+// copy helpers (max + mask is a power of two minus one, or max itself).
+#define copy_len(n, mask, max)                   \
+	({                                       \
+		__u64 __z = (n);                 \
+		asm volatile("" : "+r"(__z));    \
+		__z &= (mask) | (max);           \
+		if (__z > (max))                 \
+			__z = (max);             \
+		__z;                             \
+	})
+
+// head_begin looks at the first of m bytes in s->data where no message is
+// under way: line breaks between messages are skipped (RFC 9112 §2.2), and a
+// request must start with a method, a response with "H". It returns where
+// the head starts, m if the bytes were all line breaks, or -1 if they are not
+// HTTP/1.x (the connection turns opaque if it has not carried a message yet;
+// otherwise they are bytes of a body this side lost track of).
+static __always_inline int head_begin(struct conn *c, struct half *h, __u64 sk, struct scratch *s,
+				      int request, __u32 m, __u64 ts)
+{
+	__u32 p = 0;
+	for (int k = 0; k < 4; k++) {
+		if (p < m && (s->data[p & SCR_MASK] == '\r' || s->data[p & SCR_MASK] == '\n'))
+			p++;
+	}
+	if (p >= m)
+		return m;
+	__u8 b = s->data[p & SCR_MASK];
+	if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
+		if (c->wr.finals == 0 && c->rd.finals == 0)
+			make_opaque(c, sk, s);
+		return -1;
+	}
+	__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
+	__builtin_memset(&h->hi, 0, sizeof(h->hi));
+	h->state = H_HEAD;
+	h->start = ts;
+	return p;
+}
+
 // One read being followed, in SCR-byte steps.
 struct read_ctx {
 	struct conn *c;
@@ -1964,78 +2051,32 @@ static long read_step(__u32 i, struct read_ctx *x)
 	if (x->off >= x->n || h->state == H_OPAQUE)
 		return 1;
 	__u32 left = x->n - x->off;
-	if (h->state == H_BODY) {
-		__u32 k = left < h->body ? left : (__u32)h->body;
-		h->body -= k;
-		x->off += k;
-		if (h->body == 0) {
-			h->state = H_IDLE;
-			body_done(c, sk, 0, 0, s);
-		}
+	if (body_step(c, h, sk, 0, s, left, &x->off))
 		return 0;
-	}
 	if (h->state == H_CLOSE)
 		return 1;
 	if (h->state == H_CHUNK) {
-		if (h->cstate == CS_DATA) {
-			__u32 k = left < h->csize ? left : (__u32)h->csize;
-			h->csize -= k;
-			x->off += k;
-			if (h->csize == 0)
-				h->cstate = CS_DCR;
-			return 0;
-		}
 		// A size line: a small window is enough.
 		__u32 w = left < CW ? left : CW;
-		__u64 wz = w;
-		asm volatile("" : "+r"(wz));
-		wz &= CW | (CW - 1);
-		if (wz > CW)
-			wz = CW;
+		__u64 wz = copy_len(w, CW - 1, CW);
 		if (bpf_probe_read_user(s->data, wz, (void *)(x->ubuf + x->off)) < 0)
 			return 1;
-		__s32 res;
-		x->off += chunk_scan(h, s->data, wz, &res);
-		if (res < 0) {
-			make_opaque(c, sk, s);
-			return 1;
-		}
-		if (res > 0) {
-			h->state = H_IDLE;
-			body_done(c, sk, 0, 0, s);
-		}
-		return 0;
+		return chunk_step(c, h, sk, 0, s, wz, &x->off);
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
-	__u64 sz = m;
-	asm volatile("" : "+r"(sz));
-	sz &= SCR_MASK | SCR;
-	if (sz > SCR)
-		sz = SCR;
+	__u64 sz = copy_len(m, SCR_MASK, SCR);
 	if (bpf_probe_read_user(s->data, sz, (void *)(x->ubuf + x->off)) < 0)
 		return 1;
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
-		// Line breaks between messages are skipped (RFC 9112 §2.2).
-		for (int k = 0; k < 4; k++) {
-			if (p < m && (s->data[p & SCR_MASK] == '\r' || s->data[p & SCR_MASK] == '\n'))
-				p++;
-		}
-		if (p >= m) {
+		int b = head_begin(c, h, sk, s, c->dir == DIR_IN, m, x->ts);
+		if (b < 0)
+			return 1;
+		if ((__u32)b >= m) {
 			x->off += m;
 			return 0;
 		}
-		__u8 b = s->data[p & SCR_MASK];
-		int request = c->dir == DIR_IN;
-		if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
-			if (c->wr.finals == 0 && c->rd.finals == 0)
-				make_opaque(c, sk, s); // the first message is not HTTP/1.x
-			return 1;            // else: bytes of a body we lost track of
-		}
-		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
-		__builtin_memset(&h->hi, 0, sizeof(h->hi));
-		h->state = H_HEAD;
-		h->start = x->ts;
+		p = b;
 	}
 	__u32 end = head_feed(c, 0, s, p, m);
 	if (s->so.bad) {
@@ -2529,27 +2570,11 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	__u32 left = x->size - x->off;
 	dbg("wr step state=%d cs=%d off=%d", h->state, h->cstate, x->off);
 	dbg("   size=%d body=%d csize=%d", x->size, h->body, h->csize);
-	if (h->state == H_BODY) {
-		__u32 k = left < h->body ? left : (__u32)h->body;
-		h->body -= k;
-		x->off += k;
-		if (h->body == 0) {
-			h->state = H_IDLE;
-			body_done(c, sk, 1, 0, s);
-		}
+	if (body_step(c, h, sk, 1, s, left, &x->off))
 		return 0;
-	}
 	if (h->state == H_CLOSE)
 		return 1;
 	if (h->state == H_CHUNK) {
-		if (h->cstate == CS_DATA) {
-			__u32 k = left < h->csize ? left : (__u32)h->csize;
-			h->csize -= k;
-			x->off += k;
-			if (h->csize == 0)
-				h->cstate = CS_DCR;
-			return 0;
-		}
 		// A size line: a small window is enough.
 		__u32 w = left < CW ? left : CW;
 		if (bpf_msg_pull_data(msg, x->off, x->off + w, 0) < 0)
@@ -2557,24 +2582,10 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		__u8 *d = msg->data, *e = msg->data_end;
 		if ((__u64)(e - d) < w)
 			w = e - d;
-		__u64 wz = w;
-		asm volatile("" : "+r"(wz));
-		wz &= CW | (CW - 1);
-		if (wz > CW)
-			wz = CW;
+		__u64 wz = copy_len(w, CW - 1, CW);
 		if (wz == 0 || bpf_probe_read_kernel(s->data, wz, d) < 0)
 			return 1;
-		__s32 res;
-		x->off += chunk_scan(h, s->data, wz, &res);
-		if (res < 0) {
-			make_opaque(c, sk, s);
-			return 1;
-		}
-		if (res > 0) {
-			h->state = H_IDLE;
-			body_done(c, sk, 1, 0, s);
-		}
-		return 0;
+		return chunk_step(c, h, sk, 1, s, wz, &x->off);
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
 	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
@@ -2583,35 +2594,20 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	__u64 avail = (__u64)(e - d);
 	if (avail < m)
 		m = avail;
-	__u64 sz = m;
-	asm volatile("" : "+r"(sz));
-	sz &= SCR_MASK | SCR;
-	if (sz > SCR)
-		sz = SCR;
+	__u64 sz = copy_len(m, SCR_MASK, SCR);
 	if (sz == 0 || bpf_probe_read_kernel(s->data, sz, d) < 0)
 		return 1;
 	m = sz;
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
-		for (int k = 0; k < 4; k++) {
-			if (p < m && (s->data[p & SCR_MASK] == '\r' || s->data[p & SCR_MASK] == '\n'))
-				p++;
-		}
-		if (p >= m) {
+		int b = head_begin(c, h, sk, s, c->dir == DIR_OUT, m, x->ts);
+		if (b < 0)
+			return 1;
+		if ((__u32)b >= m) {
 			x->off += m;
 			return 0;
 		}
-		__u8 b = s->data[p & SCR_MASK];
-		int request = c->dir == DIR_OUT;
-		if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
-			if (c->wr.finals == 0 && c->rd.finals == 0)
-				make_opaque(c, sk, s); // the first message is not HTTP/1.x
-			return 1;            // else: bytes of a body we lost track of
-		}
-		__builtin_memset(h, 0, __builtin_offsetof(struct half, finals));
-		__builtin_memset(&h->hi, 0, sizeof(h->hi));
-		h->state = H_HEAD;
-		h->start = x->ts;
+		p = b;
 	}
 	__u32 end = head_feed(c, 1, s, p, m);
 	if (s->so.bad) {
