@@ -20,6 +20,10 @@ import (
 func TestRunGoAssociation(t *testing.T) {
 	requireTracing(t)
 	bin := buildTestdata(t, "gomid")
+	forEachMode(t, func(t *testing.T) { goAssociation(t, bin) })
+}
+
+func goAssociation(t *testing.T, bin string) {
 	for _, tc := range []struct {
 		name        string
 		env         []string

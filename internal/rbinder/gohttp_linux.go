@@ -4,7 +4,6 @@ package rbinder
 
 import (
 	"debug/elf"
-	"debug/gosym"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/rbinder/datapath"
 	"github.com/rootline/rootline/internal/supervisor"
 )
 
@@ -46,40 +46,6 @@ var goBreakpoints = map[string]bpKind{
 type breakpoint struct {
 	kind bpKind
 	insn []byte // the original first instruction
-}
-
-// goFunctions finds the entry addresses of names in a Go executable, from
-// the symbol table or, in a stripped binary, from .gopclntab.
-func goFunctions(f *elf.File, names map[string]bpKind) map[string]uint64 {
-	out := map[string]uint64{}
-	if syms, err := f.Symbols(); err == nil {
-		for _, s := range syms {
-			if _, ok := names[s.Name]; ok && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
-				out[s.Name] = s.Value
-			}
-		}
-	}
-	if len(out) == len(names) {
-		return out
-	}
-	pcln, text := f.Section(".gopclntab"), f.Section(".text")
-	if pcln == nil || text == nil {
-		return out
-	}
-	data, err := pcln.Data()
-	if err != nil {
-		return out
-	}
-	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text.Addr))
-	if err != nil {
-		return out
-	}
-	for name := range names {
-		if fn := tab.LookupFunc(name); fn != nil {
-			out[name] = fn.Entry
-		}
-	}
-	return out
 }
 
 // emulate applies the effect of the prologue instruction insn at addr to
@@ -157,7 +123,11 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			return err
 		}
 	}
-	addrs := goFunctions(f, goBreakpoints)
+	names := make([]string, 0, len(goBreakpoints))
+	for n := range goBreakpoints {
+		names = append(names, n)
+	}
+	addrs := datapath.GoFunctions(f, names)
 	if len(addrs) == 0 {
 		return nil // no net/http client in this program
 	}
