@@ -914,3 +914,85 @@ func TestRunDatapathSurvivesKill(t *testing.T) {
 		}
 	}
 }
+
+// TestRunDatapathInNetns: under `ip netns exec` (how the demo's pods start
+// their services) /sys is mounted afresh without the cgroup file systems;
+// rootline run still traces with the in-kernel datapath, not the ptrace
+// fallback.
+func TestRunDatapathInNetns(t *testing.T) {
+	requireTracing(t)
+	needTool(t, "ip")
+	needTool(t, "curl")
+	needTool(t, "python3")
+	ns := fmt.Sprintf("rl-run-test-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns, rootlineBin(t), "run", "--mode", "ebpf", "--server", "", "--agent", "",
+		"--", "python3", "-m", "http.server", "--bind", "127.0.0.1", "18765")
+	cmd.Dir = t.TempDir()
+	cmd.WaitDelay = 5 * time.Second // the server holds the stderr pipe if rootline run dies first
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}()
+	var out []byte
+	for i := 0; i < 100; i++ {
+		var err error
+		out, err = exec.Command("ip", "netns", "exec", ns, "curl", "-sfi", "http://127.0.0.1:18765/").Output()
+		if err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !bytes.Contains(bytes.ToLower(out), []byte("\nrootline-server-time: ")) {
+		t.Fatalf("the response carries no rootline-server-time (not traced by the datapath)\nresponse:\n%s\nrootline run:\n%s", out, stderr.String())
+	}
+	if s := stderr.String(); strings.Contains(s, "unavailable") || strings.Contains(s, "untraced") {
+		t.Errorf("rootline run complained:\n%s", s)
+	}
+}
+
+// TestRunUntracedForwardsSignals: when the datapath cannot start (here: a
+// ring buffer the kernel refuses) rootline run runs the command untraced and
+// still passes SIGTERM on to it, ending with its status.
+func TestRunUntracedForwardsSignals(t *testing.T) {
+	requireTracing(t)
+	cmd := exec.Command(rootlineBin(t), "run", "--mode", "ebpf", "--datapath.buffer-bytes", strconv.Itoa(1<<40),
+		"--server", "", "--agent", "", "--", "sleep", "30")
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for i := 0; !strings.Contains(stderr.String(), "running untraced"); i++ {
+		if i == 100 {
+			t.Fatalf("no 'running untraced' message:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the command has started
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-waited:
+		if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("exit code %d (%v), want %d: the command's death by SIGTERM", code, err, 128+int(syscall.SIGTERM))
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("rootline run did not end within 10 s of SIGTERM")
+	}
+}

@@ -3,7 +3,10 @@
 // several request rates, (a) with Envoy sidecars and no tracing, and (b) the
 // same plus all of Rootline — server (detection, captures, store), agent with
 // its profilers, every service under `rootline run`, sidecars tracing to the
-// server. Modes alternate in each round on the same machine.
+// server. Modes alternate in each round on the same machine. Two more modes
+// split (b): envoy+rootline-no-run (no supervisor; the agent discovers the
+// JVMs) and envoy+run (server and `rootline run` only, no agent, so no
+// profiler or kernel recorder follows the services).
 //
 // For (b) it also reports Rootline's network bytes per request — everything
 // sent to and from the server (OTLP from sidecars and supervisors, agent
@@ -25,6 +28,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -50,7 +54,9 @@ func main() {
 	topoFile := flag.String("topology", "", "topology YAML (default: the built-in ten services)")
 	rates := flag.String("rates", "10,25,40", "request rates (per second)")
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
-	rounds := flag.Int("rounds", 2, "rounds; each runs both modes at every rate")
+	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
+	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -66,7 +72,15 @@ func main() {
 	check(err)
 	rateList, err := overhead.ParseRates(*rates)
 	check(err)
-	modes := []string{"envoy", "envoy+rootline", "envoy+rootline-no-run"}
+	modes := strings.Split(*modeList, ",")
+	if modes[0] != "envoy" {
+		fail(fmt.Errorf("-modes must start with envoy, the baseline"))
+	}
+	for _, m := range modes {
+		if !slices.Contains([]string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run"}, m) {
+			fail(fmt.Errorf("unknown mode %q", m))
+		}
+	}
 	res := map[string]map[float64][]result{}
 	for _, m := range modes {
 		res[m] = map[float64][]result{}
@@ -126,19 +140,24 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 		defer stop(srv)
 		fg, fh, fq := forward(grpcAddr), forward(httpAddr), forward(queryAddr)
 		counted = []*forwarder{fg, fh, fq}
-		// Without the supervisor nothing registers the services: the agent
-		// discovers them (JVMs, OTEL_SERVICE_NAME) itself.
-		agent, agentAddr := startAgent(self, "http://"+fq.addr, mode != "envoy+rootline")
-		defer stop(agent)
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
 			return net.JoinHostPort("10.77.0.1", port)
 		}
-		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr, agentAddr}
-		if mode == "envoy+rootline" {
+		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr}
+		agentURL := "" // envoy+run: no agent to register with
+		if mode != "envoy+run" {
+			// Without the supervisor nothing registers the services: the
+			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
+			agent, agentAddr := startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run")
+			defer stop(agent)
+			opts.Expose = append(opts.Expose, agentAddr)
+			agentURL = "http://" + pod(agentAddr)
+		}
+		if mode == "envoy+rootline" || mode == "envoy+run" {
 			opts.Wrap = func(svc string, argv []string) []string {
 				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(fh.addr),
-					"--agent", "http://" + pod(agentAddr), "--"}, argv...)
+					"--agent", agentURL, "--"}, argv...)
 			}
 		}
 	}

@@ -12,8 +12,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rootline/rootline/internal/rbinder"
@@ -153,7 +155,7 @@ func runRun(args []string, stderr io.Writer) int {
 			log.Error("-mode ebpf: the in-kernel datapath cannot start; running untraced", "err", err)
 			return runUntraced(f.argv, env, stderr)
 		}
-		log.Info("in-kernel datapath unavailable; tracing with the ptrace supervisor (slower)", "err", err)
+		log.Warn("in-kernel datapath unavailable; tracing with the ptrace supervisor (slower)", "err", err)
 	}
 
 	scfg := supervisor.Config{Logger: log, Env: env}
@@ -225,12 +227,34 @@ func finishShipping(ship *rbinder.Shipper, cancel context.CancelFunc, log *slog.
 func runUntraced(argv, env []string, stderr io.Writer) int {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, os.Stdout, os.Stderr
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		err = waitForwarding(cmd)
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		fmt.Fprintf(stderr, "rootline run: %v\n", err)
 	}
 	return exitCode(err)
+}
+
+// waitForwarding waits for a started command, passing on to it the signals
+// a supervisor should not act on itself (stop, hang-up, user signals), so
+// that the command, not rootline run, decides how to end.
+func waitForwarding(cmd *exec.Cmd) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case err := <-waited:
+			return err
+		}
+	}
 }
 
 func registerWithAgent(f runFlags, pid int, log *slog.Logger) {

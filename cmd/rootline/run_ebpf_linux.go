@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
+
 	"syscall"
 	"time"
 
@@ -107,22 +107,7 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 		go registerWithAgent(f, pid, log)
 	}
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	var werr error
-wait:
-	for {
-		select {
-		case s := <-sigs:
-			_ = cmd.Process.Signal(s)
-		case werr = <-waited:
-			break wait
-		}
-	}
-	signal.Stop(sigs)
-	code = exitCode(werr)
+	code = exitCode(waitForwarding(cmd))
 
 	// The last spans end as the command's connections close: give the
 	// ring buffer one read before detaching.

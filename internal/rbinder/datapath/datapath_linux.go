@@ -394,9 +394,22 @@ func V2Mount() string {
 // the calling process is in, and returns its directory. remove deletes it
 // (once its processes have exited).
 func NewCgroup(name string) (dir string, remove func() error, err error) {
-	mnt := V2Mount()
+	mnt, unmount := V2Mount(), func() {}
 	if mnt == "" {
-		return "", nil, fmt.Errorf("%w: no cgroup v2 hierarchy mounted", ErrUnavailable)
+		// `ip netns exec` (how the demo mesh starts its pods) mounts a
+		// fresh /sys without the cgroup file systems in a mount namespace
+		// of its own: mount the v2 hierarchy for this run.
+		if mnt, err = os.MkdirTemp("", "rootline-cgroup2-"); err != nil {
+			return "", nil, fmt.Errorf("%w: no cgroup v2 hierarchy mounted: %w", ErrUnavailable, err)
+		}
+		if err := unix.Mount("cgroup2", mnt, "cgroup2", 0, ""); err != nil {
+			os.Remove(mnt)
+			return "", nil, fmt.Errorf("%w: no cgroup v2 hierarchy mounted, and mounting one failed: %w", ErrUnavailable, err)
+		}
+		unmount = func() {
+			_ = unix.Unmount(mnt, unix.MNT_DETACH)
+			_ = os.Remove(mnt)
+		}
 	}
 	parent := mnt
 	if b, err := os.ReadFile("/proc/self/cgroup"); err == nil {
@@ -409,9 +422,11 @@ func NewCgroup(name string) (dir string, remove func() error, err error) {
 	removeStale(parent)
 	dir = filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		unmount()
 		return "", nil, fmt.Errorf("%w: make cgroup %s: %w", ErrUnavailable, dir, err)
 	}
 	remove = func() error {
+		defer unmount()
 		var err error
 		// The last processes may take a moment to leave after exiting.
 		for i := 0; i < 50; i++ {
