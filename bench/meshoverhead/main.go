@@ -5,8 +5,9 @@
 // its profilers, every service under `rootline run`, sidecars tracing to the
 // server. Modes alternate in each round on the same machine. Two more modes
 // split (b): envoy+rootline-no-run (no supervisor; the agent discovers the
-// JVMs) and envoy+run (server and `rootline run` only, no agent, so no
-// profiler or kernel recorder follows the services).
+// JVMs), envoy+run (server and `rootline run` only, no agent, so no
+// profiler or kernel recorder follows the services) and envoy+tracing (the
+// sidecars' tracing and the server alone).
 //
 // For (b) it also reports Rootline's network bytes per request — everything
 // sent to and from the server (OTLP from sidecars and supervisors, agent
@@ -56,7 +57,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
-		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent)")
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -77,7 +78,7 @@ func main() {
 		fail(fmt.Errorf("-modes must start with envoy, the baseline"))
 	}
 	for _, m := range modes {
-		if !slices.Contains([]string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run"}, m) {
+		if !slices.Contains([]string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run", "envoy+tracing"}, m) {
 			fail(fmt.Errorf("unknown mode %q", m))
 		}
 	}
@@ -145,8 +146,8 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 			return net.JoinHostPort("10.77.0.1", port)
 		}
 		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr}
-		agentURL := "" // envoy+run: no agent to register with
-		if mode != "envoy+run" {
+		agentURL := "" // no agent to register with
+		if mode == "envoy+rootline" || mode == "envoy+rootline-no-run" {
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
 			agent, agentAddr := startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run")

@@ -199,11 +199,19 @@ func (s sidecarSpec) bootstrap() obj {
 	if s.OTLP != "" {
 		clusters = append(clusters, staticCluster("rootline_otlp", []string{s.OTLP}, true))
 	}
+	static := obj{}
+	if s.OTLP != "" {
+		// The OpenTelemetry tracer exports every 5 spans by default: one
+		// gRPC call (and one server commit) every few requests. Batch up to
+		// a second's worth instead.
+		static["tracing.opentelemetry.min_flush_spans"] = 512
+		static["tracing.opentelemetry.flush_interval_ms"] = 1000
+	}
 	return obj{
 		"node":  obj{"id": s.NodeID, "cluster": s.Service},
 		"admin": obj{"address": socketAddr(s.Admin)},
 		"layered_runtime": obj{"layers": []any{
-			obj{"name": "static", "static_layer": obj{}},
+			obj{"name": "static", "static_layer": static},
 			obj{"name": "admin", "admin_layer": obj{}},
 		}},
 		"static_resources": obj{"listeners": listeners, "clusters": clusters},

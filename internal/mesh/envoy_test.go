@@ -95,7 +95,8 @@ func TestEnvoyConfigShape(t *testing.T) {
 		t.Errorf("d's endpoints %v", d)
 	}
 	b, _ := json.Marshal(sp.bootstrap())
-	for _, want := range []string{"envoy.filters.http.fault", "envoy.tracers.opentelemetry", "original_dst", `"admin_layer"`} {
+	for _, want := range []string{"envoy.filters.http.fault", "envoy.tracers.opentelemetry", "original_dst", `"admin_layer"`,
+		`"tracing.opentelemetry.min_flush_spans":512`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("pod config lacks %s", want)
 		}
