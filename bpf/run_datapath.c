@@ -142,6 +142,9 @@ struct user_msghdr_u {
 
 // HSTEP: head bytes copied and scanned per step; most heads end within one.
 #define HSTEP 1024
+// Messages that got lines inserted are made linear again up to this size
+// (an order-2 allocation at most).
+#define PULL_MAX 16384
 
 // SCR: bytes scanned per step (a power of two).
 #define SCR 4096
@@ -2670,6 +2673,13 @@ int rd_msg(struct sk_msg_md *msg)
 	bpf_loop(MAX_STEPS, msg_step, &x, 0);
 	if (x.off < x.size && c->wr.state != H_OPAQUE && c->wr.state != H_CLOSE)
 		make_opaque(c, sk, s);
+	// bpf_msg_push_data puts the inserted lines in a page of their own
+	// between two pieces of the application's bytes, and tcp_bpf sends each
+	// piece by itself without MSG_MORE: with Nagle on (Java's and Python's
+	// servers and clients leave it on) the pieces after the first wait for
+	// an ACK from the peer. One linear piece goes out as the write would have.
+	if (msg->size != size && msg->size <= PULL_MAX)
+		bpf_msg_pull_data(msg, 0, msg->size, 0);
 	__u32 end = seq0 + msg->size;
 	if (!c->wseq_ok || (__s32)(end - c->wseq) > 0)
 		c->wseq = end;
