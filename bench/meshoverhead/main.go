@@ -42,6 +42,9 @@ import (
 	"github.com/rootline/rootline/internal/overhead"
 )
 
+// allModes are the modes -modes accepts (see the package comment).
+var allModes = []string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run", "envoy+tracing"}
+
 type result struct {
 	overhead.Latency
 	serverCPUPer1kSpan time.Duration
@@ -78,7 +81,7 @@ func main() {
 		fail(fmt.Errorf("-modes must start with envoy, the baseline"))
 	}
 	for _, m := range modes {
-		if !slices.Contains([]string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run", "envoy+tracing"}, m) {
+		if !slices.Contains(allModes, m) {
 			fail(fmt.Errorf("unknown mode %q", m))
 		}
 	}

@@ -7,7 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
@@ -123,11 +125,7 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			return err
 		}
 	}
-	names := make([]string, 0, len(goBreakpoints))
-	for n := range goBreakpoints {
-		names = append(names, n)
-	}
-	addrs := datapath.GoFunctions(f, names)
+	addrs := datapath.GoFunctions(f, slices.Collect(maps.Keys(goBreakpoints)))
 	if len(addrs) == 0 {
 		return nil // no net/http client in this program
 	}

@@ -252,6 +252,7 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 	var rec ringbuf.Record
 	var ev Event
 	tids := make([]int, 0, 8)
+	var fixed runDatapathRdEvent
 	d.rd.SetDeadline(time.Now().Add(poll))
 	for {
 		err := d.rd.ReadInto(&rec)
@@ -264,7 +265,7 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 		case err != nil:
 			return fmt.Errorf("datapath: %w", err)
 		}
-		if decode(rec.RawSample, &ev, tids[:0]) {
+		if decode(rec.RawSample, &ev, tids[:0], &fixed) {
 			fn(&ev)
 		}
 	}
@@ -272,16 +273,16 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 
 const headOff = int(unsafe.Offsetof(runDatapathRdEvent{}.Head))
 
-// decode fills ev from a raw struct rd_event (bpf/run_datapath.h).
-func decode(b []byte, ev *Event, tids []int) bool {
+// decode fills ev from a raw struct rd_event (bpf/run_datapath.h). The
+// record may be shorter than the struct (the head is sent only as long as
+// it is), so its fixed part is copied into fixed, the caller's scratch,
+// rather than the buffer cast; fixed.Head is not used.
+func decode(b []byte, ev *Event, tids []int, fixed *runDatapathRdEvent) bool {
 	if len(b) < headOff {
 		return false
 	}
-	// The record may be shorter than the struct (the head is sent only as
-	// long as it is): copy the fixed part rather than cast the buffer.
-	var rec runDatapathRdEvent
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&rec)), headOff), b)
-	r := &rec
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(fixed)), headOff), b)
+	r := fixed
 	*ev = Event{
 		Type: r.Type, Flags: r.Flags, Tgid: int(r.Tgid), Tid: int(r.Tid), Mono: int64(r.Ts), Conn: r.Sk,
 		TraceID: r.Trace, SpanID: r.Span, ParentID: r.Parent, StartMono: int64(r.Start),

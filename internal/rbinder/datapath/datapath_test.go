@@ -41,7 +41,7 @@ func TestDecode(t *testing.T) {
 	b[unsafe.Offsetof(r.Trace)] = 0xaa
 
 	var ev Event
-	if !decode(b, &ev, nil) {
+	if !decode(b, &ev, nil, new(runDatapathRdEvent)) {
 		t.Fatal("not decoded")
 	}
 	if ev.Type != EvRequestEnd || ev.Tgid != 10 || ev.Tid != 11 || ev.Mono != 5000 || ev.SpanID != 0xabcd ||
@@ -58,7 +58,7 @@ func TestDecode(t *testing.T) {
 	if string(ev.Head) != head {
 		t.Errorf("head %q", ev.Head)
 	}
-	if decode(b[:headOff-1], &ev, nil) {
+	if decode(b[:headOff-1], &ev, nil, new(runDatapathRdEvent)) {
 		t.Error("a short record decoded")
 	}
 }
