@@ -50,6 +50,8 @@ type result struct {
 	serverCPUPer1kSpan time.Duration
 	bytesPerReq        float64
 	spansPerReq        float64
+	agentCPU           float64 // share of one core, jcmd and other helpers included
+	capturesPerMin     float64
 }
 
 func main() {
@@ -94,20 +96,21 @@ func main() {
 			mode := modes[(i+round)%len(modes)]
 			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-15s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d agent CPU %.1f%% captures/min %.1f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, 100*r.agentCPU, r.capturesPerMin)
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | Rootline bytes/request | spans/request | server CPU per 1,000 spans |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
 			b := med(res[m][rate])
-			extra := "| – | – | – |"
+			extra := "| – | – | – | – | – |"
 			if m != "envoy" {
-				extra = fmt.Sprintf("| %.0f | %.1f | %v |", b.bytesPerReq, b.spansPerReq, b.serverCPUPer1kSpan.Round(time.Millisecond))
+				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
+					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
 			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% %s\n", rate, m,
 				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(), extra)
@@ -124,6 +127,8 @@ func med(rs []result) result {
 		serverCPUPer1kSpan: overhead.MedianOf(rs, func(r result) time.Duration { return r.serverCPUPer1kSpan }),
 		bytesPerReq:        overhead.MedianOf(rs, func(r result) float64 { return r.bytesPerReq }),
 		spansPerReq:        overhead.MedianOf(rs, func(r result) float64 { return r.spansPerReq }),
+		agentCPU:           overhead.MedianOf(rs, func(r result) float64 { return r.agentCPU }),
+		capturesPerMin:     overhead.MedianOf(rs, func(r result) float64 { return r.capturesPerMin }),
 	}
 }
 
@@ -135,7 +140,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 	defer os.RemoveAll(dir)
 	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy,
 		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler)}
-	var srv *exec.Cmd
+	var srv, agent *exec.Cmd
 	var counted []*forwarder
 	var queryAddr string
 	if mode != "envoy" {
@@ -153,7 +158,8 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 		if mode == "envoy+rootline" || mode == "envoy+rootline-no-run" {
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
-			agent, agentAddr := startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run")
+			var agentAddr string
+			agent, agentAddr = startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run")
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
@@ -172,19 +178,29 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 	out := map[float64]result{}
 	for _, rate := range rates {
 		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: 3 * time.Second}}})
-		var cpu0 time.Duration
-		var spans0 float64
+		var cpu0, agentCPU0 time.Duration
+		var spans0, captures0 float64
 		var bytes0 int64
 		if srv != nil {
-			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), storedSpans(queryAddr), total(counted)
+			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), total(counted)
+			captures0 = metric(queryAddr, capturesTotal)
 		}
+		if agent != nil {
+			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
+		}
+		begun := time.Now()
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
 		res := result{Latency: overhead.Measured(pr)}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
-			spans := storedSpans(queryAddr) - spans0
+			took := time.Since(begun)
+			if agent != nil {
+				res.agentCPU = float64(overhead.CPUWithChildren(agent.Process.Pid)-agentCPU0) / float64(took)
+			}
+			res.capturesPerMin = (metric(queryAddr, capturesTotal) - captures0) / took.Minutes()
+			spans := metric(queryAddr, storedSpans) - spans0
 			cpu := overhead.CPU(srv.Process.Pid) - cpu0
 			if spans > 0 {
 				res.serverCPUPer1kSpan = time.Duration(float64(cpu) / spans * 1000)
@@ -315,20 +331,30 @@ func total(fs []*forwarder) int64 {
 	return n
 }
 
-func storedSpans(query string) float64 {
+const (
+	storedSpans   = "rootline_pipeline_spans_stored_total"
+	capturesTotal = "rootline_captures_total" // by final state
+)
+
+// metric sums the server's samples of one metric over its labels.
+func metric(query, name string) float64 {
 	resp, err := http.Get("http://" + query + "/metrics")
 	if err != nil {
 		return 0
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "rootline_pipeline_spans_stored_total "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
+	sum := 0.0
+	for line := range strings.Lines(string(b)) {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+			continue
 		}
+		fields := strings.Fields(rest)
+		f, _ := strconv.ParseFloat(fields[len(fields)-1], 64)
+		sum += f
 	}
-	return 0
+	return sum
 }
 
 func check(err error) {

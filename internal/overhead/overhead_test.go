@@ -2,6 +2,7 @@ package overhead
 
 import (
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"testing"
@@ -79,6 +80,14 @@ func TestCPU(t *testing.T) {
 	}
 	if tree := TreeCPU(os.Getpid()); tree < self {
 		t.Errorf("TreeCPU = %v < CPU %v", tree, self)
+	}
+	// A child that worked and was waited for counts in CPUWithChildren.
+	before := CPUWithChildren(os.Getpid())
+	if err := exec.Command("sh", "-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if after := CPUWithChildren(os.Getpid()); after-before < 10*time.Millisecond || after < CPU(os.Getpid()) {
+		t.Errorf("CPUWithChildren %v → %v around a busy child (own CPU %v)", before, after, CPU(os.Getpid()))
 	}
 	if got := CPU(-1); got != 0 {
 		t.Errorf("CPU of no process = %v", got)

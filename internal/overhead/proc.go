@@ -17,6 +17,18 @@ func CPU(pid int) time.Duration {
 	return ticks(stat(pid)) * (time.Second / userHZ)
 }
 
+// CPUWithChildren is CPU plus the CPU time of the children process pid
+// has waited for (cutime+cstime): short-lived helpers it ran count too.
+func CPUWithChildren(pid int) time.Duration {
+	f := stat(pid)
+	if len(f) <= 16 {
+		return 0
+	}
+	cu, _ := strconv.ParseInt(f[15], 10, 64)
+	cs, _ := strconv.ParseInt(f[16], 10, 64)
+	return (ticks(f) + time.Duration(cu+cs)) * (time.Second / userHZ)
+}
+
 // TreeCPU returns the user+system CPU time of the processes pids and of all
 // their descendants that are alive.
 func TreeCPU(pids ...int) time.Duration {

@@ -1,7 +1,7 @@
 // Package jfr is the JDK Flight Recorder profiler: it keeps a bounded JFR
 // recording named "rootline" running inside each HotSpot JVM the agent
-// discovers (jcmd JFR.start with maxage/maxsize, disk=true) and, on Dump,
-// copies a time window of it out with jcmd JFR.dump begin=… end=….
+// discovers (JFR.start with maxage/maxsize, disk=true) and, on Dump, copies
+// a time window of it out with JFR.dump begin=… end=….
 //
 // A dump yields two artifacts of Kind "jfr":
 //
@@ -38,27 +38,33 @@
 // safepoint, compilation, class loading and all periodic statistics events.
 // Stacks are JFR's, truncated at its stack depth (64 frames by default).
 //
-// Attach: jcmd uses the HotSpot attach mechanism, which only accepts a client
-// with the target's effective uid (JDK 11+ also accepts root). When the agent runs as root and
-// the JVM runs as another user, jcmd is run with the JVM's uid and gid
-// (syscall.Credential) and dumps go to a DumpDir subdirectory owned by that
-// user, because the JVM itself writes the dump file (DumpDir's parents must
-// let that user through). A JVM started with
-// -XX:+DisableAttachMechanism cannot be recorded (ErrAttachDisabled): the
-// flag is looked for on the command line and in JAVA_TOOL_OPTIONS,
-// JDK_JAVA_OPTIONS and _JAVA_OPTIONS before jcmd runs, and jcmd reports it
-// from the JVM's perfdata otherwise; a JVM hiding it in an @argfile and also
-// running with -XX:-UsePerfData costs a 10 s attach timeout and a generic
-// "attach failed" error.
+// Attach: diagnostic commands go over the HotSpot attach socket, spoken
+// directly (attach.go): a trigger file and SIGQUIT open the JVM's listener,
+// which accepts a client with the JVM's effective uid and gid or, from JDK
+// 11, root. The jcmd tool, which starts a JVM per command, is the fallback
+// when the socket cannot be used (the agent neither root nor the JVM's user,
+// a JDK 8 JVM of another user, a JVM that does not open its socket) and is
+// forced by Config.Attach = "jcmd"; it then runs with the JVM's uid and gid
+// (syscall.Credential) when the agent is root. For a JVM of another user,
+// dumps go to a DumpDir subdirectory owned by that user, because the JVM
+// itself writes the dump file (DumpDir's parents must let that user
+// through). A JVM started with -XX:+DisableAttachMechanism cannot be
+// recorded (ErrAttachDisabled): the flag is looked for on the command line
+// and in JAVA_TOOL_OPTIONS, JDK_JAVA_OPTIONS and _JAVA_OPTIONS, then in the
+// JVM's perfdata (sun.rt.jvmCapabilities, as jcmd does), before any SIGQUIT;
+// a JVM hiding it in an @argfile and also running with -XX:-UsePerfData gets
+// a SIGQUIT (a thread dump on its stdout), costs a few seconds' wait and a
+// generic "attach failed" error.
 //
-// Containers: a JVM in its own pid and mount namespaces is reached by jcmd
-// (JDK 10+) through /proc/<pid>/root/tmp; it writes the dump into its own
-// /tmp and the profiler reads it back through /proc/<pid>/root and deletes
-// it. A JVM with its own mount namespace and a private /tmp but the agent's
-// pid namespace is refused (ErrNotSupported): JDK 17's jcmd then looks for
-// the attach socket in the agent's /tmp and would wait 10 s in vain. One that
-// keeps the host's /tmp (`ip netns exec`, the demo's pods) is recorded. User namespaces (a
-// container's root mapped to another host uid) are not handled.
+// Containers: a JVM in its own mount namespace is reached through
+// /proc/<pid>/root/tmp (its attach socket, trigger and perfdata files, named
+// with the pid it sees in its own pid namespace); it writes the dump into
+// its own /tmp and the profiler reads it back through /proc/<pid>/root and
+// deletes it. With jcmd only, a JVM with its own mount namespace and a
+// private /tmp but the agent's pid namespace is refused (ErrNotSupported):
+// JDK 17's jcmd then looks for the attach socket in the agent's /tmp and
+// would wait 10 s in vain. User namespaces (a container's root mapped to
+// another host uid) are not handled.
 //
 // Other limitations: only HotSpot JVMs with JFR are supported (tested with
 // JDK 17 for both jcmd and target; JDK 8u262+ has JFR but other JFR.start

@@ -52,13 +52,52 @@ func credentialFor(pi procInfo) *syscall.Credential {
 	return &syscall.Credential{Uid: pi.uid, Gid: pi.gid}
 }
 
-// jcmd runs one diagnostic command in pid and returns its output. jcmd
-// reports most failures with exit status 0 and a message, so the output is
-// classified here: the errors returned wrap ErrAttachDisabled,
-// profiler.ErrTargetGone or ErrNoData where they apply.
+// jcmd runs one diagnostic command in pid and returns its output: over the
+// attach socket itself when it may (see attach.go), else — or when the JVM
+// does not answer that way — with the jcmd tool. The output is classified
+// here: the errors returned wrap ErrAttachDisabled, profiler.ErrTargetGone or
+// ErrNoData where they apply.
 func (p *Profiler) jcmd(ctx context.Context, tg *target, pid int, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	if p.cfg.Attach == AttachNative && !tg.jcmdOnly.Load() && canAttachNatively(tg.proc) {
+		begun := time.Now()
+		out, err := hotspotJcmd(ctx, pid, tg.proc, strings.Join(args, " "))
+		p.logger.Debug("attach", "pid", pid, "cmd", args[0], "took", time.Since(begun), "err", err)
+		if !errors.Is(err, errNoListener) {
+			p.count(func(s *stats) { s.attachNative++ })
+			return p.answer(ctx, tg, pid, args[0], out, err)
+		}
+		if !alive(pid, tg.proc.startTicks) {
+			return nil, fmt.Errorf("%s: %w", args[0], profiler.ErrTargetGone)
+		}
+		// jcmd knows more ways in (and why there is none): use it from now on.
+		tg.jcmdOnly.Store(true)
+		p.logger.Info("attach socket unusable, using jcmd", "pid", pid, "err", err)
+	}
+	p.count(func(s *stats) { s.attachJcmd++ })
+	return p.runJcmd(ctx, tg, pid, args...)
+}
+
+// answer classifies the outcome of a command sent over the attach socket.
+func (p *Profiler) answer(ctx context.Context, tg *target, pid int, name string, out []byte, err error) ([]byte, error) {
+	if cerr := classify(out); cerr != nil {
+		return out, fmt.Errorf("%s: %w", name, cerr)
+	}
+	switch {
+	case err == nil:
+		return out, nil
+	case !alive(pid, tg.proc.startTicks):
+		return out, fmt.Errorf("%s: %w", name, profiler.ErrTargetGone)
+	case ctx.Err() != nil:
+		return out, fmt.Errorf("%s: the JVM did not answer within %s: %w", name, p.cfg.Timeout, ctx.Err())
+	}
+	return out, fmt.Errorf("%s: %w", name, err)
+}
+
+// runJcmd runs the jcmd tool (ctx bounds it). jcmd reports most failures
+// with exit status 0 and a message.
+func (p *Profiler) runJcmd(ctx context.Context, tg *target, pid int, args ...string) ([]byte, error) {
 	argv := append(append(append([]string{}, jcmdFlags...), strconv.Itoa(pid)), args...)
 	cmd := exec.CommandContext(ctx, p.cfg.JcmdPath, argv...)
 	cmd.Dir = "/" // the agent's working directory may be closed to the JVM's user

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,7 +30,7 @@ const (
 // Errors specific to JFR; the profiler package's sentinels cover the rest.
 var (
 	// ErrAttachDisabled: the JVM runs with -XX:+DisableAttachMechanism, so
-	// jcmd cannot reach it.
+	// no diagnostic command can reach it.
 	ErrAttachDisabled = errors.New("the JVM's attach mechanism is disabled (-XX:+DisableAttachMechanism)")
 	// ErrNoData: the recording holds nothing in the requested window (the
 	// window ended before the recording started or has aged out of it).
@@ -39,6 +40,10 @@ var (
 // Config configures the JFR profiler. Zero fields take the defaults of
 // DefaultConfig.
 type Config struct {
+	// Attach is how commands reach a JVM: "native" (default) speaks the
+	// HotSpot attach protocol itself and uses jcmd only where that fails;
+	// "jcmd" always runs the jcmd tool (a JVM per command).
+	Attach string `yaml:"attach"`
 	// JcmdPath is the jcmd executable; default: jcmd from PATH, else
 	// $JAVA_HOME/bin/jcmd. Its JDK must be the targets' major version or newer.
 	JcmdPath string `yaml:"jcmd_path"`
@@ -53,13 +58,20 @@ type Config struct {
 	// fresh temporary directory removed by Close. For JVMs of other users
 	// its parent directories must be searchable (x) by them.
 	DumpDir string `yaml:"dump_dir"`
-	// Timeout bounds each jcmd call.
+	// Timeout bounds each diagnostic command (attach or jcmd).
 	Timeout time.Duration `yaml:"timeout"`
 }
+
+// Values of Config.Attach.
+const (
+	AttachNative = "native"
+	AttachJcmd   = "jcmd"
+)
 
 // DefaultConfig returns the defaults applied to zero Config fields.
 func DefaultConfig() Config {
 	return Config{
+		Attach:   AttachNative,
 		MaxAge:   120 * time.Second,
 		MaxSize:  64 << 20,
 		Settings: "profile",
@@ -74,13 +86,19 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("jfr: settings %q: want \"default\" or \"profile\"", c.Settings)
 	}
+	switch c.Attach {
+	case "", AttachNative, AttachJcmd:
+	default:
+		return fmt.Errorf("jfr: attach %q: want %q or %q", c.Attach, AttachNative, AttachJcmd)
+	}
 	if c.MaxAge < 0 || c.MaxSize < 0 || c.Timeout < 0 {
 		return errors.New("jfr: max_age, max_size and timeout must not be negative")
 	}
 	return nil
 }
 
-// Profiler records HotSpot JVMs with JDK Flight Recorder driven by jcmd. It
+// Profiler records HotSpot JVMs with JDK Flight Recorder driven by
+// diagnostic commands (JFR.start, JFR.dump) over the attach mechanism. It
 // is safe for concurrent use.
 type Profiler struct {
 	cfg    Config
@@ -99,11 +117,14 @@ type target struct {
 	started bool
 	proc    procInfo
 	cred    *syscall.Credential // nil: run jcmd as the agent
+	// jcmdOnly is set once the attach socket failed: jcmd from then on.
+	jcmdOnly atomic.Bool
 }
 
 type stats struct {
-	starts, dumps, errors float64
-	dumpSeconds, bytes    float64
+	starts, dumps, errors    float64
+	dumpSeconds, bytes       float64
+	attachNative, attachJcmd float64 // commands sent each way
 }
 
 // New returns a JFR profiler. A nil logger discards logs. An invalid
@@ -119,6 +140,12 @@ func New(cfg Config, logger *slog.Logger) *Profiler {
 		if cfg.Settings != "default" {
 			cfg.Settings = def.Settings
 		}
+		if cfg.Attach != AttachJcmd {
+			cfg.Attach = def.Attach
+		}
+	}
+	if cfg.Attach == "" {
+		cfg.Attach = def.Attach
 	}
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = def.MaxAge
@@ -158,7 +185,7 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if err != nil {
 		return fmt.Errorf("jfr: start pid %d: %w", t.PID, err)
 	}
-	// jcmd sends SIGQUIT to its target to wake the attach listener: on
+	// Attaching sends SIGQUIT to the target to wake its attach listener: on
 	// anything but a JVM that signal would kill the process.
 	if !isJVM(t.PID) {
 		return fmt.Errorf("jfr: start pid %d (%s): not a HotSpot JVM: %w", t.PID, t.Exe, profiler.ErrNotSupported)
@@ -166,10 +193,12 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if attachDisabled(t.PID) {
 		return fmt.Errorf("jfr: start pid %d: %w", t.PID, ErrAttachDisabled)
 	}
-	if pi.otherMountNS && !pi.otherPidNS && !sameTmp(t.PID) {
+	if pi.otherMountNS && !pi.otherPidNS && !sameTmp(t.PID) &&
+		(p.cfg.Attach == AttachJcmd || !canAttachNatively(pi)) {
 		// jcmd would wait 10 s for an attach socket in the agent's /tmp
 		// while the JVM creates it in its own. (A mount namespace that
-		// keeps the host's /tmp, as `ip netns exec` makes, is fine.)
+		// keeps the host's /tmp, as `ip netns exec` makes, is fine; the
+		// native attach finds the socket through /proc/<pid>/root.)
 		return fmt.Errorf("jfr: start pid %d: the JVM has its own mount namespace but shares the agent's pid namespace, where jcmd cannot find its attach socket: %w",
 			t.PID, profiler.ErrNotSupported)
 	}
@@ -437,6 +466,8 @@ func (p *Profiler) Stats() map[string]float64 {
 		"dump_seconds_total": p.stats.dumpSeconds,
 		"bytes_dumped":       p.stats.bytes,
 		"errors":             p.stats.errors,
+		"commands_attach":    p.stats.attachNative,
+		"commands_jcmd":      p.stats.attachJcmd,
 		"targets":            float64(len(p.targets)),
 	}
 }
@@ -464,6 +495,12 @@ func (tg *target) isStarted() bool {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	return tg.started
+}
+
+func (p *Profiler) count(f func(*stats)) {
+	p.mu.Lock()
+	f(&p.stats)
+	p.mu.Unlock()
 }
 
 func (p *Profiler) countError(err *error) {

@@ -3,6 +3,7 @@ package jfr
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"cmp"
 	"context"
 	"errors"
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 
 // requireJDK skips the test when the JDK tools are missing, unless
 // ROOTLINE_REQUIRE_JDK is set (CI machines that have a JDK).
-func requireJDK(t *testing.T) {
+func requireJDK(t testing.TB) {
 	t.Helper()
 	for _, tool := range []string{"java", "javac", "jcmd", "jfr"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -60,7 +61,7 @@ func requireJDK(t *testing.T) {
 	}
 }
 
-func compileHot(t *testing.T) string {
+func compileHot(t testing.TB) string {
 	t.Helper()
 	compileOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "rootline-jfr-hot-")
@@ -102,7 +103,7 @@ type hotOptions struct {
 
 // startHot runs Hot in a JVM and waits until its threads run. The JVM is
 // killed when the test ends.
-func startHot(t *testing.T, o hotOptions) *jvm {
+func startHot(t testing.TB, o hotOptions) *jvm {
 	t.Helper()
 	requireJDK(t)
 	dir := compileHot(t)
@@ -353,6 +354,10 @@ func TestDump(t *testing.T) {
 	if st["starts"] != 1 || st["dumps"] != 1 || st["bytes_dumped"] != float64(len(raw.Data)) || st["dump_seconds_total"] <= 0 || st["errors"] != 0 {
 		t.Errorf("Stats = %v", st)
 	}
+	// JFR.check, JFR.start and two dumps, all over the attach socket.
+	if st["commands_attach"] != 4 || st["commands_jcmd"] != 0 {
+		t.Errorf("commands: %v over the attach socket, %v with jcmd; want 4 and 0", st["commands_attach"], st["commands_jcmd"])
+	}
 	if err := p.Stop(tg); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
@@ -362,6 +367,102 @@ func TestDump(t *testing.T) {
 	}
 	if _, err := p.Dump(ctx, tg, w); !errors.Is(err, profiler.ErrUnknownTarget) {
 		t.Errorf("Dump after Stop = %v, want ErrUnknownTarget", err)
+	}
+}
+
+// TestAttachJcmd drives the recording with the jcmd tool (Attach: jcmd, and
+// the fallback when the attach socket cannot be used).
+func TestAttachJcmd(t *testing.T) {
+	j := startHot(t, hotOptions{})
+	p := New(Config{DumpDir: t.TempDir(), Attach: AttachJcmd}, nil)
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	ctx := context.Background()
+	if err := p.Start(ctx, j.target()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	arts, err := p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-2 * time.Second), End: time.Now()})
+	if err != nil || len(arts) != 2 || len(arts[0].Data) == 0 {
+		t.Fatalf("Dump = %d artifacts, %v", len(arts), err)
+	}
+	if st := p.Stats(); st["commands_jcmd"] != 3 || st["commands_attach"] != 0 {
+		t.Errorf("commands: %v with jcmd, %v over the attach socket; want 3 and 0", st["commands_jcmd"], st["commands_attach"])
+	}
+}
+
+// BenchmarkDump measures a 2 s window's dump of a busy JVM with each attach
+// mode: wall time and the agent's CPU per dump (its own and its children's,
+// i.e. jcmd's JVM), conversion to pprof included.
+//
+//	go test -run '^$' -bench Dump -benchtime 10x ./internal/profiler/jfr/
+func BenchmarkDump(b *testing.B) {
+	j := startHot(b, hotOptions{})
+	for _, mode := range []string{AttachNative, AttachJcmd} {
+		b.Run("attach="+mode, func(b *testing.B) {
+			p := New(Config{DumpDir: b.TempDir(), Attach: mode}, nil)
+			defer p.Close()
+			ctx := context.Background()
+			if err := p.Start(ctx, j.target()); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(3 * time.Second)
+			cpu0 := agentCPU()
+			b.ResetTimer()
+			for b.Loop() {
+				now := time.Now()
+				if _, err := p.Dump(ctx, j.target(), profiler.Window{Start: now.Add(-2 * time.Second), End: now}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((agentCPU()-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// agentCPU is this process's CPU time plus that of its waited-for children.
+func agentCPU() time.Duration {
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(v syscall.Timeval) time.Duration { return time.Duration(v.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
+}
+
+func TestPerfdataString(t *testing.T) {
+	// A prologue and two entries, little-endian, as HotSpot writes them.
+	entry := func(name, val string) []byte {
+		e := make([]byte, 20)
+		nameOff, dataOff := 20, 20+len(name)+1
+		binary.LittleEndian.PutUint32(e[4:], uint32(nameOff))
+		binary.LittleEndian.PutUint32(e[8:], uint32(len(val)+1))
+		e[12] = 'B'
+		binary.LittleEndian.PutUint32(e[16:], uint32(dataOff))
+		e = append(append(append(append(e, name...), 0), val...), 0)
+		binary.LittleEndian.PutUint32(e[0:], uint32(len(e)))
+		return e
+	}
+	b := make([]byte, 32)
+	copy(b, []byte{0xca, 0xfe, 0xc0, 0xc0, 1})
+	binary.LittleEndian.PutUint32(b[24:], 32)
+	binary.LittleEndian.PutUint32(b[28:], 2)
+	b = append(append(b, entry("sun.rt.other", "x")...), entry("sun.rt.jvmCapabilities", "0100")...)
+	if v, ok := perfdataString(b, "sun.rt.jvmCapabilities"); !ok || v != "0100" {
+		t.Errorf("perfdataString = %q, %v", v, ok)
+	}
+	if _, ok := perfdataString(b, "missing"); ok {
+		t.Error("found a missing entry")
+	}
+	for n := range len(b) {
+		perfdataString(b[:n], "sun.rt.jvmCapabilities") // no panic on a cut buffer
+	}
+	b[0] = 0
+	if _, ok := perfdataString(b, "sun.rt.jvmCapabilities"); ok {
+		t.Error("accepted a buffer without the magic")
 	}
 }
 
@@ -464,8 +565,8 @@ func TestTargetGone(t *testing.T) {
 			defer close(done)
 			arts, err = p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-time.Minute), End: time.Now()})
 		}()
-		// jcmd's own JVM takes a few hundred milliseconds to attach.
-		time.Sleep(300 * time.Millisecond)
+		// Kill while the JVM writes the dump (it takes ~100 ms).
+		time.Sleep(30 * time.Millisecond)
 		j.kill(t)
 		<-done
 		switch {
@@ -552,10 +653,17 @@ func TestContainer(t *testing.T) {
 	})
 	t.Run("mount namespace only", func(t *testing.T) {
 		j := startHot(t, hotOptions{container: true, sharePID: true, idle: true})
+		// The native attach finds the socket through /proc/<pid>/root.
 		p := newTestProfiler(t)
-		err := p.Start(ctx, j.target())
+		if err := p.Start(ctx, j.target()); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		// jcmd would look for it in the agent's /tmp: refused up front.
+		pj := New(Config{DumpDir: t.TempDir(), Attach: AttachJcmd}, nil)
+		defer pj.Close()
+		err := pj.Start(ctx, j.target())
 		if !errors.Is(err, profiler.ErrNotSupported) {
-			t.Fatalf("Start = %v, want ErrNotSupported", err)
+			t.Fatalf("Start with jcmd = %v, want ErrNotSupported", err)
 		}
 		t.Log(err)
 	})

@@ -18,6 +18,9 @@ type procInfo struct {
 	// the process, so a recycled pid is seen as the target gone.
 	startTicks uint64
 	uid, gid   uint32 // effective ids: the attach listener checks these
+	// nsPID is the pid as the process sees it in its own pid namespace
+	// (the last NSpid of /proc/<pid>/status): its attach files carry it.
+	nsPID int
 	// otherMountNS is true when the target sees another filesystem (a
 	// container), so paths handed to it differ from the agent's.
 	otherMountNS bool
@@ -64,8 +67,17 @@ func readProc(pid int) (procInfo, error) {
 	if err != nil {
 		return pi, err
 	}
+	pi.nsPID = pid
 	for line := range strings.Lines(string(status)) {
 		key, val, ok := strings.Cut(line, ":")
+		if key == "NSpid" {
+			if ids := strings.Fields(val); len(ids) > 0 {
+				if n, err := strconv.Atoi(ids[len(ids)-1]); err == nil {
+					pi.nsPID = n
+				}
+			}
+			continue
+		}
 		if !ok || (key != "Uid" && key != "Gid") {
 			continue
 		}
