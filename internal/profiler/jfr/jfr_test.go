@@ -3,9 +3,9 @@ package jfr
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
