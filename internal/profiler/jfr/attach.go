@@ -135,6 +135,9 @@ func startListener(ctx context.Context, pid int, pi procInfo, sock string) error
 		return fmt.Errorf("%w: cannot create an attach trigger in the JVM's working directory or /tmp", errNoListener)
 	}
 	defer os.Remove(trigger)
+	if err := waitCatchesQuit(ctx, pid); err != nil {
+		return err
+	}
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		return fmt.Errorf("signalling the JVM: %w", err)
 	}
@@ -152,6 +155,49 @@ func startListener(ctx context.Context, pid int, pi procInfo, sock string) error
 			return nil
 		}
 	}
+}
+
+// errQuitNotCaught: the JVM does not handle SIGQUIT (yet, or ever: -Xrs),
+// so the signal that opens its attach listener would kill it.
+var errQuitNotCaught = errors.New("the JVM does not catch SIGQUIT (still starting, or run with -Xrs): attaching would kill it")
+
+// waitCatchesQuit waits until process pid has a SIGQUIT handler (SigCgt in
+// /proc/<pid>/status), for at most socketWait: a JVM installs it early in
+// its start, and before that SIGQUIT terminates it (as JDK 21's attach client
+// also checks). A JVM registered the moment it was exec'd is still starting.
+func waitCatchesQuit(ctx context.Context, pid int) error {
+	deadline := time.Now().Add(socketWait)
+	for {
+		caught, err := catchesQuit(pid)
+		if err != nil || caught {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return errQuitNotCaught
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func catchesQuit(pid int) (bool, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return false, fmt.Errorf("malformed SigCgt in /proc/%d/status: %w", pid, err)
+			}
+			return mask&(1<<(syscall.SIGQUIT-1)) != 0, nil
+		}
+	}
+	return false, fmt.Errorf("no SigCgt in /proc/%d/status", pid)
 }
 
 func isSocket(path string) bool {

@@ -370,6 +370,62 @@ func TestDump(t *testing.T) {
 	}
 }
 
+// TestStartEarly starts recording a JVM the moment it is exec'd, as the agent
+// does when `rootline run` registers a service: the SIGQUIT that opens the
+// attach listener must wait until the JVM handles it (before, it kills the
+// JVM), and a JVM that never handles it (-Xrs) is refused, not killed.
+func TestStartEarly(t *testing.T) {
+	requireJDK(t)
+	dir := compileHot(t)
+	for _, tc := range []struct {
+		name   string
+		flags  []string
+		wantOK bool
+	}{
+		{"starting", nil, true},
+		{"reduced signals", []string{"-Xrs"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			argv := append(append([]string{"-Xmx64m", "-XX:-UsePerfData"}, tc.flags...), "-cp", dir, "Hot", "idle")
+			cmd := exec.Command("java", argv...)
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exited := make(chan struct{})
+			var waitErr error
+			go func() { waitErr = cmd.Wait(); close(exited) }()
+			defer func() {
+				_ = stdin.Close()
+				select {
+				case <-exited:
+				case <-time.After(3 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+			}()
+			p := newTestProfiler(t)
+			tg := profiler.Target{PID: cmd.Process.Pid, Service: "early", JVM: true}
+			err = p.Start(context.Background(), tg)
+			switch {
+			case tc.wantOK && err != nil:
+				t.Errorf("Start = %v", err)
+			case !tc.wantOK && !errors.Is(err, errQuitNotCaught):
+				t.Errorf("Start = %v, want %v", err, errQuitNotCaught)
+			}
+			t.Log(err)
+			select {
+			case <-exited:
+				t.Fatalf("the JVM died: %v", waitErr)
+			case <-time.After(500 * time.Millisecond):
+			}
+		})
+	}
+}
+
 // TestAttachJcmd drives the recording with the jcmd tool (Attach: jcmd, and
 // the fallback when the attach socket cannot be used).
 func TestAttachJcmd(t *testing.T) {
