@@ -161,23 +161,21 @@ func startListener(ctx context.Context, pid int, pi procInfo, sock string) error
 // so the signal that opens its attach listener would kill it.
 var errQuitNotCaught = errors.New("the JVM does not catch SIGQUIT (still starting, or run with -Xrs): attaching would kill it")
 
-// waitCatchesQuit waits until process pid has a SIGQUIT handler (SigCgt in
-// /proc/<pid>/status), for at most socketWait: a JVM installs it early in
-// its start, and before that SIGQUIT terminates it (as JDK 21's attach client
-// also checks). A JVM registered the moment it was exec'd is still starting.
+// waitCatchesQuit waits, as long as ctx lets it, until process pid has a
+// SIGQUIT handler (SigCgt in /proc/<pid>/status): a JVM installs it early in
+// its start, and before that SIGQUIT terminates it (JDK 21's attach client
+// checks this too). A JVM registered the moment it was exec'd is still
+// starting, and on a busy machine may take seconds to get there; -Xrs JVMs,
+// which never do, are refused before (reducedSignals).
 func waitCatchesQuit(ctx context.Context, pid int) error {
-	deadline := time.Now().Add(socketWait)
 	for {
 		caught, err := catchesQuit(pid)
 		if err != nil || caught {
 			return err
 		}
-		if time.Now().After(deadline) {
-			return errQuitNotCaught
-		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return fmt.Errorf("%w (waited %v)", errQuitNotCaught, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -66,6 +66,11 @@
 // would wait 10 s in vain. User namespaces (a container's root mapped to
 // another host uid) are not handled.
 //
+// Signals: the SIGQUIT that opens the attach listener is sent only once the
+// JVM handles it (SigCgt in /proc/<pid>/status): a JVM registered as it
+// starts is waited for (up to Config.Timeout), one run with -Xrs is refused
+// (it would die of the signal).
+//
 // Other limitations: only HotSpot JVMs with JFR are supported (tested with
 // JDK 17 for both jcmd and target; JDK 8u262+ has JFR but other JFR.start
 // options and is untested); OpenJ9 is not.

@@ -190,8 +190,12 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if !isJVM(t.PID) {
 		return fmt.Errorf("jfr: start pid %d (%s): not a HotSpot JVM: %w", t.PID, t.Exe, profiler.ErrNotSupported)
 	}
-	if attachDisabled(t.PID) {
+	args := jvmArgs(t.PID)
+	if attachDisabled(args) {
 		return fmt.Errorf("jfr: start pid %d: %w", t.PID, ErrAttachDisabled)
+	}
+	if reducedSignals(args) {
+		return fmt.Errorf("jfr: start pid %d: %w", t.PID, errQuitNotCaught)
 	}
 	if pi.otherMountNS && !pi.otherPidNS && !sameTmp(t.PID) &&
 		(p.cfg.Attach == AttachJcmd || !canAttachNatively(pi)) {

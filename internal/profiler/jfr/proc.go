@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -107,21 +108,21 @@ func otherNS(dir, ns string) bool {
 	return err1 == nil && err2 == nil && self != other
 }
 
-// attachDisabled reports whether the JVM's command line or the environment
-// variables the launcher reads set -XX:+DisableAttachMechanism (the last
-// setting wins). jcmd detects the flag only through the JVM's perfdata; with
-// -XX:-UsePerfData it would send SIGQUIT and wait 10 s for nothing. Flags in
-// @argfiles or -XX:Flags files are not seen here.
-func attachDisabled(pid int) bool {
+// jvmArgs returns the JVM's options as the launcher applies them: those of
+// JAVA_TOOL_OPTIONS and JDK_JAVA_OPTIONS, the command line, then
+// _JAVA_OPTIONS (later settings win). Options in @argfiles or -XX:Flags
+// files are not seen.
+func jvmArgs(pid int) []string {
 	dir := "/proc/" + strconv.Itoa(pid)
-	var args []string
+	var args, last []string
 	if env, err := os.ReadFile(dir + "/environ"); err == nil {
 		for kv := range bytes.SplitSeq(env, []byte{0}) {
 			k, v, _ := strings.Cut(string(kv), "=")
-			// The launcher applies these before (JAVA_TOOL_OPTIONS,
-			// JDK_JAVA_OPTIONS) or after (_JAVA_OPTIONS) the command line.
-			if k == "JAVA_TOOL_OPTIONS" || k == "JDK_JAVA_OPTIONS" {
+			switch k {
+			case "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS":
 				args = append(args, strings.Fields(v)...)
+			case "_JAVA_OPTIONS":
+				last = append(last, strings.Fields(v)...)
 			}
 		}
 	}
@@ -130,13 +131,13 @@ func attachDisabled(pid int) bool {
 			args = append(args, string(arg))
 		}
 	}
-	if env, err := os.ReadFile(dir + "/environ"); err == nil {
-		for kv := range bytes.SplitSeq(env, []byte{0}) {
-			if v, ok := strings.CutPrefix(string(kv), "_JAVA_OPTIONS="); ok {
-				args = append(args, strings.Fields(v)...)
-			}
-		}
-	}
+	return append(args, last...)
+}
+
+// attachDisabled reports whether args set -XX:+DisableAttachMechanism (the
+// last setting wins). jcmd detects the flag only through the JVM's perfdata;
+// with -XX:-UsePerfData it would send SIGQUIT and wait 10 s for nothing.
+func attachDisabled(args []string) bool {
 	disabled := false
 	for _, a := range args {
 		switch a {
@@ -147,6 +148,13 @@ func attachDisabled(pid int) bool {
 		}
 	}
 	return disabled
+}
+
+// reducedSignals reports whether args hold -Xrs: the JVM then leaves
+// SIGQUIT to its default action, and the signal that opens the attach
+// listener would kill it.
+func reducedSignals(args []string) bool {
+	return slices.Contains(args, "-Xrs")
 }
 
 // alive reports whether the process identified at Start still runs.
