@@ -56,3 +56,54 @@ func BenchmarkIngest(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkDumpOneOfTen measures the dump of one process while the ring holds
+// ten equally busy ones (the demo mesh: every service a target, a capture
+// asks for one): copying and replaying the whole window (all) against only
+// the events the process's snapshot needs (windowOf).
+//
+//	go test -run '^$' -bench DumpOneOfTen ./internal/profiler/kernel/
+func BenchmarkDumpOneOfTen(b *testing.B) {
+	r := newRing(1 << 30)
+	one := pingPong(20_000)
+	var c Comm
+	copy(c[:], "svc")
+	for i := range one {
+		for p := range uint32(10) {
+			ev := one[i]
+			ev.TS += int64(p) * 10 // interleaved
+			ev.TID += 1000 * p
+			ev.TGID += 1000 * p
+			if ev.TID2 != 0 {
+				ev.TID2 += 1000 * p
+				ev.TGID2 += 1000 * p
+			}
+			r.add(&ev, &c, &c)
+		}
+	}
+	end := one[len(one)-1].TS + 100
+	comm := func(uint32) string { return "svc" }
+	for _, variant := range []string{"all", "windowOf"} {
+		b.Run("events="+variant, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var evs []Event
+				if variant == "all" {
+					evs = r.window(0, end)
+				} else {
+					evs, _ = r.windowOf(0, end, map[uint32]bool{3100: true}, false)
+				}
+				s, raw := build(evs, buildInput{pid: 3100, start: 0, end: end, comm: comm})
+				if len(s.Threads) != 2 {
+					b.Fatalf("%d threads", len(s.Threads))
+				}
+				if err := s.Encode(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				if err := writeCTF(io.Discard, s, raw, 0, comm, "h"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,8 @@ package kernel
 import (
 	"bytes"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -316,5 +318,84 @@ func TestRingBounds(t *testing.T) {
 	r.expire(int64(total))
 	if b, _, _ := r.stats(); b != chunkLen*eventBytes {
 		t.Errorf("after expiry %d bytes buffered, want the newest chunk only", b)
+	}
+}
+
+// TestWindowOfSameSnapshot: building a snapshot from windowOf's share of
+// the ring gives exactly the snapshot built from every event of the window,
+// on random event streams of several processes that wake, preempt and fork
+// each other.
+func TestWindowOfSameSnapshot(t *testing.T) {
+	procOf := func(tid uint32) uint32 { return tid / 100 * 100 }
+	threads := []uint32{0, 101, 102, 103, 201, 202, 301, 302, 401}
+	pick := func(rng *rand.Rand) uint32 { return threads[rng.IntN(len(threads))] }
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		r := newRing(64 << 20)
+		var c Comm
+		ts := int64(1_000_000)
+		for range 3000 {
+			ts += int64(rng.IntN(5000))
+			a, b := pick(rng), pick(rng)
+			ev := Event{TS: ts, TID: a, TGID: procOf(a), TID2: b, TGID2: procOf(b), CPU: uint16(rng.IntN(2))}
+			switch rng.IntN(7) {
+			case 0, 1, 2:
+				ev.Type, ev.Arg, ev.Syscall = EvSwitch, uint64(rng.IntN(3)), int32(rng.IntN(300))
+				if rng.IntN(3) == 0 {
+					ev.Flags = FlagPreempt
+				}
+			case 3:
+				ev.Type, ev.Ctx = EvWaking, uint8(rng.IntN(3))
+			case 4:
+				ev.Type, ev.TID2, ev.TGID2 = EvWakeup, 0, 0
+			case 5:
+				ev.Type = EvFork // 401 forked by 1xx: process 400 follows 100
+				ev.TID, ev.TGID, ev.TID2, ev.TGID2 = 401, 400, 101, 100
+			case 6:
+				ev.Type, ev.Arg, ev.Detail = EvBlockRq, uint64(ts-1000), 4096
+				ev.TID2, ev.TGID2 = 0, 0
+			}
+			if ev.TID == 0 {
+				ev.TGID = 0
+			}
+			r.add(&ev, &c, &c)
+		}
+		from, start, end := int64(1_000_000), ts/3, 2*ts/3
+		comm := func(uint32) string { return "x" }
+		all := r.window(from, end)
+		for _, tc := range []struct {
+			name   string
+			procs  []uint32
+			follow bool
+		}{{"pid", []uint32{100}, false}, {"cgroup", []uint32{200}, false}, {"cgroup following forks", []uint32{100}, true}} {
+			procs := map[uint32]bool{}
+			for _, p := range tc.procs {
+				procs[p] = true
+			}
+			in := buildInput{pid: tc.procs[0], start: start, end: end, comm: comm}
+			if tc.follow || tc.name == "cgroup" {
+				in.pids = procs
+			}
+			got, n := r.windowOf(from, end, procs, tc.follow)
+			if n != len(all) {
+				t.Fatalf("seed %d %s: windowOf counted %d events, window has %d", seed, tc.name, n, len(all))
+			}
+			if tc.follow && !procs[400] {
+				t.Fatalf("seed %d: forked process 400 not followed", seed)
+			}
+			want := in
+			if in.pids != nil {
+				want.pids = maps.Clone(procs) // with the followed children
+			}
+			s1, raw1 := build(all, want)
+			s2, raw2 := build(got, in)
+			s1.Events, s2.Events = 0, 0
+			if !reflect.DeepEqual(s1, s2) || !slices.Equal(raw1, raw2) {
+				t.Fatalf("seed %d %s: snapshot from %d of %d events differs:\n got %+v\nwant %+v", seed, tc.name, len(got), len(all), s2, s1)
+			}
+			if len(got) >= len(all) && tc.name != "cgroup following forks" {
+				t.Logf("seed %d %s: nothing filtered (%d events)", seed, tc.name, len(got))
+			}
+		}
 	}
 }

@@ -424,17 +424,6 @@ func cgroupProcs(dir string) ([]uint32, error) {
 	return out, nil
 }
 
-// followForks extends sel.members with the processes they forked in events
-// (sorted by TS): children start in their parent's cgroup.
-func followForks(events []Event, sel *cgroupSel) {
-	for i := range events {
-		ev := &events[i]
-		if ev.Type == EvFork && sel.members[ev.TGID2] && ev.TGID != 0 {
-			sel.members[ev.TGID] = true
-		}
-	}
-}
-
 // snapshot builds the artifacts of the window for t.PID, or for the
 // processes of a cgroup when sel is set. needThreads: an empty snapshot is
 // ErrUnknownTarget (the pid was never recorded).
@@ -452,14 +441,14 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		return nil, err
 	}
 	mStart, mEnd := start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
-	events := r.ring.window(mStart-r.cfg.Preroll.Nanoseconds(), mEnd)
 	in := buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm}
+	procs := map[uint32]bool{in.pid: true}
 	if sel != nil {
-		followForks(events, sel)
-		in.pids = sel.members
+		procs, in.pids = sel.members, sel.members
 	}
+	events, nEvents := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil)
 	snap, raw := build(events, in)
-	nEvents := len(events)
+	snap.Events = nEvents
 	events = nil // raw holds what the CTF export needs: let the GC have the rest
 	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)

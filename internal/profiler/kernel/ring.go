@@ -96,22 +96,76 @@ func (r *ring) expire(before int64) {
 
 // window copies the events with from ≤ TS ≤ to, sorted by TS.
 func (r *ring) window(from, to int64) []Event {
+	out, _ := r.windowOf(from, to, nil, false)
+	return out
+}
+
+// windowOf copies the events with from ≤ TS ≤ to that a snapshot of the
+// processes procs needs, sorted by TS, and counts all events in the range.
+// Needed are the events that name a thread of procs or a thread that woke
+// one of them (as TID, or as TID2 of a switch, fork or waking): a thread's
+// intervals depend only on those, so build gives the same snapshot as from
+// every event of the window, while a dump of one service among many copies
+// and replays only its share. With follow, children forked by procs in the
+// range join procs (procs is updated). nil procs: every event.
+func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]Event, int) {
 	r.mu.Lock()
-	var out []Event
+	var chunks [][]Event
 	for _, c := range r.chunks {
-		if len(c) == 0 || c[len(c)-1].TS < from-slack || c[0].TS > to+slack {
-			continue
+		if len(c) > 0 && c[len(c)-1].TS >= from-slack && c[0].TS <= to+slack {
+			chunks = append(chunks, c)
 		}
+	}
+	inRange := func(ev *Event) bool { return ev.TS >= from && ev.TS <= to }
+	total := 0
+	var tids map[uint32]bool
+	if procs != nil {
+		if follow {
+			for _, c := range chunks {
+				for i := range c {
+					if ev := &c[i]; ev.Type == EvFork && inRange(ev) && procs[ev.TGID2] && ev.TGID != 0 {
+						procs[ev.TGID] = true
+					}
+				}
+			}
+		}
+		tids = map[uint32]bool{}
+		for _, c := range chunks {
+			for i := range c {
+				ev := &c[i]
+				if !inRange(ev) {
+					continue
+				}
+				if procs[ev.TGID] {
+					tids[ev.TID] = true
+					if ev.Type == EvWaking && ev.Ctx == CtxThread && ev.TID2 != 0 {
+						tids[ev.TID2] = true // the waker
+					}
+				}
+				if ev.TID2 != 0 && procs[ev.TGID2] && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
+					tids[ev.TID2] = true
+				}
+			}
+		}
+	}
+	var out []Event
+	for _, c := range chunks {
 		for i := range c {
-			if c[i].TS >= from && c[i].TS <= to {
-				out = append(out, c[i])
+			ev := &c[i]
+			if !inRange(ev) {
+				continue
+			}
+			total++
+			if tids == nil || tids[ev.TID] ||
+				ev.TID2 != 0 && tids[ev.TID2] && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
+				out = append(out, *ev)
 			}
 		}
 	}
 	r.mu.Unlock()
 	// Records of different CPUs reach the ring buffer slightly out of order.
 	sort.SliceStable(out, func(i, j int) bool { return out[i].TS < out[j].TS })
-	return out
+	return out, total
 }
 
 // slack bounds how far out of order events of different CPUs arrive.
