@@ -36,6 +36,15 @@ type Config struct {
 	MaxWindow time.Duration `yaml:"max_window"`
 	// BudgetBytesPerMinute bounds artifact bytes per process per minute.
 	BudgetBytesPerMinute int64 `yaml:"budget_bytes_per_minute"`
+	// MinInterval is the least time between two captures of one process
+	// (0: none). Anomalies meanwhile join the capture that waits, whose
+	// window grows to cover them (within MaxWindow): a burst of slow
+	// requests costs the process one dump per interval, not one per window.
+	MinInterval time.Duration `yaml:"min_interval"`
+	// MaxPerMinute bounds captures requested per minute over all processes
+	// (0: no bound). Captures beyond it wait for a slot while their
+	// window's start is within MaxWindow of now, else are skipped.
+	MaxPerMinute int `yaml:"max_per_minute"`
 	// Concurrency bounds dump requests in flight.
 	Concurrency int `yaml:"concurrency"`
 	// Queue bounds anomalies waiting to be routed; beyond it they are dropped
@@ -60,7 +69,8 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 2 * time.Minute,
-		BudgetBytesPerMinute: 64 << 20, Concurrency: 4, Queue: 10_000,
+		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, MaxPerMinute: 12,
+		Concurrency: 4, Queue: 10_000,
 		RequestTimeout: 10 * time.Second, CaptureTimeout: 2 * time.Minute,
 		Heartbeat: 10 * time.Second, MaxTargets: 4,
 	}
@@ -69,8 +79,11 @@ func DefaultConfig() Config {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 {
-		errs = append(errs, errors.New("capture pre, post and settle must not be negative"))
+	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 || c.MinInterval < 0 {
+		errs = append(errs, errors.New("capture pre, post, settle and min_interval must not be negative"))
+	}
+	if c.MaxPerMinute < 0 {
+		errs = append(errs, errors.New("capture max_per_minute must not be negative (0: no bound)"))
 	}
 	if c.MaxWindow <= 0 {
 		errs = append(errs, errors.New("capture max_window must be positive"))
@@ -107,6 +120,9 @@ type Capture struct {
 	Requested time.Time       `json:"requested,omitzero"`
 	Finished  time.Time       `json:"finished,omitzero"`
 	due       time.Time
+	// held: the capture waits for MinInterval or MaxPerMinute, and takes
+	// any anomaly of its process that fits MaxWindow.
+	held bool
 }
 
 type agent struct {
@@ -143,6 +159,10 @@ type Manager struct {
 	pending  map[procKey][]*Capture
 	finished []string // ids of ended captures, oldest first (bounded)
 	ledger   map[string][]ledgerEntry
+	// lastFired is when each process's last capture was requested, fired
+	// the request times of the last minute (oldest first): the rate limits.
+	lastFired map[procKey]time.Time
+	fired     []time.Time
 
 	m captureMetrics
 }
@@ -176,6 +196,7 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		captures:  map[string]*Capture{},
 		pending:   map[procKey][]*Capture{},
 		ledger:    map[string][]ledgerEntry{},
+		lastFired: map[procKey]time.Time{},
 	}
 	m.m = captureMetrics{
 		anomalies:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_total", Help: "Anomalous spans handed to the capture trigger."}, nil),
@@ -346,6 +367,10 @@ func (m *Manager) route(s *model.Span) {
 		}
 		c.due = laterOf(time.Unix(0, end), m.now()).Add(m.cfg.Settle)
 		m.captures[c.ID] = c
+		if next := m.nextSlotLocked(key, m.now()); next.After(c.due) {
+			// The process waits for its interval: later anomalies join this.
+			c.due, c.held = next, true
+		}
 		m.pending[key] = append(m.pending[key], c)
 	}
 }
@@ -355,7 +380,7 @@ func (m *Manager) route(s *model.Span) {
 // in-flight one that covers the window just explains one more span.
 func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end int64) bool {
 	for _, c := range m.pending[key] {
-		if start > c.End || end < c.Start {
+		if !c.held && (start > c.End || end < c.Start) {
 			continue
 		}
 		ns, ne := min(start, c.Start), max(end, c.End)
@@ -434,8 +459,21 @@ func (m *Manager) fireDue(ctx context.Context) {
 			m.pending[key] = keep
 		}
 	}
+	sort.Slice(due, func(i, j int) bool { return due[i].Start < due[j].Start })
 	for _, c := range due {
 		c.SpanCount = len(c.Spans)
+		key := procKey{c.AgentID, c.PID}
+		if next := m.nextSlotLocked(key, now); next.After(now) {
+			if next.Sub(time.Unix(0, c.Start)) > m.cfg.MaxWindow {
+				// The agents' buffers will not reach back that far.
+				m.finishLocked(c, StateSkipped, "capture rate limit (capture.min_interval, capture.max_per_minute) held it past capture.max_window")
+				continue
+			}
+			m.holdLocked(key, c, next)
+			continue
+		}
+		m.lastFired[key] = now
+		m.fired = append(m.fired, now)
 		left := m.cfg.BudgetBytesPerMinute - m.usedLocked(budgetKey(c.Host, c.PID), now)
 		if left <= 0 {
 			m.finishLocked(c, StateSkipped, "per-process capture budget exhausted for this minute")
@@ -459,6 +497,41 @@ func (m *Manager) fireDue(ctx context.Context) {
 		go m.send(ctx, c.ID, url, req)
 	}
 	m.mu.Unlock()
+}
+
+// holdLocked makes c wait until next, merged into a capture of key that
+// already waits when their union fits MaxWindow. m.mu is held.
+func (m *Manager) holdLocked(key procKey, c *Capture, next time.Time) {
+	for _, w := range m.pending[key] {
+		if w == c || !w.held || max(w.End, c.End)-min(w.Start, c.Start) > int64(m.cfg.MaxWindow) {
+			continue
+		}
+		w.Start, w.End = min(w.Start, c.Start), max(w.End, c.End)
+		w.Spans = append(w.Spans, c.Spans...)
+		w.due = laterOf(w.due, next)
+		delete(m.captures, c.ID)
+		return
+	}
+	c.due, c.held = next, true
+	m.pending[key] = append(m.pending[key], c)
+}
+
+// nextSlotLocked returns when a capture of key may next be requested under
+// MinInterval and MaxPerMinute (now or earlier: at once). m.mu is held.
+func (m *Manager) nextSlotLocked(key procKey, now time.Time) time.Time {
+	next := now
+	if last, ok := m.lastFired[key]; ok && m.cfg.MinInterval > 0 {
+		next = laterOf(next, last.Add(m.cfg.MinInterval))
+	}
+	i := 0
+	for i < len(m.fired) && now.Sub(m.fired[i]) >= time.Minute {
+		i++
+	}
+	m.fired = m.fired[i:]
+	if m.cfg.MaxPerMinute > 0 && len(m.fired) >= m.cfg.MaxPerMinute {
+		next = laterOf(next, m.fired[len(m.fired)-m.cfg.MaxPerMinute].Add(time.Minute))
+	}
+	return next
 }
 
 // send posts a dump request; on failure the capture fails with the reason.
@@ -531,6 +604,11 @@ func (m *Manager) expire() {
 	for _, c := range m.captures {
 		if c.State == StateRequested && now.Sub(c.Requested) > m.cfg.CaptureTimeout {
 			m.finishLocked(c, StateExpired, "agent did not complete the capture in time")
+		}
+	}
+	for k, t := range m.lastFired {
+		if now.Sub(t) > m.cfg.MinInterval {
+			delete(m.lastFired, k)
 		}
 	}
 	for k, l := range m.ledger {

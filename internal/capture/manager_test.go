@@ -127,6 +127,7 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 50*time.Millisecond
+	cfg.MinInterval, cfg.MaxPerMinute = 0, 0 // TestRateLimits sets them
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -159,6 +160,68 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestRateLimits: a process is captured at most once per MinInterval, the
+// anomalies meanwhile joining the capture that waits (windows need not
+// overlap); beyond MaxPerMinute captures wait for a slot, and are skipped
+// once that is too late for their window.
+func TestRateLimits(t *testing.T) {
+	t.Run("min interval", func(t *testing.T) {
+		f := newFixture(t, func(c *Config) { c.MinInterval = 400 * time.Millisecond })
+		ag := newTestAgent(t, f.url, "", 100)
+		ag.register(t, Process{PID: 42, Service: "checkout"})
+		t0 := time.Now().Add(-time.Minute)
+		f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, t0, 100*time.Millisecond)})
+		waitUntil(t, "the first dump", func() bool { return len(ag.dumps()) == 1 })
+		first := time.Now()
+		// Three more, in windows apart from each other and from the first.
+		f.m.OnCommitted([]*model.Span{
+			anomalous("checkout", 2, t0.Add(10*time.Second), 100*time.Millisecond),
+			anomalous("checkout", 3, t0.Add(20*time.Second), 100*time.Millisecond),
+		})
+		time.Sleep(100 * time.Millisecond)
+		f.m.OnCommitted([]*model.Span{anomalous("checkout", 4, t0.Add(30*time.Second), 100*time.Millisecond)})
+		waitUntil(t, "the second dump", func() bool { return len(ag.dumps()) == 2 })
+		if waited := time.Since(first); waited < 300*time.Millisecond {
+			t.Errorf("second dump %v after the first, want ≥ the 400 ms interval", waited)
+		}
+		time.Sleep(600 * time.Millisecond)
+		waitUntil(t, "captures complete", func() bool {
+			for _, c := range f.m.Captures(0) {
+				if c.State != StateComplete {
+					return false
+				}
+			}
+			return true
+		})
+		reqs := ag.dumps()
+		if len(reqs) != 2 {
+			t.Fatalf("%d dump requests, want 2 (the later anomalies in one)", len(reqs))
+		}
+		if r := reqs[1]; len(r.Spans) != 3 || r.Start != t0.Add(10*time.Second).UnixNano() || r.End != t0.Add(30*time.Second+100*time.Millisecond).UnixNano() {
+			t.Errorf("held capture: %d spans, [%d, %d]", len(r.Spans), r.Start, r.End)
+		}
+	})
+	t.Run("max per minute", func(t *testing.T) {
+		f := newFixture(t, func(c *Config) { c.MaxPerMinute, c.MaxWindow = 1, 2*time.Second })
+		ag := newTestAgent(t, f.url, "", 100)
+		ag.register(t, Process{PID: 42, Service: "checkout"}, Process{PID: 43, Service: "cart"})
+		t0 := time.Now().Add(-time.Second)
+		f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, t0, 100*time.Millisecond), anomalous("cart", 2, t0, 100*time.Millisecond)})
+		waitUntil(t, "one complete and one skipped capture", func() bool {
+			skipped, complete := 0, 0
+			for _, c := range f.m.Captures(0) {
+				switch {
+				case c.State == StateSkipped && strings.Contains(c.Error, "rate limit"):
+					skipped++
+				case c.State == StateComplete:
+					complete++
+				}
+			}
+			return len(ag.dumps()) == 1 && skipped == 1 && complete == 1
+		})
+	})
 }
 
 func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {

@@ -75,5 +75,5 @@ const (
 	StatePartial   = "partial"
 	StateFailed    = "failed"
 	StateExpired   = "expired" // the agent never completed it
-	StateSkipped   = "skipped" // budget exhausted
+	StateSkipped   = "skipped" // budget exhausted, or held by the rate limits past its window
 )
