@@ -5,8 +5,9 @@
 // sr_cgroups, or for every task when sr_config.all is set.
 //
 // Cost model: nothing is emitted for untargeted tasks; what runs for them is
-// one or two hash lookups per context switch and wakeup, and a per-CPU array
-// write per irq/softirq/hrtimer entry and exit.
+// one or two bitmap loads per context switch and wakeup (plus a hash lookup
+// of the cgroup id while cgroups are targeted), and a per-CPU array write per
+// irq/softirq/hrtimer entry and exit.
 //
 // Why a blocked task blocks: syscalls produce no records. When a target
 // blocks, sched_switch reads the syscall it is in from the user registers
@@ -93,13 +94,29 @@ struct request {
 #define PF_KTHREAD 0x00200000
 #define TASK_REPORT 0x7f
 
-// sr_targets: tgid -> 1 (registered by user space) or 2 (followed child).
+// sr_targets: tgid -> 1 (registered by user space) or 2 (followed child);
+// sr_target_bits below is what the programs test per event.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 8192);
 	__type(key, __u32);
 	__type(value, __u8);
 } sr_targets SEC(".maps");
+
+// sr_target_bits mirrors sr_targets as a bitmap: bit tgid % 64 of word
+// tgid / 64 is set while tgid is a target. Every context switch and wakeup
+// asks "is this a target?" of two tasks, most of them not: one array load
+// answers it, where a hash lookup cost a helper call and a hash. User space
+// maps it (mmapable) and sets and clears bits with atomic operations, as the
+// programs do for the children they follow.
+#define SR_TGID_WORDS (1 << 16) // 2^22 tgids: PID_MAX_LIMIT on 64-bit
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SR_TGID_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sr_target_bits SEC(".maps");
 
 // sr_cgroups: cgroup v2 id -> 1.
 struct {
@@ -187,6 +204,12 @@ static __always_inline struct sr_config *config(void)
 	return bpf_map_lookup_elem(&sr_cfg, &zero);
 }
 
+static __always_inline __u64 *tgid_word(__u32 tgid)
+{
+	__u32 w = tgid >> 6;
+	return bpf_map_lookup_elem(&sr_target_bits, &w);
+}
+
 static __always_inline int is_target(struct task_struct *t, struct sr_config *cfg)
 {
 	__u32 tgid = t->tgid;
@@ -194,7 +217,8 @@ static __always_inline int is_target(struct task_struct *t, struct sr_config *cf
 		return 0;
 	if (cfg->all)
 		return 1;
-	if (bpf_map_lookup_elem(&sr_targets, &tgid))
+	__u64 *w = tgid_word(tgid);
+	if (w && (*w >> (tgid & 63)) & 1)
 		return 1;
 	if (cfg->cgroups) {
 		__u64 id = t->cgroups->dfl_cgrp->kn->id;
@@ -424,7 +448,11 @@ int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 ctgid = child->tgid;
 	if (tparent && cfg->follow_forks && ctgid != parent->tgid) {
 		__u8 followed = 2;
-		bpf_map_update_elem(&sr_targets, &ctgid, &followed, BPF_NOEXIST);
+		if (bpf_map_update_elem(&sr_targets, &ctgid, &followed, BPF_NOEXIST) == 0) {
+			__u64 *w = tgid_word(ctgid);
+			if (w)
+				__sync_fetch_and_or(w, 1ULL << (ctgid & 63));
+		}
 	}
 	if (!tparent && !is_target(child, cfg))
 		return 0;
@@ -465,8 +493,12 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 	__u32 tgid = p->tgid;
 	if (group_dead) {
 		__u8 *v = bpf_map_lookup_elem(&sr_targets, &tgid);
-		if (v && *v == 2)
+		if (v && *v == 2) {
 			bpf_map_delete_elem(&sr_targets, &tgid);
+			__u64 *w = tgid_word(tgid);
+			if (w)
+				__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
+		}
 	}
 	struct sr_event *e = reserve();
 	if (!e)

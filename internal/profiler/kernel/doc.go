@@ -13,7 +13,8 @@
 // kprobes and fentry are not used (not available on every kernel Rootline
 // runs on). A record (struct sr_event, 96 bytes) goes to a BPF ring buffer
 // only when it concerns a target: a process registered with Start (its tgid
-// is in the sr_targets map), a child it forks afterwards (followed from BPF
+// is in the sr_targets map, mirrored in the mmapable bitmap sr_target_bits
+// that the programs test per event), a child it forks afterwards (followed from BPF
 // unless Config.NoFollowForks), a cgroup v2 registered with StartCgroup, or
 // every task with Config.All (the "everything" switch; the agent itself is
 // never recorded). Records dropped because the ring buffer was full are

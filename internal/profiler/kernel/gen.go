@@ -6,4 +6,4 @@ package kernel
 //
 //	go generate ./internal/profiler/kernel/
 //
-//go:generate go tool bpf2go -tags linux -target bpfel -type sr_event -type sr_config -cflags "-O2 -g -Wall -I/usr/include/x86_64-linux-gnu" schedRecorder ../../../bpf/sched_recorder.c
+//go:generate go tool bpf2go -tags linux -target bpfel -type sr_event -type sr_config -cflags "-O2 -g -Wall -mcpu=v3 -I/usr/include/x86_64-linux-gnu" schedRecorder ../../../bpf/sched_recorder.c

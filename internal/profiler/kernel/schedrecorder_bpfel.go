@@ -80,6 +80,7 @@ const (
 	schedRecorderMapSrEvents        = "sr_events"
 	schedRecorderMapSrLost          = "sr_lost"
 	schedRecorderMapSrRqs           = "sr_rqs"
+	schedRecorderMapSrTargetBits    = "sr_target_bits"
 	schedRecorderMapSrTargets       = "sr_targets"
 	schedRecorderMapSrTasks         = "sr_tasks"
 	schedRecorderProgSrExec         = "sr_exec"
@@ -168,14 +169,15 @@ type schedRecorderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedRecorderMapSpecs struct {
-	SrCfg     *ebpf.MapSpec `ebpf:"sr_cfg"`
-	SrCgroups *ebpf.MapSpec `ebpf:"sr_cgroups"`
-	SrCtx     *ebpf.MapSpec `ebpf:"sr_ctx"`
-	SrEvents  *ebpf.MapSpec `ebpf:"sr_events"`
-	SrLost    *ebpf.MapSpec `ebpf:"sr_lost"`
-	SrRqs     *ebpf.MapSpec `ebpf:"sr_rqs"`
-	SrTargets *ebpf.MapSpec `ebpf:"sr_targets"`
-	SrTasks   *ebpf.MapSpec `ebpf:"sr_tasks"`
+	SrCfg        *ebpf.MapSpec `ebpf:"sr_cfg"`
+	SrCgroups    *ebpf.MapSpec `ebpf:"sr_cgroups"`
+	SrCtx        *ebpf.MapSpec `ebpf:"sr_ctx"`
+	SrEvents     *ebpf.MapSpec `ebpf:"sr_events"`
+	SrLost       *ebpf.MapSpec `ebpf:"sr_lost"`
+	SrRqs        *ebpf.MapSpec `ebpf:"sr_rqs"`
+	SrTargetBits *ebpf.MapSpec `ebpf:"sr_target_bits"`
+	SrTargets    *ebpf.MapSpec `ebpf:"sr_targets"`
+	SrTasks      *ebpf.MapSpec `ebpf:"sr_tasks"`
 }
 
 // schedRecorderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -206,14 +208,15 @@ func (o *schedRecorderObjects) Close() error {
 //
 // It can be passed to loadSchedRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedRecorderMaps struct {
-	SrCfg     *ebpf.Map `ebpf:"sr_cfg"`
-	SrCgroups *ebpf.Map `ebpf:"sr_cgroups"`
-	SrCtx     *ebpf.Map `ebpf:"sr_ctx"`
-	SrEvents  *ebpf.Map `ebpf:"sr_events"`
-	SrLost    *ebpf.Map `ebpf:"sr_lost"`
-	SrRqs     *ebpf.Map `ebpf:"sr_rqs"`
-	SrTargets *ebpf.Map `ebpf:"sr_targets"`
-	SrTasks   *ebpf.Map `ebpf:"sr_tasks"`
+	SrCfg        *ebpf.Map `ebpf:"sr_cfg"`
+	SrCgroups    *ebpf.Map `ebpf:"sr_cgroups"`
+	SrCtx        *ebpf.Map `ebpf:"sr_ctx"`
+	SrEvents     *ebpf.Map `ebpf:"sr_events"`
+	SrLost       *ebpf.Map `ebpf:"sr_lost"`
+	SrRqs        *ebpf.Map `ebpf:"sr_rqs"`
+	SrTargetBits *ebpf.Map `ebpf:"sr_target_bits"`
+	SrTargets    *ebpf.Map `ebpf:"sr_targets"`
+	SrTasks      *ebpf.Map `ebpf:"sr_tasks"`
 }
 
 func (m *schedRecorderMaps) Close() error {
@@ -224,6 +227,7 @@ func (m *schedRecorderMaps) Close() error {
 		m.SrEvents,
 		m.SrLost,
 		m.SrRqs,
+		m.SrTargetBits,
 		m.SrTargets,
 		m.SrTasks,
 	)

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 )
 
 // ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
@@ -22,7 +23,12 @@ var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
 
 // bpfSource is the Source backed by bpf/sched_recorder.c.
 type bpfSource struct {
-	objs  schedRecorderObjects
+	objs schedRecorderObjects
+	// bits is sr_target_bits mapped into this process (tgidWords words):
+	// SetTarget sets and clears bits with atomic operations, as the BPF
+	// programs do for followed children.
+	bits  []uint64
+	mem   []byte
 	links []link.Link
 	rd    *ringbuf.Reader
 	flush time.Duration
@@ -55,6 +61,9 @@ type sourceConfig struct {
 	flush   time.Duration
 }
 
+// tgidWords is sr_target_bits' size in 64-bit words (SR_TGID_WORDS).
+const tgidWords = 1 << 16
+
 // newBPFSource loads and attaches the programs. The error wraps
 // ErrUnavailable when BPF cannot be used here.
 func newBPFSource(sc sourceConfig) (*bpfSource, error) {
@@ -73,6 +82,10 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 			_ = s.release()
 		}
 	}()
+	if s.mem, err = unix.Mmap(s.objs.SrTargetBits.FD(), 0, tgidWords*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("%w: map the target bitmap: %w", ErrUnavailable, err)
+	}
+	s.bits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[0])), tgidWords)
 	cfg := schedRecorderSrConfig{WakeupBytes: uint32(sc.ringBytes / 4), SelfTgid: uint32(os.Getpid())}
 	if sc.all {
 		cfg.All = 1
@@ -174,6 +187,11 @@ func (s *bpfSource) release() error {
 	if s.rd != nil {
 		errs = append(errs, s.rd.Close())
 	}
+	if s.mem != nil {
+		s.bits = nil
+		errs = append(errs, unix.Munmap(s.mem))
+		s.mem = nil
+	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
 }
@@ -246,14 +264,20 @@ func (s *bpfSource) SetTarget(tgid uint32, on bool) error {
 	if s.closed {
 		return errors.New("kernel: source closed")
 	}
+	if int(tgid>>6) >= len(s.bits) {
+		return fmt.Errorf("kernel: pid %d beyond the target bitmap (%d pids)", tgid, 64*len(s.bits))
+	}
+	word, bit := &s.bits[tgid>>6], uint64(1)<<(tgid&63)
 	if on {
 		if err := s.objs.SrTargets.Put(tgid, uint8(1)); err != nil {
 			return err
 		}
+		atomic.OrUint64(word, bit)
 		s.targets[tgid] = true
 		return s.update()
 	}
 	delete(s.targets, tgid)
+	atomic.AndUint64(word, ^bit)
 	if err := s.objs.SrTargets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}
