@@ -144,6 +144,19 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	return &fixture{m: m, arts: arts, url: srv.URL}
 }
 
+// waitComplete waits until every capture is complete.
+func (f *fixture) waitComplete(t *testing.T) {
+	t.Helper()
+	waitUntil(t, "captures complete", func() bool {
+		for _, c := range f.m.Captures(0) {
+			if c.State != StateComplete {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 func anomalous(svc string, traceByte byte, start time.Time, d time.Duration, res ...model.KeyValue) *model.Span {
 	s := &model.Span{TraceID: model.TraceID{traceByte}, SpanID: model.SpanID{traceByte, 1}, Service: svc, Name: "op",
 		Start: start.UnixNano(), Duration: int64(d), Resource: append([]model.KeyValue{model.String("service.name", svc)}, res...)}
@@ -187,14 +200,7 @@ func TestRateLimits(t *testing.T) {
 			t.Errorf("second dump %v after the first, want ≥ the 400 ms interval", waited)
 		}
 		time.Sleep(600 * time.Millisecond)
-		waitUntil(t, "captures complete", func() bool {
-			for _, c := range f.m.Captures(0) {
-				if c.State != StateComplete {
-					return false
-				}
-			}
-			return true
-		})
+		f.waitComplete(t)
 		reqs := ag.dumps()
 		if len(reqs) != 2 {
 			t.Fatalf("%d dump requests, want 2 (the later anomalies in one)", len(reqs))
@@ -236,14 +242,7 @@ func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
 		{TraceID: model.TraceID{9}, SpanID: model.SpanID{9}, Service: "checkout"},    // not anomalous
 	})
 	waitUntil(t, "two dump requests", func() bool { return len(ag.dumps()) == 2 })
-	waitUntil(t, "captures complete", func() bool {
-		for _, c := range f.m.Captures(0) {
-			if c.State != StateComplete {
-				return false
-			}
-		}
-		return true
-	})
+	f.waitComplete(t)
 	reqs := ag.dumps()
 	byLen := map[int]DumpRequest{}
 	for _, r := range reqs {

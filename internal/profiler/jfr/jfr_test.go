@@ -189,13 +189,34 @@ func (j *jvm) kill(t *testing.T) {
 
 func newTestProfiler(t *testing.T) *Profiler {
 	t.Helper()
-	p := New(Config{DumpDir: t.TempDir()}, nil)
+	return newProfiler(t, Config{DumpDir: t.TempDir()})
+}
+
+// newProfiler returns a profiler with cfg, closed when the test ends.
+func newProfiler(t *testing.T, cfg Config) *Profiler {
+	t.Helper()
+	p := New(cfg, nil)
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
 	})
 	return p
+}
+
+// recordTwoSeconds starts recording j, waits 2 s and dumps those 2 s.
+func recordTwoSeconds(t *testing.T, p *Profiler, j *jvm) []profiler.Artifact {
+	t.Helper()
+	ctx := context.Background()
+	if err := p.Start(ctx, j.target()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Second)
+	arts, err := p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-2 * time.Second), End: time.Now()})
+	if err != nil || len(arts) != 2 || len(arts[0].Data) == 0 {
+		t.Fatalf("Dump = %d artifacts, %v", len(arts), err)
+	}
+	return arts
 }
 
 func TestDump(t *testing.T) {
@@ -430,21 +451,8 @@ func TestStartEarly(t *testing.T) {
 // the fallback when the attach socket cannot be used).
 func TestAttachJcmd(t *testing.T) {
 	j := startHot(t, hotOptions{})
-	p := New(Config{DumpDir: t.TempDir(), Attach: AttachJcmd}, nil)
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	ctx := context.Background()
-	if err := p.Start(ctx, j.target()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2 * time.Second)
-	arts, err := p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-2 * time.Second), End: time.Now()})
-	if err != nil || len(arts) != 2 || len(arts[0].Data) == 0 {
-		t.Fatalf("Dump = %d artifacts, %v", len(arts), err)
-	}
+	p := newProfiler(t, Config{DumpDir: t.TempDir(), Attach: AttachJcmd})
+	recordTwoSeconds(t, p, j)
 	if st := p.Stats(); st["commands_jcmd"] != 3 || st["commands_attach"] != 0 {
 		t.Errorf("commands: %v with jcmd, %v over the attach socket; want 3 and 0", st["commands_jcmd"], st["commands_attach"])
 	}
@@ -656,24 +664,7 @@ func TestOtherUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	p := New(Config{DumpDir: dir}, nil)
-	t.Cleanup(func() {
-		if err := p.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	ctx := context.Background()
-	if err := p.Start(ctx, j.target()); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	time.Sleep(2 * time.Second)
-	arts, err := p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-2 * time.Second), End: time.Now()})
-	if err != nil {
-		t.Fatalf("Dump: %v", err)
-	}
-	if len(arts) != 2 || len(arts[0].Data) == 0 {
-		t.Fatalf("Dump returned %d artifacts", len(arts))
-	}
+	recordTwoSeconds(t, newProfiler(t, Config{DumpDir: dir}), j)
 }
 
 var parserHeader1GHz = parser.ChunkHeader{StartNanos: 1_700_000_000_000_000_000, StartTicks: 1_000, TicksPerSecond: 1_000_000_000}
@@ -690,17 +681,9 @@ func TestContainer(t *testing.T) {
 	ctx := context.Background()
 	t.Run("pid and mount namespaces", func(t *testing.T) {
 		j := startHot(t, hotOptions{container: true})
-		p := newTestProfiler(t)
-		if err := p.Start(ctx, j.target()); err != nil {
-			t.Fatalf("Start: %v", err)
-		}
-		time.Sleep(2 * time.Second)
-		arts, err := p.Dump(ctx, j.target(), profiler.Window{Start: time.Now().Add(-2 * time.Second), End: time.Now()})
-		if err != nil {
-			t.Fatalf("Dump: %v", err)
-		}
-		if len(arts) != 2 || len(arts[0].Data) == 0 || arts[1].Attributes["execution_samples"] == "0" {
-			t.Fatalf("Dump returned %d artifacts", len(arts))
+		arts := recordTwoSeconds(t, newTestProfiler(t), j)
+		if arts[1].Attributes["execution_samples"] == "0" {
+			t.Fatalf("no execution samples: %v", arts[1].Attributes)
 		}
 		left, _ := filepath.Glob(fmt.Sprintf("/proc/%d/root/tmp/rootline-*.jfr", j.pid))
 		if len(left) != 0 {
@@ -715,8 +698,7 @@ func TestContainer(t *testing.T) {
 			t.Fatalf("Start: %v", err)
 		}
 		// jcmd would look for it in the agent's /tmp: refused up front.
-		pj := New(Config{DumpDir: t.TempDir(), Attach: AttachJcmd}, nil)
-		defer pj.Close()
+		pj := newProfiler(t, Config{DumpDir: t.TempDir(), Attach: AttachJcmd})
 		err := pj.Start(ctx, j.target())
 		if !errors.Is(err, profiler.ErrNotSupported) {
 			t.Fatalf("Start with jcmd = %v, want ErrNotSupported", err)
