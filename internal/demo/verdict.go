@@ -293,7 +293,48 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 		slices.Sort(parts)
 		v.Evidence = append(v.Evidence, "evidence captured for "+top.Service+": "+strings.Join(parts, ", "))
 	}
+	if note := c.captureTrouble(ctx, top.Service, from); note != "" {
+		v.Evidence = append(v.Evidence, note)
+	}
 	return v, nil
+}
+
+// captureTrouble says how many of svc's captures since from did not complete
+// and why (the first reason), so that missing evidence is explained; "" when
+// all completed.
+func (c *apiClient) captureTrouble(ctx context.Context, svc string, from time.Time) string {
+	var caps []struct {
+		Service string    `json:"service"`
+		State   string    `json:"state"`
+		Error   string    `json:"error"`
+		Created time.Time `json:"created"`
+	}
+	if err := c.get(ctx, "/api/v1/captures?limit=2000", &caps); err != nil {
+		return "captures unreadable: " + err.Error()
+	}
+	states := map[string]int{}
+	reason := ""
+	for _, cp := range caps {
+		if cp.Service != svc || cp.Created.Before(from) {
+			continue
+		}
+		states[cp.State]++
+		if reason == "" && cp.Error != "" && cp.State != "pending" && cp.State != "requested" {
+			reason = cp.Error
+		}
+	}
+	if reason == "" {
+		return ""
+	}
+	var parts []string
+	for st, n := range states {
+		parts = append(parts, fmt.Sprintf("%d %s", n, st))
+	}
+	slices.Sort(parts)
+	if len(reason) > 200 {
+		reason = reason[:200] + "…"
+	}
+	return fmt.Sprintf("captures of %s: %s; first problem: %s", svc, strings.Join(parts, ", "), reason)
 }
 
 // split divides traces (in start order) into slow and baseline ones. Slow

@@ -3,10 +3,13 @@ package demo
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -414,5 +417,33 @@ func TestSplit(t *testing.T) {
 				t.Errorf("slow %d base %d onset %d fallback %v; want %d %d %d %v", len(slow), len(base), onset, fallback, tc.slow, tc.base, want, tc.fallback)
 			}
 		})
+	}
+}
+
+// captureTrouble explains missing evidence from the capture API's states.
+func TestCaptureTrouble(t *testing.T) {
+	from := time.Now().Add(-time.Minute)
+	body := fmt.Sprintf(`[
+		{"service":"e","state":"complete","created":%q},
+		{"service":"e","state":"partial","error":"jfr: JFR.dump: attach failed","created":%q},
+		{"service":"e","state":"failed","error":"older","created":%q},
+		{"service":"b","state":"failed","error":"not e","created":%q}]`,
+		from.Add(time.Second).Format(time.RFC3339Nano), from.Add(2*time.Second).Format(time.RFC3339Nano),
+		from.Add(-time.Hour).Format(time.RFC3339Nano), from.Add(time.Second).Format(time.RFC3339Nano))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/captures" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	c := &apiClient{base: srv.URL}
+	got := c.captureTrouble(context.Background(), "e", from)
+	if want := "captures of e: 1 complete, 1 partial; first problem: jfr: JFR.dump: attach failed"; got != want {
+		t.Errorf("captureTrouble = %q, want %q", got, want)
+	}
+	if got := c.captureTrouble(context.Background(), "c", from); got != "" {
+		t.Errorf("captureTrouble(no captures) = %q", got)
 	}
 }
