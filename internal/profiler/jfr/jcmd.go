@@ -88,6 +88,25 @@ func (p *Profiler) jcmd(ctx context.Context, tg *target, pid int, args ...string
 	return p.runJcmd(ctx, tg, pid, args...)
 }
 
+// jcmdReady is jcmd for the first command of a JVM just registered: while
+// the JVM is still starting (errNotReady) the command is repeated, as long
+// as ctx and the command timeout allow.
+func (p *Profiler) jcmdReady(ctx context.Context, tg *target, pid int, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		out, err := p.jcmd(ctx, tg, pid, args...)
+		if !errors.Is(err, errNotReady) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return out, err
+		case <-time.After(delay):
+		}
+	}
+}
+
 // answer classifies the outcome of a command sent over the attach socket.
 func (p *Profiler) answer(ctx context.Context, tg *target, pid int, name string, out []byte, err error) ([]byte, error) {
 	if cerr := classify(out); cerr != nil {
@@ -140,10 +159,17 @@ func (p *Profiler) runJcmd(ctx context.Context, tg *target, pid int, args ...str
 	return b, nil
 }
 
+// errNotReady: the JVM does not know the JFR diagnostic commands (yet):
+// a JVM registers them late in its start, so one attached to as it starts
+// answers "Unknown diagnostic command" for a while.
+var errNotReady = errors.New("the JVM does not know the JFR commands: still starting, or a JVM without JFR")
+
 // classify maps jcmd's messages (JDK 11–21 wording) to errors.
 func classify(out []byte) error {
 	s := string(out)
 	switch {
+	case strings.Contains(s, "Unknown diagnostic command"):
+		return errNotReady
 	case strings.Contains(s, "does not support the attach mechanism"):
 		return ErrAttachDisabled
 	case strings.Contains(s, "No such process"), strings.Contains(s, "No such file or directory") && strings.Contains(s, "AttachNotSupportedException"):

@@ -224,7 +224,7 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if tg.started {
 		return nil
 	}
-	out, err := p.jcmd(ctx, tg, t.PID, "JFR.check", "name="+recordingName)
+	out, err := p.jcmdReady(ctx, tg, t.PID, "JFR.check", "name="+recordingName)
 	if err != nil {
 		return fmt.Errorf("jfr: start pid %d: %w", t.PID, err)
 	}
