@@ -35,6 +35,9 @@
 
 #include "sched_recorder.h"
 
+// A kfunc (Linux 6.2+): obj as a read-only pointer of the BTF type btf_id.
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 // Minimal kernel types: CO-RE relocates each field against the running
@@ -264,11 +267,19 @@ static __always_inline void submit(struct sr_event *e, struct sr_config *cfg)
 	bpf_ringbuf_submit(e, flags);
 }
 
+// copy_comm copies a task's comm with two loads through its BTF pointer
+// (no helper call).
+static __always_inline void copy_comm(char *dst, struct task_struct *t)
+{
+	((__u64 *)dst)[0] = *(__u64 *)&t->comm[0];
+	((__u64 *)dst)[1] = *(__u64 *)&t->comm[8];
+}
+
 static __always_inline void task_ids(struct task_struct *t, __u32 *tid, __u32 *tgid, char *comm)
 {
 	*tid = t->pid;
 	*tgid = t->tgid;
-	bpf_probe_read_kernel(comm, SR_COMM_LEN, t->comm);
+	copy_comm(comm, t);
 }
 
 // fd_kind returns S_IFMT >> 12 of fd in the current task, 0 if unknown.
@@ -281,7 +292,9 @@ static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd)
 	struct file *f = 0;
 	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff]) || !f)
 		return 0;
-	return (BPF_CORE_READ(f, f_inode, i_mode) & 0170000) >> 12;
+	// Typed (untrusted, fault-safe) loads instead of a helper call per field.
+	f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
+	return (f->f_inode->i_mode & 0170000) >> 12;
 }
 
 // x86-64 syscalls whose first argument is an fd worth classifying.
@@ -323,7 +336,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	e->arg = prev_state;
 	e->tid = prev->pid; // prev is current
 	e->tgid = prev->tgid;
-	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	copy_comm(e->comm, prev);
 	task_ids(next, &e->tid2, &e->tgid2, e->comm2);
 	e->prio = prev->prio;
 	e->prio2 = next->prio;
@@ -397,10 +410,7 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	e->prio = p->prio;
 	if (type == SR_EV_WAKING) {
-		__u64 id = bpf_get_current_pid_tgid();
-		e->tid2 = (__u32)id;
-		e->tgid2 = id >> 32;
-		bpf_get_current_comm(e->comm2, sizeof(e->comm2));
+		task_ids(bpf_get_current_task_btf(), &e->tid2, &e->tgid2, e->comm2);
 		struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
 		if (c) {
 			if (c->hrtimer) {
