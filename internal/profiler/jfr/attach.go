@@ -52,7 +52,8 @@ func canAttachNatively(pi procInfo) bool {
 func hotspotJcmd(ctx context.Context, pid int, pi procInfo, cmdline string) ([]byte, error) {
 	root := "/proc/" + strconv.Itoa(pid) + "/root"
 	sock := fmt.Sprintf("%s/tmp/.java_pid%d", root, pi.nsPID)
-	if !isSocket(sock) {
+	existed := isSocket(sock)
+	if !existed {
 		if ok, known := perfdataAttachable(pid, pi); known && !ok {
 			return nil, ErrAttachDisabled
 		}
@@ -62,10 +63,22 @@ func hotspotJcmd(ctx context.Context, pid int, pi procInfo, cmdline string) ([]b
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", sock)
+	if existed && errors.Is(err, syscall.ECONNREFUSED) {
+		// A socket nobody listens on: left by an earlier process with this
+		// pid. The JVM only replaces it once asked to listen.
+		_ = os.Remove(sock)
+		if err := startListener(ctx, pid, pi, sock); err != nil {
+			return nil, err
+		}
+		conn, err = d.DialContext(ctx, "unix", sock)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: connecting to %s: %v", errNoListener, sock, err)
 	}
 	defer conn.Close()
+	if err := trustedSocket(sock, pi); err != nil {
+		return nil, err
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = conn.SetDeadline(dl)
 	}
@@ -196,6 +209,21 @@ func catchesQuit(pid int) (bool, error) {
 		}
 	}
 	return false, fmt.Errorf("no SigCgt in /proc/%d/status", pid)
+}
+
+// trustedSocket checks, as the JDK's attach client does, that the socket is
+// the JVM's: owned by its effective uid and closed to everyone else. Anyone
+// can create files in /tmp; the commands sent name files the agent reads.
+func trustedSocket(path string, pi procInfo) error {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fmt.Errorf("%w: %s: %v", errNoListener, path, err)
+	}
+	if st.Uid != pi.uid || st.Mode&0o077 != 0 {
+		return fmt.Errorf("attach socket %s is not the JVM's (owner uid %d, mode %#o; want uid %d, no group or other access)",
+			path, st.Uid, st.Mode&0o777, pi.uid)
+	}
+	return nil
 }
 
 func isSocket(path string) bool {

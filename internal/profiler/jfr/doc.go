@@ -41,7 +41,10 @@
 // Attach: diagnostic commands go over the HotSpot attach socket, spoken
 // directly (attach.go): a trigger file and SIGQUIT open the JVM's listener,
 // which accepts a client with the JVM's effective uid and gid or, from JDK
-// 11, root. The jcmd tool, which starts a JVM per command, is the fallback
+// 11, root. As the JDK's client does, the socket must be owned by the JVM's
+// user with no group or other access (anyone can create files in /tmp); one
+// nobody listens on, left by an earlier process with the same pid, is
+// replaced. The jcmd tool, which starts a JVM per command, is the fallback
 // when the socket cannot be used (the agent neither root nor the JVM's user,
 // a JDK 8 JVM of another user, a JVM that does not open its socket) and is
 // forced by Config.Attach = "jcmd"; it then runs with the JVM's uid and gid

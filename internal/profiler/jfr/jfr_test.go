@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -444,6 +445,51 @@ func TestStartEarly(t *testing.T) {
 			case <-time.After(500 * time.Millisecond):
 			}
 		})
+	}
+}
+
+// TestStaleSocket: a socket left by an earlier process with the JVM's pid
+// (nobody listening) is replaced, not taken as the JVM's.
+func TestStaleSocket(t *testing.T) {
+	j := startHot(t, hotOptions{idle: true})
+	path := fmt.Sprintf("/proc/%d/root/tmp/.java_pid%d", j.pid, j.pid)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
+	if err := os.Chmod(path, 0o600); err != nil { // as the JVM makes it
+		t.Fatal(err)
+	}
+	p := newTestProfiler(t)
+	if err := p.Start(context.Background(), j.target()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if st := p.Stats(); st["commands_attach"] == 0 || st["commands_jcmd"] != 0 {
+		t.Errorf("commands: %v over the attach socket, %v with jcmd", st["commands_attach"], st["commands_jcmd"])
+	}
+}
+
+// TestForeignSocket: a socket that is not the JVM's (other owner or open
+// mode) is refused, not talked to.
+func TestForeignSocket(t *testing.T) {
+	j := startHot(t, hotOptions{idle: true})
+	path := fmt.Sprintf("/proc/%d/root/tmp/.java_pid%d", j.pid, j.pid)
+	l, err := net.Listen("unix", path) // listening, mode 0755: not the JVM's
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			_, _ = io.WriteString(c, "0\nStarted recording 1\n")
+			c.Close()
+		}
+	}()
+	err = newTestProfiler(t).Start(context.Background(), j.target())
+	if err == nil || !strings.Contains(err.Error(), "is not the JVM's") {
+		t.Fatalf("Start = %v, want the socket refused", err)
 	}
 }
 
