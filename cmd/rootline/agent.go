@@ -12,6 +12,7 @@ import (
 
 	"github.com/rootline/rootline/internal/agent"
 	"github.com/rootline/rootline/internal/profiler"
+	"github.com/rootline/rootline/internal/profiler/jfr"
 	"github.com/rootline/rootline/internal/version"
 )
 
@@ -55,6 +56,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.IntVar(&c.MaxConcurrentDumps, "max-concurrent-dumps", c.MaxConcurrentDumps, "profiler dumps running at once")
 	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
+	fs.StringVar(&jfrConfig.Attach, "jfr.attach", jfr.AttachNative, "how the jfr profiler sends JVMs their diagnostic commands: native (the HotSpot attach socket, jcmd only where it cannot be used) or jcmd (a jcmd process per command)")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token shared with the server (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
@@ -89,6 +91,9 @@ Flags:
 		c.AuthToken = strings.TrimSpace(string(b))
 	}
 	c.Version = version.Version
+	if err := jfrConfig.Validate(); err != nil {
+		return f, err
+	}
 	return f, c.Validate()
 }
 

@@ -14,5 +14,8 @@ import (
 func init() {
 	profilerFactories["cpu"] = func(l *slog.Logger) (profiler.Profiler, error) { return cpu.New(cpu.Config{}, l) }
 	profilerFactories["kernel"] = func(l *slog.Logger) (profiler.Profiler, error) { return kernel.New(kernel.Config{}, l) }
-	profilerFactories["jfr"] = func(l *slog.Logger) (profiler.Profiler, error) { return jfr.New(jfr.Config{}, l), nil }
+	profilerFactories["jfr"] = func(l *slog.Logger) (profiler.Profiler, error) { return jfr.New(jfrConfig, l), nil }
 }
+
+// jfrConfig is the jfr profiler's configuration (flag --jfr.attach).
+var jfrConfig jfr.Config
