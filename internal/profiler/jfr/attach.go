@@ -50,8 +50,7 @@ func canAttachNatively(pi procInfo) bool {
 // socket and returns its output. Errors wrap errNoListener when jcmd may
 // still succeed.
 func hotspotJcmd(ctx context.Context, pid int, pi procInfo, cmdline string) ([]byte, error) {
-	root := "/proc/" + strconv.Itoa(pid) + "/root"
-	sock := fmt.Sprintf("%s/tmp/.java_pid%d", root, pi.nsPID)
+	sock := attachSocket(pid, pi)
 	existed := isSocket(sock)
 	if !existed {
 		if ok, known := perfdataAttachable(pid, pi); known && !ok {
@@ -224,6 +223,12 @@ func trustedSocket(path string, pi procInfo) error {
 			path, st.Uid, st.Mode&0o777, pi.uid)
 	}
 	return nil
+}
+
+// attachSocket is the path of the JVM's attach socket as the agent sees it:
+// /tmp/.java_pid<pid> in the JVM's mount and pid namespaces.
+func attachSocket(pid int, pi procInfo) string {
+	return fmt.Sprintf("/proc/%d/root/tmp/.java_pid%d", pid, pi.nsPID)
 }
 
 func isSocket(path string) bool {

@@ -76,7 +76,7 @@ func (p *Profiler) jcmd(ctx context.Context, tg *target, pid int, args ...string
 		p.logger.Info("attach socket unusable, using jcmd", "pid", pid, "err", err)
 	}
 	p.count(func(s *stats) { s.attachJcmd++ })
-	if !isSocket(fmt.Sprintf("/proc/%d/root/tmp/.java_pid%d", pid, tg.proc.nsPID)) {
+	if !isSocket(attachSocket(pid, tg.proc)) {
 		// jcmd (before JDK 21) would SIGQUIT a JVM that cannot take it yet.
 		if err := waitCatchesQuit(ctx, pid); err != nil {
 			if !alive(pid, tg.proc.startTicks) {

@@ -53,6 +53,16 @@ type Event struct {
 	Prio, Prio2 int16
 }
 
+// task2 returns the event's secondary task when it names a thread (next,
+// parent or waker — the current task of a waking, the waker when Ctx is
+// CtxThread), else 0.
+func (ev *Event) task2() uint32 {
+	if ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking {
+		return ev.TID2
+	}
+	return 0
+}
+
 // Comm is a thread's command name as the kernel reports it (≤ 15 bytes).
 type Comm = [16]byte
 

@@ -60,8 +60,8 @@ func (r *ring) add(ev *Event, comm, comm2 *Comm) {
 	if comm != nil && ev.TID != 0 {
 		r.setComm(ev.TID, comm, ev.TS)
 	}
-	if comm2 != nil && ev.TID2 != 0 && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
-		r.setComm(ev.TID2, comm2, ev.TS)
+	if t2 := ev.task2(); comm2 != nil && t2 != 0 {
+		r.setComm(t2, comm2, ev.TS)
 	}
 }
 
@@ -142,8 +142,8 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]E
 						tids[ev.TID2] = true // the waker
 					}
 				}
-				if ev.TID2 != 0 && procs[ev.TGID2] && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
-					tids[ev.TID2] = true
+				if t2 := ev.task2(); t2 != 0 && procs[ev.TGID2] {
+					tids[t2] = true
 				}
 			}
 		}
@@ -156,8 +156,7 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]E
 				continue
 			}
 			total++
-			if tids == nil || tids[ev.TID] ||
-				ev.TID2 != 0 && tids[ev.TID2] && (ev.Type == EvSwitch || ev.Type == EvFork || ev.Type == EvWaking) {
+			if t2 := ev.task2(); tids == nil || tids[ev.TID] || t2 != 0 && tids[t2] {
 				out = append(out, *ev)
 			}
 		}
