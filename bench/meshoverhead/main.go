@@ -7,7 +7,13 @@
 // split (b): envoy+rootline-no-run (no supervisor; the agent discovers the
 // JVMs), envoy+run (server and `rootline run` only, no agent, so no
 // profiler or kernel recorder follows the services) and envoy+tracing (the
-// sidecars' tracing and the server alone).
+// sidecars' tracing and the server alone). A mode with agent flags after a
+// colon, e.g. envoy+rootline:profilers=jfr:kmetrics=true, runs the agent
+// with --profilers=jfr --kmetrics=true: variants of one mode side by side.
+//
+// Every mode also reports the machine's busy CPU per request (all
+// processes, /proc/stat), steadier than the latency percentiles on a
+// shared VM and what the percentiles grow from once the CPUs are busy.
 //
 // For (b) it also reports Rootline's network bytes per request — everything
 // sent to and from the server (OTLP from sidecars and supervisors, agent
@@ -51,6 +57,7 @@ type result struct {
 	bytesPerReq        float64
 	spansPerReq        float64
 	agentCPU           float64 // share of one core, jcmd and other helpers included
+	machinePerReq      time.Duration
 	capturesPerMin     float64
 }
 
@@ -83,8 +90,12 @@ func main() {
 		fail(fmt.Errorf("-modes must start with envoy, the baseline"))
 	}
 	for _, m := range modes {
-		if !slices.Contains(allModes, m) {
+		base, agentFlags := splitMode(m)
+		if !slices.Contains(allModes, base) {
 			fail(fmt.Errorf("unknown mode %q", m))
+		}
+		if len(agentFlags) > 0 && !strings.HasPrefix(base, "envoy+rootline") {
+			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
 	}
 	res := map[string]map[float64][]result{}
@@ -96,13 +107,13 @@ func main() {
 			mode := modes[(i+round)%len(modes)]
 			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d agent CPU %.1f%% captures/min %.1f\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, 100*r.agentCPU, r.capturesPerMin)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin)
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | machine CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
@@ -112,8 +123,9 @@ func main() {
 				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
 					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
-			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% %s\n", rate, m,
-				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(), extra)
+			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% | %v %s\n", rate, m,
+				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(),
+				ms(b.machinePerReq), extra)
 		}
 	}
 }
@@ -129,12 +141,25 @@ func med(rs []result) result {
 		spansPerReq:        overhead.MedianOf(rs, func(r result) float64 { return r.spansPerReq }),
 		agentCPU:           overhead.MedianOf(rs, func(r result) float64 { return r.agentCPU }),
 		capturesPerMin:     overhead.MedianOf(rs, func(r result) float64 { return r.capturesPerMin }),
+		machinePerReq:      overhead.MedianOf(rs, func(r result) time.Duration { return r.machinePerReq }),
 	}
 }
 
+// splitMode splits a mode into its base mode and the agent flags after it
+// (envoy+rootline:profilers=jfr → envoy+rootline, [--profilers=jfr]).
+func splitMode(mode string) (string, []string) {
+	parts := strings.Split(mode, ":")
+	var flags []string
+	for _, p := range parts[1:] {
+		flags = append(flags, "--"+p)
+	}
+	return parts[0], flags
+}
+
 // runMode starts the mesh in one mode and measures every rate.
-func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates []float64, d time.Duration) map[float64]result {
+func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d time.Duration) map[float64]result {
 	ctx := context.Background()
+	mode, agentFlags := splitMode(modeName)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
 	check(err)
 	defer os.RemoveAll(dir)
@@ -159,7 +184,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
 			var agentAddr string
-			agent, agentAddr = startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run")
+			agent, agentAddr = startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run", agentFlags)
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
@@ -188,11 +213,12 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, mode string, rates [
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
 		}
-		begun := time.Now()
+		begun, machine0 := time.Now(), overhead.MachineCPU()
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
-		res := result{Latency: overhead.Measured(pr)}
+		res := result{Latency: overhead.Measured(pr),
+			machinePerReq: (overhead.MachineCPU() - machine0) / time.Duration(max(pr.Sent, 1))}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
 			took := time.Since(begun)
@@ -233,9 +259,10 @@ func startServer(self, dir string) (*exec.Cmd, string, string, string) {
 	return cmd, addrs[0], addrs[1], addrs[2]
 }
 
-func startAgent(self, server string, discover bool) (*exec.Cmd, string) {
+func startAgent(self, server string, discover bool, flags []string) (*exec.Cmd, string) {
 	addr := freeAddrs(1)[0]
-	cmd := exec.Command(self, "agent", "--server", server, "--listen", addr, fmt.Sprint("--discover=", discover), "--log.level", "warn")
+	args := append([]string{"agent", "--server", server, "--listen", addr, fmt.Sprint("--discover=", discover), "--log.level", "warn"}, flags...)
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	check(cmd.Start())

@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
 	"github.com/rootline/rootline/internal/agent"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/jfr"
@@ -20,6 +23,7 @@ import (
 type agentFlags struct {
 	cfg       agent.Config
 	profilers string
+	bpfStats  bool
 	tokenFile string
 	logLevel  string
 	logFormat string
@@ -57,6 +61,8 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
 	fs.StringVar(&jfrConfig.Attach, "jfr.attach", jfr.AttachNative, "how the jfr profiler sends JVMs their diagnostic commands: native (the HotSpot attach socket, jcmd only where it cannot be used) or jcmd (a jcmd process per command)")
+	fs.BoolVar(&f.bpfStats, "bpf-stats", false, "turn on the kernel's BPF run-time statistics while the agent runs, so the profilers report their programs' CPU time (bpf_run_time_seconds); "+
+		"it costs every BPF program run on the machine two clock reads, so leave it off in production")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token shared with the server (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
@@ -102,6 +108,14 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 	logger, code := startRole("agent", err, f.logLevel, f.logFormat, stderr)
 	if logger == nil {
 		return code
+	}
+	if f.bpfStats {
+		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
+			logger.Error("cannot turn on BPF statistics (--bpf-stats)", "err", err)
+			return 1
+		}
+		defer stats.Close()
 	}
 	profs, err := buildProfilers(f.profilers, logger)
 	if err != nil {

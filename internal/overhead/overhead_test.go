@@ -92,4 +92,9 @@ func TestCPU(t *testing.T) {
 	if got := CPU(-1); got != 0 {
 		t.Errorf("CPU of no process = %v", got)
 	}
+	// The machine was busy at least as long as this process and its
+	// waited-for children, since both started after boot.
+	if m := MachineCPU(); m < CPUWithChildren(os.Getpid()) {
+		t.Errorf("MachineCPU %v < this process's CPU %v", m, CPUWithChildren(os.Getpid()))
+	}
 }

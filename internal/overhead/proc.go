@@ -58,6 +58,28 @@ func TreeCPU(pids ...int) time.Duration {
 	return total
 }
 
+// MachineCPU returns the CPU time all CPUs of the machine have spent
+// busy since boot (user, nice, system, irq and softirq of /proc/stat; not
+// idle, iowait or steal): what a workload and everything beside it cost,
+// wherever it ran.
+func MachineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal …
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var t int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		t += v
+	}
+	return time.Duration(t) * (time.Second / userHZ)
+}
+
 // ticks is the utime+stime of the fields of a /proc/<pid>/stat, 0 if there
 // are not that many.
 func ticks(f []string) time.Duration {

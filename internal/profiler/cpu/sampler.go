@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/bits"
 	"os"
@@ -103,7 +102,6 @@ type Sampler struct {
 	objs     cpuSampleObjects
 	events   []*perfEvent
 	rd       *ringbuf.Reader
-	stats    io.Closer // bpf_stats_enabled handle; nil if unavailable
 	offsetNs int64     // Unix ns − CLOCK_MONOTONIC ns
 	store    *store
 	sym      *symbolizer
@@ -162,9 +160,6 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 	if err := s.objs.CpuConfig.Put(uint32(0), cpuSampleCpuSampleConfig{All: all, WakeupBytes: uint32(cfg.RingBufferBytes / 4)}); err != nil {
 		return nil, fmt.Errorf("cpu: write config: %w", err)
 	}
-	if c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err == nil {
-		s.stats = c
-	}
 	s.offsetNs = clockOffset()
 	if s.rd, err = ringbuf.NewReader(s.objs.CpuEvents); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
@@ -185,7 +180,7 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 	go s.read()
 	go s.maintain()
 	s.log.Info("cpu sampler started", "cpus", len(cpus), "hz", cfg.FrequencyHz,
-		"ring_buffer_bytes", cfg.RingBufferBytes, "bpf_stats", s.stats != nil)
+		"ring_buffer_bytes", cfg.RingBufferBytes)
 	return s, nil
 }
 
@@ -216,9 +211,6 @@ func (s *Sampler) release() error {
 	s.events = nil
 	if s.rd != nil {
 		errs = append(errs, s.rd.Close())
-	}
-	if s.stats != nil {
-		errs = append(errs, s.stats.Close())
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
@@ -605,11 +597,13 @@ func (s *Sampler) Stats() map[string]float64 {
 		return m
 	}
 	m["lost"] = float64(lostTotal(s.objs.CpuLost))
-	if s.stats != nil {
-		if st, err := s.objs.CpuSample.Stats(); err == nil {
-			m["bpf_run_time_seconds"] = st.Runtime.Seconds()
-			m["bpf_run_count"] = float64(st.RunCount)
-		}
+	// They stay 0 unless BPF run-time statistics are on (rootline agent
+	// --bpf-stats, kernel.bpf_stats_enabled): they cost every BPF program
+	// run on the machine two clock reads, so the sampler does not turn them
+	// on itself.
+	if st, err := s.objs.CpuSample.Stats(); err == nil {
+		m["bpf_run_time_seconds"] = st.Runtime.Seconds()
+		m["bpf_run_count"] = float64(st.RunCount)
 	}
 	return m
 }
