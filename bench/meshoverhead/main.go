@@ -58,6 +58,7 @@ type result struct {
 	spansPerReq        float64
 	agentCPU           float64 // share of one core, jcmd and other helpers included
 	machinePerReq      time.Duration
+	byCommand          map[string]time.Duration // CPU per request
 	capturesPerMin     float64
 }
 
@@ -70,6 +71,7 @@ func main() {
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
 		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
+	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -126,6 +128,39 @@ func main() {
 			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% | %v %s\n", rate, m,
 				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(),
 				ms(b.machinePerReq), extra)
+		}
+	}
+	if *byCommand > 0 {
+		printByCommand(modes, rateList, res, *byCommand)
+	}
+}
+
+// printByCommand prints the n commands with the most CPU per request, per
+// rate and mode (median over the rounds).
+func printByCommand(modes []string, rates []float64, res map[string]map[float64][]result, n int) {
+	fmt.Printf("\nCPU per request by command (median over the rounds):\n\n| rate (req/s) | mode | commands |\n|---|---|---|\n")
+	for _, rate := range rates {
+		for _, m := range modes {
+			names := map[string]bool{}
+			for _, r := range res[m][rate] {
+				for c := range r.byCommand {
+					names[c] = true
+				}
+			}
+			type cmdCPU struct {
+				name string
+				cpu  time.Duration
+			}
+			var cs []cmdCPU
+			for c := range names {
+				cs = append(cs, cmdCPU{c, overhead.MedianOf(res[m][rate], func(r result) time.Duration { return r.byCommand[c] })})
+			}
+			slices.SortFunc(cs, func(a, b cmdCPU) int { return int(b.cpu - a.cpu) })
+			var parts []string
+			for _, c := range cs[:min(n, len(cs))] {
+				parts = append(parts, fmt.Sprintf("%s %s", c.name, ms(c.cpu)))
+			}
+			fmt.Printf("| %.0f | %s | %s |\n", rate, m, strings.Join(parts, ", "))
 		}
 	}
 }
@@ -213,12 +248,16 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
 		}
-		begun, machine0 := time.Now(), overhead.MachineCPU()
+		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.CPUByCommand()
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
+		sent := time.Duration(max(pr.Sent, 1))
 		res := result{Latency: overhead.Measured(pr),
-			machinePerReq: (overhead.MachineCPU() - machine0) / time.Duration(max(pr.Sent, 1))}
+			machinePerReq: (overhead.MachineCPU() - machine0) / sent, byCommand: map[string]time.Duration{}}
+		for c, cpu := range overhead.CPUByCommand() {
+			res.byCommand[c] = (cpu - commands0[c]) / sent
+		}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
 			took := time.Since(begun)

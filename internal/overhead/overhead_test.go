@@ -3,6 +3,7 @@ package overhead
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -91,6 +92,11 @@ func TestCPU(t *testing.T) {
 	}
 	if got := CPU(-1); got != 0 {
 		t.Errorf("CPU of no process = %v", got)
+	}
+	// This test binary is among the commands, with at least its own CPU.
+	exe, _ := os.Executable()
+	if got := CPUByCommand()[filepath.Base(exe)]; got < CPU(os.Getpid()) {
+		t.Errorf("CPUByCommand[%s] = %v < CPU %v", filepath.Base(exe), got, CPU(os.Getpid()))
 	}
 	// The machine was busy at least as long as this process and its
 	// waited-for children, since both started after boot.

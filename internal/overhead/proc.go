@@ -3,6 +3,7 @@ package overhead
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -78,6 +79,34 @@ func MachineCPU() time.Duration {
 		t += v
 	}
 	return time.Duration(t) * (time.Second / userHZ)
+}
+
+// CPUByCommand returns the user+system CPU time of every live process,
+// summed by command: the comm, with the first argument appended for
+// commands that are roles of one binary ("rootline run", "rootline server").
+func CPUByCommand() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f := stat(pid)
+		if f == nil {
+			continue
+		}
+		name := f[1]
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+			args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+			name = filepath.Base(args[0])
+			if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !strings.Contains(args[1], "/") {
+				name += " " + args[1]
+			}
+		}
+		out[name] += ticks(f) * (time.Second / userHZ)
+	}
+	return out
 }
 
 // ticks is the utime+stime of the fields of a /proc/<pid>/stat, 0 if there

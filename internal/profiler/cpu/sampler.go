@@ -102,7 +102,7 @@ type Sampler struct {
 	objs     cpuSampleObjects
 	events   []*perfEvent
 	rd       *ringbuf.Reader
-	offsetNs int64     // Unix ns − CLOCK_MONOTONIC ns
+	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
 	store    *store
 	sym      *symbolizer
 
