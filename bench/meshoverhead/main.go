@@ -59,7 +59,7 @@ type result struct {
 	agentCPU           float64 // share of one core, jcmd and other helpers included
 	machinePerReq      time.Duration
 	byCommand          map[string]time.Duration // CPU per request
-	capturesPerMin     float64
+	capturesPerMin     float64                  // captures that ran (not skipped by the rate limits)
 }
 
 func main() {
@@ -243,7 +243,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		var bytes0 int64
 		if srv != nil {
 			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), total(counted)
-			captures0 = metric(queryAddr, capturesTotal)
+			captures0 = metric(queryAddr, capturesTotal, skipped)
 		}
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
@@ -264,7 +264,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 			if agent != nil {
 				res.agentCPU = float64(overhead.CPUWithChildren(agent.Process.Pid)-agentCPU0) / float64(took)
 			}
-			res.capturesPerMin = (metric(queryAddr, capturesTotal) - captures0) / took.Minutes()
+			res.capturesPerMin = (metric(queryAddr, capturesTotal, skipped) - captures0) / took.Minutes()
 			spans := metric(queryAddr, storedSpans) - spans0
 			cpu := overhead.CPU(srv.Process.Pid) - cpu0
 			if spans > 0 {
@@ -400,10 +400,12 @@ func total(fs []*forwarder) int64 {
 const (
 	storedSpans   = "rootline_pipeline_spans_stored_total"
 	capturesTotal = "rootline_captures_total" // by final state
+	skipped       = `state="skipped"`         // captures that did not run
 )
 
-// metric sums the server's samples of one metric over its labels.
-func metric(query, name string) float64 {
+// metric sums the server's samples of one metric over its labels, leaving
+// out the series whose labels contain one of except.
+func metric(query, name string, except ...string) float64 {
 	resp, err := http.Get("http://" + query + "/metrics")
 	if err != nil {
 		return 0
@@ -413,7 +415,8 @@ func metric(query, name string) float64 {
 	sum := 0.0
 	for line := range strings.Lines(string(b)) {
 		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' {
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' ||
+			slices.ContainsFunc(except, func(e string) bool { return strings.Contains(rest, e) }) {
 			continue
 		}
 		fields := strings.Fields(rest)

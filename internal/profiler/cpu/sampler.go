@@ -22,6 +22,7 @@ import (
 	"github.com/google/pprof/profile"
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/bpfring"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -101,8 +102,8 @@ type Sampler struct {
 	log      *slog.Logger
 	objs     cpuSampleObjects
 	events   []*perfEvent
-	rd       *ringbuf.Reader
-	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
+	rd       *bpfring.Reader // waits in the netpoller (see package bpfring)
+	offsetNs int64           // Unix ns − CLOCK_MONOTONIC ns
 	store    *store
 	sym      *symbolizer
 
@@ -161,7 +162,7 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu: write config: %w", err)
 	}
 	s.offsetNs = clockOffset()
-	if s.rd, err = ringbuf.NewReader(s.objs.CpuEvents); err != nil {
+	if s.rd, err = bpfring.NewReader(s.objs.CpuEvents); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
 	}
 	cpus, err := onlineCPUs()

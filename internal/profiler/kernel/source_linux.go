@@ -15,6 +15,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/bpfring"
 )
 
 // ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
@@ -30,7 +32,7 @@ type bpfSource struct {
 	bits  []uint64
 	mem   []byte
 	links []link.Link
-	rd    *ringbuf.Reader
+	rd    *bpfring.Reader // waits in the netpoller (see package bpfring)
 	flush time.Duration
 	// syscallHooks: sys_enter/sys_exit are attached.
 	syscallHooks bool
@@ -101,7 +103,7 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	if err := s.objs.SrCfg.Put(uint32(0), cfg); err != nil {
 		return nil, fmt.Errorf("kernel: write config: %w", err)
 	}
-	if s.rd, err = ringbuf.NewReader(s.objs.SrEvents); err != nil {
+	if s.rd, err = bpfring.NewReader(s.objs.SrEvents); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
 	}
 	// Attach once to find out now whether this kernel can; then stay

@@ -21,6 +21,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/bpfring"
 )
 
 // DefaultRingBytes is the events ring buffer: span events wait there until
@@ -43,7 +45,7 @@ type Config struct {
 type Datapath struct {
 	objs  runDatapathObjects
 	links []link.Link
-	rd    *ringbuf.Reader
+	rd    *bpfring.Reader // waits in the netpoller (see package bpfring)
 
 	mu     sync.Mutex
 	probed map[string]error // executables given Go probes
@@ -99,7 +101,7 @@ func Open(cfg Config) (*Datapath, error) {
 		return fail("attach sock_ops to "+cfg.Cgroup, err)
 	}
 	d.links = append(d.links, l)
-	if d.rd, err = ringbuf.NewReader(d.objs.RdEvents); err != nil {
+	if d.rd, err = bpfring.NewReader(d.objs.RdEvents); err != nil {
 		return fail("ring buffer", err)
 	}
 	return d, nil

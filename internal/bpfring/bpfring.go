@@ -1,0 +1,171 @@
+// Package bpfring reads a BPF ring buffer the way cilium/ebpf's
+// ringbuf.Reader does, but waits for records in Go's network poller instead
+// of in a blocking epoll_wait system call.
+//
+// Why: a goroutine blocked in a system call holds its P (the Go scheduler's
+// processor) until sysmon, the runtime's monitor thread, takes it back, and
+// sysmon keeps waking up every 20 µs–10 ms while any P is in a system call.
+// A reader that waits in epoll_wait for up to its flush interval, the whole
+// life of the process, so keeps sysmon busy: in the demo mesh each
+// `rootline run` spent about half of its CPU time (~370 sysmon wake-ups a
+// second, 2–5 ms of CPU a second per process) on that, none of it on spans.
+// Waiting in the network poller parks the goroutine with no P held, as a
+// socket read does, and costs nothing while nothing arrives.
+//
+// The ring buffer's file descriptor is pollable (EPOLLIN when records are
+// pending); a non-blocking duplicate of it is registered with the network
+// poller (edge-triggered), and the BPF side's wake-ups (ring buffer
+// submissions without BPF_RB_NO_WAKEUP, or with BPF_RB_FORCE_WAKEUP) become
+// readiness events. Records submitted with BPF_RB_NO_WAKEUP are found at the
+// deadline, as with ringbuf.Reader.
+package bpfring
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// past is a deadline that has passed: the inner reader's ReadInto then
+// returns what is pending and never blocks.
+var past = time.Unix(1, 0)
+
+// Reader reads records from a BPF ring buffer map. ReadInto and Close may
+// be called from different goroutines, Flush and SetDeadline from any.
+type Reader struct {
+	rd *ringbuf.Reader
+	f  *os.File // non-blocking duplicate of the map's fd, in the netpoller
+	rc syscall.RawConn
+
+	mu       sync.Mutex // held by ReadInto; Close takes it to close rd
+	closed   bool
+	closing  atomic.Bool // set before f is closed
+	flushed  atomic.Bool
+	deadline atomic.Int64 // Unix ns; 0: none
+}
+
+// NewReader opens a reader of the ring buffer map m.
+func NewReader(m *ebpf.Map) (*Reader, error) {
+	rd, err := ringbuf.NewReader(m)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := unix.FcntlInt(uintptr(m.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		rd.Close()
+		return nil, fmt.Errorf("ring buffer: dup fd: %w", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		rd.Close()
+		return nil, fmt.Errorf("ring buffer: non-blocking fd: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "bpf-ringbuf")
+	// SetReadDeadline fails unless the netpoller took the fd.
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		rd.Close()
+		return nil, fmt.Errorf("ring buffer: not pollable here: %w", err)
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		rd.Close()
+		return nil, fmt.Errorf("ring buffer: %w", err)
+	}
+	return &Reader{rd: rd, f: f, rc: rc}, nil
+}
+
+// SetDeadline sets when ReadInto stops waiting for records and returns
+// os.ErrDeadlineExceeded (after every record pending then); zero: never.
+func (r *Reader) SetDeadline(t time.Time) {
+	if t.IsZero() {
+		r.deadline.Store(0)
+		return
+	}
+	r.deadline.Store(t.UnixNano())
+}
+
+// Flush makes a waiting or the next ReadInto return the records pending now
+// followed by ringbuf.ErrFlushed (as ringbuf.Reader.Flush).
+func (r *Reader) Flush() error {
+	r.flushed.Store(true)
+	// Wake a waiter: a deadline in the past unblocks it. If it has not
+	// started waiting yet, it sees the flag before it waits.
+	if err := r.f.SetReadDeadline(past); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// ReadInto reads the next record into rec, waiting for one until the
+// deadline. Errors: os.ErrDeadlineExceeded once the deadline has passed
+// and the ring is empty, ringbuf.ErrFlushed once after Flush and the
+// records pending then, ringbuf.ErrClosed after Close.
+func (r *Reader) ReadInto(rec *ringbuf.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		if r.closed {
+			return ringbuf.ErrClosed
+		}
+		if r.rd.AvailableBytes() > 0 {
+			r.rd.SetDeadline(past)
+			err := r.rd.ReadInto(rec)
+			if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ringbuf.ErrFlushed) {
+				return err // a record, or a real error
+			}
+			// Only discarded records were pending: the ring is empty.
+		}
+		if r.flushed.Swap(false) {
+			return ringbuf.ErrFlushed
+		}
+		d := r.deadline.Load()
+		if d != 0 && time.Now().UnixNano() >= d {
+			return os.ErrDeadlineExceeded
+		}
+		var until time.Time
+		if d != 0 {
+			until = time.Unix(0, d)
+		}
+		if err := r.f.SetReadDeadline(until); err != nil {
+			return ringbuf.ErrClosed // only fails once closed
+		}
+		err := r.rc.Read(func(uintptr) bool {
+			return r.rd.AvailableBytes() > 0 || r.flushed.Load()
+		})
+		switch {
+		case r.closing.Load():
+			return ringbuf.ErrClosed
+		case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+			// Records, a flush, or the deadline: the loop tells which.
+		default:
+			return fmt.Errorf("ring buffer: wait: %w", err)
+		}
+	}
+}
+
+// Close interrupts ReadInto (it returns ringbuf.ErrClosed) and frees the
+// reader.
+func (r *Reader) Close() error {
+	r.closing.Store(true)
+	err := r.f.Close() // wakes a waiting ReadInto, which then lets go of mu
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	if errors.Is(err, os.ErrClosed) {
+		err = nil
+	}
+	return errors.Join(err, r.rd.Close())
+}

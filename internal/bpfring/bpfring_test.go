@@ -1,0 +1,200 @@
+package bpfring_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/rootline/rootline/internal/bpfring"
+	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+)
+
+// producer is a ring buffer and a socket filter that writes one 8-byte
+// record into it per run: the first 8 bytes after the input's Ethernet header, with the
+// wake-up flags given when it was built.
+type producer struct {
+	ring *ebpf.Map
+	prog *ebpf.Program
+}
+
+func newProducer(t *testing.T, ring *ebpf.Map, flags int64) *producer {
+	t.Helper()
+	insns := asm.Instructions{
+		// r6 = skb; load skb bytes 0..7 to the stack with bpf_skb_load_bytes.
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, 0),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -8),
+		asm.Mov.Imm(asm.R4, 8),
+		asm.FnSkbLoadBytes.Call(),
+		asm.JNE.Imm(asm.R0, 0, "out"),
+		// bpf_ringbuf_output(ring, fp-8, 8, flags)
+		asm.LoadMapPtr(asm.R1, ring.FD()),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -8),
+		asm.Mov.Imm(asm.R3, 8),
+		asm.Mov.Imm(asm.R4, int32(flags)),
+		asm.FnRingbufOutput.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL", Instructions: insns})
+	if err != nil {
+		t.Fatalf("load producer: %v", err)
+	}
+	t.Cleanup(func() { prog.Close() })
+	return &producer{ring: ring, prog: prog}
+}
+
+// put writes the record v.
+func (p *producer) put(t *testing.T, v uint64) {
+	t.Helper()
+	// The program sees the packet after its Ethernet header (14 bytes).
+	pkt := make([]byte, 64)
+	binary.LittleEndian.PutUint64(pkt[14:], v)
+	if _, err := p.prog.Run(&ebpf.RunOptions{Data: pkt}); err != nil {
+		t.Errorf("run producer: %v", err)
+	}
+}
+
+const noWakeup = 1 // BPF_RB_NO_WAKEUP
+
+func setup(t *testing.T) (*bpfring.Reader, *ebpf.Map) {
+	t.Helper()
+	cputest.RequireBPF(t)
+	ring, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
+	if err != nil {
+		cputest.Missing(t, "ring buffer map: "+err.Error())
+	}
+	t.Cleanup(func() { ring.Close() })
+	rd, err := bpfring.NewReader(ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	return rd, ring
+}
+
+func value(t *testing.T, rec ringbuf.Record) uint64 {
+	t.Helper()
+	if len(rec.RawSample) < 8 {
+		t.Fatalf("record of %d bytes", len(rec.RawSample))
+	}
+	return binary.LittleEndian.Uint64(rec.RawSample)
+}
+
+// A submission that wakes the reader ends its wait long before the deadline.
+func TestWakeup(t *testing.T) {
+	rd, ring := setup(t)
+	p := newProducer(t, ring, 0)
+	rd.SetDeadline(time.Now().Add(20 * time.Second))
+	done := make(chan struct{})
+	defer func() { <-done }()
+	go func() {
+		defer close(done)
+		time.Sleep(100 * time.Millisecond)
+		p.put(t, 42)
+	}()
+	begun := time.Now()
+	var rec ringbuf.Record
+	if err := rd.ReadInto(&rec); err != nil {
+		t.Fatal(err)
+	}
+	if v := value(t, rec); v != 42 {
+		t.Errorf("record %d, want 42", v)
+	}
+	if took := time.Since(begun); took < 90*time.Millisecond || took > 10*time.Second {
+		t.Errorf("record read after %v, want ~100 ms (woken by the submission)", took)
+	}
+}
+
+// Records submitted without a wake-up are read at the deadline, all of them
+// and in order, before os.ErrDeadlineExceeded.
+func TestNoWakeupAtDeadline(t *testing.T) {
+	rd, ring := setup(t)
+	p := newProducer(t, ring, noWakeup)
+	begun := time.Now()
+	rd.SetDeadline(begun.Add(300 * time.Millisecond))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(50 * time.Millisecond)
+		for i := range 5 {
+			p.put(t, uint64(i))
+		}
+	}()
+	var rec ringbuf.Record
+	for i := range 5 {
+		if err := rd.ReadInto(&rec); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		if v := value(t, rec); v != uint64(i) {
+			t.Errorf("record %d = %d", i, v)
+		}
+	}
+	<-done
+	if took := time.Since(begun); took < 290*time.Millisecond {
+		t.Errorf("records read after %v, before the deadline (300 ms), with no wake-up sent", took)
+	}
+	if err := rd.ReadInto(&rec); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("after the records: %v, want os.ErrDeadlineExceeded", err)
+	}
+	// Records already there are read at once, even with the deadline past.
+	p.put(t, 7)
+	if err := rd.ReadInto(&rec); err != nil || value(t, rec) != 7 {
+		t.Errorf("pending record: err %v", err)
+	}
+}
+
+// Flush and Close end a wait that has no deadline.
+func TestFlushAndClose(t *testing.T) {
+	rd, ring := setup(t)
+	p := newProducer(t, ring, noWakeup)
+	rd.SetDeadline(time.Time{})
+	p.put(t, 1)
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		time.Sleep(100 * time.Millisecond)
+		if err := rd.Flush(); err != nil {
+			t.Error(err)
+		}
+	}()
+	var rec ringbuf.Record
+	if err := rd.ReadInto(&rec); err != nil || value(t, rec) != 1 {
+		t.Fatalf("pending record: %v", err)
+	}
+	if err := rd.ReadInto(&rec); !errors.Is(err, ringbuf.ErrFlushed) {
+		t.Fatalf("after Flush: %v, want ringbuf.ErrFlushed", err)
+	}
+	<-flushed
+	done := make(chan error, 1)
+	go func() { done <- rd.ReadInto(&rec) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("ReadInto returned %v with no record, deadline or flush", err)
+	default:
+	}
+	if err := rd.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ringbuf.ErrClosed) {
+			t.Errorf("after Close: %v, want ringbuf.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not interrupt ReadInto")
+	}
+	if err := rd.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
