@@ -42,7 +42,8 @@ type Config struct {
 	// requests costs the process one dump per interval, not one per window.
 	MinInterval time.Duration `yaml:"min_interval"`
 	// MaxPerMinute bounds captures requested per minute over all processes
-	// (0: no bound). Captures beyond it wait for a slot while their
+	// (0: no bound), at most 3 of them within any 3/MaxPerMinute of a
+	// minute (15 s at 12). Captures beyond it wait for a slot while their
 	// window's start is within MaxWindow of now, else are skipped.
 	MaxPerMinute int `yaml:"max_per_minute"`
 	// Concurrency bounds dump requests in flight.
@@ -528,11 +529,23 @@ func (m *Manager) nextSlotLocked(key procKey, now time.Time) time.Time {
 		i++
 	}
 	m.fired = m.fired[i:]
-	if m.cfg.MaxPerMinute > 0 && len(m.fired) >= m.cfg.MaxPerMinute {
-		next = laterOf(next, m.fired[len(m.fired)-m.cfg.MaxPerMinute].Add(time.Minute))
+	if n := m.cfg.MaxPerMinute; n > 0 {
+		if len(m.fired) >= n {
+			next = laterOf(next, m.fired[len(m.fired)-n].Add(time.Minute))
+		}
+		// Spread them over the minute too: at most captureBurst in any
+		// captureBurst/n of a minute. A slow service makes its callers slow
+		// at the same moment, and a dozen dumps at once on a small node
+		// slowed every service for a while (bench/RESULTS.md, demo mesh).
+		if b := min(captureBurst, n); len(m.fired) >= b {
+			next = laterOf(next, m.fired[len(m.fired)-b].Add(time.Duration(b)*time.Minute/time.Duration(n)))
+		}
 	}
 	return next
 }
+
+// captureBurst is how many captures MaxPerMinute lets start together.
+const captureBurst = 3
 
 // send posts a dump request; on failure the capture fails with the reason.
 func (m *Manager) send(ctx context.Context, id, url string, req DumpRequest) {

@@ -228,6 +228,39 @@ func TestRateLimits(t *testing.T) {
 			return len(ag.dumps()) == 1 && skipped == 1 && complete == 1
 		})
 	})
+	t.Run("bursts spread", func(t *testing.T) {
+		// 60 a minute: at most 3 within any 3 s.
+		f := newFixture(t, func(c *Config) { c.MaxPerMinute = 60 })
+		ag := newTestAgent(t, f.url, "", 100)
+		var procs []Process
+		var spans []*model.Span
+		t0 := time.Now().Add(-time.Second)
+		for i := range 5 {
+			procs = append(procs, Process{PID: int64(40 + i), Service: fmt.Sprint("svc", i)})
+			spans = append(spans, anomalous(fmt.Sprint("svc", i), byte(i+1), t0, 100*time.Millisecond))
+		}
+		ag.register(t, procs...)
+		f.m.OnCommitted(spans)
+		waitUntil(t, "three dumps", func() bool { return len(ag.dumps()) >= 3 })
+		first := time.Now()
+		time.Sleep(2 * time.Second)
+		if n := len(ag.dumps()); n != 3 {
+			t.Fatalf("%d dumps within 2 s of the first three, want 3 (the others wait for their slot)", n)
+		}
+		waitUntil(t, "five dumps", func() bool { return len(ag.dumps()) == 5 })
+		if waited := time.Since(first); waited > 6*time.Second {
+			t.Errorf("the last two dumps came %v after the first three, want ~3 s", waited)
+		}
+		waitUntil(t, "five complete captures", func() bool { // the agent's uploads end
+			n := 0
+			for _, c := range f.m.Captures(0) {
+				if c.State == StateComplete {
+					n++
+				}
+			}
+			return n == 5
+		})
+	})
 }
 
 func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {

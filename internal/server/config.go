@@ -189,7 +189,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Capture.MaxWindow, "capture.max-window", c.Capture.MaxWindow, "longest coalesced capture window")
 	fs.Int64Var(&c.Capture.BudgetBytesPerMinute, "capture.budget-bytes-per-minute", c.Capture.BudgetBytesPerMinute, "artifact bytes accepted per process per minute")
 	fs.DurationVar(&c.Capture.MinInterval, "capture.min-interval", c.Capture.MinInterval, "least time between two captures of one process; anomalies meanwhile join the waiting capture (0: none)")
-	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes; more wait, or are skipped once too late for their window (0: no bound)")
+	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes, at most 3 within any 3/N of a minute; more wait, or are skipped once too late for their window (0: no bound)")
 	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
 	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
 	fs.Func("capture.kinds", "comma-separated evidence kinds to request (e.g. cpu,jfr,kernel); empty asks for all an agent offers", func(s string) error {
