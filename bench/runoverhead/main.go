@@ -7,7 +7,8 @@
 // same machine, with an open-loop load (internal/loadgen, latency from the
 // intended send time). Spans of both traced modes go to one Rootline server.
 // CPU is the user+system time of every process of the chain (supervisors
-// included) per request.
+// included) per request. A mode "run@PATH" (or "run-ptrace@PATH") runs
+// `rootline run` from the binary at PATH instead: two builds side by side.
 //
 //	go run ./bench/runoverhead --rootline bin/rootline --chain /tmp/chain
 package main
@@ -111,10 +112,14 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 	for i, name := range []string{"c", "b", "a"} {
 		env := append(os.Environ(), "LISTEN=127.0.0.1:0", "CALL="+call, fmt.Sprint("SPIN_US=", spin), "SERVICE_NAME="+name)
 		argv := []string{chain}
-		switch mode {
+		base, bin, other := strings.Cut(mode, "@")
+		if !other {
+			bin = rootline
+		}
+		switch base {
 		case "run", "run-ptrace":
-			m := map[string]string{"run": "ebpf", "run-ptrace": "ptrace"}[mode]
-			argv = []string{rootline, "run", "--mode", m, "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
+			m := map[string]string{"run": "ebpf", "run-ptrace": "ptrace"}[base]
+			argv = []string{bin, "run", "--mode", m, "--service", name, "--server", "http://127.0.0.1:24318", "--agent", "", "--", chain}
 		case "otel":
 			env = append(env, "OTEL=1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:24318")
 		}
