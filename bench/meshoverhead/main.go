@@ -9,7 +9,8 @@
 // profiler or kernel recorder follows the services) and envoy+tracing (the
 // sidecars' tracing and the server alone). A mode with agent flags after a
 // colon, e.g. envoy+rootline:profilers=jfr:kmetrics=true, runs the agent
-// with --profilers=jfr --kmetrics=true: variants of one mode side by side.
+// with --profilers=jfr --kmetrics=true: variants of one mode side by side
+// (a comma inside a value is written "/": profilers=cpu/kernel).
 //
 // Every mode also reports the machine's busy CPU per request (all
 // processes, /proc/stat), steadier than the latency percentiles on a
@@ -181,12 +182,12 @@ func med(rs []result) result {
 }
 
 // splitMode splits a mode into its base mode and the agent flags after it
-// (envoy+rootline:profilers=jfr → envoy+rootline, [--profilers=jfr]).
+// (envoy+rootline:profilers=cpu/jfr → envoy+rootline, [--profilers=cpu,jfr]).
 func splitMode(mode string) (string, []string) {
 	parts := strings.Split(mode, ":")
 	var flags []string
 	for _, p := range parts[1:] {
-		flags = append(flags, "--"+p)
+		flags = append(flags, "--"+strings.ReplaceAll(p, "/", ","))
 	}
 	return parts[0], flags
 }
