@@ -59,6 +59,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.DurationVar(&c.MaxWindow, "max-window", c.MaxWindow, "longest dump window accepted")
 	fs.IntVar(&c.MaxConcurrentDumps, "max-concurrent-dumps", c.MaxConcurrentDumps, "profiler dumps running at once")
 	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
+	fs.IntVar(&c.DumpNice, "dump-nice", c.DumpNice, "nice value (0–19) of the threads building a dump, so that a capture does not slow the node's services further (0: the agent's priority)")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
 	fs.StringVar(&jfrConfig.Attach, "jfr.attach", jfr.AttachNative, "how the jfr profiler sends JVMs their diagnostic commands: native (the HotSpot attach socket, jcmd only where it cannot be used) or jcmd (a jcmd process per command)")
 	fs.BoolVar(&f.bpfStats, "bpf-stats", false, "turn on the kernel's BPF run-time statistics while the agent runs, so the profilers report their programs' CPU time (bpf_run_time_seconds); "+

@@ -17,6 +17,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler"
@@ -660,5 +662,44 @@ func TestBoundsConcurrentDumps(t *testing.T) {
 	defer mu.Unlock()
 	if peak != 2 {
 		t.Errorf("peak concurrent dumps = %d, want 2", peak)
+	}
+}
+
+// Dumps run on threads at Config.DumpNice; 0 leaves them at the agent's.
+func TestDumpNice(t *testing.T) {
+	nice := func() int {
+		prio, err := unix.Getpriority(unix.PRIO_PROCESS, 0) // the calling thread
+		if err != nil {
+			t.Error(err)
+		}
+		return 20 - prio // the raw syscall answers 20 - nice
+	}
+	base := nice()
+	for _, want := range []int{0, 10} {
+		t.Run(fmt.Sprint("nice ", want), func(t *testing.T) {
+			srv := newServer(t, nil)
+			proc := child(t)
+			got := make(chan int, 1)
+			cpu := &fakeProfiler{name: "cpu", dumpFn: func(_ context.Context, tg profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+				got <- nice()
+				return []profiler.Artifact{{Kind: "cpu", FileName: "cpu.bin", Data: []byte("x")}}, nil
+			}}
+			cfg := testConfig(srv.url)
+			cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-nice"}}
+			cfg.DumpNice = want
+			startAgent(t, cfg, cpu)
+			waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 1 })
+			srv.anomaly("svc-nice", 1)
+			if c := srv.finished(t); c.State != capture.StateComplete {
+				t.Fatalf("capture = %+v", c)
+			}
+			exp := max(base, want)
+			if n := <-got; n != exp {
+				t.Errorf("dump thread's nice = %d, want %d", n, exp)
+			}
+			if n := nice(); n != base {
+				t.Errorf("the test's thread's nice changed to %d", n)
+			}
+		})
 	}
 }

@@ -46,6 +46,11 @@ type Config struct {
 	MaxConcurrentDumps int `yaml:"max_concurrent_dumps"`
 	// DumpTimeout bounds one dump, uploads included.
 	DumpTimeout time.Duration `yaml:"dump_timeout"`
+	// DumpNice is the nice value (0–19) of the threads that build a dump
+	// (JFR parsing, symbolization, kernel snapshots): a capture is asked for
+	// when the node's services are slow, and its CPU must not make them
+	// slower. 0: the agent's own priority.
+	DumpNice int `yaml:"dump_nice"`
 	// Version is reported in the registration.
 	Version string `yaml:"-"`
 }
@@ -60,6 +65,7 @@ func DefaultConfig() Config {
 		MaxWindow:          10 * time.Minute,
 		MaxConcurrentDumps: 2,
 		DumpTimeout:        2 * time.Minute,
+		DumpNice:           10,
 	}
 }
 
@@ -85,6 +91,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxWindow <= 0 || c.DumpTimeout <= 0 {
 		errs = append(errs, errors.New("agent max window and dump timeout must be positive"))
+	}
+	if c.DumpNice < 0 || c.DumpNice > 19 {
+		errs = append(errs, fmt.Errorf("agent dump nice %d must be within 0–19", c.DumpNice))
 	}
 	if c.MaxConcurrentDumps < 1 {
 		errs = append(errs, errors.New("agent max concurrent dumps must be ≥ 1"))

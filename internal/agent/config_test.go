@@ -55,6 +55,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "bad advertise", mod: func(c *Config) { c.AdvertiseURL = "/dump" }, err: "advertise URL"},
 		{name: "bad listen", mod: func(c *Config) { c.ListenAddr = "7070" }, err: "listen address"},
 		{name: "no concurrency", mod: func(c *Config) { c.MaxConcurrentDumps = 0 }, err: "concurrent"},
+		{name: "nice out of range", mod: func(c *Config) { c.DumpNice = 20 }, err: "dump nice"},
 		{name: "empty target", mod: func(c *Config) { c.Targets = []TargetSpec{{Service: "x"}} }, err: "targets[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

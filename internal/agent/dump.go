@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/profiler"
@@ -197,6 +200,7 @@ func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *c
 			continue
 		}
 		wg.Go(func() {
+			a.lowerPriority()
 			var arts []profiler.Artifact
 			var err error
 			if cp, ok := p.(CgroupProfiler); ok && cg != nil && slices.Contains(cg.kinds, p.Name()) {
@@ -210,6 +214,20 @@ func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *c
 		})
 	}
 	wg.Wait()
+}
+
+// lowerPriority gives the calling goroutine an OS thread of its own at
+// Config.DumpNice. The thread is never unlocked: it ends with the goroutine,
+// so no other goroutine runs at that priority. Goroutines the dump starts
+// run at the agent's priority.
+func (a *Agent) lowerPriority() {
+	if a.cfg.DumpNice <= 0 {
+		return
+	}
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), a.cfg.DumpNice); err != nil {
+		a.logger.Debug("cannot lower the dump thread's priority", "nice", a.cfg.DumpNice, "err", err)
+	}
 }
 
 // upload sends the job's artifacts within the request's byte budget and
