@@ -95,12 +95,14 @@ func TestCPU(t *testing.T) {
 	}
 	// This test binary is among the commands, with at least its own CPU.
 	exe, _ := os.Executable()
-	if got := CPUByCommand()[filepath.Base(exe)]; got < CPU(os.Getpid()) {
-		t.Errorf("CPUByCommand[%s] = %v < CPU %v", filepath.Base(exe), got, CPU(os.Getpid()))
+	own := CPU(os.Getpid()) // read first: it only grows
+	if got := CPUByCommand()[filepath.Base(exe)]; got < own {
+		t.Errorf("CPUByCommand[%s] = %v < CPU %v read before it", filepath.Base(exe), got, own)
 	}
 	// The machine was busy at least as long as this process and its
 	// waited-for children, since both started after boot.
-	if m := MachineCPU(); m < CPUWithChildren(os.Getpid()) {
-		t.Errorf("MachineCPU %v < this process's CPU %v", m, CPUWithChildren(os.Getpid()))
+	withChildren := CPUWithChildren(os.Getpid())
+	if m := MachineCPU(); m < withChildren {
+		t.Errorf("MachineCPU %v < this process's CPU %v read before it", m, withChildren)
 	}
 }
