@@ -72,6 +72,7 @@ func main() {
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
 		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
+	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -108,7 +109,7 @@ func main() {
 	for round := range *rounds {
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration) {
+			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration, *warmup) {
 				res[mode][rate] = append(res[mode][rate], r)
 				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f\n",
 					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin)
@@ -193,7 +194,7 @@ func splitMode(mode string) (string, []string) {
 }
 
 // runMode starts the mesh in one mode and measures every rate.
-func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d time.Duration) map[float64]result {
+func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d, warmup time.Duration) map[float64]result {
 	ctx := context.Background()
 	mode, agentFlags := splitMode(modeName)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
@@ -237,8 +238,12 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	defer m.Close()
 	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
 	out := map[float64]result{}
-	for _, rate := range rates {
-		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: 3 * time.Second}}})
+	for i, rate := range rates {
+		w := warmup
+		if i == 0 {
+			w *= 3
+		}
+		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: w}}})
 		var cpu0, agentCPU0 time.Duration
 		var spans0, captures0 float64
 		var bytes0 int64
