@@ -100,6 +100,7 @@ struct sock {
 	struct sock_common __sk_common;
 	int sk_sndbuf;
 	int sk_wmem_queued;
+	void *sk_user_data;
 } __attribute__((preserve_access_index));
 
 struct tcp_sock {
@@ -2146,6 +2147,13 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 {
 	if (ret < 0 || (flags & MSG_PEEK))
 		return 0; // errors; peeked bytes will be read again
+	// This runs for every socket read of every process on the node, once
+	// per `rootline run`. Ours are in the rd_socks sockhash (sockops drops
+	// a connection that cannot join it), so they hold a psock in
+	// sk_user_data: one load turns away the others (a sidecar's, say)
+	// before the hash lookup.
+	if (!sock->sk_user_data)
+		return 0;
 	__u64 key = (__u64)sock;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
 	if (!c)
