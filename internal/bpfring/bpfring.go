@@ -58,6 +58,7 @@ func NewReader(m *ebpf.Map) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	rd.SetDeadline(past) // rd only ever drains what is pending
 	fd, err := unix.FcntlInt(uintptr(m.FD()), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		rd.Close()
@@ -118,7 +119,6 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 			return ringbuf.ErrClosed
 		}
 		if r.rd.AvailableBytes() > 0 {
-			r.rd.SetDeadline(past)
 			err := r.rd.ReadInto(rec)
 			if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ringbuf.ErrFlushed) {
 				return err // a record, or a real error

@@ -64,17 +64,35 @@ func TreeCPU(pids ...int) time.Duration {
 // idle, iowait or steal): what a workload and everything beside it cost,
 // wherever it ran.
 func MachineCPU() time.Duration {
+	return StatTime(StatUser, StatNice, StatSystem, StatIRQ, StatSoftIRQ)
+}
+
+// Columns of the "cpu" line of /proc/stat, for StatTime.
+const (
+	StatUser    = 1
+	StatNice    = 2
+	StatSystem  = 3
+	StatIdle    = 4
+	StatIOWait  = 5
+	StatIRQ     = 6
+	StatSoftIRQ = 7
+	StatSteal   = 8
+)
+
+// StatTime returns the sum of the given columns of the "cpu" line of
+// /proc/stat (all CPUs since boot), 0 if it cannot be read.
+func StatTime(cols ...int) time.Duration {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal …
-	if len(f) < 8 || f[0] != "cpu" {
+	f := strings.Fields(line)
+	if len(f) <= StatSteal || f[0] != "cpu" {
 		return 0
 	}
 	var t int64
-	for _, i := range []int{1, 2, 3, 6, 7} {
+	for _, i := range cols {
 		v, _ := strconv.ParseInt(f[i], 10, 64)
 		t += v
 	}

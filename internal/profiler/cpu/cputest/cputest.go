@@ -4,11 +4,10 @@ package cputest
 
 import (
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/overhead"
 	"github.com/rootline/rootline/internal/profiler/cpu"
 )
 
@@ -42,15 +41,5 @@ func Missing(tb testing.TB, reason string) {
 // BPF on-CPU time exceeds its schedstat by up to the steal meanwhile.
 func ExcludedTime(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
-	var ticks uint64
-	for _, i := range []int{6, 7, 8} { // "cpu" user nice system idle iowait irq softirq steal
-		v, _ := strconv.ParseUint(f[i], 10, 64)
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
+	return overhead.StatTime(overhead.StatIRQ, overhead.StatSoftIRQ, overhead.StatSteal)
 }
