@@ -20,6 +20,8 @@
 #define SR_EV_EXEC 6       // tid=task, comm=new comm
 #define SR_EV_EXIT 7       // tid=task; flags bit0: group dead
 #define SR_EV_BLOCK_RQ 8   // tid=issuer; arg=issue ktime; detail=bytes; ts=completion
+#define SR_EV_CLOCK 9      // clock pair of cpu: ts=bpf_ktime_get_ns, arg=the run queue's
+                           // clock read just before (see SR_F_RQCLOCK)
 
 // Context of a wakeup (sr_event.ctx for SR_EV_WAKING).
 #define SR_CTX_THREAD 0
@@ -31,6 +33,13 @@
 // SR_EV_SWITCH flags.
 #define SR_F_PREEMPT 1   // the switch was an involuntary preemption
 #define SR_F_KTHREAD 2   // prev is a kernel thread
+#define SR_F_RQCLOCK 4   // ts is the CPU's run-queue clock (sched_clock_cpu, read at
+                         // the switch), not bpf_ktime_get_ns: user space maps it with
+                         // the SR_EV_CLOCK pairs of that CPU (emitted first)
+
+// A CPU's clock pair is renewed when its run-queue clock has advanced this
+// much since the last one.
+#define SR_CLOCK_PAIR_NS 20000000ULL
 
 // Syscall of a task at switch time (sr_event.syscall) when not a syscall number.
 #define SR_SYS_NONE -1    // a user task known not to be in a syscall (fault/exception)
@@ -50,8 +59,8 @@ struct sr_config {
 // struct sr_event is one record of the sr_events ring buffer (96 bytes).
 // 8-byte fields first, explicit padding, no holes.
 struct sr_event {
-	__u64 ts;      // bpf_ktime_get_ns (CLOCK_MONOTONIC)
-	__u64 arg;     // SWITCH: raw prev __state; BLOCK_RQ: issue ts; FORK: clone flags (0)
+	__u64 ts;      // bpf_ktime_get_ns (CLOCK_MONOTONIC), or see SR_F_RQCLOCK
+	__u64 arg;     // SWITCH: raw prev __state; BLOCK_RQ: issue ts; CLOCK: rq clock
 	__u32 type;    // SR_EV_*
 	__u32 cpu;     // CPU the event ran on
 	__u32 tid;     // primary task (see SR_EV_*)

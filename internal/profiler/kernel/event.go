@@ -12,6 +12,9 @@ const (
 	EvExec      = 6 // TID=task; Comm=new comm
 	EvExit      = 7 // TID=task; Flags&1: the whole process exited
 	EvBlockRq   = 8 // TID=issuer; Arg=issue ts; TS=completion; Detail=bytes
+	// EvClock is a CPU's clock pair (TS=monotonic, Arg=run-queue clock);
+	// the source consumes it (see clockPairs), sinks never see it.
+	EvClock = 9
 )
 
 // Wakeup contexts (SR_CTX_*).
@@ -27,6 +30,9 @@ const (
 const (
 	FlagPreempt = 1
 	FlagKthread = 2
+	// FlagRQClock: TS is the CPU's run-queue clock (mapped and cleared by
+	// the source before the event reaches a sink).
+	FlagRQClock = 4
 )
 
 // Syscall values that are not syscall numbers (SR_SYS_*).

@@ -196,6 +196,12 @@ func TestAccuracyOnCPU(t *testing.T) {
 				tid, time.Duration(got), time.Duration(want), 100*diff, time.Duration(excl))
 		}
 	}
+	// Switches are timed with the run queues' clocks, mapped through the
+	// CPUs' clock pairs (this kernel has CONFIG_FAIR_GROUP_SCHED; without
+	// it the recorder reads the clock helper and there are no pairs).
+	if st := r.Stats(); st["clock_pairs"] == 0 || st["clock_unpaired"] != 0 {
+		t.Errorf("clock pairs %v, unpaired switches %v: want some, none", st["clock_pairs"], st["clock_unpaired"])
+	}
 	if checked < 2 {
 		t.Errorf("only %d threads ran ≥ 50ms", checked)
 	}

@@ -29,6 +29,7 @@ type schedRecorderSrCpuctx struct {
 	Softirq uint32
 	Hrtimer uint32
 	Block   uint32
+	Paired  uint64
 }
 
 type schedRecorderSrEvent struct {
