@@ -30,6 +30,8 @@ type schedRecorderSrCpuctx struct {
 	Hrtimer uint32
 	Block   uint32
 	Paired  uint64
+	Regs    uint32
+	Pad     uint32
 }
 
 type schedRecorderSrEvent struct {
