@@ -62,6 +62,10 @@ struct file {
 	struct inode *f_inode;
 } __attribute__((preserve_access_index));
 
+struct kiocb {
+	struct file *ki_filp;
+} __attribute__((preserve_access_index));
+
 struct fdtable {
 	unsigned int max_fds;
 	struct file **fd;
@@ -308,9 +312,16 @@ static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd)
 		return 0;
 	struct file **fds = fdt->fd;
 	struct file *f = 0;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff]) || !f)
+	if (bpf_core_field_offset(struct kiocb, ki_filp) == 0) {
+		// The slot read as a kiocb, whose first field is a struct file
+		// pointer: a typed (untrusted, fault-safe) load, no helper call.
+		struct kiocb *slot = bpf_rdonly_cast(&fds[fd & 0xffffff], bpf_core_type_id_kernel(struct kiocb));
+		f = slot->ki_filp;
+	} else if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd & 0xffffff])) {
 		return 0;
-	// Typed (untrusted, fault-safe) loads instead of a helper call per field.
+	}
+	if (!f)
+		return 0;
 	f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
 	return (f->f_inode->i_mode & 0170000) >> 12;
 }
