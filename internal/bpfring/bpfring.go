@@ -18,6 +18,11 @@
 // submissions without BPF_RB_NO_WAKEUP, or with BPF_RB_FORCE_WAKEUP) become
 // readiness events. Records submitted with BPF_RB_NO_WAKEUP are found at the
 // deadline, as with ringbuf.Reader.
+//
+// NewMultiReader reads several ring buffers (e.g. one per CPU, so that
+// producers on different CPUs do not contend for one ring's lock) with one
+// goroutine: their fds are in an epoll instance of their own, whose fd is
+// pollable too and is what the network poller waits on.
 package bpfring
 
 import (
@@ -41,8 +46,11 @@ var past = time.Unix(1, 0)
 // Reader reads records from a BPF ring buffer map. ReadInto and Close may
 // be called from different goroutines, Flush and SetDeadline from any.
 type Reader struct {
-	rd *ringbuf.Reader
-	f  *os.File // non-blocking duplicate of the map's fd, in the netpoller
+	rds []*ringbuf.Reader
+	cur int // index in rds of the ring being drained
+	// f is in the netpoller: a non-blocking duplicate of the map's fd (one
+	// ring), or an epoll fd watching every ring's fd.
+	f  *os.File
 	rc syscall.RawConn
 
 	mu       sync.Mutex // held by ReadInto; Close takes it to close rd
@@ -54,35 +62,87 @@ type Reader struct {
 
 // NewReader opens a reader of the ring buffer map m.
 func NewReader(m *ebpf.Map) (*Reader, error) {
-	rd, err := ringbuf.NewReader(m)
+	return NewMultiReader([]*ebpf.Map{m})
+}
+
+// NewMultiReader opens one reader of the ring buffer maps ms: ReadInto
+// returns the records of each in order, the rings one after the other.
+func NewMultiReader(ms []*ebpf.Map) (_ *Reader, err error) {
+	if len(ms) == 0 {
+		return nil, errors.New("ring buffer: no map")
+	}
+	r := &Reader{}
+	defer func() {
+		if err != nil {
+			for _, rd := range r.rds {
+				rd.Close()
+			}
+		}
+	}()
+	for _, m := range ms {
+		rd, err := ringbuf.NewReader(m)
+		if err != nil {
+			return nil, err
+		}
+		rd.SetDeadline(past) // rd only ever drains what is pending
+		r.rds = append(r.rds, rd)
+	}
+	fd, err := pollFD(ms)
 	if err != nil {
 		return nil, err
 	}
-	rd.SetDeadline(past) // rd only ever drains what is pending
-	fd, err := unix.FcntlInt(uintptr(m.FD()), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		rd.Close()
-		return nil, fmt.Errorf("ring buffer: dup fd: %w", err)
-	}
 	if err := unix.SetNonblock(fd, true); err != nil {
 		unix.Close(fd)
-		rd.Close()
 		return nil, fmt.Errorf("ring buffer: non-blocking fd: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "bpf-ringbuf")
 	// SetReadDeadline fails unless the netpoller took the fd.
 	if err := f.SetReadDeadline(time.Time{}); err != nil {
 		f.Close()
-		rd.Close()
 		return nil, fmt.Errorf("ring buffer: not pollable here: %w", err)
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		rd.Close()
 		return nil, fmt.Errorf("ring buffer: %w", err)
 	}
-	return &Reader{rd: rd, f: f, rc: rc}, nil
+	r.f, r.rc = f, rc
+	return r, nil
+}
+
+// pollFD returns a new fd that is readable when a ring of ms has records: a
+// duplicate of the only map's fd, or an epoll fd watching every map's (an
+// epoll fd is itself pollable; each wake-up of a ring wakes its pollers).
+func pollFD(ms []*ebpf.Map) (int, error) {
+	if len(ms) == 1 {
+		fd, err := unix.FcntlInt(uintptr(ms[0].FD()), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("ring buffer: dup fd: %w", err)
+		}
+		return fd, nil
+	}
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("ring buffer: epoll: %w", err)
+	}
+	for i, m := range ms {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(i)}
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, m.FD(), &ev); err != nil {
+			unix.Close(ep)
+			return -1, fmt.Errorf("ring buffer: epoll add: %w", err)
+		}
+	}
+	return ep, nil
+}
+
+// pending reports whether a ring has records (or discarded ones) to read.
+func (r *Reader) pending() bool {
+	for _, rd := range r.rds {
+		if rd.AvailableBytes() > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // SetDeadline sets when ReadInto stops waiting for records and returns
@@ -118,12 +178,16 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 		if r.closed {
 			return ringbuf.ErrClosed
 		}
-		if r.rd.AvailableBytes() > 0 {
-			err := r.rd.ReadInto(rec)
-			if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ringbuf.ErrFlushed) {
-				return err // a record, or a real error
+		for range r.rds {
+			rd := r.rds[r.cur]
+			if rd.AvailableBytes() > 0 {
+				err := rd.ReadInto(rec)
+				if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, ringbuf.ErrFlushed) {
+					return err // a record, or a real error
+				}
+				// Only discarded records were pending: this ring is empty.
 			}
-			// Only discarded records were pending: the ring is empty.
+			r.cur = (r.cur + 1) % len(r.rds)
 		}
 		if r.flushed.Swap(false) {
 			return ringbuf.ErrFlushed
@@ -140,7 +204,7 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 			return ringbuf.ErrClosed // only fails once closed
 		}
 		err := r.rc.Read(func(uintptr) bool {
-			return r.rd.AvailableBytes() > 0 || r.flushed.Load()
+			return r.pending() || r.flushed.Load()
 		})
 		switch {
 		case r.closing.Load():
@@ -167,5 +231,8 @@ func (r *Reader) Close() error {
 	if errors.Is(err, os.ErrClosed) {
 		err = nil
 	}
-	return errors.Join(err, r.rd.Close())
+	for _, rd := range r.rds {
+		err = errors.Join(err, rd.Close())
+	}
+	return err
 }

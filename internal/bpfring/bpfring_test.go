@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func (p *producer) put(t *testing.T, v uint64) {
 
 const noWakeup = 1 // BPF_RB_NO_WAKEUP
 
-func setup(t *testing.T) (*bpfring.Reader, *ebpf.Map) {
+func newRing(t *testing.T) *ebpf.Map {
 	t.Helper()
 	cputest.RequireBPF(t)
 	ring, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
@@ -74,6 +75,12 @@ func setup(t *testing.T) (*bpfring.Reader, *ebpf.Map) {
 		cputest.Missing(t, "ring buffer map: "+err.Error())
 	}
 	t.Cleanup(func() { ring.Close() })
+	return ring
+}
+
+func setup(t *testing.T) (*bpfring.Reader, *ebpf.Map) {
+	t.Helper()
+	ring := newRing(t)
 	rd, err := bpfring.NewReader(ring)
 	if err != nil {
 		t.Fatal(err)
@@ -196,5 +203,65 @@ func TestFlushAndClose(t *testing.T) {
 	}
 	if err := rd.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// One reader of several rings: a wake-up on any ring ends the wait (every
+// time, not only the first), and every ring's records are read, each
+// ring's in order.
+func TestMultiReader(t *testing.T) {
+	rings := []*ebpf.Map{newRing(t), newRing(t), newRing(t)}
+	rd, err := bpfring.NewMultiReader(rings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	quiet0, quiet1 := newProducer(t, rings[0], noWakeup), newProducer(t, rings[1], noWakeup)
+	loud1, loud2 := newProducer(t, rings[1], 0), newProducer(t, rings[2], 0)
+	var rec ringbuf.Record
+	for round, loud := range []*producer{loud2, loud1, loud2} {
+		quiet0.put(t, 10)
+		quiet0.put(t, 11)
+		quiet1.put(t, 20)
+		rd.SetDeadline(time.Now().Add(20 * time.Second))
+		// Drain what is pending without waiting, then wait for the wake-up.
+		got := map[uint64]bool{}
+		var order []uint64
+		for range 3 {
+			if err := rd.ReadInto(&rec); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			v := value(t, rec)
+			got[v], order = true, append(order, v)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			time.Sleep(100 * time.Millisecond)
+			loud.put(t, 30)
+		}()
+		begun := time.Now()
+		if err := rd.ReadInto(&rec); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		<-done
+		if v := value(t, rec); v != 30 {
+			t.Errorf("round %d: record %d after the wait, want 30", round, v)
+		}
+		if took := time.Since(begun); took < 90*time.Millisecond || took > 10*time.Second {
+			t.Errorf("round %d: woken after %v, want ~100 ms", round, took)
+		}
+		if !got[10] || !got[11] || !got[20] {
+			t.Errorf("round %d: pending records %v, want 10 11 20", round, order)
+		}
+		for i, v := range order {
+			if v == 11 && (i == 0 || !slices.Contains(order[:i], 10)) {
+				t.Errorf("round %d: ring 0 out of order: %v", round, order)
+			}
+		}
+	}
+	rd.SetDeadline(time.Now().Add(50 * time.Millisecond))
+	if err := rd.ReadInto(&rec); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("empty rings: %v, want os.ErrDeadlineExceeded", err)
 	}
 }
