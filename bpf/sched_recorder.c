@@ -1,6 +1,6 @@
 // Scheduler flight recorder: thread states and wakeups of target processes
 // (internal/profiler/kernel loads it). tp_btf programs on the sched
-// tracepoints emit struct sr_event records into the sr_events ring buffer for
+// tracepoints emit struct sr_event records into per-CPU ring buffers for
 // tasks whose process (tgid) is in sr_targets or whose cgroup v2 id is in
 // sr_cgroups, or for every task when sr_config.all is set.
 //
@@ -155,11 +155,24 @@ struct {
 	__type(value, struct sr_config);
 } sr_cfg SEC(".maps");
 
-// sr_events: user space resizes it before load (Config.RingBufferBytes).
-struct {
+// sr_rings holds one ring buffer per CPU (index: CPU number); user space
+// sizes the outer map to the possible CPUs and the rings to share
+// Config.RingBufferBytes, then inserts them. A CPU writes only to its own
+// ring: with one shared ring every record takes the ring's lock and its
+// producer position's cache line from the CPU that wrote last, a cost that
+// grows with the number of CPUs recording (on 2 vCPUs the two layouts
+// measured alike, bench/RESULTS.md).
+struct sr_ring {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} sr_events SEC(".maps");
+	__uint(max_entries, 1 << 20);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct sr_ring);
+} sr_rings SEC(".maps");
 
 // sr_lost counts records dropped because the ring buffer was full.
 struct {
@@ -253,16 +266,21 @@ static __always_inline int is_target(struct task_struct *t, struct sr_config *cf
 	return 0;
 }
 
-static __always_inline struct sr_event *reserve(void)
+// reserve reserves a record in this CPU's ring (returned in *ring for
+// submit), or counts it lost.
+static __always_inline struct sr_event *reserve(void **ring)
 {
-	struct sr_event *e = bpf_ringbuf_reserve(&sr_events, sizeof(*e), 0);
+	__u32 cpu = bpf_get_smp_processor_id();
+	void *rb = bpf_map_lookup_elem(&sr_rings, &cpu);
+	struct sr_event *e = rb ? bpf_ringbuf_reserve(rb, sizeof(*e), 0) : 0;
 	if (!e) {
 		__u64 *lost = bpf_map_lookup_elem(&sr_lost, &zero);
 		if (lost)
 			*lost += 1; // per-CPU slot: no atomic needed
 		return 0;
 	}
-	e->cpu = bpf_get_smp_processor_id();
+	*ring = rb;
+	e->cpu = cpu;
 	e->arg = 0;
 	e->syscall = 0;
 	e->detail = 0;
@@ -279,11 +297,11 @@ static __always_inline struct sr_event *reserve(void)
 
 // submit batches reader wake-ups: waking the reader per event costs more
 // than the event. The reader also polls on a timer.
-static __always_inline void submit(struct sr_event *e, struct sr_config *cfg)
+static __always_inline void submit(struct sr_event *e, void *ring, struct sr_config *cfg)
 {
 	__u64 flags = 0;
 	if (cfg->wakeup_bytes)
-		flags = bpf_ringbuf_query(&sr_events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ?
+		flags = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ?
 				BPF_RB_FORCE_WAKEUP :
 				BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
@@ -398,7 +416,8 @@ static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_co
 		return 0;
 	if (c->paired && clock - c->paired < SR_CLOCK_PAIR_NS)
 		return clock;
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0; // full: the switch record will not fit either
 	e->ts = bpf_ktime_get_ns();
@@ -426,7 +445,8 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 		return 0;
 
 	__u64 rqclock = switch_clock(prev, cfg);
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0;
 	if (rqclock) {
@@ -473,7 +493,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	// switch-in on (task storage exists for targets only).
 	if (cfg->syscall_hooks && tnext && !(next->flags & PF_KTHREAD))
 		bpf_task_storage_get(&sr_tasks, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	submit(e, cfg);
+	submit(e, ring, cfg);
 	return 0;
 }
 
@@ -505,7 +525,8 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	struct sr_config *cfg = config();
 	if (!cfg || !is_target(p, cfg))
 		return 0;
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
@@ -529,7 +550,7 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	} else {
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
 	}
-	submit(e, cfg);
+	submit(e, ring, cfg);
 	return 0;
 }
 
@@ -569,14 +590,15 @@ int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
 	}
 	if (!tparent && !is_target(child, cfg))
 		return 0;
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_FORK;
 	task_ids(child, &e->tid, &e->tgid, e->comm);
 	task_ids(parent, &e->tid2, &e->tgid2, e->comm2);
-	submit(e, cfg);
+	submit(e, ring, cfg);
 	return 0;
 }
 
@@ -586,14 +608,15 @@ int BPF_PROG(sr_exec, struct task_struct *p)
 	struct sr_config *cfg = config();
 	if (!cfg || !is_target(p, cfg))
 		return 0;
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_EXEC;
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-	submit(e, cfg);
+	submit(e, ring, cfg);
 	return 0;
 }
 
@@ -613,7 +636,8 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 				__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
 		}
 	}
-	struct sr_event *e = reserve();
+	void *ring;
+	struct sr_event *e = reserve(&ring);
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
@@ -621,7 +645,7 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	e->flags = group_dead ? 1 : 0;
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-	submit(e, cfg);
+	submit(e, ring, cfg);
 	return 0;
 }
 
@@ -657,7 +681,8 @@ int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	if (!in)
 		return 0;
 	struct sr_config *cfg = config();
-	struct sr_event *e = cfg ? reserve() : 0;
+	void *ring;
+	struct sr_event *e = cfg ? reserve(&ring) : 0;
 	if (e) {
 		e->ts = bpf_ktime_get_ns();
 		e->type = SR_EV_BLOCK_RQ;
@@ -667,7 +692,7 @@ int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_byte
 		e->detail = in->bytes;
 		__builtin_memcpy(e->comm, in->comm, sizeof(e->comm));
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-		submit(e, cfg);
+		submit(e, ring, cfg);
 	}
 	bpf_map_delete_elem(&sr_rqs, &key);
 	return 0;

@@ -321,6 +321,35 @@ func TestRingBounds(t *testing.T) {
 	}
 }
 
+// TestRingOutOfOrder: records of one CPU's ring buffer arrive after newer
+// records of another's (the reader drains the rings one after the other);
+// a window finds them wherever they sit, and expiry keeps a chunk while
+// any of its events is recent.
+func TestRingOutOfOrder(t *testing.T) {
+	r := newRing(4 * chunkLen * eventBytes)
+	add := func(ts int64) {
+		ev := Event{Type: EvSwitch, TS: ts, TID: 101, TID2: 102}
+		r.add(&ev, nil, nil)
+	}
+	const newer, older = int64(2e9), int64(5e8) // 1.5 s apart
+	for i := range chunkLen {
+		add(newer - int64(chunkLen) + int64(i))
+	}
+	add(newer) // a new chunk starts with a newer record…
+	for i := range 10 {
+		add(older + int64(i)) // …then the other CPU's older ones
+	}
+	add(newer + 1)
+	got := r.window(older, older+9)
+	if len(got) != 10 || got[0].TS != older || got[9].TS != older+9 {
+		t.Errorf("window of the older records: %d events, want 10 in order", len(got))
+	}
+	r.expire(newer - 1)
+	if got := r.window(older, older+9); len(got) != 10 {
+		t.Errorf("after expiring what is older than the newest chunk's newest records: %d events, want 10", len(got))
+	}
+}
+
 // TestWindowOfSameSnapshot: building a snapshot from windowOf's share of
 // the ring gives exactly the snapshot built from every event of the window,
 // on random event streams of several processes that wake, preempt and fork

@@ -11,8 +11,9 @@
 // irq_handler_entry/exit, softirq_entry/exit and hrtimer_expire_entry/exit
 // (and optionally sched_wakeup and raw_syscalls sys_enter/sys_exit, below).
 // kprobes and fentry are not used (not available on every kernel Rootline
-// runs on). A record (struct sr_event, 96 bytes) goes to a BPF ring buffer
-// only when it concerns a target: a process registered with Start (its tgid
+// runs on). A record (struct sr_event, 96 bytes) goes to the BPF ring buffer
+// of the CPU it happens on (one per CPU, in the array of maps sr_rings:
+// CPUs do not contend for one ring's lock) only when it concerns a target: a process registered with Start (its tgid
 // is in the sr_targets map, mirrored in the mmapable bitmap sr_target_bits
 // that the programs test per event), a child it forks afterwards (followed from BPF
 // unless Config.NoFollowForks), a cgroup v2 registered with StartCgroup, or
@@ -22,9 +23,21 @@
 // artifacts' attributes. The programs are attached only while there is a
 // target (or Config.All): an agent with nothing to record costs nothing.
 //
+// Timestamps are CLOCK_MONOTONIC (bpf_ktime_get_ns), except for context
+// switches: the clock helper costs ~80 ns per call on a CPU with
+// retpolines and safe-RET mitigations, so sched_switch takes the time from
+// the CPU's run-queue clock (rq->clock, sched_clock_cpu, which __schedule
+// updates just before the tracepoint: the time the kernel accounts the
+// switch at), reached as prev->se.cfs_rq->rq. Every 20 ms of that clock a
+// CPU also emits a clock pair (rq clock and bpf_ktime_get_ns read
+// together); the reader maps switch times through the smallest offset of
+// the CPU's last 8 pairs (clockPairs). Without CONFIG_FAIR_GROUP_SCHED the
+// switch reads the helper.
+//
 // Syscalls produce no records and, by default, run no program: when a target
 // thread blocks, sched_switch reads the syscall it is in from the user
-// registers the kernel saved at syscall entry (bpf_task_pt_regs; on x86-64
+// registers the kernel saved at syscall entry (at the top of the task's
+// kernel stack, checked once per CPU against bpf_task_pt_regs; on x86-64
 // orig_ax is the syscall number, and cx == ip && r11 == flags tells a
 // SYSCALL entry from an exception frame, whose orig_ax is an error code),
 // and, for read/write-like calls, the type of the file behind the fd
@@ -58,7 +71,8 @@
 //
 // # User side
 //
-// A reader goroutine drains the ring buffer into a bounded in-memory ring
+// A reader goroutine drains the ring buffers (Config.RingBufferBytes split
+// among the CPUs) into a bounded in-memory ring
 // (Config.MaxBytes, default 128 MiB of 56-byte events, ≈ 2.3 M events;
 // Config.Retention, default 60 s) plus the last comm of each thread. The
 // kernel is hidden behind Source, so the interval builder, the snapshot and

@@ -30,8 +30,9 @@ type Config struct {
 	// Preroll is how far before a dump's window events are replayed, so the
 	// threads' states at the window's start are known (default 5s).
 	Preroll time.Duration `yaml:"preroll"`
-	// RingBufferBytes is the BPF ring buffer between kernel and reader
-	// (default 8 MiB, rounded up to a power of two ≥ one page).
+	// RingBufferBytes is the BPF ring buffers between kernel and reader,
+	// all CPUs together (default 8 MiB; rounded up to a power of two, then
+	// split among the possible CPUs, each ring a power of two ≥ 256 KiB).
 	RingBufferBytes int `yaml:"ring_buffer_bytes"`
 	// FlushInterval is how often the reader drains the ring buffer when the
 	// kernel has not woken it (default 200ms).

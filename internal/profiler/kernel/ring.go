@@ -20,11 +20,16 @@ const eventBytes = int64(unsafe.Sizeof(Event{}))
 type ring struct {
 	mu        sync.Mutex
 	chunks    [][]Event
+	spans     []span // spans[i]: the TS range of chunks[i]
 	maxChunks int
 	evicted   uint64
 	total     uint64
 	comms     map[uint32]*commEntry
 }
+
+// span is the range of TS in a chunk: records of different CPUs' ring
+// buffers arrive out of order (a reader drains one ring, then the next).
+type span struct{ lo, hi int64 }
 
 type commEntry struct {
 	comm Comm
@@ -48,14 +53,17 @@ func (r *ring) add(ev *Event, comm, comm2 *Comm) {
 			c = r.chunks[0][:0]
 			r.evicted += uint64(len(r.chunks[0]))
 			r.chunks[0] = nil
-			r.chunks = r.chunks[1:]
+			r.chunks, r.spans = r.chunks[1:], r.spans[1:]
 		} else {
 			c = make([]Event, 0, chunkLen)
 		}
 		r.chunks = append(r.chunks, c)
+		r.spans = append(r.spans, span{ev.TS, ev.TS})
 		last = len(r.chunks) - 1
 	}
 	r.chunks[last] = append(r.chunks[last], *ev)
+	sp := &r.spans[last]
+	sp.lo, sp.hi = min(sp.lo, ev.TS), max(sp.hi, ev.TS)
 	r.total++
 	if comm != nil && ev.TID != 0 {
 		r.setComm(ev.TID, comm, ev.TS)
@@ -73,19 +81,18 @@ func (r *ring) setComm(tid uint32, c *Comm, ts int64) {
 	r.comms[tid] = &commEntry{comm: *c, seen: ts}
 }
 
-// expire drops chunks whose newest event is older than before, and comms
+// expire drops chunks whose events are all older than before, and comms
 // not seen since then.
 func (r *ring) expire(before int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for len(r.chunks) > 1 {
-		c := r.chunks[0]
-		if len(c) > 0 && c[len(c)-1].TS >= before {
+		if r.spans[0].hi >= before {
 			break
 		}
-		r.evicted += uint64(len(c))
+		r.evicted += uint64(len(r.chunks[0]))
 		r.chunks[0] = nil
-		r.chunks = r.chunks[1:]
+		r.chunks, r.spans = r.chunks[1:], r.spans[1:]
 	}
 	for tid, e := range r.comms {
 		if e.seen < before {
@@ -111,8 +118,8 @@ func (r *ring) window(from, to int64) []Event {
 func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]Event, int) {
 	r.mu.Lock()
 	var chunks [][]Event
-	for _, c := range r.chunks {
-		if len(c) > 0 && c[len(c)-1].TS >= from-slack && c[0].TS <= to+slack {
+	for i, c := range r.chunks {
+		if sp := r.spans[i]; sp.hi >= from && sp.lo <= to {
 			chunks = append(chunks, c)
 		}
 	}
@@ -162,13 +169,10 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]E
 		}
 	}
 	r.mu.Unlock()
-	// Records of different CPUs reach the ring buffer slightly out of order.
+	// Records of different CPUs arrive out of order.
 	sort.SliceStable(out, func(i, j int) bool { return out[i].TS < out[j].TS })
 	return out, total
 }
-
-// slack bounds how far out of order events of different CPUs arrive.
-const slack = 10_000_000
 
 func (r *ring) comm(tid uint32) string {
 	r.mu.Lock()

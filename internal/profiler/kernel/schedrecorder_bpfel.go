@@ -80,8 +80,8 @@ const (
 	schedRecorderMapSrCfg           = "sr_cfg"
 	schedRecorderMapSrCgroups       = "sr_cgroups"
 	schedRecorderMapSrCtx           = "sr_ctx"
-	schedRecorderMapSrEvents        = "sr_events"
 	schedRecorderMapSrLost          = "sr_lost"
+	schedRecorderMapSrRings         = "sr_rings"
 	schedRecorderMapSrRqs           = "sr_rqs"
 	schedRecorderMapSrTargetBits    = "sr_target_bits"
 	schedRecorderMapSrTargets       = "sr_targets"
@@ -175,8 +175,8 @@ type schedRecorderMapSpecs struct {
 	SrCfg        *ebpf.MapSpec `ebpf:"sr_cfg"`
 	SrCgroups    *ebpf.MapSpec `ebpf:"sr_cgroups"`
 	SrCtx        *ebpf.MapSpec `ebpf:"sr_ctx"`
-	SrEvents     *ebpf.MapSpec `ebpf:"sr_events"`
 	SrLost       *ebpf.MapSpec `ebpf:"sr_lost"`
+	SrRings      *ebpf.MapSpec `ebpf:"sr_rings"`
 	SrRqs        *ebpf.MapSpec `ebpf:"sr_rqs"`
 	SrTargetBits *ebpf.MapSpec `ebpf:"sr_target_bits"`
 	SrTargets    *ebpf.MapSpec `ebpf:"sr_targets"`
@@ -214,8 +214,8 @@ type schedRecorderMaps struct {
 	SrCfg        *ebpf.Map `ebpf:"sr_cfg"`
 	SrCgroups    *ebpf.Map `ebpf:"sr_cgroups"`
 	SrCtx        *ebpf.Map `ebpf:"sr_ctx"`
-	SrEvents     *ebpf.Map `ebpf:"sr_events"`
 	SrLost       *ebpf.Map `ebpf:"sr_lost"`
+	SrRings      *ebpf.Map `ebpf:"sr_rings"`
 	SrRqs        *ebpf.Map `ebpf:"sr_rqs"`
 	SrTargetBits *ebpf.Map `ebpf:"sr_target_bits"`
 	SrTargets    *ebpf.Map `ebpf:"sr_targets"`
@@ -227,8 +227,8 @@ func (m *schedRecorderMaps) Close() error {
 		m.SrCfg,
 		m.SrCgroups,
 		m.SrCtx,
-		m.SrEvents,
 		m.SrLost,
+		m.SrRings,
 		m.SrRqs,
 		m.SrTargetBits,
 		m.SrTargets,

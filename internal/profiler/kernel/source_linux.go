@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"sync"
@@ -32,7 +33,8 @@ type bpfSource struct {
 	bits  []uint64
 	mem   []byte
 	links []link.Link
-	rd    *bpfring.Reader // waits in the netpoller (see package bpfring)
+	rings []*ebpf.Map     // one per CPU, in sr_rings
+	rd    *bpfring.Reader // reads every ring; waits in the netpoller (see package bpfring)
 	flush time.Duration
 	// syscallHooks: sys_enter/sys_exit are attached.
 	syscallHooks bool
@@ -75,7 +77,12 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	spec.Maps[schedRecorderMapSrEvents].MaxEntries = uint32(sc.ringBytes)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	perCPU := ringBytesPerCPU(sc.ringBytes, cpus)
+	sizeRings(spec, cpus, perCPU)
 	s := &bpfSource{flush: sc.flush, drained: make(chan struct{}), done: make(chan struct{}), targets: map[uint32]bool{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("%w: load BPF (root or CAP_BPF+CAP_PERFMON needed): %w", ErrUnavailable, err)
@@ -90,7 +97,10 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 		return nil, fmt.Errorf("%w: map the target bitmap: %w", ErrUnavailable, err)
 	}
 	s.bits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[0])), tgidWords)
-	cfg := schedRecorderSrConfig{WakeupBytes: uint32(sc.ringBytes / 4), SelfTgid: uint32(os.Getpid())}
+	if s.rings, err = addRings(spec, s.objs.SrRings, cpus); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	cfg := schedRecorderSrConfig{WakeupBytes: uint32(perCPU / 4), SelfTgid: uint32(os.Getpid())}
 	if sc.all {
 		cfg.All = 1
 	}
@@ -105,7 +115,7 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	if err := s.objs.SrCfg.Put(uint32(0), cfg); err != nil {
 		return nil, fmt.Errorf("kernel: write config: %w", err)
 	}
-	if s.rd, err = bpfring.NewReader(s.objs.SrEvents); err != nil {
+	if s.rd, err = bpfring.NewMultiReader(s.rings); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
 	}
 	// Attach once to find out now whether this kernel can; then stay
@@ -191,6 +201,10 @@ func (s *bpfSource) release() error {
 	if s.rd != nil {
 		errs = append(errs, s.rd.Close())
 	}
+	for _, m := range s.rings {
+		errs = append(errs, m.Close())
+	}
+	s.rings = nil
 	if s.mem != nil {
 		s.bits = nil
 		errs = append(errs, unix.Munmap(s.mem))
@@ -402,10 +416,50 @@ func Available() error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	spec.Maps[schedRecorderMapSrEvents].MaxEntries = 4096
+	sizeRings(spec, 1, os.Getpagesize())
 	var objs schedRecorderObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
 	}
-	return objs.Close()
+	rings, err := addRings(spec, objs.SrRings, 1)
+	for _, m := range rings {
+		m.Close()
+	}
+	return errors.Join(err, objs.Close())
+}
+
+// minRingBytes is the smallest per-CPU ring: ~2,700 records.
+const minRingBytes = 256 << 10
+
+// ringBytesPerCPU splits total bytes among cpus rings: each a power of two
+// (a ring buffer's size must be), at least minRingBytes.
+func ringBytesPerCPU(total, cpus int) int {
+	per := max(total/max(cpus, 1), minRingBytes, os.Getpagesize())
+	return 1 << (bits.Len(uint(per)) - 1) // round down to a power of two
+}
+
+// sizeRings sizes sr_rings for cpus rings of bytes each.
+func sizeRings(spec *ebpf.CollectionSpec, cpus, bytes int) {
+	outer := spec.Maps[schedRecorderMapSrRings]
+	outer.MaxEntries = uint32(cpus)
+	outer.InnerMap.MaxEntries = uint32(bytes)
+}
+
+// addRings creates one ring per CPU and puts it in sr_rings.
+func addRings(spec *ebpf.CollectionSpec, outer *ebpf.Map, cpus int) ([]*ebpf.Map, error) {
+	var rings []*ebpf.Map
+	for cpu := range cpus {
+		m, err := ebpf.NewMap(spec.Maps[schedRecorderMapSrRings].InnerMap)
+		if err == nil {
+			rings = append(rings, m)
+			err = outer.Put(uint32(cpu), m)
+		}
+		if err != nil {
+			for _, m := range rings {
+				m.Close()
+			}
+			return nil, fmt.Errorf("ring buffer of CPU %d: %w", cpu, err)
+		}
+	}
+	return rings, nil
 }
