@@ -32,7 +32,9 @@
 # it into a cgroup v2 of its own (in every mode, so that they compare alike),
 # registers it, then releases it; with the metrics loaded it reads them once a
 # second while the benchmark runs. To add a mode, add a case to mode_prefix and
-# name it in --modes; the first mode is the baseline.
+# name it in --modes; the first mode is the baseline. MODE@PATH runs MODE
+# with the krecord binary at PATH (e.g. targeted@/tmp/krecord-old: two
+# builds side by side).
 #
 # Each round starts with a "# round=N" line giving the time and the load
 # average (so do the later passes). The summary is, per mode,
@@ -86,7 +88,15 @@ fi
 gcc -O1 -pthread -o "$work/workload" internal/profiler/kernel/testdata/workload.c
 
 # mode_prefix MODE: the command prefix that runs a benchmark under MODE.
+# MODE@PATH: the same mode with the krecord binary at PATH (another build,
+# to compare two builds side by side in one run).
 mode_prefix() {
+	if [[ $1 == *@* ]]; then
+		local p
+		p=$(mode_prefix "${1%%@*}") || return
+		echo "${1#*@}${p#"$work/krecord"}"
+		return
+	fi
 	case $1 in
 	off | targeted | untargeted) echo "$work/krecord -mode $1 --" ;;
 	# Syscalls tracked with raw_syscalls sys_enter/sys_exit (Config.SyscallHooks).
@@ -184,7 +194,7 @@ if ((stats)); then
 			awk -v b="$b" -v m="$m" -v rt="$all_rt" -v cnt="$all_cnt" -v cpu="$cpu" 'BEGIN{
 				if (cnt) printf "bpf bench=%s mode=%s progs=all runs=%d run_time_ms=%.1f ns_per_run=%.1f bench_cpu_s=%.3f accounted_pct=%.2f\n",
 					b, m, cnt, rt/1e6, rt/cnt, cpu, (cpu > 0 ? 100*rt/1e9/cpu : 0) }'
-			grep 'krecord bpftool prog=' "$work/err" | sed "s/^krecord bpftool /bpf-prog bench=$b mode=$m /"
+			grep 'krecord bpftool prog=' "$work/err" | sed "s|^krecord bpftool |bpf-prog bench=$b mode=$m |"
 		done
 	done
 	sysctl -q kernel.bpf_stats_enabled=0
