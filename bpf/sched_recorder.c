@@ -190,7 +190,7 @@ struct sr_cpuctx {
 	__u32 block;   // non-zero once the current irq/softirq completed a block request
 	__u64 paired;  // run-queue clock of this CPU's last SR_EV_CLOCK pair
 	__u32 regs;    // how to find a task's user registers (REGS_*)
-	__u32 _pad;
+	__u32 unread;  // bytes written to this CPU's ring since the reader was woken
 };
 
 struct {
@@ -266,9 +266,8 @@ static __always_inline int is_target(struct task_struct *t, struct sr_config *cf
 	return 0;
 }
 
-// reserve reserves a record in this CPU's ring (returned in *ring for
-// submit), or counts it lost.
-static __always_inline struct sr_event *reserve(void **ring)
+// reserve reserves a record in this CPU's ring, or counts it lost.
+static __always_inline struct sr_event *reserve(void)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	void *rb = bpf_map_lookup_elem(&sr_rings, &cpu);
@@ -279,7 +278,6 @@ static __always_inline struct sr_event *reserve(void **ring)
 			*lost += 1; // per-CPU slot: no atomic needed
 		return 0;
 	}
-	*ring = rb;
 	e->cpu = cpu;
 	e->arg = 0;
 	e->syscall = 0;
@@ -296,14 +294,22 @@ static __always_inline struct sr_event *reserve(void **ring)
 }
 
 // submit batches reader wake-ups: waking the reader per event costs more
-// than the event. The reader also polls on a timer.
-static __always_inline void submit(struct sr_event *e, void *ring, struct sr_config *cfg)
+// than the event. Each CPU counts the bytes it wrote to its ring since it
+// last woke the reader and wakes it once they reach wakeup_bytes (a count,
+// not a bpf_ringbuf_query call: one helper call less per record; the
+// reader also drains on a timer, so the count may run ahead of what is
+// pending and wake it a little early, never late).
+static __always_inline void submit(struct sr_event *e, struct sr_config *cfg)
 {
-	__u64 flags = 0;
-	if (cfg->wakeup_bytes)
-		flags = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ?
-				BPF_RB_FORCE_WAKEUP :
-				BPF_RB_NO_WAKEUP;
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+	if (c && cfg->wakeup_bytes) {
+		c->unread += sizeof(*e);
+		if (c->unread >= cfg->wakeup_bytes) {
+			c->unread = 0;
+			flags = BPF_RB_FORCE_WAKEUP;
+		}
+	}
 	bpf_ringbuf_submit(e, flags);
 }
 
@@ -416,8 +422,7 @@ static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_co
 		return 0;
 	if (c->paired && clock - c->paired < SR_CLOCK_PAIR_NS)
 		return clock;
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0; // full: the switch record will not fit either
 	e->ts = bpf_ktime_get_ns();
@@ -445,8 +450,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 		return 0;
 
 	__u64 rqclock = switch_clock(prev, cfg);
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	if (rqclock) {
@@ -493,7 +497,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	// switch-in on (task storage exists for targets only).
 	if (cfg->syscall_hooks && tnext && !(next->flags & PF_KTHREAD))
 		bpf_task_storage_get(&sr_tasks, next, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	submit(e, ring, cfg);
+	submit(e, cfg);
 	return 0;
 }
 
@@ -525,8 +529,7 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	struct sr_config *cfg = config();
 	if (!cfg || !is_target(p, cfg))
 		return 0;
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
@@ -550,7 +553,7 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	} else {
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
 	}
-	submit(e, ring, cfg);
+	submit(e, cfg);
 	return 0;
 }
 
@@ -590,15 +593,14 @@ int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
 	}
 	if (!tparent && !is_target(child, cfg))
 		return 0;
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_FORK;
 	task_ids(child, &e->tid, &e->tgid, e->comm);
 	task_ids(parent, &e->tid2, &e->tgid2, e->comm2);
-	submit(e, ring, cfg);
+	submit(e, cfg);
 	return 0;
 }
 
@@ -608,15 +610,14 @@ int BPF_PROG(sr_exec, struct task_struct *p)
 	struct sr_config *cfg = config();
 	if (!cfg || !is_target(p, cfg))
 		return 0;
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_EXEC;
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-	submit(e, ring, cfg);
+	submit(e, cfg);
 	return 0;
 }
 
@@ -636,8 +637,7 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 				__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
 		}
 	}
-	void *ring;
-	struct sr_event *e = reserve(&ring);
+	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
@@ -645,7 +645,7 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	e->flags = group_dead ? 1 : 0;
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-	submit(e, ring, cfg);
+	submit(e, cfg);
 	return 0;
 }
 
@@ -681,8 +681,7 @@ int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	if (!in)
 		return 0;
 	struct sr_config *cfg = config();
-	void *ring;
-	struct sr_event *e = cfg ? reserve(&ring) : 0;
+	struct sr_event *e = cfg ? reserve() : 0;
 	if (e) {
 		e->ts = bpf_ktime_get_ns();
 		e->type = SR_EV_BLOCK_RQ;
@@ -692,7 +691,7 @@ int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_byte
 		e->detail = in->bytes;
 		__builtin_memcpy(e->comm, in->comm, sizeof(e->comm));
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
-		submit(e, ring, cfg);
+		submit(e, cfg);
 	}
 	bpf_map_delete_elem(&sr_rqs, &key);
 	return 0;

@@ -31,7 +31,7 @@ type schedRecorderSrCpuctx struct {
 	Block   uint32
 	Paired  uint64
 	Regs    uint32
-	Pad     uint32
+	Unread  uint32
 }
 
 type schedRecorderSrEvent struct {
