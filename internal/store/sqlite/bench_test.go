@@ -152,6 +152,51 @@ func BenchmarkWriteSpans(b *testing.B) {
 	}
 }
 
+// BenchmarkWriteSpansTrickle measures ingest as a small mesh produces it:
+// a batch of 25 spans (5 traces of 5) every 50 ms — twenty sidecars or
+// `rootline run`s that each flush once a second. It reports the CPU per span
+// of the whole process (the writer and the background checkpoints), which
+// at this rate is mostly per-commit work, and the bytes written per span.
+//
+//	go test -run '^$' -bench WriteSpansTrickle -benchtime 200x ./internal/store/sqlite/
+func BenchmarkWriteSpansTrickle(b *testing.B) {
+	s, err := Open(Config{Dir: b.TempDir()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	g := newGen(1, 20, 10)
+	start := time.Now().UnixNano()
+	ctx := context.Background()
+	write := func(traces, spansPerTrace int) int {
+		var bt []*model.Span
+		for range traces {
+			bt = append(bt, g.trace(start, spansPerTrace)...)
+			start += int64(time.Millisecond)
+		}
+		if err := s.WriteSpans(ctx, bt); err != nil {
+			b.Fatal(err)
+		}
+		return len(bt)
+	}
+	// A store that is not empty: its indexes have some depth.
+	for range 200 {
+		write(50, 10)
+	}
+	time.Sleep(time.Second) // its checkpoints done
+	cpu0, io0 := cpuTime(), writtenBytes()
+	n := 0
+	b.ResetTimer()
+	for b.Loop() {
+		n += write(5, 5)
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(n), "cpu-µs/span")
+	if io1 := writtenBytes(); io1 > 0 {
+		b.ReportMetric(float64(io1-io0)/float64(n), "written-bytes/span")
+	}
+}
+
 // BenchmarkPurge measures age-based deletion: every op writes 100k spans
 // (10k traces) and purges them all.
 func BenchmarkPurge(b *testing.B) {
