@@ -524,8 +524,14 @@ static __always_inline void emit(struct rd_event *ev)
 	asm volatile("" : "+r"(sz));
 	if (sz > sizeof(struct rd_event))
 		sz = sizeof(struct rd_event);
-	// No wake-up: user space reads the ring on a timer (datapath.Read).
-	if (bpf_ringbuf_output(&rd_events, ev, sz, BPF_RB_NO_WAKEUP) < 0)
+	// User space reads the ring on a timer (datapath.Read, every second in
+	// `rootline run`); it is woken early only once a quarter of the ring is
+	// pending, so a burst cannot fill the ring between two reads.
+	__u64 flags = bpf_ringbuf_query(&rd_events, BPF_RB_AVAIL_DATA) >=
+				      bpf_ringbuf_query(&rd_events, BPF_RB_RING_SIZE) / 4 ?
+			      BPF_RB_FORCE_WAKEUP :
+			      BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&rd_events, ev, sz, flags) < 0)
 		stat(RD_STAT_LOST);
 }
 

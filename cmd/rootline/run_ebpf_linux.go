@@ -54,7 +54,10 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 	readDone := make(chan error, 1)
 	go func() {
 		var kev rbinder.KernelEvent
-		readDone <- d.Read(100*time.Millisecond, func(ev *datapath.Event) {
+		// Spans leave for the server once a second (the shipper): reading
+		// more often only costs wake-ups, ~10 a second per process in a
+		// mesh of them. The programs wake the reader early on bursts.
+		readDone <- d.Read(time.Second, func(ev *datapath.Event) {
 			if ev.Type == datapath.EvExec {
 				// A process of the run executed a program: a Go one gets
 				// goroutine binding and probes.
@@ -108,9 +111,11 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 
 	code = exitCode(waitForwarding(cmd))
 
-	// The last spans end as the command's connections close: give the
-	// ring buffer one read before detaching.
+	// The last spans end as the command's connections close (some as
+	// their peers answer the FIN): let those arrive, then read everything
+	// before detaching.
 	time.Sleep(250 * time.Millisecond)
+	d.Drain(2 * time.Second)
 	st := d.Stats()
 	closeDatapath()
 	if err := <-readDone; err != nil {

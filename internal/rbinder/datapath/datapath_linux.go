@@ -50,6 +50,9 @@ type Datapath struct {
 	mu     sync.Mutex
 	probed map[string]error // executables given Go probes
 	closed bool
+
+	drainMu sync.Mutex
+	drained chan struct{} // closed by Read once it has read what a Drain flushed
 }
 
 // Open loads the programs and attaches them to the cgroup cfg.Cgroup.
@@ -72,7 +75,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := spec.Variables["rd_cgroup"].Set(id); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	d := &Datapath{probed: map[string]error{}}
+	d := &Datapath{probed: map[string]error{}, drained: make(chan struct{})}
 	if err := spec.LoadAndAssign(&d.objs, loadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -248,8 +251,26 @@ func (d *Datapath) Stats() Stats {
 	return st
 }
 
+// Drain returns once Read has passed on every event submitted before the
+// call, or after timeout (Read not running, or slow).
+func (d *Datapath) Drain(timeout time.Duration) {
+	d.drainMu.Lock()
+	ch := d.drained
+	d.drainMu.Unlock()
+	if err := d.rd.Flush(); err != nil {
+		return
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
 // Read calls fn with every event, in order, until Close. The events ring
-// buffer is read at least every poll.
+// buffer is read at least every poll, and as soon as a quarter of it is
+// pending (the programs wake the reader then), and on Drain.
 func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 	var rec ringbuf.Record
 	var ev Event
@@ -261,7 +282,13 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 		switch {
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
-		case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
+		case errors.Is(err, ringbuf.ErrFlushed):
+			d.drainMu.Lock()
+			close(d.drained)
+			d.drained = make(chan struct{})
+			d.drainMu.Unlock()
+			continue
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			d.rd.SetDeadline(time.Now().Add(poll))
 			continue
 		case err != nil:
