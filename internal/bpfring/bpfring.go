@@ -26,6 +26,7 @@
 package bpfring
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -58,6 +59,16 @@ type Reader struct {
 	closing  atomic.Bool // set before f is closed
 	flushed  atomic.Bool
 	deadline atomic.Int64 // Unix ns; 0: none
+
+	// Flush generations: Flush takes the next one; ReadInto, once every
+	// record submitted before it has been returned, reports it served
+	// (with ErrFlushed), which is what Drain waits for.
+	flushGen atomic.Uint64
+	serving  uint64 // under mu: the generation being served
+	drainMu  sync.Mutex
+	served   uint64        // under drainMu
+	servedCh chan struct{} // under drainMu: closed and replaced when served grows
+	done     chan struct{} // closed by Close
 }
 
 // NewReader opens a reader of the ring buffer map m.
@@ -71,7 +82,7 @@ func NewMultiReader(ms []*ebpf.Map) (_ *Reader, err error) {
 	if len(ms) == 0 {
 		return nil, errors.New("ring buffer: no map")
 	}
-	r := &Reader{}
+	r := &Reader{servedCh: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			for _, rd := range r.rds {
@@ -158,12 +169,47 @@ func (r *Reader) SetDeadline(t time.Time) {
 // Flush makes a waiting or the next ReadInto return the records pending now
 // followed by ringbuf.ErrFlushed (as ringbuf.Reader.Flush).
 func (r *Reader) Flush() error {
+	_, err := r.flush()
+	return err
+}
+
+func (r *Reader) flush() (uint64, error) {
+	gen := r.flushGen.Add(1)
 	r.flushed.Store(true)
 	// Wake a waiter: a deadline in the past unblocks it. If it has not
 	// started waiting yet, it sees the flag before it waits.
 	if err := r.f.SetReadDeadline(past); err != nil && !errors.Is(err, os.ErrClosed) {
+		return gen, err
+	}
+	return gen, nil
+}
+
+// Drain returns once the consumer has read every record submitted before
+// the call: it flushes, then waits until ReadInto has returned all of them
+// and the ErrFlushed after them (so the consumer, which called ReadInto
+// again, is done with them). Errors: ctx's, or ringbuf.ErrClosed.
+func (r *Reader) Drain(ctx context.Context) error {
+	if r.closing.Load() {
+		return ringbuf.ErrClosed
+	}
+	gen, err := r.flush()
+	if err != nil {
 		return err
 	}
+	r.drainMu.Lock()
+	for r.served < gen {
+		ch := r.servedCh
+		r.drainMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.done:
+			return ringbuf.ErrClosed
+		}
+		r.drainMu.Lock()
+	}
+	r.drainMu.Unlock()
 	return nil
 }
 
@@ -190,6 +236,18 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 			r.cur = (r.cur + 1) % len(r.rds)
 		}
 		if r.flushed.Swap(false) {
+			// A Flush since the last look: what was submitted before it
+			// is in the rings now; read it before answering.
+			r.serving = r.flushGen.Load()
+			continue
+		}
+		if r.serving != 0 {
+			r.drainMu.Lock()
+			r.served = max(r.served, r.serving)
+			close(r.servedCh)
+			r.servedCh = make(chan struct{})
+			r.drainMu.Unlock()
+			r.serving = 0
 			return ringbuf.ErrFlushed
 		}
 		d := r.deadline.Load()
@@ -228,6 +286,7 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	r.closed = true
+	close(r.done)
 	if errors.Is(err, os.ErrClosed) {
 		err = nil
 	}

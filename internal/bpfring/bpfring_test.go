@@ -1,10 +1,12 @@
 package bpfring_test
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,5 +265,58 @@ func TestMultiReader(t *testing.T) {
 	rd.SetDeadline(time.Now().Add(50 * time.Millisecond))
 	if err := rd.ReadInto(&rec); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("empty rings: %v, want os.ErrDeadlineExceeded", err)
+	}
+}
+
+// Drain returns once the consumer has handled every record submitted
+// before it, although none of them woke the reader and its deadline is far.
+func TestDrain(t *testing.T) {
+	rd, ring := setup(t)
+	p := newProducer(t, ring, noWakeup)
+	rd.SetDeadline(time.Now().Add(time.Minute))
+	var mu sync.Mutex
+	var seen []uint64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var rec ringbuf.Record
+		for {
+			err := rd.ReadInto(&rec)
+			switch {
+			case errors.Is(err, ringbuf.ErrClosed):
+				return
+			case err != nil:
+				continue // ErrFlushed
+			}
+			mu.Lock()
+			seen = append(seen, value(t, rec))
+			mu.Unlock()
+		}
+	}()
+	for round := range 3 {
+		for i := range 4 {
+			p.put(t, uint64(round*10+i))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		begun := time.Now()
+		err := rd.Drain(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: Drain: %v", round, err)
+		}
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		if n != 4*(round+1) {
+			t.Errorf("round %d: %d records handled when Drain returned, want %d", round, n, 4*(round+1))
+		}
+		if took := time.Since(begun); took > 5*time.Second {
+			t.Errorf("round %d: Drain took %v", round, took)
+		}
+	}
+	rd.Close()
+	<-done
+	if err := rd.Drain(context.Background()); !errors.Is(err, ringbuf.ErrClosed) {
+		t.Errorf("Drain after Close: %v, want ErrClosed", err)
 	}
 }

@@ -107,13 +107,9 @@ type Sampler struct {
 	store    *store
 	sym      *symbolizer
 
-	mu     sync.Mutex // serializes Start/Stop/Close and the targets map in BPF
-	closed bool
-	done   chan struct{}
-	// drained is closed (and replaced) each time the reader has emptied
-	// the ring buffer; Dump waits for it after a Flush.
-	drainMu   sync.Mutex
-	drained   chan struct{}
+	mu        sync.Mutex // serializes Start/Stop/Close and the targets map in BPF
+	closed    bool
+	done      chan struct{}
 	wg        sync.WaitGroup
 	samples   atomic.Uint64
 	decErrs   atomic.Uint64
@@ -133,12 +129,11 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sampler{
-		cfg:     cfg,
-		log:     logger.With("component", "profiler/cpu"),
-		store:   newStore(cfg.MaxBytes, cfg.Retention),
-		sym:     newSymbolizer(),
-		done:    make(chan struct{}),
-		drained: make(chan struct{}),
+		cfg:   cfg,
+		log:   logger.With("component", "profiler/cpu"),
+		store: newStore(cfg.MaxBytes, cfg.Retention),
+		sym:   newSymbolizer(),
+		done:  make(chan struct{}),
 	}
 	spec, err := loadCpuSample()
 	if err != nil {
@@ -235,11 +230,6 @@ func (s *Sampler) read() {
 			case errors.Is(err, ringbuf.ErrClosed):
 				return
 			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
-				// Every record pending at the timeout or flush has been read.
-				s.drainMu.Lock()
-				close(s.drained)
-				s.drained = make(chan struct{})
-				s.drainMu.Unlock()
 				s.rd.SetDeadline(time.Now().Add(s.cfg.FlushInterval))
 			default:
 				s.decErrs.Add(1)
@@ -290,20 +280,9 @@ func (s *Sampler) readerCPU() (time.Duration, bool) {
 // drain makes the reader empty the ring buffer and waits (up to one flush
 // interval) until it has, so a dump sees the samples taken until now.
 func (s *Sampler) drain(ctx context.Context) {
-	s.drainMu.Lock()
-	ch := s.drained
-	s.drainMu.Unlock()
-	if err := s.rd.Flush(); err != nil {
-		return
-	}
-	t := time.NewTimer(s.cfg.FlushInterval)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-s.done:
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FlushInterval)
+	defer cancel()
+	_ = s.rd.Drain(ctx)
 }
 
 // frames copies the valid prefix of a stack array; n is bpf_get_stack's

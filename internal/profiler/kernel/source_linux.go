@@ -47,8 +47,6 @@ type bpfSource struct {
 	cgroups int
 	closed  bool
 
-	drainMu  sync.Mutex
-	drained  chan struct{}
 	done     chan struct{}
 	readErrs atomic.Uint64
 	unpaired atomic.Uint64 // switches dropped: no clock pair (clockPairs)
@@ -83,7 +81,7 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	}
 	perCPU := ringBytesPerCPU(sc.ringBytes, cpus)
 	sizeRings(spec, cpus, perCPU)
-	s := &bpfSource{flush: sc.flush, drained: make(chan struct{}), done: make(chan struct{}), targets: map[uint32]bool{}}
+	s := &bpfSource{flush: sc.flush, done: make(chan struct{}), targets: map[uint32]bool{}}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("%w: load BPF (root or CAP_BPF+CAP_PERFMON needed): %w", ErrUnavailable, err)
 	}
@@ -231,10 +229,6 @@ func (s *bpfSource) Run(sink Sink) error {
 			case errors.Is(err, ringbuf.ErrClosed):
 				return nil
 			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
-				s.drainMu.Lock()
-				close(s.drained)
-				s.drained = make(chan struct{})
-				s.drainMu.Unlock()
 				s.rd.SetDeadline(time.Now().Add(s.flush))
 				continue
 			default:
@@ -274,20 +268,9 @@ func (s *bpfSource) Run(sink Sink) error {
 
 // Drain implements Source.
 func (s *bpfSource) Drain(ctx context.Context) {
-	s.drainMu.Lock()
-	ch := s.drained
-	s.drainMu.Unlock()
-	if err := s.rd.Flush(); err != nil {
-		return
-	}
-	t := time.NewTimer(2 * s.flush)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	case <-ctx.Done():
-	case <-s.done:
-	}
+	ctx, cancel := context.WithTimeout(ctx, 2*s.flush)
+	defer cancel()
+	_ = s.rd.Drain(ctx)
 }
 
 // SetTarget implements Source.

@@ -3,6 +3,7 @@
 package datapath
 
 import (
+	"context"
 	"debug/elf"
 	"debug/gosym"
 	"encoding/binary"
@@ -50,9 +51,6 @@ type Datapath struct {
 	mu     sync.Mutex
 	probed map[string]error // executables given Go probes
 	closed bool
-
-	drainMu sync.Mutex
-	drained chan struct{} // closed by Read once it has read what a Drain flushed
 }
 
 // Open loads the programs and attaches them to the cgroup cfg.Cgroup.
@@ -75,7 +73,7 @@ func Open(cfg Config) (*Datapath, error) {
 	if err := spec.Variables["rd_cgroup"].Set(id); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	d := &Datapath{probed: map[string]error{}, drained: make(chan struct{})}
+	d := &Datapath{probed: map[string]error{}}
 	if err := spec.LoadAndAssign(&d.objs, loadOptions()); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -254,18 +252,9 @@ func (d *Datapath) Stats() Stats {
 // Drain returns once Read has passed on every event submitted before the
 // call, or after timeout (Read not running, or slow).
 func (d *Datapath) Drain(timeout time.Duration) {
-	d.drainMu.Lock()
-	ch := d.drained
-	d.drainMu.Unlock()
-	if err := d.rd.Flush(); err != nil {
-		return
-	}
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	select {
-	case <-ch:
-	case <-t.C:
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	_ = d.rd.Drain(ctx)
 }
 
 // Read calls fn with every event, in order, until Close. The events ring
@@ -283,10 +272,6 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case errors.Is(err, ringbuf.ErrFlushed):
-			d.drainMu.Lock()
-			close(d.drained)
-			d.drained = make(chan struct{})
-			d.drainMu.Unlock()
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			d.rd.SetDeadline(time.Now().Add(poll))
