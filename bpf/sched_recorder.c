@@ -242,6 +242,12 @@ static __always_inline struct sr_config *config(void)
 	return bpf_map_lookup_elem(&sr_cfg, &zero);
 }
 
+// cpuctx is this CPU's interrupt context and recorder state.
+static __always_inline struct sr_cpuctx *cpuctx(void)
+{
+	return bpf_map_lookup_elem(&sr_ctx, &zero);
+}
+
 static __always_inline __u64 *tgid_word(__u32 tgid)
 {
 	__u32 w = tgid >> 6;
@@ -302,7 +308,7 @@ static __always_inline struct sr_event *reserve(void)
 static __always_inline void submit(struct sr_event *e, struct sr_config *cfg)
 {
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+	struct sr_cpuctx *c = cpuctx();
 	if (c && cfg->wakeup_bytes) {
 		c->unread += sizeof(*e);
 		if (c->unread >= cfg->wakeup_bytes) {
@@ -380,9 +386,8 @@ static __always_inline int fd_syscall(__s32 nr)
 #define REGS_16K 2 // THREAD_SIZE 16 KiB
 #define REGS_32K 3 // 32 KiB (KASAN)
 
-static __always_inline struct pt_regs *user_regs(struct task_struct *cur)
+static __always_inline struct pt_regs *user_regs(struct task_struct *cur, struct sr_cpuctx *c)
 {
-	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
 	__u64 top = (__u64)cur->stack - bpf_core_type_size(struct pt_regs);
 	if (c && c->regs == REGS_16K)
 		return bpf_rdonly_cast((void *)(top + 16384), bpf_core_type_id_kernel(struct pt_regs));
@@ -407,7 +412,7 @@ static __always_inline struct pt_regs *user_regs(struct task_struct *cur)
 // clock and bpf_ktime_get_ns read together) before the switch, so user
 // space maps the CPU's rq clock onto CLOCK_MONOTONIC (the offset is constant
 // while sched_clock is stable; pairs follow any drift).
-static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_config *cfg)
+static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_cpuctx *c)
 {
 	if (!bpf_core_field_exists(struct cfs_rq, rq))
 		return 0; // no CONFIG_FAIR_GROUP_SCHED: no way to the run queue
@@ -417,7 +422,6 @@ static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_co
 	if (!rq || rq->cpu != cpu)
 		return 0;
 	__u64 clock = rq->clock;
-	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
 	if (!c || !clock)
 		return 0;
 	if (c->paired && clock - c->paired < SR_CLOCK_PAIR_NS)
@@ -449,7 +453,8 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	if (!tprev && !tnext)
 		return 0;
 
-	__u64 rqclock = switch_clock(prev, cfg);
+	struct sr_cpuctx *c = cpuctx();
+	__u64 rqclock = switch_clock(prev, c);
 	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
@@ -483,7 +488,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 				arg0 = st->arg0;
 			}
 		} else {
-			struct pt_regs *regs = user_regs(cur);
+			struct pt_regs *regs = user_regs(cur, c);
 			if (regs->cx == regs->ip && regs->r11 == regs->flags)
 				e->syscall = regs->orig_ax;
 			else
@@ -538,7 +543,7 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 	e->prio = p->prio;
 	if (type == SR_EV_WAKING) {
 		task_ids(bpf_get_current_task_btf(), &e->tid2, &e->tgid2, e->comm2);
-		struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+		struct sr_cpuctx *c = cpuctx();
 		if (c) {
 			if (c->hrtimer) {
 				e->ctx = SR_CTX_HRTIMER;
@@ -673,7 +678,7 @@ int BPF_PROG(sr_rq_issue, struct request *rq)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	struct sr_cpuctx *c = bpf_map_lookup_elem(&sr_ctx, &zero);
+	struct sr_cpuctx *c = cpuctx();
 	if (c)
 		c->block = 1;
 	__u64 key = (__u64)rq;
@@ -695,11 +700,6 @@ int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_byte
 	}
 	bpf_map_delete_elem(&sr_rqs, &key);
 	return 0;
-}
-
-static __always_inline struct sr_cpuctx *cpuctx(void)
-{
-	return bpf_map_lookup_elem(&sr_ctx, &zero);
 }
 
 SEC("tp_btf/irq_handler_entry")

@@ -56,7 +56,7 @@ struct sr_config {
 	                      // storage (else: read from the saved user registers)
 };
 
-// struct sr_event is one record of the sr_events ring buffer (96 bytes).
+// struct sr_event is one record of a CPU's ring buffer (sr_rings; 96 bytes).
 // 8-byte fields first, explicit padding, no holes.
 struct sr_event {
 	__u64 ts;      // bpf_ktime_get_ns (CLOCK_MONOTONIC), or see SR_F_RQCLOCK
