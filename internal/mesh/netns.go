@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -143,6 +144,72 @@ func (m *Mesh) interceptRules() string {
 	return b.String()
 }
 
+// gatewayChain names the host chains (nat and filter tables) through which
+// pods reach loopback services at the bridge gateway.
+func gatewayChain(prefix string) string { return prefix + "-gw" }
+
+// natGateway makes each loopback address in addrs reachable from the pods at
+// the gateway with the same port, by DNAT in the host's nat table: the
+// kernel carries the connection, with no copy through this process (a
+// forwarder here cost the demo's process a read and a write per chunk of
+// every span batch). route_localnet on the bridge lets the kernel route the
+// rewritten packets to 127/8; a filter rule drops anything else arriving
+// from the bridge for 127/8, so pods reach the listed ports and no other
+// loopback-only service of the host (kube-proxy guards its localhost node
+// ports the same way). It returns the addresses it could not map (not an
+// IPv4 loopback literal), which the caller forwards in user space.
+func (m *Mesh) natGateway(ctx context.Context, addrs []string) ([]string, error) {
+	chain := gatewayChain(m.opts.Prefix)
+	nat := []string{"*nat", ":" + chain + " - [0:0]", "-A PREROUTING -i " + m.bridge + " -j " + chain}
+	var rest []string
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if ip := net.ParseIP(host); err != nil || ip == nil || ip.To4() == nil || !ip.IsLoopback() {
+			rest = append(rest, a)
+			continue
+		}
+		nat = append(nat, fmt.Sprintf("-A %s -d %s/32 -p tcp --dport %s -j DNAT --to-destination %s", chain, m.gw, port, a))
+	}
+	if len(rest) == len(addrs) {
+		return rest, nil
+	}
+	filter := []string{"*filter", ":" + chain + " - [0:0]", "-A INPUT -i " + m.bridge + " -j " + chain,
+		"-A " + chain + " -d 127.0.0.0/8 -m conntrack ! --ctstate DNAT -j DROP"}
+	rules := strings.Join(append(append(nat, "COMMIT"), append(filter, "COMMIT")...), "\n") + "\n"
+	if err := run(ctx, rules, "iptables-restore", "--noflush"); err != nil {
+		removeGateway(ctx, m.opts.Prefix) // whatever part of it went in
+		return addrs, err
+	}
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", m.bridge, "route_localnet"), []byte("1\n"), 0o644); err != nil {
+		removeGateway(ctx, m.opts.Prefix)
+		return addrs, err
+	}
+	return rest, nil
+}
+
+// removeGateway removes natGateway's chains and the rules that jump to
+// them; absent ones are not an error.
+func removeGateway(ctx context.Context, prefix string) error {
+	chain := gatewayChain(prefix)
+	var errs []error
+	for _, t := range []struct{ table, hook string }{{"nat", "PREROUTING"}, {"filter", "INPUT"}} {
+		if exec.CommandContext(ctx, "iptables", "-t", t.table, "-n", "-L", chain).Run() != nil {
+			continue // no such chain
+		}
+		// Every rule that jumps to the chain, whatever its interface.
+		out, _ := exec.CommandContext(ctx, "iptables", "-t", t.table, "-S", t.hook).Output()
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[0] == "-A" && slices.Contains(f, "-j") && f[len(f)-1] == chain {
+				errs = append(errs, run(ctx, "", append([]string{"iptables", "-t", t.table, "-D"}, f[1:]...)...))
+			}
+		}
+		errs = append(errs, run(ctx, "", "iptables", "-t", t.table, "-F", chain),
+			run(ctx, "", "iptables", "-t", t.table, "-X", chain))
+	}
+	return errors.Join(errs...)
+}
+
 // teardownNetwork removes what setupNetwork made (namespaces take their
 // rules, veth ends and qdiscs with them).
 func (m *Mesh) teardownNetwork() error {
@@ -156,6 +223,9 @@ func (m *Mesh) teardownNetwork() error {
 		}
 	}
 	errs = append(errs, delLink(ctx, m.bridge))
+	if m.natted {
+		errs = append(errs, removeGateway(ctx, m.opts.Prefix))
+	}
 	return errors.Join(errs...)
 }
 
@@ -239,6 +309,9 @@ func Cleanup(prefix string, log *slog.Logger) error {
 			log.Info("removing leftover link", "link", l.Name())
 			errs = append(errs, delLink(ctx, l.Name()))
 		}
+	}
+	if _, err := exec.LookPath("iptables"); err == nil {
+		errs = append(errs, removeGateway(ctx, prefix))
 	}
 	errs = append(errs, removeCgroups(cgroupName(prefix), log))
 	return errors.Join(errs...)

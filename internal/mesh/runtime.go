@@ -154,6 +154,7 @@ type Mesh struct {
 	gw      string // bridge address (pod mode)
 	subnet  string // a.b.c (pod mode)
 	bridge  string
+	natted  bool // natGateway's rules are in (pod mode)
 
 	services []ServiceState
 	lock     *os.File
@@ -668,7 +669,8 @@ func freePorts(n int) ([]int, error) {
 }
 
 // forwardGateway makes the loopback addresses pods need (OTLP receiver,
-// Expose) reachable at the bridge gateway with the same port.
+// Expose) reachable at the bridge gateway with the same port: by DNAT (see
+// natGateway), else by a forwarder in this process.
 func (m *Mesh) forwardGateway() error {
 	if m.mode != ModePod {
 		return nil
@@ -677,7 +679,18 @@ func (m *Mesh) forwardGateway() error {
 	if m.opts.OTLPEndpoint != "" {
 		addrs = append(addrs, m.opts.OTLPEndpoint)
 	}
-	for _, a := range addrs {
+	if len(addrs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rest, err := m.natGateway(ctx, addrs)
+	if err != nil {
+		m.log.Warn("no DNAT to the gateway: forwarding pods' connections to host services in this process", "err", err)
+	} else {
+		m.natted = len(rest) < len(addrs)
+	}
+	for _, a := range rest {
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
 			return fmt.Errorf("mesh: bad address %q: %w", a, err)

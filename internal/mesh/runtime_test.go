@@ -285,6 +285,17 @@ func TestPodMode(t *testing.T) {
 		sink.mu.Lock()
 		t.Logf("spans: %q", sink.names)
 		sink.mu.Unlock()
+		// The spans came by DNAT, not through a forwarder in this process.
+		m.mu.Lock()
+		natted, fwd := m.natted, len(m.fwd)
+		m.mu.Unlock()
+		if !natted || fwd != 0 {
+			t.Errorf("gateway: natted %v, %d forwarders; want DNAT and none", natted, fwd)
+		}
+		nat, _ := exec.Command("iptables-save", "-t", "nat").CombinedOutput()
+		if !strings.Contains(string(nat), "--to-destination "+otlp) {
+			t.Errorf("no DNAT to %s in the host's nat table:\n%s", otlp, nat)
+		}
 	})
 
 	t.Run("net-delay", func(t *testing.T) {
@@ -483,8 +494,12 @@ func assertClean(t *testing.T, prefix string) {
 		}
 	}
 	out, _ = exec.Command("iptables-save", "-t", "nat").CombinedOutput()
-	if strings.Contains(string(out), "RL_") {
+	if strings.Contains(string(out), "RL_") || strings.Contains(string(out), gatewayChain(prefix)) {
 		t.Errorf("root namespace has mesh rules: %s", out)
+	}
+	out, _ = exec.Command("iptables-save", "-t", "filter").CombinedOutput()
+	if strings.Contains(string(out), gatewayChain(prefix)) {
+		t.Errorf("root namespace has the gateway's filter rules: %s", out)
 	}
 	if _, err := os.Stat(pidFile(prefix)); err == nil {
 		t.Errorf("pid file left: %s", pidFile(prefix))
@@ -657,7 +672,9 @@ func TestHelperMesh(t *testing.T) {
 	if os.Getenv("ROOTLINE_MESH_HELPER") != "1" {
 		t.Skip("helper process of TestKilledRun")
 	}
-	m := startMesh(t, context.Background(), Options{Mode: ModePod, EnvoyBin: os.Getenv("ROOTLINE_ENVOY"), Prefix: "rltk", Subnet: "10.77.93.0/24"})
+	// An exposed address leaves gateway rules behind when the run is killed.
+	m := startMesh(t, context.Background(), Options{Mode: ModePod, EnvoyBin: os.Getenv("ROOTLINE_ENVOY"), Prefix: "rltk", Subnet: "10.77.93.0/24",
+		Expose: []string{"127.0.0.1:9"}})
 	fmt.Println("ready", m.EntryURL())
 	time.Sleep(time.Minute)
 }
@@ -726,6 +743,9 @@ func TestKilledRun(t *testing.T) {
 	cmd.Wait()
 	if !strings.Contains(run1("ip", "netns", "list"), "rltk-") {
 		t.Fatal("the killed run left no namespace: nothing to test")
+	}
+	if !strings.Contains(run1("iptables-save", "-t", "nat"), gatewayChain("rltk")) {
+		t.Error("the killed run left no gateway rules: their cleanup is not tested")
 	}
 	m, err := Start(context.Background(), chain(), opts)
 	if err != nil {
