@@ -5,9 +5,11 @@
 // its profilers, every service under `rootline run`, sidecars tracing to the
 // server. Modes alternate in each round on the same machine. Two more modes
 // split (b): envoy+rootline-no-run (no supervisor; the agent discovers the
-// JVMs), envoy+run (server and `rootline run` only, no agent, so no
-// profiler or kernel recorder follows the services) and envoy+tracing (the
-// sidecars' tracing and the server alone). A mode with agent flags after a
+// JVMs), envoy+rootline-no-sidecar-tracing (everything, but the sidecars do
+// not trace: the spans come from `rootline run` alone), envoy+run (server
+// and `rootline run` only, no agent, so no profiler or kernel recorder
+// follows the services) and envoy+tracing (the sidecars' tracing and the
+// server alone). A mode with agent flags after a
 // colon, e.g. envoy+rootline:profilers=jfr:kmetrics=true, runs the agent
 // with --profilers=jfr --kmetrics=true: variants of one mode side by side
 // (a comma inside a value is written "/": profilers=cpu/kernel).
@@ -16,11 +18,12 @@
 // processes, /proc/stat), steadier than the latency percentiles on a
 // shared VM and what the percentiles grow from once the CPUs are busy.
 //
-// For (b) it also reports Rootline's network bytes per request — everything
-// sent to and from the server (OTLP from sidecars and supervisors, agent
-// registration, heartbeats and artifact uploads), counted by TCP forwarders
-// in front of the server, plus the header lines `rootline run` adds — and the
-// server's CPU per 1,000 spans.
+// For (b) it also reports Rootline's network bytes per request — every
+// packet to and from the server's ports (OTLP from sidecars and supervisors,
+// agent registration, heartbeats and artifact uploads; IP and TCP headers
+// included, as in Protractor's formula), counted by iptables rules so that
+// nothing copies the traffic, plus the header lines `rootline run` adds —
+// and the server's CPU per 1,000 spans.
 //
 //	sudo go run ./bench/meshoverhead --rootline bin/rootline
 package main
@@ -39,7 +42,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,7 +52,7 @@ import (
 )
 
 // allModes are the modes -modes accepts (see the package comment).
-var allModes = []string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+run", "envoy+tracing"}
+var allModes = []string{"envoy", "envoy+rootline", "envoy+rootline-no-run", "envoy+rootline-no-sidecar-tracing", "envoy+run", "envoy+tracing"}
 
 type result struct {
 	overhead.Latency
@@ -71,7 +73,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
-		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	flag.Parse()
@@ -203,32 +205,32 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy,
 		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler)}
 	var srv, agent *exec.Cmd
-	var counted []*forwarder
+	var counted *byteCounter
 	var queryAddr string
 	if mode != "envoy" {
 		var grpcAddr, httpAddr string
 		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir)
 		defer stop(srv)
-		fg, fh, fq := forward(grpcAddr), forward(httpAddr), forward(queryAddr)
-		counted = []*forwarder{fg, fh, fq}
+		counted = countBytes(grpcAddr, httpAddr, queryAddr)
+		defer counted.close()
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
 			return net.JoinHostPort("10.77.0.1", port)
 		}
-		opts.Tracing, opts.OTLPEndpoint, opts.Expose = true, fg.addr, []string{fh.addr}
+		opts.Tracing, opts.OTLPEndpoint, opts.Expose = mode != "envoy+rootline-no-sidecar-tracing", grpcAddr, []string{httpAddr}
 		agentURL := "" // no agent to register with
-		if mode == "envoy+rootline" || mode == "envoy+rootline-no-run" {
+		if strings.HasPrefix(mode, "envoy+rootline") {
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
 			var agentAddr string
-			agent, agentAddr = startAgent(self, "http://"+fq.addr, mode == "envoy+rootline-no-run", agentFlags)
+			agent, agentAddr = startAgent(self, "http://"+queryAddr, mode == "envoy+rootline-no-run", agentFlags)
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
 		}
-		if mode == "envoy+rootline" || mode == "envoy+run" {
+		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
 			opts.Wrap = func(svc string, argv []string) []string {
-				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(fh.addr),
+				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(httpAddr),
 					"--agent", agentURL, "--"}, argv...)
 			}
 		}
@@ -248,7 +250,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		var spans0, captures0 float64
 		var bytes0 int64
 		if srv != nil {
-			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), total(counted)
+			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.total()
 			captures0 = metric(queryAddr, capturesTotal, skipped)
 		}
 		if agent != nil {
@@ -286,7 +288,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 				}
 				added = float64(visits) * (330 + 90)
 			}
-			res.bytesPerReq = float64(total(counted)-bytes0)/float64(max(pr.Sent, 1)) + added
+			res.bytesPerReq = float64(counted.total()-bytes0)/float64(max(pr.Sent, 1)) + added
 			res.spansPerReq = spans / float64(max(pr.Sent, 1))
 		}
 		out[rate] = res
@@ -348,60 +350,77 @@ func freeAddrs(n int) []string {
 	return out
 }
 
-// forwarder is a TCP forwarder in front of a server port that counts the
-// bytes it carries both ways.
-type forwarder struct {
-	addr  string
-	bytes atomic.Int64
+// byteCounter counts the bytes of every packet to and from a set of local
+// TCP ports with iptables rules (the kernel counts; nothing copies the
+// traffic), leaving out this process's own queries, which come from
+// queryIP.
+type byteCounter struct {
+	chains []string
 }
 
-func forward(target string) *forwarder {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	check(err)
-	f := &forwarder{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{})
-				go func() { _, _ = io.Copy(counter{u, &f.bytes}, c); u.(*net.TCPConn).CloseWrite(); close(done) }()
-				_, _ = io.Copy(counter{c, &f.bytes}, u)
-				<-done
-			}()
-		}
-	}()
-	return f
+// queryIP is the source address of this program's own requests to the
+// server (metrics), which byteCounter leaves out.
+const queryIP = "127.0.0.2"
+
+// Chains of the filter table: packets to the ports (INPUT) and from them
+// (OUTPUT). Loopback packets traverse both hooks, so each chain matches one
+// direction only.
+const (
+	chainIn  = "meshoverhead-in"
+	chainOut = "meshoverhead-out"
+)
+
+func countBytes(addrs ...string) *byteCounter {
+	c := &byteCounter{}
+	c.close() // a killed run's leftovers
+	rules := []string{"*filter", ":" + chainIn + " - [0:0]", ":" + chainOut + " - [0:0]",
+		"-A INPUT -j " + chainIn, "-A OUTPUT -j " + chainOut}
+	for _, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		check(err)
+		rules = append(rules, fmt.Sprintf("-A %s ! -s %s/32 -p tcp --dport %s", chainIn, queryIP, port),
+			fmt.Sprintf("-A %s ! -d %s/32 -p tcp --sport %s", chainOut, queryIP, port))
+	}
+	cmd := exec.Command("iptables-restore", "--noflush")
+	cmd.Stdin = strings.NewReader(strings.Join(append(rules, "COMMIT"), "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		fail(fmt.Errorf("count the server's bytes: iptables-restore: %w: %s", err, out))
+	}
+	c.chains = []string{chainIn, chainOut}
+	return c
 }
 
-// counter counts what is written through it as it flows (gRPC connections
-// stay open for the whole run).
-type counter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c counter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-func total(fs []*forwarder) int64 {
+// total sums the counters' bytes.
+func (c *byteCounter) total() int64 {
 	var n int64
-	for _, f := range fs {
-		n += f.bytes.Load()
+	for _, ch := range c.chains {
+		out, err := exec.Command("iptables", "-t", "filter", "-n", "-v", "-x", "-L", ch).Output()
+		check(err)
+		for line := range strings.Lines(string(out)) {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[0] != "pkts" {
+				if b, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					n += b
+				}
+			}
+		}
 	}
 	return n
 }
+
+func (c *byteCounter) close() {
+	for _, r := range [][]string{
+		{"-D", "INPUT", "-j", chainIn}, {"-D", "OUTPUT", "-j", chainOut},
+		{"-F", chainIn}, {"-F", chainOut}, {"-X", chainIn}, {"-X", chainOut},
+	} {
+		_ = exec.Command("iptables", r...).Run()
+	}
+}
+
+// queryClient makes this program's own requests to the server from
+// queryIP, so that byteCounter leaves them out.
+var queryClient = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
+	LocalAddr: &net.TCPAddr{IP: net.ParseIP(queryIP)}}).DialContext}}
 
 const (
 	storedSpans   = "rootline_pipeline_spans_stored_total"
@@ -412,7 +431,7 @@ const (
 // metric sums the server's samples of one metric over its labels, leaving
 // out the series whose labels contain one of except.
 func metric(query, name string, except ...string) float64 {
-	resp, err := http.Get("http://" + query + "/metrics")
+	resp, err := queryClient.Get("http://" + query + "/metrics")
 	if err != nil {
 		return 0
 	}
