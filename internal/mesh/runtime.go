@@ -833,14 +833,17 @@ func stopProcs(all []*proc) {
 
 // DefaultServiceCmd runs the demo's forwarding services of repoRoot by
 // language: Go build/demo/svc-go, Java build/demo/java (class Svc), Python
-// demo/services/python/svc.py.
+// demo/services/python/svc.py. The JVMs compile with C1 only
+// (-XX:TieredStopAtLevel=1): at the demo's rates C2 kept compiling for
+// minutes — 40 % of the JVMs' CPU 25–40 s after start (perf) — and C1-only
+// JVMs used a third less CPU per request (bench/RESULTS.md).
 func DefaultServiceCmd(repoRoot string) func(Service) []string {
 	return func(s Service) []string {
 		switch strings.ToLower(s.Language) {
 		case "go", "":
 			return []string{filepath.Join(repoRoot, "build", "demo", "svc-go")}
 		case "java":
-			return []string{"java", "-cp", filepath.Join(repoRoot, "build", "demo", "java"), "Svc"}
+			return []string{"java", "-XX:TieredStopAtLevel=1", "-cp", filepath.Join(repoRoot, "build", "demo", "java"), "Svc"}
 		case "python":
 			return []string{"python3", filepath.Join(repoRoot, "demo", "services", "python", "svc.py")}
 		}
