@@ -62,6 +62,17 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.IntVar(&c.DumpNice, "dump-nice", c.DumpNice, "nice value (0–19) of the threads building a dump, so that a capture does not slow the node's services further (0: the agent's priority)")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
 	fs.StringVar(&jfrConfig.Attach, "jfr.attach", jfr.AttachNative, "how the jfr profiler sends JVMs their diagnostic commands: native (the HotSpot attach socket, jcmd only where it cannot be used) or jcmd (a jcmd process per command)")
+	fs.StringVar(&jfrConfig.Settings, "jfr.settings", jfr.DefaultConfig().Settings, "the JVMs' continuous recording's JFR settings: profile (10 ms sampling, lock waits from 10 ms) or default (20 ms, 20 ms)")
+	fs.Func("jfr.events", "event settings on top of --jfr.settings, comma-separated <event>#<setting>=<value>; \"\" for none (default "+
+		strings.Join(jfr.DefaultConfig().EventSettings, ",")+": native-method samples walk every idle thread's stack 50 times a second)", func(v string) error {
+		jfrConfig.EventSettings = []string{}
+		for e := range strings.SplitSeq(v, ",") {
+			if e = strings.TrimSpace(e); e != "" {
+				jfrConfig.EventSettings = append(jfrConfig.EventSettings, e)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&f.bpfStats, "bpf-stats", false, "turn on the kernel's BPF run-time statistics while the agent runs, so the profilers report their programs' CPU time (bpf_run_time_seconds); "+
 		"it costs every BPF program run on the machine two clock reads, so leave it off in production")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token shared with the server (or set ROOTLINE_AUTH_TOKEN)")

@@ -17,5 +17,5 @@ func init() {
 	profilerFactories["jfr"] = func(l *slog.Logger) (profiler.Profiler, error) { return jfr.New(jfrConfig, l), nil }
 }
 
-// jfrConfig is the jfr profiler's configuration (flag --jfr.attach).
+// jfrConfig is the jfr profiler's configuration (flags --jfr.*).
 var jfrConfig jfr.Config

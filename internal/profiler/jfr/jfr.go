@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -54,6 +56,14 @@ type Config struct {
 	// Settings is the JFR settings file: "default" (~1% overhead, 20 ms
 	// sampling) or "profile" (~2%, 10 ms sampling, lower lock thresholds).
 	Settings string `yaml:"settings"`
+	// EventSettings are event settings applied on top of Settings, each
+	// "<event>#<setting>=<value>" as JFR.start takes them (JDK 17+). The
+	// default turns off jdk.NativeMethodSample: every 20 ms it walks the
+	// stack of each thread parked in native code (accept, epoll, socket
+	// reads) — on a JVM serving a few requests a second, most of JFR's CPU
+	// (bench/RESULTS.md) — and nothing reads those samples but JMC.
+	// An empty list, not nil, records with Settings alone.
+	EventSettings []string `yaml:"event_settings"`
 	// DumpDir receives the dump files while they are read back; default: a
 	// fresh temporary directory removed by Close. For JVMs of other users
 	// its parent directories must be searchable (x) by them.
@@ -75,9 +85,15 @@ func DefaultConfig() Config {
 		MaxAge:   120 * time.Second,
 		MaxSize:  64 << 20,
 		Settings: "profile",
-		Timeout:  20 * time.Second,
+		// Read by New when Config.EventSettings is nil.
+		EventSettings: []string{"jdk.NativeMethodSample#enabled=false"},
+		Timeout:       20 * time.Second,
 	}
 }
+
+// eventSettingRE is what JFR.start takes as an event setting (a leading +
+// adds a setting the event does not declare).
+var eventSettingRE = regexp.MustCompile(`^\+?[A-Za-z_][\w.$]*#[A-Za-z_][\w-]*=\S+$`)
 
 // Validate rejects settings JFR.start would refuse.
 func (c Config) Validate() error {
@@ -90,6 +106,11 @@ func (c Config) Validate() error {
 	case "", AttachNative, AttachJcmd:
 	default:
 		return fmt.Errorf("jfr: attach %q: want %q or %q", c.Attach, AttachNative, AttachJcmd)
+	}
+	for _, e := range c.EventSettings {
+		if !eventSettingRE.MatchString(e) {
+			return fmt.Errorf("jfr: event setting %q: want <event>#<setting>=<value>, e.g. jdk.ThreadPark#threshold=5ms", e)
+		}
 	}
 	if c.MaxAge < 0 || c.MaxSize < 0 || c.Timeout < 0 {
 		return errors.New("jfr: max_age, max_size and timeout must not be negative")
@@ -143,6 +164,12 @@ func New(cfg Config, logger *slog.Logger) *Profiler {
 		if cfg.Attach != AttachJcmd {
 			cfg.Attach = def.Attach
 		}
+		cfg.EventSettings = slices.DeleteFunc(slices.Clone(cfg.EventSettings), func(e string) bool {
+			return !eventSettingRE.MatchString(e)
+		})
+	}
+	if cfg.EventSettings == nil {
+		cfg.EventSettings = def.EventSettings
 	}
 	if cfg.Attach == "" {
 		cfg.Attach = def.Attach
@@ -231,19 +258,27 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 	if recordingRunning(out) {
 		p.logger.Info("adopted running recording", "pid", t.PID, "service", t.Service)
 	} else {
-		out, err = p.jcmd(ctx, tg, t.PID, "JFR.start",
-			"name="+recordingName,
-			"settings="+p.cfg.Settings,
-			"maxage="+strconv.FormatInt(int64(p.cfg.MaxAge.Round(time.Second)/time.Second), 10)+"s",
-			"maxsize="+strconv.FormatInt(p.cfg.MaxSize, 10),
-			"disk=true")
+		args := append([]string{"JFR.start", "name=" + recordingName,
+			"settings=" + p.cfg.Settings,
+			"maxage=" + strconv.FormatInt(int64(p.cfg.MaxAge.Round(time.Second)/time.Second), 10) + "s",
+			"maxsize=" + strconv.FormatInt(p.cfg.MaxSize, 10),
+			"disk=true"}, p.cfg.EventSettings...)
+		out, err = p.jcmd(ctx, tg, t.PID, args...)
+		if err == nil && !startedRE.Match(out) && len(p.cfg.EventSettings) > 0 {
+			// A JVM older than event settings in JFR.start (before JDK
+			// 17) refuses them: record with Settings alone.
+			p.logger.Warn("JFR.start refused the event settings; recording without them",
+				"pid", t.PID, "event_settings", p.cfg.EventSettings, "out", firstLines(out))
+			out, err = p.jcmd(ctx, tg, t.PID, args[:6]...)
+		}
 		if err != nil {
 			return fmt.Errorf("jfr: start pid %d: %w", t.PID, err)
 		}
 		if !startedRE.Match(out) {
 			return fmt.Errorf("jfr: start pid %d: JFR.start: %s", t.PID, firstLines(out))
 		}
-		p.logger.Info("started recording", "pid", t.PID, "service", t.Service, "settings", p.cfg.Settings)
+		p.logger.Info("started recording", "pid", t.PID, "service", t.Service, "settings", p.cfg.Settings,
+			"event_settings", p.cfg.EventSettings)
 	}
 	tg.started = true
 	p.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -235,6 +236,12 @@ func TestDump(t *testing.T) {
 	t.Logf("Start took %s", time.Since(begun))
 	if err := p.Start(ctx, tg); err != nil {
 		t.Fatalf("second Start: %v", err)
+	}
+	// The default event settings apply on top of "profile".
+	check, err := exec.Command("jcmd", fmt.Sprint(j.pid), "JFR.check", "name="+recordingName, "verbose=true").CombinedOutput()
+	if err != nil || !regexp.MustCompile(`\(jdk\.NativeMethodSample\)\s*\[[^]]*enabled=false`).Match(check) ||
+		!regexp.MustCompile(`\(jdk\.ExecutionSample\)\s*\[[^]]*period=10 ms`).Match(check) {
+		t.Errorf("recording's settings (%v): want profile's 10 ms execution samples and no native-method samples:\n%s", err, check)
 	}
 	time.Sleep(6 * time.Second)
 	w := profiler.Window{Start: time.Now().Add(-5 * time.Second), End: time.Now()}
@@ -810,4 +817,24 @@ func topN(m map[string]int64, n int) []string {
 func withoutData(a profiler.Artifact) profiler.Artifact {
 	a.Data = nil
 	return a
+}
+
+func TestEventSettingsConfig(t *testing.T) {
+	for _, tc := range []struct {
+		in   []string
+		want []string
+	}{
+		{nil, DefaultConfig().EventSettings},
+		{[]string{}, []string{}},
+		{[]string{"jdk.ThreadPark#threshold=5ms", "+my.Event#enabled=true"}, []string{"jdk.ThreadPark#threshold=5ms", "+my.Event#enabled=true"}},
+		{[]string{"bad", "jdk.ThreadPark#threshold=5ms", "jdk.X#a= b"}, []string{"jdk.ThreadPark#threshold=5ms"}},
+	} {
+		if err := (Config{EventSettings: tc.in}).Validate(); (err != nil) != (len(tc.want) != len(tc.in) && tc.in != nil) {
+			t.Errorf("Validate(%q) = %v", tc.in, err)
+		}
+		got := New(Config{EventSettings: tc.in}, nil).cfg.EventSettings
+		if !slices.Equal(got, tc.want) || got == nil {
+			t.Errorf("New(%q).EventSettings = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
