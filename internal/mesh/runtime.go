@@ -4,7 +4,9 @@
 // In pod mode (root) every replica lives in its own network namespace on a
 // bridge, and iptables rules inside the namespace send its inbound and
 // outbound TCP through Envoy as Istio's init container does, so services call
-// plain http://<service>:8080/ addresses. In port mode (no root) everything
+// plain http://<service>:8080/ addresses; the host's loopback services a pod
+// needs (OTLP receiver, agent) answer at the bridge gateway through DNAT
+// rules of the host (natGateway). In port mode (no root) everything
 // is on loopback: each app and its Envoy get their own ports and a service
 // calls a per-callee outbound port of its own sidecar.
 
