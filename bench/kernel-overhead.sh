@@ -15,6 +15,8 @@
 #   off         nothing loaded
 #   targeted    the recorder loaded, the benchmark's process tree its target
 #   untargeted  the recorder loaded and attached, targeting another (idle) process
+#   empty       no recorder: a program that returns at once on each of the
+#               recorder's tracepoints (the floor any tracepoint program costs)
 #   targeted-hooks, untargeted-hooks
 #               the same with Config.SyscallHooks (syscalls tracked with
 #               raw_syscalls sys_enter/sys_exit instead of saved registers)
@@ -98,7 +100,7 @@ mode_prefix() {
 		return
 	fi
 	case $1 in
-	off | targeted | untargeted) echo "$work/krecord -mode $1 --" ;;
+	off | targeted | untargeted | empty) echo "$work/krecord -mode $1 --" ;;
 	# Syscalls tracked with raw_syscalls sys_enter/sys_exit (Config.SyscallHooks).
 	targeted-hooks | untargeted-hooks) echo "$work/krecord -syscall-hooks -mode ${1%-hooks} --" ;;
 	recorder) echo "$work/krecord -mode targeted --" ;;

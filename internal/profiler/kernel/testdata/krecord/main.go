@@ -2,13 +2,16 @@
 // per-container kernel metrics, for bench/kernel-overhead.sh (build: go build
 // ./internal/profiler/kernel/testdata/krecord).
 //
-//	krecord -mode off|targeted|untargeted [-kmetrics off|targeted|untargeted]
+//	krecord -mode off|targeted|untargeted|empty [-kmetrics off|targeted|untargeted]
 //	        [-syscall-hooks] [-dump] [-cgroup=false] -- command args…
 //
 // -mode is the recorder (internal/profiler/kernel). off: not loaded.
 // targeted: the command's process (and the processes it forks) are targets.
 // untargeted: the programs are attached but the target is another (idle)
-// process. -kmetrics is the agent's kernel metrics (internal/kmetrics, what
+// process. empty: no recorder, but a program that returns at once attached
+// to each tracepoint the recorder attaches to — what any tracepoint program
+// costs the traced work on this machine (the dispatch floor). -kmetrics is
+// the agent's kernel metrics (internal/kmetrics, what
 // `rootline agent --kmetrics` loads). off: not loaded. targeted: every metric
 // enabled, 1-in-1, for the command's cgroup (every km_* program attached, every
 // event of the command recorded). untargeted: the same for another, empty
@@ -39,13 +42,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
 	"github.com/rootline/rootline/internal/kmetrics"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
 func main() {
-	mode := flag.String("mode", "targeted", "recorder: off, targeted or untargeted")
+	mode := flag.String("mode", "targeted", "recorder: off, targeted, untargeted or empty")
 	kmMode := flag.String("kmetrics", "off", "kernel metrics: off, targeted or untargeted")
 	dump := flag.Bool("dump", false, "dump the command's window at the end (measures Dump)")
 	hooks := flag.Bool("syscall-hooks", false, "track syscalls with sys_enter/sys_exit (Config.SyscallHooks)")
@@ -53,7 +60,7 @@ func main() {
 	flag.Parse()
 	args := flag.Args()
 	if len(args) == 0 || !valid(*mode) || !valid(*kmMode) {
-		fmt.Fprintln(os.Stderr, "usage: krecord -mode off|targeted|untargeted [-kmetrics off|targeted|untargeted] -- command args…")
+		fmt.Fprintln(os.Stderr, "usage: krecord -mode off|targeted|untargeted|empty [-kmetrics off|targeted|untargeted] -- command args…")
 		os.Exit(2)
 	}
 	// Programs loaded before ours are someone else's (e.g. a test run).
@@ -79,7 +86,13 @@ func main() {
 		cmdCgroup = newCgroup("cmd")
 	}
 	var rec *kernel.Recorder
-	if *mode != "off" {
+	if *mode == "empty" {
+		detach, err := attachEmpty()
+		if err != nil {
+			fail(err)
+		}
+		defer detach()
+	} else if *mode != "off" {
 		var err error
 		if rec, err = kernel.New(kernel.Config{SyscallHooks: *hooks}, nil); err != nil {
 			fail(err)
@@ -186,7 +199,7 @@ func main() {
 		}
 		fmt.Fprintf(os.Stderr, "krecord kmetrics reads=%d series=%d cgroup_series=%d cgroup_oncpu_count=%d\n", reads, series, mine, oncpu)
 	}
-	if rec != nil || km != nil {
+	if rec != nil || km != nil || *mode == "empty" {
 		report(rec, km, cmd.Process.Pid, start, end, ru0, *dump, before)
 	}
 	if err != nil {
@@ -195,7 +208,41 @@ func main() {
 }
 
 func valid(mode string) bool {
-	return mode == "off" || mode == "targeted" || mode == "untargeted"
+	return mode == "off" || mode == "targeted" || mode == "untargeted" || mode == "empty"
+}
+
+// recorderTracepoints are the tracepoints the recorder attaches to by default
+// (bpfSource.programs in internal/profiler/kernel/source_linux.go).
+var recorderTracepoints = []string{"irq_handler_entry", "irq_handler_exit", "softirq_entry", "softirq_exit",
+	"hrtimer_expire_entry", "hrtimer_expire_exit", "block_rq_issue", "block_rq_complete",
+	"sched_process_fork", "sched_process_exec", "sched_process_exit", "sched_waking", "sched_wakeup_new", "sched_switch"}
+
+// attachEmpty attaches a tp_btf program that returns at once, named sr_empty
+// (so report counts it with the recorder's), to each recorder tracepoint.
+func attachEmpty() (func(), error) {
+	var closers []io.Closer
+	detach := func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}
+	for _, tp := range recorderTracepoints {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "sr_empty", Type: ebpf.Tracing,
+			AttachType: ebpf.AttachTraceRawTp, AttachTo: tp, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("load an empty program for %s: %w", tp, err)
+		}
+		closers = append(closers, prog)
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog, AttachType: ebpf.AttachTraceRawTp})
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("attach an empty program to %s: %w", tp, err)
+		}
+		closers = append(closers, l)
+	}
+	return detach, nil
 }
 
 // loadKmetrics loads the kernel metrics and enables every metric, 1-in-1,
