@@ -264,12 +264,18 @@ func (p *Profiler) Start(ctx context.Context, t profiler.Target) (err error) {
 			"maxsize=" + strconv.FormatInt(p.cfg.MaxSize, 10),
 			"disk=true"}, p.cfg.EventSettings...)
 		out, err = p.jcmd(ctx, tg, t.PID, args...)
-		if err == nil && !startedRE.Match(out) && len(p.cfg.EventSettings) > 0 {
+		if (err != nil || !startedRE.Match(out)) && len(p.cfg.EventSettings) > 0 && ctx.Err() == nil {
 			// A JVM older than event settings in JFR.start (before JDK
-			// 17) refuses them: record with Settings alone.
+			// 17) refuses them (jcmd then exits non-zero): record with
+			// Settings alone. A JDK 17 that rejects a value may have
+			// started the recording all the same: keep that one.
 			p.logger.Warn("JFR.start refused the event settings; recording without them",
-				"pid", t.PID, "event_settings", p.cfg.EventSettings, "out", firstLines(out))
-			out, err = p.jcmd(ctx, tg, t.PID, args[:6]...)
+				"pid", t.PID, "event_settings", p.cfg.EventSettings, "out", firstLines(out), "err", err)
+			if chk, cerr := p.jcmd(ctx, tg, t.PID, "JFR.check", "name="+recordingName); cerr == nil && recordingRunning(chk) {
+				out, err = []byte("Started recording (adopted)"), nil
+			} else {
+				out, err = p.jcmd(ctx, tg, t.PID, args[:6]...)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("jfr: start pid %d: %w", t.PID, err)
