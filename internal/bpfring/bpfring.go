@@ -56,14 +56,15 @@ type Reader struct {
 
 	mu       sync.Mutex // held by ReadInto; Close takes it to close rd
 	closed   bool
-	closing  atomic.Bool // set before f is closed
-	flushed  atomic.Bool
+	closing  atomic.Bool  // set before f is closed
 	deadline atomic.Int64 // Unix ns; 0: none
 
-	// Flush generations: Flush takes the next one; ReadInto, once every
-	// record submitted before it has been returned, reports it served
-	// (with ErrFlushed), which is what Drain waits for.
+	// Flush generations: Flush takes the next one; ReadInto notices it
+	// (seen), then, once every record submitted before it has been
+	// returned, reports it served (with ErrFlushed), which is what Drain
+	// waits for.
 	flushGen atomic.Uint64
+	seen     uint64 // under mu: the latest generation ReadInto noticed
 	serving  uint64 // under mu: the generation being served
 	drainMu  sync.Mutex
 	served   uint64        // under drainMu
@@ -175,9 +176,8 @@ func (r *Reader) Flush() error {
 
 func (r *Reader) flush() (uint64, error) {
 	gen := r.flushGen.Add(1)
-	r.flushed.Store(true)
 	// Wake a waiter: a deadline in the past unblocks it. If it has not
-	// started waiting yet, it sees the flag before it waits.
+	// started waiting yet, it sees the new generation before it waits.
 	if err := r.f.SetReadDeadline(past); err != nil && !errors.Is(err, os.ErrClosed) {
 		return gen, err
 	}
@@ -235,10 +235,10 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 			}
 			r.cur = (r.cur + 1) % len(r.rds)
 		}
-		if r.flushed.Swap(false) {
+		if gen := r.flushGen.Load(); gen != r.seen {
 			// A Flush since the last look: what was submitted before it
 			// is in the rings now; read it before answering.
-			r.serving = r.flushGen.Load()
+			r.seen, r.serving = gen, gen
 			continue
 		}
 		if r.serving != 0 {
@@ -262,7 +262,7 @@ func (r *Reader) ReadInto(rec *ringbuf.Record) error {
 			return ringbuf.ErrClosed // only fails once closed
 		}
 		err := r.rc.Read(func(uintptr) bool {
-			return r.pending() || r.flushed.Load()
+			return r.pending() || r.flushGen.Load() != r.seen
 		})
 		switch {
 		case r.closing.Load():
