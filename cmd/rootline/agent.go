@@ -65,12 +65,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.StringVar(&jfrConfig.Settings, "jfr.settings", jfr.DefaultConfig().Settings, "the JVMs' continuous recording's JFR settings: profile (10 ms sampling, lock waits from 10 ms) or default (20 ms, 20 ms)")
 	fs.Func("jfr.events", "event settings on top of --jfr.settings, comma-separated <event>#<setting>=<value>; \"\" for none (default "+
 		strings.Join(jfr.DefaultConfig().EventSettings, ",")+": native-method samples walk every idle thread's stack 50 times a second)", func(v string) error {
-		jfrConfig.EventSettings = []string{}
-		for e := range strings.SplitSeq(v, ",") {
-			if e = strings.TrimSpace(e); e != "" {
-				jfrConfig.EventSettings = append(jfrConfig.EventSettings, e)
-			}
-		}
+		jfrConfig.EventSettings = commaList(v)
 		return nil
 	})
 	fs.BoolVar(&f.bpfStats, "bpf-stats", false, "turn on the kernel's BPF run-time statistics while the agent runs, so the profilers report their programs' CPU time (bpf_run_time_seconds); "+
@@ -174,11 +169,7 @@ func buildProfilers(list string, logger *slog.Logger) ([]profiler.Profiler, erro
 	if all {
 		names = profilerNames()
 	} else {
-		for _, n := range strings.Split(list, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
+		names = commaList(list)
 	}
 	var out []profiler.Profiler
 	for _, n := range names {
@@ -197,4 +188,16 @@ func buildProfilers(list string, logger *slog.Logger) ([]profiler.Profiler, erro
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// commaList splits a comma-separated flag value, trimming each item and
+// dropping empty ones; "" gives an empty, non-nil list.
+func commaList(s string) []string {
+	out := []string{}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
