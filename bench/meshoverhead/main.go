@@ -354,9 +354,7 @@ func freeAddrs(n int) []string {
 // TCP ports with iptables rules (the kernel counts; nothing copies the
 // traffic), leaving out this process's own queries, which come from
 // queryIP.
-type byteCounter struct {
-	chains []string
-}
+type byteCounter struct{}
 
 // queryIP is the source address of this program's own requests to the
 // server (metrics), which byteCounter leaves out.
@@ -386,14 +384,13 @@ func countBytes(addrs ...string) *byteCounter {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fail(fmt.Errorf("count the server's bytes: iptables-restore: %w: %s", err, out))
 	}
-	c.chains = []string{chainIn, chainOut}
 	return c
 }
 
 // total sums the counters' bytes.
 func (c *byteCounter) total() int64 {
 	var n int64
-	for _, ch := range c.chains {
+	for _, ch := range []string{chainIn, chainOut} {
 		out, err := exec.Command("iptables", "-t", "filter", "-n", "-v", "-x", "-L", ch).Output()
 		check(err)
 		for line := range strings.Lines(string(out)) {
