@@ -209,7 +209,10 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	var queryAddr string
 	if mode != "envoy" {
 		var grpcAddr, httpAddr string
-		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir)
+		// As in the demo: the pods reach the agent's API, so it takes a token.
+		tokenFile, err := demo.WriteToken(dir)
+		check(err)
+		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile)
 		defer stop(srv)
 		counted = countBytes(grpcAddr, httpAddr, queryAddr)
 		defer counted.close()
@@ -223,7 +226,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
 			var agentAddr string
-			agent, agentAddr = startAgent(self, "http://"+queryAddr, mode == "envoy+rootline-no-run", agentFlags)
+			agent, agentAddr = startAgent(self, "http://"+queryAddr, mode == "envoy+rootline-no-run", append(agentFlags, "--auth.token-file", tokenFile))
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
@@ -231,7 +234,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
 			opts.Wrap = func(svc string, argv []string) []string {
 				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(httpAddr),
-					"--agent", agentURL, "--"}, argv...)
+					"--agent", agentURL, "--auth.token-file", tokenFile, "--"}, argv...)
 			}
 		}
 	}
@@ -296,9 +299,9 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	return out
 }
 
-func startServer(self, dir string) (*exec.Cmd, string, string, string) {
+func startServer(self, dir, tokenFile string) (*exec.Cmd, string, string, string) {
 	addrs := freeAddrs(4)
-	cmd := exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn",
+	cmd := exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
 		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3])
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())

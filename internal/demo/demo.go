@@ -181,7 +181,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	addrs, stop, err := startServer(ctx, dir, o.QueryAddr)
+	addrs, stop, err := startServer(ctx, dir, o.QueryAddr, "")
 	if err != nil {
 		return sum, err
 	}
@@ -278,9 +278,17 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 }
 
 // startServer runs an in-process server with the UI over dir; stop shuts it
-// down.
-func startServer(ctx context.Context, dir, queryAddr string) (server.Addrs, func(), error) {
+// down. With a tokenFile its capture requests carry the token (the agent's
+// API needs it); its own API stays open on its loopback address.
+func startServer(ctx context.Context, dir, queryAddr, tokenFile string) (server.Addrs, func(), error) {
 	cfg := server.DefaultConfig()
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return server.Addrs{}, nil, err
+		}
+		cfg.Capture.AuthToken = strings.TrimSpace(string(b))
+	}
 	cfg.DataDir = dir
 	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.QueryAddr = queryAddr

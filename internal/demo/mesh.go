@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -145,7 +146,15 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr)
+	// The pods reach the agent's API through the bridge (mesh.Options.Expose):
+	// beyond loopback, so it takes a token (dumps can be triggered there). The
+	// server sends it with its dump requests; its own API stays on loopback,
+	// open to the UI.
+	tokenFile, err := WriteToken(dir)
+	if err != nil {
+		return sum, err
+	}
+	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile)
 	if err != nil {
 		return sum, err
 	}
@@ -154,7 +163,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	sum.UI = api
 	fmt.Fprintf(out, "rootline demo: server up — UI and API %s, OTLP/gRPC %s, OTLP/HTTP %s\n", api, addrs.OTLPGRPC, addrs.OTLPHTTP)
 
-	agentAddr, stopAgent, err := startAgentProc(ctx, self, api, dir)
+	agentAddr, stopAgent, err := startAgentProc(ctx, self, api, dir, tokenFile)
 	if err != nil {
 		return sum, err
 	}
@@ -186,8 +195,8 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}
 	if !o.NoRun {
 		opts.Wrap = func(svc string, argv []string) []string {
-			return append([]string{self, "run", "--service", svc,
-				"--server", "http://" + podAddr(addrs.OTLPHTTP), "--agent", "http://" + podAddr(agentAddr), "--"}, argv...)
+			return append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
+				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--"}, argv...)
 		}
 	}
 	fmt.Fprintf(out, "rootline demo: starting %d services in %s mode (%s)…\n", len(topo.Services), mode, describe(sum))
@@ -521,8 +530,18 @@ func checkServiceBinaries(topo *mesh.Topology, repo string) error {
 	return nil
 }
 
+// WriteToken writes a random bearer token, readable by root only, to a file
+// in dir (flags take a file, so that the token shows in no process listing).
+func WriteToken(dir string) (string, error) {
+	path := filepath.Join(dir, "auth.token")
+	if err := os.WriteFile(path, []byte(rand.Text()+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("auth token: %w", err)
+	}
+	return path, nil
+}
+
 // startAgentProc runs `rootline agent` as a child and waits for its API.
-func startAgentProc(ctx context.Context, self, api, dir string) (string, func(), error) {
+func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (string, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -533,7 +552,7 @@ func startAgentProc(ctx context.Context, self, api, dir string) (string, func(),
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false")
+	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false", "--auth.token-file", tokenFile)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to the demo, which stops it
 	if err := cmd.Start(); err != nil {
