@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build demo-services test test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build demo-services test test-cross test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -44,7 +44,12 @@ build/demo/java/Svc.class: demo/services/java/Svc.java
 	@mkdir -p build/demo/java
 	javac -encoding UTF-8 -d build/demo/java $<
 
-test: deps build test-unit test-e2e test-ui-e2e
+test: deps build test-cross test-unit test-e2e test-ui-e2e
+
+# The server, the agent's JFR profiler and the UI build off Linux too (for
+# development); `rootline run` and the eBPF profilers are Linux-only.
+test-cross: deps
+	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/rootline
 
 # The eBPF accuracy tests (kernel recorder, kernel metrics) compare against
 # schedstat and perf on the same run: they run after the rest, one package at a

@@ -10,9 +10,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/rootline/rootline/internal/agent"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/jfr"
@@ -117,7 +114,7 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		return code
 	}
 	if f.bpfStats {
-		stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		stats, err := enableBPFStats()
 		if err != nil {
 			logger.Error("cannot turn on BPF statistics (--bpf-stats)", "err", err)
 			return 1

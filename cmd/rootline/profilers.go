@@ -4,16 +4,12 @@ import (
 	"log/slog"
 
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/profiler/cpu"
 	"github.com/rootline/rootline/internal/profiler/jfr"
-	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
 // The profiler plugins compiled into the agent. Adding one is one package and
-// one line here.
+// one line here (profilers_linux.go for those built on eBPF).
 func init() {
-	profilerFactories["cpu"] = func(l *slog.Logger) (profiler.Profiler, error) { return cpu.New(cpu.Config{}, l) }
-	profilerFactories["kernel"] = func(l *slog.Logger) (profiler.Profiler, error) { return kernel.New(kernel.Config{}, l) }
 	profilerFactories["jfr"] = func(l *slog.Logger) (profiler.Profiler, error) { return jfr.New(jfrConfig, l), nil }
 }
 

@@ -191,7 +191,7 @@ func resolveCgroup(root string, spec ContainerSpec) (cgroupRef, error) {
 		if err := unix.Statfs(dir, &sfs); err != nil {
 			return cgroupRef{}, fmt.Errorf("cgroup %q: %w", spec.Cgroup, err)
 		}
-		if sfs.Type != unix.CGROUP2_SUPER_MAGIC {
+		if sfs.Type != cgroup2SuperMagic {
 			return cgroupRef{}, fmt.Errorf("%w %q: %s is not a cgroup v2 directory (the cgroup2 hierarchy is mounted at %s)", errCgroupInvalid, spec.Cgroup, dir, root)
 		}
 		ref = cgroupRef{id: st.Ino, dir: dir}

@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/profiler"
 )
@@ -225,7 +223,7 @@ func (a *Agent) lowerPriority() {
 		return
 	}
 	runtime.LockOSThread()
-	if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), a.cfg.DumpNice); err != nil {
+	if err := setThreadNice(a.cfg.DumpNice); err != nil {
 		a.logger.Debug("cannot lower the dump thread's priority", "nice", a.cfg.DumpNice, "err", err)
 	}
 }
