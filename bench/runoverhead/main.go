@@ -15,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -41,8 +42,14 @@ func main() {
 	duration := flag.Duration("duration", 15*time.Second, "load per measurement")
 	rounds := flag.Int("rounds", 3, "rounds (each runs every mode at every rate)")
 	spin := flag.Int("spin-us", 1000, "CPU work per hop per request (µs)")
+	flag.IntVar(&hops, "hops", 3, "services in the chain (1-3: a; a → b; a → b → c)")
 	modes := flag.String("modes", "plain,run,otel", "modes to compare: plain, run (rootline run --mode ebpf: the in-kernel datapath), run-ptrace (rootline run --mode ptrace: the supervisor, reads by the eBPF read tap), otel (the OpenTelemetry Go SDK in code)")
+	interleave := flag.Bool("interleave", false, "run every mode's chain at once and alternate requests between them (see interleave.go): ratios with a 95 % interval, free of the machine's drift")
 	flag.Parse()
+	if hops < 1 || hops > 3 {
+		fmt.Fprintln(os.Stderr, "runoverhead: --hops must be 1, 2 or 3")
+		os.Exit(2)
+	}
 	if *chain == "" {
 		fmt.Fprintln(os.Stderr, "runoverhead: --chain is required")
 		os.Exit(2)
@@ -59,6 +66,12 @@ func main() {
 	time.Sleep(time.Second)
 
 	modeList := strings.Split(*modes, ",")
+	if *interleave {
+		rateList, err := overhead.ParseRates(*rates)
+		check(err)
+		runInterleaved(*rootline, *chain, modeList, rateList, *duration, *rounds, *spin)
+		return
+	}
 	results := map[string]map[float64][]sample{}
 	for _, m := range modeList {
 		results[m] = map[float64][]sample{}
@@ -99,17 +112,21 @@ func med(ss []sample) sample {
 	}
 }
 
-func measure(rootline, chain, mode string, rate float64, d time.Duration, spin int) sample {
-	var procs []*exec.Cmd
-	var pids []int
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-			_ = p.Wait()
-		}
-	}()
+// hops is the chain's length (--hops).
+var hops = 3
+
+// chainRun is one mode's chain of three services, started.
+type chainRun struct {
+	url   string
+	procs []*exec.Cmd
+	pids  []int
+}
+
+// startChain starts c, b and a (a calls b, b calls c) in mode.
+func startChain(rootline, chain, mode string, spin int) *chainRun {
+	cr := &chainRun{}
 	call := ""
-	for i, name := range []string{"c", "b", "a"} {
+	for _, name := range []string{"c", "b", "a"}[3-hops:] {
 		env := append(os.Environ(), "LISTEN=127.0.0.1:0", "CALL="+call, fmt.Sprint("SPIN_US=", spin), "SERVICE_NAME="+name)
 		argv := []string{chain}
 		base, bin, other := strings.Cut(mode, "@")
@@ -124,26 +141,52 @@ func measure(rootline, chain, mode string, rate float64, d time.Duration, spin i
 			env = append(env, "OTEL=1", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:24318")
 		}
 		cmd := exec.Command(argv[0], argv[1:]...)
-		cmd.Env, cmd.Stderr = env, os.Stderr
+		cmd.Env, cmd.Stderr = env, untracedWatch{}
 		out, err := cmd.StdoutPipe()
 		check(err)
 		check(cmd.Start())
-		procs, pids = append(procs, cmd), append(pids, cmd.Process.Pid)
+		cr.procs, cr.pids = append(cr.procs, cmd), append(cr.pids, cmd.Process.Pid)
 		line, err := bufio.NewReader(out).ReadString('\n')
 		check(err)
 		port := strings.TrimSpace(strings.TrimPrefix(line, "listening "))
 		call = "http://127.0.0.1:" + port
-		_ = i
 	}
-	url := call + "/"
+	cr.url = call + "/"
+	return cr
+}
+
+func (cr *chainRun) stop() {
+	for _, p := range cr.procs {
+		_ = p.Process.Signal(syscall.SIGTERM)
+		_ = p.Wait()
+	}
+}
+
+func measure(rootline, chain, mode string, rate float64, d time.Duration, spin int) sample {
+	cr := startChain(rootline, chain, mode, spin)
+	defer cr.stop()
 	// Warm up connections and caches, then measure.
-	_, _ = loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: 2 * time.Second}}})
-	cpu0 := overhead.TreeCPU(pids...)
-	res, err := loadgen.Run(context.Background(), loadgen.Config{URL: url, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
+	_, _ = loadgen.Run(context.Background(), loadgen.Config{URL: cr.url, Phases: []loadgen.Phase{{Rate: rate, Duration: 2 * time.Second}}})
+	cpu0 := overhead.TreeCPU(cr.pids...)
+	res, err := loadgen.Run(context.Background(), loadgen.Config{URL: cr.url, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 	check(err)
-	cpu1 := overhead.TreeCPU(pids...)
+	cpu1 := overhead.TreeCPU(cr.pids...)
 	pr := res.Phases[0]
 	return sample{Latency: overhead.Measured(pr), cpuPerReq: (cpu1 - cpu0) / time.Duration(max(pr.Sent, 1))}
+}
+
+// untracedWatch passes a process's stderr on and stops the benchmark when a
+// `rootline run` says its service runs untraced (a build whose datapath
+// does not load would otherwise measure as free).
+type untracedWatch struct{}
+
+func (untracedWatch) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("running untraced")) {
+		os.Stderr.Write(p)
+		fmt.Fprintln(os.Stderr, "runoverhead: a service runs untraced; stopping")
+		os.Exit(1)
+	}
+	return os.Stderr.Write(p)
 }
 
 func check(err error) {

@@ -51,6 +51,11 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 
 	spans := rbinder.NewKernelSpans(rbinder.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
 		Logger: log, MonoOffset: readtap.MonoOffset()})
+	// The spans of each read go out in the same wake-up of the process.
+	flush := func() {}
+	if f, ok := sink.(interface{ Flush() }); ok {
+		flush = f.Flush
+	}
 	readDone := make(chan error, 1)
 	go func() {
 		var kev rbinder.KernelEvent
@@ -73,7 +78,7 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 				Local: ev.Local, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
 				Tids: ev.Tids, Peer: ev.Peer, Head: ev.Head}
 			spans.Event(&kev)
-		})
+		}, flush)
 	}()
 
 	cmd := exec.Command(f.argv[0], f.argv[1:]...)

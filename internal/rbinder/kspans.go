@@ -1,6 +1,7 @@
 package rbinder
 
 import (
+	"bytes"
 	"encoding/binary"
 	"log/slog"
 	"net/netip"
@@ -94,15 +95,42 @@ func spanID(v uint64) httpstream.SpanID {
 	return s
 }
 
-// head parses a request head the datapath copied.
-func head(b []byte) *httpstream.Message {
-	p := httpstream.NewParser(httpstream.Requests)
-	for _, ev := range p.Feed(b) {
-		if ev.Kind == httpstream.EventHeaders && ev.Msg != nil {
-			return ev.Msg
+// headInfo is what spans take from a request head the datapath copied.
+type headInfo struct {
+	method, target, host, requestID []byte
+}
+
+// readHead reads a request head the datapath copied (it followed the head
+// in the kernel, so the bytes are a request line and field lines, perhaps
+// cut at RD_HEAD): the method, target, Host and X-Request-ID. ok is false
+// when the first line is not a request line.
+func readHead(b []byte) (h headInfo, ok bool) {
+	line, rest, _ := bytes.Cut(b, []byte("\n"))
+	line = bytes.TrimSuffix(line, []byte("\r"))
+	method, line, ok1 := bytes.Cut(line, []byte(" "))
+	target, _, ok2 := bytes.Cut(line, []byte(" "))
+	if !ok1 || !ok2 || len(method) == 0 {
+		return h, false
+	}
+	h.method, h.target = method, target
+	for len(rest) > 0 {
+		line, rest, _ = bytes.Cut(rest, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		switch {
+		case h.host == nil && len(name) == 4 && bytes.EqualFold(name, []byte("host")):
+			h.host = bytes.Trim(value, " \t")
+		case h.requestID == nil && bytes.EqualFold(name, []byte(httpstream.HeaderRequestID)):
+			h.requestID = bytes.Trim(value, " \t")
 		}
 	}
-	return nil
+	return h, true
 }
 
 // Event takes one event of the datapath.
@@ -119,10 +147,9 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 		if ev.Peer.IsValid() {
 			r.peer = ev.Peer.String()
 		}
-		if m := head(ev.Head); m != nil {
-			r.method, r.target = m.Method, string(m.Target)
-			r.host = string(m.Headers.Get("host"))
-			if id := m.Headers.Get(httpstream.HeaderRequestID); len(id) > 0 && len(id) <= 256 {
+		if h, ok := readHead(ev.Head); ok {
+			r.method, r.target, r.host = string(h.method), string(h.target), string(h.host)
+			if id := h.requestID; len(id) > 0 && len(id) <= 256 {
 				r.ctx.RequestID = string(id)
 			}
 		}
@@ -160,9 +187,8 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 		if ev.Flags&KflagUnbound != 0 {
 			k.Stats.Unbound.Add(1)
 		}
-		if m := head(ev.Head); m != nil {
-			c.method, c.target = m.Method, string(m.Target)
-			c.host = string(m.Headers.Get("host"))
+		if h, ok := readHead(ev.Head); ok {
+			c.method, c.target, c.host = string(h.method), string(h.target), string(h.host)
 		}
 		if c.host == "" && ev.Peer.IsValid() {
 			c.host = ev.Peer.String()

@@ -120,3 +120,57 @@ func TestKernelSpansLostStart(t *testing.T) {
 			k.Stats.Calls.Load(), k.Stats.Unbound.Load(), k.Stats.Opaque.Load(), k.Stats.Skipped.Load())
 	}
 }
+
+type discardSink struct{}
+
+func (discardSink) Emit(*model.Span) {}
+
+// BenchmarkKernelSpans is `rootline run`'s user-space work per request of a
+// middle service: the four datapath events of a SERVER span and its CLIENT
+// span, heads as Go's net/http writes them with Rootline's lines.
+func BenchmarkKernelSpans(b *testing.B) {
+	k := NewKernelSpans(KernelSpansConfig{Service: "mid", Host: "h", Sink: discardSink{}})
+	trace := [16]byte{1, 2, 3}
+	peer := netip.MustParseAddrPort("10.0.0.7:4242")
+	in := []byte("GET /orders/7 HTTP/1.1\r\nHost: mid:8080\r\nUser-Agent: Go-http-client/1.1\r\n" +
+		"traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n" +
+		"b3: 0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-1-00f067aa0ba902b7\r\n" +
+		"x-request-id: 0af76519-16cd-43dd-8448-eb211c80319c\r\nAccept-Encoding: gzip\r\n\r\n")
+	out := []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1:18003\r\nUser-Agent: Go-http-client/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+	b.ReportAllocs()
+	for i := range b.N {
+		server, client := uint64(2*i+1), uint64(2*i+2)
+		k.Event(&KernelEvent{Type: KevRequest, Flags: KflagSampled, Tgid: 40, Tid: 41, StartMono: 100_000,
+			TraceID: trace, SpanID: server, ParentID: 7, Peer: peer, Head: in})
+		k.Event(&KernelEvent{Type: KevCall, Flags: KflagSampled, Tgid: 40, Tid: 42, StartMono: 200_000,
+			TraceID: trace, SpanID: client, ParentID: server, Peer: peer, Head: out})
+		k.Event(&KernelEvent{Type: KevCallEnd, Flags: KflagSampled | KflagTimed, Tgid: 40, Tid: 42, Mono: 1_200_000,
+			StartMono: 200_000, TraceID: trace, SpanID: client, ParentID: server, Status: 200,
+			Server: 700 * time.Microsecond, Remote: 50 * time.Microsecond})
+		k.Event(&KernelEvent{Type: KevRequestEnd, Flags: KflagSampled, Tgid: 40, Tid: 41, Mono: 1_500_000,
+			StartMono: 100_000, TraceID: trace, SpanID: server, ParentID: 7, Status: 200, Tids: []int{41}})
+	}
+}
+
+func TestReadHead(t *testing.T) {
+	for _, tc := range []struct {
+		head                          string
+		ok                            bool
+		method, target, host, request string
+	}{
+		{"GET /a?b=1 HTTP/1.1\r\nHost: svc:80\r\nX-Request-ID:  rid-7 \r\n\r\n", true, "GET", "/a?b=1", "svc:80", "rid-7"},
+		{"POST / HTTP/1.0\nhost:\tx\n\n", true, "POST", "/", "x", ""},
+		{"GET / HTTP/1.1\r\nHostname: no\r\nX-Request-Id: a\r\nx-request-id: b\r\nHOST: yes\r\n", true, "GET", "/", "yes", "a"},
+		{"GET / HTTP/1.1\r\nUser-Agent: cut here", true, "GET", "/", "", ""},
+		{"GET / HTTP/1.1\r\n\r\nHost: in the body\r\n", true, "GET", "/", "", ""},
+		{"garbage", false, "", "", "", ""},
+		{"", false, "", "", "", ""},
+	} {
+		h, ok := readHead([]byte(tc.head))
+		if ok != tc.ok || string(h.method) != tc.method || string(h.target) != tc.target ||
+			string(h.host) != tc.host || string(h.requestID) != tc.request {
+			t.Errorf("readHead(%q) = %q %q %q %q %v; want %q %q %q %q %v", tc.head, h.method, h.target, h.host,
+				h.requestID, ok, tc.method, tc.target, tc.host, tc.request, tc.ok)
+		}
+	}
+}

@@ -92,14 +92,22 @@ func (c *call) waits(end time.Time) (net, remote time.Duration, ok bool) {
 	return net, remote, true
 }
 
-// resource is what every span of a traced process carries.
+// resource is what every span of a traced process carries. Its methods are
+// for one goroutine.
 type resource struct {
 	service  string
 	instance string
 	host     string
+
+	// The last process's attributes: spans share them (read-only).
+	lastPID   int
+	lastAttrs []model.KeyValue
 }
 
-func (rs resource) attrs(pid int) []model.KeyValue {
+func (rs *resource) attrs(pid int) []model.KeyValue {
+	if rs.lastAttrs != nil && rs.lastPID == pid {
+		return rs.lastAttrs
+	}
 	kv := []model.KeyValue{
 		model.String(model.AttrServiceName, rs.service),
 		model.Int(model.AttrProcessPID, int64(pid)),
@@ -115,6 +123,7 @@ func (rs resource) attrs(pid int) []model.KeyValue {
 	if inst != "" {
 		kv = append(kv, model.String(model.AttrServiceInstanceID, inst))
 	}
+	rs.lastPID, rs.lastAttrs = pid, kv
 	return kv
 }
 
@@ -136,7 +145,7 @@ func statusOf(code int) model.StatusCode {
 }
 
 // serverSpan builds the SERVER span of a finished request.
-func (rs resource) serverSpan(r *request) *model.Span {
+func (rs *resource) serverSpan(r *request) *model.Span {
 	s := &model.Span{
 		TraceID:      model.TraceID(r.ctx.TraceID),
 		SpanID:       model.SpanID(r.span),
@@ -183,7 +192,7 @@ func (rs resource) serverSpan(r *request) *model.Span {
 }
 
 // clientSpan builds the CLIENT span of a finished call.
-func (rs resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
+func (rs *resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
 	s := &model.Span{
 		TraceID:      model.TraceID(c.traceID),
 		SpanID:       model.SpanID(c.span),

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/model"
@@ -19,7 +18,10 @@ import (
 // Shipper is a Sink that sends spans to a Rootline server (or any OTLP/HTTP
 // receiver) in batches. Emit never blocks: when the queue is full the span is
 // dropped and counted, so a slow or dead server never stalls the traced
-// service.
+// service. A span waits at most Every for its batch; Flush sends what is
+// queued at once (a reader that takes spans in bursts calls it after each,
+// so that the process wakes once per burst, not once more for the shipper).
+// An idle Shipper does not wake at all.
 type Shipper struct {
 	url    string
 	token  string
@@ -31,8 +33,10 @@ type Shipper struct {
 
 	Sent, Dropped, Failed atomic.Int64
 
+	flushc   chan struct{}
 	done     chan struct{}
 	failOnce sync.Once
+	body     []byte // the last request's bytes, reused (Run's goroutine only)
 }
 
 // ShipperConfig configures a Shipper.
@@ -44,7 +48,7 @@ type ShipperConfig struct {
 	// Queue bounds the spans waiting to be sent (default 8192).
 	Queue int
 	// Batch is the most spans per request (default 512); Every the longest a
-	// span waits for its batch (default 1s).
+	// span waits for its batch unless Flush sends it sooner (default 1s).
 	Batch int
 	Every time.Duration
 	// Logger; nil discards.
@@ -68,7 +72,15 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 	return &Shipper{
 		url: cfg.Endpoint, token: cfg.Token, client: &http.Client{Timeout: 10 * time.Second},
 		log: cfg.Logger.With("component", "shipper"), queue: make(chan *model.Span, cfg.Queue),
-		batch: cfg.Batch, every: cfg.Every, done: make(chan struct{}),
+		batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
+	}
+}
+
+// Flush asks Run to send the queued spans now. It does not block.
+func (s *Shipper) Flush() {
+	select {
+	case s.flushc <- struct{}{}:
+	default:
 	}
 }
 
@@ -85,10 +97,14 @@ func (s *Shipper) Emit(sp *model.Span) {
 // most a few seconds) and returns.
 func (s *Shipper) Run(ctx context.Context) {
 	defer close(s.done)
-	tick := time.NewTicker(s.every)
-	defer tick.Stop()
+	// The timer runs only while spans wait: armed by the first span of a
+	// batch, stopped when the batch is sent.
+	timer := time.NewTimer(s.every)
+	timer.Stop()
+	defer timer.Stop()
 	var buf []*model.Span
 	flush := func(c context.Context) {
+		timer.Stop()
 		if len(buf) > 0 {
 			s.send(c, buf)
 			buf = buf[:0]
@@ -97,11 +113,25 @@ func (s *Shipper) Run(ctx context.Context) {
 	for {
 		select {
 		case sp := <-s.queue:
+			if len(buf) == 0 {
+				timer.Reset(s.every)
+			}
 			buf = append(buf, sp)
 			if len(buf) >= s.batch {
 				flush(ctx)
 			}
-		case <-tick.C:
+		case <-s.flushc:
+			// What Emit queued before Flush is in the queue: take it too.
+			for drained := false; !drained && len(buf) < s.batch; {
+				select {
+				case sp := <-s.queue:
+					buf = append(buf, sp)
+				default:
+					drained = true
+				}
+			}
+			flush(ctx)
+		case <-timer.C:
 			flush(ctx)
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -128,11 +158,8 @@ func (s *Shipper) Run(ctx context.Context) {
 func (s *Shipper) Wait() { <-s.done }
 
 func (s *Shipper) send(ctx context.Context, spans []*model.Span) {
-	body, err := ptraceotlp.NewExportRequestFromTraces(export.ToPdata(spans)).MarshalProto()
-	if err == nil {
-		err = s.post(ctx, body)
-	}
-	if err != nil {
+	s.body = export.AppendOTLP(s.body[:0], spans)
+	if err := s.post(ctx, s.body); err != nil {
 		s.Failed.Add(int64(len(spans)))
 		s.failOnce.Do(func() {
 			s.log.Warn("cannot send spans; they are dropped and counted (logged once)", "endpoint", s.url, "err", err)
@@ -156,6 +183,9 @@ func (s *Shipper) post(ctx context.Context, body []byte) error {
 		return err
 	}
 	defer resp.Body.Close()
+	// Read the answer to its end, so that the connection is kept for the
+	// next batch rather than closed (and dialled again a second later).
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("server answered %s", resp.Status)
 	}

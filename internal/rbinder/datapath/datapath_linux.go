@@ -259,8 +259,10 @@ func (d *Datapath) Drain(timeout time.Duration) {
 
 // Read calls fn with every event, in order, until Close. The events ring
 // buffer is read at least every poll, and as soon as a quarter of it is
-// pending (the programs wake the reader then), and on Drain.
-func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
+// pending (the programs wake the reader then), and on Drain. idle, if not
+// nil, is called each time the events pending at a poll or a Drain have
+// been passed on (to send what they made in the same wake-up).
+func (d *Datapath) Read(poll time.Duration, fn func(*Event), idle func()) error {
 	var rec ringbuf.Record
 	var ev Event
 	tids := make([]int, 0, 8)
@@ -272,8 +274,14 @@ func (d *Datapath) Read(poll time.Duration, fn func(*Event)) error {
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case errors.Is(err, ringbuf.ErrFlushed):
+			if idle != nil {
+				idle()
+			}
 			continue
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			if idle != nil {
+				idle()
+			}
 			d.rd.SetDeadline(time.Now().Add(poll))
 			continue
 		case err != nil:
