@@ -497,11 +497,6 @@ static __always_inline __u64 rand64(void)
 	return v ? v : 1; // ids are never zero
 }
 
-static __always_inline __u8 lower(__u8 c)
-{
-	return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
 static __always_inline int hexval(__u8 c, int upper_ok)
 {
 	if (c >= '0' && c <= '9')
@@ -596,13 +591,39 @@ static __always_inline void touch(struct req *r)
 
 // ---- head scanning ----
 
-// name_is compares h[at:at+n] with the lower-case literal lit ignoring case.
+// name_is compares h[at:at+n] with the lower-case literal lit ignoring
+// case, eight bytes at a time: each word of the head, with bit 5 set in the
+// bytes where lit has a letter, must equal lit's word (other bytes compare
+// exactly: 'A' | 0x20 is 'a', but '\r' | 0x20 would be '-'). The words of
+// lit and their masks are constants the compiler folds. (h has 8 bytes of
+// slack after RD_HEAD, so a word at any masked offset is in bounds.)
 #define NAME_IS(h, at, lit) name_is((h), (at), lit, sizeof(lit) - 1)
+static __always_inline __u64 lit_byte(const char *lit, __u32 n, __u32 i, int letters)
+{
+	if (i >= n)
+		return 0;
+	__u8 c = lit[i];
+	if (letters)
+		return c >= 'a' && c <= 'z' ? 0x20 : 0;
+	return c;
+}
+
+static __always_inline __u64 lit_word(const char *lit, __u32 n, __u32 k, int letters)
+{
+	__u64 w = 0;
+#pragma unroll
+	for (__u32 j = 0; j < 8; j++)
+		w |= lit_byte(lit, n, k + j, letters) << (8 * j);
+	return w;
+}
+
 static __always_inline int name_is(__u8 *h, __u32 at, const char *lit, __u32 n)
 {
 #pragma unroll
-	for (__u32 k = 0; k < n; k++) {
-		if (lower(h[(at + k) & HEAD_MASK]) != (__u8)lit[k])
+	for (__u32 k = 0; k < n; k += 8) {
+		__u64 keep = n - k >= 8 ? ~0ULL : (1ULL << (8 * (n - k))) - 1;
+		__u64 w = *(__u64 *)(h + ((at + k) & HEAD_MASK));
+		if (((w | lit_word(lit, n, k, 1)) & keep) != lit_word(lit, n, k, 0))
 			return 0;
 	}
 	return 1;
