@@ -54,8 +54,14 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 	} while (0)
 #endif
 
-// The run's cgroup v2 id: only its processes are followed. Set at load.
+// The run's cgroup v2 id: only its processes are followed; its slot in the
+// shared datapath (rd_rings, rd_gens, rd_stats) and the slot's generation.
+// Set at load, and read only by the run's own programs (sock_ops, the
+// process tracepoints, the Go probes): rd_msg and rd_recv are shared by
+// every run on the node and take the slot from the connection.
 volatile const __u64 rd_cgroup = 0;
+volatile const __u32 rd_slot = 0;
+volatile const __u32 rd_gen = 0;
 
 // Writable globals, so their values are unknown to the verifier (it does
 // not track what map memory holds). The state of bpf_loop callbacks starts
@@ -254,6 +260,8 @@ struct head_buf {
 
 struct conn {
 	__u64 addr;      // the struct sock's address (the key), as a number
+	__u32 slot;      // the run that follows it (rd_slot, rd_gen of its sock_ops)
+	__u32 gen;
 	__u32 wseq;      // the TCP write sequence up to which writes were followed
 	__u8 wseq_ok;
 	__u8 dir;
@@ -384,10 +392,39 @@ struct {
 
 
 
-struct {
+// Each run's events ring, by slot. One datapath serves every `rootline run`
+// of the node (see internal/rbinder/datapath): each reads its own ring.
+struct rd_ring {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 22);
-} rd_events SEC(".maps");
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, RD_SLOTS);
+	__type(key, __u32);
+	__array(values, struct rd_ring);
+} rd_rings SEC(".maps");
+
+// The generation of the run that holds each slot (0: none). A connection
+// of a run that is gone (killed: its slot later taken by another) carries
+// an older generation, and its events go nowhere.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RD_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} rd_gens SEC(".maps");
+
+// The process of each run (its tgid → its slot): when it exits, however it
+// dies, rd_runexit clears its slot's generation, and its connections pass
+// through untouched from then on.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 2 * RD_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} rd_runpids SEC(".maps");
 
 // Counters, indexes RD_STAT_* (read by user space).
 #define RD_STAT_LOST 0     // events the ring buffer could not take
@@ -401,7 +438,7 @@ struct {
 #define RD_STAT_N 8
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RD_STAT_N);
+	__uint(max_entries, RD_SLOTS * RD_STAT_N);
 	__type(key, __u32);
 	__type(value, __u64);
 } rd_stats SEC(".maps");
@@ -444,9 +481,11 @@ const struct rd_event *_rd_event __attribute__((unused));
 
 // ---- helpers ----
 
-static __always_inline void stat(__u32 i)
+// stat counts one event of counter i for the run in slot.
+static __always_inline void stat(__u32 slot, __u32 i)
 {
-	__u64 *v = bpf_map_lookup_elem(&rd_stats, &i);
+	__u32 k = slot * RD_STAT_N + i;
+	__u64 *v = bpf_map_lookup_elem(&rd_stats, &k);
 	if (v)
 		*v += 1;
 }
@@ -509,9 +548,18 @@ static __always_inline int hexval(__u8 c, int upper_ok)
 }
 
 
-// emit sends ev (head_len bytes of head) to user space.
-static __always_inline void emit(struct rd_event *ev)
+// emit_to sends ev (head_len bytes of head) to the run in slot, if it is
+// still the run of generation gen.
+static __always_inline void emit_to(struct rd_event *ev, __u32 slot, __u32 gen)
 {
+	__u32 *g = bpf_map_lookup_elem(&rd_gens, &slot);
+	if (!g || *g != gen)
+		return;
+	void *ring = bpf_map_lookup_elem(&rd_rings, &slot);
+	if (!ring) {
+		stat(slot, RD_STAT_LOST);
+		return;
+	}
 	__u32 n = ev->head_len;
 	if (n > RD_HEAD)
 		n = RD_HEAD;
@@ -522,12 +570,26 @@ static __always_inline void emit(struct rd_event *ev)
 	// User space reads the ring on a timer (datapath.Read, every second in
 	// `rootline run`); it is woken early only once a quarter of the ring is
 	// pending, so a burst cannot fill the ring between two reads.
-	__u64 flags = bpf_ringbuf_query(&rd_events, BPF_RB_AVAIL_DATA) >=
-				      bpf_ringbuf_query(&rd_events, BPF_RB_RING_SIZE) / 4 ?
+	__u64 flags = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4 ?
 			      BPF_RB_FORCE_WAKEUP :
 			      BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&rd_events, ev, sz, flags) < 0)
-		stat(RD_STAT_LOST);
+	if (bpf_ringbuf_output(ring, ev, sz, flags) < 0)
+		stat(slot, RD_STAT_LOST);
+}
+
+// emit sends ev to the run that follows connection c.
+#define emit(ev, c) emit_to((ev), (c)->slot, (c)->gen)
+
+// live reports whether the run that follows c is still there. A connection
+// of a run that is gone is forgotten: it passes through from then on.
+static __always_inline int live(struct conn *c, __u64 key)
+{
+	__u32 slot = c->slot;
+	__u32 *g = bpf_map_lookup_elem(&rd_gens, &slot);
+	if (g && *g == c->gen)
+		return 1;
+	bpf_map_delete_elem(&rd_conns, &key);
+	return 0;
 }
 
 static __always_inline void ev_reset(struct rd_event *ev, __u32 type, struct conn *c, __u64 sk)
@@ -558,9 +620,9 @@ static __always_inline void make_opaque(struct conn *c, __u64 sk, struct scratch
 		return;
 	c->rd.state = H_OPAQUE;
 	c->wr.state = H_OPAQUE;
-	stat(RD_STAT_OPAQUE);
+	stat(c->slot, RD_STAT_OPAQUE);
 	ev_reset(&s->ev, RD_EV_OPAQUE, c, sk);
-	emit(&s->ev);
+	emit(&s->ev, c);
 }
 
 // touch charges a request's run-queue wait on the calling thread since its
@@ -1428,7 +1490,7 @@ __noinline int end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struc
 		ev->ntids = nt;
 		for (int i = 0; i < RD_MAX_TIDS; i++)
 			ev->tids[i] = r->tids[i];
-		emit(ev);
+		emit(ev, c);
 	}
 	bpf_map_delete_elem(&rd_reqs, &span);
 	return 0;
@@ -1481,7 +1543,7 @@ __noinline int end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 fl
 		ev->server_ns = server;
 		ev->status = q->status;
 		ev->tids[0] = q->tid;
-		emit(ev);
+		emit(ev, c);
 	}
 	q->span = 0;
 	return 0;
@@ -1542,7 +1604,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	}
 	__u64 span = rand64();
 	if (bpf_map_update_elem(&rd_reqs, &span, &s->zreq, BPF_NOEXIST) < 0) {
-		stat(RD_STAT_NOREQ);
+		stat(c->slot, RD_STAT_NOREQ);
 		return 0;
 	}
 	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
@@ -1600,7 +1662,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	ev->parent = r->parent;
 	ev->start = r->start;
 	copy_head(ev, &c->qhead, kept);
-	emit(ev);
+	emit(ev, c);
 
 	// The request body: counted, or chunked.
 	c->rd.state = H_IDLE;
@@ -2183,7 +2245,7 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 		return 0;
 	__u64 key = (__u64)sock;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
-	if (!c)
+	if (!c || !live(c, key))
 		return 0;
 	struct scratch *s = scratch();
 	if (!s)
@@ -2268,13 +2330,13 @@ static __always_inline int room_for(struct conn *c, __u32 n)
 static __always_inline void skip(struct conn *c, __u64 sk, __u32 why)
 {
 	dbg("skip why=%d", why);
-	stat(RD_STAT_SKIP);
+	stat(c->slot, RD_STAT_SKIP);
 	struct scratch *s = scratch();
 	if (!s)
 		return;
 	ev_reset(&s->ev, RD_EV_SKIP, c, sk);
 	s->ev.status = why;
-	emit(&s->ev);
+	emit(&s->ev, c);
 }
 
 struct ins_ctx {
@@ -2441,7 +2503,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 			skip(c, sk, RD_SKIP_PUSH);
 		else {
 			flags |= RD_F_INJECTED;
-			stat(RD_STAT_INJECT);
+			stat(c->slot, RD_STAT_INJECT);
 		}
 	}
 	if (c->cq_next - c->cq_first >= RQ) {
@@ -2473,7 +2535,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 		ev->parent = parent;
 		ev->start = c->wr.start;
 		copy_head(ev, &c->qhead, kept);
-		emit(ev);
+		emit(ev, c);
 	}
 	// The body: counted, none, or (chunked) until a final response head is read.
 	c->wr.finals++;
@@ -2537,7 +2599,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 			else if (insert(msg, brk, s->text, t.n) < 0)
 				skip(c, sk, RD_SKIP_PUSH);
 			else
-				stat(RD_STAT_INJECT);
+				stat(c->slot, RD_STAT_INJECT);
 		}
 	}
 	if (head_req || hi->status == 204 || hi->status == 304) {
@@ -2677,7 +2739,7 @@ int rd_msg(struct sk_msg_md *msg)
 {
 	__u64 sk = (__u64)msg->sk;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
-	if (!c || c->wr.state == H_OPAQUE)
+	if (!c || c->wr.state == H_OPAQUE || !live(c, sk))
 		return SK_PASS;
 	sk = c->addr; // the same value, as a number the verifier lets functions take
 	struct scratch *s = scratch();
@@ -2740,13 +2802,15 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		if (family != AF_INET && family != AF_INET6)
 			return 1;
 		if (bpf_map_update_elem(&rd_conns, &sk, &s->zconn, BPF_ANY) < 0) {
-			stat(RD_STAT_NOCONN);
+			stat(rd_slot, RD_STAT_NOCONN);
 			return 1;
 		}
 		struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
 		if (!c)
 			return 1;
 		c->addr = sk;
+		c->slot = rd_slot;
+		c->gen = rd_gen;
 		c->dir = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? DIR_OUT : DIR_IN;
 		c->family = family;
 		c->lport = skops->local_port;
@@ -2761,7 +2825,7 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		}
 		if (bpf_sock_hash_update(skops, &rd_socks, &sk, BPF_ANY) < 0) {
 			bpf_map_delete_elem(&rd_conns, &sk);
-			stat(RD_STAT_NOCONN);
+			stat(rd_slot, RD_STAT_NOCONN);
 			return 1;
 		}
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_STATE_CB_FLAG);
@@ -2808,6 +2872,25 @@ int BPF_PROG(rd_exit, struct task_struct *p)
 	return 0;
 }
 
+// Shared: a run's process exits (its main thread). Its slot's generation
+// goes to 0, so that the shared programs leave its connections alone even
+// when it was killed and could not say so (its own programs are gone with
+// its file descriptors).
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(rd_runexit, struct task_struct *p)
+{
+	__u32 tgid = p->tgid;
+	if (p->pid != tgid)
+		return 0;
+	__u32 *slot = bpf_map_lookup_elem(&rd_runpids, &tgid);
+	if (!slot)
+		return 0;
+	__u32 k = *slot, zero = 0;
+	bpf_map_update_elem(&rd_gens, &k, &zero, BPF_ANY);
+	bpf_map_delete_elem(&rd_runpids, &tgid);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(rd_exec, struct task_struct *p, int old_pid, struct linux_binprm *bprm)
 {
@@ -2820,7 +2903,7 @@ int BPF_PROG(rd_exec, struct task_struct *p, int old_pid, struct linux_binprm *b
 	ev_reset(ev, RD_EV_EXEC, 0, 0);
 	int n = bpf_probe_read_kernel_str(ev->head, 256, BPF_CORE_READ(bprm, filename));
 	ev->head_len = n > 0 ? n : 0;
-	emit(ev);
+	emit_to(ev, rd_slot, rd_gen);
 	return 0;
 }
 
@@ -2845,7 +2928,7 @@ int rd_go_roundtrip(struct pt_regs *ctx)
 		return 0;
 	struct gkey rk = {.tgid = tgid, .g = req};
 	bpf_map_update_elem(&rd_goreqs, &rk, &v, BPF_ANY);
-	stat(RD_STAT_GO_RT);
+	stat(rd_slot, RD_STAT_GO_RT);
 	return 0;
 }
 
@@ -2864,6 +2947,6 @@ int rd_go_reqwrite(struct pt_regs *ctx)
 	bpf_map_delete_elem(&rd_goreqs, &rk);
 	struct gkey gk = {.tgid = tgid, .g = BPF_CORE_READ(ctx, r14)};
 	bpf_map_update_elem(&rd_gowrites, &gk, &v, BPF_ANY);
-	stat(RD_STAT_GO_WR);
+	stat(rd_slot, RD_STAT_GO_WR);
 	return 0;
 }

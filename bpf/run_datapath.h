@@ -43,6 +43,10 @@
 
 #define RD_MAX_TIDS 8
 
+// Runs one shared datapath serves at once (each has a slot: its events
+// ring, generation and counters).
+#define RD_SLOTS 64
+
 // rd_event: one record of the ring buffer. Only the first head_len bytes
 // of head are written.
 struct rd_event {

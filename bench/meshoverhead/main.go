@@ -232,6 +232,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 			agentURL = "http://" + pod(agentAddr)
 		}
 		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
+			check(demo.ShareDatapath()) // as the demo does
 			opts.Wrap = func(svc string, argv []string) []string {
 				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(httpAddr),
 					"--agent", agentURL, "--auth.token-file", tokenFile, "--"}, argv...)

@@ -109,7 +109,10 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 			log.Warn("Go binding", "err", err)
 		}
 	}
-	log.Debug("tracing with the in-kernel datapath", "pid", pid, "cgroup", dir, "go", isGo)
+	log.Debug("tracing with the in-kernel datapath", "pid", pid, "cgroup", dir, "go", isGo, "shared", d.Shared())
+	if d.SharedErr != nil {
+		log.Info("the in-kernel datapath is this run's own, not the node's shared one", "reason", d.SharedErr)
+	}
 	if f.agent != "" {
 		go registerWithAgent(f, pid, log)
 	}

@@ -194,6 +194,11 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		Subnet: subnet, Logger: log,
 	}
 	if !o.NoRun {
+		if mode == mesh.ModePod {
+			if err := ShareDatapath(); err != nil {
+				log.Info("the pods' rootline runs load a datapath each", "err", err)
+			}
+		}
 		opts.Wrap = func(svc string, argv []string) []string {
 			return append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
 				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--"}, argv...)

@@ -37,23 +37,41 @@ type Config struct {
 	// NewCgroup); only its processes are followed.
 	Cgroup string
 	// RingBytes is the events ring buffer size (a power of two ≥ 4096);
-	// 0 means DefaultRingBytes.
+	// 0 means DefaultRingBytes. Runs share a datapath with the runs that
+	// use the same size.
 	RingBytes int
+	// Private loads a datapath of the run's own instead of joining the one
+	// the node's runs share (see shared_linux.go).
+	Private bool
 }
 
-// Datapath is the loaded datapath of one `rootline run`. Read runs on one
+// Datapath is the datapath of one `rootline run`: its own programs and
+// events ring, and the programs and maps it shares with the node's other
+// runs (or its own copies of them, when private). Read runs on one
 // goroutine; AddGo, Stats and Close may be called from any.
 type Datapath struct {
-	objs  runDatapathObjects
-	links []link.Link
-	rd    *bpfring.Reader // waits in the netpoller (see package bpfring)
+	maps        map[string]*ebpf.Map
+	progs       map[string]*ebpf.Program // the run's own
+	shared      map[string]*ebpf.Program // sharedProgNames
+	sharedLinks map[string]link.Link     // sharedLinked
+	ring        *ebpf.Map
+	links     []link.Link
+	rd        *bpfring.Reader // waits in the netpoller (see package bpfring)
+
+	slot, gen uint32
+	pin       string    // the shared datapath's pin directory; "" when private
+	owners    *ebpf.Map // its slot registry
+	// SharedErr says why the run has a private datapath although it did not
+	// ask for one (nil when shared, or asked private).
+	SharedErr error
 
 	mu     sync.Mutex
 	probed map[string]error // executables given Go probes
 	closed bool
 }
 
-// Open loads the programs and attaches them to the cgroup cfg.Cgroup.
+// Open loads the run's programs, joins (or loads) the shared ones, and
+// attaches them to the cgroup cfg.Cgroup.
 func Open(cfg Config) (*Datapath, error) {
 	if cfg.RingBytes == 0 {
 		cfg.RingBytes = DefaultRingBytes
@@ -65,50 +83,176 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	if cfg.Private {
+		return open(cfg, id, "")
+	}
+	root, rerr := bpffsRoot()
+	if root == "" {
+		d, err := open(cfg, id, "")
+		if d != nil {
+			d.SharedErr = rerr
+		}
+		return d, err
+	}
+	d, err := open(cfg, id, root)
+	var se *shareError
+	if errors.As(err, &se) {
+		if d, err = open(cfg, id, ""); d != nil {
+			d.SharedErr = se.err
+		}
+	}
+	return d, err
+}
+
+// shareError: the shared datapath could not be joined (the run then loads
+// its own).
+type shareError struct{ err error }
+
+func (e *shareError) Error() string { return "shared datapath: " + e.err.Error() }
+
+// open loads the datapath: shared through the BPF file system at root, or
+// private when root is "".
+func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 	spec, err := loadRunDatapath()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	spec.Maps["rd_events"].MaxEntries = uint32(cfg.RingBytes)
-	if err := spec.Variables["rd_cgroup"].Set(id); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	spec.Maps["rd_rings"].InnerMap.MaxEntries = uint32(cfg.RingBytes)
+	d = &Datapath{probed: map[string]error{}, gen: 1}
+	opts := loadOptions()
+	if root != "" {
+		name := pinName(cfg.RingBytes)
+		unlock, err := lockShared(name)
+		if err != nil {
+			return nil, &shareError{err}
+		}
+		defer unlock()
+		d.pin = filepath.Join(root, "rootline", name)
+		if err := os.MkdirAll(d.pin, 0o700); err != nil {
+			return nil, &shareError{err}
+		}
+		if d.owners, err = ownersMap(d.pin); err != nil {
+			return nil, &shareError{err}
+		}
+		var reclaimed bool
+		if d.slot, d.gen, reclaimed, err = claimSlot(d.owners); err != nil {
+			d.owners.Close()
+			return nil, &shareError{err}
+		}
+		defer func() {
+			if err == nil && reclaimed {
+				purgeSlot(d.maps["rd_conns"], d.maps["rd_reqs"], d.slot, d.gen)
+			}
+		}()
+		for _, m := range sharedMaps {
+			spec.Maps[m].Pinning = ebpf.PinByName
+		}
+		opts.Maps.PinPath = d.pin
+		if progs, links, ok := loadShared(d.pin); ok {
+			d.shared, d.sharedLinks = progs, links
+			for _, name := range sharedProgNames {
+				delete(spec.Programs, name)
+			}
+		}
 	}
-	d := &Datapath{probed: map[string]error{}}
-	if err := spec.LoadAndAssign(&d.objs, loadOptions()); err != nil {
+	// Failures from here on give the slot back (the lock is held) and close
+	// what was made.
+	undo := func() {
+		if d.pin != "" {
+			d.release()
+		}
+		d.teardown()
+	}
+	for name, v := range map[string]any{"rd_cgroup": cgroup, "rd_slot": d.slot, "rd_gen": d.gen} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			undo()
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, *opts)
+	if err != nil {
+		undo()
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("%w: load BPF: %+v", ErrUnavailable, ve)
 		}
+		if d.pin != "" && errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, &shareError{err}
+		}
 		return nil, fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
 	}
+	d.maps, d.progs = coll.Maps, coll.Programs
 	fail := func(what string, err error) (*Datapath, error) {
-		d.Close()
+		undo()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}
-	if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-		Target: d.objs.RdSocks.FD(), Program: d.objs.RdMsg, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
-		return fail("attach sk_msg", err)
+	if d.shared == nil {
+		// The first run (or a private one) attaches the shared programs.
+		d.shared, d.sharedLinks = map[string]*ebpf.Program{}, map[string]link.Link{}
+		for _, name := range sharedProgNames {
+			d.shared[name] = d.progs[name]
+			delete(d.progs, name)
+		}
+		if err := link.RawAttachProgram(link.RawAttachProgramOptions{
+			Target: d.maps["rd_socks"].FD(), Program: d.shared["rd_msg"], Attach: ebpf.AttachSkMsgVerdict}); err != nil {
+			return fail("attach sk_msg", err)
+		}
+		for _, name := range sharedLinked {
+			l, err := link.AttachTracing(link.TracingOptions{Program: d.shared[name], AttachType: ebpf.AttachTraceRawTp})
+			if err != nil {
+				return fail("attach "+name, err)
+			}
+			d.sharedLinks[name] = l
+		}
+		if d.pin != "" {
+			for name, p := range d.shared {
+				if err := p.Pin(filepath.Join(d.pin, "prog_"+name)); err != nil {
+					return fail("pin "+name, err)
+				}
+			}
+			for name, l := range d.sharedLinks {
+				if err := l.Pin(filepath.Join(d.pin, "link_"+name)); err != nil {
+					return fail("pin "+name, err)
+				}
+			}
+		}
 	}
-	for _, p := range []*ebpf.Program{d.objs.RdRecv, d.objs.RdFork, d.objs.RdExit, d.objs.RdExec} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+	if d.ring, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rd_events", Type: ebpf.RingBuf, MaxEntries: uint32(cfg.RingBytes)}); err != nil {
+		return fail("ring buffer", err)
+	}
+	if err := d.maps["rd_rings"].Put(d.slot, d.ring); err != nil {
+		return fail("ring buffer", err)
+	}
+	if err := d.maps["rd_gens"].Put(d.slot, d.gen); err != nil {
+		return fail("slot", err)
+	}
+	if err := d.maps["rd_runpids"].Put(uint32(os.Getpid()), d.slot); err != nil {
+		return fail("slot", err)
+	}
+	for _, name := range []string{"rd_fork", "rd_exit", "rd_exec"} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: d.progs[name], AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
-			return fail("attach "+p.String(), err)
+			return fail("attach "+name, err)
 		}
 		d.links = append(d.links, l)
 	}
 	// sock_ops last: from here on connections are followed.
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: d.objs.RdSockops})
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: d.progs["rd_sockops"]})
 	if err != nil {
 		return fail("attach sock_ops to "+cfg.Cgroup, err)
 	}
 	d.links = append(d.links, l)
-	if d.rd, err = bpfring.NewReader(d.objs.RdEvents); err != nil {
+	if d.rd, err = bpfring.NewReader(d.ring); err != nil {
 		return fail("ring buffer", err)
 	}
 	return d, nil
 }
 
-// Close detaches the programs; the service keeps running, untraced.
+// Shared reports whether the run uses the datapath the node's runs share.
+func (d *Datapath) Shared() bool { return d.pin != "" }
+
+// Close detaches the run's programs; the service keeps running, untraced.
+// The last run of a shared datapath takes the shared programs with it.
 func (d *Datapath) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -118,20 +262,96 @@ func (d *Datapath) Close() error {
 	d.closed = true
 	d.mu.Unlock()
 	var errs []error
+	// The run's programs first: no new connection, event or Go hand-off.
 	for i := len(d.links) - 1; i >= 0; i-- {
 		errs = append(errs, d.links[i].Close())
 	}
+	d.links = nil
+	if d.pin != "" {
+		if unlock, err := lockShared(filepath.Base(d.pin)); err == nil {
+			d.release()
+			unlock()
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, d.teardown())...)
+}
+
+// teardown closes the run's descriptors (programs detach with them).
+func (d *Datapath) teardown() error {
+	var errs []error
+	for i := len(d.links) - 1; i >= 0; i-- {
+		errs = append(errs, d.links[i].Close())
+	}
+	d.links = nil
 	if d.rd != nil {
 		errs = append(errs, d.rd.Close())
+		d.rd = nil
 	}
-	if d.objs.RdSocks != nil {
+	if d.pin == "" && d.maps["rd_socks"] != nil && d.shared["rd_msg"] != nil {
 		// Connections leave the sockhash (and tcp_bpf) as they close; the
 		// map goes with the last reference.
 		_ = link.RawDetachProgram(link.RawDetachProgramOptions{
-			Target: d.objs.RdSocks.FD(), Program: d.objs.RdMsg, Attach: ebpf.AttachSkMsgVerdict})
+			Target: d.maps["rd_socks"].FD(), Program: d.shared["rd_msg"], Attach: ebpf.AttachSkMsgVerdict})
 	}
-	errs = append(errs, d.objs.Close())
+	d.closeShared()
+	if d.ring != nil {
+		errs = append(errs, d.ring.Close())
+		d.ring = nil
+	}
+	for _, m := range d.maps {
+		errs = append(errs, m.Close())
+	}
+	for _, p := range d.progs {
+		errs = append(errs, p.Close())
+	}
+	d.maps, d.progs = nil, nil
 	return errors.Join(errs...)
+}
+
+// release gives the slot back (with the shared datapath's lock held), and
+// unpins the shared datapath if no other run uses it.
+func (d *Datapath) release() {
+	if d.owners != nil {
+		var o owner
+		if d.owners.Lookup(d.slot, &o) == nil && (o.PID != uint32(os.Getpid()) || o.Gen != d.gen) {
+			// Not ours any more (taken as a dead run's: cannot happen to
+			// a live run, but never clear another run's slot).
+			d.owners.Close()
+			d.owners = nil
+			return
+		}
+	}
+	if m := d.maps["rd_gens"]; m != nil {
+		_ = m.Put(d.slot, uint32(0))
+	}
+	if m := d.maps["rd_rings"]; m != nil {
+		_ = m.Delete(d.slot)
+	}
+	if m := d.maps["rd_runpids"]; m != nil {
+		_ = m.Delete(uint32(os.Getpid()))
+	}
+	if d.owners == nil {
+		return
+	}
+	_ = d.owners.Put(d.slot, owner{Gen: d.gen})
+	if !othersAlive(d.owners, d.slot) {
+		unpinAll(d.pin)
+	}
+	d.owners.Close()
+	d.owners = nil
+}
+
+// closeShared closes this run's descriptors of the shared programs.
+func (d *Datapath) closeShared() {
+	for _, l := range d.sharedLinks {
+		l.Close()
+	}
+	for _, p := range d.shared {
+		p.Close()
+	}
+	d.shared, d.sharedLinks = nil, nil
 }
 
 // Go functions probed for the net/http client hand-off.
@@ -153,7 +373,7 @@ func (d *Datapath) AddGo(pid int, exe string) (bool, error) {
 // MarkGo binds the requests of process pid to goroutines (R14) rather than
 // threads.
 func (d *Datapath) MarkGo(pid int) error {
-	if err := d.objs.RdGopids.Put(uint32(pid), uint8(1)); err != nil {
+	if err := d.maps["rd_gopids"].Put(uint32(pid), uint8(1)); err != nil {
 		return fmt.Errorf("datapath: mark %d as Go: %w", pid, err)
 	}
 	return nil
@@ -207,7 +427,7 @@ func (d *Datapath) probeGo(exe string) error {
 	if err != nil {
 		return err
 	}
-	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.objs.RdGoRoundtrip, goReqWrite: d.objs.RdGoReqwrite} {
+	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.progs["rd_go_roundtrip"], goReqWrite: d.progs["rd_go_reqwrite"]} {
 		// Address (a file offset) overrides the symbol lookup (stripped
 		// binaries): the probe is on the function's first instruction,
 		// where the arguments are still in their registers.
@@ -235,7 +455,7 @@ func (d *Datapath) Stats() Stats {
 	var st Stats
 	get := func(i uint32) uint64 {
 		var per []uint64
-		if err := d.objs.RdStats.Lookup(i, &per); err != nil {
+		if err := d.maps["rd_stats"].Lookup(d.slot*statsPerSlot+i, &per); err != nil {
 			return 0
 		}
 		var n uint64
@@ -485,7 +705,7 @@ func CgroupName() string { return "rootline-run-" + strconv.Itoa(os.Getpid()) }
 // loadOptions: ROOTLINE_BPF_LOG=1 asks the verifier for its full log.
 func loadOptions() *ebpf.CollectionOptions {
 	if os.Getenv("ROOTLINE_BPF_LOG") == "" {
-		return nil
+		return &ebpf.CollectionOptions{}
 	}
 	return &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
 }

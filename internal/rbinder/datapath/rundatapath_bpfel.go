@@ -16,6 +16,8 @@ import (
 type runDatapathConn struct {
 	_       structs.HostLayout
 	Addr    uint64
+	Slot    uint32
+	Gen     uint32
 	Wseq    uint32
 	WseqOk  uint8
 	Dir     uint8
@@ -247,12 +249,14 @@ type runDatapathScratch struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	runDatapathMapRdConns        = "rd_conns"
-	runDatapathMapRdEvents       = "rd_events"
+	runDatapathMapRdGens         = "rd_gens"
 	runDatapathMapRdGopids       = "rd_gopids"
 	runDatapathMapRdGoreqs       = "rd_goreqs"
 	runDatapathMapRdGoroutines   = "rd_goroutines"
 	runDatapathMapRdGowrites     = "rd_gowrites"
 	runDatapathMapRdReqs         = "rd_reqs"
+	runDatapathMapRdRings        = "rd_rings"
+	runDatapathMapRdRunpids      = "rd_runpids"
 	runDatapathMapRdScratch      = "rd_scratch"
 	runDatapathMapRdSocks        = "rd_socks"
 	runDatapathMapRdStats        = "rd_stats"
@@ -264,9 +268,12 @@ const (
 	runDatapathProgRdGoRoundtrip = "rd_go_roundtrip"
 	runDatapathProgRdMsg         = "rd_msg"
 	runDatapathProgRdRecv        = "rd_recv"
+	runDatapathProgRdRunexit     = "rd_runexit"
 	runDatapathProgRdSockops     = "rd_sockops"
 	runDatapathVarRdEvent        = "_rd_event"
 	runDatapathVarRdCgroup       = "rd_cgroup"
+	runDatapathVarRdGen          = "rd_gen"
+	runDatapathVarRdSlot         = "rd_slot"
 	runDatapathVarRtM1           = "rt_m1"
 	runDatapathVarRtZero         = "rt_zero"
 )
@@ -320,6 +327,7 @@ type runDatapathProgramSpecs struct {
 	RdGoRoundtrip *ebpf.ProgramSpec `ebpf:"rd_go_roundtrip"`
 	RdMsg         *ebpf.ProgramSpec `ebpf:"rd_msg"`
 	RdRecv        *ebpf.ProgramSpec `ebpf:"rd_recv"`
+	RdRunexit     *ebpf.ProgramSpec `ebpf:"rd_runexit"`
 	RdSockops     *ebpf.ProgramSpec `ebpf:"rd_sockops"`
 }
 
@@ -328,12 +336,14 @@ type runDatapathProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type runDatapathMapSpecs struct {
 	RdConns      *ebpf.MapSpec `ebpf:"rd_conns"`
-	RdEvents     *ebpf.MapSpec `ebpf:"rd_events"`
+	RdGens       *ebpf.MapSpec `ebpf:"rd_gens"`
 	RdGopids     *ebpf.MapSpec `ebpf:"rd_gopids"`
 	RdGoreqs     *ebpf.MapSpec `ebpf:"rd_goreqs"`
 	RdGoroutines *ebpf.MapSpec `ebpf:"rd_goroutines"`
 	RdGowrites   *ebpf.MapSpec `ebpf:"rd_gowrites"`
 	RdReqs       *ebpf.MapSpec `ebpf:"rd_reqs"`
+	RdRings      *ebpf.MapSpec `ebpf:"rd_rings"`
+	RdRunpids    *ebpf.MapSpec `ebpf:"rd_runpids"`
 	RdScratch    *ebpf.MapSpec `ebpf:"rd_scratch"`
 	RdSocks      *ebpf.MapSpec `ebpf:"rd_socks"`
 	RdStats      *ebpf.MapSpec `ebpf:"rd_stats"`
@@ -346,6 +356,8 @@ type runDatapathMapSpecs struct {
 type runDatapathVariableSpecs struct {
 	RdEvent  *ebpf.VariableSpec `ebpf:"_rd_event"`
 	RdCgroup *ebpf.VariableSpec `ebpf:"rd_cgroup"`
+	RdGen    *ebpf.VariableSpec `ebpf:"rd_gen"`
+	RdSlot   *ebpf.VariableSpec `ebpf:"rd_slot"`
 	RtM1     *ebpf.VariableSpec `ebpf:"rt_m1"`
 	RtZero   *ebpf.VariableSpec `ebpf:"rt_zero"`
 }
@@ -371,12 +383,14 @@ func (o *runDatapathObjects) Close() error {
 // It can be passed to loadRunDatapathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runDatapathMaps struct {
 	RdConns      *ebpf.Map `ebpf:"rd_conns"`
-	RdEvents     *ebpf.Map `ebpf:"rd_events"`
+	RdGens       *ebpf.Map `ebpf:"rd_gens"`
 	RdGopids     *ebpf.Map `ebpf:"rd_gopids"`
 	RdGoreqs     *ebpf.Map `ebpf:"rd_goreqs"`
 	RdGoroutines *ebpf.Map `ebpf:"rd_goroutines"`
 	RdGowrites   *ebpf.Map `ebpf:"rd_gowrites"`
 	RdReqs       *ebpf.Map `ebpf:"rd_reqs"`
+	RdRings      *ebpf.Map `ebpf:"rd_rings"`
+	RdRunpids    *ebpf.Map `ebpf:"rd_runpids"`
 	RdScratch    *ebpf.Map `ebpf:"rd_scratch"`
 	RdSocks      *ebpf.Map `ebpf:"rd_socks"`
 	RdStats      *ebpf.Map `ebpf:"rd_stats"`
@@ -386,12 +400,14 @@ type runDatapathMaps struct {
 func (m *runDatapathMaps) Close() error {
 	return _RunDatapathClose(
 		m.RdConns,
-		m.RdEvents,
+		m.RdGens,
 		m.RdGopids,
 		m.RdGoreqs,
 		m.RdGoroutines,
 		m.RdGowrites,
 		m.RdReqs,
+		m.RdRings,
+		m.RdRunpids,
 		m.RdScratch,
 		m.RdSocks,
 		m.RdStats,
@@ -405,6 +421,8 @@ func (m *runDatapathMaps) Close() error {
 type runDatapathVariables struct {
 	RdEvent  *ebpf.Variable `ebpf:"_rd_event"`
 	RdCgroup *ebpf.Variable `ebpf:"rd_cgroup"`
+	RdGen    *ebpf.Variable `ebpf:"rd_gen"`
+	RdSlot   *ebpf.Variable `ebpf:"rd_slot"`
 	RtM1     *ebpf.Variable `ebpf:"rt_m1"`
 	RtZero   *ebpf.Variable `ebpf:"rt_zero"`
 }
@@ -420,6 +438,7 @@ type runDatapathPrograms struct {
 	RdGoRoundtrip *ebpf.Program `ebpf:"rd_go_roundtrip"`
 	RdMsg         *ebpf.Program `ebpf:"rd_msg"`
 	RdRecv        *ebpf.Program `ebpf:"rd_recv"`
+	RdRunexit     *ebpf.Program `ebpf:"rd_runexit"`
 	RdSockops     *ebpf.Program `ebpf:"rd_sockops"`
 }
 
@@ -432,6 +451,7 @@ func (p *runDatapathPrograms) Close() error {
 		p.RdGoRoundtrip,
 		p.RdMsg,
 		p.RdRecv,
+		p.RdRunexit,
 		p.RdSockops,
 	)
 }

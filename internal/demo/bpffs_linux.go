@@ -1,0 +1,10 @@
+package demo
+
+import "github.com/rootline/rootline/internal/rbinder/datapath"
+
+// ShareDatapath mounts the BPF file system where the `rootline run`s of the
+// pods find the datapath they share (datapath.BPFFSDir), before the pods
+// start: `ip netns exec` gives each pod a mount namespace of its own, which
+// sees the host's mounts made before it. Without it each pod would load its
+// own copy of the programs that run on every socket read of the node.
+func ShareDatapath() error { return datapath.MountBPFFS() }

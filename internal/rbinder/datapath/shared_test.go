@@ -1,0 +1,116 @@
+//go:build linux
+
+package datapath
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+)
+
+// openRun opens a datapath for a fresh cgroup, as `rootline run` does.
+func openRun(t *testing.T, name string, cfg Config) *Datapath {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		cputest.Missing(t, "the datapath needs root")
+	}
+	dir, remove, err := NewCgroup(name)
+	if err != nil {
+		cputest.Missing(t, err.Error())
+	}
+	t.Cleanup(func() { _ = remove() })
+	cfg.Cgroup = dir
+	d, err := Open(cfg)
+	if err != nil {
+		cputest.Missing(t, err.Error())
+	}
+	return d
+}
+
+// Two runs share one datapath: the same maps and shared programs, each in a
+// slot of its own; the last one out unpins it.
+func TestSharedDatapath(t *testing.T) {
+	a := openRun(t, "rootline-test-share-a", Config{})
+	defer a.Close()
+	if !a.Shared() {
+		t.Fatalf("not shared: %v", a.SharedErr)
+	}
+	b := openRun(t, "rootline-test-share-b", Config{})
+	defer b.Close()
+	if !b.Shared() || a.pin != b.pin {
+		t.Fatalf("second run: shared %v, pin %q vs %q (%v)", b.Shared(), b.pin, a.pin, b.SharedErr)
+	}
+	if a.slot == b.slot {
+		t.Errorf("both runs in slot %d", a.slot)
+	}
+	for _, m := range []string{"rd_conns", "rd_socks", "rd_rings"} {
+		ia, _ := a.maps[m].Info()
+		ib, _ := b.maps[m].Info()
+		if idA, _ := ia.ID(); idA == 0 || func() bool { idB, _ := ib.ID(); return idA != idB }() {
+			t.Errorf("%s is not the same map in both runs", m)
+		}
+	}
+	for _, p := range sharedProgNames {
+		ia, _ := a.shared[p].Info()
+		ib, _ := b.shared[p].Info()
+		idA, _ := ia.ID()
+		idB, _ := ib.ID()
+		if idA != idB {
+			t.Errorf("%s: program %d in one run, %d in the other", p, idA, idB)
+		}
+	}
+	// A run asked to be private has its own.
+	c := openRun(t, "rootline-test-share-c", Config{Private: true})
+	ic, _ := c.maps["rd_conns"].Info()
+	ia, _ := a.maps["rd_conns"].Info()
+	idC, _ := ic.ID()
+	idA, _ := ia.ID()
+	if c.Shared() || idC == idA {
+		t.Error("a private run joined the shared datapath")
+	}
+	c.Close()
+
+	pin := a.pin
+	a.Close()
+	if _, err := os.Stat(filepath.Join(pin, "prog_rd_msg")); err != nil {
+		t.Fatalf("the first run to leave unpinned the datapath the other still uses: %v", err)
+	}
+	b.Close()
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		t.Errorf("the last run left %s behind (%v)", pin, err)
+	}
+}
+
+// A slot whose run is gone is taken again under a new generation, and the
+// connections the gone run left behind are removed.
+func TestSharedDatapathReclaim(t *testing.T) {
+	a := openRun(t, "rootline-test-reclaim-a", Config{})
+	defer a.Close()
+	if !a.Shared() {
+		t.Fatalf("not shared: %v", a.SharedErr)
+	}
+	// Make a's slot look like a killed run's: a process that has exited.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.owners.Put(a.slot, owner{PID: uint32(gone.Process.Pid), Gen: a.gen, Start: 1}); err != nil {
+		t.Fatal(err)
+	}
+	stale := runDatapathConn{Addr: 0xdead0000, Slot: a.slot, Gen: a.gen}
+	if err := a.maps["rd_conns"].Put(uint64(0xdead0000), &stale); err != nil {
+		t.Fatal(err)
+	}
+	b := openRun(t, "rootline-test-reclaim-b", Config{})
+	defer b.Close()
+	if b.slot != a.slot || b.gen != a.gen+1 {
+		t.Fatalf("reclaim: slot %d gen %d, want slot %d gen %d", b.slot, b.gen, a.slot, a.gen+1)
+	}
+	var c runDatapathConn
+	if err := b.maps["rd_conns"].Lookup(uint64(0xdead0000), &c); err == nil {
+		t.Error("the gone run's connection is still in rd_conns")
+	}
+}
