@@ -9,6 +9,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	go.opentelemetry.io/collector/pdata v1.70.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/arch v0.33.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.48.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc

@@ -62,6 +62,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 volatile const __u64 rd_cgroup = 0;
 volatile const __u32 rd_slot = 0;
 volatile const __u32 rd_gen = 0;
+// Bytes a CPU sends to a run's ring before it wakes the reader: a quarter
+// of the ring over the CPUs. Set at load.
+volatile const __u64 rd_wake_bytes = 1 << 18;
 
 // Writable globals, so their values are unknown to the verifier (it does
 // not track what map memory holds). The state of bpf_loop callbacks starts
@@ -416,6 +419,14 @@ struct {
 	__type(value, __u32);
 } rd_gens SEC(".maps");
 
+// Bytes each CPU sent to each slot's ring since it last woke the reader.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RD_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} rd_unread SEC(".maps");
+
 // The process of each run (its tgid → its slot): when it exits, however it
 // dies, rd_runexit clears its slot's generation, and its connections pass
 // through untouched from then on.
@@ -568,11 +579,19 @@ static __always_inline void emit_to(struct rd_event *ev, __u32 slot, __u32 gen)
 	if (sz > sizeof(struct rd_event))
 		sz = sizeof(struct rd_event);
 	// User space reads the ring on a timer (datapath.Read, every second in
-	// `rootline run`); it is woken early only once a quarter of the ring is
-	// pending, so a burst cannot fill the ring between two reads.
-	__u64 flags = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA) >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4 ?
-			      BPF_RB_FORCE_WAKEUP :
-			      BPF_RB_NO_WAKEUP;
+	// `rootline run`); it is woken early once this CPU alone has sent an
+	// rd_wake_bytes share of a quarter of the ring since it last woke it (a
+	// count of its own: asking the ring how full it is reads cache lines
+	// the reader writes), so a burst cannot fill the ring between two reads.
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	__u64 *unread = bpf_map_lookup_elem(&rd_unread, &slot);
+	if (unread) {
+		*unread += sz;
+		if (*unread >= rd_wake_bytes) {
+			*unread = 0;
+			flags = BPF_RB_FORCE_WAKEUP;
+		}
+	}
 	if (bpf_ringbuf_output(ring, ev, sz, flags) < 0)
 		stat(slot, RD_STAT_LOST);
 }

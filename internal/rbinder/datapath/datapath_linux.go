@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/arch/x86/x86asm"
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpfring"
@@ -163,7 +165,9 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 		}
 		d.teardown()
 	}
-	for name, v := range map[string]any{"rd_cgroup": cgroup, "rd_slot": d.slot, "rd_gen": d.gen} {
+	ncpu, _ := ebpf.PossibleCPU()
+	wake := uint64(cfg.RingBytes) / 4 / uint64(max(ncpu, 1))
+	for name, v := range map[string]any{"rd_cgroup": cgroup, "rd_slot": d.slot, "rd_gen": d.gen, "rd_wake_bytes": wake} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			undo()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -412,7 +416,8 @@ func (d *Datapath) probeGo(exe string) error {
 		addrs[name] = 0
 		for _, p := range f.Progs {
 			if p.Type == elf.PT_LOAD && p.Vaddr <= va && va < p.Vaddr+p.Memsz {
-				addrs[name] = va - p.Vaddr + p.Off
+				off := va - p.Vaddr + p.Off
+				addrs[name] = off + probeOffset(p.ReaderAt, off-p.Off)
 			}
 		}
 		if addrs[name] == 0 {
@@ -429,8 +434,8 @@ func (d *Datapath) probeGo(exe string) error {
 	}
 	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.progs["rd_go_roundtrip"], goReqWrite: d.progs["rd_go_reqwrite"]} {
 		// Address (a file offset) overrides the symbol lookup (stripped
-		// binaries): the probe is on the function's first instruction,
-		// where the arguments are still in their registers.
+		// binaries): the probe is on the function's frame push (see
+		// probeOffset), where the arguments are still in their registers.
 		l, err := x.Uprobe(name, prog, &link.UprobeOptions{Address: addrs[name]})
 		if err != nil {
 			return fmt.Errorf("uprobe %s: %w", name, err)
@@ -438,6 +443,43 @@ func (d *Datapath) probeGo(exe string) error {
 		d.links = append(d.links, l)
 	}
 	return nil
+}
+
+// probeOffset returns where, from a Go function's entry at off in seg (a
+// PT_LOAD segment), its Go probe goes: on the PUSHQ BP that follows the
+// stack check of the prologue (LEAQ -n(SP), R12; CMPQ R12/SP, 16(R14);
+// JBE morestack), when nothing before it writes the argument registers
+// the probes read (AX, BX) or the goroutine (R14) — else on the entry (0).
+// A uprobe on an instruction the kernel cannot emulate (the LEAQ or CMPQ)
+// runs it out of line and takes a second trap to step it; PUSH is emulated,
+// so the probe costs one trap instead of two.
+func probeOffset(seg io.ReaderAt, off uint64) uint64 {
+	code := make([]byte, 32)
+	n, _ := seg.ReadAt(code, int64(off))
+	code = code[:n]
+	for pos := 0; pos < len(code); {
+		in, err := x86asm.Decode(code[pos:], 64)
+		if err != nil {
+			return 0
+		}
+		switch in.Op {
+		case x86asm.PUSH:
+			if in.Args[0] == x86asm.RBP {
+				return uint64(pos)
+			}
+			return 0
+		case x86asm.CMP, x86asm.JBE:
+		case x86asm.LEA:
+			if r, ok := in.Args[0].(x86asm.Reg); !ok || r == x86asm.RAX || r == x86asm.RBX || r == x86asm.R14 ||
+				r == x86asm.EAX || r == x86asm.EBX || r == x86asm.R14L {
+				return 0
+			}
+		default:
+			return 0
+		}
+		pos += in.Len
+	}
+	return 0
 }
 
 // IsGo reports whether the executable is a Go program.

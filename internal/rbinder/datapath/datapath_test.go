@@ -3,8 +3,11 @@
 package datapath
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"testing"
@@ -84,5 +87,60 @@ func TestGoFunctions(t *testing.T) {
 	}
 	if !IsGo(exe) {
 		t.Error("the test binary is not reported as Go")
+	}
+}
+
+// TestProbeOffset: the Go probes go on the frame push of net/http's
+// functions in a real Go binary (this test's), after a prologue that leaves
+// the argument registers alone; code that starts otherwise keeps its entry.
+func TestProbeOffset(t *testing.T) {
+	// A request, so that the test binary links net/http's client.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	if resp, err := http.Get(srv.URL); err == nil {
+		resp.Body.Close()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	addrs := GoFunctions(f, []string{goRoundTrip, goReqWrite})
+	if len(addrs) != 2 {
+		t.Skipf("net/http's client is not linked into the test binary: %v", addrs)
+	}
+	for name, va := range addrs {
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_LOAD || va < p.Vaddr || va >= p.Vaddr+p.Memsz {
+				continue
+			}
+			rel := va - p.Vaddr
+			at := probeOffset(p.ReaderAt, rel)
+			if at == 0 {
+				t.Errorf("%s: probe on the entry, not after the prologue", name)
+				continue
+			}
+			b := make([]byte, 1)
+			if _, err := p.ReadAt(b, int64(rel+at)); err != nil || b[0] != 0x55 {
+				t.Errorf("%s: +%d is %#x, not PUSHQ BP", name, at, b[0])
+			}
+		}
+	}
+	for _, code := range [][]byte{
+		{0x48, 0x89, 0xc3, 0x55},             // MOVQ AX, BX first: it writes BX
+		{0x48, 0x8d, 0x44, 0x24, 0xf8, 0x55}, // LEAQ -8(SP), AX: it writes AX
+		{0x53},                               // PUSHQ BX: not the frame push
+		{0x0f, 0x0b},                         // UD2
+	} {
+		if at := probeOffset(bytes.NewReader(code), 0); at != 0 {
+			t.Errorf("% x: probe at +%d, want the entry", code, at)
+		}
+	}
+	if at := probeOffset(bytes.NewReader([]byte{0x49, 0x3b, 0x66, 0x10, 0x76, 0x10, 0x55}), 0); at != 6 {
+		t.Errorf("CMPQ SP, 16(R14); JBE; PUSHQ BP: probe at +%d, want +6", at)
 	}
 }

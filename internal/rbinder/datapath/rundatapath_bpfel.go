@@ -261,6 +261,7 @@ const (
 	runDatapathMapRdSocks        = "rd_socks"
 	runDatapathMapRdStats        = "rd_stats"
 	runDatapathMapRdThreads      = "rd_threads"
+	runDatapathMapRdUnread       = "rd_unread"
 	runDatapathProgRdExec        = "rd_exec"
 	runDatapathProgRdExit        = "rd_exit"
 	runDatapathProgRdFork        = "rd_fork"
@@ -274,6 +275,7 @@ const (
 	runDatapathVarRdCgroup       = "rd_cgroup"
 	runDatapathVarRdGen          = "rd_gen"
 	runDatapathVarRdSlot         = "rd_slot"
+	runDatapathVarRdWakeBytes    = "rd_wake_bytes"
 	runDatapathVarRtM1           = "rt_m1"
 	runDatapathVarRtZero         = "rt_zero"
 )
@@ -348,18 +350,20 @@ type runDatapathMapSpecs struct {
 	RdSocks      *ebpf.MapSpec `ebpf:"rd_socks"`
 	RdStats      *ebpf.MapSpec `ebpf:"rd_stats"`
 	RdThreads    *ebpf.MapSpec `ebpf:"rd_threads"`
+	RdUnread     *ebpf.MapSpec `ebpf:"rd_unread"`
 }
 
 // runDatapathVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type runDatapathVariableSpecs struct {
-	RdEvent  *ebpf.VariableSpec `ebpf:"_rd_event"`
-	RdCgroup *ebpf.VariableSpec `ebpf:"rd_cgroup"`
-	RdGen    *ebpf.VariableSpec `ebpf:"rd_gen"`
-	RdSlot   *ebpf.VariableSpec `ebpf:"rd_slot"`
-	RtM1     *ebpf.VariableSpec `ebpf:"rt_m1"`
-	RtZero   *ebpf.VariableSpec `ebpf:"rt_zero"`
+	RdEvent     *ebpf.VariableSpec `ebpf:"_rd_event"`
+	RdCgroup    *ebpf.VariableSpec `ebpf:"rd_cgroup"`
+	RdGen       *ebpf.VariableSpec `ebpf:"rd_gen"`
+	RdSlot      *ebpf.VariableSpec `ebpf:"rd_slot"`
+	RdWakeBytes *ebpf.VariableSpec `ebpf:"rd_wake_bytes"`
+	RtM1        *ebpf.VariableSpec `ebpf:"rt_m1"`
+	RtZero      *ebpf.VariableSpec `ebpf:"rt_zero"`
 }
 
 // runDatapathObjects contains all objects after they have been loaded into the kernel.
@@ -395,6 +399,7 @@ type runDatapathMaps struct {
 	RdSocks      *ebpf.Map `ebpf:"rd_socks"`
 	RdStats      *ebpf.Map `ebpf:"rd_stats"`
 	RdThreads    *ebpf.Map `ebpf:"rd_threads"`
+	RdUnread     *ebpf.Map `ebpf:"rd_unread"`
 }
 
 func (m *runDatapathMaps) Close() error {
@@ -412,6 +417,7 @@ func (m *runDatapathMaps) Close() error {
 		m.RdSocks,
 		m.RdStats,
 		m.RdThreads,
+		m.RdUnread,
 	)
 }
 
@@ -419,12 +425,13 @@ func (m *runDatapathMaps) Close() error {
 //
 // It can be passed to loadRunDatapathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type runDatapathVariables struct {
-	RdEvent  *ebpf.Variable `ebpf:"_rd_event"`
-	RdCgroup *ebpf.Variable `ebpf:"rd_cgroup"`
-	RdGen    *ebpf.Variable `ebpf:"rd_gen"`
-	RdSlot   *ebpf.Variable `ebpf:"rd_slot"`
-	RtM1     *ebpf.Variable `ebpf:"rt_m1"`
-	RtZero   *ebpf.Variable `ebpf:"rt_zero"`
+	RdEvent     *ebpf.Variable `ebpf:"_rd_event"`
+	RdCgroup    *ebpf.Variable `ebpf:"rd_cgroup"`
+	RdGen       *ebpf.Variable `ebpf:"rd_gen"`
+	RdSlot      *ebpf.Variable `ebpf:"rd_slot"`
+	RdWakeBytes *ebpf.Variable `ebpf:"rd_wake_bytes"`
+	RtM1        *ebpf.Variable `ebpf:"rt_m1"`
+	RtZero      *ebpf.Variable `ebpf:"rt_zero"`
 }
 
 // runDatapathPrograms contains all programs after they have been loaded into the kernel.

@@ -47,7 +47,7 @@ import (
 
 // sharedMaps are the maps every run of the node uses.
 var sharedMaps = []string{"rd_conns", "rd_socks", "rd_reqs", "rd_threads", "rd_goroutines", "rd_goreqs",
-	"rd_gowrites", "rd_gopids", "rd_scratch", "rd_stats", "rd_rings", "rd_gens", "rd_runpids"}
+	"rd_gowrites", "rd_gopids", "rd_scratch", "rd_stats", "rd_rings", "rd_gens", "rd_runpids", "rd_unread"}
 
 // sharedProgs are the programs every run of the node uses: rd_msg on the
 // sockhash, and tracepoint programs (by their links: pinned too).
