@@ -11,6 +11,14 @@ import (
 	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 )
 
+// The tests' runs use ring sizes no other run uses, so that their shared
+// datapaths are theirs alone (runs share by build and ring size), whatever
+// else runs on the machine.
+const (
+	testRingShare   = 1 << 15
+	testRingReclaim = 1 << 14
+)
+
 // openRun opens a datapath for a fresh cgroup, as `rootline run` does.
 func openRun(t *testing.T, name string, cfg Config) *Datapath {
 	t.Helper()
@@ -33,12 +41,12 @@ func openRun(t *testing.T, name string, cfg Config) *Datapath {
 // Two runs share one datapath: the same maps and shared programs, each in a
 // slot of its own; the last one out unpins it.
 func TestSharedDatapath(t *testing.T) {
-	a := openRun(t, "rootline-test-share-a", Config{})
+	a := openRun(t, "rootline-test-share-a", Config{RingBytes: testRingShare})
 	defer a.Close()
 	if !a.Shared() {
 		t.Fatalf("not shared: %v", a.SharedErr)
 	}
-	b := openRun(t, "rootline-test-share-b", Config{})
+	b := openRun(t, "rootline-test-share-b", Config{RingBytes: testRingShare})
 	defer b.Close()
 	if !b.Shared() || a.pin != b.pin {
 		t.Fatalf("second run: shared %v, pin %q vs %q (%v)", b.Shared(), b.pin, a.pin, b.SharedErr)
@@ -63,7 +71,7 @@ func TestSharedDatapath(t *testing.T) {
 		}
 	}
 	// A run asked to be private has its own.
-	c := openRun(t, "rootline-test-share-c", Config{Private: true})
+	c := openRun(t, "rootline-test-share-c", Config{RingBytes: testRingShare, Private: true})
 	ic, _ := c.maps["rd_conns"].Info()
 	ia, _ := a.maps["rd_conns"].Info()
 	idC, _ := ic.ID()
@@ -87,7 +95,7 @@ func TestSharedDatapath(t *testing.T) {
 // A slot whose run is gone is taken again under a new generation, and the
 // connections the gone run left behind are removed.
 func TestSharedDatapathReclaim(t *testing.T) {
-	a := openRun(t, "rootline-test-reclaim-a", Config{})
+	a := openRun(t, "rootline-test-reclaim-a", Config{RingBytes: testRingReclaim})
 	defer a.Close()
 	if !a.Shared() {
 		t.Fatalf("not shared: %v", a.SharedErr)
@@ -104,7 +112,7 @@ func TestSharedDatapathReclaim(t *testing.T) {
 	if err := a.maps["rd_conns"].Put(uint64(0xdead0000), &stale); err != nil {
 		t.Fatal(err)
 	}
-	b := openRun(t, "rootline-test-reclaim-b", Config{})
+	b := openRun(t, "rootline-test-reclaim-b", Config{RingBytes: testRingReclaim})
 	defer b.Close()
 	if b.slot != a.slot || b.gen != a.gen+1 {
 		t.Fatalf("reclaim: slot %d gen %d, want slot %d gen %d", b.slot, b.gen, a.slot, a.gen+1)
