@@ -419,10 +419,16 @@ func metricValue(ctx context.Context, u, name string) (float64, error) {
 	return 0, fmt.Errorf("metric %s not found at %s", name, u)
 }
 
-func getJSON(ctx context.Context, u string, v any) error {
+func getJSON(ctx context.Context, u string, v any) error { return getJSONAuth(ctx, u, "", v) }
+
+// getJSONAuth is getJSON with a bearer token (none if empty).
+func getJSONAuth(ctx context.Context, u, token string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -154,6 +154,13 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	if err != nil {
 		return sum, err
 	}
+	tokenBytes, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return sum, err
+	}
+	// The capture API (which agents upload to) takes the token: the demo's
+	// own reads of it, for the verdict, send it too.
+	token := strings.TrimSpace(string(tokenBytes))
 	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile)
 	if err != nil {
 		return sum, err
@@ -259,7 +266,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
 		}
-		fr := runFault(ctx, m, api, entry, f, rate, o.Duration, progress(f.String()), out)
+		fr := runFault(ctx, m, api, token, entry, f, rate, o.Duration, progress(f.String()), out)
 		sum.Faults = append(sum.Faults, fr)
 		sum.Correct = sum.Correct && fr.Correct
 		if i < len(faults)-1 {
@@ -321,7 +328,7 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 	return out
 }
 
-func runFault(ctx context.Context, m *mesh.Mesh, api, entry string, f mesh.Fault, rate float64, d time.Duration,
+func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mesh.Fault, rate float64, d time.Duration,
 	progress func(loadgen.Progress), out io.Writer) FaultResult {
 	fr := FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
 	// A baseline just before the fault, at the same rate.
@@ -352,7 +359,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, entry string, f mesh.Fault
 	// Let the last spans arrive and the evidence of the fault's anomalies
 	// reach the server.
 	sleepCtx(ctx, 3*time.Second)
-	if n := waitCaptures(ctx, api, fr.From, 90*time.Second); n > 0 {
+	if n := waitCaptures(ctx, api, token, fr.From, 90*time.Second); n > 0 {
 		fmt.Fprintf(out, "  %d captures still running after 90 s; diagnosing without them\n", n)
 	}
 
@@ -365,7 +372,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, entry string, f mesh.Fault
 		}
 	}
 	fr.Anomalies = len(anoms)
-	v, err := Diagnose(ctx, api, "", fr.From, fr.To)
+	v, err := Diagnose(ctx, api, token, fr.From, fr.To)
 	if err != nil {
 		fr.Error = err.Error()
 	}
@@ -407,7 +414,7 @@ func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 
 // waitCaptures waits until no capture created since from is pending or
 // requested, and returns how many still are when limit passes.
-func waitCaptures(ctx context.Context, api string, from time.Time, limit time.Duration) int {
+func waitCaptures(ctx context.Context, api, token string, from time.Time, limit time.Duration) int {
 	deadline := time.Now().Add(limit)
 	for {
 		var caps []struct {
@@ -415,7 +422,7 @@ func waitCaptures(ctx context.Context, api string, from time.Time, limit time.Du
 			Created time.Time `json:"created"`
 		}
 		open := 0
-		if getJSON(ctx, api+"/api/v1/captures?limit=1000", &caps) == nil {
+		if getJSONAuth(ctx, api+"/api/v1/captures?limit=1000", token, &caps) == nil {
 			for _, c := range caps {
 				if !c.Created.Before(from) && (c.State == "pending" || c.State == "requested") {
 					open++
