@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // The state of a running mesh lives beside a lock file per prefix: the lock
@@ -49,8 +51,8 @@ func pidFile(prefix string) string { return filepath.Join(stateDir(), "mesh-"+pr
 // recordPID notes a started process with its start time, so that a later
 // cleanup never kills an unrelated process that reused the pid.
 func recordPID(prefix string, pid int) {
-	st := procStart(pid)
-	if st == "" {
+	st, err := procfs.StartTime(pid)
+	if err != nil {
 		return
 	}
 	f, err := os.OpenFile(pidFile(prefix), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -58,7 +60,7 @@ func recordPID(prefix string, pid int) {
 		return
 	}
 	defer f.Close()
-	fmt.Fprintf(f, "%d %s\n", pid, st)
+	fmt.Fprintf(f, "%d %d\n", pid, st)
 }
 
 func clearPIDs(prefix string) { os.Remove(pidFile(prefix)) }
@@ -74,33 +76,15 @@ func killRecorded(prefix string) int {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		var pid int
-		var st string
+		var st uint64
 		if _, err := fmt.Sscan(sc.Text(), &pid, &st); err != nil || pid <= 1 {
 			continue
 		}
-		if procStart(pid) == st {
+		if procfs.Alive(pid, st) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			n++
 		}
 	}
 	return n
-}
-
-// procStart is field 22 (starttime) of /proc/<pid>/stat, "" if gone.
-func procStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	fs := strings.Fields(s[i+1:])
-	if len(fs) < 20 {
-		return ""
-	}
-	return fs[19]
 }

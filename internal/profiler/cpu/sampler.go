@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpfring"
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -328,29 +329,9 @@ func (s *Sampler) maintain() {
 	}
 }
 
-// procStart returns the start time (clock ticks since boot) of pid, to tell
-// a live target from a reused pid.
-func procStart(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the comm, which may hold spaces and parentheses.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	// f[0] is field 3 (state); starttime is field 22.
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
 // alive reports whether tb's process still runs (same pid, same start time).
 func (s *Sampler) alive(tb *targetBuf) bool {
-	st, err := procStart(tb.target.PID)
+	st, err := procfs.StartTime(tb.target.PID)
 	return err == nil && st == tb.procStart
 }
 
@@ -389,7 +370,7 @@ func (s *Sampler) Start(ctx context.Context, t profiler.Target) error {
 	if ok && tb.alive {
 		return nil
 	}
-	st, err := procStart(t.PID)
+	st, err := procfs.StartTime(t.PID)
 	if err != nil {
 		return fmt.Errorf("cpu: pid %d: %w", t.PID, profiler.ErrTargetGone)
 	}

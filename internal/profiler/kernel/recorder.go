@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -205,36 +206,13 @@ func (r *Recorder) maintain() {
 		r.ring.expire(monotonicNow() - r.cfg.Retention.Nanoseconds())
 		r.mu.Lock()
 		for pid, st := range r.targets {
-			if st != 0 && !alive(pid, st) {
+			if st != 0 && !procfs.Alive(pid, st) {
 				_ = r.src.SetTarget(uint32(pid), false)
 				r.targets[pid] = 0 // kept for dumps until Stop
 			}
 		}
 		r.mu.Unlock()
 	}
-}
-
-// procStart returns the start time (clock ticks since boot) of pid, to tell
-// a live target from a reused pid.
-func procStart(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 20 {
-		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
-	}
-	return strconv.ParseUint(f[19], 10, 64)
-}
-
-func alive(pid int, start uint64) bool {
-	st, err := procStart(pid)
-	return err == nil && st == start
 }
 
 // Name implements profiler.Profiler.
@@ -257,7 +235,7 @@ func (r *Recorder) Start(ctx context.Context, t profiler.Target) error {
 	if st, ok := r.targets[t.PID]; ok && st != 0 {
 		return nil
 	}
-	st, err := procStart(t.PID)
+	st, err := procfs.StartTime(t.PID)
 	if err != nil {
 		return fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrTargetGone)
 	}
@@ -340,9 +318,9 @@ func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Windo
 	r.mu.Unlock()
 	// A process never started may still have been recorded: a child of a
 	// target (followed forks), a member of a target cgroup, or Config.All.
-	isAlive := started && st != 0 && alive(t.PID, st)
+	isAlive := started && st != 0 && procfs.Alive(t.PID, st)
 	if !started {
-		_, err := procStart(t.PID)
+		_, err := procfs.StartTime(t.PID)
 		isAlive = err == nil
 	}
 	arts, err := r.snapshot(ctx, t, w, nil, !started, isAlive)

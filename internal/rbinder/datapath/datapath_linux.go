@@ -57,8 +57,8 @@ type Datapath struct {
 	shared      map[string]*ebpf.Program // sharedProgNames
 	sharedLinks map[string]link.Link     // sharedLinked
 	ring        *ebpf.Map
-	links     []link.Link
-	rd        *bpfring.Reader // waits in the netpoller (see package bpfring)
+	links       []link.Link
+	rd          *bpfring.Reader // waits in the netpoller (see package bpfring)
 
 	slot, gen uint32
 	pin       string    // the shared datapath's pin directory; "" when private

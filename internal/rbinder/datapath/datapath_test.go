@@ -66,9 +66,9 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// TestGoFunctions finds functions in a Go executable (this test binary) by
-// name, and IsGo tells it is Go.
-func TestGoFunctions(t *testing.T) {
+// openSelf opens the test binary (a Go executable) as an ELF file.
+func openSelf(t *testing.T) (string, *elf.File) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,14 @@ func TestGoFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	t.Cleanup(func() { f.Close() })
+	return exe, f
+}
+
+// TestGoFunctions finds functions in a Go executable (this test binary) by
+// name, and IsGo tells it is Go.
+func TestGoFunctions(t *testing.T) {
+	exe, f := openSelf(t)
 	got := GoFunctions(f, []string{"runtime.main", "no.such/function"})
 	if got["runtime.main"] == 0 {
 		t.Error("runtime.main not found")
@@ -100,15 +107,7 @@ func TestProbeOffset(t *testing.T) {
 	if resp, err := http.Get(srv.URL); err == nil {
 		resp.Body.Close()
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	_, f := openSelf(t)
 	addrs := GoFunctions(f, []string{goRoundTrip, goReqWrite})
 	if len(addrs) != 2 {
 		t.Skipf("net/http's client is not linked into the test binary: %v", addrs)

@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // One datapath per node.
@@ -141,28 +141,14 @@ func lockShared(name string) (unlock func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// processStart is a process's start time in clock ticks since boot, 0 if
-// it is gone.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command name may hold spaces and parentheses: fields follow the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	v, _ := strconv.ParseUint(f[19], 10, 64)
-	return v
+func (o owner) alive() bool {
+	return o.PID != 0 && procfs.Alive(int(o.PID), o.Start)
 }
 
-func (o owner) alive() bool {
-	return o.PID != 0 && processStart(int(o.PID)) == o.Start
+// selfStart is this process's start time (0 if /proc cannot tell).
+func selfStart() uint64 {
+	st, _ := procfs.StartTime(os.Getpid())
+	return st
 }
 
 // ownersMap opens (or makes and pins) the slot registry.
@@ -201,7 +187,7 @@ func claimSlot(owners *ebpf.Map) (slot, gen uint32, reclaimed bool, err error) {
 	if free < 0 {
 		return 0, 0, false, errors.New("every slot of the shared datapath is taken")
 	}
-	me := owner{PID: uint32(os.Getpid()), Gen: freeOwner.Gen + 1, Start: processStart(os.Getpid())}
+	me := owner{PID: uint32(os.Getpid()), Gen: freeOwner.Gen + 1, Start: selfStart()}
 	if me.Gen == 0 {
 		me.Gen = 1
 	}

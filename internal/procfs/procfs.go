@@ -1,0 +1,37 @@
+// Package procfs reads what Rootline needs of /proc.
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// StartTime is when process pid started, in clock ticks since boot (field 22
+// of /proc/<pid>/stat). With the pid it names one process: a pid reused by
+// another process has another start time.
+func StartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name, which may hold spaces and parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("bad /proc/%d/stat", pid)
+	}
+	// f[0] is field 3 (state); starttime is field 22.
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// Alive reports whether the process pid that started at start still runs.
+func Alive(pid int, start uint64) bool {
+	st, err := StartTime(pid)
+	return err == nil && st == start
+}
