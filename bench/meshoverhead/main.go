@@ -73,7 +73,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
-		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else)")
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	flag.Parse()
@@ -185,8 +185,11 @@ func med(rs []result) result {
 }
 
 // splitMode splits a mode into its base mode and the agent flags after it
-// (envoy+rootline:profilers=cpu/jfr → envoy+rootline, [--profilers=cpu,jfr]).
+// (envoy+rootline:profilers=cpu/jfr → envoy+rootline, [--profilers=cpu,jfr]);
+// a binary after "@" (envoy+rootline@/tmp/old/rootline) is dropped here
+// (see modeBinary).
 func splitMode(mode string) (string, []string) {
+	mode, _, _ = strings.Cut(mode, "@")
 	parts := strings.Split(mode, ":")
 	var flags []string
 	for _, p := range parts[1:] {
@@ -195,9 +198,23 @@ func splitMode(mode string) (string, []string) {
 	return parts[0], flags
 }
 
+// modeBinary is the rootline binary of a mode: the one after "@" (server,
+// agent and rootline run of another build, to compare two side by side), or
+// self.
+func modeBinary(mode, self string) string {
+	if _, bin, ok := strings.Cut(mode, "@"); ok {
+		if abs, err := filepath.Abs(bin); err == nil {
+			return abs
+		}
+		return bin
+	}
+	return self
+}
+
 // runMode starts the mesh in one mode and measures every rate.
 func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d, warmup time.Duration) map[float64]result {
 	ctx := context.Background()
+	self = modeBinary(modeName, self)
 	mode, agentFlags := splitMode(modeName)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
 	check(err)
