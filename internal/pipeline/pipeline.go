@@ -38,13 +38,25 @@ type Config struct {
 	QueueSpans int `yaml:"queue_spans"`
 	// MaxBatchSpans bounds the spans committed in one transaction.
 	MaxBatchSpans int `yaml:"max_batch_spans"`
+	// CommitDelay: while a commit would hold fewer than CommitDelaySpans
+	// spans, it waits for more requests to join it, at most this long and
+	// at most twice as long as the pipeline was idle before its first
+	// request (0: it never waits). A trickle of small exports — every
+	// traced process and sidecar sends a batch a second — then shares
+	// commits: at small batches the store's cost per commit is most of its
+	// cost per span. Clients that send as soon as they are acknowledged
+	// leave the pipeline no idle time, so they are not slowed; full batches
+	// (OTel SDKs under load send 512 spans) never wait.
+	CommitDelay      time.Duration `yaml:"commit_delay"`
+	CommitDelaySpans int           `yaml:"commit_delay_spans"`
 	// KeyBy selects the detector key: "operation" or "service".
 	KeyBy string `yaml:"key_by"`
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{QueueSpans: 200_000, MaxBatchSpans: 20_000, KeyBy: KeyByOperation}
+	return Config{QueueSpans: 200_000, MaxBatchSpans: 20_000, KeyBy: KeyByOperation,
+		CommitDelay: 100 * time.Millisecond, CommitDelaySpans: 256}
 }
 
 // Validate checks the configuration.
@@ -55,6 +67,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchSpans < 1 {
 		errs = append(errs, fmt.Errorf("pipeline max_batch_spans must be ≥ 1, got %d", c.MaxBatchSpans))
+	}
+	if c.CommitDelay < 0 || c.CommitDelay > 10*time.Second {
+		errs = append(errs, fmt.Errorf("pipeline commit_delay must be between 0 and 10s, got %v", c.CommitDelay))
+	}
+	if c.CommitDelaySpans < 0 {
+		errs = append(errs, fmt.Errorf("pipeline commit_delay_spans must be ≥ 0, got %d", c.CommitDelaySpans))
 	}
 	if c.KeyBy != KeyByOperation && c.KeyBy != KeyByService {
 		errs = append(errs, fmt.Errorf("pipeline key_by must be %q or %q, got %q", KeyByOperation, KeyByService, c.KeyBy))
@@ -193,7 +211,10 @@ func (p *Pipeline) Run() error {
 	defer close(p.stopped)
 	batch := make([]*request, 0, 64)
 	var spans []*model.Span
+	var delay *time.Timer
+	idleSince := time.Now()
 	for first := range p.queue {
+		idle := time.Since(idleSince)
 		batch = append(batch[:0], first)
 		spans = append(spans[:0], first.spans...)
 	drain:
@@ -209,7 +230,31 @@ func (p *Pipeline) Run() error {
 				break drain
 			}
 		}
+		if wait := min(p.cfg.CommitDelay, 2*idle); wait > 0 && len(spans) < p.cfg.CommitDelaySpans {
+			// A small commit after a quiet time: let more requests join it
+			// (see CommitDelay).
+			if delay == nil {
+				delay = time.NewTimer(wait)
+			} else {
+				delay.Reset(wait)
+			}
+		wait:
+			for len(spans) < p.cfg.CommitDelaySpans {
+				select {
+				case r, ok := <-p.queue:
+					if !ok {
+						break wait
+					}
+					batch = append(batch, r)
+					spans = append(spans, r.spans...)
+				case <-delay.C:
+					break wait
+				}
+			}
+			delay.Stop()
+		}
 		p.commit(batch, spans)
+		idleSince = time.Now()
 	}
 	return nil
 }

@@ -270,6 +270,10 @@ func TestConfigValidate(t *testing.T) {
 		{"zero batch", func(c *Config) { c.MaxBatchSpans = 0 }, false},
 		{"bad key", func(c *Config) { c.KeyBy = "trace" }, false},
 		{"service key", func(c *Config) { c.KeyBy = KeyByService }, true},
+		{"no commit delay", func(c *Config) { c.CommitDelay = 0 }, true},
+		{"negative commit delay", func(c *Config) { c.CommitDelay = -time.Millisecond }, false},
+		{"huge commit delay", func(c *Config) { c.CommitDelay = time.Minute }, false},
+		{"negative commit delay spans", func(c *Config) { c.CommitDelaySpans = -1 }, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
@@ -289,5 +293,88 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// After a quiet time, small requests arriving within CommitDelay share one
+// commit; a commit that reaches CommitDelaySpans, or a large request, does
+// not wait; a client that sends as soon as it is acknowledged is not slowed;
+// with no delay each request commits at once.
+func TestCommitDelay(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.CommitDelay, cfg.CommitDelaySpans = 300*time.Millisecond, 20
+	w := newGateWriter()
+	w.open()
+	p := start(t, cfg, w, nil)
+
+	time.Sleep(200 * time.Millisecond) // quiet: the next commit may wait 300 ms
+	began := time.Now()
+	a := consumeAsync(p, spans(3, "a", "op", 1))
+	time.Sleep(30 * time.Millisecond)
+	b := consumeAsync(p, spans(4, "b", "op", 1))
+	if n := <-w.entered; n != 7 {
+		t.Fatalf("first commit: %d spans, want both small requests (7)", n)
+	}
+	if err := errors.Join(<-a, <-b); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited < 200*time.Millisecond {
+		t.Errorf("small requests committed after %v: did not wait for others", waited)
+	}
+
+	// Enough spans end the wait at once.
+	time.Sleep(200 * time.Millisecond)
+	began = time.Now()
+	c := consumeAsync(p, spans(5, "c", "op", 1))
+	time.Sleep(20 * time.Millisecond)
+	d := consumeAsync(p, spans(15, "d", "op", 1))
+	if n := <-w.entered; n != 20 {
+		t.Fatalf("second commit: %d spans, want 20", n)
+	}
+	if err := errors.Join(<-c, <-d); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(began); waited > 250*time.Millisecond {
+		t.Errorf("a commit of CommitDelaySpans waited %v", waited)
+	}
+	// A large request alone does not wait.
+	time.Sleep(200 * time.Millisecond)
+	began = time.Now()
+	if err := p.ConsumeSpans(context.Background(), spans(25, "e", "op", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-w.entered; n != 25 {
+		t.Fatalf("third commit: %d spans", n)
+	}
+	if waited := time.Since(began); waited > 250*time.Millisecond {
+		t.Errorf("a large request waited %v for its commit", waited)
+	}
+
+	// A closed-loop client leaves no quiet time: 50 small requests, one
+	// after the other's acknowledgement, take far less than 50 delays.
+	began = time.Now()
+	for range 50 {
+		if err := p.ConsumeSpans(context.Background(), spans(1, "f", "op", 1)); err != nil {
+			t.Fatal(err)
+		}
+		<-w.entered
+	}
+	if took := time.Since(began); took > 3*cfg.CommitDelay {
+		t.Errorf("50 sequential small requests took %v: the commit delay throttles a closed-loop client", took)
+	}
+
+	// No delay: each request commits by itself.
+	cfg.CommitDelay = 0
+	w2 := newGateWriter()
+	w2.open()
+	p2 := start(t, cfg, w2, nil)
+	if err := p2.ConsumeSpans(context.Background(), spans(2, "a", "op", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.ConsumeSpans(context.Background(), spans(2, "a", "op", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if n1, n2 := <-w2.entered, <-w2.entered; n1 != 2 || n2 != 2 {
+		t.Errorf("without delay: commits of %d and %d spans, want 2 and 2", n1, n2)
 	}
 }

@@ -177,6 +177,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.IntVar(&c.Pipeline.QueueSpans, "pipeline.queue-spans", c.Pipeline.QueueSpans, "spans waiting for commit before receivers push back (HTTP 429 / gRPC RESOURCE_EXHAUSTED)")
 	fs.IntVar(&c.Pipeline.MaxBatchSpans, "pipeline.max-batch-spans", c.Pipeline.MaxBatchSpans, "most spans committed in one group commit")
+	fs.DurationVar(&c.Pipeline.CommitDelay, "pipeline.commit-delay", c.Pipeline.CommitDelay, "how long a small commit waits for more requests to join it (0: none); acknowledgements of small exports wait that much longer")
+	fs.IntVar(&c.Pipeline.CommitDelaySpans, "pipeline.commit-delay-spans", c.Pipeline.CommitDelaySpans, "a commit with at least this many spans does not wait (see -pipeline.commit-delay)")
 	fs.StringVar(&c.Pipeline.KeyBy, "detector.key-by", c.Pipeline.KeyBy, `detector key: "operation" (service.name + span name) or "service"`)
 	fs.IntVar(&c.Detector.Window, "detector.window", c.Detector.Window, "sliding window size W (durations kept per key)")
 	fs.Float64Var(&c.Detector.Threshold, "detector.threshold", c.Detector.Threshold, "a span is anomalous when its duration > threshold × the window's median")
