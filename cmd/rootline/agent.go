@@ -139,6 +139,11 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) int {
 		logger.Error("cannot start kernel metrics", "err", err)
 		return 1
 	}
+	if err := addDatapathSweeper(a, logger); err != nil {
+		_ = a.Close()
+		logger.Error("cannot start", "err", err)
+		return 1
+	}
 	if err := a.Run(ctx); err != nil {
 		logger.Error("agent stopped with an error", "err", err)
 		return 1

@@ -220,6 +220,14 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if err := m.Close(); err != nil {
 			fmt.Fprintf(out, "rootline demo: cleanup: %v\n", err)
 		}
+		if o.NoRun {
+			return
+		}
+		if removed, err := SweepDatapaths(); err != nil {
+			fmt.Fprintf(out, "rootline demo: cleanup: %v\n", err)
+		} else if len(removed) > 0 {
+			fmt.Fprintf(out, "rootline demo: cleanup: removed the eBPF datapath killed runs left attached (%s)\n", strings.Join(removed, ", "))
+		}
 	}()
 	sum.Services = len(topo.Services)
 	entry := m.EntryURL()

@@ -37,8 +37,8 @@ import (
 // killed run left in the maps send nothing to the new one; they are
 // removed then. The last run to leave unpins everything, and the programs
 // detach with its file descriptors. A run killed last leaves the programs
-// attached (they cost one load per socket read of the node) until the next
-// run on the node leaves.
+// attached (they cost one load per socket read of the node) until Sweep
+// removes them (sweep_linux.go: the next run to start, the agent, the demo).
 //
 // Runs share only with runs of the same build (the pin directory is named
 // after the BPF object and the ring size). Without a BPF file system or a

@@ -3,10 +3,15 @@
 package datapath
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 )
@@ -17,6 +22,7 @@ import (
 const (
 	testRingShare   = 1 << 15
 	testRingReclaim = 1 << 14
+	testRingSweep   = 1 << 13
 )
 
 // openRun opens a datapath for a fresh cgroup, as `rootline run` does.
@@ -120,5 +126,64 @@ func TestSharedDatapathReclaim(t *testing.T) {
 	var c runDatapathConn
 	if err := b.maps["rd_conns"].Lookup(uint64(0xdead0000), &c); err == nil {
 		t.Error("the gone run's connection is still in rd_conns")
+	}
+}
+
+// Sweep removes a shared datapath whose runs are all gone (the last one
+// killed), which detaches its programs, and keeps one a live run holds.
+func TestSweep(t *testing.T) {
+	a := openRun(t, "rootline-test-sweep-a", Config{RingBytes: testRingSweep})
+	defer a.Close()
+	if !a.Shared() {
+		t.Fatalf("not shared: %v", a.SharedErr)
+	}
+	// A leftover of another build: a pin directory without a registry.
+	other := filepath.Join(filepath.Dir(a.pin), "dp-000000sweep")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := Sweep()
+	if errors.Is(err, ErrNotHostPID) {
+		cputest.Missing(t, err.Error())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(a.pin); err != nil || slices.Contains(removed, a.pin) {
+		t.Fatalf("a live run's datapath was swept (%v): removed %q", err, removed)
+	}
+	if !slices.Contains(removed, other) {
+		t.Errorf("removed %q, want %s among them", removed, other)
+	}
+	info, _ := a.shared["rd_recv"].Info()
+	id, _ := info.ID()
+	// a's process is gone, as if killed: its datapath goes.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.owners.Put(a.slot, owner{PID: uint32(gone.Process.Pid), Gen: a.gen, Start: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err = Sweep(); err != nil || !slices.Contains(removed, a.pin) {
+		t.Fatalf("removed %q (%v), want %s", removed, err, a.pin)
+	}
+	if _, err := os.Stat(a.pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there: %v", a.pin, err)
+	}
+	// The killed run's descriptors go with it: then nothing holds the
+	// programs (the kernel frees them a moment later).
+	a.Close()
+	for i := 0; ; i++ {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			break
+		}
+		p.Close()
+		if i == 100 {
+			t.Errorf("rd_recv (program %d) is still loaded after the sweep", id)
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -1,0 +1,71 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rootline/rootline/internal/agent"
+	"github.com/rootline/rootline/internal/rbinder/datapath"
+)
+
+// sweepDatapaths removes the shared `rootline run` datapaths that no live
+// run holds (see datapath.Sweep). It returns false when sweeping cannot
+// work from this process (not root, not in the host's PID namespace).
+func sweepDatapaths(log *slog.Logger) bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	removed, err := datapath.Sweep()
+	if len(removed) > 0 {
+		log.Info("removed shared eBPF datapaths no rootline run holds (their last run was killed)", "pins", removed)
+	}
+	if errors.Is(err, datapath.ErrNotHostPID) {
+		log.Debug("shared eBPF datapaths not swept", "err", err)
+		return false
+	}
+	if err != nil {
+		log.Warn("sweeping shared eBPF datapaths", "err", err)
+	}
+	return true
+}
+
+// datapathSweeper is the agent's component that sweeps the node's shared
+// datapaths once a minute: a `rootline run` killed last leaves its programs
+// attached (a load on every socket read of the node) until then.
+type datapathSweeper struct{ log *slog.Logger }
+
+func (datapathSweeper) Routes(*http.ServeMux)           {}
+func (datapathSweeper) Collector() prometheus.Collector { return nil }
+func (datapathSweeper) Close() error                    { return nil }
+
+func (s datapathSweeper) Run(ctx context.Context) error {
+	if !sweepDatapaths(s.log) {
+		return nil
+	}
+	tick := time.NewTicker(time.Minute)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			sweepDatapaths(s.log)
+		}
+	}
+}
+
+// addDatapathSweeper adds the sweeper to the agent when it runs as root.
+func addDatapathSweeper(a *agent.Agent, log *slog.Logger) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	return a.AddComponent(datapathSweeper{log: log})
+}
