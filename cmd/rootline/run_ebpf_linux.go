@@ -26,7 +26,7 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 	if err != nil {
 		return 0, false, err
 	}
-	sweepDatapaths(log) // what killed runs left attached
+	sweepDatapaths(log, new(bool)) // what killed runs left attached
 	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: f.ringBytes})
 	if err != nil {
 		_ = removeCgroup()

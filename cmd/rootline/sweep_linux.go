@@ -18,8 +18,9 @@ import (
 
 // sweepDatapaths removes the shared `rootline run` datapaths that no live
 // run holds (see datapath.Sweep). It returns false when sweeping cannot
-// work from this process (not root, not in the host's PID namespace).
-func sweepDatapaths(log *slog.Logger) bool {
+// work from this process (not root, not in the host's PID namespace). A
+// failure is a warning the first time (*warned false), debug after that.
+func sweepDatapaths(log *slog.Logger, warned *bool) bool {
 	if os.Geteuid() != 0 {
 		return false
 	}
@@ -32,7 +33,12 @@ func sweepDatapaths(log *slog.Logger) bool {
 		return false
 	}
 	if err != nil {
-		log.Warn("sweeping shared eBPF datapaths", "err", err)
+		level := slog.LevelWarn
+		if *warned {
+			level = slog.LevelDebug
+		}
+		*warned = true
+		log.Log(context.Background(), level, "sweeping shared eBPF datapaths", "err", err)
 	}
 	return true
 }
@@ -40,14 +46,17 @@ func sweepDatapaths(log *slog.Logger) bool {
 // datapathSweeper is the agent's component that sweeps the node's shared
 // datapaths once a minute: a `rootline run` killed last leaves its programs
 // attached (a load on every socket read of the node) until then.
-type datapathSweeper struct{ log *slog.Logger }
+type datapathSweeper struct {
+	log    *slog.Logger
+	warned *bool
+}
 
 func (datapathSweeper) Routes(*http.ServeMux)           {}
 func (datapathSweeper) Collector() prometheus.Collector { return nil }
 func (datapathSweeper) Close() error                    { return nil }
 
 func (s datapathSweeper) Run(ctx context.Context) error {
-	if !sweepDatapaths(s.log) {
+	if !sweepDatapaths(s.log, s.warned) {
 		return nil
 	}
 	tick := time.NewTicker(time.Minute)
@@ -57,7 +66,7 @@ func (s datapathSweeper) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			sweepDatapaths(s.log)
+			sweepDatapaths(s.log, s.warned)
 		}
 	}
 }
@@ -67,5 +76,5 @@ func addDatapathSweeper(a *agent.Agent, log *slog.Logger) error {
 	if os.Geteuid() != 0 {
 		return nil
 	}
-	return a.AddComponent(datapathSweeper{log: log})
+	return a.AddComponent(datapathSweeper{log: log, warned: new(bool)})
 }
