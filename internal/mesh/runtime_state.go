@@ -80,7 +80,9 @@ func killRecorded(prefix string) int {
 		if _, err := fmt.Sscan(sc.Text(), &pid, &st); err != nil || pid <= 1 {
 			continue
 		}
-		if procfs.Alive(pid, st) {
+		// The same process, even a zombie: its group may still hold
+		// processes to kill.
+		if now, err := procfs.StartTime(pid); err == nil && now == st {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 			n++
