@@ -7,7 +7,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,18 +16,15 @@ import (
 )
 
 // sweepDatapaths removes the shared `rootline run` datapaths that no live
-// run holds (see datapath.Sweep). It returns false when sweeping cannot
-// work from this process (not root, not in the host's PID namespace). A
+// run holds (see datapath.Sweep). It returns false when this process cannot
+// sweep (datapath.ErrCannotSweep). A
 // failure is a warning the first time (*warned false), debug after that.
 func sweepDatapaths(log *slog.Logger, warned *bool) bool {
-	if os.Geteuid() != 0 {
-		return false
-	}
 	removed, err := datapath.Sweep()
 	if len(removed) > 0 {
 		log.Info("removed shared eBPF datapaths no rootline run holds (their last run was killed)", "pins", removed)
 	}
-	if errors.Is(err, datapath.ErrNotHostPID) {
+	if errors.Is(err, datapath.ErrCannotSweep) {
 		log.Debug("shared eBPF datapaths not swept", "err", err)
 		return false
 	}
@@ -71,10 +67,8 @@ func (s datapathSweeper) Run(ctx context.Context) error {
 	}
 }
 
-// addDatapathSweeper adds the sweeper to the agent when it runs as root.
+// addDatapathSweeper adds the sweeper to the agent (it stops at once where
+// it cannot sweep: not root, not the host's PID namespace).
 func addDatapathSweeper(a *agent.Agent, log *slog.Logger) error {
-	if os.Geteuid() != 0 {
-		return nil
-	}
 	return a.AddComponent(datapathSweeper{log: log, warned: new(bool)})
 }

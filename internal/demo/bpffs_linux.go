@@ -2,7 +2,6 @@ package demo
 
 import (
 	"errors"
-	"os"
 
 	"github.com/rootline/rootline/internal/rbinder/datapath"
 )
@@ -16,13 +15,11 @@ func ShareDatapath() error { return datapath.MountBPFFS() }
 
 // SweepDatapaths removes the shared datapaths the pods' runs left behind if
 // the last of them was killed rather than leaving (datapath.Sweep); what it
-// removed, by pin directory. Without root there is nothing it may remove.
+// removed, by pin directory. Where it may not sweep (not root) it does
+// nothing.
 func SweepDatapaths() ([]string, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
 	removed, err := datapath.Sweep()
-	if errors.Is(err, datapath.ErrNotHostPID) {
+	if errors.Is(err, datapath.ErrCannotSweep) {
 		err = nil
 	}
 	return removed, err

@@ -338,11 +338,11 @@ func TestBPFDiskIO(t *testing.T) {
 	// The device's own accounting (iostat's source) over the same run: the
 	// sectors moved and the milliseconds requests spent in flight, summed
 	// over requests of every kind (the tracepoints see reads too: the exec
-	// of dd reads its binary when it is not cached). The device and the tracepoints do not always
-	// count requests alike (here 32 completions against 46 issued requests
-	// for the same 32 MiB), so the comparison is of the total time, the
-	// quantity both sum; it is asserted only when the dd writes are nearly
-	// all the device moved (other processes use it too).
+	// of dd reads its binary when it is not cached). The device and the
+	// tracepoints do not always count requests alike (here 32 completions
+	// against 46 issued requests for the same 32 MiB), so the comparison is
+	// of the total time, the quantity both sum; it is asserted only when the
+	// dd writes are nearly all the device moved (other processes use it too).
 	d1 := diskIO(devStat)
 	if d1.ios > d0.ios {
 		dev := time.Duration(d1.ms-d0.ms) * time.Millisecond

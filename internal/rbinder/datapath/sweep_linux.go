@@ -16,8 +16,9 @@ import (
 // PROC_PID_INIT_INO).
 const initPIDNamespace = 0xEFFFFFFC
 
-// ErrNotHostPID: Sweep runs only in the host's PID namespace.
-var ErrNotHostPID = errors.New("datapath: not in the host's PID namespace: the runs' pids cannot be checked from here")
+// ErrCannotSweep: this process may not sweep (not root, or not in the host's
+// PID namespace, where the runs' pids cannot be checked).
+var ErrCannotSweep = errors.New("datapath: cannot sweep shared datapaths from here")
 
 // Sweep removes the shared datapaths that no live run holds: one whose last
 // run was killed (its programs stay attached while they are pinned, and
@@ -25,15 +26,19 @@ var ErrNotHostPID = errors.New("datapath: not in the host's PID namespace: the r
 // whose runs are all gone. With the pins gone the programs detach and the
 // sockets leave the sockhash. It returns the pin directories it removed.
 //
-// A run's slot names its pid, which means something only in the host's PID
-// namespace: from any other, Sweep does nothing and says so (ErrNotHostPID).
+// It needs root, and a run's slot names its pid, which means something only
+// in the host's PID namespace: otherwise Sweep does nothing and says so
+// (ErrCannotSweep).
 // It takes each datapath's lock, so a run joining at the same time either
 // finds it whole or makes a new one.
 func Sweep() (removed []string, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("%w: not root", ErrCannotSweep)
+	}
 	if ns, err := os.Readlink("/proc/self/ns/pid"); err != nil {
 		return nil, fmt.Errorf("datapath: sweep: %w", err)
 	} else if ns != fmt.Sprintf("pid:[%d]", uint32(initPIDNamespace)) {
-		return nil, ErrNotHostPID
+		return nil, fmt.Errorf("%w: not in the host's PID namespace", ErrCannotSweep)
 	}
 	var errs []error
 	for _, root := range []string{"/sys/fs/bpf", BPFFSDir} {
