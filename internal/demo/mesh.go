@@ -490,14 +490,6 @@ func printFault(out io.Writer, fr FaultResult) {
 		}
 		fmt.Fprintf(out, "    %-6s +%7.1f ms own, +%6.1f ms network, +%6.1f ms run-queue\n", r.Service, r.SelfDeltaMs, r.NetDeltaMs, r.LocalDeltaMs)
 	}
-	if len(fr.Evidence) > 0 {
-		var ev []string
-		for k, n := range fr.Evidence {
-			ev = append(ev, fmt.Sprintf("%d %s", n, k))
-		}
-		sort.Strings(ev)
-		fmt.Fprintf(out, "  evidence captured for %s: %s\n", fr.Verdict.Service, strings.Join(ev, ", "))
-	}
 	for _, e := range fr.Verdict.Evidence {
 		fmt.Fprintf(out, "    · %s\n", e)
 	}

@@ -261,37 +261,14 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 		v.Cause = CauseRunQueue
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", top.Service, top.LocalDeltaMs))
 	default:
-		cpu, self, profiles, err := c.onCPU(ctx, slow, top.Service, anoms)
+		pw, err := c.profiledWaits(ctx, slow, top.Service, anoms)
 		if err != nil {
-			v.Evidence = append(v.Evidence, "CPU samples unreadable: "+err.Error())
+			v.Evidence = append(v.Evidence, "profiles unreadable: "+err.Error())
 		}
-		switch {
-		case profiles == 0 || self <= 0:
-			v.Cause = CauseSelfTime
-			v.Evidence = append(v.Evidence, "no CPU profile captured for its slow spans: cannot tell CPU work from blocking")
-		case float64(cpu) >= 0.5*float64(self):
-			v.Cause = CauseCPU
-			v.Evidence = append(v.Evidence, fmt.Sprintf("on CPU for %.0f%% of its exclusive time in %d captured CPU profiles", 100*float64(cpu)/float64(self), profiles))
-		default:
-			v.Cause = CauseBlocking
-			v.Evidence = append(v.Evidence, fmt.Sprintf("on CPU for only %.0f%% of its exclusive time in %d captured CPU profiles: blocked (lock, sleep, I/O or GC)", 100*float64(cpu)/float64(self), profiles))
-		}
+		v.Cause, v.Evidence = pw.cause(v.Evidence)
 	}
-	kinds := map[string]int{}
-	for _, a := range anoms {
-		if a.Service == top.Service {
-			for _, art := range a.Artifacts {
-				kinds[art.Kind]++
-			}
-		}
-	}
-	if len(kinds) > 0 {
-		var parts []string
-		for k, n := range kinds {
-			parts = append(parts, fmt.Sprintf("%s ×%d", k, n))
-		}
-		slices.Sort(parts)
-		v.Evidence = append(v.Evidence, "evidence captured for "+top.Service+": "+strings.Join(parts, ", "))
+	if ev := linkedEvidence(top.Service, anoms); ev != "" {
+		v.Evidence = append(v.Evidence, ev)
 	}
 	if note := c.captureTrouble(ctx, top.Service, from); note != "" {
 		v.Evidence = append(v.Evidence, note)
@@ -595,8 +572,9 @@ type anomalyRec struct {
 	Start      int64  `json:"start"`
 	DurationNs int64  `json:"durationNs"`
 	Artifacts  []struct {
-		ID   string `json:"id"`
-		Kind string `json:"kind"`
+		ID        string `json:"id"`
+		Kind      string `json:"kind"`
+		MediaType string `json:"mediaType"`
 	} `json:"artifacts"`
 }
 
@@ -713,9 +691,20 @@ func (c *apiClient) do(ctx context.Context, path string) (*http.Response, error)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+		return nil, &apiError{Path: path, Status: resp.StatusCode, Msg: strings.TrimSpace(string(b))}
 	}
 	return resp, nil
+}
+
+// apiError is an answer of the API other than 200 OK.
+type apiError struct {
+	Path   string
+	Status int
+	Msg    string // the start of the body
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("GET %s: %d %s: %s", e.Path, e.Status, http.StatusText(e.Status), e.Msg)
 }
 
 // get decodes a plain JSON answer (the /api/v1 routes).
@@ -855,10 +844,28 @@ func (c *apiClient) findRoot(ctx context.Context, services []string, from, to ti
 	return best, nil
 }
 
-// onCPU sums, over the culprit's anomalous spans with a captured CPU profile,
-// the CPU time its request threads used inside the span (from the profile's
-// samples filtered by thread and time) and the spans' exclusive time.
-func (c *apiClient) onCPU(ctx context.Context, slow []*trace, svc string, anoms []anomalyRec) (cpuNs, selfNs int64, profiles int, err error) {
+// profiledWaits is what the profiles linked to the culprit's slow spans say
+// about their exclusive time: how much of it the spans' threads spent on CPU
+// (an eBPF CPU profile, or else a JFR recording's execution samples, which
+// see Java code only) and how much blocked entering a Java monitor (a JFR
+// recording's monitor-enter events, which JFR keeps only when longer than
+// its threshold, 10 ms with the agent's settings).
+type profiledWaits struct {
+	cpuNs, cpuSelfNs   int64 // on-CPU time, and the exclusive time of the spans it was read for
+	cpuProfiles        int
+	cpuSources         map[string]int // "eBPF CPU profiles", "JFR execution samples": spans read from each
+	lockNs, lockSelfNs int64
+	lockProfiles       int
+}
+
+// maxProfiledSpans bounds the slow spans whose profiles are read.
+const maxProfiledSpans = 20
+
+// profiledWaits reads, for up to maxProfiledSpans of svc's anomalous spans
+// in slow traces, the samples of the span's own threads during the span
+// from the profiles captured for it.
+func (c *apiClient) profiledWaits(ctx context.Context, slow []*trace, svc string, anoms []anomalyRec) (profiledWaits, error) {
+	pw := profiledWaits{cpuSources: map[string]int{}}
 	spans := map[string]*span{}
 	for _, t := range slow {
 		for _, s := range t.spans {
@@ -868,42 +875,159 @@ func (c *apiClient) onCPU(ctx context.Context, slow []*trace, svc string, anoms 
 		}
 	}
 	var errs []error
+	read := 0
 	for _, a := range anoms {
 		s := spans[a.SpanID]
 		if a.Service != svc || s == nil || len(s.threads) == 0 {
 			continue
 		}
+		var cpuArt, jfrArt string
 		for _, art := range a.Artifacts {
-			if art.Kind != "cpu" {
-				continue
+			switch {
+			case art.Kind == "cpu" && cpuArt == "":
+				cpuArt = art.ID
+			case art.Kind == "jfr" && isPprofMedia(art.MediaType) && jfrArt == "":
+				jfrArt = art.ID
 			}
-			var tids []string
-			for _, t := range s.threads {
-				tids = append(tids, strconv.FormatInt(t, 10))
-			}
-			q := url.Values{"tid": {strings.Join(tids, ",")}, "type": {"cpu"},
-				"start": {strconv.FormatInt(s.start, 10)}, "end": {strconv.FormatInt(s.start+s.dur, 10)}}
-			var fg struct {
-				Unit string `json:"unit"`
-				Root struct {
-					Value int64 `json:"value"`
-				} `json:"root"`
-			}
-			if e := c.get(ctx, "/api/v1/artifacts/"+url.PathEscape(art.ID)+"/flamegraph?"+q.Encode(), &fg); e != nil {
-				errs = append(errs, e)
-				continue
-			}
-			if fg.Unit != "nanoseconds" {
-				continue
-			}
-			cpuNs += fg.Root.Value
-			selfNs += s.exclusive()
-			profiles++
-			break // one profile per span
 		}
-		if profiles >= 20 {
+		if cpuArt == "" && jfrArt == "" {
+			continue
+		}
+		source := "eBPF CPU profiles"
+		if cpuArt == "" {
+			cpuArt, source = jfrArt, "JFR execution samples"
+		}
+		self := s.exclusive()
+		if ns, ok, err := c.spanSamples(ctx, cpuArt, "cpu", s); err != nil {
+			errs = append(errs, err)
+		} else if ok {
+			pw.cpuNs += ns
+			pw.cpuSelfNs += self
+			pw.cpuProfiles++
+			pw.cpuSources[source]++
+		}
+		if jfrArt != "" {
+			// Monitor enters only: JFR's park events also hold the thread
+			// pool's idle waits, which may begin inside the span's window.
+			if ns, ok, err := c.spanSamples(ctx, jfrArt, "monitor_enter", s); err != nil {
+				errs = append(errs, err)
+			} else if ok {
+				pw.lockNs += min(ns, self)
+				pw.lockSelfNs += self
+				pw.lockProfiles++
+			}
+		}
+		if read++; read >= maxProfiledSpans {
 			break
 		}
 	}
-	return cpuNs, selfNs, profiles, errors.Join(errs...)
+	return pw, errors.Join(errs...)
+}
+
+// spanSamples sums the samples of type typ in artifact id that s's threads
+// took during s, in nanoseconds. ok is false when the profile does not
+// measure typ in nanoseconds; a profile without typ at all (a JFR recording
+// in which no thread waited long enough for a lock event) counts as 0.
+func (c *apiClient) spanSamples(ctx context.Context, id, typ string, s *span) (ns int64, ok bool, err error) {
+	var tids []string
+	for _, t := range s.threads {
+		tids = append(tids, strconv.FormatInt(t, 10))
+	}
+	q := url.Values{"tid": {strings.Join(tids, ",")}, "type": {typ},
+		"start": {strconv.FormatInt(s.start, 10)}, "end": {strconv.FormatInt(s.start+s.dur, 10)}}
+	var fg struct {
+		Unit string `json:"unit"`
+		Root struct {
+			Value int64 `json:"value"`
+		} `json:"root"`
+	}
+	if err := c.get(ctx, "/api/v1/artifacts/"+url.PathEscape(id)+"/flamegraph?"+q.Encode(), &fg); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && strings.Contains(ae.Msg, "unknown sample type") {
+			return 0, true, nil
+		}
+		return 0, false, err
+	}
+	if fg.Unit != "nanoseconds" {
+		return 0, false, nil
+	}
+	return fg.Root.Value, true, nil
+}
+
+// cause names the cause the profiles point to and adds what they showed to
+// evidence.
+func (pw profiledWaits) cause(evidence []string) (string, []string) {
+	share := func(ns, of int64) float64 { return float64(ns) / float64(max(of, 1)) }
+	onCPU, locked := share(pw.cpuNs, pw.cpuSelfNs), share(pw.lockNs, pw.lockSelfNs)
+	var sources []string
+	for src, n := range pw.cpuSources {
+		sources = append(sources, fmt.Sprintf("%d %s", n, src))
+	}
+	slices.Sort(sources)
+	cpuLine := fmt.Sprintf("on CPU for %.0f%% of its exclusive time (%s)", 100*onCPU, strings.Join(sources, ", "))
+	var cause string
+	switch {
+	case pw.lockProfiles > 0 && locked >= lockShareForCause:
+		cause = CauseBlocking
+		if pw.cpuProfiles > 0 {
+			evidence = append(evidence, cpuLine+": what runs inside the lock, or spins waiting for it")
+		}
+	case pw.cpuProfiles == 0 || pw.cpuSelfNs <= 0:
+		cause = CauseSelfTime
+		evidence = append(evidence, "no CPU profile captured for its slow spans: cannot tell CPU work from blocking")
+	case onCPU >= 0.5:
+		cause = CauseCPU
+		evidence = append(evidence, cpuLine)
+	default:
+		cause = CauseBlocking
+		evidence = append(evidence, cpuLine+": blocked (lock, sleep, I/O or GC)")
+	}
+	if pw.lockProfiles > 0 {
+		evidence = append(evidence, fmt.Sprintf("blocked entering Java monitors for %.0f%% of its exclusive time (JFR's monitor-enter events, those over its threshold, in %d slow spans)",
+			100*locked, pw.lockProfiles))
+	}
+	return cause, evidence
+}
+
+// lockShareForCause is the share of the culprit's exclusive time spent
+// waiting for locks from which the verdict names lock/blocking even when
+// its threads were mostly on CPU (JVM monitors spin before they park; a
+// lock's holder works on CPU while the others wait).
+const lockShareForCause = 0.25
+
+// linkedEvidence says which captured artifacts are linked to svc's
+// anomalous spans, and to how many of them.
+func linkedEvidence(svc string, anoms []anomalyRec) string {
+	kinds := map[string]int{}
+	seen := map[string]bool{}
+	linked, total := 0, 0
+	for _, a := range anoms {
+		if a.Service != svc {
+			continue
+		}
+		total++
+		if len(a.Artifacts) > 0 {
+			linked++
+		}
+		for _, art := range a.Artifacts {
+			if !seen[art.ID] {
+				seen[art.ID] = true
+				kinds[art.Kind]++
+			}
+		}
+	}
+	if linked == 0 {
+		return ""
+	}
+	var parts []string
+	for k, n := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", n, k))
+	}
+	slices.Sort(parts)
+	return fmt.Sprintf("evidence captured for %s: %s artifacts, linked to %d of its %d anomalous spans", svc, strings.Join(parts, ", "), linked, total)
+}
+
+// isPprofMedia recognises a pprof artifact by its media type.
+func isPprofMedia(mediaType string) bool {
+	return strings.Contains(mediaType, "protobuf")
 }

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -209,18 +210,27 @@ func logVerdict(t *testing.T, v Verdict) {
 }
 
 // With a CPU profile linked to the culprit's slow spans, the share of its
-// exclusive time its threads spent on CPU tells CPU work from blocking.
+// exclusive time its threads spent on CPU tells CPU work from blocking; a
+// JFR recording's pprof conversion gives the share from Java's execution
+// samples when there is no eBPF profile, and its lock events name a lock
+// even when the threads were on CPU.
 func TestDiagnoseCPUEvidence(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts a server and sends ~13,000 spans")
+		t.Skip("starts a server and sends ~13,000 spans per case")
 	}
 	for _, tc := range []struct {
-		name  string
-		onCPU float64 // share of each slow span's exclusive time in samples
-		want  string
+		name     string
+		kind     string  // artifact kind: "cpu" (eBPF) or "jfr" (its pprof conversion)
+		onCPU    float64 // share of each slow span's exclusive time in CPU samples
+		lock     float64 // share in monitor-enter events (0: the profile has no such type)
+		want     string
+		evidence string // a line of the verdict's evidence must contain it
 	}{
-		{"busy", 0.9, CauseCPU},
-		{"blocked", 0.1, CauseBlocking},
+		{"busy", "cpu", 0.9, 0, CauseCPU, "on CPU for 90% of its exclusive time (20 eBPF CPU profiles)"},
+		{"blocked", "cpu", 0.1, 0, CauseBlocking, "on CPU for 10%"},
+		{"busy, JFR only", "jfr", 0.8, 0, CauseCPU, "(20 JFR execution samples)"},
+		{"JFR lock waits", "jfr", 0.6, 0.4, CauseBlocking, "blocked entering Java monitors for 40% of its exclusive time"},
+		{"JFR, short lock waits", "jfr", 0.7, 0.1, CauseCPU, "blocked entering Java monitors for 10%"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, api, from := runScenario(t, synthFault{"self", "e"})
@@ -244,36 +254,26 @@ func TestDiagnoseCPUEvidence(t *testing.T) {
 					spans[s.id] = s
 				}
 			}
-			// One profile per anomalous span of e, as a capture would upload.
+			// One profile per anomalous span of e, as a capture would upload
+			// (with the raw recording beside a JFR's conversion).
 			for _, a := range anoms {
 				s := spans[a.SpanID]
 				if s == nil {
 					t.Fatalf("span %s not found", a.SpanID)
 				}
-				fn := &profile.Function{ID: 1, Name: "Svc.spin"}
-				loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
-				p := &profile.Profile{
-					SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
-					Function:   []*profile.Function{fn}, Location: []*profile.Location{loc},
-					Sample: []*profile.Sample{
-						{Location: []*profile.Location{loc}, Value: []int64{1, int64(tc.onCPU * float64(s.exclusive()))},
-							NumLabel: map[string][]int64{"tid": {101}, "time_ns": {s.start + 1000}}},
-						// Another thread's and another time's samples must not count.
-						{Location: []*profile.Location{loc}, Value: []int64{1, 1e9},
-							NumLabel: map[string][]int64{"tid": {999}, "time_ns": {s.start + 1000}}},
-						{Location: []*profile.Location{loc}, Value: []int64{1, 1e9},
-							NumLabel: map[string][]int64{"tid": {101}, "time_ns": {s.start - 1e9}}},
-					},
-				}
-				var buf bytes.Buffer
-				if err := p.Write(&buf); err != nil {
-					t.Fatal(err)
-				}
 				tid, _ := model.ParseTraceID(a.TraceID)
 				sid, _ := model.ParseSpanID(a.SpanID)
-				if _, err := srv.Store().PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip",
-					FileName: "cpu.pb.gz", Service: "e", Start: s.start - 5e9, End: s.start + s.dur + 2e9,
-					Spans: []store.SpanRef{{TraceID: tid, SpanID: sid}}}, &buf); err != nil {
+				art := store.Artifact{Kind: tc.kind, MediaType: "application/vnd.google.protobuf+gzip",
+					FileName: "e.pb.gz", Service: "e", Start: s.start - 5e9, End: s.start + s.dur + 2e9,
+					Spans: []store.SpanRef{{TraceID: tid, SpanID: sid}}}
+				if tc.kind == "jfr" {
+					raw := art
+					raw.MediaType, raw.FileName = "application/x-jfr", "e.jfr"
+					if _, err := srv.Store().PutArtifact(ctx, raw, strings.NewReader("FLR\x00")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := srv.Store().PutArtifact(ctx, art, spanProfile(t, s, tc.onCPU, tc.lock)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -285,8 +285,52 @@ func TestDiagnoseCPUEvidence(t *testing.T) {
 			if v.Service != "e" || v.Cause != tc.want {
 				t.Errorf("verdict %q/%q, want e/%q", v.Service, v.Cause, tc.want)
 			}
+			if !slices.ContainsFunc(v.Evidence, func(e string) bool { return strings.Contains(e, tc.evidence) }) {
+				t.Errorf("no evidence line says %q", tc.evidence)
+			}
+			linked := fmt.Sprintf("evidence captured for e: %d %s artifacts, linked to %d of its %d anomalous spans", len(anoms)*map[string]int{"cpu": 1, "jfr": 2}[tc.kind], tc.kind, len(anoms), len(anoms))
+			if !slices.Contains(v.Evidence, linked) {
+				t.Errorf("no evidence line %q", linked)
+			}
 		})
 	}
+}
+
+// spanProfile is a profile of span s's thread 101 as the agent's profilers
+// make them: CPU samples worth onCPU of its exclusive time and, when lock >
+// 0, monitor-enter events worth lock of it; plus samples of another thread
+// and of another time, which must not count.
+func spanProfile(t *testing.T, s *span, onCPU, lock float64) io.Reader {
+	t.Helper()
+	fn := &profile.Function{ID: 1, Name: "Svc.spin"}
+	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
+	p := &profile.Profile{
+		SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		Function:   []*profile.Function{fn}, Location: []*profile.Location{loc},
+	}
+	if lock > 0 {
+		p.SampleType = append(p.SampleType, &profile.ValueType{Type: "monitor_enter", Unit: "nanoseconds"})
+	}
+	add := func(tid, at, cpu, mon int64) {
+		v := []int64{1, cpu}
+		if lock > 0 {
+			v = append(v, mon)
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{loc}, Value: v,
+			NumLabel: map[string][]int64{"tid": {tid}, "time_ns": {at}}})
+	}
+	self := float64(s.exclusive())
+	add(101, s.start+1000, int64(onCPU*self), 0)
+	add(999, s.start+1000, 1e9, 1e9)
+	add(101, s.start-1e9, 1e9, 1e9)
+	if lock > 0 {
+		add(101, s.start+2000, 0, int64(lock*self))
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return &buf
 }
 
 func TestDiagnoseEmpty(t *testing.T) {

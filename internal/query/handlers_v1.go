@@ -53,9 +53,10 @@ type anomalyJSON struct {
 }
 
 type artifactRef struct {
-	ID   string `json:"id"`
-	Kind string `json:"kind"`
-	URL  string `json:"url"`
+	ID        string `json:"id"`
+	Kind      string `json:"kind"`
+	MediaType string `json:"mediaType"`
+	URL       string `json:"url"`
 }
 
 type artifactJSON struct {
@@ -144,7 +145,7 @@ func artifactRefsBySpan(arts []store.Artifact) map[store.SpanRef][]artifactRef {
 	for _, art := range arts {
 		for _, ref := range art.Spans {
 			if !slices.ContainsFunc(m[ref], func(x artifactRef) bool { return x.ID == art.ID }) {
-				m[ref] = append(m[ref], artifactRef{ID: art.ID, Kind: art.Kind, URL: artifactURL(art.ID)})
+				m[ref] = append(m[ref], artifactRef{ID: art.ID, Kind: art.Kind, MediaType: art.MediaType, URL: artifactURL(art.ID)})
 			}
 		}
 	}
