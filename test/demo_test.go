@@ -7,9 +7,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/rootline/rootline/internal/mesh"
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // TestDemoFindsEachFault runs `rootline demo` on a small topology (Go, Java
@@ -166,4 +172,64 @@ func probeAgentFromPod(logs *lockedBuffer) string {
 		return "no pod namespace"
 	}
 	return "the mesh did not come up"
+}
+
+// TestDemoKilledStopsAgent: a demo that dies without cleaning up (killed, or
+// a second Ctrl-C) must not leave its agent running, with the agent's eBPF
+// programs on every CPU of the node; what else it left (the mesh's
+// processes and namespaces) the next demo removes.
+func TestDemoKilledStopsAgent(t *testing.T) {
+	requireTracing(t)
+	cmd := exec.Command(rootlineBin(t), "demo", "--topology", "testdata/demo-small.yaml", "--mode", "port", "--no-envoy",
+		"--fault", "lock@b", "--duration", "5s", "--query.addr", "127.0.0.1:0")
+	var logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if err := mesh.Cleanup("rl", nil); err != nil {
+			t.Errorf("cleanup after the killed demo: %v", err)
+		}
+	}()
+	agentRE := regexp.MustCompile(`agent up at (127\.0\.0\.1:\d+)`)
+	var addr string
+	for deadline := time.Now().Add(time.Minute); addr == "" && time.Now().Before(deadline) && len(exited) == 0; time.Sleep(100 * time.Millisecond) {
+		if m := agentRE.FindStringSubmatch(logs.String()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("the demo did not start its agent:\n%s", logs.String())
+	}
+	agent := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[1] == "agent" && slices.Contains(args, addr) {
+			agent, _ = strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		}
+	}
+	start, err := procfs.StartTime(agent)
+	if agent == 0 || err != nil {
+		t.Fatalf("no agent process listening on %s (%v)", addr, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-exited
+	exited <- err // for the deferred cleanup
+	deadline := time.Now().Add(20 * time.Second)
+	for procfs.Alive(agent, start) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if procfs.Alive(agent, start) {
+		_ = syscall.Kill(agent, syscall.SIGKILL)
+		t.Errorf("the agent (pid %d) still runs 20 s after its demo was killed", agent)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -566,20 +567,32 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (stri
 	}
 	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false", "--auth.token-file", tokenFile)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C goes to the demo, which stops it
-	if err := cmd.Start(); err != nil {
+	cmd.SysProcAttr = childAttr()
+	// The thread that forks the agent stays until the agent ends: its end
+	// is what the agent's parent-death signal follows.
+	started, exited := make(chan error, 1), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		logf.Close()
 		return "", nil, err
 	}
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-exited
 		}
 		logf.Close()
 	}
