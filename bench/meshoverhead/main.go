@@ -12,7 +12,10 @@
 // server alone). A mode with agent flags after a
 // colon, e.g. envoy+rootline:profilers=jfr:kmetrics=true, runs the agent
 // with --profilers=jfr --kmetrics=true: variants of one mode side by side
-// (a comma inside a value is written "/": profilers=cpu/kernel).
+// (a comma inside a value is written "/": profilers=cpu/kernel). A mode
+// with a label after "#" runs once more in each round: envoy#2 against
+// envoy is the A/A control, how far the baseline's p95 moves by itself.
+// Δp95 is given for the medians over the rounds and round by round.
 //
 // Every mode also reports the machine's busy CPU per request (all
 // processes, /proc/stat), steadier than the latency percentiles on a
@@ -73,7 +76,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
-		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side)")
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side), MODE#LABEL runs MODE once more (envoy#2: an A/A control of the baseline)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	flag.Parse()
@@ -118,8 +121,8 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | p99 | errors | machine CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
@@ -129,14 +132,25 @@ func main() {
 				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
 					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
-			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %v | %.2f%% | %v %s\n", rate, m,
-				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), ms(b.P99), b.ErrorPercent(),
+			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v %s\n", rate, m,
+				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), byRound(res["envoy"][rate], res[m][rate]), ms(b.P99), b.ErrorPercent(),
 				ms(b.machinePerReq), extra)
 		}
 	}
 	if *byCommand > 0 {
 		printByCommand(modes, rateList, res, *byCommand)
 	}
+}
+
+// byRound is each round's Δp95 of a mode against the baseline of the same
+// round (modes alternate within a round, so the pair saw the same hour of
+// the machine).
+func byRound(base, mode []result) string {
+	var out []string
+	for i := range min(len(base), len(mode)) {
+		out = append(out, fmt.Sprintf("%+.1f", 100*(float64(mode[i].P95)/float64(base[i].P95)-1)))
+	}
+	return strings.Join(out, " / ")
 }
 
 // printByCommand prints the n commands with the most CPU per request, per
@@ -189,7 +203,7 @@ func med(rs []result) result {
 // a binary after "@" (envoy+rootline@/tmp/old/rootline) is dropped here
 // (see modeBinary).
 func splitMode(mode string) (string, []string) {
-	mode, _, _ = strings.Cut(mode, "@")
+	mode, _, _ = strings.Cut(copyOf(mode), "@")
 	parts := strings.Split(mode, ":")
 	var flags []string
 	for _, p := range parts[1:] {
@@ -198,11 +212,20 @@ func splitMode(mode string) (string, []string) {
 	return parts[0], flags
 }
 
+// copyOf is the mode a labelled copy runs: "envoy#2" is envoy again, an
+// A/A control of the baseline in the same rounds.
+func copyOf(mode string) string {
+	if i := strings.LastIndexByte(mode, '#'); i >= 0 {
+		return mode[:i]
+	}
+	return mode
+}
+
 // modeBinary is the rootline binary of a mode: the one after "@" (server,
 // agent and rootline run of another build, to compare two side by side), or
 // self.
 func modeBinary(mode, self string) string {
-	if _, bin, ok := strings.Cut(mode, "@"); ok {
+	if _, bin, ok := strings.Cut(copyOf(mode), "@"); ok {
 		if abs, err := filepath.Abs(bin); err == nil {
 			return abs
 		}
