@@ -47,7 +47,7 @@ func TestAnomalies(t *testing.T) {
 		`{"artifacts":[],"baselineNs":12000000,"durationNs":90000000,"error":false,"evidence":"pending","kind":"server",` +
 		`"operation":"add","service":"cart","spanID":"1111111111111111","start":1700000060123456789,` +
 		`"startTime":"2023-11-14T22:14:20.123456789Z","threshold":2.5,"traceID":"` + fxOther + `"},` +
-		`{"artifacts":[{"id":"art-cpu","kind":"cpu","url":"/api/v1/artifacts/art-cpu"},{"id":"art-jfr","kind":"jfr","url":"/api/v1/artifacts/art-jfr"}],` +
+		`{"artifacts":[{"id":"art-cpu","kind":"cpu","mediaType":"application/vnd.google.protobuf+gzip","url":"/api/v1/artifacts/art-cpu"},{"id":"art-jfr","kind":"jfr","mediaType":"application/octet-stream","url":"/api/v1/artifacts/art-jfr"}],` +
 		`"baselineNs":40000000,"durationNs":250000500,"error":true,"evidence":"captured","kind":"server",` +
 		`"operation":"GET /checkout","service":"frontend","spanID":"` + fxRoot + `","start":1700000000123456789,` +
 		`"startTime":"2023-11-14T22:13:20.123456789Z","threshold":3,"traceID":"` + fxTrace + `"}]`
