@@ -862,7 +862,7 @@ type profiledWaits struct {
 const maxProfiledSpans = 20
 
 // profiledWaits reads, for up to maxProfiledSpans of svc's anomalous spans
-// in slow traces, the samples of the span's own threads during the span
+// in slow traces (spread over them), the samples of the span's own threads during the span
 // from the profiles captured for it.
 func (c *apiClient) profiledWaits(ctx context.Context, slow []*trace, svc string, anoms []anomalyRec) (profiledWaits, error) {
 	pw := profiledWaits{cpuSources: map[string]int{}}
@@ -874,28 +874,38 @@ func (c *apiClient) profiledWaits(ctx context.Context, slow []*trace, svc string
 			}
 		}
 	}
-	var errs []error
-	read := 0
+	type profiled struct {
+		s              *span
+		cpuArt, jfrArt string
+	}
+	var cands []profiled
 	for _, a := range anoms {
 		s := spans[a.SpanID]
 		if a.Service != svc || s == nil || len(s.threads) == 0 {
 			continue
 		}
-		var cpuArt, jfrArt string
+		p := profiled{s: s}
 		for _, art := range a.Artifacts {
 			switch {
-			case art.Kind == "cpu" && cpuArt == "":
-				cpuArt = art.ID
-			case art.Kind == "jfr" && isPprofMedia(art.MediaType) && jfrArt == "":
-				jfrArt = art.ID
+			case art.Kind == "cpu" && p.cpuArt == "":
+				p.cpuArt = art.ID
+			case art.Kind == "jfr" && isPprofMedia(art.MediaType) && p.jfrArt == "":
+				p.jfrArt = art.ID
 			}
 		}
-		if cpuArt == "" && jfrArt == "" {
-			continue
+		if p.cpuArt != "" || p.jfrArt != "" {
+			cands = append(cands, p)
 		}
-		source := "eBPF CPU profiles"
+	}
+	var errs []error
+	// Spans spread over the slowdown, not only its newest: a moment of it
+	// (a capture, a pause) would otherwise stand for all of it.
+	n := min(len(cands), maxProfiledSpans)
+	for i := range n {
+		p := cands[i*len(cands)/n]
+		s, cpuArt, source := p.s, p.cpuArt, "eBPF CPU profiles"
 		if cpuArt == "" {
-			cpuArt, source = jfrArt, "JFR execution samples"
+			cpuArt, source = p.jfrArt, "JFR execution samples"
 		}
 		self := s.exclusive()
 		if ns, ok, err := c.spanSamples(ctx, cpuArt, "cpu", s); err != nil {
@@ -906,19 +916,16 @@ func (c *apiClient) profiledWaits(ctx context.Context, slow []*trace, svc string
 			pw.cpuProfiles++
 			pw.cpuSources[source]++
 		}
-		if jfrArt != "" {
+		if p.jfrArt != "" {
 			// Monitor enters only: JFR's park events also hold the thread
 			// pool's idle waits, which may begin inside the span's window.
-			if ns, ok, err := c.spanSamples(ctx, jfrArt, "monitor_enter", s); err != nil {
+			if ns, ok, err := c.spanSamples(ctx, p.jfrArt, "monitor_enter", s); err != nil {
 				errs = append(errs, err)
 			} else if ok {
 				pw.lockNs += min(ns, self)
 				pw.lockSelfNs += self
 				pw.lockProfiles++
 			}
-		}
-		if read++; read >= maxProfiledSpans {
-			break
 		}
 	}
 	return pw, errors.Join(errs...)
