@@ -181,7 +181,8 @@ func probeAgentFromPod(logs *lockedBuffer) string {
 func TestDemoKilledStopsAgent(t *testing.T) {
 	requireTracing(t)
 	cmd := exec.Command(rootlineBin(t), "demo", "--topology", "testdata/demo-small.yaml", "--mode", "port", "--no-envoy",
-		"--fault", "lock@b", "--duration", "5s", "--query.addr", "127.0.0.1:0")
+		"--fault", "lock@b", "--duration", "5s", "--query.addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir()) // what it leaves there goes with the test
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

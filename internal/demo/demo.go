@@ -174,7 +174,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 	}
 	dir := o.DataDir
 	if dir == "" {
-		d, err := os.MkdirTemp("", "rootline-demo-")
+		d, err := tempDir()
 		if err != nil {
 			return sum, err
 		}

@@ -140,7 +140,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 
 	dir := o.DataDir
 	if dir == "" {
-		d, err := os.MkdirTemp("", "rootline-demo-")
+		d, err := tempDir()
 		if err != nil {
 			return sum, err
 		}
