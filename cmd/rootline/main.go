@@ -52,8 +52,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if args[0] == "run" { // the supervisor forwards signals to the command itself
 		return runRun(args[1:], stderr)
 	}
-	ctx, stop := signalContext()
+	ctx, cancel, stop := signalContext()
 	defer stop()
+	stdout, stderr = stopOnEPIPE(stdout, cancel), stopOnEPIPE(stderr, cancel)
 	switch args[0] {
 	case "server":
 		return runServer(ctx, args[1:], stderr)
@@ -72,20 +73,47 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// signalContext is cancelled on the first SIGINT/SIGTERM; a second one exits at once.
-func signalContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+// signalContext is cancelled on the first SIGINT/SIGTERM; a second one exits
+// at once. SIGPIPE is taken from the runtime, which would otherwise end the
+// process at its next line of output once the reader of stdout or stderr
+// is gone (`rootline demo | head`), leaving a demo's namespaces and
+// processes behind: such a write now fails with EPIPE, and stopOnEPIPE
+// turns that into a stop with cleanup, as after Ctrl-C. (The signal comes
+// for broken sockets too, so it is not itself a reason to stop.)
+func signalContext() (ctx context.Context, cancel, stop func()) {
+	ctx, cancelCtx := context.WithCancel(context.Background())
 	ch := make(chan os.Signal, 2)
 	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	go func() {
+		for range pipe {
+		}
+	}()
 	go func() {
 		<-ch
-		cancel()
+		cancelCtx()
 		<-ch
 		fmt.Fprintln(os.Stderr, "rootline: second signal, exiting without cleanup")
 		os.Exit(130)
 	}()
-	return ctx, func() { signal.Stop(ch); cancel() }
+	return ctx, cancelCtx, func() { signal.Stop(ch); signal.Stop(pipe); cancelCtx() }
 }
+
+// stopOnEPIPE is w that calls cancel once a write finds its reader gone.
+func stopOnEPIPE(w io.Writer, cancel func()) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		n, err := w.Write(p)
+		if errors.Is(err, syscall.EPIPE) {
+			cancel()
+		}
+		return n, err
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg, err := server.Load(args, func(fs *flag.FlagSet) {
