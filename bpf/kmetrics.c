@@ -154,6 +154,25 @@ struct {
 	__type(value, struct start);
 } km_dns SEC(".maps");
 
+// rq_owner: who submitted a request that went through the I/O scheduler
+// or a plug. Such a request is issued to the device later, by whichever
+// task dispatches the queue (a kblockd worker, or another application
+// whose own request runs the queue), which must not be charged for it.
+// Inserted in the submitter's context, taken at issue; a request issued
+// directly, without insertion, is issued by its submitter.
+struct rq_owner {
+	__u64 key;
+	__u32 want; // 1: disk_io_bytes, 2: disk_io_latency (sampled at insertion)
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct rq_owner);
+} km_rqowner SEC(".maps");
+
 // Force bpf2go to emit Go types for the shared structs.
 const struct kmetrics_config *unused_config __attribute__((unused));
 const struct kmetrics_key *unused_key __attribute__((unused));
@@ -406,20 +425,48 @@ int BPF_PROG(km_tlb_flush, int reason, unsigned long pages)
 	return count_current(KM_TLB_FLUSH, pages == ~0UL ? 0 : pages);
 }
 
-// Block requests are charged to the task that issues them (with direct I/O
-// and blk-mq that is the submitter; writeback is charged to its worker).
+// Block requests are charged to the task that submitted them (direct I/O
+// and synchronous writes: the application, even when another task issues
+// the request to the device; page-cache writeback: the flusher's cgroup).
+static __always_inline __u32 disk_want(struct kmetrics_config *c)
+{
+	return (want(c, KM_DISK_BYTES) ? 1 : 0) | (want(c, KM_DISK_LAT) ? 2 : 0);
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(km_block_rq_insert, struct request *rq)
+{
+	struct kmetrics_globals *g = globals();
+	if (!g)
+		return 0;
+	struct rq_owner o = {};
+	o.want = disk_want(config_current(g, &o.key));
+	__u64 id = (__u64)rq;
+	// Kept as inserted first: a request requeued by the driver is
+	// inserted again from a kblockd worker.
+	bpf_map_update_elem(&km_rqowner, &id, &o, BPF_NOEXIST);
+	return 0;
+}
+
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(km_block_rq_issue, struct request *rq)
 {
 	struct kmetrics_globals *g = globals();
 	if (!g)
 		return 0;
-	__u64 key;
-	struct kmetrics_config *c = config_current(g, &key);
-	if (want(c, KM_DISK_BYTES))
+	__u64 key, id = (__u64)rq;
+	__u32 w;
+	struct rq_owner *o = bpf_map_lookup_elem(&km_rqowner, &id);
+	if (o) {
+		key = o->key;
+		w = o->want;
+		bpf_map_delete_elem(&km_rqowner, &id);
+	} else {
+		w = disk_want(config_current(g, &key));
+	}
+	if (w & 1)
 		observe(key, KM_DISK_BYTES, rq->__data_len);
-	if (want(c, KM_DISK_LAT)) {
-		__u64 id = (__u64)rq;
+	if (w & 2) {
 		struct start s = {.ts = bpf_ktime_get_ns(), .key = key};
 		bpf_map_update_elem(&km_rq, &id, &s, BPF_ANY);
 	}

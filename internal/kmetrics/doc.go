@@ -34,8 +34,11 @@
 //	tlb_flushes         tlb:tlb_flush, counter (sum = pages, full flushes count 0 pages)
 //
 // Attribution limits, by design of the tracepoints: block requests are
-// charged to the task that issues them (direct I/O and synchronous writes:
-// the submitter; page-cache writeback: the flusher's cgroup). TCP bytes are
+// charged to the task that submits them (direct I/O and synchronous
+// writes: the application, also when a busy device has the request issued
+// later by a kblockd worker or by another task running the queue —
+// block_rq_insert, in the submitter's context, names it; page-cache
+// writeback: the flusher's cgroup). TCP bytes are
 // counted in sock_sendmsg/sock_recvmsg, so calls that bypass them are not
 // seen. Retransmissions and drops happen in softirq or timer context and are
 // charged to the socket's cgroup v2 id: containers known only by a cgroup v1

@@ -50,6 +50,13 @@ type kmetricsKmetricsKey struct {
 	Pad    uint32
 }
 
+type kmetricsRqOwner struct {
+	_    structs.HostLayout
+	Key  uint64
+	Want uint32
+	Pad  uint32
+}
+
 type kmetricsStart struct {
 	_   structs.HostLayout
 	Ts  uint64
@@ -75,9 +82,11 @@ const (
 	kmetricsMapKmGlobals              = "km_globals"
 	kmetricsMapKmHist                 = "km_hist"
 	kmetricsMapKmRq                   = "km_rq"
+	kmetricsMapKmRqowner              = "km_rqowner"
 	kmetricsMapKmTasks                = "km_tasks"
 	kmetricsMapKmZero                 = "km_zero"
 	kmetricsProgKmBlockRqComplete     = "km_block_rq_complete"
+	kmetricsProgKmBlockRqInsert       = "km_block_rq_insert"
 	kmetricsProgKmBlockRqIssue        = "km_block_rq_issue"
 	kmetricsProgKmKfreeSkb            = "km_kfree_skb"
 	kmetricsProgKmPageFaultKernel     = "km_page_fault_kernel"
@@ -140,6 +149,7 @@ type kmetricsSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kmetricsProgramSpecs struct {
 	KmBlockRqComplete     *ebpf.ProgramSpec `ebpf:"km_block_rq_complete"`
+	KmBlockRqInsert       *ebpf.ProgramSpec `ebpf:"km_block_rq_insert"`
 	KmBlockRqIssue        *ebpf.ProgramSpec `ebpf:"km_block_rq_issue"`
 	KmKfreeSkb            *ebpf.ProgramSpec `ebpf:"km_kfree_skb"`
 	KmPageFaultKernel     *ebpf.ProgramSpec `ebpf:"km_page_fault_kernel"`
@@ -164,6 +174,7 @@ type kmetricsMapSpecs struct {
 	KmGlobals *ebpf.MapSpec `ebpf:"km_globals"`
 	KmHist    *ebpf.MapSpec `ebpf:"km_hist"`
 	KmRq      *ebpf.MapSpec `ebpf:"km_rq"`
+	KmRqowner *ebpf.MapSpec `ebpf:"km_rqowner"`
 	KmTasks   *ebpf.MapSpec `ebpf:"km_tasks"`
 	KmZero    *ebpf.MapSpec `ebpf:"km_zero"`
 }
@@ -205,6 +216,7 @@ type kmetricsMaps struct {
 	KmGlobals *ebpf.Map `ebpf:"km_globals"`
 	KmHist    *ebpf.Map `ebpf:"km_hist"`
 	KmRq      *ebpf.Map `ebpf:"km_rq"`
+	KmRqowner *ebpf.Map `ebpf:"km_rqowner"`
 	KmTasks   *ebpf.Map `ebpf:"km_tasks"`
 	KmZero    *ebpf.Map `ebpf:"km_zero"`
 }
@@ -217,6 +229,7 @@ func (m *kmetricsMaps) Close() error {
 		m.KmGlobals,
 		m.KmHist,
 		m.KmRq,
+		m.KmRqowner,
 		m.KmTasks,
 		m.KmZero,
 	)
@@ -238,6 +251,7 @@ type kmetricsVariables struct {
 // It can be passed to loadKmetricsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kmetricsPrograms struct {
 	KmBlockRqComplete     *ebpf.Program `ebpf:"km_block_rq_complete"`
+	KmBlockRqInsert       *ebpf.Program `ebpf:"km_block_rq_insert"`
 	KmBlockRqIssue        *ebpf.Program `ebpf:"km_block_rq_issue"`
 	KmKfreeSkb            *ebpf.Program `ebpf:"km_kfree_skb"`
 	KmPageFaultKernel     *ebpf.Program `ebpf:"km_page_fault_kernel"`
@@ -255,6 +269,7 @@ type kmetricsPrograms struct {
 func (p *kmetricsPrograms) Close() error {
 	return _KmetricsClose(
 		p.KmBlockRqComplete,
+		p.KmBlockRqInsert,
 		p.KmBlockRqIssue,
 		p.KmKfreeSkb,
 		p.KmPageFaultKernel,
