@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"os"
@@ -122,6 +123,19 @@ Flags:
 // runRun is `rootline run`. It does not use the role's signal context: the
 // supervisor forwards SIGINT and SIGTERM to the command and returns when the
 // command has exited, so its exit status is ours.
+// commandMissing says why argv0 cannot be run, with the exit status a shell
+// gives then (127: not found, 126: not executable); before anything is
+// started for it, so that a typo is not reported as a tracing problem.
+func commandMissing(argv0 string) (int, error) {
+	if _, err := exec.LookPath(argv0); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return 126, err
+		}
+		return 127, err
+	}
+	return 0, nil
+}
+
 func runRun(args []string, stderr io.Writer) int {
 	f, err := parseRunFlags(args, stderr)
 	log, code := startRole("run", err, f.logLevel, f.logFormat, stderr)
@@ -129,6 +143,10 @@ func runRun(args []string, stderr io.Writer) int {
 		return code
 	}
 	log = log.With("component", "run", "service", f.service)
+	if code, err := commandMissing(f.argv[0]); err != nil {
+		fmt.Fprintf(stderr, "rootline run: %v\n", err)
+		return code
+	}
 
 	env := os.Environ()
 	if os.Getenv("OTEL_SERVICE_NAME") == "" {
