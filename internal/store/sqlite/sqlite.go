@@ -101,6 +101,7 @@ type Store struct {
 	log    *slog.Logger
 	dbPath string
 	blobs  *blob.FS
+	lock   *os.File // LockFile, held while open
 
 	// wdb has exactly one connection; wmu serialises write transactions on it
 	// and guards the writer-side caches (wcache).
@@ -137,8 +138,13 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	blobs, err := blob.Open(filepath.Join(cfg.Dir, "blobs"))
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	s := &Store{
@@ -146,9 +152,10 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 		log:    logger,
 		dbPath: filepath.Join(cfg.Dir, DBFile),
 		blobs:  blobs,
+		lock:   lock,
 	}
 	if err := s.open(); err != nil {
-		return nil, errors.Join(err, s.closeDBs())
+		return nil, errors.Join(err, s.closeDBs(), lock.Close())
 	}
 	logger.Info("opened", "path", s.dbPath, "synchronous", cfg.Synchronous)
 	return s, nil
@@ -402,7 +409,7 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("sqlite: checkpoint: %w", err))
 		}
 	}
-	errs = append(errs, s.closeDBs())
+	errs = append(errs, s.closeDBs(), s.lock.Close()) // closing releases the lock
 	err := errors.Join(errs...)
 	s.log.Info("closed", "err", err)
 	return err

@@ -454,3 +454,19 @@ func TestConcurrentPurge(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// One Store per directory: a second Open fails, naming the holder, until
+// the first is closed.
+func TestDirLock(t *testing.T) {
+	dir := t.TempDir()
+	s := openTest(t, dir)
+	_, err := Open(Config{Dir: dir}, nil)
+	if !errors.Is(err, ErrDirInUse) || !strings.Contains(err.Error(), fmt.Sprintf("process %d", os.Getpid())) {
+		t.Fatalf("second Open: %v, want ErrDirInUse naming process %d", err, os.Getpid())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openTest(t, dir)
+	s.Close()
+}
