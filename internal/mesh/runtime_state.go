@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/rootline/rootline/internal/pidlock"
 	"github.com/rootline/rootline/internal/procfs"
 )
 
@@ -29,21 +28,12 @@ func lockPrefix(prefix string) (*os.File, error) {
 	if err := os.MkdirAll(stateDir(), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(stateDir(), "mesh-"+prefix+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
+	f, err := pidlock.Take(filepath.Join(stateDir(), "mesh-"+prefix+".lock"))
+	var held *pidlock.HeldError
+	if errors.As(err, &held) {
+		return nil, fmt.Errorf("mesh: prefix %q (pid %s): %w", prefix, held.PID, ErrBusy)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		owner, _ := os.ReadFile(f.Name())
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("mesh: prefix %q (pid %s): %w", prefix, strings.TrimSpace(string(owner)), ErrBusy)
-		}
-		return nil, err
-	}
-	_ = f.Truncate(0)
-	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return f, nil
+	return f, err
 }
 
 func pidFile(prefix string) string { return filepath.Join(stateDir(), "mesh-"+prefix+".pids") }

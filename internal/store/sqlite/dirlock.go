@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
+
+	"github.com/rootline/rootline/internal/pidlock"
 )
 
-// LockFile in the store's directory is held (flock) by the Store that has
-// it open and names that process. Two servers on one directory would each
-// run retention, checkpoints and artifact clean-up on the other's data.
+// LockFile in the store's directory is held by the Store that has it open
+// and names that process. Two servers on one directory would each run
+// retention, checkpoints and artifact clean-up on the other's data.
 const LockFile = "LOCK"
 
 // ErrDirInUse is returned by Open when another Store holds the directory.
@@ -20,25 +19,17 @@ var ErrDirInUse = errors.New("store directory in use")
 
 // lockDir takes dir's lock file, or says which process holds it.
 func lockDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: lock %s: %w", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			holder := "another process"
-			if pid := strings.TrimSpace(string(b)); pid != "" {
-				holder = "process " + pid
-			}
-			return nil, fmt.Errorf("sqlite: %s: %w by %s (one server per data directory)", dir, ErrDirInUse, holder)
+	f, err := pidlock.Take(filepath.Join(dir, LockFile))
+	var held *pidlock.HeldError
+	switch {
+	case errors.As(err, &held):
+		holder := "another process"
+		if held.PID != "" {
+			holder = "process " + held.PID
 		}
-		return nil, fmt.Errorf("sqlite: lock %s: %w", path, err)
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		return nil, fmt.Errorf("sqlite: %s: %w by %s (one server per data directory)", dir, ErrDirInUse, holder)
+	case err != nil:
+		return nil, fmt.Errorf("sqlite: %w", err)
 	}
 	return f, nil
 }
