@@ -386,7 +386,10 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		fr.Error = err.Error()
 	}
 	fr.Verdict = v
-	fr.Evidence = evidenceOf(anoms, v.Service)
+	fr.Evidence = v.Artifacts
+	if fr.Evidence == nil {
+		fr.Evidence = map[string]int{}
+	}
 	fr.Correct = v.Service == f.Service
 	printFault(out, fr)
 	return fr
@@ -450,24 +453,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-}
-
-// evidenceOf counts the artifacts linked to the culprit's anomalous spans.
-func evidenceOf(anoms []anomalyRow, svc string) map[string]int {
-	kinds := map[string]int{}
-	seen := map[string]bool{}
-	for _, a := range anoms {
-		if a.Service != svc {
-			continue
-		}
-		for _, x := range a.Artifacts {
-			if !seen[x.ID] {
-				seen[x.ID] = true
-				kinds[x.Kind]++
-			}
-		}
-	}
-	return kinds
 }
 
 func printFault(out io.Writer, fr FaultResult) {

@@ -64,6 +64,9 @@ type Verdict struct {
 	Confidence float64 `json:"confidence"`
 	// Evidence are human-readable facts behind the verdict.
 	Evidence []string `json:"evidence"`
+	// Artifacts counts, by kind, the captured artifacts linked to the
+	// culprit's anomalous spans.
+	Artifacts map[string]int `json:"artifacts,omitempty"`
 	// Ranking lists every service, most suspect first.
 	Ranking []ServiceScore `json:"ranking"`
 	// SlowTraces and BaseTraces are the traces compared; ExampleTraceID is a
@@ -109,8 +112,10 @@ type ServiceScore struct {
 // (rootline.wait.net_ms) and its run-queue wait (rootline.wait.local_ms) are
 // compared between the two sets; the service whose time grew most is the
 // culprit. The cause comes from which of those grew, and for a growth of
-// exclusive time from the CPU profiles captured for its slow spans (CPU time
-// of the span's threads within the span, via the flame-graph API).
+// exclusive time from the profiles captured for its slow spans, read for
+// the span's threads within the span via the flame-graph API: CPU time
+// (eBPF CPU profiles, else JFR execution samples) and time blocked entering
+// Java monitors (JFR), see profiledWaits.
 func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (Verdict, error) {
 	c := &apiClient{base: strings.TrimRight(apiBase, "/"), token: token}
 	v := Verdict{Cause: CauseNone}
@@ -267,7 +272,8 @@ func Diagnose(ctx context.Context, apiBase, token string, from, to time.Time) (V
 		}
 		v.Cause, v.Evidence = pw.cause(v.Evidence)
 	}
-	if ev := linkedEvidence(top.Service, anoms); ev != "" {
+	var ev string
+	if v.Artifacts, ev = linkedEvidence(top.Service, anoms); ev != "" {
 		v.Evidence = append(v.Evidence, ev)
 	}
 	if note := c.captureTrouble(ctx, top.Service, from); note != "" {
@@ -1002,9 +1008,9 @@ func (pw profiledWaits) cause(evidence []string) (string, []string) {
 // lock's holder works on CPU while the others wait).
 const lockShareForCause = 0.25
 
-// linkedEvidence says which captured artifacts are linked to svc's
-// anomalous spans, and to how many of them.
-func linkedEvidence(svc string, anoms []anomalyRec) string {
+// linkedEvidence counts the captured artifacts linked to svc's anomalous
+// spans by kind, and says so and to how many of the spans ("" when none).
+func linkedEvidence(svc string, anoms []anomalyRec) (map[string]int, string) {
 	kinds := map[string]int{}
 	seen := map[string]bool{}
 	linked, total := 0, 0
@@ -1024,14 +1030,14 @@ func linkedEvidence(svc string, anoms []anomalyRec) string {
 		}
 	}
 	if linked == 0 {
-		return ""
+		return kinds, ""
 	}
 	var parts []string
 	for k, n := range kinds {
 		parts = append(parts, fmt.Sprintf("%d %s", n, k))
 	}
 	slices.Sort(parts)
-	return fmt.Sprintf("evidence captured for %s: %s artifacts, linked to %d of its %d anomalous spans", svc, strings.Join(parts, ", "), linked, total)
+	return kinds, fmt.Sprintf("evidence captured for %s: %s artifacts, linked to %d of its %d anomalous spans", svc, strings.Join(parts, ", "), linked, total)
 }
 
 // isPprofMedia recognises a pprof artifact by its media type.
