@@ -158,12 +158,15 @@ struct {
 // or a plug. Such a request is issued to the device later, by whichever
 // task dispatches the queue (a kblockd worker, or another application
 // whose own request runs the queue), which must not be charged for it.
-// Inserted in the submitter's context, taken at issue; a request issued
-// directly, without insertion, is issued by its submitter.
+// Made at the request's first insertion, in the submitter's context; kept
+// until it completes, so that a request the driver hands back (inserted
+// again, by the task that dispatched it) keeps its owner and is not
+// charged twice. A request issued directly, without insertion, is issued
+// by its submitter.
 struct rq_owner {
 	__u64 key;
-	__u32 want; // 1: disk_io_bytes, 2: disk_io_latency (sampled at insertion)
-	__u32 _pad;
+	__u32 want;    // 1: disk_io_bytes, 2: disk_io_latency (sampled at insertion)
+	__u32 charged; // its bytes were counted at an earlier issue
 };
 
 struct {
@@ -442,14 +445,21 @@ int BPF_PROG(km_block_rq_insert, struct request *rq)
 	struct rq_owner o = {};
 	o.want = disk_want(config_current(g, &o.key));
 	__u64 id = (__u64)rq;
-	// Kept as inserted first: a request the driver could not take is
-	// inserted again by the task that dispatched it (a kblockd worker, or
-	// another application running the queue), which must not become its
-	// owner (measured: with BPF_ANY a container's 32 MiB next to two other
-	// writers was charged up to 39.8 MiB). An entry left by a request freed
-	// without an issue (merged into another) is taken by the next issue of
-	// that request struct: one request charged to a stale owner.
+	// The first insertion wins (see rq_owner); the entry goes when the
+	// request completes or is merged into another.
 	bpf_map_update_elem(&km_rqowner, &id, &o, BPF_NOEXIST);
+	return 0;
+}
+
+// A request merged into another (by the I/O scheduler) is freed without
+// completing: its owner goes with it, or the next use of the request struct
+// would inherit it.
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(km_block_rq_merge, struct request *rq)
+{
+	__u64 id = (__u64)rq;
+	bpf_map_delete_elem(&km_rqowner, &id);
+	bpf_map_delete_elem(&km_rq, &id);
 	return 0;
 }
 
@@ -464,8 +474,8 @@ int BPF_PROG(km_block_rq_issue, struct request *rq)
 	struct rq_owner *o = bpf_map_lookup_elem(&km_rqowner, &id);
 	if (o) {
 		key = o->key;
-		w = o->want;
-		bpf_map_delete_elem(&km_rqowner, &id);
+		w = o->charged ? o->want & ~1u : o->want;
+		o->charged = 1;
 	} else {
 		w = disk_want(config_current(g, &key));
 	}
@@ -473,7 +483,9 @@ int BPF_PROG(km_block_rq_issue, struct request *rq)
 		observe(key, KM_DISK_BYTES, rq->__data_len);
 	if (w & 2) {
 		struct start s = {.ts = bpf_ktime_get_ns(), .key = key};
-		bpf_map_update_elem(&km_rq, &id, &s, BPF_ANY);
+		// From the first issue: one the driver hands back and that is
+		// issued again keeps its start, as the device's own accounting does.
+		bpf_map_update_elem(&km_rq, &id, &s, BPF_NOEXIST);
 	}
 	return 0;
 }
@@ -482,6 +494,7 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(km_block_rq_complete, struct request *rq)
 {
 	__u64 id = (__u64)rq;
+	bpf_map_delete_elem(&km_rqowner, &id);
 	struct start *s = bpf_map_lookup_elem(&km_rq, &id);
 	if (!s)
 		return 0;

@@ -38,7 +38,7 @@ func LoadKernel() (Kernel, error) {
 	k.progs = [numPrograms]*ebpf.Program{
 		progSchedSwitch: p.KmSchedSwitch, progSchedWakeup: p.KmSchedWakeup, progSchedWakeupNew: p.KmSchedWakeupNew,
 		progPageFaultUser: p.KmPageFaultUser, progPageFaultKernel: p.KmPageFaultKernel,
-		progBlockIssue: p.KmBlockRqIssue, progBlockComplete: p.KmBlockRqComplete, progBlockInsert: p.KmBlockRqInsert,
+		progBlockIssue: p.KmBlockRqIssue, progBlockComplete: p.KmBlockRqComplete, progBlockInsert: p.KmBlockRqInsert, progBlockMerge: p.KmBlockRqMerge,
 		progSockSend: p.KmSockSend, progSockRecv: p.KmSockRecv,
 		progTCPRetransmit: p.KmTcpRetransmitSkb, progTCPSynAck: p.KmTcpRetransmitSynack,
 		progKfreeSkb: p.KmKfreeSkb, progTLBFlush: p.KmTlbFlush,

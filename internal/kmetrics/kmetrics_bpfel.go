@@ -51,10 +51,10 @@ type kmetricsKmetricsKey struct {
 }
 
 type kmetricsRqOwner struct {
-	_    structs.HostLayout
-	Key  uint64
-	Want uint32
-	Pad  uint32
+	_       structs.HostLayout
+	Key     uint64
+	Want    uint32
+	Charged uint32
 }
 
 type kmetricsStart struct {
@@ -88,6 +88,7 @@ const (
 	kmetricsProgKmBlockRqComplete     = "km_block_rq_complete"
 	kmetricsProgKmBlockRqInsert       = "km_block_rq_insert"
 	kmetricsProgKmBlockRqIssue        = "km_block_rq_issue"
+	kmetricsProgKmBlockRqMerge        = "km_block_rq_merge"
 	kmetricsProgKmKfreeSkb            = "km_kfree_skb"
 	kmetricsProgKmPageFaultKernel     = "km_page_fault_kernel"
 	kmetricsProgKmPageFaultUser       = "km_page_fault_user"
@@ -151,6 +152,7 @@ type kmetricsProgramSpecs struct {
 	KmBlockRqComplete     *ebpf.ProgramSpec `ebpf:"km_block_rq_complete"`
 	KmBlockRqInsert       *ebpf.ProgramSpec `ebpf:"km_block_rq_insert"`
 	KmBlockRqIssue        *ebpf.ProgramSpec `ebpf:"km_block_rq_issue"`
+	KmBlockRqMerge        *ebpf.ProgramSpec `ebpf:"km_block_rq_merge"`
 	KmKfreeSkb            *ebpf.ProgramSpec `ebpf:"km_kfree_skb"`
 	KmPageFaultKernel     *ebpf.ProgramSpec `ebpf:"km_page_fault_kernel"`
 	KmPageFaultUser       *ebpf.ProgramSpec `ebpf:"km_page_fault_user"`
@@ -253,6 +255,7 @@ type kmetricsPrograms struct {
 	KmBlockRqComplete     *ebpf.Program `ebpf:"km_block_rq_complete"`
 	KmBlockRqInsert       *ebpf.Program `ebpf:"km_block_rq_insert"`
 	KmBlockRqIssue        *ebpf.Program `ebpf:"km_block_rq_issue"`
+	KmBlockRqMerge        *ebpf.Program `ebpf:"km_block_rq_merge"`
 	KmKfreeSkb            *ebpf.Program `ebpf:"km_kfree_skb"`
 	KmPageFaultKernel     *ebpf.Program `ebpf:"km_page_fault_kernel"`
 	KmPageFaultUser       *ebpf.Program `ebpf:"km_page_fault_user"`
@@ -271,6 +274,7 @@ func (p *kmetricsPrograms) Close() error {
 		p.KmBlockRqComplete,
 		p.KmBlockRqInsert,
 		p.KmBlockRqIssue,
+		p.KmBlockRqMerge,
 		p.KmKfreeSkb,
 		p.KmPageFaultKernel,
 		p.KmPageFaultUser,

@@ -72,9 +72,9 @@ var metricInfos = [numMetrics]metricInfo{
 	PageFaultsKernel: {"page_faults_kernel", Counter, Events, "rootline_kernel_page_faults_kernel_total",
 		"Page faults taken in kernel mode (exceptions:page_fault_kernel).", []program{progPageFaultKernel}},
 	DiskIOBytes: {"disk_io_bytes", Histogram, Bytes, "rootline_kernel_disk_io_bytes",
-		"Size of the block requests the container submitted (block:block_rq_issue; block:block_rq_insert names the submitter of a request another task issues).", []program{progBlockInsert, progBlockIssue}},
+		"Size of the block requests the container submitted (block:block_rq_issue; block:block_rq_insert names the submitter of a request another task issues, until block_rq_complete).", []program{progBlockInsert, progBlockMerge, progBlockIssue, progBlockComplete}},
 	DiskIOLatency: {"disk_io_latency", Histogram, Nanoseconds, "rootline_kernel_disk_io_latency_seconds",
-		"Block request latency, issue to completion.", []program{progBlockInsert, progBlockIssue, progBlockComplete}},
+		"Block request latency, issue to completion.", []program{progBlockInsert, progBlockMerge, progBlockIssue, progBlockComplete}},
 	TCPSendBytes: {"tcp_send_bytes", Histogram, Bytes, "rootline_kernel_tcp_send_bytes",
 		"Bytes per successful send on a TCP socket (sock:sock_send_length); sum is the bytes sent.", []program{progSockSend}},
 	TCPRecvBytes: {"tcp_recv_bytes", Histogram, Bytes, "rootline_kernel_tcp_recv_bytes",
@@ -178,6 +178,7 @@ const (
 	progBlockIssue
 	progBlockComplete
 	progBlockInsert
+	progBlockMerge
 	progSockSend
 	progSockRecv
 	progTCPRetransmit
@@ -189,7 +190,7 @@ const (
 
 var programNames = [numPrograms]string{
 	"km_sched_switch", "km_sched_wakeup", "km_sched_wakeup_new", "km_page_fault_user", "km_page_fault_kernel",
-	"km_block_rq_issue", "km_block_rq_complete", "km_block_rq_insert", "km_sock_send", "km_sock_recv", "km_tcp_retransmit_skb",
+	"km_block_rq_issue", "km_block_rq_complete", "km_block_rq_insert", "km_block_rq_merge", "km_sock_send", "km_sock_recv", "km_tcp_retransmit_skb",
 	"km_tcp_retransmit_synack", "km_kfree_skb", "km_tlb_flush",
 }
 
