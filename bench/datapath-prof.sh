@@ -19,19 +19,12 @@ while getopts r:s: o; do
   case $o in r) rate=$OPTARG ;; s) secs=$OPTARG ;; *) exit 2 ;; esac
 done
 cd "$(dirname "$0")/.."
-repo=$(pwd)
 chain=${CHAIN:-/tmp/rl/chain}
 [ -x "$chain" ] || { echo "build the chain first: go build -C bench/chain -o $chain ." >&2; exit 2; }
 [ -d web/dist ] || { echo "build the UI first: make build" >&2; exit 2; }
 tmp=$(mktemp -d)
-wt="$tmp/wt"
-trap 'git worktree remove --force "$wt" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
-echo "building the checkpointed datapath…" >&2
-git worktree add -q "$wt" HEAD
-cp -r web/dist "$wt/web/"
-(cd "$wt" && git apply "$repo/bench/datapath-prof.patch" &&
-  RD_CFLAGS=-DRD_PROF go generate ./internal/rbinder/datapath/ >/dev/null &&
-  go build -o "$tmp/rootline-prof" ./cmd/rootline)
+trap 'rm -rf "$tmp"' EXIT
+bench/datapath-variant.sh bench/datapath-prof.patch -DRD_PROF "$tmp/rootline-prof" >/dev/null
 go build -o "$tmp/runoverhead" ./bench/runoverhead
 echo "running the chain at $rate req/s for ${secs}s…" >&2
 "$tmp/runoverhead" --interleave --rootline bin/rootline --chain "$chain" --modes "run@$tmp/rootline-prof" \
