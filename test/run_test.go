@@ -996,3 +996,64 @@ func TestRunUntracedForwardsSignals(t *testing.T) {
 		t.Fatal("rootline run did not end within 10 s of SIGTERM")
 	}
 }
+
+// TestRunDeadServer: with the Rootline server down, a traced service keeps
+// answering and propagating; the spans it cannot send are counted, the
+// failure is logged once, and each log line names its component once.
+func TestRunDeadServer(t *testing.T) {
+	requireTracing(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close() // nothing listens there any more
+	var mu sync.Mutex
+	var parents []string
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		parents = append(parents, r.Header.Get("traceparent"))
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer down.Close()
+	cmd, port, stderr := startTracedStderr(t, []string{"LISTEN=127.0.0.1:0", "CALL=" + down.URL}, true,
+		[]string{"--server", dead, "--service", "mid"}, buildTestdata(t, "gomid"))
+	const n = 5
+	for i := range n {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/?i=%d", port, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d: status %d, want 200", i, resp.StatusCode)
+		}
+	}
+	mu.Lock()
+	for i, p := range parents {
+		if p == "" {
+			t.Errorf("downstream request %d without traceparent: propagation stopped with the server down", i)
+		}
+	}
+	mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	log := stderr.String()
+	if c := strings.Count(log, "cannot send spans"); c != 1 {
+		t.Errorf("%d 'cannot send spans' lines, want 1 (logged once):\n%s", c, log)
+	}
+	m := regexp.MustCompile(`spans not delivered.* failed_to_send=(\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no 'spans not delivered' count:\n%s", log)
+	}
+	if got, _ := strconv.Atoi(m[1]); got < 2*n {
+		t.Errorf("failed_to_send=%d, want ≥ %d (a SERVER and a CLIENT span per request)", got, 2*n)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Count(line, "component=") > 1 {
+			t.Errorf("a log line names its component twice: %s", line)
+		}
+	}
+}

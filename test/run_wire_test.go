@@ -30,12 +30,20 @@ var execCommand = exec.Command
 // listens, waits for the "listening <port>" line and returns the port.
 func startTraced(t *testing.T, env []string, listens bool, runFlags []string, argv ...string) (*exec.Cmd, int) {
 	t.Helper()
+	cmd, port, _ := startTracedStderr(t, env, listens, runFlags, argv...)
+	return cmd, port
+}
+
+// startTracedStderr is startTraced that also returns what `rootline run`
+// writes to stderr.
+func startTracedStderr(t *testing.T, env []string, listens bool, runFlags []string, argv ...string) (*exec.Cmd, int, *lockedBuffer) {
+	t.Helper()
 	args := append(append([]string{"run", "--agent", ""}, runMode...), runFlags...)
 	args = append(append(args, "--"), argv...)
 	cmd := exec.Command(rootlineBin(t), args...)
 	cmd.Env = append(os.Environ(), env...)
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
+	stderr := new(lockedBuffer)
+	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +67,7 @@ func startTraced(t *testing.T, env []string, listens bool, runFlags []string, ar
 	})
 	if !listens {
 		go func() { _, _ = io.Copy(io.Discard, out) }()
-		return cmd, 0
+		return cmd, 0, stderr
 	}
 	lines := make(chan string, 1)
 	go func() {
@@ -77,11 +85,11 @@ func startTraced(t *testing.T, env []string, listens bool, runFlags []string, ar
 		if err != nil {
 			t.Fatalf("unexpected first line %q", l)
 		}
-		return cmd, port
+		return cmd, port, stderr
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%s did not start; stderr:\n%s", argv[0], stderr.String())
 	}
-	return nil, 0
+	return nil, 0, stderr
 }
 
 // stripAdded walks got against want and removes from got whole lines that

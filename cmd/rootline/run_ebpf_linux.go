@@ -21,7 +21,8 @@ import (
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
 // started is false when the datapath could not be set up and nothing was
 // run: the caller falls back to the supervisor.
-func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, stderr io.Writer) (code int, started bool, err error) {
+func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink, stderr io.Writer) (code int, started bool, err error) {
+	log := base.With("component", "run")
 	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
 	if err != nil {
 		return 0, false, err
@@ -51,7 +52,7 @@ func runDatapath(f runFlags, env []string, log *slog.Logger, sink rbinder.Sink, 
 	}
 
 	spans := rbinder.NewKernelSpans(rbinder.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
-		Logger: log, MonoOffset: readtap.MonoOffset()})
+		Logger: base, MonoOffset: readtap.MonoOffset()})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {

@@ -142,7 +142,10 @@ func runRun(args []string, stderr io.Writer) int {
 	if log == nil {
 		return code
 	}
-	log = log.With("component", "run", "service", f.service)
+	// Components add their own "component" (shipper, rbinder, supervisor):
+	// they get base; the run's own lines say component=run.
+	base := log.With("service", f.service)
+	log = base.With("component", "run")
 	if code, err := commandMissing(f.argv[0]); err != nil {
 		fmt.Fprintf(stderr, "rootline run: %v\n", err)
 		return code
@@ -159,12 +162,12 @@ func runRun(args []string, stderr io.Writer) int {
 	var ship *rbinder.Shipper
 	if f.server != "" {
 		ship = rbinder.NewShipper(rbinder.ShipperConfig{
-			Endpoint: strings.TrimRight(f.server, "/") + "/v1/traces", Token: f.token, Logger: log})
+			Endpoint: strings.TrimRight(f.server, "/") + "/v1/traces", Token: f.token, Logger: base})
 		go ship.Run(ctx)
 		sink = ship
 	}
 	if f.mode != "ptrace" {
-		code, started, err := runDatapath(f, env, log, sink, stderr)
+		code, started, err := runDatapath(f, env, base, sink, stderr)
 		if started {
 			finishShipping(ship, cancel, log)
 			return code
@@ -176,7 +179,7 @@ func runRun(args []string, stderr io.Writer) int {
 		log.Warn("in-kernel datapath unavailable; tracing with the ptrace supervisor (slower)", "err", err)
 	}
 
-	scfg := supervisor.Config{Logger: log, Env: env}
+	scfg := supervisor.Config{Logger: base, Env: env}
 	var reads rbinder.ReadSource
 	if f.reads != "ptrace" {
 		tap, err := readtap.Open(f.readsBuf)
@@ -193,7 +196,7 @@ func runRun(args []string, stderr io.Writer) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: log, Reads: reads})
+	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: base, Reads: reads})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
