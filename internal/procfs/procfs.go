@@ -42,5 +42,15 @@ func stat(pid int) (start uint64, state string, err error) {
 // file descriptors are gone, only its pid and start time are left.
 func Alive(pid int, start uint64) bool {
 	st, state, err := stat(pid)
-	return err == nil && st == start && state != "Z" && state != "X"
+	return err == nil && st == start && notExited(state)
 }
+
+// Running reports whether process pid exists and has not exited (a zombie
+// has).
+func Running(pid int) bool {
+	_, state, err := stat(pid)
+	return err == nil && notExited(state)
+}
+
+// notExited: any state but zombie (Z) and dead (X).
+func notExited(state string) bool { return state != "Z" && state != "X" }

@@ -54,4 +54,10 @@ func TestAliveZombie(t *testing.T) {
 	if Alive(pid, st) {
 		t.Error("a zombie counts as alive")
 	}
+	if Running(pid) {
+		t.Error("a zombie counts as running")
+	}
+	if !Running(os.Getpid()) {
+		t.Error("this process does not count as running")
+	}
 }

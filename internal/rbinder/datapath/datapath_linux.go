@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpfring"
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // DefaultRingBytes is the events ring buffer: span events wait there until
@@ -713,16 +714,33 @@ func NewCgroup(name string) (dir string, remove func() error, err error) {
 	remove = func() error {
 		defer unmount()
 		var err error
-		// The last processes may take a moment to leave after exiting.
+		// The last processes may take a moment to leave after exiting;
+		// processes still running (the command's background children) will
+		// not: the cgroup stays, and a later run removes it once empty.
 		for i := 0; i < 50; i++ {
 			if err = unix.Rmdir(dir); err == nil || errors.Is(err, unix.ENOENT) {
 				return nil
+			}
+			if n := running(dir); n > 0 && i >= 2 {
+				return fmt.Errorf("remove cgroup %s: processes still running in it: %d: %w", dir, n, err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		return fmt.Errorf("remove cgroup %s: %w", dir, err)
 	}
 	return dir, remove, nil
+}
+
+// running counts the processes of the cgroup in dir that have not exited.
+func running(dir string) int {
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	n := 0
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && procfs.Running(pid) {
+			n++
+		}
+	}
+	return n
 }
 
 // removeStale removes the empty cgroups of runs that were killed before

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +187,41 @@ func TestSweep(t *testing.T) {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A run's cgroup that still holds running processes (the command's
+// background children) is left at once, saying so; once they are gone it
+// can be removed.
+func TestCgroupLeftWithRunningProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		cputest.Missing(t, "cgroups need root")
+	}
+	dir, remove, err := NewCgroup("rootline-test-left")
+	if err != nil {
+		cputest.Missing(t, err.Error())
+	}
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleep.Process.Kill(); _ = sleep.Wait(); _ = remove() }()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleep.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = remove()
+	if err == nil || !strings.Contains(err.Error(), "processes still running in it: 1") {
+		t.Fatalf("remove with a running process: %v, want it named", err)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("the cgroup is gone: %v", err)
+	}
+	_ = sleep.Process.Kill()
+	_ = sleep.Wait()
+	if err := remove(); err != nil {
+		t.Fatalf("remove after the process exited: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("the cgroup is still there: %v", err)
 	}
 }
