@@ -476,7 +476,6 @@ struct scratch {
 		__s32 bad;  // not HTTP/1.x
 	} so;
 	struct rd_event ev;
-	struct conn zconn; // stays zero: the initial value of a new conn
 	struct req zreq;   // stays zero
 };
 
@@ -486,6 +485,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } rd_scratch SEC(".maps");
+
+// The initial value of a new conn: stays zero. Not in the per-CPU scratch,
+// whose values the kernel limits to 32 KiB.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct conn);
+} rd_zconn SEC(".maps");
 
 // Force bpf2go to emit Go types for the shared structs.
 const struct rd_event *_rd_event __attribute__((unused));
@@ -2514,7 +2522,9 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 	struct text t = {.b = s->text};
 	request_lines(&t, r, ci, hi);
 	if (t.n > 0) {
-		if (brk < 0)
+		if (c->wr.cut)
+			skip(c, sk, RD_SKIP_LONG); // its own context may be past what was kept: never send two
+		else if (brk < 0)
 			skip(c, sk, RD_SKIP_SPLIT);
 		else if (!room_for(c, brk + t.n))
 			skip(c, sk, RD_SKIP_SNDBUF);
@@ -2820,7 +2830,9 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		__u32 family = skops->family;
 		if (family != AF_INET && family != AF_INET6)
 			return 1;
-		if (bpf_map_update_elem(&rd_conns, &sk, &s->zconn, BPF_ANY) < 0) {
+		__u32 z = 0;
+		struct conn *zc = bpf_map_lookup_elem(&rd_zconn, &z);
+		if (!zc || bpf_map_update_elem(&rd_conns, &sk, zc, BPF_ANY) < 0) {
 			stat(rd_slot, RD_STAT_NOCONN);
 			return 1;
 		}

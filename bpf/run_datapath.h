@@ -8,7 +8,7 @@
 // Bytes of a request head (request line and header fields) kept per
 // connection and copied to user space; a longer head is cut (RD_F_CUT) and
 // the context headers past the cut are not seen.
-#define RD_HEAD 2048
+#define RD_HEAD 8192
 // Bytes of a response head kept: the status line and the few fields read
 // from it (framing and the downstream's rootline-* timing).
 #define RD_RHEAD RD_HEAD
@@ -40,6 +40,7 @@
 #define RD_SKIP_SNDBUF 1 // the send buffer could not take the message whole: inserting could mislead the application's byte count
 #define RD_SKIP_PUSH 2   // bpf_msg_push_data failed
 #define RD_SKIP_SPLIT 3  // the head's end was in a later write than its start and the earlier part was already sent
+#define RD_SKIP_LONG 4   // a request head longer than kept (RD_HEAD): the application's own context may be past it
 
 #define RD_MAX_TIDS 8
 

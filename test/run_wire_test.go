@@ -9,11 +9,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -370,4 +372,99 @@ func TestRunReadTapOverflow(t *testing.T) {
 		t.Fatalf("%d added lines, want 10 or 12: %q", len(lines), lines)
 	}
 	t.Logf("%d response bytes identical apart from %d added lines; the connection went untraced at the lost read", len(want), len(lines))
+}
+
+// TestRunLongHeads: request heads with kilobytes of other headers before the
+// context. Inbound, the context after 3 and 7 KB of padding still continues
+// the caller's trace. Outbound, an application that set its own traceparent
+// past the padding sends exactly that one, whatever the head's length (the
+// datapath keeps 8 KiB of a head: past that it adds nothing rather than risk
+// a second context); one that set none gets Rootline's up to 7 KB of padding.
+func TestRunLongHeads(t *testing.T) { forEachMode(t, testRunLongHeads) }
+
+func testRunLongHeads(t *testing.T) {
+	needTool(t, "python3")
+	const own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var mu sync.Mutex
+	seen := map[string][]string{} // X-Case → the traceparent values received
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		seen[r.Header.Get("X-Case")] = r.Header.Values("traceparent")
+		mu.Unlock()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer down.Close()
+	got := func(c string) []string { mu.Lock(); defer mu.Unlock(); return seen[c] }
+
+	// Outbound: a Python client writes X-Case, X-Pad and then, in the "own"
+	// cases, its own traceparent, in that order.
+	client := `
+import http.client, sys, urllib.parse
+u = urllib.parse.urlsplit(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port)
+for case in sys.argv[2:]:
+    pad, kind = case.split("-")
+    h = {"X-Case": case, "X-Pad": "p" * int(pad)}
+    if kind == "own":
+        h["traceparent"] = "` + own + `"
+    c.request("POST", "/", body=b"z" * 10, headers=h)
+    r = c.getresponse(); r.read()
+    assert r.status == 200, r.status
+`
+	cases := []string{"100-own", "3000-own", "7000-own", "10000-own", "3000-none", "7000-none", "10000-none"}
+	cmd, _ := startTraced(t, nil, false, []string{"--server", ""}, append([]string{"python3", "-c", client, down.URL}, cases...)...)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	for _, c := range cases {
+		tps := got(c)
+		switch {
+		case strings.HasSuffix(c, "-own"):
+			if len(tps) != 1 || tps[0] != own {
+				t.Errorf("%s: downstream got traceparent %q, want only the application's own", c, tps)
+			}
+		case c == "10000-none":
+			if len(tps) > 1 {
+				t.Errorf("%s: downstream got %d traceparents: %q", c, len(tps), tps)
+			}
+		default:
+			if len(tps) != 1 || tps[0] == own || len(tps[0]) != 55 {
+				t.Errorf("%s: downstream got traceparent %q, want Rootline's", c, tps)
+			}
+		}
+	}
+
+	// Inbound: the context comes after the padding.
+	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "CALL=" + down.URL}, true, []string{"--server", ""}, buildTestdata(t, "gomid"))
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(conn)
+	for _, pad := range []int{3000, 7000} {
+		c := fmt.Sprintf("in-%d", pad)
+		// gomid forwards the path and query, not the headers: the case rides in the query.
+		if _, err := fmt.Fprintf(conn, "GET /?case=%s HTTP/1.1\r\nHost: mid\r\nX-Pad: %s\r\ntraceparent: %s\r\n\r\n", c, strings.Repeat("p", pad), own); err != nil {
+			t.Fatal(err)
+		}
+		rsp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", c, err)
+		}
+		_, _ = io.Copy(io.Discard, rsp.Body)
+		rsp.Body.Close()
+		if rsp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: status %d", c, rsp.StatusCode)
+		}
+		tps := got("")
+		if len(tps) != 1 || !strings.HasPrefix(tps[0], own[:36]) {
+			t.Errorf("%s: downstream got traceparent %q, want the caller's trace %s", c, tps, own[3:35])
+		}
+		mu.Lock()
+		delete(seen, "")
+		mu.Unlock()
+	}
 }

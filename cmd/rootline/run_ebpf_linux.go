@@ -138,7 +138,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink,
 		log.Warn("spans lost: the datapath's ring buffer was full (raise -datapath.buffer-bytes)", "events", st.Lost)
 	}
 	if st.Skipped > 0 {
-		log.Info("heads left without Rootline's lines (send buffer full, or a final line break split across writes)", "heads", st.Skipped)
+		log.Info("heads left without Rootline's lines (send buffer full, a final line break split across writes, or a request head longer than 8 KiB)", "heads", st.Skipped)
 	}
 	if st.Opaque > 0 {
 		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", st.Opaque)

@@ -58,6 +58,7 @@ const (
 	SkipSendBuffer = 1 // the send buffer could not take the message whole
 	SkipPush       = 2 // the kernel refused the insertion
 	SkipSplit      = 3 // the head's final line break began in an earlier write
+	SkipLong       = 4 // a request head longer than the datapath keeps (8 KiB)
 )
 
 // Event is one record of the datapath. Head and the slices are only valid

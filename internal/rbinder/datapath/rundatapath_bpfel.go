@@ -136,11 +136,11 @@ type runDatapathConn struct {
 	}
 	Qhead struct {
 		_ structs.HostLayout
-		B [2056]uint8
+		B [8200]uint8
 	}
 	Shead struct {
 		_ structs.HostLayout
-		B [2056]uint8
+		B [8200]uint8
 	}
 }
 
@@ -174,7 +174,7 @@ type runDatapathRdEvent struct {
 	Rport    uint16
 	Lport    uint16
 	HeadLen  uint32
-	Head     [2048]uint8
+	Head     [8192]uint8
 }
 
 type runDatapathReq struct {
@@ -204,7 +204,7 @@ type runDatapathReq struct {
 type runDatapathScratch struct {
 	_    structs.HostLayout
 	L    uint64
-	Data [6152]uint8
+	Data [12296]uint8
 	Text [2056]uint8
 	Hi   struct {
 		_        structs.HostLayout
@@ -238,10 +238,9 @@ type runDatapathScratch struct {
 		Done int32
 		Bad  int32
 	}
-	_     [4]byte
-	Ev    runDatapathRdEvent
-	Zconn runDatapathConn
-	Zreq  runDatapathReq
+	_    [4]byte
+	Ev   runDatapathRdEvent
+	Zreq runDatapathReq
 }
 
 // Names of all BPF objects in the ELF.
@@ -262,6 +261,7 @@ const (
 	runDatapathMapRdStats        = "rd_stats"
 	runDatapathMapRdThreads      = "rd_threads"
 	runDatapathMapRdUnread       = "rd_unread"
+	runDatapathMapRdZconn        = "rd_zconn"
 	runDatapathProgRdExec        = "rd_exec"
 	runDatapathProgRdExit        = "rd_exit"
 	runDatapathProgRdFork        = "rd_fork"
@@ -351,6 +351,7 @@ type runDatapathMapSpecs struct {
 	RdStats      *ebpf.MapSpec `ebpf:"rd_stats"`
 	RdThreads    *ebpf.MapSpec `ebpf:"rd_threads"`
 	RdUnread     *ebpf.MapSpec `ebpf:"rd_unread"`
+	RdZconn      *ebpf.MapSpec `ebpf:"rd_zconn"`
 }
 
 // runDatapathVariableSpecs contains global variables before they are loaded into the kernel.
@@ -400,6 +401,7 @@ type runDatapathMaps struct {
 	RdStats      *ebpf.Map `ebpf:"rd_stats"`
 	RdThreads    *ebpf.Map `ebpf:"rd_threads"`
 	RdUnread     *ebpf.Map `ebpf:"rd_unread"`
+	RdZconn      *ebpf.Map `ebpf:"rd_zconn"`
 }
 
 func (m *runDatapathMaps) Close() error {
@@ -418,6 +420,7 @@ func (m *runDatapathMaps) Close() error {
 		m.RdStats,
 		m.RdThreads,
 		m.RdUnread,
+		m.RdZconn,
 	)
 }
 
