@@ -467,4 +467,40 @@ for case in sys.argv[2:]:
 		delete(seen, "")
 		mu.Unlock()
 	}
+
+	// Responses: a Python server writes a long Set-Cookie before
+	// Content-Length; the connection stays traced after it (the framing is
+	// found within the 8 KiB kept).
+	server := `
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        n = int(self.path.split("=")[1])
+        self.send_response(200)
+        self.send_header("Set-Cookie", "c=" + "k" * n)
+        self.send_header("Content-Length", "5")
+        self.end_headers()
+        self.wfile.write(b"hello")
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print("listening", s.server_address[1], flush=True)
+s.serve_forever()
+`
+	_, port = startTraced(t, nil, true, []string{"--server", ""}, "python3", "-c", server)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	for _, n := range []int{10, 7000, 10, 10} {
+		rsp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/?n=%d", port, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(rsp.Body)
+		rsp.Body.Close()
+		if string(body) != "hello" || len(rsp.Header.Get("Set-Cookie")) != n+2 {
+			t.Fatalf("n=%d: body %q, Set-Cookie of %d bytes", n, body, len(rsp.Header.Get("Set-Cookie")))
+		}
+		if rsp.Header.Get("rootline-server-time") == "" {
+			t.Errorf("n=%d: response without rootline-server-time (the connection went untraced)", n)
+		}
+	}
 }
