@@ -938,6 +938,19 @@ __noinline int decode_b3(struct head_buf *hb, struct hinfo *hi)
 	return 1;
 }
 
+// sampling_denied: a head without a context says not to sample (`b3: 0`, or
+// X-B3-Sampled 0 without ids), as httpstream.SamplingDenied.
+static __always_inline int sampling_denied(struct head_buf *hb, struct hinfo *hi)
+{
+	__u8 *h = hb->b;
+	if (hi->has & HD_B3)
+		return hi->len[HX_B3] == 1 && h[hi->off[HX_B3] & HEAD_MASK] == '0';
+	if (hi->has & (HD_B3TRACE | HD_B3SPAN) || !(hi->has & HD_B3SAMPLED))
+		return 0;
+	__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
+	return (l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false"));
+}
+
 // decode_xb3 reads X-B3-TraceId, X-B3-SpanId, X-B3-Sampled and X-B3-Flags.
 __noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
 {
@@ -1663,7 +1676,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 		__u64 a = rand64(), b = rand64();
 		__builtin_memcpy(r->trace, &a, 8);
 		__builtin_memcpy(r->trace + 8, &b, 8);
-		r->flags = RD_F_SAMPLED;
+		r->flags = sampling_denied(&c->qhead, hi) ? 0 : RD_F_SAMPLED;
 	}
 	__u32 n = hi->len[HX_RID];
 	if ((hi->has & HD_RID) && n > 0 && n <= RD_RID) {

@@ -436,36 +436,12 @@ for case in sys.argv[2:]:
 	}
 
 	// Inbound: the context comes after the padding.
-	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "CALL=" + down.URL}, true, []string{"--server", ""}, buildTestdata(t, "gomid"))
-	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReader(conn)
+	forward := tracedForwarder(t)
 	for _, pad := range []int{3000, 7000} {
-		c := fmt.Sprintf("in-%d", pad)
-		// gomid forwards the path and query, not the headers: the case rides in the query.
-		if _, err := fmt.Fprintf(conn, "GET /?case=%s HTTP/1.1\r\nHost: mid\r\nX-Pad: %s\r\ntraceparent: %s\r\n\r\n", c, strings.Repeat("p", pad), own); err != nil {
-			t.Fatal(err)
+		h := forward(fmt.Sprintf("X-Pad: %s\r\ntraceparent: %s\r\n", strings.Repeat("p", pad), own))
+		if tps := h.Values("traceparent"); len(tps) != 1 || !strings.HasPrefix(tps[0], own[:36]) {
+			t.Errorf("in-%d: downstream got traceparent %q, want the caller's trace %s", pad, tps, own[3:35])
 		}
-		rsp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("%s: %v", c, err)
-		}
-		_, _ = io.Copy(io.Discard, rsp.Body)
-		rsp.Body.Close()
-		if rsp.StatusCode != http.StatusOK {
-			t.Fatalf("%s: status %d", c, rsp.StatusCode)
-		}
-		tps := got("")
-		if len(tps) != 1 || !strings.HasPrefix(tps[0], own[:36]) {
-			t.Errorf("%s: downstream got traceparent %q, want the caller's trace %s", c, tps, own[3:35])
-		}
-		mu.Lock()
-		delete(seen, "")
-		mu.Unlock()
 	}
 
 	// Responses: a Python server writes a long Set-Cookie before
@@ -487,7 +463,7 @@ s = http.server.HTTPServer(("127.0.0.1", 0), H)
 print("listening", s.server_address[1], flush=True)
 s.serve_forever()
 `
-	_, port = startTraced(t, nil, true, []string{"--server", ""}, "python3", "-c", server)
+	_, port := startTraced(t, nil, true, []string{"--server", ""}, "python3", "-c", server)
 	hc := &http.Client{Timeout: 10 * time.Second}
 	for _, n := range []int{10, 7000, 10, 10} {
 		rsp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/?n=%d", port, n))
@@ -501,6 +477,81 @@ s.serve_forever()
 		}
 		if rsp.Header.Get("rootline-server-time") == "" {
 			t.Errorf("n=%d: response without rootline-server-time (the connection went untraced)", n)
+		}
+	}
+}
+
+// tracedForwarder starts gomid under `rootline run` (the current mode) in
+// front of a downstream that records what it receives, and returns a
+// function that sends one request with the given extra header lines (each
+// ending in CRLF) on a kept connection and returns the headers of the
+// request the service made downstream for it.
+func tracedForwarder(t *testing.T) func(lines string) http.Header {
+	t.Helper()
+	got := make(chan http.Header, 1)
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(down.Close)
+	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "CALL=" + down.URL}, true, []string{"--server", ""}, buildTestdata(t, "gomid"))
+	conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	br := bufio.NewReader(conn)
+	return func(lines string) http.Header {
+		t.Helper()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: mid\r\n%s\r\n", lines); err != nil {
+			t.Fatal(err)
+		}
+		rsp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, rsp.Body)
+		rsp.Body.Close()
+		if rsp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d", rsp.StatusCode)
+		}
+		select {
+		case h := <-got:
+			return h
+		default:
+			t.Fatal("the service answered without calling downstream")
+			return nil
+		}
+	}
+}
+
+// TestRunSamplingDeny: a request without a context but with a B3 decision
+// not to sample (`b3: 0`, `X-B3-Sampled: 0` alone) starts a trace that is
+// not sampled, and says so downstream; without one it is sampled.
+func TestRunSamplingDeny(t *testing.T) { forEachMode(t, testRunSamplingDeny) }
+
+func testRunSamplingDeny(t *testing.T) {
+	forward := tracedForwarder(t)
+	for _, c := range []struct {
+		lines   string
+		sampled bool
+	}{
+		{"b3: 0\r\n", false},
+		{"X-B3-Sampled: 0\r\n", false},
+		{"X-B3-Sampled: false\r\n", false},
+		{"", true},
+		{"b3: 1\r\n", true},
+		{"X-B3-Sampled: 1\r\n", true},
+	} {
+		h := forward(c.lines)
+		tp, b3, xs := h.Get("traceparent"), h.Get("b3"), h.Get("X-B3-Sampled")
+		flag, b3s, want := "-00", "-0", "0"
+		if c.sampled {
+			flag, b3s, want = "-01", "-1", "1"
+		}
+		if len(tp) != 55 || !strings.HasSuffix(tp, flag) || !strings.Contains(b3, b3s) || xs != want {
+			t.Errorf("%q: downstream got traceparent %q, b3 %q, X-B3-Sampled %q; want sampled=%v", c.lines, tp, b3, xs, c.sampled)
 		}
 	}
 }

@@ -141,6 +141,21 @@ func ExtractContext(h Headers) (ctx Context, ok bool) {
 	return ctx, false
 }
 
+// SamplingDenied reports whether a request without a trace context carries
+// a B3 decision not to sample: `b3: 0` (the single header's sampling-only
+// form) or `X-B3-Sampled: 0` without trace and span ids. A trace started for
+// it is then not sampled, and says so downstream.
+func SamplingDenied(h Headers) bool {
+	if h.Has(HeaderB3) {
+		return string(h.Get(HeaderB3)) == "0"
+	}
+	if h.Has(HeaderB3TraceID) || h.Has(HeaderB3SpanID) {
+		return false
+	}
+	s := h.Get(HeaderB3Sampled)
+	return equalFold(s, "0") || equalFold(s, "false")
+}
+
 // parseTraceparent parses "VV-TTTT…-SSSS…-FF" (W3C Trace Context §3.2):
 // lower-case hex only; version 00 is exactly 55 bytes long, later versions
 // may append "-…"; version ff is invalid.

@@ -266,3 +266,25 @@ func (z *zeroThen) Uint64() uint64 {
 }
 
 func bufioReader(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
+
+func TestSamplingDenied(t *testing.T) {
+	for _, c := range []struct {
+		h    Headers
+		want bool
+	}{
+		{hdrs("b3: 0"), true},
+		{hdrs("X-B3-Sampled: 0"), true},
+		{hdrs("x-b3-sampled: False"), true},
+		{hdrs(), false},
+		{hdrs("b3: 1"), false},
+		{hdrs("b3: d"), false},
+		{hdrs("b3: 00"), false},
+		{hdrs("X-B3-Sampled: 1"), false},
+		{hdrs("X-B3-Sampled: 0", "X-B3-TraceId: 0af7651916cd43dd"), false}, // ids: a context (or an invalid one), not a bare decision
+		{hdrs("b3: 1", "X-B3-Sampled: 0"), false},                         // the single header wins, as in ExtractContext
+	} {
+		if got := SamplingDenied(c.h); got != c.want {
+			t.Errorf("%v: SamplingDenied %v, want %v", c.h, got, c.want)
+		}
+	}
+}

@@ -540,6 +540,7 @@ func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m
 		rid := ctx.RequestID
 		ctx = httpstream.NewRootContext(nil)
 		ctx.SpanID = httpstream.SpanID{} // a root SERVER span has no parent
+		ctx.Sampled = !httpstream.SamplingDenied(m.Headers)
 		if rid != "" {
 			ctx.RequestID = rid
 		}
