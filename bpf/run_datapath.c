@@ -938,6 +938,15 @@ __noinline int decode_b3(struct head_buf *hb, struct hinfo *hi)
 	return 1;
 }
 
+// xb3_unsampled: the head has X-B3-Sampled: 0 (or false).
+static __always_inline int xb3_unsampled(__u8 *h, struct hinfo *hi)
+{
+	if (!(hi->has & HD_B3SAMPLED))
+		return 0;
+	__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
+	return (l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false"));
+}
+
 // sampling_denied: a head without a context says not to sample (`b3: 0`, or
 // X-B3-Sampled 0 without ids), as httpstream.SamplingDenied.
 static __always_inline int sampling_denied(struct head_buf *hb, struct hinfo *hi)
@@ -945,10 +954,7 @@ static __always_inline int sampling_denied(struct head_buf *hb, struct hinfo *hi
 	__u8 *h = hb->b;
 	if (hi->has & HD_B3)
 		return hi->len[HX_B3] == 1 && h[hi->off[HX_B3] & HEAD_MASK] == '0';
-	if (hi->has & (HD_B3TRACE | HD_B3SPAN) || !(hi->has & HD_B3SAMPLED))
-		return 0;
-	__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
-	return (l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false"));
+	return !(hi->has & (HD_B3TRACE | HD_B3SPAN)) && xb3_unsampled(h, hi);
 }
 
 // decode_xb3 reads X-B3-TraceId, X-B3-SpanId, X-B3-Sampled and X-B3-Flags.
@@ -968,12 +974,7 @@ __noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
 	if (hex_into(h, hi->off[HX_XSPAN], hi->tmp, 8, 1) != 1)
 		return 0;
 	hi->span = span_from(hi->tmp);
-	hi->sampled = 1;
-	if (hi->has & HD_B3SAMPLED) {
-		__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
-		if ((l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false")))
-			hi->sampled = 0;
-	}
+	hi->sampled = !xb3_unsampled(h, hi);
 	if ((hi->has & HD_B3FLAGS) && hi->len[HX_XFLAGS] == 1 && h[hi->off[HX_XFLAGS] & HEAD_MASK] == '1')
 		hi->sampled = 1;
 	hi->ctx_ok = 1;

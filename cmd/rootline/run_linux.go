@@ -120,9 +120,6 @@ Flags:
 	return f, nil
 }
 
-// runRun is `rootline run`. It does not use the role's signal context: the
-// supervisor forwards SIGINT and SIGTERM to the command and returns when the
-// command has exited, so its exit status is ours.
 // commandMissing says why argv0 cannot be run, with the exit status a shell
 // gives then (127: not found, 126: not executable); before anything is
 // started for it, so that a typo is not reported as a tracing problem.
@@ -136,6 +133,9 @@ func commandMissing(argv0 string) (int, error) {
 	return 0, nil
 }
 
+// runRun is `rootline run`. It does not use the role's signal context: the
+// supervisor forwards SIGINT and SIGTERM to the command and returns when the
+// command has exited, so its exit status is ours.
 func runRun(args []string, stderr io.Writer) int {
 	f, err := parseRunFlags(args, stderr)
 	log, code := startRole("run", err, f.logLevel, f.logFormat, stderr)
