@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build demo-services test test-cross test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build demo-services test test-fuzz test-cross test-unit test-e2e test-ui-e2e demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -44,7 +44,7 @@ build/demo/java/Svc.class: demo/services/java/Svc.java
 	@mkdir -p build/demo/java
 	javac -encoding UTF-8 -d build/demo/java $<
 
-test: deps build test-cross test-unit test-e2e test-ui-e2e
+test: deps build test-cross test-unit test-fuzz test-e2e test-ui-e2e
 
 # The server, the agent's JFR profiler and the UI build off Linux too (for
 # development); `rootline run` and the eBPF profilers are Linux-only.
@@ -72,6 +72,20 @@ test-ui-e2e: build
 
 demo: build
 	$(BIN) demo
+
+# Native Go fuzz targets (package:Target), each run for FUZZTIME with its
+# committed corpus (testdata/fuzz/<Target>/); a crash fails the run and its
+# input is left in testdata/fuzz to become a regression test.
+FUZZTIME ?= 20s
+FUZZ_TARGETS := \
+	./internal/httpstream:FuzzRewriterSplits
+
+test-fuzz: deps
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; name=$${t##*:}; \
+	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 bench: bench-go bench-ingest
 

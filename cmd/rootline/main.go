@@ -34,6 +34,7 @@ Commands:
             SERVER/CLIENT spans and wait fields with no change to its code
   demo      a self-contained scenario: server, generated traffic, an injected slowdown,
             and what Rootline found
+  analyze   offline analyses of stored data (rootline analyze --help)
   version   print the version
 
 Run 'rootline <command> --help' for the flags of a command.
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAgent(ctx, args[1:], stderr)
 	case "demo":
 		return demo.Main(ctx, args[1:], stdout, stderr)
+	case "analyze":
+		return runAnalyze(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rootline", version.Version)
 		return 0
