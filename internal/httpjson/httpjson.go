@@ -4,28 +4,30 @@
 package httpjson
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/rootline/rootline/internal/bearer"
 )
 
 // MaxBody bounds JSON request bodies.
 const MaxBody = 1 << 20
 
 // RequireBearer wraps next so that it answers 401 unless the request carries
-// "Authorization: Bearer <token>". An empty token disables the check.
+// "Authorization: Bearer <token>" (see package bearer). An empty token
+// disables the check.
 func RequireBearer(token string, next http.Handler) http.Handler {
-	if token == "" {
+	tok := bearer.New(token)
+	if !tok.Required() {
 		return next
 	}
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="rootline"`)
-			Error(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		if res := tok.Check(r.Header.Get("Authorization")); res != bearer.OK {
+			w.Header().Set("WWW-Authenticate", res.Challenge())
+			Error(w, http.StatusUnauthorized, res.Message())
 			return
 		}
 		next.ServeHTTP(w, r)

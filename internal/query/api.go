@@ -13,18 +13,16 @@ package query
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/anomaly"
+	"github.com/rootline/rootline/internal/bearer"
 	"github.com/rootline/rootline/internal/store"
 )
 
@@ -58,9 +56,8 @@ type API struct {
 	logger    *slog.Logger
 	// now is the clock; tests replace it.
 	now func() time.Time
-	// tokenHash is the SHA-256 of cfg.AuthToken: comparing fixed-size digests
-	// in constant time leaks neither the token's bytes nor its length.
-	tokenHash [sha256.Size]byte
+	// token is cfg.AuthToken, compared in constant time.
+	token bearer.Token
 }
 
 // New returns the query API over spans and artifacts. detector returns the
@@ -88,9 +85,7 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 		detector:  detector,
 		logger:    logger.With("component", "query"),
 		now:       time.Now,
-	}
-	if cfg.AuthToken != "" {
-		a.tokenHash = sha256.Sum256([]byte(cfg.AuthToken))
+		token:     bearer.New(cfg.AuthToken),
 	}
 	return a
 }
@@ -152,31 +147,13 @@ func (a *API) authorized(h http.HandlerFunc) http.Handler {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bearerToken(r.Header.Get("Authorization"))
-		if !ok {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-			a.v1Error(w, r, http.StatusUnauthorized, errors.New("a bearer token is required"))
-			return
-		}
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], a.tokenHash[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
-			a.v1Error(w, r, http.StatusUnauthorized, errors.New("invalid bearer token"))
+		if res := a.token.Check(r.Header.Get("Authorization")); res != bearer.OK {
+			w.Header().Set("WWW-Authenticate", res.Challenge())
+			a.v1Error(w, r, http.StatusUnauthorized, errors.New(res.Message()))
 			return
 		}
 		h(w, r)
 	})
-}
-
-// bearerToken extracts the token of an "Authorization: Bearer <token>"
-// header; the scheme is case-insensitive (RFC 9110 §11.1).
-func bearerToken(header string) (string, bool) {
-	scheme, token, ok := strings.Cut(header, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	token = strings.TrimSpace(token)
-	return token, token != ""
 }
 
 // writeJSON encodes v with status. The body is encoded before anything is

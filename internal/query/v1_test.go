@@ -260,11 +260,11 @@ func TestAuth(t *testing.T) {
 		wantChall string
 	}{
 		{"no token configured", "", "", protected, 200, ""},
-		{"missing header", token, "", protected, 401, "Bearer"},
-		{"wrong scheme", token, "Basic " + token, protected, 401, "Bearer"},
-		{"empty bearer", token, "Bearer ", protected, 401, "Bearer"},
-		{"wrong token", token, "Bearer nope", protected, 401, `Bearer error="invalid_token"`},
-		{"token prefix", token, "Bearer " + token[:5], protected, 401, `Bearer error="invalid_token"`},
+		{"missing header", token, "", protected, 401, `Bearer realm="rootline"`},
+		{"wrong scheme", token, "Basic " + token, protected, 401, `Bearer realm="rootline"`},
+		{"empty bearer", token, "Bearer ", protected, 401, `Bearer realm="rootline"`},
+		{"wrong token", token, "Bearer nope", protected, 401, `Bearer realm="rootline", error="invalid_token"`},
+		{"token prefix", token, "Bearer " + token[:5], protected, 401, `Bearer realm="rootline", error="invalid_token"`},
 		{"right token", token, "Bearer " + token, protected, 200, ""},
 		{"scheme case-insensitive", token, "bearer " + token, protected, 200, ""},
 		{"other endpoints open", token, "", open, 200, ""},
