@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -31,6 +32,10 @@ const (
 	// these are the thread↔request records the kernel analysis joins on.
 	AttrThreadIDs = "rootline.thread.ids"
 	AttrThreadID  = "thread.id" // OpenTelemetry semantic convention
+	// AttrServerAddress is the host (and port) a CLIENT span called, as
+	// OpenTelemetry's semantic conventions name it: the callee when the
+	// callee left no span of its own.
+	AttrServerAddress = "server.address"
 
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"
@@ -167,6 +172,29 @@ func (v Value) String() string {
 		return hex.EncodeToString([]byte(v.Str))
 	}
 	return v.Str
+}
+
+// Number reads a numeric value whatever its producer chose to store it as: an
+// int, a float or a decimal string. ok is false for anything else, and for
+// NaN and infinities, which no measurement is.
+func (v Value) Number() (f float64, ok bool) {
+	switch v.Type {
+	case TypeInt:
+		f = float64(v.Int)
+	case TypeFloat:
+		f = v.Float
+	case TypeString:
+		var err error
+		if f, err = strconv.ParseFloat(v.Str, 64); err != nil {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
 }
 
 // KeyValue is one attribute.
