@@ -13,9 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/rbinder"
 	"github.com/rootline/rootline/internal/rbinder/datapath"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
 )
 
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
@@ -52,7 +52,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink,
 	}
 
 	spans := rbinder.NewKernelSpans(rbinder.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
-		Logger: base, MonoOffset: readtap.MonoOffset()})
+		Logger: base, MonoOffset: kclock.Monotonic.Offset()})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {
