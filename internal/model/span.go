@@ -14,7 +14,7 @@ import (
 )
 
 // Attribute keys Rootline sets on spans. They are part of the public contract
-// (DESIGN.md): stock Jaeger and Grafana filters find anomalous spans through them.
+// (docs/api.md): stock Jaeger and Grafana filters find anomalous spans through them.
 const (
 	AttrAnomaly     = "rootline.anomaly"
 	AttrBaselineMs  = "rootline.baseline_ms"
@@ -22,8 +22,9 @@ const (
 	AttrArtifactIDs = "rootline.artifact.ids"
 	AttrError       = "error"
 
-	// Mirage wait model (seed 003 §4): what a request waited on, in
-	// milliseconds, as `rootline run` measured it at this hop.
+	// Mirage wait model ("Request Reconstruction in MirageOS Unikernels",
+	// §4): what a request waited on, in milliseconds, as `rootline run`
+	// measured it at this hop.
 	AttrWaitLocalMs  = "rootline.wait.local_ms"  // run-queue wait of the servicing threads
 	AttrWaitNetMs    = "rootline.wait.net_ms"    // client time − downstream server time
 	AttrWaitRemoteMs = "rootline.wait.remote_ms" // largest wait reported from below this hop

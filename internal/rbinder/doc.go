@@ -1,8 +1,10 @@
 // Package rbinder is the request-tracing layer of `rootline run -- CMD`
-// (Rbinder, seed 002 §3.2, with the Mirage wait model of seed 003 §4): it
-// joins the syscall supervisor (internal/supervisor) with the HTTP/1.x
-// stream logic (internal/httpstream) so that an unmodified service, in any
-// language, propagates trace context and reports spans and waits.
+// (Rbinder: "Transparent Tracing of Microservice-based Applications", §3.2,
+// with the Mirage wait model of "Request Reconstruction in MirageOS
+// Unikernels", §4): it joins the syscall supervisor (internal/supervisor)
+// with the HTTP/1.x stream logic (internal/httpstream) so that an unmodified
+// service, in any language, propagates trace context and reports spans and
+// waits.
 //
 // # What it does per connection
 //

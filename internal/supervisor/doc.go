@@ -1,11 +1,11 @@
-// Package supervisor is the tracing layer of `rootline run -- CMD`
-// (Rbinder, seed 002 §3.2): it starts an unmodified command under ptrace
-// with a seccomp filter, follows every thread and child process, and calls
-// Hooks at the system calls that matter for request causality, keeping per
-// thread the Rbinder state (Idle → WaitingRequest → Servicing) and per
-// process the classification of sockets (inbound from accept, outbound from
-// connect). Parsing and rewriting the bytes is internal/httpstream's job; a
-// later layer wires it into Hooks.
+// Package supervisor is the tracing layer of `rootline run -- CMD` (Rbinder:
+// "Transparent Tracing of Microservice-based Applications", §3.2): it starts
+// an unmodified command under ptrace with a seccomp filter, follows every
+// thread and child process, and calls Hooks at the system calls that matter
+// for request causality, keeping per thread the Rbinder state (Idle →
+// WaitingRequest → Servicing) and per process the classification of sockets
+// (inbound from accept, outbound from connect). Parsing and rewriting the
+// bytes is internal/httpstream's job; a later layer wires it into Hooks.
 //
 // # Wiring
 //
