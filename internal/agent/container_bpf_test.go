@@ -124,9 +124,7 @@ func (s *artifactServer) done(id string) (capture.Completion, []capturedArtifact
 // those of the child it forked), while a process outside the cgroup is not
 // recorded. Root and BPF needed (fails under ROOTLINE_REQUIRE_BPF=1).
 func TestContainerKernelRecording(t *testing.T) {
-	if err := kernel.Available(); err != nil {
-		bpftest.Missing(t, err.Error())
-	}
+	bpftest.Require(t, kernel.Available())
 	if _, err := exec.LookPath("sh"); err != nil {
 		bpftest.Missing(t, "sh not installed")
 	}

@@ -4,6 +4,11 @@
 // as root on a kernel with BTF), fails with the reason. A capability that
 // is missing where it is required then shows as a failure, never as a
 // quiet skip.
+//
+// Under -short (`make test-fast`) the tests that need root, BPF, Envoy or a
+// JVM skip even where those are present: Require, RequireRoot and
+// RequireBPF say a test needs root or BPF, SkipShort says it needs
+// something else as heavy.
 package bpftest
 
 import (
@@ -35,19 +40,31 @@ func Missing(tb testing.TB, reason string) {
 	tb.Skip(reason)
 }
 
-// Require is Missing with err's text when err is not nil: for a package's
-// own check of what it needs (cpu.Available, kernel.Available…).
+// SkipShort skips tb under -short, saying that it needs what (root, BPF,
+// Envoy, a JVM…), which `make test-fast` leaves out.
+func SkipShort(tb testing.TB, what string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("needs " + what + ": left out by -short (make test-fast)")
+	}
+}
+
+// Require is for a package's own check of the root or BPF it needs
+// (cpu.Available, kernel.Available…): Missing with err's text when err is
+// not nil, and a skip under -short.
 func Require(tb testing.TB, err error) {
 	tb.Helper()
+	SkipShort(tb, "root or BPF")
 	if err != nil {
 		Missing(tb, err.Error())
 	}
 }
 
-// RequireRoot is Missing unless the test runs as root; why says what needs
-// root.
+// RequireRoot is Missing unless the test runs as root, and a skip under
+// -short; why says what needs root.
 func RequireRoot(tb testing.TB, why string) {
 	tb.Helper()
+	SkipShort(tb, "root ("+why+")")
 	if os.Geteuid() != 0 {
 		Missing(tb, why+": needs root")
 	}
@@ -58,9 +75,10 @@ const btfPath = "/sys/kernel/btf/vmlinux"
 
 // RequireBPF is Missing unless this process can use BPF: root, the kernel's
 // BTF, and a BPF map it can create (a container or lockdown may refuse the
-// bpf syscall even to root).
+// bpf syscall even to root). It is a skip under -short.
 func RequireBPF(tb testing.TB) {
 	tb.Helper()
+	SkipShort(tb, "BPF")
 	if err := bpfAvailable(); err != nil {
 		Missing(tb, err.Error())
 	}

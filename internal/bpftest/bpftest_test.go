@@ -55,7 +55,8 @@ func TestMissing(t *testing.T) {
 	}{
 		{"missing", "", func(tb testing.TB) { Missing(tb, "no frobnicator") }, true, false, "no frobnicator"},
 		{"missing, required", "1", func(tb testing.TB) { Missing(tb, "no frobnicator") }, false, true, ""},
-		{"require nil", "1", func(tb testing.TB) { Require(tb, nil) }, false, false, ""},
+		{"require nil", "1", func(tb testing.TB) { Require(tb, nil) }, testing.Short(), false, "left out by -short"},
+		{"skip short", "1", func(tb testing.TB) { SkipShort(tb, "Envoy") }, testing.Short(), false, "needs Envoy: left out by -short"},
 		{"tool present", "1", func(tb testing.TB) { RequireTools(tb, "sh") }, false, false, ""},
 		{"tool absent", "", func(tb testing.TB) { RequireTools(tb, "sh", "no-such-tool-rootline") }, true, false, "no-such-tool-rootline not installed"},
 		{"tool absent, required", "1", func(tb testing.TB) { RequireTools(tb, "no-such-tool-rootline") }, false, true, ""},

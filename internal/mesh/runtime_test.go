@@ -34,6 +34,7 @@ func requireRoot(t *testing.T) {
 
 func requireEnvoy(t *testing.T) string {
 	t.Helper()
+	bpftest.SkipShort(t, "Envoy")
 	bin, err := FindEnvoy()
 	if err != nil {
 		bpftest.Missing(t, err.Error())

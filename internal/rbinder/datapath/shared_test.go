@@ -30,9 +30,7 @@ const (
 // openRun opens a datapath for a fresh cgroup, as `rootline run` does.
 func openRun(t *testing.T, name string, cfg Config) *Datapath {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		bpftest.Missing(t, "the datapath needs root")
-	}
+	bpftest.RequireRoot(t, "the datapath")
 	dir, remove, err := NewCgroup(name)
 	if err != nil {
 		bpftest.Missing(t, err.Error())
@@ -194,9 +192,7 @@ func TestSweep(t *testing.T) {
 // background children) is left at once, saying so; once they are gone it
 // can be removed.
 func TestCgroupLeftWithRunningProcess(t *testing.T) {
-	if os.Geteuid() != 0 {
-		bpftest.Missing(t, "cgroups need root")
-	}
+	bpftest.RequireRoot(t, "cgroups")
 	dir, remove, err := NewCgroup("rootline-test-left")
 	if err != nil {
 		bpftest.Missing(t, err.Error())

@@ -17,6 +17,7 @@ import (
 
 func openTap(t *testing.T) *Tap {
 	t.Helper()
+	bpftest.SkipShort(t, "root and BPF")
 	tap, err := Open(1 << 20)
 	if errors.Is(err, ErrUnavailable) {
 		bpftest.Missing(t, err.Error())
