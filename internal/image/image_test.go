@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,27 +103,28 @@ func TestContents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
+		name := strings.TrimSuffix(h.Name, "/")
+		names = append(names, name)
 		if !h.ModTime.Equal(created) {
 			t.Errorf("%s: mtime %v", h.Name, h.ModTime)
 		}
-		switch h.Name {
+		switch name {
 		case "rootline":
 			data, _ := io.ReadAll(tr)
 			if string(data) != script || h.Mode != 0o755 || h.Uid != 0 {
 				t.Errorf("binary: %q mode %o uid %d", data, h.Mode, h.Uid)
 			}
-		case "var/lib/rootline/":
+		case "var/lib/rootline":
 			if h.Uid != NonRootUID || h.Mode != 0o750 {
 				t.Errorf("data dir uid %d mode %o", h.Uid, h.Mode)
 			}
-		case "tmp/":
+		case "tmp":
 			if h.Mode != 0o1777 {
 				t.Errorf("tmp mode %o", h.Mode)
 			}
 		}
 	}
-	want := []string{"etc/", "etc/group", "etc/passwd", "home/", "home/nonroot/", "root/", "rootline", "tmp/", "var/", "var/lib/", "var/lib/rootline/"}
+	want := []string{"etc", "etc/group", "etc/passwd", "home", "home/nonroot", "root", "rootline", "tmp", "var", "var/lib", "var/lib/rootline"}
 	if len(names) != len(want) {
 		t.Fatalf("entries %q, want %q", names, want)
 	}

@@ -19,6 +19,7 @@ package webhook
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -145,6 +146,9 @@ func (c Config) Validate() error {
 		}
 		if c.Envoy.UID <= 0 {
 			errs = append(errs, errors.New("envoy: the uid must be a non-root uid"))
+		}
+		if _, _, err := net.SplitHostPort(c.Envoy.ZipkinAddr); err != nil {
+			errs = append(errs, fmt.Errorf("envoy: the Zipkin address %q is not host:port", c.Envoy.ZipkinAddr))
 		}
 	}
 	return errors.Join(errs...)
