@@ -172,7 +172,9 @@ func webhookDryRun(ctx context.Context, m *webhook.Mutator, f webhookFlags, stdi
 		return 1
 	}
 	var pod corev1.Pod
-	if err := json.Unmarshal(js, &pod); err != nil || pod.Kind != "Pod" {
+	// A Pod as client libraries return it has no kind; anything else that
+	// says what it is must say Pod.
+	if err := json.Unmarshal(js, &pod); err != nil || (pod.Kind != "" && pod.Kind != "Pod") {
 		fmt.Fprintf(stderr, "rootline webhook: --dry-run: not a Pod (kind %q): %v\n", pod.Kind, err)
 		return 1
 	}
