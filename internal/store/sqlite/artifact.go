@@ -69,31 +69,6 @@ func (s *Store) PutArtifact(ctx context.Context, meta store.Artifact, r io.Reade
 	return meta, nil
 }
 
-// writeTx runs fn in a write transaction on the writer connection.
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	ctx = context.WithoutCancel(ctx)
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		return errors.Join(err, tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	s.ckpt.notify()
-	return nil
-}
-
 func insertLinks(ctx context.Context, tx *sql.Tx, id string, spans []store.SpanRef) error {
 	if len(spans) == 0 {
 		return nil
@@ -154,7 +129,7 @@ func (s *Store) OpenArtifact(ctx context.Context, id string) (store.Artifact, io
 	if err != nil {
 		return a, nil, err
 	}
-	rc, err := s.blobs.Open(a.SHA256)
+	rc, err := s.blobs.Open(ctx, a.SHA256)
 	if err != nil {
 		return a, nil, fmt.Errorf("sqlite: artifact %q content: %w", id, err)
 	}

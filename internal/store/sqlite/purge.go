@@ -278,7 +278,7 @@ func (s *Store) dropUnreferencedBlobs(ctx context.Context, blobs map[string]int6
 		if !errors.Is(err, sql.ErrNoRows) {
 			return freed, err
 		}
-		if err := s.blobs.Delete(sha); err != nil {
+		if err := s.blobs.Delete(ctx, sha); err != nil {
 			return freed, err
 		}
 		freed += size

@@ -293,31 +293,13 @@ func (s *Store) WriteSpans(ctx context.Context, spans []*model.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	// A cancellable context makes the driver start a goroutine per
-	// statement; the batch is small and must be atomic anyway.
-	ctx = context.WithoutCancel(ctx)
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The statements run with the transaction's context (see writeTx).
+		return s.writeSpans(context.WithoutCancel(ctx), tx, spans)
+	})
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return fmt.Errorf("sqlite: write spans: %w", err)
 	}
-	if err := s.writeSpans(ctx, tx, spans); err != nil {
-		s.wcache.rollback()
-		return errors.Join(fmt.Errorf("sqlite: write spans: %w", err), tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		s.wcache.rollback()
-		return fmt.Errorf("sqlite: commit spans: %w", err)
-	}
-	s.wcache.commit()
-	s.ckpt.notify()
 	return nil
 }
 

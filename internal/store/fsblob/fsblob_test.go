@@ -1,4 +1,4 @@
-package blob
+package fsblob
 
 import (
 	"bytes"
@@ -23,7 +23,7 @@ func digestOf(b []byte) string {
 
 func readAll(t *testing.T, f *FS, digest string) []byte {
 	t.Helper()
-	rc, err := f.Open(digest)
+	rc, err := f.Open(context.Background(), digest)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", digest, err)
 	}
@@ -66,14 +66,14 @@ func TestPutOpenStatDelete(t *testing.T) {
 			if got := readAll(t, f, d); !bytes.Equal(got, tc.content) {
 				t.Fatal("content differs")
 			}
-			sz, err := f.Stat(d)
-			if err != nil || sz != n {
-				t.Fatalf("Stat = %d, %v; want %d", sz, err, n)
+			info, err := f.Stat(context.Background(), d)
+			if err != nil || info.Size != n || info.Digest != d || info.Modified.IsZero() {
+				t.Fatalf("Stat = %+v, %v; want size %d", info, err, n)
 			}
-			if err := f.Delete(d); err != nil {
+			if err := f.Delete(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.Open(d); !errors.Is(err, store.ErrNotFound) {
+			if _, err := f.Open(context.Background(), d); !errors.Is(err, store.ErrNotFound) {
 				t.Fatalf("Open after Delete: %v, want ErrNotFound", err)
 			}
 		})
@@ -87,13 +87,13 @@ func TestMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := digestOf([]byte("never stored"))
-	if _, err := f.Open(d); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.Open(context.Background(), d); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Open: %v, want ErrNotFound", err)
 	}
-	if _, err := f.Stat(d); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.Stat(context.Background(), d); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Stat: %v, want ErrNotFound", err)
 	}
-	if err := f.Delete(d); err != nil {
+	if err := f.Delete(context.Background(), d); err != nil {
 		t.Errorf("Delete of a missing blob: %v", err)
 	}
 }
@@ -114,13 +114,13 @@ func TestBadDigest(t *testing.T) {
 		good[:62] + "/.",
 		strings.Repeat("g", 64),
 	} {
-		if _, err := f.Open(d); !errors.Is(err, ErrBadDigest) {
+		if _, err := f.Open(context.Background(), d); !errors.Is(err, store.ErrBadDigest) {
 			t.Errorf("Open(%q): %v, want ErrBadDigest", d, err)
 		}
-		if _, err := f.Stat(d); !errors.Is(err, ErrBadDigest) {
+		if _, err := f.Stat(context.Background(), d); !errors.Is(err, store.ErrBadDigest) {
 			t.Errorf("Stat(%q): %v, want ErrBadDigest", d, err)
 		}
-		if err := f.Delete(d); !errors.Is(err, ErrBadDigest) {
+		if err := f.Delete(context.Background(), d); !errors.Is(err, store.ErrBadDigest) {
 			t.Errorf("Delete(%q): %v, want ErrBadDigest", d, err)
 		}
 	}
@@ -227,5 +227,59 @@ func assertNoTemp(t *testing.T, dir string) {
 		if strings.HasPrefix(e.Name(), tempPrefix) {
 			t.Errorf("temp file left behind: %s", e.Name())
 		}
+	}
+}
+
+// TestList sees every stored blob once and never a temporary file or a
+// stray name, so an orphan sweep cannot take a Put in progress.
+func TestList(t *testing.T) {
+	dir := t.TempDir()
+	f, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for _, c := range []string{"a", "bb", "ccc"} {
+		d, n, err := f.Put(context.Background(), strings.NewReader(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[d] = n
+	}
+	// A Put in progress and files that are not blobs.
+	for _, p := range []string{tempPrefix + "123", "README", "zz/not-a-digest"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]int64{}
+	err = f.List(context.Background(), func(b store.BlobInfo) error {
+		if _, dup := got[b.Digest]; dup {
+			t.Errorf("%s listed twice", b.Digest)
+		}
+		got[b.Digest] = b.Size
+		if b.Modified.IsZero() {
+			t.Errorf("%s has no modification time", b.Digest)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("listed %v, want %v", got, want)
+	}
+	for d, n := range want {
+		if got[d] != n {
+			t.Errorf("%s: size %d, want %d", d, got[d], n)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := f.List(context.Background(), func(store.BlobInfo) error { calls++; return stop }); !errors.Is(err, stop) || calls != 1 {
+		t.Errorf("List with a failing callback: %v after %d calls, want stop after 1", err, calls)
 	}
 }
