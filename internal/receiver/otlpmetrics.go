@@ -48,6 +48,7 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 	}
 	if err := sink.WriteMetrics(req.Context(), FromPdataMetrics(exp.Metrics())); err != nil {
 		r.logger.Warn("storing metrics failed", "receiver", rcv, "err", err)
+		w.Header().Set("Retry-After", retryAfter)
 		writeStatus(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, "cannot store metrics"))
 		return
 	}

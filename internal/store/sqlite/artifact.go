@@ -46,7 +46,7 @@ func (s *Store) PutArtifact(ctx context.Context, meta store.Artifact, r io.Reade
 	digest, size, err := s.blobs.Put(ctx, r)
 	if err != nil {
 		s.blobMu.RUnlock()
-		return store.Artifact{}, fmt.Errorf("sqlite: put artifact: %w", err)
+		return store.Artifact{}, fmt.Errorf("sqlite: put artifact: %w", unavailable(err))
 	}
 	meta.SHA256, meta.Size = digest, size
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {

@@ -46,7 +46,7 @@ var metricSchema = []string{
 
 // createMetricSchema runs on the writer connection from open.
 func (s *Store) createMetricSchema(ctx context.Context) error {
-	for _, stmt := range metricSchema {
+	for _, stmt := range append(metricSchema[:len(metricSchema):len(metricSchema)], probeSchema) {
 		if _, err := s.wdb.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlite: create metric schema: %w", err)
 		}

@@ -274,8 +274,8 @@ const pageSize = 8192
 //     them.
 //   - Services, operations and resources are interned to integer ids.
 //   - traces has one row per trace: the ids of its segments (uvarints, in
-//     write order) for GetTrace, and for retention the span start min, end
-//     max and OR of flags; (flags, last_end) serves both "oldest normal" and
+//     write order) for GetTrace, and for retention the span start min, the
+//     latest store.RetentionTime of its spans (last_end) and OR of flags; (flags, last_end) serves both "oldest normal" and
 //     "oldest important" scans. It is the only index keyed by trace id:
 //     random keys dirty a page per trace per batch, so a second such index
 //     (segments by trace id) would cost as much WAL as all the span data.
@@ -462,15 +462,15 @@ func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	ctx = context.WithoutCancel(ctx)
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return unavailable(fmt.Errorf("begin: %w", err))
 	}
 	if err := fn(tx); err != nil {
 		s.wcache.rollback()
-		return errors.Join(err, tx.Rollback())
+		return unavailable(errors.Join(err, tx.Rollback()))
 	}
 	if err := tx.Commit(); err != nil {
 		s.wcache.rollback()
-		return fmt.Errorf("commit: %w", err)
+		return unavailable(fmt.Errorf("commit: %w", err))
 	}
 	s.wcache.commit()
 	s.ckpt.notify()

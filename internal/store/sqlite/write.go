@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // insertSizes are the row counts of the prepared multi-row INSERTs; the
@@ -363,11 +364,14 @@ func (s *Store) writeSpans(ctx context.Context, tx *sql.Tx, spans []*model.Span)
 		c.newNextSegment++
 		b.segArgs = append(b.segArgs, id, seg.trace[:], b.data[prev:ends[i]:ends[i]])
 		prev = ends[i]
-		startMin, lastEnd, flags := seg.spans[0].Start, seg.spans[0].End(), int64(0)
+		// last_end is what retention ages a trace by: the latest
+		// store.RetentionTime, which is the receive time of spans stamped by
+		// a skewed clock.
+		startMin, lastEnd, flags := seg.spans[0].Start, store.RetentionTime(seg.spans[0]), int64(0)
 		for j, sp := range seg.spans {
 			k := &seg.keys[j]
 			b.rows = append(b.rows, indexRow{k.service, sp.Start, id, int64(j), k.op, sp.Duration, k.flags})
-			startMin, lastEnd, flags = min(startMin, sp.Start), max(lastEnd, sp.End()), flags|k.flags
+			startMin, lastEnd, flags = min(startMin, sp.Start), max(lastEnd, store.RetentionTime(sp)), flags|k.flags
 		}
 		b.trArgs = append(b.trArgs, seg.trace[:], startMin, lastEnd, flags, binary.AppendUvarint(nil, uint64(id)))
 	}
