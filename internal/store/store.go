@@ -160,7 +160,11 @@ type PurgeStats struct {
 	Traces    int64
 	Spans     int64
 	Artifacts int64
-	Bytes     int64 // blob bytes freed
+	Bytes     int64 // blob bytes freed (orphan blobs included)
+	// Services and Operations whose last span went.
+	Services, Operations int64
+	// OrphanBlobs is how many blobs no artifact named were deleted.
+	OrphanBlobs int64
 }
 
 // Purger applies a retention policy. Deleting a trace deletes the artifacts

@@ -128,6 +128,11 @@ type Store struct {
 	// concurrent Purge.
 	blobMu sync.RWMutex
 
+	// namesChecked is set once a purge has looked for services and
+	// operations without spans; later purges look only when they deleted
+	// spans.
+	namesChecked atomic.Bool
+
 	closed atomic.Bool
 }
 

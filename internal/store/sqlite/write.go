@@ -105,8 +105,8 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&w.delIndex, `DELETE FROM span_index WHERE service_id = ? AND start = ? AND segment = ? AND idx = ?`},
 		{&w.selSegment, `SELECT data FROM segments WHERE id = ?`},
 		{&w.delSegment, `DELETE FROM segments WHERE id = ?`},
-		{&w.insService, `INSERT INTO services (name) VALUES (?)`},
-		{&w.insOp, `INSERT INTO operations (service_id, name, kind) VALUES (?, ?, ?)`},
+		{&w.insService, `INSERT INTO services (id, name) VALUES (?, ?)`},
+		{&w.insOp, `INSERT INTO operations (id, service_id, name, kind) VALUES (?, ?, ?, ?)`},
 		{&w.insResource, `INSERT INTO resources (data) VALUES (?)`},
 		{&w.selResource, `SELECT id FROM resources WHERE data = ?`},
 	} {
@@ -168,6 +168,17 @@ type writeCache struct {
 	// them before inserting and can insert segments and index rows in a
 	// few multi-row statements.
 	nextSegment, newNextSegment int64
+	// Service and operation ids are assigned here too, and never go down
+	// while the store is open: a purge deletes the rows of services and
+	// operations left without spans (purgeUnusedNames), and SQLite would
+	// hand the largest deleted id out again, which the readers' metaCache
+	// may still map to the old name.
+	nextService, newNextService int64
+	nextOp, newNextOp           int64
+
+	// Names a purge deleted, removed from the maps above at commit.
+	dropServices []string
+	dropOps      []opKey
 }
 
 func (c *writeCache) load(ctx context.Context, db *sql.DB) error {
@@ -211,10 +222,15 @@ func (c *writeCache) load(ctx context.Context, db *sql.DB) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return fmt.Errorf("sqlite: load operations: %w", err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM segments`).Scan(&c.nextSegment); err != nil {
-		return fmt.Errorf("sqlite: load segment ids: %w", err)
+	for _, q := range []struct {
+		table string
+		next  *int64
+	}{{"segments", &c.nextSegment}, {"services", &c.nextService}, {"operations", &c.nextOp}} {
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+q.table).Scan(q.next); err != nil {
+			return fmt.Errorf("sqlite: load %s ids: %w", q.table, err)
+		}
 	}
-	c.newNextSegment = c.nextSegment
+	c.rollback()
 	return nil
 }
 
@@ -222,7 +238,8 @@ func (c *writeCache) rollback() {
 	clear(c.newServices)
 	clear(c.newOps)
 	clear(c.newResources)
-	c.newNextSegment = c.nextSegment
+	c.newNextSegment, c.newNextService, c.newNextOp = c.nextSegment, c.nextService, c.nextOp
+	c.dropServices, c.dropOps = c.dropServices[:0], c.dropOps[:0]
 }
 
 func (c *writeCache) commit() {
@@ -238,7 +255,13 @@ func (c *writeCache) commit() {
 	for k, v := range c.newResources {
 		c.resources[k] = v
 	}
-	c.nextSegment = c.newNextSegment
+	for _, name := range c.dropServices {
+		delete(c.services, name)
+	}
+	for _, k := range c.dropOps {
+		delete(c.ops, k)
+	}
+	c.nextSegment, c.nextService, c.nextOp = c.newNextSegment, c.newNextService, c.newNextOp
 	c.rollback()
 }
 
@@ -413,14 +436,11 @@ func (s *Store) serviceID(ctx context.Context, tx *sql.Tx, name string) (int64, 
 	}
 	// The cache holds every committed service (loaded at Open, and only this
 	// Store writes), so a miss is a new service.
-	r, err := tx.StmtContext(ctx, s.wstmt.insService).ExecContext(ctx, name)
-	if err != nil {
+	id := c.newNextService
+	if _, err := tx.StmtContext(ctx, s.wstmt.insService).ExecContext(ctx, id, name); err != nil {
 		return 0, fmt.Errorf("insert service: %w", err)
 	}
-	id, err := r.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
+	c.newNextService++
 	c.newServices[name] = id
 	return id, nil
 }
@@ -434,14 +454,11 @@ func (s *Store) opID(ctx context.Context, tx *sql.Tx, service int64, name string
 	if id, ok := c.newOps[k]; ok {
 		return id, nil
 	}
-	r, err := tx.StmtContext(ctx, s.wstmt.insOp).ExecContext(ctx, service, name, int64(kind))
-	if err != nil {
+	id := c.newNextOp
+	if _, err := tx.StmtContext(ctx, s.wstmt.insOp).ExecContext(ctx, id, service, name, int64(kind)); err != nil {
 		return 0, fmt.Errorf("insert operation: %w", err)
 	}
-	id, err := r.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
+	c.newNextOp++
 	c.newOps[k] = id
 	return id, nil
 }

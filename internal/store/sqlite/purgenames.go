@@ -1,0 +1,168 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+)
+
+// purgeUnusedNames deletes the rows of services and operations no stored span
+// refers to any more, so that GetServices and GetOperations forget names
+// whose spans were all purged (a client that made up thousands of service
+// names would otherwise leave them listed forever). It returns how many
+// services and operations went.
+//
+// Services are checked inside the write transaction: "any span of service s"
+// is a lookup on span_index's key prefix. Operations are not a key prefix, so
+// the live ones are found by one scan of span_index on the read pool, outside
+// the write lock; spans written since the scan are found from their segments
+// (segment ids only grow, and the scan's snapshot starts after the writer's
+// next id was read), so an operation that got a span meanwhile is kept.
+func (s *Store) purgeUnusedNames(ctx context.Context) (services, ops int64, err error) {
+	s.wmu.Lock()
+	since := s.wcache.nextSegment
+	s.wmu.Unlock()
+
+	live := make(map[int64]bool)
+	if err := s.scanInts(ctx, `SELECT DISTINCT op_id FROM span_index`, func(id int64) { live[id] = true }); err != nil {
+		return 0, 0, fmt.Errorf("scan live operations: %w", err)
+	}
+	var candidates []int64
+	if err := s.scanInts(ctx, `SELECT id FROM operations`, func(id int64) {
+		if !live[id] {
+			candidates = append(candidates, id)
+		}
+	}); err != nil {
+		return 0, 0, fmt.Errorf("list operations: %w", err)
+	}
+
+	var droppedServices, droppedOps []int64
+	err = s.writeTx(ctx, func(tx *sql.Tx) error {
+		// Operations that got spans since the scan.
+		if len(candidates) > 0 {
+			recent, err := queryBlobs(ctx, tx, `SELECT data FROM segments WHERE id >= ?`, since)
+			if err != nil {
+				return err
+			}
+			used := make(map[int64]bool)
+			for _, data := range recent {
+				hdrs, err := decodeHeaders(data)
+				if err != nil {
+					return err
+				}
+				for _, h := range hdrs {
+					used[h.op] = true
+				}
+			}
+			for _, id := range candidates {
+				if used[id] {
+					continue
+				}
+				var (
+					service int64
+					k       opKey
+				)
+				err := tx.QueryRowContext(ctx, `DELETE FROM operations WHERE id = ? RETURNING service_id, name, kind`, id).
+					Scan(&service, &k.name, &k.kind)
+				if err == sql.ErrNoRows {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				k.service = service
+				s.wcache.dropOps = append(s.wcache.dropOps, k)
+				droppedOps = append(droppedOps, id)
+			}
+		}
+		rows, err := tx.QueryContext(ctx, `DELETE FROM services AS s
+			WHERE NOT EXISTS (SELECT 1 FROM span_index AS i WHERE i.service_id = s.id)
+			RETURNING id, name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			var name string
+			if err := rows.Scan(&id, &name); err != nil {
+				return err
+			}
+			s.wcache.dropServices = append(s.wcache.dropServices, name)
+			droppedServices = append(droppedServices, id)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(droppedServices) > 0 {
+			// Their operations have no spans either: no span of the
+			// service is left (checked under the write lock).
+			in := "(" + strings.TrimSuffix(strings.Repeat("?,", len(droppedServices)), ",") + ")"
+			args := make([]any, len(droppedServices))
+			for i, id := range droppedServices {
+				args[i] = id
+			}
+			orows, err := tx.QueryContext(ctx, `DELETE FROM operations WHERE service_id IN `+in+` RETURNING id, service_id, name, kind`, args...)
+			if err != nil {
+				return err
+			}
+			defer orows.Close()
+			for orows.Next() {
+				var id int64
+				var k opKey
+				if err := orows.Scan(&id, &k.service, &k.name, &k.kind); err != nil {
+					return err
+				}
+				s.wcache.dropOps = append(s.wcache.dropOps, k)
+				droppedOps = append(droppedOps, id)
+			}
+			return orows.Err()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	s.meta.forget(droppedServices, droppedOps)
+	return int64(len(droppedServices)), int64(len(droppedOps)), nil
+}
+
+// scanInts runs a query of one integer column on the read pool.
+func (s *Store) scanInts(ctx context.Context, query string, fn func(int64)) error {
+	rows, err := s.rdb.QueryContext(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return err
+		}
+		fn(v)
+	}
+	return rows.Err()
+}
+
+// forget drops the names of deleted services and operations. Ids are not
+// reused while the store is open (writeCache), so a stale entry could only
+// waste memory, except serviceIDs: a service that comes back gets a new id.
+func (m *metaCache) forget(services, ops []int64) {
+	if len(services) == 0 && len(ops) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range services {
+		if name, ok := m.services[id]; ok {
+			delete(m.services, id)
+			if m.serviceIDs[name] == id {
+				delete(m.serviceIDs, name)
+			}
+		}
+	}
+	for _, id := range ops {
+		delete(m.ops, id)
+	}
+}
