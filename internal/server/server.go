@@ -268,6 +268,10 @@ func (s *Server) writeHealthLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		err := s.store.WriteHealth()
+		if err != nil && !down {
+			down = true
+			s.logger.Error("the store cannot write: receivers answer 503 / UNAVAILABLE with Retry-After and /readyz fails until it can", "err", err)
+		}
 		if err != nil {
 			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			err = s.store.ProbeWrite(pctx)
@@ -276,11 +280,7 @@ func (s *Server) writeHealthLoop(ctx context.Context) {
 				s.logger.Error("store write probe failed", "err", err)
 			}
 		}
-		switch {
-		case err != nil && !down:
-			down = true
-			s.logger.Error("the store cannot write: receivers answer 503 / UNAVAILABLE with Retry-After and /readyz fails until it can", "err", err)
-		case err == nil && down:
+		if err == nil && down {
 			down = false
 			s.logger.Info("the store can write again")
 		}
