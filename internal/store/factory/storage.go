@@ -18,10 +18,7 @@ import (
 // rootline_store_op_seconds{op}, and the outcome of writes remembered for
 // readiness (WriteHealth). It is safe for concurrent use.
 type Storage struct {
-	inner interface {
-		store.Store
-		store.WriteProber
-	}
+	inner backends
 	maxSkew time.Duration
 	now     func() time.Time
 	hist    *prometheus.HistogramVec
@@ -35,7 +32,13 @@ var (
 	_ store.WriteProber = (*Storage)(nil)
 )
 
-func newStorage(c *combined, opts Options) (*Storage, error) {
+// backends is what Storage wraps.
+type backends interface {
+	store.Store
+	store.WriteProber
+}
+
+func newStorage(c backends, opts Options) (*Storage, error) {
 	s := &Storage{inner: c, maxSkew: opts.MaxClockSkew, now: opts.Now}
 	s.hist = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "rootline_store_op_seconds",

@@ -3,8 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"strings"
 )
 
 // purgeUnusedNames deletes the rows of services and operations no stored span
@@ -39,43 +39,6 @@ func (s *Store) purgeUnusedNames(ctx context.Context) (services, ops int64, err 
 
 	var droppedServices, droppedOps []int64
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
-		// Operations that got spans since the scan.
-		if len(candidates) > 0 {
-			recent, err := queryBlobs(ctx, tx, `SELECT data FROM segments WHERE id >= ?`, since)
-			if err != nil {
-				return err
-			}
-			used := make(map[int64]bool)
-			for _, data := range recent {
-				hdrs, err := decodeHeaders(data)
-				if err != nil {
-					return err
-				}
-				for _, h := range hdrs {
-					used[h.op] = true
-				}
-			}
-			for _, id := range candidates {
-				if used[id] {
-					continue
-				}
-				var (
-					service int64
-					k       opKey
-				)
-				err := tx.QueryRowContext(ctx, `DELETE FROM operations WHERE id = ? RETURNING service_id, name, kind`, id).
-					Scan(&service, &k.name, &k.kind)
-				if err == sql.ErrNoRows {
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				k.service = service
-				s.wcache.dropOps = append(s.wcache.dropOps, k)
-				droppedOps = append(droppedOps, id)
-			}
-		}
 		rows, err := tx.QueryContext(ctx, `DELETE FROM services AS s
 			WHERE NOT EXISTS (SELECT 1 FROM span_index AS i WHERE i.service_id = s.id)
 			RETURNING id, name`)
@@ -95,29 +58,52 @@ func (s *Store) purgeUnusedNames(ctx context.Context) (services, ops int64, err 
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		// The operations of a service without spans have none either.
 		if len(droppedServices) > 0 {
-			// Their operations have no spans either: no span of the
-			// service is left (checked under the write lock).
-			in := "(" + strings.TrimSuffix(strings.Repeat("?,", len(droppedServices)), ",") + ")"
 			args := make([]any, len(droppedServices))
 			for i, id := range droppedServices {
 				args[i] = id
 			}
-			orows, err := tx.QueryContext(ctx, `DELETE FROM operations WHERE service_id IN `+in+` RETURNING id, service_id, name, kind`, args...)
+			err := scanIntsTx(ctx, tx, `SELECT id FROM operations WHERE service_id IN (`+placeholders(len(args))+`)`, args,
+				func(id int64) { candidates = append(candidates, id) })
 			if err != nil {
 				return err
 			}
-			defer orows.Close()
-			for orows.Next() {
-				var id int64
-				var k opKey
-				if err := orows.Scan(&id, &k.service, &k.name, &k.kind); err != nil {
-					return err
-				}
-				s.wcache.dropOps = append(s.wcache.dropOps, k)
-				droppedOps = append(droppedOps, id)
+		}
+		if len(candidates) == 0 {
+			return nil
+		}
+		// Operations that got spans since the scan stay.
+		recent, err := queryBlobs(ctx, tx, `SELECT data FROM segments WHERE id >= ?`, since)
+		if err != nil {
+			return err
+		}
+		used := make(map[int64]bool)
+		for _, data := range recent {
+			hdrs, err := decodeHeaders(data)
+			if err != nil {
+				return err
 			}
-			return orows.Err()
+			for _, h := range hdrs {
+				used[h.op] = true
+			}
+		}
+		for _, id := range candidates {
+			if used[id] {
+				continue
+			}
+			used[id] = true // listed twice when its service went too
+			var k opKey
+			err := tx.QueryRowContext(ctx, `DELETE FROM operations WHERE id = ? RETURNING service_id, name, kind`, id).
+				Scan(&k.service, &k.name, &k.kind)
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			s.wcache.dropOps = append(s.wcache.dropOps, k)
+			droppedOps = append(droppedOps, id)
 		}
 		return nil
 	})
@@ -134,6 +120,19 @@ func (s *Store) scanInts(ctx context.Context, query string, fn func(int64)) erro
 	if err != nil {
 		return err
 	}
+	return eachInt(rows, fn)
+}
+
+// scanIntsTx runs a query of one integer column in tx.
+func scanIntsTx(ctx context.Context, tx *sql.Tx, query string, args []any, fn func(int64)) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	return eachInt(rows, fn)
+}
+
+func eachInt(rows *sql.Rows, fn func(int64)) error {
 	defer rows.Close()
 	for rows.Next() {
 		var v int64
