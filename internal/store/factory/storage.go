@@ -18,7 +18,7 @@ import (
 // rootline_store_op_seconds{op}, and the outcome of writes remembered for
 // readiness (WriteHealth). It is safe for concurrent use.
 type Storage struct {
-	inner backends
+	inner   backends
 	maxSkew time.Duration
 	now     func() time.Time
 	hist    *prometheus.HistogramVec
