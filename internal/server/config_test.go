@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,6 +145,29 @@ func TestIsLoopback(t *testing.T) {
 		":16686": false, "0.0.0.0:1": false, "10.0.0.1:1": false, "bad": false} {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestResolveMaxBytes: an explicit cap, no cap, and the automatic cap from
+// the filesystem the store grows on.
+func TestResolveMaxBytes(t *testing.T) {
+	dir := t.TempDir()
+	fsBytes, err := filesystemBytes(dir)
+	if err != nil || fsBytes <= 0 {
+		t.Fatalf("filesystem size %d, %v", fsBytes, err)
+	}
+	for _, tc := range []struct {
+		r    Retention
+		want int64
+	}{
+		{Retention{MaxBytes: 12345}, 12345},
+		{Retention{MaxBytes: -1}, 0},
+		{Retention{MaxDiskFraction: 0.5}, DefaultMaxBytes(fsBytes, 0.5)},
+	} {
+		got, err := resolveMaxBytes(tc.r, dir, slog.New(slog.DiscardHandler))
+		if err != nil || got != tc.want {
+			t.Errorf("resolveMaxBytes(%+v) = %d, %v; want %d", tc.r, got, err, tc.want)
 		}
 	}
 }

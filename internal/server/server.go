@@ -72,7 +72,11 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	fail := func(err error) (*Server, error) {
 		return nil, errors.Join(err, st.Close())
 	}
-	if s.maxBytes, err = resolveMaxBytes(cfg, logger); err != nil {
+	capDir := cfg.DataDir
+	if stCfg.Spans.SQLite != nil {
+		capDir = stCfg.Spans.SQLite.Dir // where the database grows
+	}
+	if s.maxBytes, err = resolveMaxBytes(cfg.Retention, capDir, logger); err != nil {
 		return fail(err)
 	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_store_writable",
@@ -287,21 +291,21 @@ func (s *Server) writeHealthLoop(ctx context.Context) {
 	}
 }
 
-// resolveMaxBytes returns the size cap retention applies: Retention.MaxBytes
-// when positive, none when negative, and when 0 a share of the data
-// directory's filesystem (DefaultMaxBytes).
-func resolveMaxBytes(cfg Config, logger *slog.Logger) (int64, error) {
-	switch r := cfg.Retention; {
+// resolveMaxBytes returns the size cap retention applies: r.MaxBytes when
+// positive, none when negative, and when 0 a share of the filesystem of dir,
+// where the store grows (DefaultMaxBytes).
+func resolveMaxBytes(r Retention, dir string, logger *slog.Logger) (int64, error) {
+	switch {
 	case r.MaxBytes > 0:
 		return r.MaxBytes, nil
 	case r.MaxBytes < 0:
 		return 0, nil
 	}
-	size, err := filesystemBytes(cfg.DataDir)
+	size, err := filesystemBytes(dir)
 	if err != nil {
-		return 0, fmt.Errorf("size the store's cap from the filesystem of %s (set --retention.max-bytes to skip): %w", cfg.DataDir, err)
+		return 0, fmt.Errorf("size the store's cap from the filesystem of %s (set --retention.max-bytes to skip): %w", dir, err)
 	}
-	c := DefaultMaxBytes(size, cfg.Retention.MaxDiskFraction)
-	logger.Info("store size cap", "max_bytes", c, "filesystem_bytes", size, "fraction", cfg.Retention.MaxDiskFraction)
+	c := DefaultMaxBytes(size, r.MaxDiskFraction)
+	logger.Info("store size cap", "max_bytes", c, "filesystem_bytes", size, "fraction", r.MaxDiskFraction)
 	return c, nil
 }

@@ -340,6 +340,15 @@ func BenchmarkQuery1M(b *testing.B) {
 		b.Fatalf("no traces: %v", err)
 	}
 
+	// The look for services and operations without spans that a purge makes
+	// after deleting spans (purgenames.go): one scan of span_index.
+	b.Run("PurgeUnusedNames", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := s.purgeUnusedNames(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("GetTrace", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
