@@ -16,6 +16,7 @@
 package factory
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -79,38 +80,25 @@ type MetricsConfig struct {
 // of the backends chosen; dataDir is the server's --data-dir. Sections of
 // backends not chosen are left alone, for Validate to reject.
 func (c *Config) ApplyDefaults(dataDir string) {
-	if c.Spans.Type == "" {
-		c.Spans.Type = TypeSQLite
+	if chosen(&c.Spans.Type, TypeSQLite) {
+		c.Spans.SQLite = cmp.Or(c.Spans.SQLite, &SQLiteConfig{})
+		c.Spans.SQLite.Dir = cmp.Or(c.Spans.SQLite.Dir, dataDir)
+		c.Spans.SQLite.Synchronous = cmp.Or(strings.ToUpper(c.Spans.SQLite.Synchronous), "FULL")
 	}
-	c.Spans.Type = strings.ToLower(c.Spans.Type)
-	if c.Spans.Type == TypeSQLite {
-		if c.Spans.SQLite == nil {
-			c.Spans.SQLite = &SQLiteConfig{}
-		}
-		if c.Spans.SQLite.Dir == "" {
-			c.Spans.SQLite.Dir = dataDir
-		}
-		c.Spans.SQLite.Synchronous = strings.ToUpper(c.Spans.SQLite.Synchronous)
-		if c.Spans.SQLite.Synchronous == "" {
-			c.Spans.SQLite.Synchronous = "FULL"
-		}
-	}
-	if c.Artifacts.Type == "" {
-		c.Artifacts.Type = TypeFS
-	}
-	c.Artifacts.Type = strings.ToLower(c.Artifacts.Type)
-	if c.Artifacts.Type == TypeFS {
-		if c.Artifacts.FS == nil {
-			c.Artifacts.FS = &FSConfig{}
-		}
+	if chosen(&c.Artifacts.Type, TypeFS) {
+		c.Artifacts.FS = cmp.Or(c.Artifacts.FS, &FSConfig{})
 		if c.Artifacts.FS.Dir == "" && dataDir != "" {
 			c.Artifacts.FS.Dir = filepath.Join(dataDir, "blobs")
 		}
 	}
-	if c.Metrics.Type == "" {
-		c.Metrics.Type = TypeSQLite
-	}
-	c.Metrics.Type = strings.ToLower(c.Metrics.Type)
+	chosen(&c.Metrics.Type, TypeSQLite)
+}
+
+// chosen sets an empty type to def, lowercases it, and reports whether it is
+// def (the backend whose defaults the caller then applies).
+func chosen(typ *string, def string) bool {
+	*typ = strings.ToLower(cmp.Or(*typ, def))
+	return *typ == def
 }
 
 // Validate checks a configuration after ApplyDefaults: known types, exactly

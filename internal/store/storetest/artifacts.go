@@ -30,13 +30,19 @@ func putArtifact(t *testing.T, st store.ArtifactStore, meta store.Artifact, cont
 func readArtifact(t *testing.T, st store.ArtifactStore, id string) []byte {
 	t.Helper()
 	_, rc, err := st.OpenArtifact(context.Background(), id)
+	return readAll(t, "OpenArtifact("+id+")", rc, err)
+}
+
+// readAll reads and closes what an Open returned.
+func readAll(t *testing.T, what string, rc io.ReadCloser, err error) []byte {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("OpenArtifact(%s): %v", id, err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(rc)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: read: %v", what, err)
 	}
 	return b
 }

@@ -42,15 +42,7 @@ func digestOf(b []byte) string {
 func readBlob(t *testing.T, st store.BlobStore, digest string) []byte {
 	t.Helper()
 	rc, err := st.Open(context.Background(), digest)
-	if err != nil {
-		t.Fatalf("Open(%s): %v", digest, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readAll(t, "Open("+digest+")", rc, err)
 }
 
 // listBlobs returns every blob List reports, by digest.
