@@ -259,11 +259,15 @@ func (s *Store) deleteSegments(ctx context.Context, tx *sql.Tx, in string, idArg
 		if err != nil {
 			return 0, fmt.Errorf("segment %d: %w", id, err)
 		}
+		ops := make(map[int64]int64, len(hdrs))
 		for i, h := range hdrs {
 			if _, err := del.ExecContext(ctx, h.service, h.start, id, i); err != nil {
 				return 0, err
 			}
+			ops[h.op] = h.service
 		}
+		// Noted before the commit: a rolled-back purge only adds checks.
+		s.notePurgedOps(ops)
 		if _, err := delSeg.ExecContext(ctx, id); err != nil {
 			return 0, err
 		}

@@ -14,27 +14,54 @@ import (
 // services and operations went.
 //
 // Services are checked inside the write transaction: "any span of service s"
-// is a lookup on span_index's key prefix. Operations are not a key prefix, so
-// the live ones are found by one scan of span_index on the read pool, outside
-// the write lock; spans written since the scan are found from their segments
-// (segment ids only grow, and the scan's snapshot starts after the writer's
-// next id was read), so an operation that got a span meanwhile is kept.
+// is a lookup on span_index's key prefix. Operations are not a key prefix:
+// the candidates are the operations of the spans purges deleted since the
+// last call (deleteSegments notes them), each checked on the read pool,
+// outside the write lock, with a scan of its service's index range that
+// stops at the first span left (soon, for an operation still in use, since
+// the purged spans were the oldest). The first call since Open checks every
+// operation with one scan of span_index instead. Spans written meanwhile are
+// found from their segments (segment ids only grow, and the checks start
+// after the writer's next id was read), so an operation that got a span
+// meanwhile is kept.
 func (s *Store) purgeUnusedNames(ctx context.Context) (services, ops int64, err error) {
 	s.wmu.Lock()
 	since := s.wcache.nextSegment
+	touched := s.purgedOps
+	s.purgedOps = nil
 	s.wmu.Unlock()
-
-	live := make(map[int64]bool)
-	if err := s.scanInts(ctx, `SELECT DISTINCT op_id FROM span_index`, func(id int64) { live[id] = true }); err != nil {
-		return 0, 0, fmt.Errorf("scan live operations: %w", err)
-	}
-	var candidates []int64
-	if err := s.scanInts(ctx, `SELECT id FROM operations`, func(id int64) {
-		if !live[id] {
-			candidates = append(candidates, id)
+	defer func() {
+		if err != nil { // check them next time
+			s.wmu.Lock()
+			s.notePurgedOps(touched)
+			s.wmu.Unlock()
 		}
-	}); err != nil {
-		return 0, 0, fmt.Errorf("list operations: %w", err)
+	}()
+
+	var candidates []int64
+	if !s.namesChecked.Load() {
+		live := make(map[int64]bool)
+		if err := s.scanInts(ctx, `SELECT DISTINCT op_id FROM span_index`, func(id int64) { live[id] = true }); err != nil {
+			return 0, 0, fmt.Errorf("scan live operations: %w", err)
+		}
+		if err := s.scanInts(ctx, `SELECT id FROM operations`, func(id int64) {
+			if !live[id] {
+				candidates = append(candidates, id)
+			}
+		}); err != nil {
+			return 0, 0, fmt.Errorf("list operations: %w", err)
+		}
+	} else {
+		for op, service := range touched {
+			var one int
+			err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM span_index WHERE service_id = ? AND op_id = ? LIMIT 1`, service, op).Scan(&one)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				candidates = append(candidates, op)
+			case err != nil:
+				return 0, 0, fmt.Errorf("look for spans of operation %d: %w", op, err)
+			}
+		}
 	}
 
 	var droppedServices, droppedOps []int64
@@ -112,6 +139,20 @@ func (s *Store) purgeUnusedNames(ctx context.Context) (services, ops int64, err 
 	}
 	s.meta.forget(droppedServices, droppedOps)
 	return int64(len(droppedServices)), int64(len(droppedOps)), nil
+}
+
+// notePurgedOps adds the operations of deleted spans (op id → service id) to
+// those purgeUnusedNames checks next; wmu is held.
+func (s *Store) notePurgedOps(ops map[int64]int64) {
+	if len(ops) == 0 {
+		return
+	}
+	if s.purgedOps == nil {
+		s.purgedOps = make(map[int64]int64, len(ops))
+	}
+	for op, service := range ops {
+		s.purgedOps[op] = service
+	}
 }
 
 // scanInts runs a query of one integer column on the read pool.

@@ -130,8 +130,10 @@ type Store struct {
 
 	// namesChecked is set once a purge has looked for services and
 	// operations without spans; later purges look only when they deleted
-	// spans.
+	// spans, at the operations of those spans (purgedOps: op id → service
+	// id, guarded by wmu).
 	namesChecked atomic.Bool
+	purgedOps    map[int64]int64
 
 	closed atomic.Bool
 }

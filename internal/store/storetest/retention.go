@@ -311,6 +311,17 @@ func testUnusedNames(t *testing.T, st RetentionStore) {
 	if svcs, _ := st.GetServices(ctx); !slices.Equal(svcs, []string{"forged-1", "kept"}) {
 		t.Errorf("GetServices = %v, want [forged-1 kept]", svcs)
 	}
+	// A later purge forgets the names of the spans it deletes too.
+	stats, err = st.Purge(ctx, store.RetentionPolicy{Now: now + 10*int64(time.Hour), Normal: int64(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Services != 2 || stats.Operations != 3 {
+		t.Errorf("second purge: %d services and %d operations, want 2 and 3", stats.Services, stats.Operations)
+	}
+	if svcs, err := st.GetServices(ctx); err != nil || len(svcs) != 0 {
+		t.Errorf("GetServices after purging every span = %v, %v", svcs, err)
+	}
 }
 
 // testOrphanBlobs: a blob stored without its artifact row (the process was
