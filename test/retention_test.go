@@ -3,8 +3,14 @@ package test
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -132,5 +138,43 @@ func TestFutureStampedSpansArePurged(t *testing.T) {
 			t.Fatal("the trace stamped 2250 survived 30 s of purges with a 2 s retention")
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// plantBlob writes content where the filesystem blob store keeps it, with
+// its modification time set to age ago: what a server killed between storing
+// an artifact's content and committing its row leaves behind.
+func plantBlob(t *testing.T, dataDir string, content string, age time.Duration) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(content))
+	d := hex.EncodeToString(sum[:])
+	p := filepath.Join(dataDir, "blobs", d[:2], d)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-age)
+	if err := os.Chtimes(p, at, at); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestOrphanBlobsAreSwept: artifact content without its row goes at the next
+// retention run once past the grace period; a fresh one (maybe an upload
+// whose row is being committed) stays.
+func TestOrphanBlobsAreSwept(t *testing.T) {
+	dir := t.TempDir()
+	old := plantBlob(t, dir, "left by a server killed an hour ago", time.Hour)
+	fresh := plantBlob(t, dir, "an upload in flight", 0)
+	srv := startServer(t, dir, "--retention.interval", "100ms")
+	waitPurges(t, srv, 2)
+	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("orphan blob an hour old: %v, want it deleted", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("fresh orphan blob: %v, want it kept", err)
 	}
 }
