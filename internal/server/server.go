@@ -244,8 +244,9 @@ func (s *Server) retentionLoop(ctx context.Context) {
 			if ctx.Err() == nil {
 				s.logger.Error("retention purge failed", "err", err)
 			}
-		} else if st.Traces > 0 {
-			s.logger.Info("retention purged traces", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts, "bytes", st.Bytes)
+		} else if st != (store.PurgeStats{}) {
+			s.logger.Info("retention purged traces", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts, "bytes", st.Bytes,
+				"services", st.Services, "operations", st.Operations, "orphan_blobs", st.OrphanBlobs)
 		}
 		select {
 		case <-ctx.Done():
