@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"errors"
 	"context"
 	"net/http"
 
@@ -48,7 +49,9 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 	}
 	if err := sink.WriteMetrics(req.Context(), FromPdataMetrics(exp.Metrics())); err != nil {
 		r.logger.Warn("storing metrics failed", "receiver", rcv, "err", err)
-		w.Header().Set("Retry-After", retryAfter)
+		if errors.Is(err, store.ErrUnavailable) { // a full disk: retry later
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		writeStatus(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, "cannot store metrics"))
 		return
 	}
