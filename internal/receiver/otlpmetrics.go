@@ -1,8 +1,8 @@
 package receiver
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"net/http"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
