@@ -34,7 +34,7 @@ var chartCases = []struct {
 		values: map[string]any{
 			"auth": map[string]any{"existingSecret": "my-token"},
 			"server": map[string]any{"mode": "scaleout", "replicas": 3,
-				"config": map[string]any{"storage": map[string]any{"type": "example"}, "detector": map[string]any{"window": 1000}}},
+				"config": map[string]any{"storage": map[string]any{"spans": map[string]any{"type": "shared-example"}}, "detector": map[string]any{"window": 1000}}},
 			"agent": map[string]any{"kmetrics": true, "profilers": "cpu,kernel"},
 			"webhook": map[string]any{"strict": true, "failurePolicy": "Fail", "replicas": 1, "dockerConfigSecret": "regcred",
 				"tls":   map[string]any{"existingSecret": "my-webhook-tls", "caBundle": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="},
@@ -42,7 +42,7 @@ var chartCases = []struct {
 		},
 		want:            []string{"Deployment/rl-rootline-server", "ConfigMap/rl-rootline-server", "DaemonSet/rl-rootline-agent", "Deployment/rl-rootline-webhook"},
 		absent:          []string{"StatefulSet/rl-rootline-server", "Secret/rl-rootline-token", "Secret/rl-rootline-webhook-tls", "PodDisruptionBudget/rl-rootline-webhook"},
-		configUnchecked: "its storage section names a shared backend, and the binary has none yet",
+		configUnchecked: "the binary has no span store that replicas share yet (storage.spans.type is sqlite only), so the scale-out case names a placeholder",
 	},
 	{
 		name:   "server only",
@@ -98,7 +98,8 @@ func TestChart(t *testing.T) {
 		want   string
 	}{
 		{map[string]any{"server": map[string]any{"mode": "sharded"}}, "server.mode must be embedded or scaleout"},
-		{map[string]any{"server": map[string]any{"mode": "scaleout"}}, "needs server.config.storage"},
+		{map[string]any{"server": map[string]any{"mode": "scaleout"}}, "needs a span store the replicas share"},
+		{map[string]any{"server": map[string]any{"mode": "scaleout", "config": map[string]any{"storage": map[string]any{"spans": map[string]any{"type": "sqlite"}}}}}, "use server.mode=embedded"},
 		{map[string]any{"webhook": map[string]any{"failurePolicy": "Retry"}}, "webhook.failurePolicy must be Ignore or Fail"},
 		{map[string]any{"webhook": map[string]any{"tls": map[string]any{"existingSecret": "x"}}}, "give caBundle"},
 		{map[string]any{"webhook": map[string]any{"envoy": map[string]any{"image": "envoy"}}}, "webhook.envoy.initImage is required"},
