@@ -133,7 +133,6 @@ func runWebhook(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		WriteTimeout:      40 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
 	}
 	logger.Info("webhook listening", "component", "webhook", "addr", ln.Addr().String(), "image", f.cfg.Image, "mode", f.cfg.Mode, "registry_lookup", f.lookup)
 	errc := make(chan error, 1)
