@@ -46,8 +46,8 @@ func (m *Mutator) addEnvoy(pod *corev1.Pod, wrapped []string, service string) (w
 		}
 	}
 
-	f, t := false, true
-	root, uid := int64(0), e.UID
+	f := false
+	root := int64(0)
 	pod.Spec.InitContainers = append(pod.Spec.InitContainers, corev1.Container{
 		Name:    EnvoyInitName,
 		Image:   e.InitImage,
@@ -75,13 +75,7 @@ func (m *Mutator) addEnvoy(pod *corev1.Pod, wrapped []string, service string) (w
 			// One worker: the sidecar serves one Pod.
 			"--concurrency", "1",
 		},
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                &uid,
-			RunAsNonRoot:             &t,
-			AllowPrivilegeEscalation: &f,
-			ReadOnlyRootFilesystem:   &t,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-		},
+		SecurityContext:          restricted(e.UID),
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	})
 	return "", nil

@@ -311,8 +311,6 @@ func (m *Mutator) addInstaller(pod *corev1.Pod) {
 		Name:         BinVolumeName,
 		VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: &limit}},
 	})
-	f, t := false, true
-	uid := int64(65532)
 	init := corev1.Container{
 		Name:                     InitContainerName,
 		Image:                    m.cfg.Image,
@@ -324,18 +322,24 @@ func (m *Mutator) addInstaller(pod *corev1.Pod) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
-		// Acceptable under the "restricted" Pod Security Standard, so that
-		// opting in never makes a namespace's policy refuse the Pod.
-		SecurityContext: &corev1.SecurityContext{
-			RunAsUser:                &uid,
-			RunAsNonRoot:             &t,
-			AllowPrivilegeEscalation: &f,
-			ReadOnlyRootFilesystem:   &t,
-			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:          restricted(65532),
 	}
 	pod.Spec.InitContainers = append([]corev1.Container{init}, pod.Spec.InitContainers...)
+}
+
+// restricted is the security context of the containers the webhook adds
+// that need no privilege: acceptable under the "restricted" Pod Security
+// Standard, so that opting in never makes a namespace's policy refuse the Pod.
+func restricted(uid int64) *corev1.SecurityContext {
+	f, t := false, true
+	return &corev1.SecurityContext{
+		RunAsUser:                &uid,
+		RunAsNonRoot:             &t,
+		AllowPrivilegeEscalation: &f,
+		ReadOnlyRootFilesystem:   &t,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
 }
 
 // serviceName is the Pod's service name: the annotation, the usual labels,

@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -220,52 +221,55 @@ func registryHost() string {
 	return testRegistry.host
 }
 
-// freePort returns a loopback port nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // webhookProc is a `rootline webhook` process.
 type webhookProc struct {
 	cmd  *exec.Cmd
-	url  string
+	port int
 	logs *bytes.Buffer
 	mu   *sync.Mutex
 }
 
-// startWebhookOn runs ROOTLINE_BIN webhook with args on a loopback port
-// and waits until it answers /healthz over TLS with pki's certificate.
+// startWebhookOn runs ROOTLINE_BIN webhook with args on a loopback port (0:
+// the kernel picks one, read from its "webhook listening" log line) and
+// waits until it answers /healthz over TLS with pki's certificate.
 func startWebhookOn(t *testing.T, pki testPKI, port int, args ...string) *webhookProc {
 	t.Helper()
 	all := append([]string{"webhook", fmt.Sprintf("--listen=127.0.0.1:%d", port),
 		"--tls.cert-file=" + pki.certFile, "--tls.key-file=" + pki.keyFile, "--log.level=debug"}, args...)
 	cmd := exec.Command(os.Getenv("ROOTLINE_BIN"), all...)
-	w := &webhookProc{cmd: cmd, url: fmt.Sprintf("https://127.0.0.1:%d/mutate", port), logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
+	w := &webhookProc{cmd: cmd, port: port, logs: &bytes.Buffer{}, mu: &sync.Mutex{}}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	listening := make(chan int, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			line := sc.Text()
+			if _, rest, ok := strings.Cut(line, "msg=\"webhook listening\""); ok {
+				if _, addr, ok := strings.Cut(rest, "addr=127.0.0.1:"); ok {
+					p, _ := strconv.Atoi(strings.Fields(addr)[0])
+					listening <- p
+				}
+			}
 			w.mu.Lock()
-			w.logs.WriteString(sc.Text() + "\n")
+			w.logs.WriteString(line + "\n")
 			w.mu.Unlock()
 		}
 	}()
 	t.Cleanup(w.stop)
+	select {
+	case w.port = <-listening:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("webhook did not say where it listens\n%s", w.log())
+	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pki.caPEM)
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: tlsClientConfig(pool)}}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", port))
+		resp, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", w.port))
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {

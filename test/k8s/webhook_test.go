@@ -102,15 +102,17 @@ func TestWebhook(t *testing.T) {
 			},
 		}
 	}
-	port := freePort(t)
+	// The webhook runs with the arguments of the chart's Deployment, on a
+	// port the kernel picks; the chart is then installed pointing at it.
+	args := webhookArgs(t, mustRender(t, values("https://127.0.0.1:1/mutate", "Ignore", pki.caBundle())))
+	t.Logf("webhook args from the chart: %q", args)
+	wh := startWebhookOn(t, pki, 0, args...)
+	port := wh.port
 	url := "https://127.0.0.1:" + itoa(port) + "/mutate"
 	objs := mustRender(t, values(url, "Ignore", pki.caBundle()))
 	if err := apply(ctx, t, objs, false); err != nil {
 		t.Fatal(err)
 	}
-	args := webhookArgs(t, objs)
-	t.Logf("webhook args from the chart: %q", args)
-	wh := startWebhookOn(t, pki, port, args...)
 
 	var warn warnings
 	wcfg := rest.CopyConfig(cluster.cfg)
