@@ -28,7 +28,12 @@ const (
 	maxTraceState        = 512
 	maxTraceStateMembers = 32
 	maxTraceStateEntry   = 128
-	maxRequestID         = 256
+	// maxTraceStateFields bounds the tracestate fields of one head that are
+	// combined (the datapath records that many): more than 32 non-empty
+	// fields cannot make a list of at most 32 members unless some are only
+	// commas and whitespace.
+	maxTraceStateFields = 32
+	maxRequestID        = 256
 )
 
 // TraceID identifies a trace. The zero value is invalid.
@@ -243,38 +248,142 @@ func parseSpanID(v []byte, lowerOnly bool) (s SpanID, ok bool) {
 	return s, s.IsValid()
 }
 
-// traceState joins the tracestate fields of h and cuts the list to what W3C
-// Trace Context asks to propagate. A list with control or non-ASCII bytes is
-// dropped.
+// traceState combines the tracestate fields of h into one list (W3C Trace
+// Context §3.3.1: fields in order, joined by commas) and returns it as it is
+// propagated, or "" when there is nothing valid to propagate. The rules,
+// which the in-kernel datapath (bpf/run_datapath.c, decode_ts) follows byte
+// for byte:
+//
+//   - Empty list members and the optional whitespace (SP, HTAB) around
+//     members are dropped; members are joined by "," alone.
+//   - A member is key "=" value. A key is a simple key (a lower-case letter,
+//     then up to 255 of a-z 0-9 _ - * /) or tenant@system (tenant: a letter
+//     or digit, then up to 240 of them; system: a letter, then up to 13). A
+//     value is 1 to 256 printable ASCII characters other than "," and "=",
+//     not ending in a space (trailing spaces are whitespace).
+//   - Any invalid member, a key that appears twice, more than 32 members or
+//     more than maxTraceStateFields non-empty tracestate fields make the
+//     whole list invalid: it is dropped (the traceparent is still used).
+//   - A list longer than maxTraceState characters is cut by whole members:
+//     first every member longer than maxTraceStateEntry, then members from
+//     the end until it fits.
 func traceState(h Headers) string {
-	var b strings.Builder
+	var (
+		members [maxTraceStateMembers][]byte
+		n       int
+		fields  int
+	)
 	for i := range h {
 		if !equalFold(h[i].Name, HeaderTracestate) || len(h[i].Value) == 0 {
 			continue
 		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
+		if fields++; fields > maxTraceStateFields {
+			return ""
 		}
-		b.Write(h[i].Value)
-	}
-	s := b.String()
-	if !validTraceState(s) {
-		return ""
-	}
-	if len(s) <= maxTraceState && strings.Count(s, ",") < maxTraceStateMembers {
-		return s
-	}
-	var kept []string
-	for m := range strings.SplitSeq(s, ",") {
-		if m = strings.Trim(m, " \t"); m != "" && len(m) <= maxTraceStateEntry {
-			kept = append(kept, m)
+		for m := range bytes.SplitSeq(h[i].Value, []byte(",")) {
+			s, e := 0, len(m)
+			for s < e && isOWS(m[s]) {
+				s++
+			}
+			for e > s && isOWS(m[e-1]) {
+				e--
+			}
+			if s == e {
+				continue
+			}
+			if n == maxTraceStateMembers {
+				return ""
+			}
+			m = m[s:e]
+			eq := bytes.IndexByte(m, '=')
+			if eq < 0 || !validTraceStateKey(m[:eq]) || !validTraceStateValue(m[eq+1:]) {
+				return ""
+			}
+			for _, prev := range members[:n] {
+				if bytes.Equal(prev[:bytes.IndexByte(prev, '=')], m[:eq]) {
+					return ""
+				}
+			}
+			members[n] = m
+			n++
 		}
 	}
-	kept = kept[:min(len(kept), maxTraceStateMembers)]
-	for len(kept) > 0 && len(strings.Join(kept, ",")) > maxTraceState {
-		kept = kept[:len(kept)-1]
+	total := n - 1
+	for _, m := range members[:n] {
+		total += len(m)
 	}
-	return strings.Join(kept, ",")
+	keep := [maxTraceStateMembers]bool{}
+	for i := range n {
+		keep[i] = total <= maxTraceState || len(members[i]) <= maxTraceStateEntry
+	}
+	if total > maxTraceState {
+		total = -1
+		for i := range n {
+			if keep[i] {
+				total += len(members[i]) + 1
+			}
+		}
+		for i := n - 1; i >= 0 && total > maxTraceState; i-- {
+			if keep[i] {
+				keep[i] = false
+				total -= len(members[i]) + 1
+			}
+		}
+	}
+	var b strings.Builder
+	for i := range n {
+		if keep[i] {
+			if b.Len() > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(members[i])
+		}
+	}
+	return b.String()
+}
+
+func isOWS(c byte) bool { return c == ' ' || c == '\t' }
+
+// tsKeyChar: what may follow the first character of a tracestate key's
+// simple form, tenant or system.
+func tsKeyChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '*' || c == '/'
+}
+
+// validTraceStateKey checks a key: simple-key or tenant-id "@" system-id
+// (W3C Trace Context Level 1, §3.3.1.3.1).
+func validTraceStateKey(k []byte) bool {
+	at := bytes.IndexByte(k, '@')
+	if at < 0 {
+		return len(k) >= 1 && len(k) <= 256 && 'a' <= k[0] && k[0] <= 'z' && allKeyChars(k[1:])
+	}
+	tenant, system := k[:at], k[at+1:]
+	return len(tenant) >= 1 && len(tenant) <= 241 && ('a' <= tenant[0] && tenant[0] <= 'z' || '0' <= tenant[0] && tenant[0] <= '9') &&
+		allKeyChars(tenant[1:]) &&
+		len(system) >= 1 && len(system) <= 14 && 'a' <= system[0] && system[0] <= 'z' && allKeyChars(system[1:])
+}
+
+func allKeyChars(b []byte) bool {
+	for _, c := range b {
+		if !tsKeyChar(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// validTraceStateValue checks a value: 1 to 256 of 0x20-0x7e except "," and
+// "=", the last not a space.
+func validTraceStateValue(v []byte) bool {
+	if len(v) == 0 || len(v) > 256 || v[len(v)-1] == ' ' {
+		return false
+	}
+	for _, c := range v {
+		if c < 0x20 || c > 0x7e || c == ',' || c == '=' {
+			return false
+		}
+	}
+	return true
 }
 
 // validRequestID accepts printable ASCII of a sane length, so that an
