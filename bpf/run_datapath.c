@@ -197,6 +197,11 @@ struct user_msghdr_u {
 #define HX_WAIT 11
 #define HX_N 12
 
+// tracestate: fields of a head combined, and list members (W3C Trace
+// Context allows 32; httpstream.maxTraceStateFields).
+#define TS_FIELDS 32
+#define TS_MEMBERS 32
+
 struct hinfo {
 	__u32 has;     // HD_* bits
 	__u32 status;  // a response's status code
@@ -212,8 +217,13 @@ struct hinfo {
 	__u64 span;
 	__u8 sampled;
 	__u8 ctx_ok;
-	__u8 _pad2[6];
+	__u8 w3c;      // the context came from traceparent (tracestate goes with it)
+	__u8 _pad2[5];
 	__u8 tmp[16];
+	// The non-empty tracestate fields, in order (combined into one list).
+	__u32 ts_fields; // how many were seen (past TS_FIELDS: the list is dropped)
+	__u16 ts_off[TS_FIELDS];
+	__u16 ts_len[TS_FIELDS];
 };
 
 struct half {
@@ -464,6 +474,33 @@ struct call_ids {
 
 #define TEXT 2048
 #define TEXT_MASK (TEXT - 1)
+// A tracestate list being read (decode_ts): the member being read, then
+// the members found.
+struct ts_member {
+	__u16 off;  // head offset of its first byte
+	__u16 len;  // key "=" value, without whitespace around
+	__u16 klen;
+	__u16 keep; // propagated (a long list is cut)
+	__u64 hash; // of the key (FNV-1a), to find duplicates quickly
+};
+
+struct ts_scan {
+	__u32 f;     // the field being read
+	__u32 p;     // the offset in it
+	__s32 ms;    // head offset of the member's first byte (-1: none yet)
+	__u32 end;   // head offset past its last byte that is not whitespace
+	__s32 eq;    // head offset of its '=' (-1: in the key)
+	__s32 at;    // head offset of the last '@' in the key
+	__s32 tab;   // head offset of the first tab in its value (-1: none)
+	__u32 ats;   // '@' in the key
+	__u32 digit; // the key starts with a digit
+	__u32 n;     // members found
+	__u32 bad;   // the list is invalid
+	__u32 _pad;
+	__u64 hash;
+	struct ts_member m[TS_MEMBERS];
+};
+
 struct scratch {
 	__u64 l; // opaque()
 	__u8 data[SCR + RD_HEAD + 8]; // SCR bytes; the rest lets a head be copied from any offset
@@ -476,6 +513,7 @@ struct scratch {
 		__s32 bad;  // not HTTP/1.x
 	} so;
 	struct rd_event ev;
+	struct ts_scan ts;
 	struct req zreq;   // stays zero
 };
 
@@ -741,8 +779,17 @@ __noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 c
 			field(hi, HX_B3, HD_B3, vs, ve);
 		break;
 	case 10:
-		if (NAME_IS(h, ls, "tracestate"))
-			field(hi, HX_TS, HD_TRACESTATE, vs, ve);
+		if (NAME_IS(h, ls, "tracestate")) {
+			hi->has |= HD_TRACESTATE;
+			if (ve > vs) {
+				__u32 k = hi->ts_fields;
+				if (k < TS_FIELDS) {
+					hi->ts_off[k & (TS_FIELDS - 1)] = vs;
+					hi->ts_len[k & (TS_FIELDS - 1)] = ve - vs;
+				}
+				hi->ts_fields = k + 1;
+			}
+		}
 		else if (NAME_IS(h, ls, "x-b3-flags"))
 			field(hi, HX_XFLAGS, HD_B3FLAGS, vs, ve);
 		break;
@@ -901,6 +948,7 @@ __noinline int decode_tp(struct head_buf *hb, struct hinfo *hi)
 	hi->span = span_from(hi->tmp);
 	hi->sampled = fl & 1;
 	hi->ctx_ok = 1;
+	hi->w3c = 1;
 	return 1;
 }
 
@@ -979,6 +1027,284 @@ __noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
 		hi->sampled = 1;
 	hi->ctx_ok = 1;
 	return 1;
+}
+
+// ---- tracestate ----
+//
+// decode_ts combines a request's tracestate fields into one list and
+// writes what is propagated into r->ts, as httpstream's traceState does
+// (its comment has the rules): members checked as they are read, a byte
+// per iteration; then duplicates; then the cut to RD_TS by whole members.
+
+#define FNV_OFFSET 14695981039346656037ULL
+#define FNV_PRIME 1099511628211ULL
+
+static __always_inline int ts_lower(__u8 c) { return c >= 'a' && c <= 'z'; }
+static __always_inline int ts_digit(__u8 c) { return c >= '0' && c <= '9'; }
+static __always_inline int ts_keychar(__u8 c)
+{
+	return ts_lower(c) || ts_digit(c) || c == '_' || c == '-' || c == '*' || c == '/';
+}
+
+static __always_inline void ts_reset(struct ts_scan *t)
+{
+	t->ms = -1;
+	t->eq = -1;
+	t->at = -1;
+	t->tab = -1;
+	t->ats = 0;
+	t->digit = 0;
+	t->end = 0;
+	t->hash = FNV_OFFSET;
+}
+
+// ts_member_end checks the member just read and records it.
+static __always_inline void ts_member_end(struct ts_scan *t)
+{
+	if (t->ms < 0)
+		return; // empty or whitespace only: allowed, dropped
+	__s32 ms = t->ms, eq = t->eq, end = t->end;
+	if (eq < 0 || eq == ms || end <= eq + 1 || end - (eq + 1) > 256 || (t->tab >= 0 && t->tab < end)) {
+		t->bad = 1;
+		return;
+	}
+	__u32 klen = eq - ms;
+	if (t->ats == 0) {
+		if (klen > 256 || t->digit)
+			t->bad = 1;
+	} else if (t->ats == 1) {
+		__u32 tenant = t->at - ms, system = eq - t->at - 1;
+		if (tenant < 1 || tenant > 241 || system < 1 || system > 14)
+			t->bad = 1;
+	} else {
+		t->bad = 1;
+	}
+	if (t->bad)
+		return;
+	if (t->n >= TS_MEMBERS) {
+		t->bad = 1;
+		return;
+	}
+	struct ts_member *m = &t->m[t->n & (TS_MEMBERS - 1)];
+	m->off = ms;
+	m->len = end - ms;
+	m->klen = klen;
+	m->keep = 1;
+	m->hash = t->hash;
+	t->n++;
+	ts_reset(t);
+}
+
+struct ts_ctx {
+	__u8 *h;
+	struct hinfo *hi;
+	struct ts_scan *t;
+};
+
+static long ts_cb(__u32 i, struct ts_ctx *x)
+{
+	struct ts_scan *t = x->t;
+	struct hinfo *hi = x->hi;
+	__u32 f = t->f;
+	if (f >= hi->ts_fields || f >= TS_FIELDS)
+		return 1;
+	if (t->p >= hi->ts_len[f & (TS_FIELDS - 1)]) {
+		// the end of a field ends a member (fields join with commas)
+		ts_member_end(t);
+		t->f = f + 1;
+		t->p = 0;
+		return t->bad ? 1 : 0;
+	}
+	__u32 at = hi->ts_off[f & (TS_FIELDS - 1)] + t->p;
+	t->p++;
+	__u8 c = x->h[at & HEAD_MASK];
+	if (c == ',') {
+		ts_member_end(t);
+		return t->bad ? 1 : 0;
+	}
+	int ows = c == ' ' || c == '\t';
+	if (t->ms < 0) {
+		if (ows)
+			return 0;
+		t->ms = at;
+	}
+	if ((c < 0x20 && c != '\t') || c > 0x7e) {
+		t->bad = 1;
+		return 1;
+	}
+	if (!ows)
+		t->end = at + 1;
+	if (t->eq < 0) {
+		// the key
+		if (c == '=') {
+			t->eq = at;
+			return 0;
+		}
+		if (c == '@') {
+			t->ats++;
+			t->at = at;
+		} else if (!ts_keychar(c) || (at == (__u32)t->ms && !ts_lower(c) && !ts_digit(c)) ||
+			   (t->ats && at == (__u32)t->at + 1 && !ts_lower(c))) {
+			t->bad = 1;
+			return 1;
+		}
+		if (at == (__u32)t->ms && ts_digit(c))
+			t->digit = 1;
+		t->hash = (t->hash ^ c) * FNV_PRIME;
+		return 0;
+	}
+	// the value
+	if (c == '=') {
+		t->bad = 1;
+		return 1;
+	}
+	if (c == '\t' && t->tab < 0)
+		t->tab = at;
+	return 0;
+}
+
+// Duplicate keys: each pair of members, compared byte by byte when their
+// keys' lengths and hashes agree.
+struct dup_ctx {
+	__u8 *h;
+	struct ts_scan *t;
+	__u32 q;   // the pair: i = q / TS_MEMBERS, j = q % TS_MEMBERS
+	__u32 b;   // the byte of the keys being compared
+	__u32 dup;
+};
+
+static long dup_cb(__u32 k, struct dup_ctx *x)
+{
+	struct ts_scan *t = x->t;
+	__u32 q = x->q, i = q / TS_MEMBERS, j = q % TS_MEMBERS;
+	if (i >= t->n)
+		return 1;
+	struct ts_member *a = &t->m[i & (TS_MEMBERS - 1)], *b = &t->m[j & (TS_MEMBERS - 1)];
+	if (j <= i || j >= t->n || a->klen != b->klen || a->hash != b->hash) {
+		x->q = q + 1;
+		x->b = 0;
+		return 0;
+	}
+	if (x->b >= a->klen) {
+		x->dup = 1;
+		return 1;
+	}
+	if (x->h[(a->off + x->b) & HEAD_MASK] != x->h[(b->off + x->b) & HEAD_MASK]) {
+		x->q = q + 1;
+		x->b = 0;
+		return 0;
+	}
+	x->b++;
+	return 0;
+}
+
+// The members kept, copied out with commas between them.
+struct ts_out {
+	__u8 *h;
+	struct ts_scan *t;
+	__u8 *dst;
+	__u32 k;     // the member
+	__u32 b;     // its byte
+	__u32 o;     // bytes written
+	__u32 comma; // a comma goes before the next member's first byte
+};
+
+static long ts_out_cb(__u32 i, struct ts_out *x)
+{
+	struct ts_scan *t = x->t;
+	if (x->k >= t->n || x->k >= TS_MEMBERS || x->o >= RD_TS)
+		return 1;
+	struct ts_member *m = &t->m[x->k & (TS_MEMBERS - 1)];
+	if (!m->keep || x->b >= m->len) {
+		if (m->keep)
+			x->comma = 1;
+		x->k++;
+		x->b = 0;
+		return 0;
+	}
+	if (x->b == 0 && x->comma) {
+		x->dst[x->o & (RD_TS - 1)] = ',';
+		x->o++;
+		x->comma = 0;
+		return 0;
+	}
+	x->dst[x->o & (RD_TS - 1)] = x->h[(m->off + x->b) & HEAD_MASK];
+	x->o++;
+	x->b++;
+	return 0;
+}
+
+// Sums the members' lengths (cut: dropping those over 128 bytes first),
+// then drops members from the end until the list fits.
+struct cut_ctx {
+	struct ts_scan *t;
+	__u32 n;
+	__u32 total; // bytes of the members kept, without commas
+	__u32 kept;
+	__u32 cut;
+};
+
+static long sum_cb(__u32 i, struct cut_ctx *x)
+{
+	if (i >= x->n)
+		return 1;
+	struct ts_member *m = &x->t->m[i & (TS_MEMBERS - 1)];
+	if (x->cut && m->len > 128)
+		m->keep = 0;
+	if (m->keep) {
+		x->total += m->len;
+		x->kept++;
+	}
+	return 0;
+}
+
+static long cut_cb(__u32 i, struct cut_ctx *x)
+{
+	if (x->kept == 0 || x->total + x->kept - 1 <= RD_TS || i >= x->n)
+		return 1;
+	struct ts_member *m = &x->t->m[(x->n - 1 - i) & (TS_MEMBERS - 1)];
+	if (m->keep) {
+		m->keep = 0;
+		x->total -= m->len;
+		x->kept--;
+	}
+	return 0;
+}
+
+// decode_ts returns the length of the tracestate written into r->ts (0:
+// none to propagate).
+__noinline int decode_ts(struct head_buf *hb, struct hinfo *hi, struct ts_scan *t, struct req *r)
+{
+	if (!hb || !hi || !t || !r)
+		return 0;
+	if (hi->ts_fields == 0 || hi->ts_fields > TS_FIELDS)
+		return 0;
+	t->f = 0;
+	t->p = 0;
+	t->n = 0;
+	t->bad = 0;
+	ts_reset(t);
+	struct ts_ctx x = {.h = hb->b, .hi = hi, .t = t};
+	bpf_loop(RD_HEAD + TS_FIELDS + 1, ts_cb, &x, 0);
+	if (t->bad || t->n == 0)
+		return 0;
+	struct dup_ctx d = {.h = hb->b, .t = t, .q = ZERO, .b = ZERO, .dup = ZERO};
+	bpf_loop(TS_MEMBERS * TS_MEMBERS + TS_MEMBERS * TS_MEMBERS / 2 * 257, dup_cb, &d, 0);
+	if (d.dup)
+		return 0;
+	// The cut: members over 128 bytes first, then from the end.
+	struct cut_ctx k = {.t = t, .n = OPQ(t->n), .total = ZERO, .kept = ZERO, .cut = ZERO};
+	bpf_loop(TS_MEMBERS, sum_cb, &k, 0);
+	if (k.total + k.kept - 1 > RD_TS) {
+		k.cut = 1;
+		k.total = 0;
+		k.kept = 0;
+		bpf_loop(TS_MEMBERS, sum_cb, &k, 0);
+		bpf_loop(TS_MEMBERS, cut_cb, &k, 0);
+	}
+	struct ts_out o = {.h = hb->b, .t = t, .dst = r->ts, .k = ZERO, .b = ZERO, .o = ZERO, .comma = ZERO};
+	bpf_loop(RD_TS + 2 * TS_MEMBERS + 2, ts_out_cb, &o, 0);
+	return o.o;
 }
 
 struct digit_ctx {
@@ -1265,17 +1591,6 @@ struct val_ctx {
 	__u8 *dst;
 	__u32 bad;
 };
-
-static long copy_ts_cb(__u32 i, struct val_ctx *v)
-{
-	if (i >= v->n)
-		return 1;
-	__u8 ch = v->src[(v->off + i) & HEAD_MASK];
-	if ((ch < 0x20 && ch != '\t') || ch > 0x7e)
-		v->bad = 1;
-	v->dst[i & (RD_TS - 1)] = ch;
-	return 0;
-}
 
 static long copy_rid_cb(__u32 i, struct val_ctx *v)
 {
@@ -1664,15 +1979,9 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 		__builtin_memcpy(r->trace, hi->trace, 16);
 		r->parent = hi->span;
 		r->flags = RD_F_CTX | (hi->sampled ? RD_F_SAMPLED : 0);
-		// tracestate goes with a W3C context only; a longer list than
-		// kept is not propagated.
-		__u32 n = hi->len[HX_TS];
-		if ((hi->has & HD_TRACEPARENT) && (hi->has & HD_TRACESTATE) && n > 0 && n <= RD_TS) {
-			struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_TS]), .n = OPQ(n), .dst = r->ts, .bad = ZERO};
-			bpf_loop(RD_TS, copy_ts_cb, &v, 0);
-			if (!v.bad)
-				r->ts_len = n;
-		}
+		// tracestate goes with a W3C context only.
+		if (hi->w3c && (hi->has & HD_TRACESTATE))
+			r->ts_len = decode_ts(&c->qhead, hi, &s->ts, r);
 	} else {
 		__u64 a = rand64(), b = rand64();
 		__builtin_memcpy(r->trace, &a, 8);
@@ -1843,6 +2152,28 @@ static __always_inline __s32 find(__u8 *buf, __u32 pos, __u32 end, __u8 c, int d
 	return x.at;
 }
 
+// trim_cb drops one whitespace byte (SP, HTAB) from either end of a field
+// value h[vs:ve), or stops when there is none.
+struct trim_ctx {
+	__u8 *h;
+	__u32 vs;
+	__u32 ve;
+};
+
+static long trim_cb(__u32 i, struct trim_ctx *x)
+{
+	__u8 a = x->h[x->vs & HEAD_MASK], b = x->h[(x->ve - 1) & HEAD_MASK];
+	if (x->vs < x->ve && (a == ' ' || a == '\t')) {
+		x->vs++;
+		return 0;
+	}
+	if (x->ve > x->vs && (b == ' ' || b == '\t')) {
+		x->ve--;
+		return 0;
+	}
+	return 1;
+}
+
 // field_line classifies the field line h[ls:e) (without its line break).
 __noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 e)
 {
@@ -1857,16 +2188,9 @@ __noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32
 		hi->has |= HD_BAD;
 		return 0;
 	}
-	__u32 vs = colon + 1, ve = e;
-	for (int k = 0; k < 4; k++) {
-		if (vs < ve && (h[vs & HEAD_MASK] == ' ' || h[vs & HEAD_MASK] == '\t'))
-			vs++;
-	}
-	for (int k = 0; k < 4; k++) {
-		if (ve > vs && (h[(ve - 1) & HEAD_MASK] == ' ' || h[(ve - 1) & HEAD_MASK] == '\t'))
-			ve--;
-	}
-	classify(hb, hi, ls, colon, (__u64)vs << 32 | ve);
+	struct trim_ctx t = {.h = h, .vs = OPQ(colon + 1), .ve = OPQ(e)};
+	bpf_loop(RD_HEAD, trim_cb, &t, 0);
+	classify(hb, hi, ls, colon, (__u64)t.vs << 32 | t.ve);
 	return 0;
 }
 

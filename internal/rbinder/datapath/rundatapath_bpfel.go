@@ -60,8 +60,13 @@ type runDatapathConn struct {
 			Span     uint64
 			Sampled  uint8
 			CtxOk    uint8
-			Pad2     [6]uint8
+			W3c      uint8
+			Pad2     [5]uint8
 			Tmp      [16]uint8
+			TsFields uint32
+			TsOff    [32]uint16
+			TsLen    [32]uint16
+			_        [4]byte
 		}
 	}
 	Wr struct {
@@ -95,8 +100,13 @@ type runDatapathConn struct {
 			Span     uint64
 			Sampled  uint8
 			CtxOk    uint8
-			Pad2     [6]uint8
+			W3c      uint8
+			Pad2     [5]uint8
 			Tmp      [16]uint8
+			TsFields uint32
+			TsOff    [32]uint16
+			TsLen    [32]uint16
+			_        [4]byte
 		}
 	}
 	Rq        [32]uint64
@@ -221,8 +231,13 @@ type runDatapathScratch struct {
 		Span     uint64
 		Sampled  uint8
 		CtxOk    uint8
-		Pad2     [6]uint8
+		W3c      uint8
+		Pad2     [5]uint8
 		Tmp      [16]uint8
+		TsFields uint32
+		TsOff    [32]uint16
+		TsLen    [32]uint16
+		_        [4]byte
 	}
 	Ci struct {
 		_       structs.HostLayout
@@ -238,8 +253,32 @@ type runDatapathScratch struct {
 		Done int32
 		Bad  int32
 	}
-	_    [4]byte
-	Ev   runDatapathRdEvent
+	_  [4]byte
+	Ev runDatapathRdEvent
+	Ts struct {
+		_     structs.HostLayout
+		F     uint32
+		P     uint32
+		Ms    int32
+		End   uint32
+		Eq    int32
+		At    int32
+		Tab   int32
+		Ats   uint32
+		Digit uint32
+		N     uint32
+		Bad   uint32
+		Pad   uint32
+		Hash  uint64
+		M     [32]struct {
+			_    structs.HostLayout
+			Off  uint16
+			Len  uint16
+			Klen uint16
+			Keep uint16
+			Hash uint64
+		}
+	}
 	Zreq runDatapathReq
 }
 
