@@ -6,4 +6,4 @@ package datapath
 //
 //	go generate ./internal/rbinder/datapath/
 //
-//go:generate go tool bpf2go -tags linux -target bpfel -type rd_event -cflags "-O2 -g -Wall -I/usr/include/x86_64-linux-gnu $RD_CFLAGS" runDatapath ../../../bpf/run_datapath.c
+//go:generate go tool bpf2go -tags linux -target bpfel -type rd_event -cflags "-O2 -g -Wall -I/usr/include/x86_64-linux-gnu -I../../../bpf $RD_CFLAGS" runDatapath ../../../bpf/run_datapath.c
