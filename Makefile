@@ -78,7 +78,8 @@ demo: build
 # input is left in testdata/fuzz to become a regression test.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
-	./internal/httpstream:FuzzRewriterSplits
+	./internal/httpstream:FuzzRewriterSplits \
+	./internal/rbinder/datapath/headparse:FuzzHeadParser
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \

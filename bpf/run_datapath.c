@@ -636,7 +636,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	if (hi->has & (HD_BAD | HD_CL_BAD | HD_TE_OTHER)) {
 		make_opaque(c, sk, s);
 		return 0;
 	}

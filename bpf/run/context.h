@@ -53,17 +53,22 @@ __noinline int decode_b3(struct head_buf *hb, struct hinfo *hi)
 	__u32 ss = vs + tl + 1;
 	if (hex_into(h, ss, hi->tmp, 8, 1) != 1)
 		return 0;
+	hi->span = span_from(hi->tmp);
 	hi->sampled = 1;
-	if (ss + 16 < ve) {
-		__u8 sc = h[(ss + 17) & HEAD_MASK];
-		if (h[(ss + 16) & HEAD_MASK] != '-' || ss + 17 >= ve)
+	__u32 e = ss + 16;
+	if (e < ve) {
+		// "-" and one sampling character, then nothing or "-" and a
+		// parent span of 16 hex digits, not all zero
+		if (h[e & HEAD_MASK] != '-' || e + 2 > ve || (e + 2 < ve && h[(e + 2) & HEAD_MASK] != '-'))
 			return 0;
+		__u8 sc = h[(e + 1) & HEAD_MASK];
 		if (sc == '0')
 			hi->sampled = 0;
 		else if (sc != '1' && sc != 'd')
 			return 0;
+		if (e + 2 < ve && (ve != e + 19 || hex_into(h, e + 3, hi->tmp, 8, 1) != 1))
+			return 0;
 	}
-	hi->span = span_from(hi->tmp);
 	hi->ctx_ok = 1;
 	return 1;
 }
@@ -490,6 +495,21 @@ static long copy_rid_cb(__u32 i, struct val_ctx *v)
 		v->bad = 1;
 	v->dst[i & (RD_RID - 1)] = ch;
 	return 0;
+}
+
+// decode_rid copies the request's x-request-id into r->rid and returns its
+// length: 0 when there is none, or it is longer than RD_RID or not printable
+// ASCII (it must be safe to write back into a header).
+__noinline int decode_rid(struct head_buf *hb, struct hinfo *hi, struct req *r)
+{
+	if (!hb || !hi || !r)
+		return 0;
+	__u32 n = hi->len[HX_RID];
+	if (!(hi->has & HD_RID) || n == 0 || n > RD_RID)
+		return 0;
+	struct val_ctx v = {.src = hb->b, .off = OPQ(hi->off[HX_RID]), .n = OPQ(n), .dst = r->rid, .bad = ZERO};
+	bpf_loop(RD_RID, copy_rid_cb, &v, 0);
+	return v.bad ? 0 : n;
 }
 
 // A request's tracestate or x-request-id written into inserted lines.

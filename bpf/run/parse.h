@@ -67,6 +67,54 @@ static __always_inline void field(struct hinfo *hi, __u32 x, __u32 bit, __u32 vs
 	hi->has |= bit;
 }
 
+// cl_cb reads a Content-Length value a byte per iteration (the end acts as
+// a comma): a list of equal decimal numbers of 1 to 18 digits, equal to
+// those of earlier Content-Length fields (RFC 9112 §6.3 lets a recipient
+// take a list of identical values as one; httpstream's parseContentLength).
+struct cl_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 end;
+	__u64 v;
+	__u32 digits;
+	__u32 phase; // 0: before the number, 1: in it, 2: after it
+	__u32 bad;
+	__u32 seen;  // cl holds an earlier number
+	__u64 cl;
+};
+
+static long cl_cb(__u32 i, struct cl_ctx *x)
+{
+	int last = x->at >= x->end;
+	__u8 c = last ? ',' : x->h[x->at & HEAD_MASK];
+	x->at++;
+	if (c == ',') {
+		if (x->digits == 0 || (x->seen && x->v != x->cl)) {
+			x->bad = 1;
+			return 1;
+		}
+		x->cl = x->v;
+		x->seen = 1;
+		x->v = 0;
+		x->digits = 0;
+		x->phase = 0;
+		return last ? 1 : 0;
+	}
+	if (c == ' ' || c == '\t') {
+		if (x->phase == 1)
+			x->phase = 2;
+		return 0;
+	}
+	if (c >= '0' && c <= '9' && x->phase != 2 && x->digits < 18) {
+		x->phase = 1;
+		x->digits++;
+		x->v = x->v * 10 + (c - '0');
+		return 0;
+	}
+	x->bad = 1;
+	return 1;
+}
+
 // classify records a header field (name h[ls:colon], value h[vs:ve]) that
 // Rootline reads; values are decoded after the whole head is classified.
 __noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 colon, __u64 vse)
@@ -114,13 +162,13 @@ __noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 c
 		if (NAME_IS(h, ls, "rootline-wait"))
 			field(hi, HX_WAIT, HD_WAIT, vs, ve);
 		break;
-	case 14:
-		if (NAME_IS(h, ls, "content-length"))
-			field(hi, HX_CL, HD_CL, vs, ve);
-		break;
 	case 17:
-		if (NAME_IS(h, ls, "transfer-encoding"))
-			field(hi, HX_TE, HD_CHUNKED, vs, ve);
+		if (NAME_IS(h, ls, "transfer-encoding")) {
+			// the last one decides (decode_framing)
+			hi->off[HX_TE] = vs;
+			hi->len[HX_TE] = ve - vs;
+			hi->has |= HD_TE;
+		}
 		else if (NAME_IS(h, ls, "x-b3-parentspanid"))
 			hi->has |= HD_B3PARENT;
 		break;
@@ -226,55 +274,56 @@ static __noinline __u64 number(__u8 *h, __u32 at, __u32 n, __u32 list)
 	return x.best;
 }
 
-struct digit_ctx {
+// te_cb finds the last coding of a Transfer-Encoding value h[vs:at),
+// walking back a byte per iteration: [s, e) is the last list element that
+// is not empty, without whitespace around it (httpstream's lastToken).
+struct te_ctx {
 	__u8 *h;
+	__u32 vs;
 	__u32 at;
-	__u32 n;
-	__u32 bad;
+	__s32 s;
+	__s32 e;
 };
 
-static long digit_cb(__u32 i, struct digit_ctx *x)
+static long te_cb(__u32 i, struct te_ctx *x)
 {
-	if (i >= x->n)
+	if (x->at <= x->vs)
 		return 1;
-	__u8 c = x->h[(x->at + i) & HEAD_MASK];
-	if (c < '0' || c > '9') {
-		x->bad = 1;
-		return 1;
+	x->at--;
+	__u8 c = x->h[x->at & HEAD_MASK];
+	if (x->e < 0) {
+		if (c == ' ' || c == '\t' || c == ',')
+			return 0;
+		x->e = x->at + 1;
+		x->s = x->at;
+		return 0;
 	}
+	if (c == ',')
+		return 1;
+	if (c != ' ' && c != '\t')
+		x->s = x->at;
 	return 0;
 }
 
-// digits_only reports whether h[at:at+n] is all decimal digits.
-static __always_inline int digits_only(__u8 *h, __u32 at, __u32 n)
-{
-	struct digit_ctx x = {.h = h, .at = OPQ(at), .n = OPQ(n), .bad = ZERO};
-	bpf_loop(32, digit_cb, &x, 0);
-	return !x.bad;
-}
-
-// decode_framing reads Content-Length and Transfer-Encoding.
+// decode_framing decides the body's framing as RFC 9112 §6.3 (and
+// httpstream's framing): Transfer-Encoding overrides Content-Length, and is
+// chunked when its last coding is; otherwise Content-Length (classify has
+// read it).
 __noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
 {
-	if (!hb)
+	if (!hb || !hi)
+		return 0;
+	if (!(hi->has & HD_TE))
 		return 0;
 	__u8 *h = hb->b;
-	if (!hi)
-		return 0;
-	if (hi->has & HD_CL) {
-		__u32 o = hi->off[HX_CL], l = hi->len[HX_CL];
-		hi->cl = number(h, o, l, 0);
-		// Digits only: anything else is a framing the kernel side does not
-		// follow (RFC 9112 §6.3: a bad Content-Length is an error).
-		if (l == 0 || l > 19 || !digits_only(h, o, l))
-			hi->has |= HD_CL_BAD;
-	}
-	if (hi->has & HD_CHUNKED) {
-		// chunked must be the last coding
-		__u32 o = hi->off[HX_TE], l = hi->len[HX_TE];
-		if (l < 7 || !NAME_IS(h, o + l - 7, "chunked"))
-			hi->has &= ~HD_CHUNKED;
-	}
+	__u32 vs = hi->off[HX_TE];
+	struct te_ctx x = {.h = h, .vs = OPQ(vs), .at = OPQ(vs + hi->len[HX_TE]), .s = M1, .e = M1};
+	bpf_loop(RD_HEAD, te_cb, &x, 0);
+	hi->has &= ~(HD_CL | HD_CL_BAD);
+	if (x.e >= 0 && x.e - x.s == 7 && NAME_IS(h, x.s, "chunked"))
+		hi->has |= HD_CHUNKED;
+	else
+		hi->has |= HD_TE_OTHER;
 	return 0;
 }
 
@@ -476,6 +525,32 @@ static long trim_cb(__u32 i, struct trim_ctx *x)
 	return 1;
 }
 
+// token_cb checks that a field name h[at:end) is a token (RFC 9110
+// §5.6.2), a byte per iteration.
+struct token_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 end;
+	__u32 bad;
+};
+
+static long token_cb(__u32 i, struct token_ctx *x)
+{
+	if (x->at >= x->end)
+		return 1;
+	__u8 c = x->h[x->at & HEAD_MASK];
+	x->at++;
+	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+		return 0;
+	switch (c) {
+	case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+':
+	case '-': case '.': case '^': case '_': case '`': case '|': case '~':
+		return 0;
+	}
+	x->bad = 1;
+	return 1;
+}
+
 // field_line classifies the field line h[ls:e) (without its line break).
 __noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 e)
 {
@@ -483,16 +558,38 @@ __noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32
 		return 0;
 	__u8 *h = hb->b;
 	__s32 colon = find(h, ls, e, ':', 0);
-	if (colon <= (__s32)ls || h[ls & HEAD_MASK] == ' ' || h[ls & HEAD_MASK] == '\t' ||
-	    h[(colon - 1) & HEAD_MASK] == ' ') {
-		// no name and colon, an obsolete folded line, or space before
-		// the colon: not something to add lines to
+	// One loop state at a time, in one stack slot: the call chain above
+	// leaves little of the 512 bytes.
+	union {
+		struct token_ctx tk;
+		struct trim_ctx t;
+		struct cl_ctx cl;
+	} u;
+	u.tk = (struct token_ctx){.h = h, .at = OPQ(ls), .end = colon, .bad = ZERO};
+	if (colon > (__s32)ls)
+		bpf_loop(RD_HEAD, token_cb, &u.tk, 0);
+	if (colon <= (__s32)ls || u.tk.bad) {
+		// no name and colon, an obsolete folded line, or a name that is
+		// not a token (space before the colon): not something to add
+		// lines to
 		hi->has |= HD_BAD;
 		return 0;
 	}
-	struct trim_ctx t = {.h = h, .vs = OPQ(colon + 1), .ve = OPQ(e)};
-	bpf_loop(RD_HEAD, trim_cb, &t, 0);
-	classify(hb, hi, ls, colon, (__u64)t.vs << 32 | t.ve);
+	u.t = (struct trim_ctx){.h = h, .vs = OPQ(colon + 1), .ve = OPQ(e)};
+	bpf_loop(RD_HEAD, trim_cb, &u.t, 0);
+	__u32 vs = u.t.vs, ve = u.t.ve;
+	classify(hb, hi, ls, colon, (__u64)vs << 32 | ve);
+	// Content-Length is read here rather than in classify: its loop there
+	// would nest one call too deep for the verifier.
+	if (colon - ls == 14 && NAME_IS(h, ls, "content-length")) {
+		u.cl = (struct cl_ctx){.h = h, .at = OPQ(vs), .end = ve, .v = ZERO, .digits = ZERO, .phase = ZERO,
+				       .bad = ZERO, .cl = hi->cl, .seen = (hi->has & HD_CL) ? 1 : 0};
+		bpf_loop(RD_HEAD + 1, cl_cb, &u.cl, 0);
+		if (u.cl.bad)
+			hi->has |= HD_CL_BAD;
+		hi->cl = u.cl.cl;
+		hi->has |= HD_CL;
+	}
 	return 0;
 }
 

@@ -315,7 +315,8 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	struct hinfo *hi = &c->rd.hi;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	// A request whose last coding is not chunked has no length either.
+	if (hi->has & (HD_BAD | HD_CL_BAD | HD_TE_OTHER)) {
 		make_opaque(c, sk, s); // malformed: the service will answer it, or not, untouched
 		return 0;
 	}
@@ -357,13 +358,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 		__builtin_memcpy(r->trace + 8, &b, 8);
 		r->flags = sampling_denied(&c->qhead, hi) ? 0 : RD_F_SAMPLED;
 	}
-	__u32 n = hi->len[HX_RID];
-	if ((hi->has & HD_RID) && n > 0 && n <= RD_RID) {
-		struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_RID]), .n = OPQ(n), .dst = r->rid, .bad = ZERO};
-		bpf_loop(RD_RID, copy_rid_cb, &v, 0);
-		if (!v.bad)
-			r->rid_len = n;
-	}
+	r->rid_len = decode_rid(&c->qhead, hi, r);
 	dbg("request read span=%x queued=%d", span, c->rq_next - c->rq_first);
 	c->rq[c->rq_next & (RQ - 1)] = span;
 	c->rq_head[c->rq_next & (RQ - 1)] = c->head_req;

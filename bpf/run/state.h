@@ -53,6 +53,8 @@
 #define HD_TP_MANY 0x2000
 #define HD_CL_BAD 0x4000
 #define HD_BAD 0x8000 // a malformed field line: the head is not followed
+#define HD_TE 0x10000       // a Transfer-Encoding field (the last one is HX_TE)
+#define HD_TE_OTHER 0x20000 // Transfer-Encoding whose last coding is not chunked
 
 // Header fields a head's parse records (value offsets, first occurrence).
 #define HX_TP 0

@@ -79,6 +79,7 @@ func ExtractContext(h Headers) (ctx Context, ok bool) {
 	var (
 		tp, b3, xTrace, xSpan, xSampled, xFlags []byte
 		tpCount, tsCount                        int
+		ridSeen                                 bool
 	)
 	for i := range h {
 		name, v := h[i].Name, h[i].Value
@@ -109,9 +110,11 @@ func ExtractContext(h Headers) (ctx Context, ok bool) {
 				xFlags = v
 			}
 		case equalFold(name, HeaderRequestID):
-			if ctx.RequestID == "" && validRequestID(v) {
+			// The first x-request-id only, as the datapath reads it.
+			if !ridSeen && validRequestID(v) {
 				ctx.RequestID = string(v)
 			}
+			ridSeen = true
 		}
 	}
 	if tpCount == 1 {
