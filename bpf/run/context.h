@@ -21,9 +21,12 @@ __noinline int decode_tp(struct head_buf *hb, struct hinfo *hi)
 	if (vl < 55 || h[(vs + 2) & HEAD_MASK] != '-' || h[(vs + 35) & HEAD_MASK] != '-' ||
 	    h[(vs + 52) & HEAD_MASK] != '-' || (vl > 55 && h[(vs + 55) & HEAD_MASK] != '-'))
 		return 0;
-	int ver = hexval(h[vs & HEAD_MASK], 0) * 16 + hexval(h[(vs + 1) & HEAD_MASK], 0);
-	int fl = hexval(h[(vs + 53) & HEAD_MASK], 0) * 16 + hexval(h[(vs + 54) & HEAD_MASK], 0);
-	if (ver < 0 || ver == 0xff || (ver == 0 && vl != 55) || fl < 0)
+	int v1 = hexval(h[vs & HEAD_MASK], 0), v2 = hexval(h[(vs + 1) & HEAD_MASK], 0);
+	int f1 = hexval(h[(vs + 53) & HEAD_MASK], 0), f2 = hexval(h[(vs + 54) & HEAD_MASK], 0);
+	if (v1 < 0 || v2 < 0 || f1 < 0 || f2 < 0)
+		return 0;
+	int ver = v1 * 16 + v2, fl = f1 * 16 + f2;
+	if (ver == 0xff || (ver == 0 && vl != 55))
 		return 0;
 	if (hex_into(h, vs + 3, hi->trace, 16, 0) != 1 || hex_into(h, vs + 36, hi->tmp, 8, 0) != 1)
 		return 0;
