@@ -53,10 +53,10 @@ type Config struct {
 // runs (or its own copies of them, when private). Read runs on one
 // goroutine; AddGo, Stats and Close may be called from any.
 type Datapath struct {
-	maps        map[string]*ebpf.Map
-	progs       map[string]*ebpf.Program // the run's own
-	shared      map[string]*ebpf.Program // sharedProgNames
-	sharedLinks map[string]link.Link     // sharedLinked
+	objs        runObjects           // the maps and the run's own programs
+	shared      sharedPrograms       // loaded by this run, or found pinned
+	sharedLinks map[string]link.Link // sharedLinked
+	sharedFound bool // the shared programs were found pinned (another run loaded them)
 	ring        *ebpf.Map
 	links       []link.Link
 	rd          *bpfring.Reader // waits in the netpoller (see package bpfring)
@@ -120,7 +120,11 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	spec.Maps["rd_rings"].InnerMap.MaxEntries = uint32(cfg.RingBytes)
+	var specs runDatapathSpecs
+	if err := spec.Assign(&specs); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	specs.RdRings.InnerMap.MaxEntries = uint32(cfg.RingBytes)
 	d = &Datapath{probed: map[string]error{}, gen: 1}
 	opts := loadOptions()
 	if root != "" {
@@ -144,15 +148,16 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 		}
 		defer func() {
 			if err == nil && reclaimed {
-				purgeSlot(d.maps["rd_conns"], d.maps["rd_reqs"], d.slot, d.gen)
+				purgeSlot(d.objs.RdConns, d.objs.RdReqs, d.slot, d.gen)
 			}
 		}()
-		for _, m := range sharedMaps {
-			spec.Maps[m].Pinning = ebpf.PinByName
+		for _, m := range specs.shared() {
+			m.Pinning = ebpf.PinByName
 		}
 		opts.Maps.PinPath = d.pin
 		if progs, links, ok := loadShared(d.pin); ok {
 			d.shared, d.sharedLinks = progs, links
+			d.sharedFound = true
 			for _, name := range sharedProgNames {
 				delete(spec.Programs, name)
 			}
@@ -168,8 +173,11 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 	}
 	ncpu, _ := ebpf.PossibleCPU()
 	wake := uint64(cfg.RingBytes) / 4 / uint64(max(ncpu, 1))
-	for name, v := range map[string]any{"rd_cgroup": cgroup, "rd_slot": d.slot, "rd_gen": d.gen, "rd_wake_bytes": wake} {
-		if err := spec.Variables[name].Set(v); err != nil {
+	for _, v := range []struct {
+		spec *ebpf.VariableSpec
+		val  any
+	}{{specs.RdCgroup, cgroup}, {specs.RdSlot, d.slot}, {specs.RdGen, d.gen}, {specs.RdWakeBytes, wake}} {
+		if err := v.spec.Set(v.val); err != nil {
 			undo()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
@@ -186,32 +194,37 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 		}
 		return nil, fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
 	}
-	d.maps, d.progs = coll.Maps, coll.Programs
+	err = coll.Assign(&d.objs)
+	if err == nil && !d.sharedFound {
+		err = coll.Assign(&d.shared)
+	}
+	coll.Close() // what was not assigned: nothing
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("%w: load BPF: %w", ErrUnavailable, err)
+	}
 	fail := func(what string, err error) (*Datapath, error) {
 		undo()
 		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}
-	if d.shared == nil {
+	if !d.sharedFound {
 		// The first run (or a private one) attaches the shared programs.
-		d.shared, d.sharedLinks = map[string]*ebpf.Program{}, map[string]link.Link{}
-		for _, name := range sharedProgNames {
-			d.shared[name] = d.progs[name]
-			delete(d.progs, name)
-		}
+		d.sharedLinks = map[string]link.Link{}
 		if err := link.RawAttachProgram(link.RawAttachProgramOptions{
-			Target: d.maps["rd_socks"].FD(), Program: d.shared["rd_msg"], Attach: ebpf.AttachSkMsgVerdict}); err != nil {
+			Target: d.objs.RdSocks.FD(), Program: d.shared.RdMsg, Attach: ebpf.AttachSkMsgVerdict}); err != nil {
 			return fail("attach sk_msg", err)
 		}
+		named := d.shared.named()
 		for _, name := range sharedLinked {
-			l, err := link.AttachTracing(link.TracingOptions{Program: d.shared[name], AttachType: ebpf.AttachTraceRawTp})
+			l, err := link.AttachTracing(link.TracingOptions{Program: *named[name], AttachType: ebpf.AttachTraceRawTp})
 			if err != nil {
 				return fail("attach "+name, err)
 			}
 			d.sharedLinks[name] = l
 		}
 		if d.pin != "" {
-			for name, p := range d.shared {
-				if err := p.Pin(filepath.Join(d.pin, "prog_"+name)); err != nil {
+			for name, p := range named {
+				if err := (*p).Pin(filepath.Join(d.pin, "prog_"+name)); err != nil {
 					return fail("pin "+name, err)
 				}
 			}
@@ -225,24 +238,24 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 	if d.ring, err = ebpf.NewMap(&ebpf.MapSpec{Name: "rd_events", Type: ebpf.RingBuf, MaxEntries: uint32(cfg.RingBytes)}); err != nil {
 		return fail("ring buffer", err)
 	}
-	if err := d.maps["rd_rings"].Put(d.slot, d.ring); err != nil {
+	if err := d.objs.RdRings.Put(d.slot, d.ring); err != nil {
 		return fail("ring buffer", err)
 	}
-	if err := d.maps["rd_gens"].Put(d.slot, d.gen); err != nil {
+	if err := d.objs.RdGens.Put(d.slot, d.gen); err != nil {
 		return fail("slot", err)
 	}
-	if err := d.maps["rd_runpids"].Put(uint32(os.Getpid()), d.slot); err != nil {
+	if err := d.objs.RdRunpids.Put(uint32(os.Getpid()), d.slot); err != nil {
 		return fail("slot", err)
 	}
-	for _, name := range []string{"rd_fork", "rd_exit", "rd_exec"} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: d.progs[name], AttachType: ebpf.AttachTraceRawTp})
+	for _, p := range []*ebpf.Program{d.objs.RdFork, d.objs.RdExit, d.objs.RdExec} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
 		if err != nil {
-			return fail("attach "+name, err)
+			return fail("attach "+p.String(), err)
 		}
 		d.links = append(d.links, l)
 	}
 	// sock_ops last: from here on connections are followed.
-	l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: d.progs["rd_sockops"]})
+	l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.Cgroup, Attach: ebpf.AttachCGroupSockOps, Program: d.objs.RdSockops})
 	if err != nil {
 		return fail("attach sock_ops to "+cfg.Cgroup, err)
 	}
@@ -294,24 +307,19 @@ func (d *Datapath) teardown() error {
 		errs = append(errs, d.rd.Close())
 		d.rd = nil
 	}
-	if d.pin == "" && d.maps["rd_socks"] != nil && d.shared["rd_msg"] != nil {
+	if d.pin == "" && d.objs.RdSocks != nil && d.shared.RdMsg != nil {
 		// Connections leave the sockhash (and tcp_bpf) as they close; the
 		// map goes with the last reference.
 		_ = link.RawDetachProgram(link.RawDetachProgramOptions{
-			Target: d.maps["rd_socks"].FD(), Program: d.shared["rd_msg"], Attach: ebpf.AttachSkMsgVerdict})
+			Target: d.objs.RdSocks.FD(), Program: d.shared.RdMsg, Attach: ebpf.AttachSkMsgVerdict})
 	}
 	d.closeShared()
 	if d.ring != nil {
 		errs = append(errs, d.ring.Close())
 		d.ring = nil
 	}
-	for _, m := range d.maps {
-		errs = append(errs, m.Close())
-	}
-	for _, p := range d.progs {
-		errs = append(errs, p.Close())
-	}
-	d.maps, d.progs = nil, nil
+	errs = append(errs, d.objs.Close())
+	d.objs = runObjects{}
 	return errors.Join(errs...)
 }
 
@@ -328,13 +336,13 @@ func (d *Datapath) release() {
 			return
 		}
 	}
-	if m := d.maps["rd_gens"]; m != nil {
+	if m := d.objs.RdGens; m != nil {
 		_ = m.Put(d.slot, uint32(0))
 	}
-	if m := d.maps["rd_rings"]; m != nil {
+	if m := d.objs.RdRings; m != nil {
 		_ = m.Delete(d.slot)
 	}
-	if m := d.maps["rd_runpids"]; m != nil {
+	if m := d.objs.RdRunpids; m != nil {
 		_ = m.Delete(uint32(os.Getpid()))
 	}
 	if d.owners == nil {
@@ -353,10 +361,8 @@ func (d *Datapath) closeShared() {
 	for _, l := range d.sharedLinks {
 		l.Close()
 	}
-	for _, p := range d.shared {
-		p.Close()
-	}
-	d.shared, d.sharedLinks = nil, nil
+	d.shared.Close()
+	d.shared, d.sharedLinks, d.sharedFound = sharedPrograms{}, nil, false
 }
 
 // Go functions probed for the net/http client hand-off.
@@ -378,7 +384,7 @@ func (d *Datapath) AddGo(pid int, exe string) (bool, error) {
 // MarkGo binds the requests of process pid to goroutines (R14) rather than
 // threads.
 func (d *Datapath) MarkGo(pid int) error {
-	if err := d.maps["rd_gopids"].Put(uint32(pid), uint8(1)); err != nil {
+	if err := d.objs.RdGopids.Put(uint32(pid), uint8(1)); err != nil {
 		return fmt.Errorf("datapath: mark %d as Go: %w", pid, err)
 	}
 	return nil
@@ -433,7 +439,7 @@ func (d *Datapath) probeGo(exe string) error {
 	if err != nil {
 		return err
 	}
-	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.progs["rd_go_roundtrip"], goReqWrite: d.progs["rd_go_reqwrite"]} {
+	for name, prog := range map[string]*ebpf.Program{goRoundTrip: d.objs.RdGoRoundtrip, goReqWrite: d.objs.RdGoReqwrite} {
 		// Address (a file offset) overrides the symbol lookup (stripped
 		// binaries): the probe is on the function's frame push (see
 		// probeOffset), where the arguments are still in their registers.
@@ -498,7 +504,7 @@ func (d *Datapath) Stats() Stats {
 	var st Stats
 	get := func(i uint32) uint64 {
 		var per []uint64
-		if err := d.maps["rd_stats"].Lookup(d.slot*statsPerSlot+i, &per); err != nil {
+		if err := d.objs.RdStats.Lookup(d.slot*statsPerSlot+i, &per); err != nil {
 			return 0
 		}
 		var n uint64

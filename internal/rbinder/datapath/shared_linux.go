@@ -45,13 +45,52 @@ import (
 // writable lock directory, or with every slot taken, a run loads a private
 // datapath, as Config.Private asks.
 
-// sharedMaps are the maps every run of the node uses.
-var sharedMaps = []string{"rd_conns", "rd_socks", "rd_reqs", "rd_threads", "rd_goroutines", "rd_goreqs",
-	"rd_gowrites", "rd_gopids", "rd_scratch", "rd_stats", "rd_rings", "rd_gens", "rd_runpids", "rd_unread"}
+// runObjects are the datapath's maps (the node's shared ones, or the run's
+// own copies) and the run's own programs, as loaded.
+type runObjects struct {
+	runDatapathMaps
+	RdFork        *ebpf.Program `ebpf:"rd_fork"`
+	RdExit        *ebpf.Program `ebpf:"rd_exit"`
+	RdExec        *ebpf.Program `ebpf:"rd_exec"`
+	RdSockops     *ebpf.Program `ebpf:"rd_sockops"`
+	RdGoRoundtrip *ebpf.Program `ebpf:"rd_go_roundtrip"`
+	RdGoReqwrite  *ebpf.Program `ebpf:"rd_go_reqwrite"`
+}
 
-// sharedProgs are the programs every run of the node uses: rd_msg on the
+// Close closes every map and program (nil ones are skipped).
+func (o *runObjects) Close() error {
+	return errors.Join(o.runDatapathMaps.Close(), o.RdFork.Close(), o.RdExit.Close(), o.RdExec.Close(),
+		o.RdSockops.Close(), o.RdGoRoundtrip.Close(), o.RdGoReqwrite.Close())
+}
+
+// sharedPrograms are the programs every run of the node uses: rd_msg on the
 // sockhash, and tracepoint programs (by their links: pinned too).
+type sharedPrograms struct {
+	RdMsg     *ebpf.Program `ebpf:"rd_msg"`
+	RdRecv    *ebpf.Program `ebpf:"rd_recv"`
+	RdRunexit *ebpf.Program `ebpf:"rd_runexit"`
+}
+
+// sharedProgNames name the shared programs' pins (prog_<name>).
 var sharedProgNames = []string{"rd_msg", "rd_recv", "rd_runexit"}
+
+// named returns the shared programs by the names of their pins.
+func (s *sharedPrograms) named() map[string]**ebpf.Program {
+	return map[string]**ebpf.Program{"rd_msg": &s.RdMsg, "rd_recv": &s.RdRecv, "rd_runexit": &s.RdRunexit}
+}
+
+// Close closes the programs (nil ones are skipped).
+func (s *sharedPrograms) Close() error {
+	return errors.Join(s.RdMsg.Close(), s.RdRecv.Close(), s.RdRunexit.Close())
+}
+
+// shared returns the specs of the maps every run of the node uses: all but
+// rd_zconn, the zero value each run's programs copy from.
+func (s *runDatapathSpecs) shared() []*ebpf.MapSpec {
+	m := s.runDatapathMapSpecs
+	return []*ebpf.MapSpec{m.RdConns, m.RdSocks, m.RdReqs, m.RdThreads, m.RdGoroutines, m.RdGoreqs,
+		m.RdGowrites, m.RdGopids, m.RdScratch, m.RdStats, m.RdRings, m.RdGens, m.RdRunpids, m.RdUnread}
+}
 
 // sharedLinked are the shared programs attached to tracepoints.
 var sharedLinked = []string{"rd_recv", "rd_runexit"}
@@ -242,29 +281,26 @@ func purgeSlot(conns, reqs *ebpf.Map, slot, gen uint32) {
 
 // loadShared loads the shared programs and their links from dir, if a run
 // pinned them (all of them, or none).
-func loadShared(dir string) (progs map[string]*ebpf.Program, links map[string]link.Link, ok bool) {
-	progs, links = map[string]*ebpf.Program{}, map[string]link.Link{}
+func loadShared(dir string) (progs sharedPrograms, links map[string]link.Link, ok bool) {
+	links = map[string]link.Link{}
 	closeAll := func() {
-		for _, p := range progs {
-			p.Close()
-		}
+		progs.Close()
 		for _, l := range links {
 			l.Close()
 		}
 	}
-	for _, name := range sharedProgNames {
-		p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, "prog_"+name), nil)
-		if err != nil {
+	for name, p := range progs.named() {
+		var err error
+		if *p, err = ebpf.LoadPinnedProgram(filepath.Join(dir, "prog_"+name), nil); err != nil {
 			closeAll()
-			return nil, nil, false
+			return sharedPrograms{}, nil, false
 		}
-		progs[name] = p
 	}
 	for _, name := range sharedLinked {
 		l, err := link.LoadPinnedLink(filepath.Join(dir, "link_"+name), nil)
 		if err != nil {
 			closeAll()
-			return nil, nil, false
+			return sharedPrograms{}, nil, false
 		}
 		links[name] = l
 	}

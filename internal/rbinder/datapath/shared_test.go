@@ -62,16 +62,21 @@ func TestSharedDatapath(t *testing.T) {
 	if a.slot == b.slot {
 		t.Errorf("both runs in slot %d", a.slot)
 	}
-	for _, m := range []string{"rd_conns", "rd_socks", "rd_rings"} {
-		ia, _ := a.maps[m].Info()
-		ib, _ := b.maps[m].Info()
+	for m, pair := range map[string][2]*ebpf.Map{
+		"rd_conns": {a.objs.RdConns, b.objs.RdConns},
+		"rd_socks": {a.objs.RdSocks, b.objs.RdSocks},
+		"rd_rings": {a.objs.RdRings, b.objs.RdRings},
+	} {
+		ia, _ := pair[0].Info()
+		ib, _ := pair[1].Info()
 		if idA, _ := ia.ID(); idA == 0 || func() bool { idB, _ := ib.ID(); return idA != idB }() {
 			t.Errorf("%s is not the same map in both runs", m)
 		}
 	}
+	na, nb := a.shared.named(), b.shared.named()
 	for _, p := range sharedProgNames {
-		ia, _ := a.shared[p].Info()
-		ib, _ := b.shared[p].Info()
+		ia, _ := (*na[p]).Info()
+		ib, _ := (*nb[p]).Info()
 		idA, _ := ia.ID()
 		idB, _ := ib.ID()
 		if idA != idB {
@@ -80,8 +85,8 @@ func TestSharedDatapath(t *testing.T) {
 	}
 	// A run asked to be private has its own.
 	c := openRun(t, "rootline-test-share-c", Config{RingBytes: testRingShare, Private: true})
-	ic, _ := c.maps["rd_conns"].Info()
-	ia, _ := a.maps["rd_conns"].Info()
+	ic, _ := c.objs.RdConns.Info()
+	ia, _ := a.objs.RdConns.Info()
 	idC, _ := ic.ID()
 	idA, _ := ia.ID()
 	if c.Shared() || idC == idA {
@@ -117,7 +122,7 @@ func TestSharedDatapathReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := runDatapathConn{Addr: 0xdead0000, Slot: a.slot, Gen: a.gen}
-	if err := a.maps["rd_conns"].Put(uint64(0xdead0000), &stale); err != nil {
+	if err := a.objs.RdConns.Put(uint64(0xdead0000), &stale); err != nil {
 		t.Fatal(err)
 	}
 	b := openRun(t, "rootline-test-reclaim-b", Config{RingBytes: testRingReclaim})
@@ -126,7 +131,7 @@ func TestSharedDatapathReclaim(t *testing.T) {
 		t.Fatalf("reclaim: slot %d gen %d, want slot %d gen %d", b.slot, b.gen, a.slot, a.gen+1)
 	}
 	var c runDatapathConn
-	if err := b.maps["rd_conns"].Lookup(uint64(0xdead0000), &c); err == nil {
+	if err := b.objs.RdConns.Lookup(uint64(0xdead0000), &c); err == nil {
 		t.Error("the gone run's connection is still in rd_conns")
 	}
 }
@@ -157,7 +162,7 @@ func TestSweep(t *testing.T) {
 	if !slices.Contains(removed, other) {
 		t.Errorf("removed %q, want %s among them", removed, other)
 	}
-	info, _ := a.shared["rd_recv"].Info()
+	info, _ := a.shared.RdRecv.Info()
 	id, _ := info.ID()
 	// a's process is gone, as if killed: its datapath goes.
 	gone := exec.Command("true")
