@@ -56,7 +56,7 @@ type Datapath struct {
 	objs        runObjects           // the maps and the run's own programs
 	shared      sharedPrograms       // loaded by this run, or found pinned
 	sharedLinks map[string]link.Link // sharedLinked
-	sharedFound bool // the shared programs were found pinned (another run loaded them)
+	sharedFound bool                 // the shared programs were found pinned (another run loaded them)
 	ring        *ebpf.Map
 	links       []link.Link
 	rd          *bpfring.Reader // waits in the netpoller (see package bpfring)
