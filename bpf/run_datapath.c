@@ -79,6 +79,7 @@ volatile __s32 rt_m1 = -1;
 #include "run/kernel.h"
 #include "run/state.h"
 #include "run/maps.h"
+#include "run/prof.h"
 #include "run/parse.h"
 #include "run/context.h"
 #include "run/timing.h"
@@ -336,11 +337,14 @@ static long read_step(__u32 i, struct read_ctx *x)
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
 	__u64 sz = copy_len(m, SCR_MASK, SCR);
+	PROF(2);
 	if (bpf_probe_read_user(s->data, sz, (void *)(x->ubuf + x->off)) < 0)
 		return 1;
+	PROF(3);
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		int b = head_begin(c, h, sk, s, c->dir == DIR_IN, m, x->ts);
+		PROF(4);
 		if (b < 0)
 			return 1;
 		if ((__u32)b >= m) {
@@ -350,6 +354,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 		p = b;
 	}
 	__u32 end = head_feed(c, 0, s, p, m);
+	PROF(5);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;
@@ -361,6 +366,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 		request_read(c, sk, s, h->len);
 	else
 		response_read(c, sk, s);
+	PROF(6);
 	return 0;
 }
 
@@ -413,6 +419,9 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 {
 	if (ret < 0 || (flags & MSG_PEEK))
 		return 0; // errors; peeked bytes will be read again
+#ifdef RD_FLOOR
+	return 0;
+#endif
 	// This runs for every socket read of every process on the node, once
 	// per `rootline run`. Ours are in the rd_socks sockhash (sockops drops
 	// a connection that cannot join it), so they hold a psock in
@@ -420,10 +429,12 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 	// before the hash lookup.
 	if (!sock->sk_user_data)
 		return 0;
+	PROF_START();
 	__u64 key = (__u64)sock;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
 	if (!c || !live(c, key))
 		return 0;
+	PROF(0);
 	struct scratch *s = scratch();
 	if (!s)
 		return 0;
@@ -462,7 +473,9 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 	}
 	struct iov_ctx x = {.c = c, .s = s, .sk = sk, .buf = buf, .iovcnt = OPQ(iovcnt), .left = OPQ(ret),
 			    .ts = bpf_ktime_get_ns()};
+	PROF(1);
 	bpf_loop(4, iov_cb, &x, 0);
+	PROF(7);
 	if (x.left)
 		make_opaque(c, sk, s); // more iovecs than followed: the stream is lost
 	return 0;
@@ -636,6 +649,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
+	PROF(40);
 	if (hi->has & (HD_BAD | HD_CL_BAD | HD_TE_OTHER)) {
 		make_opaque(c, sk, s);
 		return 0;
@@ -670,7 +684,9 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 		flags |= RD_F_OWN;
 
 	struct text t = {.b = s->text};
+	PROF(41);
 	request_lines(&t, r, ci, hi);
+	PROF(42);
 	if (t.n > 0) {
 		if (c->wr.cut)
 			skip(c, sk, RD_SKIP_LONG); // its own context may be past what was kept: never send two
@@ -685,6 +701,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 			stat(c->slot, RD_STAT_INJECT);
 		}
 	}
+	PROF(43);
 	if (c->cq_next - c->cq_first >= RQ) {
 		// More calls awaiting answers than kept: the oldest is given up.
 		struct callrec *o = &c->cq[c->cq_first & (RQ - 1)];
@@ -714,8 +731,10 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 		ev->parent = parent;
 		ev->start = c->wr.start;
 		copy_head(ev, &c->qhead, kept);
+		PROF(44);
 		emit(ev, c);
 	}
+	PROF(45);
 	// The body: counted, none, or (chunked) until a final response head is read.
 	c->wr.finals++;
 	c->wr.state = H_IDLE;
@@ -735,6 +754,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 		return 0;
 	struct hinfo *hi = &c->wr.hi;
 	decode_framing(&c->shead, hi);
+	PROF(46);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
 		return 0;
@@ -756,6 +776,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 	dbg("response head req=%x queued=%d brk=%d", c->req, c->rq_next - c->rq_first, brk);
 	__u64 span = c->req;
 	struct req *r = span ? bpf_map_lookup_elem(&rd_reqs, &span) : 0;
+	PROF(47);
 	if (r) {
 		touch(r);
 		unbind_request(r);
@@ -771,6 +792,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 			PUT(&t, ";kind=net, ");
 			put_num(&t, r->max_remote / 1000);
 			PUT(&t, ";kind=remote\r\n");
+			PROF(48);
 			if (brk < 0)
 				skip(c, sk, RD_SKIP_SPLIT);
 			else if (!room_for(c, brk + t.n))
@@ -779,6 +801,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 				skip(c, sk, RD_SKIP_PUSH);
 			else
 				stat(c->slot, RD_STAT_INJECT);
+			PROF(49);
 		}
 	}
 	if (head_req || hi->status == 204 || hi->status == 304) {
@@ -867,8 +890,10 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		return chunk_step(c, h, sk, 1, s, wz, &x->off);
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
+	PROF(12);
 	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
 		return 1;
+	PROF(13);
 	__u8 *d = msg->data, *e = msg->data_end;
 	__u64 avail = (__u64)(e - d);
 	if (avail < m)
@@ -877,9 +902,11 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	if (sz == 0 || bpf_probe_read_kernel(s->data, sz, d) < 0)
 		return 1;
 	m = sz;
+	PROF(14);
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		int b = head_begin(c, h, sk, s, c->dir == DIR_OUT, m, x->ts);
+		PROF(15);
 		if (b < 0)
 			return 1;
 		if ((__u32)b >= m) {
@@ -889,6 +916,7 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		p = b;
 	}
 	__u32 end = head_feed(c, 1, s, p, m);
+	PROF(16);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;
@@ -906,6 +934,7 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		request_written(msg, c, sk, s, at);
 	else
 		response_written(msg, c, sk, s, at);
+	PROF(17);
 	// What was inserted shifts the rest of the message.
 	__u32 grown = msg->size - x->size;
 	x->size = msg->size;
@@ -913,17 +942,67 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	return 0;
 }
 
+#ifdef RD_FLOOR
+// The mechanism's floor (bench/RESULTS.md, built with -DRD_FLOOR by
+// bench/datapath-variant.sh): a fixed text of the real lines' length
+// inserted after the first line of every request and response head
+// written, and the message made linear again; nothing parsed, nothing
+// recorded.
+static __always_inline int floor_msg(struct sk_msg_md *msg, struct scratch *s)
+{
+	void *d = (void *)(long)msg->data, *e = (void *)(long)msg->data_end;
+	if (d + 4 > e)
+		return SK_PASS;
+	__u32 w = *(__u32 *)d;
+	int rsp = w == 0x50545448, req = w == 0x20544547;
+	if (!rsp && !req)
+		return SK_PASS;
+	__u32 at = 0;
+	for (int i = 4; i < 128; i++) {
+		if (d + i + 1 > e)
+			break;
+		if (*(__u8 *)(d + i) == '\n') {
+			at = i + 1;
+			break;
+		}
+	}
+	if (!at)
+		return SK_PASS;
+	struct text t = {.b = s->text};
+	if (req) {
+		PUT(&t, "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n");
+		PUT(&t, "b3: 4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1-00f067aa0ba902b7\r\n");
+		PUT(&t, "x-b3-traceid: 4bf92f3577b34da6a3ce929d0e0e4736\r\nx-b3-spanid: 00f067aa0ba902b7\r\n");
+		PUT(&t, "x-b3-parentspanid: 00f067aa0ba902b7\r\nx-b3-sampled: 1\r\n");
+		PUT(&t, "x-request-id: 4bf92f35-77b3-4da6-a3ce-929d0e0e4736\r\n");
+	} else {
+		PUT(&t, "rootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net, 456;kind=remote\r\n");
+	}
+	__u32 n = t.n;
+	__u32 size = msg->size;
+	insert(msg, at, s->text, n);
+	if (msg->size != size && msg->size <= PULL_MAX)
+		bpf_msg_pull_data(msg, 0, msg->size, 0);
+	return SK_PASS;
+}
+#endif
+
 SEC("sk_msg")
 int rd_msg(struct sk_msg_md *msg)
 {
+	PROF_START();
 	__u64 sk = (__u64)msg->sk;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
 	if (!c || c->wr.state == H_OPAQUE || !live(c, sk))
 		return SK_PASS;
+	PROF(10);
 	sk = c->addr; // the same value, as a number the verifier lets functions take
 	struct scratch *s = scratch();
 	if (!s)
 		return SK_PASS;
+#ifdef RD_FLOOR
+	return floor_msg(msg, s);
+#endif
 	// The kernel runs this program on what a write copied in, before it is
 	// sent. After a partial send the application writes the unsent bytes
 	// again, and the program sees them again (skip them); and the next
@@ -944,6 +1023,7 @@ int rd_msg(struct sk_msg_md *msg)
 	__u32 size = msg->size;
 	struct msg_ctx x = {.msg = msg, .c = c, .s = s, .sk = sk, .ts = bpf_ktime_get_ns(), .size = OPQ(size),
 			    .off = OPQ(skipn < size ? skipn : size)};
+	PROF(11);
 	// Steps cost only what they do; the bound is for messages of many
 	// tiny chunks. A message not followed to its end loses the stream.
 	bpf_loop(MAX_STEPS, msg_step, &x, 0);
@@ -954,8 +1034,10 @@ int rd_msg(struct sk_msg_md *msg)
 	// piece by itself without MSG_MORE: with Nagle on (Java's and Python's
 	// servers and clients leave it on) the pieces after the first wait for
 	// an ACK from the peer. One linear piece goes out as the write would have.
+	PROF(18);
 	if (msg->size != size && msg->size <= PULL_MAX)
 		bpf_msg_pull_data(msg, 0, msg->size, 0);
+	PROF(19);
 	__u32 end = seq0 + msg->size;
 	if (!c->wseq_ok || (__s32)(end - c->wseq) > 0)
 		c->wseq = end;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "run/maps.h"
+#include "run/prof.h"
 #include "run/parse.h"
 #include "run/context.h"
 #include "run/timing.h"
@@ -322,6 +323,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	}
 	if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
 		decode_xb3(&c->qhead, hi);
+	PROF(20);
 	if (c->rq_next - c->rq_first >= RQ) {
 		// More requests awaiting answers than kept: the oldest is given up.
 		__u64 old = c->rq[c->rq_first & (RQ - 1)];
@@ -336,6 +338,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
 	if (!r)
 		return 0;
+	PROF(21);
 	__u64 id = bpf_get_current_pid_tgid();
 	r->span = span;
 	r->sk = sk;
@@ -364,7 +367,9 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	c->rq_head[c->rq_next & (RQ - 1)] = c->head_req;
 	c->rq_next++;
 	c->rd.finals++;
+	PROF(22);
 	bind_request(c, r);
+	PROF(23);
 
 	struct rd_event *ev = &s->ev;
 	ev_reset(ev, RD_EV_REQ, c, sk);
@@ -376,7 +381,9 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	ev->parent = r->parent;
 	ev->start = r->start;
 	copy_head(ev, &c->qhead, kept);
+	PROF(24);
 	emit(ev, c);
+	PROF(25);
 
 	// The request body: counted, or chunked.
 	c->rd.state = H_IDLE;
@@ -397,6 +404,7 @@ __noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 	struct hinfo *hi = &c->rd.hi;
 	decode_framing(&c->shead, hi);
 	decode_timing(&c->shead, hi);
+	PROF(26);
 	if (hi->has & (HD_BAD | HD_CL_BAD)) {
 		make_opaque(c, sk, s);
 		return 0;
