@@ -78,8 +78,8 @@ demo: build
 # input is left in testdata/fuzz to become a regression test.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
-	./internal/httpstream:FuzzRewriterSplits \
-	./internal/rbinder/datapath/headparse:FuzzHeadParser
+	./internal/run/httpstream:FuzzRewriterSplits \
+	./internal/run/datapath/headparse:FuzzHeadParser
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -109,9 +109,9 @@ check-generated: deps
 	$(GO) generate ./internal/profiler/cpu/
 	$(GO) generate ./internal/profiler/kernel/
 	$(GO) generate ./internal/kmetrics/
-	$(GO) generate ./internal/rbinder/readtap/
-	$(GO) generate ./internal/rbinder/datapath/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ internal/rbinder/datapath/ bpf/
+	$(GO) generate ./internal/run/readtap/
+	$(GO) generate ./internal/run/datapath/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/run/readtap/ internal/run/datapath/ bpf/
 
 clean:
 	rm -rf bin

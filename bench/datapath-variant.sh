@@ -22,6 +22,6 @@ echo "building the datapath with $cflags…" >&2
 git worktree add -q "$wt" HEAD
 cp -r web/dist "$wt/web/"
 (cd "$wt" &&
-  RD_CFLAGS=$cflags go generate ./internal/rbinder/datapath/ >/dev/null &&
+  RD_CFLAGS=$cflags go generate ./internal/run/datapath/ >/dev/null &&
   go build -o "$out" ./cmd/rootline)
 echo "$out"

@@ -33,7 +33,7 @@
 // closes. Anything that does not start like HTTP/1.x makes the connection
 // opaque: it passes untouched.
 //
-// Build: go generate ./internal/rbinder/datapath/ (bpf2go).
+// Build: go generate ./internal/run/datapath/ (bpf2go).
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

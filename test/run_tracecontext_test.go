@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rootline/rootline/internal/httpstream/tracecontexttest"
+	"github.com/rootline/rootline/internal/run/httpstream/tracecontexttest"
 )
 
 // TestRunTraceContext sends every W3C Trace Context vector
-// (internal/httpstream/testdata/tracecontext.json) to a traced service, in
+// (internal/run/httpstream/testdata/tracecontext.json) to a traced service, in
 // every mode, and checks what the service's own downstream request carries:
 // the caller's trace or a new one, the sampled flag, and exactly the
 // vector's tracestate (or none).

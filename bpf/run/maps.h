@@ -74,7 +74,7 @@ struct {
 } rd_gopids SEC(".maps");
 
 // Each run's events ring, by slot. One datapath serves every `rootline run`
-// of the node (see internal/rbinder/datapath): each reads its own ring.
+// of the node (see internal/run/datapath): each reads its own ring.
 struct rd_ring {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 22);

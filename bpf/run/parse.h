@@ -3,7 +3,7 @@
 // (first_line) and the framing decoded (decode_framing). No map or kernel
 // access: bpf_loop, OPQ, ZERO, M1 and dbg come from the includer
 // (bpf/run_datapath.c, or the user-space harness in
-// internal/rbinder/datapath/headparse), so that the same code is
+// internal/run/datapath/headparse), so that the same code is
 // differential-tested against httpstream's parser.
 #pragma once
 

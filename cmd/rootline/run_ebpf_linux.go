@@ -13,15 +13,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/rbinder"
-	"github.com/rootline/rootline/internal/rbinder/datapath"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
+	runner "github.com/rootline/rootline/internal/run"
+	"github.com/rootline/rootline/internal/run/datapath"
+	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
 // started is false when the datapath could not be set up and nothing was
 // run: the caller falls back to the supervisor.
-func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink, stderr io.Writer) (code int, started bool, err error) {
+func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, stderr io.Writer) (code int, started bool, err error) {
 	log := base.With("component", "run")
 	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
 	if err != nil {
@@ -51,7 +51,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink,
 		}
 	}
 
-	spans := rbinder.NewKernelSpans(rbinder.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
+	spans := runner.NewKernelSpans(runner.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
 		Logger: base, MonoOffset: readtap.MonoOffset()})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
@@ -60,7 +60,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink,
 	}
 	readDone := make(chan error, 1)
 	go func() {
-		var kev rbinder.KernelEvent
+		var kev runner.KernelEvent
 		// Spans leave for the server once a second (the shipper): reading
 		// more often only costs wake-ups, ~10 a second per process in a
 		// mesh of them. The programs wake the reader early on bursts.
@@ -75,7 +75,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink rbinder.Sink,
 				}
 				return
 			}
-			kev = rbinder.KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
+			kev = runner.KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
 				Conn: ev.Conn, TraceID: ev.TraceID, SpanID: ev.SpanID, ParentID: ev.ParentID, StartMono: ev.StartMono,
 				Local: ev.Local, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
 				Tids: ev.Tids, Peer: ev.Peer, Head: ev.Head}

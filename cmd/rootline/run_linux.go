@@ -19,9 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rootline/rootline/internal/rbinder"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
-	"github.com/rootline/rootline/internal/supervisor"
+	runner "github.com/rootline/rootline/internal/run"
+	"github.com/rootline/rootline/internal/run/readtap"
+	"github.com/rootline/rootline/internal/run/supervisor"
 )
 
 type runFlags struct {
@@ -142,7 +142,7 @@ func runRun(args []string, stderr io.Writer) int {
 	if log == nil {
 		return code
 	}
-	// Components add their own "component" (shipper, rbinder, supervisor):
+	// Components add their own "component" (shipper, tracer, supervisor):
 	// they get base; the run's own lines say component=run.
 	base := log.With("service", f.service)
 	log = base.With("component", "run")
@@ -158,10 +158,10 @@ func runRun(args []string, stderr io.Writer) int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var sink rbinder.Sink
-	var ship *rbinder.Shipper
+	var sink runner.Sink
+	var ship *runner.Shipper
 	if f.server != "" {
-		ship = rbinder.NewShipper(rbinder.ShipperConfig{
+		ship = runner.NewShipper(runner.ShipperConfig{
 			Endpoint: strings.TrimRight(f.server, "/") + "/v1/traces", Token: f.token, Logger: base})
 		go ship.Run(ctx)
 		sink = ship
@@ -180,14 +180,14 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 
 	scfg := supervisor.Config{Logger: base, Env: env}
-	var reads rbinder.ReadSource
+	var reads runner.ReadSource
 	if f.reads != "ptrace" {
 		tap, err := readtap.Open(f.readsBuf)
 		switch {
 		case err == nil:
 			defer tap.Close()
 			reads = tap
-			scfg.Untraced = rbinder.ReadSyscalls
+			scfg.Untraced = runner.ReadSyscalls
 			log.Debug("socket reads observed with eBPF")
 		case f.reads == "ebpf":
 			log.Error("-reads ebpf: cannot load the eBPF read tap; running untraced", "err", err)
@@ -196,7 +196,7 @@ func runRun(args []string, stderr io.Writer) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := rbinder.New(rbinder.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: base, Reads: reads})
+	tr := runner.New(runner.Config{Service: f.service, Instance: f.instance, Sink: sink, Logger: base, Reads: reads})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
@@ -234,7 +234,7 @@ func runRun(args []string, stderr io.Writer) int {
 }
 
 // finishShipping sends the spans still queued and reports what was lost.
-func finishShipping(ship *rbinder.Shipper, cancel context.CancelFunc, log *slog.Logger) {
+func finishShipping(ship *runner.Shipper, cancel context.CancelFunc, log *slog.Logger) {
 	cancel()
 	if ship == nil {
 		return

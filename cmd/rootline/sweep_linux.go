@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rootline/rootline/internal/agent"
-	"github.com/rootline/rootline/internal/rbinder/datapath"
+	"github.com/rootline/rootline/internal/run/datapath"
 )
 
 // sweepDatapaths removes the shared `rootline run` datapaths that no live

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"testing"
 
-	"github.com/rootline/rootline/internal/httpstream/tracecontexttest"
+	"github.com/rootline/rootline/internal/run/httpstream/tracecontexttest"
 )
 
 // TestTraceContextVectors runs every W3C Trace Context vector through the

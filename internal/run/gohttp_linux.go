@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package rbinder
+package run
 
 import (
 	"debug/elf"
@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/rbinder/datapath"
-	"github.com/rootline/rootline/internal/supervisor"
+	"github.com/rootline/rootline/internal/run/datapath"
+	"github.com/rootline/rootline/internal/run/supervisor"
 )
 
 // Go's net/http client writes a request from the connection's writeLoop
@@ -217,7 +217,7 @@ func (tr *Tracer) breakpoint(t *supervisor.Task, regs *unix.PtraceRegs) bool {
 		}
 	}
 	if !emulate(t.ReadMem, bp.insn, addr, regs) {
-		tr.fail(fmt.Errorf("rbinder: cannot emulate the instruction at %#x", addr))
+		tr.fail(fmt.Errorf("run: cannot emulate the instruction at %#x", addr))
 		return false
 	}
 	if err := t.SetRegs(regs); err != nil {

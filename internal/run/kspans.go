@@ -1,4 +1,4 @@
-package rbinder
+package run
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/rootline/rootline/internal/httpstream"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // KernelEvent is one record of the in-kernel datapath (package datapath),
@@ -82,7 +82,7 @@ func NewKernelSpans(cfg KernelSpansConfig) *KernelSpans {
 	}
 	return &KernelSpans{
 		res:  resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
-		sink: cfg.Sink, log: cfg.Logger.With("component", "rbinder"), monoOffset: cfg.MonoOffset,
+		sink: cfg.Sink, log: cfg.Logger.With("component", "tracer"), monoOffset: cfg.MonoOffset,
 		reqs: map[uint64]*request{}, calls: map[uint64]*call{},
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rootline/rootline/internal/httpstream"
-	"github.com/rootline/rootline/internal/httpstream/tracecontexttest"
+	"github.com/rootline/rootline/internal/run/httpstream"
+	"github.com/rootline/rootline/internal/run/httpstream/tracecontexttest"
 )
 
 // goView is what httpstream's parser (the ptrace mode's) finds in a request

@@ -1,5 +1,5 @@
 // Package tracecontexttest loads the W3C Trace Context test vectors
-// (internal/httpstream/testdata/tracecontext.json) that every trace-context
+// (internal/run/httpstream/testdata/tracecontext.json) that every trace-context
 // parser of `rootline run` is checked against: httpstream's unit tests, the
 // datapath parser's differential tests and the end-to-end tests of each
 // mode.

@@ -1,4 +1,4 @@
-package rbinder
+package run
 
 import (
 	"bytes"
@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rootline/rootline/internal/httpstream"
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // Sink receives finished spans. Emit MUST NOT block: it is called on the

@@ -18,7 +18,7 @@ import (
 // This file measures the per-syscall cost of the two interception designs
 // (see doc.go for the numbers and the decision):
 //
-//	go test -run '^$' -bench SyscallOverhead -benchtime 1x ./internal/supervisor/
+//	go test -run '^$' -bench SyscallOverhead -benchtime 1x ./internal/run/supervisor/
 //
 // The user-notification variant is only a prototype: a launcher installs a
 // SECCOMP_RET_USER_NOTIF filter with SECCOMP_FILTER_FLAG_NEW_LISTENER, sends

@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package rbinder
+package run
 
 import (
 	"encoding/binary"
@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/httpstream"
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 func TestEmulatePrologues(t *testing.T) {

@@ -1,7 +1,7 @@
-// Package rbinder is the request-tracing layer of `rootline run -- CMD`
+// Package run is the request-tracing layer of `rootline run -- CMD`
 // (Rbinder, seed 002 §3.2, with the Mirage wait model of seed 003 §4): it
-// joins the syscall supervisor (internal/supervisor) with the HTTP/1.x
-// stream logic (internal/httpstream) so that an unmodified service, in any
+// joins the syscall supervisor (internal/run/supervisor) with the HTTP/1.x
+// stream logic (internal/run/httpstream) so that an unmodified service, in any
 // language, propagates trace context and reports spans and waits.
 //
 // # What it does per connection
@@ -74,4 +74,4 @@
 // request) and rootline.thread.ids (every thread that made a traced call for
 // it): with the span's start and end these are the thread↔request records
 // the profilers and the kernel analysis join on.
-package rbinder
+package run

@@ -3,7 +3,7 @@
 // headers use are defined here as plain C. It reads requests from stdin,
 // each a little-endian u32 length, u32 split and the head's bytes, and
 // writes a struct hp_req to stdout for each (see
-// internal/rbinder/datapath/headparse).
+// internal/run/datapath/headparse).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-package rbinder
+package run
 
 import (
 	"bytes"

@@ -5,6 +5,6 @@ package datapath
 // libbpf-dev, see scripts/deps.sh; the include path of the machine's
 // multiarch headers, asm/types.h, comes from cc -print-multiarch):
 //
-//	go generate ./internal/rbinder/datapath/
+//	go generate ./internal/run/datapath/
 //
 //go:generate sh -c "go tool bpf2go -tags linux -target bpfel -type rd_event -cflags \"-O2 -g -Wall -I/usr/include/$DOLLAR(cc -print-multiarch) -I../../../bpf $RD_CFLAGS\" runDatapath ../../../bpf/run_datapath.c"

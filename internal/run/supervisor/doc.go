@@ -4,7 +4,7 @@
 // Hooks at the system calls that matter for request causality, keeping per
 // thread the Rbinder state (Idle → WaitingRequest → Servicing) and per
 // process the classification of sockets (inbound from accept, outbound from
-// connect). Parsing and rewriting the bytes is internal/httpstream's job; a
+// connect). Parsing and rewriting the bytes is internal/run/httpstream's job; a
 // later layer wires it into Hooks.
 //
 // # Wiring

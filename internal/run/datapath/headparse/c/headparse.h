@@ -1,5 +1,5 @@
 // The user-space build of the datapath's request-head parser: what it
-// answers for each head (read by internal/rbinder/datapath/headparse).
+// answers for each head (read by internal/run/datapath/headparse).
 #pragma once
 
 #include <stdint.h>

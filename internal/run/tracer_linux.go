@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package rbinder
+package run
 
 import (
 	"debug/elf"
@@ -16,9 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/httpstream"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
-	"github.com/rootline/rootline/internal/supervisor"
+	"github.com/rootline/rootline/internal/run/httpstream"
+	"github.com/rootline/rootline/internal/run/readtap"
+	"github.com/rootline/rootline/internal/run/supervisor"
 )
 
 // Config configures a Tracer.
@@ -59,7 +59,7 @@ var ReadSyscalls = []int{unix.SYS_READ, unix.SYS_RECVFROM}
 // lines: a held header block is at most httpstream.MaxHeaderBytes.
 const scratchSize = 4 * httpstream.MaxHeaderBytes
 
-var errNoScratch = errors.New("rbinder: no scratch memory in the traced thread")
+var errNoScratch = errors.New("run: no scratch memory in the traced thread")
 
 // maxIOV is the kernel's UIO_MAXIOV.
 const maxIOV = 1024
@@ -150,7 +150,7 @@ func New(cfg Config) *Tracer {
 		cfg.Host, _ = os.Hostname()
 	}
 	return &Tracer{
-		cfg: cfg, log: cfg.Logger.With("component", "rbinder"),
+		cfg: cfg, log: cfg.Logger.With("component", "tracer"),
 		res:        resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
 		procs:      map[int]*proc{},
 		writes:     map[int]*pendingWrite{},
@@ -817,12 +817,12 @@ func (tr *Tracer) writeIOV(t *supervisor.Task, sc *supervisor.Syscall) ([]iovec,
 		}
 		return readIOV(t, binary.LittleEndian.Uint64(h[16:]), binary.LittleEndian.Uint64(h[24:]))
 	}
-	return nil, fmt.Errorf("rbinder: not a write: %d", sc.Nr)
+	return nil, fmt.Errorf("run: not a write: %d", sc.Nr)
 }
 
 func readIOV(t *supervisor.Task, addr, n uint64) ([]iovec, error) {
 	if n > maxIOV {
-		return nil, fmt.Errorf("rbinder: %d iovecs", n)
+		return nil, fmt.Errorf("run: %d iovecs", n)
 	}
 	if n == 0 {
 		return nil, nil
@@ -906,7 +906,7 @@ func (tr *Tracer) rewrite(t *supervisor.Task, p *proc, sc *supervisor.Syscall, i
 	}
 	segs := out.Segments
 	if len(segs) > maxIOV {
-		return false, fmt.Errorf("rbinder: %d segments", len(segs))
+		return false, fmt.Errorf("run: %d segments", len(segs))
 	}
 	// Layout: [msghdr 56][iovec × len(segs)][inserted bytes].
 	hdr := 64
@@ -925,7 +925,7 @@ func (tr *Tracer) rewrite(t *supervisor.Task, p *proc, sc *supervisor.Syscall, i
 		binary.LittleEndian.PutUint64(buf[hdr+16*i:], addr)
 	}
 	if len(buf) > scratchSize {
-		return false, fmt.Errorf("rbinder: rewrite needs %d bytes of scratch", len(buf))
+		return false, fmt.Errorf("run: rewrite needs %d bytes of scratch", len(buf))
 	}
 	regs := *sc.Regs
 	switch sc.Nr {
