@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package run
 
 import (
 	"errors"
@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	runner "github.com/rootline/rootline/internal/run"
 	"github.com/rootline/rootline/internal/run/datapath"
 	"github.com/rootline/rootline/internal/run/readtap"
 )
@@ -21,14 +20,14 @@ import (
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
 // started is false when the datapath could not be set up and nothing was
 // run: the caller falls back to the supervisor.
-func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, stderr io.Writer) (code int, started bool, err error) {
+func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stderr io.Writer) (code int, started bool, err error) {
 	log := base.With("component", "run")
 	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
 	if err != nil {
 		return 0, false, err
 	}
-	sweepDatapaths(log, new(bool)) // what killed runs left attached
-	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: f.ringBytes})
+	SweepDatapaths(log, new(bool)) // what killed runs left attached
+	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: o.RingBytes})
 	if err != nil {
 		_ = removeCgroup()
 		return 0, false, err
@@ -42,7 +41,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 		}
 	}
 
-	exe, lookErr := exec.LookPath(f.argv[0])
+	exe, lookErr := exec.LookPath(o.Argv[0])
 	isGo := lookErr == nil && datapath.IsGo(exe)
 	if isGo {
 		// Before the start: the probes must be there for its first request.
@@ -51,7 +50,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 		}
 	}
 
-	spans := runner.NewKernelSpans(runner.KernelSpansConfig{Service: f.service, Instance: f.instance, Sink: sink,
+	spans := NewKernelSpans(KernelSpansConfig{Service: o.Service, Instance: o.Instance, Sink: sink,
 		Logger: base, MonoOffset: readtap.MonoOffset()})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
@@ -60,7 +59,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 	}
 	readDone := make(chan error, 1)
 	go func() {
-		var kev runner.KernelEvent
+		var kev KernelEvent
 		// Spans leave for the server once a second (the shipper): reading
 		// more often only costs wake-ups, ~10 a second per process in a
 		// mesh of them. The programs wake the reader early on bursts.
@@ -75,7 +74,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 				}
 				return
 			}
-			kev = runner.KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
+			kev = KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
 				Conn: ev.Conn, TraceID: ev.TraceID, SpanID: ev.SpanID, ParentID: ev.ParentID, StartMono: ev.StartMono,
 				Local: ev.Local, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
 				Tids: ev.Tids, Peer: ev.Peer, Head: ev.Head}
@@ -83,7 +82,7 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 		}, flush)
 	}()
 
-	cmd := exec.Command(f.argv[0], f.argv[1:]...)
+	cmd := exec.Command(o.Argv[0], o.Argv[1:]...)
 	cmd.Env, cmd.Stdin, cmd.Stdout, cmd.Stderr = env, os.Stdin, os.Stdout, os.Stderr
 	cgfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err == nil {
@@ -115,8 +114,8 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 	if d.SharedErr != nil {
 		log.Info("the in-kernel datapath is this run's own, not the node's shared one", "reason", d.SharedErr)
 	}
-	if f.agent != "" {
-		go registerWithAgent(f, pid, log)
+	if o.Agent != "" {
+		go registerWithAgent(o, pid, log)
 	}
 
 	code = exitCode(waitForwarding(cmd))
@@ -131,8 +130,8 @@ func runDatapath(f runFlags, env []string, base *slog.Logger, sink runner.Sink, 
 	if err := <-readDone; err != nil {
 		log.Warn("reading the eBPF datapath", "err", err)
 	}
-	if f.agent != "" {
-		unregisterFromAgent(f, pid)
+	if o.Agent != "" {
+		unregisterFromAgent(o, pid)
 	}
 	if st.Lost > 0 {
 		log.Warn("spans lost: the datapath's ring buffer was full (raise -datapath.buffer-bytes)", "events", st.Lost)
