@@ -1,5 +1,5 @@
 // Package run is the request-tracing layer of `rootline run -- CMD`
-// (Rbinder, seed 002 §3.2, with the Mirage wait model of seed 003 §4): it
+// (docs/run.md: the request cycle of a thread and the Mirage wait model): it
 // joins the syscall supervisor (internal/run/supervisor) with the HTTP/1.x
 // stream logic (internal/run/httpstream) so that an unmodified service, in any
 // language, propagates trace context and reports spans and waits.

@@ -1,8 +1,8 @@
 // Package supervisor is the tracing layer of `rootline run -- CMD`
-// (Rbinder, seed 002 §3.2): it starts an unmodified command under ptrace
+// (docs/run.md): it starts an unmodified command under ptrace
 // with a seccomp filter, follows every thread and child process, and calls
 // Hooks at the system calls that matter for request causality, keeping per
-// thread the Rbinder state (Idle → WaitingRequest → Servicing) and per
+// thread the request-cycle state (Idle → WaitingRequest → Servicing) and per
 // process the classification of sockets (inbound from accept, outbound from
 // connect). Parsing and rewriting the bytes is internal/run/httpstream's job; a
 // later layer wires it into Hooks.
@@ -96,7 +96,7 @@
 //     have to perform every inbound read, while a blocked read would tie up
 //     a supervisor thread.
 //   - ptrace follows clone/fork/exec with exact parent/child events, which
-//     the per-thread Rbinder state needs; notifications carry only a pid.
+//     the per-thread request-cycle state needs; notifications carry only a pid.
 //
 // The cost is concentrated on inbound/outbound sockets in practice: the
 // exit stop, which doubles it, is only taken on inbound sockets and accept.

@@ -34,7 +34,7 @@ type Config struct {
 	Stdin, Stdout, Stderr *os.File
 	// Untraced lists calls of TracedSyscalls the filter leaves out (they
 	// run at native speed and reach no hook), e.g. read and recvfrom when
-	// another mechanism observes them. The per-thread Rbinder State is not
+	// another mechanism observes them. The per-thread request-cycle State is not
 	// advanced by calls left out.
 	Untraced []int
 	// CancelGrace is how long Run waits after sending SIGTERM on context

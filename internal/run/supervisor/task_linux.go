@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ThreadState is a thread's position in the Rbinder request cycle
-// (seed 002 §3.2).
+// ThreadState is a thread's position in the request cycle of a traced
+// service (docs/run.md).
 type ThreadState int
 
 const (
@@ -81,7 +81,7 @@ type Task struct {
 	Tid, Tgid int
 	// ParentTid is the thread that created this one (0 for the command).
 	ParentTid int
-	// State is the Rbinder state of the thread.
+	// State is the request-cycle state of the thread.
 	State ThreadState
 	// ServicingFD is the inbound fd whose request is being serviced when
 	// State is Servicing.
@@ -337,7 +337,7 @@ func (t *Task) trackExit(sc *Syscall) {
 }
 
 // child returns the task created by t with the given clone flags; per
-// Rbinder it inherits the parent's state, inbound sockets and context.
+// the request cycle it inherits the parent's state, inbound sockets and context.
 func (t *Task) child(tid int, flags uint64) *Task {
 	c := &Task{
 		Tid: tid, Tgid: tid, ParentTid: t.Tid,

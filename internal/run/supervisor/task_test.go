@@ -21,7 +21,7 @@ func step(t *Task, nr int, fd int, ret int64) {
 	}
 }
 
-func TestRbinderStates(t *testing.T) {
+func TestThreadStates(t *testing.T) {
 	task := newTestTask()
 	for _, tc := range []struct {
 		name  string
