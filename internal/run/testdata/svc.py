@@ -1,4 +1,4 @@
-"""Uninstrumented HTTP service for rbinder's tests: no tracing code.
+"""Uninstrumented HTTP service for the tests of `rootline run`: no tracing code.
 
 LISTEN=host:port; CALL=http://host:port (optional downstream). A leaf
 answers with the trace headers it received, one per line; a middle service
