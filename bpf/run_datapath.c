@@ -755,7 +755,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 	struct hinfo *hi = &c->wr.hi;
 	decode_framing(&c->shead, hi);
 	PROF(46);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	if (hi->has & HD_BAD) {
 		make_opaque(c, sk, s);
 		return 0;
 	}
@@ -771,6 +771,11 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 		c->req = c->rq[c->rq_first & (RQ - 1)];
 		head_req = c->rq_head[c->rq_first & (RQ - 1)];
 		c->rq_first++;
+	}
+	int rb = response_framing(hi, head_req);
+	if (rb == RB_OPAQUE) {
+		make_opaque(c, sk, s); // a Content-Length it cannot follow: no lines either
+		return 0;
 	}
 	c->rsp_status = hi->status;
 	dbg("response head req=%x queued=%d brk=%d", c->req, c->rq_next - c->rq_first, brk);
@@ -804,18 +809,18 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 			PROF(49);
 		}
 	}
-	if (head_req || hi->status == 204 || hi->status == 304) {
+	switch (rb) {
+	case RB_NONE:
 		end_request(c, sk, 0, s);
-	} else if (hi->has & HD_CHUNKED) {
+		break;
+	case RB_CHUNKED:
 		chunk_start(&c->wr);
-	} else if (hi->has & HD_CL) {
-		if (hi->cl == 0) {
-			end_request(c, sk, 0, s);
-		} else {
-			c->wr.state = H_BODY;
-			c->wr.body = hi->cl;
-		}
-	} else {
+		break;
+	case RB_LENGTH:
+		c->wr.state = H_BODY;
+		c->wr.body = hi->cl;
+		break;
+	default:
 		c->wr.state = H_CLOSE;
 	}
 	return 0;

@@ -327,6 +327,35 @@ __noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
 	return 0;
 }
 
+// What follows a response head (response_framing), as RFC 9112 §6.3 and
+// httpstream's framing decide it.
+#define RB_OPAQUE 0  // not followed: the connection passes through untouched
+#define RB_INTERIM 1 // a 1xx response: the final one follows
+#define RB_NONE 2    // no body
+#define RB_CHUNKED 3
+#define RB_LENGTH 4  // hi->cl bytes
+#define RB_CLOSE 5   // until the connection closes
+
+// response_framing decides how a decoded response head's body is delimited;
+// head_req: it answers a HEAD request. A response that has no body (1xx,
+// 204, 304, to HEAD) has none whatever its Content-Length says.
+static __always_inline int response_framing(struct hinfo *hi, int head_req)
+{
+	if (hi->has & HD_BAD)
+		return RB_OPAQUE;
+	if (hi->status >= 100 && hi->status < 200)
+		return RB_INTERIM;
+	if (head_req || hi->status == 204 || hi->status == 304)
+		return RB_NONE;
+	if (hi->has & HD_CHUNKED)
+		return RB_CHUNKED;
+	if (hi->has & HD_CL_BAD)
+		return RB_OPAQUE;
+	if (hi->has & HD_CL)
+		return hi->cl == 0 ? RB_NONE : RB_LENGTH;
+	return RB_CLOSE;
+}
+
 // first_line_ok checks a complete first line h[0:n) (n counts its '\n'):
 // a request line "METHOD SP target SP HTTP/1.x" or a status line
 // "HTTP/1.x NNN ...".

@@ -405,7 +405,7 @@ __noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 	decode_framing(&c->shead, hi);
 	decode_timing(&c->shead, hi);
 	PROF(26);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	if (hi->has & HD_BAD) {
 		make_opaque(c, sk, s);
 		return 0;
 	}
@@ -426,19 +426,22 @@ __noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 		c->call.server = hi->server_us;
 		c->call.wait = hi->wait_us;
 	}
-	if ((c->call.flags & CALL_HEAD) || hi->status == 204 || hi->status == 304) {
+	switch (response_framing(hi, c->call.flags & CALL_HEAD)) {
+	case RB_NONE:
 		end_call(c, sk, 0, s);
-	} else if (hi->has & HD_CHUNKED) {
+		break;
+	case RB_CHUNKED:
 		chunk_start(&c->rd);
-	} else if (hi->has & HD_CL) {
-		if (hi->cl == 0) {
-			end_call(c, sk, 0, s);
-		} else {
-			c->rd.state = H_BODY;
-			c->rd.body = hi->cl;
-		}
-	} else {
+		break;
+	case RB_LENGTH:
+		c->rd.state = H_BODY;
+		c->rd.body = hi->cl;
+		break;
+	case RB_CLOSE:
 		c->rd.state = H_CLOSE;
+		break;
+	default:
+		make_opaque(c, sk, s); // a Content-Length it cannot follow
 	}
 	return 0;
 }

@@ -198,6 +198,113 @@ func folded(m *httpstream.Message) bool {
 	return strings.Contains(string(m.Raw), "\n ") || strings.Contains(string(m.Raw), "\n\t")
 }
 
+// compareResponse feeds the response head b (answering a HEAD request when
+// headReq) to both parsers and returns the first difference in how they
+// delimit what follows it, or "".
+func compareResponse(t testing.TB, b []byte, split int, headReq bool) string {
+	p := datapathParser(t)
+	if len(b) > p.MaxHead() {
+		b = b[:p.MaxHead()]
+	}
+	split = max(0, min(split, len(b)))
+	c, err := p.ParseResponse(b, split, headReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gp := httpstream.NewParser(httpstream.Responses)
+	method := "GET"
+	if headReq {
+		method = "HEAD"
+	}
+	gp.ExpectResponse(method)
+	var (
+		opaque  httpstream.Reason
+		headLen int
+		msg     *httpstream.Message
+	)
+	base := 0
+	for _, chunk := range [][]byte{b[:split], b[split:]} {
+		for _, ev := range gp.Feed(chunk) {
+			switch {
+			case opaque != "" || headLen > 0:
+			case ev.Kind == httpstream.EventOpaque:
+				opaque = ev.Reason
+			case ev.Kind == httpstream.EventHeaders:
+				headLen, msg = base+ev.End, ev.Msg
+			}
+		}
+		base += len(chunk)
+	}
+	if c.Status == NotHTTP || startLineReason(opaque) {
+		return ""
+	}
+	switch {
+	case c.Status == More && headLen == 0 && opaque == "":
+		return ""
+	case c.Status == More:
+		if opaque != "" {
+			return ""
+		}
+		return fmt.Sprintf("head end: datapath still reading, httpstream ended it at %d", headLen)
+	case opaque == httpstream.ReasonMalformedHeader:
+		if c.Framing != RBOpaque || c.Has&HasBadField == 0 {
+			return fmt.Sprintf("malformed field line: httpstream refused the head, the datapath did not (framing %d)", c.Framing)
+		}
+		return ""
+	case opaque == httpstream.ReasonHeadersTooLarge:
+		return ""
+	case opaque == httpstream.ReasonUpgrade:
+		// 101: httpstream stops (another protocol follows); the datapath
+		// takes it as interim and goes opaque on the next bytes if they
+		// are not a head.
+		if c.Framing != RBInterim {
+			return fmt.Sprintf("101: datapath framing %d", c.Framing)
+		}
+		return ""
+	case headLen == 0 && opaque == "":
+		return fmt.Sprintf("head end: datapath ended it at %d, httpstream still reading", c.HeadLen)
+	}
+	if c.Has&HasBadField != 0 {
+		if opaque == "" && !folded(msg) {
+			return fmt.Sprintf("malformed field line: the datapath refused the head, httpstream did not (%d bytes)", headLen)
+		}
+		return ""
+	}
+	if opaque == httpstream.ReasonBadContentLength || opaque == httpstream.ReasonBadTransferEncoding {
+		if c.Framing != RBOpaque {
+			return fmt.Sprintf("framing: httpstream refused it (%s), the datapath did not (framing %d, has %#x)", opaque, c.Framing, c.Has)
+		}
+		return ""
+	}
+	if opaque != "" {
+		return fmt.Sprintf("httpstream went opaque (%s), the datapath read a head of %d", opaque, c.HeadLen)
+	}
+	if c.HeadLen != headLen {
+		return fmt.Sprintf("head length: datapath %d, httpstream %d", c.HeadLen, headLen)
+	}
+	if c.StatusCode != msg.Status {
+		return fmt.Sprintf("status: datapath %d, httpstream %d", c.StatusCode, msg.Status)
+	}
+	want := RBClose
+	switch {
+	case msg.Status >= 100 && msg.Status < 200:
+		want = RBInterim
+	case msg.Body == httpstream.BodyNone, msg.Body == httpstream.BodyLength && msg.ContentLength == 0:
+		want = RBNone
+	case msg.Body == httpstream.BodyChunked:
+		want = RBChunked
+	case msg.Body == httpstream.BodyLength:
+		want = RBLength
+		if c.CL != uint64(msg.ContentLength) {
+			return fmt.Sprintf("framing: datapath Content-Length %d, httpstream %d", c.CL, msg.ContentLength)
+		}
+	}
+	if c.Framing != want {
+		return fmt.Sprintf("framing: datapath %d, httpstream %v (%d), status %d", c.Framing, msg.Body, want, msg.Status)
+	}
+	return ""
+}
+
 func spanU64(s httpstream.SpanID) uint64 {
 	var v uint64
 	for _, b := range s {
@@ -273,6 +380,23 @@ func seeds() []string {
 	return s
 }
 
+// responseSeeds are response heads for each framing.
+func responseSeeds() []string {
+	return []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 5x\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\nContent-Length: 5x\r\n\r\n",
+		"HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
+		"HTTP/1.0 200 OK\r\n\r\n",
+		"HTTP/1.1 100 Continue\r\n\r\n",
+		"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nrootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net\r\nContent-Length: 0\r\n\r\n",
+	}
+}
+
 func TestDifferentialSeeds(t *testing.T) {
 	for i, h := range seeds() {
 		for _, split := range []int{0, 1, len(h) / 2, len(h) - 1} {
@@ -281,21 +405,41 @@ func TestDifferentialSeeds(t *testing.T) {
 			}
 		}
 	}
+	for i, h := range responseSeeds() {
+		for _, split := range []int{0, 1, len(h) / 2, len(h) - 1} {
+			for _, head := range []bool{false, true} {
+				if d := compareResponse(t, []byte(h), split, head); d != "" {
+					t.Errorf("response seed %d split %d HEAD %v %q: %s", i, split, head, h, d)
+				}
+			}
+		}
+	}
 }
 
-// FuzzHeadParser feeds the same request head to the datapath's parser and
-// httpstream's and fails on the first thing they extract differently.
+// FuzzHeadParser feeds the same head to the datapath's parser and
+// httpstream's and fails on the first thing they extract differently: a
+// request head when kind is even, else a response head (answering HEAD when
+// kind&2 is set).
 func FuzzHeadParser(f *testing.F) {
 	for _, h := range seeds() {
-		f.Add([]byte(h), uint16(len(h)/2))
+		f.Add([]byte(h), uint16(len(h)/2), uint8(0))
 	}
 	for _, v := range tracecontexttest.Load(f) {
 		h := v.Head()
-		f.Add(h, uint16(len(h)/3))
+		f.Add(h, uint16(len(h)/3), uint8(0))
 	}
-	f.Fuzz(func(t *testing.T, b []byte, split uint16) {
-		if d := compare(t, b, int(split)); d != "" {
-			t.Fatalf("%s\nhead %q (split %d)", d, truncate(b), split)
+	for i, h := range responseSeeds() {
+		f.Add([]byte(h), uint16(len(h)/2), uint8(1|2*(i%2)))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, split uint16, kind uint8) {
+		var d string
+		if kind&1 == 0 {
+			d = compare(t, b, int(split))
+		} else {
+			d = compareResponse(t, b, int(split), kind&2 != 0)
+		}
+		if d != "" {
+			t.Fatalf("%s\nhead %q (split %d, kind %d)", d, truncate(b), split, kind)
 		}
 	})
 }

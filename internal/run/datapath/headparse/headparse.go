@@ -62,10 +62,24 @@ type Result struct {
 	Denied     bool // no context and a B3 decision not to sample
 	TraceState string
 	RequestID  string
+	// Responses: how the body is delimited (RB_* in bpf/run/parse.h) and
+	// the status code.
+	Framing    int
+	StatusCode int
 }
 
+// Response framings (RB_* in bpf/run/parse.h).
+const (
+	RBOpaque  = 0
+	RBInterim = 1
+	RBNone    = 2
+	RBChunked = 3
+	RBLength  = 4
+	RBClose   = 5
+)
+
 // answerSize is sizeof(struct hp_req).
-const answerSize = 832
+const answerSize = 840
 
 // ErrNoCompiler: there is no C compiler to build the parser with.
 var ErrNoCompiler = errors.New("headparse: no C compiler (cc, or $CC)")
@@ -149,13 +163,28 @@ func (p *Parser) Close() error {
 // ParseRequest runs the datapath's parser on the request head b (at most
 // MaxHead bytes are used), fed in two pieces split at split (0: one piece).
 func (p *Parser) ParseRequest(b []byte, split int) (Result, error) {
+	return p.parse(b, split, 0)
+}
+
+// ParseResponse runs it on the response head b; headReq: the response
+// answers a HEAD request.
+func (p *Parser) ParseResponse(b []byte, split int, headReq bool) (Result, error) {
+	flags := uint32(1)
+	if headReq {
+		flags |= 2
+	}
+	return p.parse(b, split, flags)
+}
+
+func (p *Parser) parse(b []byte, split int, flags uint32) (Result, error) {
 	b = b[:min(len(b), p.maxHead)]
 	split = max(0, min(split, len(b)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	msg := make([]byte, 8, 8+len(b))
+	msg := make([]byte, 12, 12+len(b))
 	binary.LittleEndian.PutUint32(msg, uint32(len(b)))
 	binary.LittleEndian.PutUint32(msg[4:], uint32(split))
+	binary.LittleEndian.PutUint32(msg[8:], flags)
 	if _, err := p.in.Write(append(msg, b...)); err != nil {
 		return Result{}, fmt.Errorf("headparse: %v", err)
 	}
@@ -180,5 +209,7 @@ func (p *Parser) ParseRequest(b []byte, split int) (Result, error) {
 	tsLen, ridLen := min(int(le.Uint32(a[56:])), 512), min(int(le.Uint32(a[60:])), 256)
 	r.TraceState = string(a[64 : 64+tsLen])
 	r.RequestID = string(a[576 : 576+ridLen])
+	r.Framing = int(int32(le.Uint32(a[832:])))
+	r.StatusCode = int(le.Uint32(a[836:]))
 	return r, nil
 }

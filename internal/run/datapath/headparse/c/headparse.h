@@ -20,9 +20,11 @@ struct hp_req {
 	uint32_t rid_len;
 	uint8_t ts[512];
 	uint8_t rid[256];
+	int32_t framing;   // responses: RB_* (bpf/run/parse.h)
+	uint32_t rstatus;  // responses: the status code
 };
 
-#define HP_NOT_HTTP -2   // the start line is not a request line
+#define HP_NOT_HTTP -2   // the start line is not a request (status) line
 #define HP_MORE -1       // the head has not ended
 #define HP_HEAD 1        // a complete head
 
@@ -30,3 +32,7 @@ struct hp_req {
 // connection keeps), fed in two pieces split at split (0: one piece), as
 // request_read in bpf/run/spans.h decodes it.
 void hp_parse_request(const uint8_t *b, uint32_t n, uint32_t split, struct hp_req *out);
+
+// hp_parse_response parses a response head the same way, as response_read
+// decodes it; head_req: it answers a HEAD request.
+void hp_parse_response(const uint8_t *b, uint32_t n, uint32_t split, int head_req, struct hp_req *out);

@@ -1,9 +1,9 @@
 // The datapath's head parser (bpf/run/parse.h and bpf/run/context.h) built
 // for user space, as a filter: the BPF helpers and verifier aids those
-// headers use are defined here as plain C. It reads requests from stdin,
-// each a little-endian u32 length, u32 split and the head's bytes, and
-// writes a struct hp_req to stdout for each (see
-// internal/run/datapath/headparse).
+// headers use are defined here as plain C. It reads heads from stdin, each
+// a little-endian u32 length, u32 split, u32 flags (1: a response, 2: it
+// answers HEAD) and the head's bytes, and writes a struct hp_req to stdout
+// for each (see internal/run/datapath/headparse).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,11 +95,45 @@ void hp_parse_request(const uint8_t *b, uint32_t n, uint32_t split, struct hp_re
 	free(c);
 }
 
+void hp_parse_response(const uint8_t *b, uint32_t n, uint32_t split, int head_req, struct hp_req *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (n > RD_HEAD)
+		n = RD_HEAD;
+	if (split > n)
+		split = n;
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		abort();
+	memcpy(c->shead.b, b, n);
+	struct half *h = &c->rd;
+	__s64 res = -1;
+	if (split > 0)
+		res = scan_kept(c, h, &c->shead, 0, split);
+	if (res == -1)
+		res = scan_kept(c, h, &c->shead, split, n);
+	if (res == -2) {
+		out->status = HP_NOT_HTTP;
+	} else if (res == -1) {
+		out->status = HP_MORE;
+	} else {
+		struct hinfo *hi = &h->hi;
+		out->status = HP_HEAD;
+		out->head_len = (__u64)res >> 32;
+		decode_framing(&c->shead, hi);
+		out->has = hi->has;
+		out->cl = hi->cl;
+		out->rstatus = hi->status;
+		out->framing = response_framing(hi, head_req);
+	}
+	free(c);
+}
+
 int main(void)
 {
 	static uint8_t buf[RD_HEAD];
 	static struct hp_req out;
-	uint32_t hdr[2];
+	uint32_t hdr[3]; // length, split, flags (1: a response, 2: it answers HEAD)
 	// The first answer: RD_HEAD (the bytes of a head kept) and the size of
 	// an answer.
 	uint32_t hello[2] = {RD_HEAD, sizeof(struct hp_req)};
@@ -108,7 +142,10 @@ int main(void)
 	while (fread(hdr, sizeof(hdr), 1, stdin) == 1) {
 		if (hdr[0] > RD_HEAD || (hdr[0] && fread(buf, hdr[0], 1, stdin) != 1))
 			return 1;
-		hp_parse_request(buf, hdr[0], hdr[1], &out);
+		if (hdr[2] & 1)
+			hp_parse_response(buf, hdr[0], hdr[1], (hdr[2] & 2) != 0, &out);
+		else
+			hp_parse_request(buf, hdr[0], hdr[1], &out);
 		if (fwrite(&out, sizeof(out), 1, stdout) != 1 || fflush(stdout))
 			return 1;
 	}
