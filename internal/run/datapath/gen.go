@@ -1,9 +1,11 @@
 package datapath
 
-// The BPF object is generated from bpf/run_datapath.c and committed.
-// Regenerate after changing bpf/run_datapath.{c,h} (needs clang and
-// libbpf-dev, see scripts/deps.sh; the include path of the machine's
-// multiarch headers, asm/types.h, comes from cc -print-multiarch):
+// The BPF object is generated from bpf/run_datapath.c (with bpf/run/*.h)
+// and committed. Regenerate after changing bpf/run_datapath.{c,h} or
+// bpf/run/ (needs clang and libbpf-dev, see scripts/deps.sh; the include
+// path of the machine's multiarch headers, asm/types.h, comes from
+// cc -print-multiarch; RD_CFLAGS adds build switches: -DRD_DEBUG, -DRD_PROF,
+// -DRD_FLOOR):
 //
 //	go generate ./internal/run/datapath/
 //

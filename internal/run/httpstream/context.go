@@ -254,7 +254,7 @@ func parseSpanID(v []byte, lowerOnly bool) (s SpanID, ok bool) {
 // traceState combines the tracestate fields of h into one list (W3C Trace
 // Context §3.3.1: fields in order, joined by commas) and returns it as it is
 // propagated, or "" when there is nothing valid to propagate. The rules,
-// which the in-kernel datapath (bpf/run_datapath.c, decode_ts) follows byte
+// which the in-kernel datapath (bpf/run/context.h, decode_ts) follows byte
 // for byte:
 //
 //   - Empty list members and the optional whitespace (SP, HTAB) around
