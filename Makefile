@@ -85,7 +85,7 @@ test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  GO=$(GO) scripts/fuzz-one.sh $$pkg $$name $(FUZZTIME); \
 	done
 
 bench: bench-go bench-ingest
