@@ -69,8 +69,9 @@ static __always_inline void field(struct hinfo *hi, __u32 x, __u32 bit, __u32 vs
 
 // cl_cb reads a Content-Length value a byte per iteration (the end acts as
 // a comma): a list of equal decimal numbers of 1 to 18 digits, equal to
-// those of earlier Content-Length fields (RFC 9112 §6.3 lets a recipient
-// take a list of identical values as one; httpstream's parseContentLength).
+// those of earlier Content-Length fields, empty elements ignored, at least
+// one number (RFC 9112 §6.3 lets a recipient take a list of identical values
+// as one; httpstream's parseContentLength).
 struct cl_ctx {
 	__u8 *h;
 	__u32 at;
@@ -79,8 +80,9 @@ struct cl_ctx {
 	__u32 digits;
 	__u32 phase; // 0: before the number, 1: in it, 2: after it
 	__u32 bad;
-	__u32 seen;  // cl holds an earlier number
+	__u32 seen;  // cl holds an earlier number (of this field or an earlier one)
 	__u64 cl;
+	__u32 got;   // this field had a number
 };
 
 static long cl_cb(__u32 i, struct cl_ctx *x)
@@ -89,16 +91,23 @@ static long cl_cb(__u32 i, struct cl_ctx *x)
 	__u8 c = last ? ',' : x->h[x->at & HEAD_MASK];
 	x->at++;
 	if (c == ',') {
-		if (x->digits == 0 || (x->seen && x->v != x->cl)) {
-			x->bad = 1;
-			return 1;
+		if (x->digits > 0) {
+			if (x->seen && x->v != x->cl) {
+				x->bad = 1;
+				return 1;
+			}
+			x->cl = x->v;
+			x->seen = 1;
+			x->got = 1;
 		}
-		x->cl = x->v;
-		x->seen = 1;
 		x->v = 0;
 		x->digits = 0;
 		x->phase = 0;
-		return last ? 1 : 0;
+		if (!last)
+			return 0;
+		if (!x->got)
+			x->bad = 1;
+		return 1;
 	}
 	if (c == ' ' || c == '\t') {
 		if (x->phase == 1)
@@ -620,7 +629,7 @@ __noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32
 	// would nest one call too deep for the verifier.
 	if (colon - ls == 14 && NAME_IS(h, ls, "content-length")) {
 		u.cl = (struct cl_ctx){.h = h, .at = OPQ(vs), .end = ve, .v = ZERO, .digits = ZERO, .phase = ZERO,
-				       .bad = ZERO, .cl = hi->cl, .seen = (hi->has & HD_CL) ? 1 : 0};
+				       .bad = ZERO, .cl = hi->cl, .seen = (hi->has & HD_CL) ? 1 : 0, .got = ZERO};
 		bpf_loop(RD_HEAD + 1, cl_cb, &u.cl, 0);
 		if (u.cl.bad)
 			hi->has |= HD_CL_BAD;

@@ -683,7 +683,10 @@ func parseContentLength(v []byte) (int64, bool) {
 		}
 		s, e := trimOWS(elem, 0, len(elem))
 		elem = elem[s:e]
-		if len(elem) == 0 || len(elem) > 18 {
+		if len(elem) == 0 {
+			continue // an empty list element counts for nothing (RFC 9110 §5.6.1.2)
+		}
+		if len(elem) > 18 {
 			return 0, false
 		}
 		var x int64

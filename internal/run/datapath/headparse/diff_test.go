@@ -364,6 +364,8 @@ func seeds() []string {
 		"POST /x HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
 		"POST /x HTTP/1.1\r\nContent-Length: 1x\r\n\r\n",
 		"POST /x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+		"POST /x HTTP/1.1\r\nContent-Length: 5,\r\nContent-Length: , 5,,5\r\n\r\n",
+		"POST /x HTTP/1.1\r\nContent-Length: ,\r\n\r\n",
 		"HEAD / HTTP/1.0\nHost: a\n\n",
 		"GET / HTTP/1.1\r\n" + tp + "tracestate: a=1, b=2\r\nx-request-id: abc\r\n\r\n",
 		"GET / HTTP/1.1\r\n" + tp + "tracestate: a=1\r\nTraceState: b=2,,\r\n\r\n",
