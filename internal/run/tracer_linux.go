@@ -432,7 +432,7 @@ func (tr *Tracer) touch(r *request, pid, tid int) {
 }
 
 // localWait sums the run-queue delay r's threads accumulated since they
-// first worked on it (the wait model's local wait, docs/run.md).
+// first worked on it (seed 003: local_wait).
 func (tr *Tracer) localWait(r *request) time.Duration {
 	var sum time.Duration
 	for _, t := range r.threads {

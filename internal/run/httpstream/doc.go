@@ -1,5 +1,5 @@
 // Package httpstream is the byte-stream logic of `rootline run`, the syscall
-// supervisor that traces an unmodified service (docs/run.md): it
+// supervisor that traces an unmodified service (Rbinder, seed 002 §3.2): it
 // reads the HTTP/1.x messages on a socket's bytes as the service reads and
 // writes them, extracts the trace context of inbound requests and inserts
 // propagation headers into the requests and responses the service writes,

@@ -6,8 +6,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ThreadState is a thread's position in the request cycle of a traced
-// service (docs/run.md).
+// ThreadState is a thread's position in the Rbinder request cycle
+// (seed 002 §3.2).
 type ThreadState int
 
 const (
