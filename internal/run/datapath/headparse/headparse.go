@@ -82,7 +82,7 @@ const (
 const answerSize = 840
 
 // ErrNoCompiler: there is no C compiler to build the parser with.
-var ErrNoCompiler = errors.New("headparse: no C compiler (cc, or $CC)")
+var ErrNoCompiler = errors.New("headparse: no C compiler ($CC, cc, gcc or clang; scripts/deps.sh installs gcc)")
 
 // Parser is a running build of the datapath's parser. Its methods are safe
 // for concurrent use.
@@ -97,11 +97,17 @@ type Parser struct {
 
 // Start compiles the parser into dir and starts it.
 func Start(dir string) (*Parser, error) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
+	cc := ""
+	for _, c := range []string{os.Getenv("CC"), "cc", "gcc", "clang"} {
+		if c == "" {
+			continue
+		}
+		if _, err := exec.LookPath(c); err == nil {
+			cc = c
+			break
+		}
 	}
-	if _, err := exec.LookPath(cc); err != nil {
+	if cc == "" {
 		return nil, ErrNoCompiler
 	}
 	_, self, _, _ := runtime.Caller(0)
