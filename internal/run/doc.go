@@ -74,4 +74,15 @@
 // request) and rootline.thread.ids (every thread that made a traced call for
 // it): with the span's start and end these are the thread↔request records
 // the profilers and the kernel analysis join on.
+//
+// # The role
+//
+// Run is `rootline run` itself (cmd/rootline only parses its flags into
+// Options): it ships spans through a Shipper, runs the command with the
+// in-kernel datapath (internal/run/datapath, whose events KernelSpans makes
+// into spans) or, when that cannot load, under the supervisor with this
+// package's Tracer (reads through internal/run/readtap when it loads),
+// registers the process with the local agent, and runs the command untraced
+// when tracing cannot start. DatapathSweeper is the agent's component that
+// removes the shared datapaths no run holds.
 package run
