@@ -39,34 +39,43 @@ static long hp_loop(__u32 n, long (*cb)(__u32, void *), void *ctx)
 
 #include "headparse.h"
 
-
-void hp_parse_request(const uint8_t *b, uint32_t n, uint32_t split, struct hp_req *out)
+// scan feeds the head b[0:n) into hb as the datapath's reading does, in two
+// pieces split at split, and returns scan_kept's answer for it; out gets the
+// head's status and length.
+static __s64 scan(struct conn *c, struct head_buf *hb, const uint8_t *b, uint32_t n, uint32_t split,
+		  __u64 request, struct hp_req *out)
 {
 	memset(out, 0, sizeof(*out));
 	if (n > RD_HEAD)
 		n = RD_HEAD;
 	if (split > n)
 		split = n;
-	struct conn *c = calloc(1, sizeof(*c));
-	struct req *r = calloc(1, sizeof(*r));
-	struct ts_scan *t = calloc(1, sizeof(*t));
-	if (!c || !r || !t)
-		abort();
-	memcpy(c->qhead.b, b, n);
-	struct half *h = &c->rd;
+	memcpy(hb->b, b, n);
 	__s64 res = -1;
 	if (split > 0)
-		res = scan_kept(c, h, &c->qhead, 0, (1ULL << 32) | split);
+		res = scan_kept(c, &c->rd, hb, 0, request << 32 | split);
 	if (res == -1)
-		res = scan_kept(c, h, &c->qhead, split, (1ULL << 32) | n);
+		res = scan_kept(c, &c->rd, hb, split, request << 32 | n);
 	if (res == -2) {
 		out->status = HP_NOT_HTTP;
 	} else if (res == -1) {
 		out->status = HP_MORE;
 	} else {
-		struct hinfo *hi = &h->hi;
 		out->status = HP_HEAD;
 		out->head_len = (__u64)res >> 32;
+	}
+	return res;
+}
+
+void hp_parse_request(const uint8_t *b, uint32_t n, uint32_t split, struct hp_req *out)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+	struct req *r = calloc(1, sizeof(*r));
+	struct ts_scan *t = calloc(1, sizeof(*t));
+	if (!c || !r || !t)
+		abort();
+	if (scan(c, &c->qhead, b, n, split, 1, out) >= 0) {
+		struct hinfo *hi = &c->rd.hi;
 		out->is_head = c->head_req;
 		decode_framing(&c->qhead, hi);
 		if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
@@ -97,29 +106,11 @@ void hp_parse_request(const uint8_t *b, uint32_t n, uint32_t split, struct hp_re
 
 void hp_parse_response(const uint8_t *b, uint32_t n, uint32_t split, int head_req, struct hp_req *out)
 {
-	memset(out, 0, sizeof(*out));
-	if (n > RD_HEAD)
-		n = RD_HEAD;
-	if (split > n)
-		split = n;
 	struct conn *c = calloc(1, sizeof(*c));
 	if (!c)
 		abort();
-	memcpy(c->shead.b, b, n);
-	struct half *h = &c->rd;
-	__s64 res = -1;
-	if (split > 0)
-		res = scan_kept(c, h, &c->shead, 0, split);
-	if (res == -1)
-		res = scan_kept(c, h, &c->shead, split, n);
-	if (res == -2) {
-		out->status = HP_NOT_HTTP;
-	} else if (res == -1) {
-		out->status = HP_MORE;
-	} else {
-		struct hinfo *hi = &h->hi;
-		out->status = HP_HEAD;
-		out->head_len = (__u64)res >> 32;
+	if (scan(c, &c->shead, b, n, split, 0, out) >= 0) {
+		struct hinfo *hi = &c->rd.hi;
 		decode_framing(&c->shead, hi);
 		out->has = hi->has;
 		out->cl = hi->cl;
