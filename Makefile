@@ -99,13 +99,14 @@ demo: build
 # input is left in testdata/fuzz to become a regression test.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
-	./internal/httpstream:FuzzRewriterSplits
+	./internal/run/httpstream:FuzzRewriterSplits \
+	./internal/run/datapath/headparse:FuzzHeadParser
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  GO=$(GO) scripts/fuzz-one.sh $$pkg $$name $(FUZZTIME); \
 	done
 
 bench: bench-go bench-ingest
@@ -129,9 +130,9 @@ check-generated: deps
 	$(GO) generate ./internal/profiler/cpu/
 	$(GO) generate ./internal/profiler/kernel/
 	$(GO) generate ./internal/kmetrics/
-	$(GO) generate ./internal/rbinder/readtap/
-	$(GO) generate ./internal/rbinder/datapath/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ internal/rbinder/datapath/ bpf/
+	$(GO) generate ./internal/run/readtap/
+	$(GO) generate ./internal/run/datapath/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/run/readtap/ internal/run/datapath/ bpf/
 
 clean:
 	rm -rf bin

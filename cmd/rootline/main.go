@@ -14,8 +14,8 @@ import (
 	"syscall"
 
 	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/run/supervisor"
 	"github.com/rootline/rootline/internal/server"
-	"github.com/rootline/rootline/internal/supervisor"
 	"github.com/rootline/rootline/internal/version"
 	"github.com/rootline/rootline/web"
 )
