@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // These tests load bpf/kmetrics.c and run real workloads in cgroups they
@@ -167,18 +168,13 @@ func schedstat(t *testing.T, pid int, field ...int) map[string]uint64 {
 	if len(field) > 0 {
 		f = field[0]
 	}
-	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(dirs) == 0 {
+	st, err := procfs.TaskSchedstats(pid)
+	if err != nil || len(st) == 0 {
 		t.Fatalf("schedstat of %d: %v", pid, err)
 	}
 	out := map[string]uint64{}
-	for _, p := range dirs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		v, _ := strconv.ParseUint(strings.Fields(string(b))[f], 10, 64)
-		out[p] = v
+	for tid, s := range st {
+		out[strconv.Itoa(tid)] = uint64([]time.Duration{s.Run, s.Wait}[f])
 	}
 	return out
 }

@@ -93,3 +93,30 @@ func ThreadSchedstat(tid int) (Schedstat, error) {
 	}
 	return ParseSchedstat(b)
 }
+
+// TaskSchedstats reads the scheduler statistics of every thread of process
+// pid, by thread id; a thread that exits meanwhile is left out.
+func TaskSchedstats(pid int) (map[int]Schedstat, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Schedstat, len(ents))
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		st, err := ParseSchedstat(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", dir, e.Name(), err)
+		}
+		out[tid] = st
+	}
+	return out, nil
+}

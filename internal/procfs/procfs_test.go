@@ -87,8 +87,9 @@ func TestParseSchedstat(t *testing.T) {
 	}
 }
 
-// A thread that spins has run, and has been given a CPU at least once; a
-// thread that does not exist has no statistics.
+// A thread that spins has run, and has been given a CPU at least once, as
+// the listing of all this process's threads says too (a Go test process has
+// several); a thread or process that does not exist has no statistics.
 func TestThreadSchedstat(t *testing.T) {
 	if _, err := os.Stat("/proc/self/task"); err != nil {
 		t.Skipf("no /proc: %v", err)
@@ -107,5 +108,15 @@ func TestThreadSchedstat(t *testing.T) {
 	}
 	if _, err := ThreadSchedstat(1 << 30); err == nil {
 		t.Error("schedstat of a thread that does not exist")
+	}
+	all, err := TaskSchedstats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 2 || all[tid].Run < st.Run || all[tid].Slices < st.Slices {
+		t.Errorf("TaskSchedstats(self) = %d threads, this one %+v (read before: %+v)", len(all), all[tid], st)
+	}
+	if _, err := TaskSchedstats(1 << 30); err == nil {
+		t.Error("schedstat of a process that does not exist")
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -95,19 +96,13 @@ func (w *workload) run(t *testing.T) {
 // schedstat returns the on-CPU ns of every thread of pid.
 func schedstat(t *testing.T, pid int) map[uint32]int64 {
 	t.Helper()
-	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	st, err := procfs.TaskSchedstats(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := map[uint32]int64{}
-	for _, d := range dirs {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
-		if err != nil {
-			continue
-		}
-		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		tid, _ := strconv.Atoi(d.Name())
-		m[uint32(tid)] = ns
+	for tid, s := range st {
+		m[uint32(tid)] = int64(s.Run)
 	}
 	return m
 }
