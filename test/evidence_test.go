@@ -12,30 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/model"
 )
-
-// requireBPF skips a test that needs root and BPF, unless ROOTLINE_REQUIRE_BPF=1
-// says this machine must have them (CI), in which case it fails.
-func requireBPF(t *testing.T) {
-	t.Helper()
-	reason := ""
-	switch {
-	case os.Geteuid() != 0:
-		reason = "needs root for BPF"
-	default:
-		if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-			reason = "kernel has no BTF"
-		}
-	}
-	if reason == "" {
-		return
-	}
-	if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-		t.Fatalf("%s, and ROOTLINE_REQUIRE_BPF=1", reason)
-	}
-	t.Skip(reason)
-}
 
 // startAgent runs `rootline agent` against srv and returns once it registered.
 func startAgent(t *testing.T, srv *serverProc, args ...string) {
@@ -174,7 +153,7 @@ type node struct {
 }
 
 func TestAnomalyCapturesCPUProfileOfTheServingProcess(t *testing.T) {
-	requireBPF(t)
+	bpftest.RequireBPF(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "hotgo")
 	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {

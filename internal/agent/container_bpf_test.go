@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
@@ -124,19 +124,17 @@ func (s *artifactServer) done(id string) (capture.Completion, []capturedArtifact
 // those of the child it forked), while a process outside the cgroup is not
 // recorded. Root and BPF needed (fails under ROOTLINE_REQUIRE_BPF=1).
 func TestContainerKernelRecording(t *testing.T) {
-	if err := kernel.Available(); err != nil {
-		cputest.Missing(t, err.Error())
-	}
+	bpftest.Require(t, kernel.Available())
 	if _, err := exec.LookPath("sh"); err != nil {
-		cputest.Missing(t, "sh not installed")
+		bpftest.Missing(t, "sh not installed")
 	}
 	root := cgroup2Root()
 	if root == "" {
-		cputest.Missing(t, "no cgroup v2 hierarchy mounted")
+		bpftest.Missing(t, "no cgroup v2 hierarchy mounted")
 	}
 	dir := filepath.Join(root, fmt.Sprintf("rootline-agent-bpf-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "cannot create a cgroup v2: "+err.Error())
+		bpftest.Missing(t, "cannot create a cgroup v2: "+err.Error())
 	}
 	t.Cleanup(func() { // last: after the processes are killed (cleanups run last-in first-out)
 		if err := os.Remove(dir); err != nil {
