@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,9 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/rbinder"
 	"github.com/rootline/rootline/internal/rbinder/readtap"
 	"github.com/rootline/rootline/internal/supervisor"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 type runFlags struct {
@@ -29,6 +28,7 @@ type runFlags struct {
 	instance  string
 	server    string
 	agent     string
+	agentCA   string
 	tokenFile string
 	token     string
 	logLevel  string
@@ -41,13 +41,15 @@ type runFlags struct {
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "unix:" + agentapi.DefaultSocket, logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
 	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
 	fs.StringVar(&f.instance, "instance", "", "service.instance.id (default: host:pid)")
 	fs.StringVar(&f.server, "server", f.server, "OTLP/HTTP endpoint of the Rootline server (spans go to <server>/v1/traces); empty: no spans")
-	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
+	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it: unix:PATH (its unix socket, where it checks that the process is yours) "+
+		"or http(s)://host:port (needs the agent's token); empty: do not register")
+	fs.StringVar(&f.agentCA, "agent.tls.ca-file", "", "PEM bundle of the CAs to trust for an https -agent (default: the system's)")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
@@ -98,6 +100,11 @@ Flags:
 	}
 	if f.readsBuf < 4096 || f.readsBuf&(f.readsBuf-1) != 0 {
 		return f, fmt.Errorf("-reads.buffer-bytes %d: want a power of two ≥ 4096", f.readsBuf)
+	}
+	if f.agent != "" {
+		if _, err := agentapi.ParseAddress(f.agent); err != nil {
+			return f, fmt.Errorf("-agent: %w", err)
+		}
 	}
 	f.argv = fs.Args()
 	if len(f.argv) == 0 {
@@ -278,37 +285,43 @@ func waitForwarding(cmd *exec.Cmd) error {
 	}
 }
 
-func registerWithAgent(f runFlags, pid int, log *slog.Logger) {
-	body, _ := json.Marshal(map[string]any{"pid": pid, "service": f.service, "serviceInstanceId": f.instance})
-	for attempt := 0; attempt < 3; attempt++ {
-		req, _ := http.NewRequest(http.MethodPost, strings.TrimRight(f.agent, "/")+"/api/v1/processes", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if f.token != "" {
-			req.Header.Set("Authorization", "Bearer "+f.token)
-		}
-		resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				log.Debug("registered with the agent", "pid", pid)
-				return
-			}
-			err = fmt.Errorf("agent answered %s", resp.Status)
-		}
-		if attempt == 2 {
-			log.Info("not registered with a local agent (profilers will not record this process)", "agent", f.agent, "err", err)
-			return
-		}
-		time.Sleep(time.Second)
+// agentClient is the client of the local agent (-agent).
+func agentClient(f runFlags) (*agentapi.AgentClient, error) {
+	tlsCfg, err := tlsconf.Client{CAFile: f.agentCA}.Config()
+	if err != nil {
+		return nil, err
 	}
+	return agentapi.NewAgentClient(f.agent, agentapi.ClientOptions{Token: f.token, TLS: tlsCfg, Timeout: 3 * time.Second})
 }
 
-func unregisterFromAgent(f runFlags, pid int) {
-	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/api/v1/processes/%d", strings.TrimRight(f.agent, "/"), pid), nil)
-	if f.token != "" {
-		req.Header.Set("Authorization", "Bearer "+f.token)
+// registerWithAgent tells the local agent about the process, so that its
+// profilers record it under the run's service name. A refusal (not the
+// process's owner, a wrong token) is final; other failures are retried
+// twice.
+func registerWithAgent(f runFlags, pid int, log *slog.Logger) {
+	c, err := agentClient(f)
+	for attempt := 0; err == nil && attempt < 3; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Second)
+		}
+		_, err = c.RegisterProcess(context.Background(), agentapi.Process{PID: int64(pid), Service: f.service, InstanceID: f.instance})
+		if err == nil {
+			log.Debug("registered with the agent", "pid", pid)
+			return
+		}
+		if st := agentapi.StatusOf(err); st/100 == 4 {
+			break
+		}
 	}
-	if resp, err := (&http.Client{Timeout: time.Second}).Do(req); err == nil {
-		resp.Body.Close()
+	log.Info("not registered with a local agent (profilers will not record this process)", "agent", f.agent, "err", err)
+}
+
+// unregisterFromAgent tells the agent the process is gone.
+func unregisterFromAgent(f runFlags, pid int) {
+	if c, err := agentClient(f); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = c.ForgetProcess(ctx, int64(pid))
+		c.CloseIdleConnections()
 	}
 }

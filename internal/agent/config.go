@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/tlsconf"
 )
@@ -86,7 +87,7 @@ type Config struct {
 
 // DefaultSocket is where the agent's unix socket is by default, and where
 // `rootline run` looks for it.
-const DefaultSocket = "/run/rootline/agent.sock"
+const DefaultSocket = agentapi.DefaultSocket
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {

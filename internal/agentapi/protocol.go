@@ -103,6 +103,10 @@ type UploadReply struct {
 	Size   int64  `json:"size"`
 }
 
+// DefaultSocket is the agent's unix socket unless configured otherwise, and
+// where `rootline run` registers the processes it starts.
+const DefaultSocket = "/run/rootline/agent.sock"
+
 // Paths of the protocol. The server's routes take the agent and capture id
 // as the last path element ({id}).
 const (
