@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,11 +38,18 @@ func requireBPF(t *testing.T) {
 	t.Skip(reason)
 }
 
+// agentProc is a running `rootline agent`.
+type agentProc struct {
+	// addr is its TCP listener (/metrics), socket its unix socket.
+	addr, socket string
+}
+
 // startAgent runs `rootline agent` against srv and returns once it registered.
-func startAgent(t *testing.T, srv *serverProc, args ...string) {
+func startAgent(t *testing.T, srv *serverProc, args ...string) agentProc {
 	t.Helper()
+	socket := filepath.Join(t.TempDir(), "agent.sock")
 	cmd := exec.Command(rootlineBin(t), append([]string{"agent", "--server", "http://" + srv.query,
-		"--listen", "127.0.0.1:0", "--discover=false", "--log.format", "json"}, args...)...)
+		"--listen", "127.0.0.1:0", "--socket", socket, "--discover=false", "--log.format", "json"}, args...)...)
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -68,7 +76,13 @@ func startAgent(t *testing.T, srv *serverProc, args ...string) {
 		}
 		srv.getJSON(t, "/api/v1/agents", &agents)
 		if len(agents) == 1 && len(agents[0].Processes) > 0 {
-			return
+			for line := range strings.SplitSeq(logs.String(), "\n") {
+				var l struct{ Msg, Listen string }
+				if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent started" {
+					return agentProc{addr: l.Listen, socket: socket}
+				}
+			}
+			t.Fatalf("no \"agent started\" line in the agent's log:\n%s", logs)
 		}
 		select {
 		case <-exited:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -28,7 +29,12 @@ import (
 	"github.com/rootline/rootline/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(socketClientEnv) != "" {
+		os.Exit(socketClientMain()) // a child of TestSocketChecksTheCallersUID
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeProfiler is a profiler for this unit test of the agent logic: it
 // records Start/Stop calls and dumps what dumpFn returns (by default one
