@@ -95,4 +95,3 @@ func TestSocketOwners(t *testing.T) {
 		c.CloseIdleConnections()
 	}
 }
-
