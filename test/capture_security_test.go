@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -136,4 +137,62 @@ func metric(t *testing.T, url, series string) float64 {
 		}
 	}
 	return 0
+}
+
+// TestRunAsAnotherUserRegistersItsOwnProcess: `rootline run` started by a
+// user other than root (nobody, ptrace mode) registers the process it
+// starts — that user's — with the root agent through the agent's unix
+// socket, where the agent checks the caller's uid; the server then lists it
+// under the run's service. (That such a user cannot register someone
+// else's process is internal/agent's TestSocketChecksTheCallersUID.)
+func TestRunAsAnotherUserRegistersItsOwnProcess(t *testing.T) {
+	requireBPF(t)
+	srv := startServer(t, t.TempDir())
+	anchor := startTarget(t, "sleep", "300")
+	ag := startAgent(t, srv, "--profilers", "cpu", "--target", fmt.Sprint("pid=", anchor))
+	// nobody must reach the socket.
+	for d := filepath.Dir(ag.socket); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const nobody = 65534
+	cmd := exec.Command(rootlineBin(t), "run", "--mode", "ptrace", "--reads", "ptrace", "--server", "", "--log.level", "debug",
+		"--agent", "unix:"+ag.socket, "--service", "nobodys-svc", "--", "sleep", "300")
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("rootline run as nobody:\n%s", logs)
+		}
+	})
+	var agents []struct {
+		Processes []struct {
+			PID     int64  `json:"pid"`
+			Service string `json:"service"`
+		} `json:"processes"`
+	}
+	var pid int64
+	for deadline := time.Now().Add(20 * time.Second); pid == 0 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		srv.getJSON(t, "/api/v1/agents", &agents)
+		for _, p := range agents[0].Processes {
+			if p.Service == "nobodys-svc" {
+				pid = p.PID
+			}
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("the agent never reported nobodys-svc: %+v", agents)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil || !strings.Contains(string(b), fmt.Sprintf("\nUid:\t%d\t%d\t%d", nobody, nobody, nobody)) {
+		t.Fatalf("registered pid %d is not nobody's process: %v\n%s", pid, err, b)
+	}
 }

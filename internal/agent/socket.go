@@ -31,7 +31,7 @@ type socketListener struct {
 func listenSocket(path string, mode os.FileMode, group string) (*socketListener, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("agent socket: %w", err)
+		return nil, fmt.Errorf("agent socket: %w (choose another path with --socket, or none with --socket= and a token)", err)
 	}
 	if err := checkSocketDir(dir); err != nil {
 		return nil, err
