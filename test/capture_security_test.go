@@ -29,11 +29,7 @@ import (
 func TestForgedSpansTriggerNoDump(t *testing.T) {
 	requireBPF(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hotgo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {
-		t.Fatalf("build target: %v\n%s", err, out)
-	}
-	victim := startTarget(t, bin, "--duration", "2m")
+	victim := startSpin(t, dir)
 	bystander := startTarget(t, "sleep", "300")
 	stranger := startTarget(t, "sleep", "300") // recorded by nobody
 	srv := startServer(t, filepath.Join(dir, "data"), "--detector.min-fill", "10",

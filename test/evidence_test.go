@@ -107,6 +107,17 @@ func startTarget(t *testing.T, name string, args ...string) int {
 	return cmd.Process.Pid
 }
 
+// startSpin builds bench/spin (a CPU-bound Go program whose hot function is
+// main.hotLoop) into dir, starts it for two minutes and returns its pid.
+func startSpin(t *testing.T, dir string) int {
+	t.Helper()
+	bin := filepath.Join(dir, "hotgo")
+	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {
+		t.Fatalf("build target: %v\n%s", err, out)
+	}
+	return startTarget(t, bin, "--duration", "2m")
+}
+
 // anomalyFor sends a warm-up of normal spans of service svc, then one slow
 // span served by pid that ends now, and returns the slow trace's id.
 func anomalyFor(t *testing.T, srv *serverProc, svc string, pid int) model.TraceID {
@@ -190,11 +201,7 @@ type node struct {
 func TestAnomalyCapturesCPUProfileOfTheServingProcess(t *testing.T) {
 	requireBPF(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hotgo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {
-		t.Fatalf("build target: %v\n%s", err, out)
-	}
-	pid := startTarget(t, bin, "--duration", "2m")
+	pid := startSpin(t, dir)
 	srv := startServer(t, filepath.Join(dir, "data"), "--detector.min-fill", "10", "--capture.pre", "3s", "--capture.post", "0s", "--capture.settle", "500ms")
 	startAgent(t, srv, "--profilers", "cpu", "--target", fmt.Sprintf("pid=%d,service=hot-svc", pid))
 	time.Sleep(4 * time.Second) // the flight recorder fills

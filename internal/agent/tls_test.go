@@ -2,19 +2,9 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,39 +12,8 @@ import (
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/store/storetest"
 	"github.com/rootline/rootline/internal/tlsconf"
+	"github.com/rootline/rootline/internal/tlsconf/tlstest"
 )
-
-// writeTestCert writes a self-signed certificate for 127.0.0.1 (its own CA).
-func writeTestCert(t *testing.T, dir, cn string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
-}
 
 // tlsServer runs the real capture server (capture.Manager) over TLS with
 // the given certificate; agentTLS configures its dump requests.
@@ -92,8 +51,8 @@ func tlsServer(t *testing.T, cert, key string, agentTLS tlsconf.Client) (*captur
 // API.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	srvCert, srvKey := writeTestCert(t, dir, "server")
-	agCert, agKey := writeTestCert(t, dir, "agent")
+	srvCert, srvKey := tlstest.WriteCert(t, dir, "server")
+	agCert, agKey := tlstest.WriteCert(t, dir, "agent")
 	proc := child(t)
 
 	for _, tc := range []struct {

@@ -123,6 +123,7 @@ type fixture struct {
 	m    *Manager
 	arts *storetest.MemArtifacts
 	url  string
+	reg  *prometheus.Registry
 }
 
 func newFixture(t *testing.T, mod func(*Config)) *fixture {
@@ -134,7 +135,8 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	arts := &storetest.MemArtifacts{}
-	m, err := New(cfg, arts, nil, nil)
+	reg := prometheus.NewRegistry()
+	m, err := New(cfg, arts, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	done := make(chan struct{})
 	go func() { _ = m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; srv.Close() })
-	return &fixture{m: m, arts: arts, url: srv.URL}
+	return &fixture{m: m, arts: arts, url: srv.URL, reg: reg}
 }
 
 // waitComplete waits until every capture is complete.
@@ -355,21 +357,9 @@ func TestRouting(t *testing.T) {
 // legitimate anomaly after them is captured, and its dump request names the
 // registration and service it was resolved to.
 func TestForgedSpansTriggerNoDump(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	cfg := DefaultConfig()
-	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 10*time.Millisecond
-	cfg.MinInterval, cfg.MaxPerMinute = 0, 0
-	m, err := New(cfg, &storetest.MemArtifacts{}, nil, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = m.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; srv.Close() })
-
-	ag := newTestAgent(t, srv.URL, "", 10)
+	f := newFixture(t, nil)
+	m := f.m
+	ag := newTestAgent(t, f.url, "", 10)
 	id := ag.register(t, agentapi.Process{PID: 4242, Service: "victim"}, agentapi.Process{PID: 77, Service: "bystander"})
 	base := time.Now().Add(-time.Minute)
 	m.OnCommitted([]*model.Span{
@@ -387,7 +377,7 @@ func TestForgedSpansTriggerNoDump(t *testing.T) {
 	if len(d) != 1 || d[0].PID != 4242 || d[0].AgentID != id || d[0].Service != "victim" || len(d[0].Spans) != 1 || d[0].Spans[0].TraceID[:2] != "05" {
 		t.Fatalf("dump requests = %+v, want one for pid 4242 of agent %s (service victim, trace 05…)", d, id)
 	}
-	if got := counter(t, reg, "rootline_capture_unregistered_pid_total"); got != 4 {
+	if got := counter(t, f.reg, "rootline_capture_unregistered_pid_total"); got != 4 {
 		t.Errorf("rootline_capture_unregistered_pid_total = %v, want 4", got)
 	}
 }
