@@ -4,8 +4,6 @@ import (
 	"go/parser"
 	"go/token"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +36,10 @@ func TestAgentLinksNoServerPackage(t *testing.T) {
 			}
 		}
 	}
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command lists the dependencies: %v", err)
+	}
 	for _, goos := range []string{"linux", "darwin"} {
 		cmd := exec.Command(goBin, append([]string{"list", "-deps"}, roots...)...)
 		cmd.Env = append(cmd.Environ(), "GOOS="+goos)
