@@ -521,6 +521,9 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 	cfg := testConfig(url)
 	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
 	a := startAgent(t, cfg, cpu)
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // before the agent's: a failed test must not leave dumps waiting
 	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
 	dumpURL := apiURL(a, agentapi.DumpPath)
 	pid := int64(proc.Process.Pid)
@@ -534,11 +537,12 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 			t.Fatalf("%s: %d %s", r.CaptureID, code, body)
 		}
 	}
+	waitUntil(t, "the first dump", func() bool { return cpu.dumpCount() >= 1 })
 	time.Sleep(50 * time.Millisecond)
 	if n := cpu.dumpCount(); n != 1 {
 		t.Fatalf("dumps while the first runs = %d, want 1 (the others wait)", n)
 	}
-	close(release)
+	releaseAll()
 	for id, want := range map[string]string{"first": "cpu-1000-1010", "inside": "cpu-1000-1010", "beyond": "cpu-1005-1020"} {
 		waitUntil(t, id, func() bool { _, _, ok := rec.done(id); return ok })
 		c, files, _ := rec.done(id)
