@@ -14,9 +14,11 @@ import (
 var agentRoleFiles = []string{"agent.go", "kmetrics.go", "profilers.go", "profilers_linux.go", "profilers_other.go", "sweep_linux.go"}
 
 // serverPackages must not be linked by the agent: it runs as root on every
-// node, and the server's code (storage, ingest, queries) has no business
-// there.
-var serverPackages = []string{"store", "capture", "pipeline", "query", "server", "receiver", "blob", "export", "anomaly"}
+// node, and the server's code (storage, ingest, capture trigger, queries)
+// has no business there. (internal/export is not one: `rootline run`'s
+// shipper encodes its spans with it, and the agent links the run role for
+// its datapath sweeper.)
+var serverPackages = []string{"store", "capture", "pipeline", "query", "server", "receiver", "blob", "anomaly"}
 
 // TestAgentLinksNoServerPackage: the packages the agent role imports, and
 // everything they import in turn, include no package of the server.
