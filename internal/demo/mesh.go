@@ -553,7 +553,9 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (stri
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false", "--auth.token-file", tokenFile)
+	// The pods and the server reach the agent over TCP with the token: no
+	// unix socket, which would clash with a node's own agent's.
+	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--socket=", "--discover=false", "--auth.token-file", tokenFile)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	// The thread that forks the agent stays until the agent ends: its end
