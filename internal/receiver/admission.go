@@ -1,11 +1,14 @@
 package receiver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
 )
@@ -17,16 +20,25 @@ import (
 // (never the length it claims), then the pre-scan's estimate of what decoding
 // and translating it will allocate (wire.go), and gives all back when it is
 // answered. A request that finds the budget spent is answered 429 / gRPC
-// RESOURCE_EXHAUSTED with a retry delay, as the pipeline's back-pressure is;
-// one that could never fit is answered 413. Each receiver also decodes at
+// RESOURCE_EXHAUSTED with a retry delay, as the pipeline's back-pressure is,
+// once it has waited budgetWait for others to give memory back (so that
+// under load the requests nearest to done finish and free theirs); one that
+// could never fit is answered 413. Each receiver also decodes at
 // most Config.MaxConcurrentRequests requests at once. Together with the
 // pipeline's queue bound in bytes, this bounds the server's memory whatever
 // clients send (docs/security.md has the sum).
 
-// budget is a count of bytes shared by requests, taken without waiting.
+// budgetWait is how long a request waits for memory others hold before it
+// is answered 429: short, as it holds what it has taken meanwhile.
+const budgetWait = 2 * time.Second
+
+// budget is a count of bytes shared by requests.
 type budget struct {
 	size int64
 	used atomic.Int64
+
+	mu    sync.Mutex
+	freed chan struct{} // closed when bytes are given back; nil when nobody waits
 }
 
 func newBudget(size int64) *budget { return &budget{size: size} }
@@ -44,29 +56,67 @@ func (b *budget) tryTake(n int64) bool {
 	}
 }
 
-func (b *budget) give(n int64) { b.used.Add(-n) }
+func (b *budget) give(n int64) {
+	if n == 0 {
+		return
+	}
+	b.used.Add(-n)
+	b.mu.Lock()
+	if b.freed != nil {
+		close(b.freed)
+		b.freed = nil
+	}
+	b.mu.Unlock()
+}
+
+// whenFreed returns a channel closed the next time bytes are given back.
+func (b *budget) whenFreed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed == nil {
+		b.freed = make(chan struct{})
+	}
+	return b.freed
+}
 
 // reservation is what one request holds of the budget; release gives it all
 // back. Not safe for concurrent use.
 type reservation struct {
 	b    *budget
+	ctx  context.Context // the request's: waiting ends with it
 	held int64
 }
 
-func (b *budget) reserve() *reservation { return &reservation{b: b} }
+func (b *budget) reserve(ctx context.Context) *reservation { return &reservation{b: b, ctx: ctx} }
 
-// grow takes n more bytes, or returns errOverBudget when others hold too
-// much of the budget, errExceedsBudget when the request alone would need
-// more than all of it.
+// grow takes n more bytes, waiting up to budgetWait for others to give some
+// back. It returns errOverBudget when they did not, errExceedsBudget at
+// once when the request alone would need more than the whole budget, or the
+// request's context error.
 func (r *reservation) grow(n int64) error {
 	if r.held+n > r.b.size {
 		return errExceedsBudget
 	}
-	if !r.b.tryTake(n) {
-		return errOverBudget
+	var timeout <-chan time.Time
+	for {
+		freed := r.b.whenFreed()
+		if r.b.tryTake(n) {
+			r.held += n
+			return nil
+		}
+		if timeout == nil {
+			t := time.NewTimer(budgetWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-freed:
+		case <-timeout:
+			return errOverBudget
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
 	}
-	r.held += n
-	return nil
 }
 
 // shrink gives n bytes back early (memory the request no longer holds).

@@ -226,7 +226,7 @@ func (c *cardinality) sweep(now int64) {
 	}
 }
 
-// SeedServices makes services already stored known to the cardinality caps
-// without counting them as new (call it before Start, with the store's
+// SetKnownServices makes services already stored known to the cardinality
+// caps without counting them as new (call it before Start, with the store's
 // services): after a restart they are not filed under the overflow name.
-func (r *Receivers) SeedServices(names []string) { r.card.seedServices(names) }
+func (r *Receivers) SetKnownServices(names []string) { r.card.seedServices(names) }

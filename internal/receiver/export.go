@@ -46,7 +46,7 @@ func (r *Receivers) decodeOTLP(body []byte, mt string, sig signal, res *reservat
 	var scan scanResult
 	var err error
 	if mt == mediaJSON {
-		scan, err = scanJSON(body, otlpJSONNesting(depth), otlpJSONCosts)
+		scan, err = scanJSON(body, otlpJSONNesting(depth), otlpJSONCosts, otlpJSONLimit(depth))
 	} else {
 		scan, err = scanProto(body, sig.root, depth)
 	}

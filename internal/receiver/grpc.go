@@ -158,11 +158,12 @@ func (r *Receivers) exportGRPC(ctx context.Context, dec func(any) error, sig sig
 	} else if err := dec(&msg); err != nil {
 		return nil, r.readFailed(ctx, err)
 	}
-	res := r.budget.reserve()
+	res := r.budget.reserve(ctx)
 	defer res.release()
-	if err := res.grow(int64(msg.data.Len())); err != nil {
+	size := int64(msg.data.Len())
+	if err := res.grow(size); err != nil {
 		msg.data.Free()
-		return nil, r.refuseGRPC(rcv, r.budgetRejection(err, int64(msg.data.Len())))
+		return nil, r.refuseGRPC(rcv, r.budgetRejection(err, size))
 	}
 	body := msg.data.Materialize()
 	msg.data.Free()

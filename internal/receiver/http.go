@@ -43,7 +43,7 @@ func (r *Receivers) otlpHTTPHandler() http.Handler {
 // the response, success or Status, is in the request's encoding.
 func (r *Receivers) handleOTLPHTTP(w http.ResponseWriter, req *http.Request) {
 	const rcv = receiverOTLPHTTP
-	res := r.budget.reserve()
+	res := r.budget.reserve(req.Context())
 	defer res.release()
 	exp := ptraceotlp.NewExportRequest()
 	mt, done, ok := r.readOTLPHTTP(w, req, tracesSignal, res, exp)
@@ -160,7 +160,7 @@ func (r *Receivers) handleZipkin(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("Content-Type %q is not supported: send Zipkin v2 JSON (application/json)", req.Header.Get("Content-Type"))))
 		return
 	}
-	res := r.budget.reserve()
+	res := r.budget.reserve(req.Context())
 	defer res.release()
 	body, rej := r.readRequest(w, req, rcv, res)
 	if rej != nil {
@@ -173,7 +173,7 @@ func (r *Receivers) handleZipkin(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer s.give()
-	scan, err := scanJSON(body, zipkinJSONNesting, zipkinJSONCosts)
+	scan, err := scanJSON(body, zipkinJSONNesting, zipkinJSONCosts, "")
 	if err != nil {
 		r.refuse(w, rcv, "", invalidRequest(&InvalidError{Reason: err.Error()}, 0))
 		return

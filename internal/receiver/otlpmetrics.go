@@ -42,7 +42,7 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 		http.Error(w, "this server does not store metrics", http.StatusNotFound)
 		return
 	}
-	res := r.budget.reserve()
+	res := r.budget.reserve(req.Context())
 	defer res.release()
 	exp := pmetricotlp.NewExportRequest()
 	mt, done, ok := r.readOTLPHTTP(w, req, metricsSignal, res, exp)

@@ -213,9 +213,10 @@ var (
 )
 
 // scanJSON walks a JSON body, strings and escapes included, and refuses it
-// when objects and arrays nest deeper than maxNesting; it estimates the bytes
-// decoding it takes. It checks nothing else: the decoder does.
-func scanJSON(b []byte, maxNesting int, costs jsonCosts) (scanResult, error) {
+// when objects and arrays nest deeper than maxNesting (saying why with
+// limit); it estimates the bytes decoding it takes. It checks nothing else:
+// the decoder does.
+func scanJSON(b []byte, maxNesting int, costs jsonCosts, limit string) (scanResult, error) {
 	res := scanResult{estimate: int64(len(b)) * costs.perByte}
 	depth := 0
 	inString := false
@@ -235,7 +236,7 @@ func scanJSON(b []byte, maxNesting int, costs jsonCosts) (scanResult, error) {
 			inString = true
 		case '{', '[':
 			if depth++; depth > maxNesting {
-				return res, &scanError{fmt.Sprintf("JSON nested deeper than %d levels", maxNesting)}
+				return res, &scanError{fmt.Sprintf("JSON nested deeper than %d levels%s", maxNesting, limit)}
 			}
 			res.estimate += costs.container
 		case '}', ']':
@@ -245,6 +246,11 @@ func scanJSON(b []byte, maxNesting int, costs jsonCosts) (scanResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// otlpJSONLimit says why OTLP/JSON nesting is bounded.
+func otlpJSONLimit(maxDepth int) string {
+	return fmt.Sprintf(", more than attribute values nested %d deep take (limit receiver.limits.max_attribute_depth)", maxDepth)
 }
 
 // otlpJSONNesting is how deeply an OTLP/JSON request nests around attribute

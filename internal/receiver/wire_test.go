@@ -285,9 +285,9 @@ func TestEstimateBoundsAllocations(t *testing.T) {
 			var err error
 			switch {
 			case strings.HasPrefix(c.name, "zipkin"):
-				res, err = scanJSON(c.body, zipkinJSONNesting, zipkinJSONCosts)
+				res, err = scanJSON(c.body, zipkinJSONNesting, zipkinJSONCosts, "")
 			case c.json:
-				res, err = scanJSON(c.body, otlpJSONNesting(16), otlpJSONCosts)
+				res, err = scanJSON(c.body, otlpJSONNesting(16), otlpJSONCosts, "")
 			default:
 				root := kindTraceRequest
 				if strings.HasPrefix(c.name, "metrics") {
@@ -338,7 +338,7 @@ func TestScanProtoMalformed(t *testing.T) {
 		if (err != nil) != (depth > 16) {
 			t.Errorf("depth %d: %v", depth, err)
 		}
-		_, err = scanJSON(receivertest.NestedJSON(depth), otlpJSONNesting(16), otlpJSONCosts)
+		_, err = scanJSON(receivertest.NestedJSON(depth), otlpJSONNesting(16), otlpJSONCosts, "")
 		if err != nil {
 			t.Errorf("JSON depth %d refused by the scan (the translation checks it): %v", depth, err)
 		}
@@ -348,10 +348,10 @@ func TestScanProtoMalformed(t *testing.T) {
 func TestScanJSONStrings(t *testing.T) {
 	// Brackets inside strings, escaped quotes included, do not nest.
 	body := []byte(`[{"a":"[[[[\"[[[[","b":"\\"},{"c":"]]]]"}]`)
-	if _, err := scanJSON(body, 2, otlpJSONCosts); err != nil {
+	if _, err := scanJSON(body, 2, otlpJSONCosts, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := scanJSON([]byte(`[[[`), 2, otlpJSONCosts); err == nil {
+	if _, err := scanJSON([]byte(`[[[`), 2, otlpJSONCosts, ""); err == nil {
 		t.Fatal("three levels passed a limit of two")
 	}
 }

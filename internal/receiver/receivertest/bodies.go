@@ -1,10 +1,11 @@
 // Package receivertest builds hostile request bodies for tests of the
 // receivers: attribute values nested far deeper than any decoder should
-// recurse, built without recursion and without pdata (which could not hold
-// them).
+// recurse, or made of millions of empty elements, built without recursion
+// and without pdata (which could not hold them).
 package receivertest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strings"
@@ -30,7 +31,21 @@ func NestedProto(depth int) []byte {
 		value = append(value, 1<<3|2) // ArrayValue.values
 		value = binary.AppendUvarint(value, anyLen[k-1])
 	}
-	kv := append(field(1, []byte("nested")), field(2, value)...) // KeyValue
+	return oneAttribute("nested", value)
+}
+
+// EmptyElements returns an OTLP ExportTraceServiceRequest in protobuf
+// holding one valid span whose one attribute is an array of n empty values:
+// 2 bytes each on the wire, the shape that costs a decoder the most memory
+// per byte.
+func EmptyElements(n int) []byte {
+	return oneAttribute("empties", field(5, bytes.Repeat([]byte{1<<3 | 2, 0}, n)))
+}
+
+// oneAttribute is a request of one span with one attribute whose AnyValue
+// is value (wire bytes).
+func oneAttribute(key string, value []byte) []byte {
+	kv := append(field(1, []byte(key)), field(2, value)...) // KeyValue
 	now := uint64(time.Now().UnixNano())
 	span := field(1, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}) // trace_id
 	span = append(span, field(2, []byte{1, 2, 3, 4, 5, 6, 7, 8})...)                // span_id
