@@ -248,7 +248,7 @@ func (s *Server) retentionLoop(ctx context.Context) {
 
 // logMemoryBound says, once at start, what bounds the server's memory.
 func (s *Server) logMemoryBound() {
-	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound()/(1<<20)<<20).String()}
+	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
 	for _, p := range s.cfg.memoryParts() {
 		attrs = append(attrs, strings.ReplaceAll(p.name, " ", "_"), ByteSize(p.bytes/(1<<20)<<20).String())
 	}
