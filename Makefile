@@ -78,7 +78,11 @@ demo: build
 # input is left in testdata/fuzz to become a regression test.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
-	./internal/httpstream:FuzzRewriterSplits
+	./internal/httpstream:FuzzRewriterSplits \
+	./internal/receiver:FuzzOTLPProto \
+	./internal/receiver:FuzzOTLPJSON \
+	./internal/receiver:FuzzZipkin \
+	./internal/query:FuzzQueryParams
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -14,7 +14,7 @@ import (
 	"github.com/rootline/rootline/internal/model"
 )
 
-func readTestdata(t *testing.T, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
