@@ -343,7 +343,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.StringVar(&c.Export.Endpoint, "export.otlp.endpoint", c.Export.Endpoint, "also send enriched spans to this OTLP/gRPC endpoint (host:port, plaintext)")
 	fs.StringVar(&c.SQLite.Synchronous, "sqlite.synchronous", c.SQLite.Synchronous, "FULL: acknowledged spans survive power loss; NORMAL: they survive a server crash (faster)")
-	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token for the agent/artifact API (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token of every /api/ route, /metrics and the agent API, and of the receivers unless they have their own (or set ROOTLINE_AUTH_TOKEN)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time allowed to drain receivers and commit queued spans")
 	fs.StringVar(&c.LogLevel, "log.level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log.format", c.LogFormat, "text or json")
