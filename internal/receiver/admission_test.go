@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 	"golang.org/x/net/http2"
@@ -39,8 +40,14 @@ import (
 // startWith starts the three receivers on loopback with cfg's bounds.
 func startWith(t *testing.T, cfg Config, c pipeline.Consumer) *Receivers {
 	t.Helper()
+	return startWithRegistry(t, cfg, c, nil)
+}
+
+// startWithRegistry is startWith with metrics registered in reg.
+func startWithRegistry(t *testing.T, cfg Config, c pipeline.Consumer, reg prometheus.Registerer) *Receivers {
+	t.Helper()
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	r, err := New(cfg, c, nil, nil)
+	r, err := New(cfg, c, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +247,8 @@ func TestConcurrencyAndMemoryBounds(t *testing.T) {
 		cfg     Config
 		wantMsg string
 	}{
-		{name: "one request at a time", cfg: Config{MaxConcurrentRequests: 1, MaxRequestBytes: 1 << 20}, wantMsg: "handling 1 requests, its limit (receiver.max_concurrent_requests)"},
-		{name: "memory for one request", cfg: Config{MaxInflightBytes: perRequest + perRequest/2, MaxRequestBytes: perRequest / 4}, wantMsg: "memory for requests in flight"},
+		{name: "one request at a time", cfg: Config{Admission: Admission{MaxConcurrentRequests: 1}, MaxRequestBytes: 1 << 20}, wantMsg: "handling 1 requests, its limit (receiver.max_concurrent_requests)"},
+		{name: "memory for one request", cfg: Config{Admission: Admission{MaxInflightBytes: perRequest + perRequest/2}, MaxRequestBytes: perRequest / 4}, wantMsg: "memory for requests in flight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bc := &blockingConsumer{entered: make(chan struct{}, 8), release: make(chan struct{})}
@@ -280,7 +287,7 @@ func TestConcurrencyAndMemoryBounds(t *testing.T) {
 		})
 	}
 	t.Run("a request that could never fit is too large", func(t *testing.T) {
-		r := startWith(t, Config{MaxInflightBytes: 4 * int64(len(body)), MaxRequestBytes: int64(len(body))}, &recorder{})
+		r := startWith(t, Config{Admission: Admission{MaxInflightBytes: 4 * int64(len(body))}, MaxRequestBytes: int64(len(body))}, &recorder{})
 		resp, b := do(t, httpClient(t), r.Addrs().HTTP, httpReq{path: "/v1/traces", contentType: mediaProto, body: body})
 		st := decodeStatus(t, mediaProto, b)
 		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(st.GetMessage(), "send smaller batches") {
@@ -304,7 +311,7 @@ func hasRetryInfo(st *status.Status) bool {
 func TestStalledBodies(t *testing.T) {
 	const timeout = 700 * time.Millisecond
 	rec := &recorder{}
-	r := startWith(t, Config{ReadTimeout: timeout}, rec)
+	r := startWith(t, Config{Admission: Admission{ReadTimeout: timeout}}, rec)
 	addrs := r.Addrs()
 	const conns = 20
 	var open []net.Conn
@@ -356,7 +363,7 @@ func TestStalledBodies(t *testing.T) {
 // slot is free again.
 func TestStalledGRPCMessage(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	r := startWith(t, Config{ReadTimeout: timeout, MaxConcurrentRequests: 1}, &recorder{})
+	r := startWith(t, Config{Admission: Admission{ReadTimeout: timeout, MaxConcurrentRequests: 1}}, &recorder{})
 	conn, err := net.Dial("tcp", r.Addrs().GRPC)
 	if err != nil {
 		t.Fatal(err)

@@ -51,21 +51,11 @@ func DefaultCardinality() CardinalityConfig {
 
 func (c CardinalityConfig) withDefaults() CardinalityConfig {
 	d := DefaultCardinality()
-	if c.MaxServices == 0 {
-		c.MaxServices = d.MaxServices
-	}
-	if c.MaxNewServicesPerMinute == 0 {
-		c.MaxNewServicesPerMinute = d.MaxNewServicesPerMinute
-	}
-	if c.MaxOperationsPerService == 0 {
-		c.MaxOperationsPerService = d.MaxOperationsPerService
-	}
-	if c.MaxOperations == 0 {
-		c.MaxOperations = d.MaxOperations
-	}
-	if c.ForgetAfter == 0 {
-		c.ForgetAfter = d.ForgetAfter
-	}
+	orDefault(&c.MaxServices, d.MaxServices)
+	orDefault(&c.MaxNewServicesPerMinute, d.MaxNewServicesPerMinute)
+	orDefault(&c.MaxOperationsPerService, d.MaxOperationsPerService)
+	orDefault(&c.MaxOperations, d.MaxOperations)
+	orDefault(&c.ForgetAfter, d.ForgetAfter)
 	return c
 }
 

@@ -63,8 +63,8 @@ func (r *Receivers) newGRPCServer() *grpc.Server {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(r.tls)))
 	}
 	s := grpc.NewServer(opts...)
-	s.RegisterService(&traceServiceDesc, r)
-	s.RegisterService(&metricsServiceDesc, r) // otlpmetrics.go
+	s.RegisterService(traceServiceDesc, r)
+	s.RegisterService(metricsServiceDesc, r)
 	return s
 }
 
@@ -75,19 +75,29 @@ type otlpGRPCServer interface {
 
 var _ otlpGRPCServer = (*Receivers)(nil)
 
-// traceServiceDesc is OTLP's TraceService (opentelemetry/proto/collector/
-// trace/v1/trace_service.proto) over raw messages.
-var traceServiceDesc = grpc.ServiceDesc{
-	ServiceName: "opentelemetry.proto.collector.trace.v1.TraceService",
-	HandlerType: (*otlpGRPCServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Export",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			return srv.(otlpGRPCServer).exportGRPC(ctx, dec, tracesSignal)
-		},
-	}},
-	Metadata: "opentelemetry/proto/collector/trace/v1/trace_service.proto",
+// otlpServiceDesc describes an OTLP collector service (opentelemetry/proto/
+// collector/<signal>/v1/<signal>_service.proto) with its one method,
+// Export, over raw messages.
+func otlpServiceDesc(name, proto string, sig signal) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
+		ServiceName: name,
+		HandlerType: (*otlpGRPCServer)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: "Export",
+			Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+				return srv.(otlpGRPCServer).exportGRPC(ctx, dec, sig)
+			},
+		}},
+		Metadata: proto,
+	}
 }
+
+var (
+	traceServiceDesc = otlpServiceDesc("opentelemetry.proto.collector.trace.v1.TraceService",
+		"opentelemetry/proto/collector/trace/v1/trace_service.proto", tracesSignal)
+	metricsServiceDesc = otlpServiceDesc("opentelemetry.proto.collector.metrics.v1.MetricsService",
+		"opentelemetry/proto/collector/metrics/v1/metrics_service.proto", metricsSignal)
+)
 
 // rawMessage is a gRPC message as bytes: a request's are held (data) until
 // the handler has reserved memory for them; a response's are out.

@@ -67,9 +67,7 @@ func (l Limits) withDefaults() Limits {
 		{&l.MaxEvents, &d.MaxEvents}, {&l.MaxLinks, &d.MaxLinks},
 		{&l.MaxValueBytes, &d.MaxValueBytes}, {&l.MaxNameBytes, &d.MaxNameBytes},
 	} {
-		if *f.v == 0 {
-			*f.v = *f.def
-		}
+		orDefault(f.v, *f.def)
 	}
 	return l
 }

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/rootline/rootline/internal/model"
@@ -55,20 +54,6 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 		return
 	}
 	r.writeOTLPHTTP(w, mt, pmetricotlp.NewExportResponse())
-}
-
-// metricsServiceDesc is OTLP's MetricsService (opentelemetry/proto/
-// collector/metrics/v1/metrics_service.proto) over raw messages (grpc.go).
-var metricsServiceDesc = grpc.ServiceDesc{
-	ServiceName: "opentelemetry.proto.collector.metrics.v1.MetricsService",
-	HandlerType: (*otlpGRPCServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Export",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			return srv.(otlpGRPCServer).exportGRPC(ctx, dec, metricsSignal)
-		},
-	}},
-	Metadata: "opentelemetry/proto/collector/metrics/v1/metrics_service.proto",
 }
 
 // exportMetrics translates and stores the points of one decoded export.

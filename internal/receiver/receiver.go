@@ -58,6 +58,22 @@ type Config struct {
 	// (cardinality.go).
 	Cardinality CardinalityConfig `yaml:"cardinality"`
 
+	// Admission bounds connections, concurrency and the memory of requests
+	// in flight.
+	Admission `yaml:",inline"`
+
+	// TLS, when enabled, serves every receiver over TLS; with a client CA,
+	// clients must present a certificate it signed, and that certificate
+	// authenticates them in place of the token.
+	TLS tlsconf.Server `yaml:"tls"`
+	// AuthToken, when set, is the bearer token every request must carry
+	// (HTTP Authorization, gRPC metadata "authorization").
+	AuthToken string `yaml:"-"`
+}
+
+// Admission bounds what the receivers take on at once. Zero fields take the
+// defaults above.
+type Admission struct {
 	// MaxConcurrentRequests bounds the requests each receiver decodes and
 	// stores at once; beyond it requests get 429 / RESOURCE_EXHAUSTED with a
 	// retry delay. On gRPC it counts RPCs from the moment their message
@@ -75,14 +91,13 @@ type Config struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+}
 
-	// TLS, when enabled, serves every receiver over TLS; with a client CA,
-	// clients must present a certificate it signed, and that certificate
-	// authenticates them in place of the token.
-	TLS tlsconf.Server `yaml:"tls"`
-	// AuthToken, when set, is the bearer token every request must carry
-	// (HTTP Authorization, gRPC metadata "authorization").
-	AuthToken string `yaml:"-"`
+// DefaultAdmission returns the default bounds.
+func DefaultAdmission() Admission {
+	return Admission{MaxConcurrentRequests: DefaultMaxConcurrentRequests, MaxInflightBytes: DefaultMaxInflightBytes,
+		MaxConnections: DefaultMaxConnections, ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout: DefaultReadTimeout, IdleTimeout: DefaultIdleTimeout}
 }
 
 // DefaultConfig returns the standard ports of the three protocols on
@@ -90,38 +105,31 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{GRPCAddr: "127.0.0.1:4317", HTTPAddr: "127.0.0.1:4318", ZipkinAddr: "127.0.0.1:9411",
 		MaxRequestBytes: DefaultMaxRequestBytes, Limits: DefaultLimits(), Cardinality: DefaultCardinality(),
-		MaxConcurrentRequests: DefaultMaxConcurrentRequests, MaxInflightBytes: DefaultMaxInflightBytes,
-		MaxConnections: DefaultMaxConnections, ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		ReadTimeout: DefaultReadTimeout, IdleTimeout: DefaultIdleTimeout}
+		Admission: DefaultAdmission()}
 }
 
 // withDefaults fills the zero bounds.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.MaxRequestBytes == 0 {
-		c.MaxRequestBytes = d.MaxRequestBytes
-	}
-	if c.MaxConcurrentRequests == 0 {
-		c.MaxConcurrentRequests = d.MaxConcurrentRequests
-	}
-	if c.MaxInflightBytes == 0 {
-		c.MaxInflightBytes = d.MaxInflightBytes
-	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = d.MaxConnections
-	}
-	if c.ReadHeaderTimeout == 0 {
-		c.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if c.ReadTimeout == 0 {
-		c.ReadTimeout = d.ReadTimeout
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
+	orDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
+	a := &c.Admission
+	orDefault(&a.MaxConcurrentRequests, d.MaxConcurrentRequests)
+	orDefault(&a.MaxInflightBytes, d.MaxInflightBytes)
+	orDefault(&a.MaxConnections, d.MaxConnections)
+	orDefault(&a.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	orDefault(&a.ReadTimeout, d.ReadTimeout)
+	orDefault(&a.IdleTimeout, d.IdleTimeout)
 	c.Limits = c.Limits.withDefaults()
 	c.Cardinality = c.Cardinality.withDefaults()
 	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
 }
 
 // Validate checks the configuration (zero bounds mean their defaults).

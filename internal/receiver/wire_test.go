@@ -221,8 +221,9 @@ func TestEstimateBoundsAllocations(t *testing.T) {
 		decode func() error
 	}
 	var cases []tc
-	for name, td := range traceShapes() {
-		req := ptraceotlp.NewExportRequestFromTraces(td)
+	// both adds a request in both encodings; translate decodes and
+	// translates what exp was decoded into.
+	both := func(name string, req otlpResponse, newExp func() otlpRequest, translate func(otlpRequest) error) {
 		pb, _ := req.MarshalProto()
 		js, _ := req.MarshalJSON()
 		for _, enc := range []struct {
@@ -230,7 +231,7 @@ func TestEstimateBoundsAllocations(t *testing.T) {
 			json bool
 		}{{pb, false}, {js, true}} {
 			cases = append(cases, tc{name: name, body: enc.body, json: enc.json, decode: func() error {
-				exp := ptraceotlp.NewExportRequest()
+				exp := newExp()
 				var err error
 				if enc.json {
 					err = exp.UnmarshalJSON(enc.body)
@@ -240,34 +241,23 @@ func TestEstimateBoundsAllocations(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				_, err = FromPdata(exp.Traces(), Limits{})
-				return err
+				return translate(exp)
 			}})
 		}
 	}
-	for name, md := range metricShapes() {
-		req := pmetricotlp.NewExportRequestFromMetrics(md)
-		pb, _ := req.MarshalProto()
-		js, _ := req.MarshalJSON()
-		for _, enc := range []struct {
-			body []byte
-			json bool
-		}{{pb, false}, {js, true}} {
-			cases = append(cases, tc{name: "metrics " + name, body: enc.body, json: enc.json, decode: func() error {
-				exp := pmetricotlp.NewExportRequest()
-				var err error
-				if enc.json {
-					err = exp.UnmarshalJSON(enc.body)
-				} else {
-					err = exp.UnmarshalProto(enc.body)
-				}
-				if err != nil {
-					return err
-				}
-				_, err = FromPdataMetrics(exp.Metrics(), Limits{})
+	for name, td := range traceShapes() {
+		both(name, ptraceotlp.NewExportRequestFromTraces(td), func() otlpRequest { return ptraceotlp.NewExportRequest() },
+			func(exp otlpRequest) error {
+				_, err := FromPdata(exp.(ptraceotlp.ExportRequest).Traces(), Limits{})
 				return err
-			}})
-		}
+			})
+	}
+	for name, md := range metricShapes() {
+		both("metrics "+name, pmetricotlp.NewExportRequestFromMetrics(md), func() otlpRequest { return pmetricotlp.NewExportRequest() },
+			func(exp otlpRequest) error {
+				_, err := FromPdataMetrics(exp.(pmetricotlp.ExportRequest).Metrics(), Limits{})
+				return err
+			})
 	}
 	for name, body := range zipkinShapes() {
 		cases = append(cases, tc{name: "zipkin " + name, body: body, json: true, decode: func() error {

@@ -82,14 +82,9 @@ type ReceiverConfig struct {
 	// senders can reach the receivers.
 	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
 
-	MaxConcurrentRequests int                        `yaml:"max_concurrent_requests"`
-	MaxInflightBytes      int64                      `yaml:"max_inflight_bytes"`
-	MaxConnections        int                        `yaml:"max_connections"`
-	ReadHeaderTimeout     time.Duration              `yaml:"read_header_timeout"`
-	ReadTimeout           time.Duration              `yaml:"read_timeout"`
-	IdleTimeout           time.Duration              `yaml:"idle_timeout"`
-	Limits                receiver.Limits            `yaml:"limits"`
-	Cardinality           receiver.CardinalityConfig `yaml:"cardinality"`
+	receiver.Admission `yaml:",inline"`
+	Limits             receiver.Limits            `yaml:"limits"`
+	Cardinality        receiver.CardinalityConfig `yaml:"cardinality"`
 }
 
 // SQLite settings of the embedded store.
@@ -103,6 +98,7 @@ type SQLite struct {
 // ./rootline-data, every listener on loopback.
 func DefaultConfig() Config {
 	rd := receiver.DefaultConfig()
+	rd.MaxInflightBytes = 0 // a share of MemoryLimit
 	pipe := pipeline.DefaultConfig()
 	pipe.QueueBytes = 0 // a share of MemoryLimit
 	det := anomaly.DefaultConfig()
@@ -116,11 +112,7 @@ func DefaultConfig() Config {
 		ZipkinAddr:      rd.ZipkinAddr,
 		QueryAddr:       "127.0.0.1:16686",
 		MaxRequestBytes: rd.MaxRequestBytes,
-		Receiver: ReceiverConfig{
-			MaxConcurrentRequests: rd.MaxConcurrentRequests, MaxConnections: rd.MaxConnections,
-			ReadHeaderTimeout: rd.ReadHeaderTimeout, ReadTimeout: rd.ReadTimeout, IdleTimeout: rd.IdleTimeout,
-			Limits: rd.Limits, Cardinality: rd.Cardinality,
-		},
+		Receiver:        ReceiverConfig{Admission: rd.Admission, Limits: rd.Limits, Cardinality: rd.Cardinality},
 		MemoryLimit:     1 << 30,
 		Pipeline:        pipe,
 		Detector:        det,
@@ -157,9 +149,7 @@ func (c Config) receiverConfig() receiver.Config {
 	return receiver.Config{
 		GRPCAddr: c.OTLPGRPCAddr, HTTPAddr: c.OTLPHTTPAddr, ZipkinAddr: c.ZipkinAddr,
 		MaxRequestBytes: c.MaxRequestBytes, Limits: r.Limits, Cardinality: r.Cardinality,
-		MaxConcurrentRequests: r.MaxConcurrentRequests, MaxInflightBytes: r.MaxInflightBytes, MaxConnections: r.MaxConnections,
-		ReadHeaderTimeout: r.ReadHeaderTimeout, ReadTimeout: r.ReadTimeout, IdleTimeout: r.IdleTimeout,
-		TLS: r.TLS, AuthToken: r.AuthToken,
+		Admission: r.Admission, TLS: r.TLS, AuthToken: r.AuthToken,
 	}
 }
 

@@ -52,19 +52,28 @@ func TestLoad(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ROOTLINE_AUTH_TOKEN", tc.env)
-			c, err := Load(tc.args, func(fs *flag.FlagSet) {})
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to mention %q", err, tc.wantErr)
-				}
-				return
+			if c, ok := load(t, tc.args, tc.wantErr); ok {
+				tc.check(t, c)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, c)
 		})
 	}
+}
+
+// load runs Load on args: when wantErr is set it checks the error mentions
+// it and returns false; otherwise it fails on any error.
+func load(t *testing.T, args []string, wantErr string) (Config, bool) {
+	t.Helper()
+	c, err := Load(args, func(fs *flag.FlagSet) {})
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err = %v, want it to mention %q", err, wantErr)
+		}
+		return c, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, true
 }
 
 func TestLoadTokenFile(t *testing.T) {
@@ -123,15 +132,9 @@ func TestReceiverAuthentication(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ROOTLINE_AUTH_TOKEN", tc.authEnv)
 			t.Setenv("ROOTLINE_INGEST_TOKEN", tc.ingest)
-			c, err := Load(tc.args, nil)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
+			c, ok := load(t, tc.args, tc.wantErr)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.Receiver.AuthToken != tc.wantToken {
 				t.Errorf("receiver token %q, want %q", c.Receiver.AuthToken, tc.wantToken)
@@ -197,17 +200,9 @@ func TestMemoryLimit(t *testing.T) {
 				v, _ := ParseByteSize(tc.env)
 				debug.SetMemoryLimit(int64(v)) // as the runtime does at start
 			}
-			c, err := Load(tc.args, nil)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tc.wantErr)
-				}
-				return
+			if c, ok := load(t, tc.args, tc.wantErr); ok {
+				tc.check(t, c)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, c)
 		})
 	}
 }
