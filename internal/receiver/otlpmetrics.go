@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -70,6 +71,8 @@ func (r *Receivers) exportMetrics(ctx context.Context, receiver string, md pmetr
 		r.logger.Warn("storing metrics failed", "receiver", receiver, "err", err)
 		rej := refusal(http.StatusServiceUnavailable, outcomeError, "cannot store metrics")
 		rej.code = codes.Unavailable
+		// A full disk: retry later.
+		rej.retry = errors.Is(err, store.ErrUnavailable)
 		return rej
 	}
 	r.metrics.observe(receiver, outcomeAccepted, 0)
