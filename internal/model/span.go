@@ -248,10 +248,13 @@ type Span struct {
 	StatusCode    StatusCode
 	StatusMessage string
 	Attributes    []KeyValue
-	Resource      []KeyValue // resource attributes (service.name included)
-	Scope         string     // instrumentation scope name
-	Events        []Event
-	Links         []Link
+	// Resource holds the resource attributes (service.name included). Spans
+	// of one resource may share this list: it is read-only, and appending
+	// to it must copy it (receivers hand it out clipped).
+	Resource []KeyValue
+	Scope    string // instrumentation scope name
+	Events   []Event
+	Links    []Link
 }
 
 // End returns the span's end time in Unix ns.

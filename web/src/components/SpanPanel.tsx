@@ -1,3 +1,4 @@
+import { ArtifactLink } from './ArtifactLink';
 import { isPprof, spanThreadIds } from '../lib/flame';
 import type { SpanNode } from '../lib/spantree';
 import { formatBytes, formatDuration, formatTime } from '../lib/timescale';
@@ -67,9 +68,9 @@ export function SpanPanel({ node, process, traceStartUs, artifacts, onClose }: P
             <strong>{a.kind}</strong> {a.partial && <span className="badge">partial</span>} {a.fileName} · {formatBytes(a.size)} · {a.host} pid {a.pid}
             <br />
             <span className="muted">window</span> {formatTime(nsToUs(a.start))} → {formatDuration(nsToUs(a.end - a.start))} ·{' '}
-            <a href={a.url || `/api/v1/artifacts/${encodeURIComponent(a.id)}`} download={a.fileName || undefined}>
+            <ArtifactLink href={a.url || `/api/v1/artifacts/${encodeURIComponent(a.id)}`} fileName={a.fileName}>
               download
-            </a>
+            </ArtifactLink>
           </p>
           {isPprof(a.mediaType, a.fileName) && <ArtifactFlame artifactId={a.id} spanStartUs={s.startTime} spanDurationUs={s.duration} spanThreads={spanThreadIds(s.tags)} />}
         </div>
