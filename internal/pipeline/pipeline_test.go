@@ -248,6 +248,12 @@ func TestDetectionAnnotatesAndFeedsSinks(t *testing.T) {
 			}
 		})
 	}
+	// Requests are answered before the sinks see the commit.
+	waitFor(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.spans) >= 33
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.spans) != 33 {
