@@ -31,23 +31,34 @@ func requireBPF(t *testing.T) {
 // buildWorkload compiles testdata/workload.c.
 func buildWorkload(t *testing.T) string {
 	t.Helper()
+	return buildC(t, "workload")
+}
+
+// buildC compiles testdata/<name>.c.
+func buildC(t *testing.T, name string) string {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		cputest.Missing(t, "gcc not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "workload")
-	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/workload.c").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/"+name+".c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// workload is a running testdata/workload.c.
+// workload is a running testdata/workload.c or testdata/critpath.c.
 type workload struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
 	tids  map[string]uint32
+	// calls are the "call <start> <end>" lines (CLOCK_MONOTONIC ns): what
+	// the program measured itself.
+	calls [][2]int64
+	marks []int64 // "mark <ts>" lines (CLOCK_MONOTONIC ns)
+	port  int     // from a "port <p>" line
 }
 
 func startWorkload(t *testing.T, name string, args ...string) *workload {
@@ -75,21 +86,40 @@ func startWorkload(t *testing.T, name string, args ...string) *workload {
 	return w
 }
 
-// waitFor reads lines until want, collecting "tid <label> <tid>" lines.
+// waitFor reads lines until want, collecting what they say (parse).
 func (w *workload) waitFor(t *testing.T, want string) {
 	t.Helper()
 	for w.out.Scan() {
 		line := w.out.Text()
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "tid" {
-			n, _ := strconv.Atoi(f[2])
-			w.tids[f[1]] = uint32(n)
-		}
+		w.parse(line)
 		if line == want {
 			return
 		}
 	}
 	t.Fatalf("workload ended before %q: %v", want, w.out.Err())
 }
+
+// parse collects a "tid <label> <tid>", "call <start> <end>", "mark <ts>"
+// or "port <p>" line.
+func (w *workload) parse(line string) {
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 3 && f[0] == "tid":
+		n, _ := strconv.Atoi(f[2])
+		w.tids[f[1]] = uint32(n)
+	case len(f) == 3 && f[0] == "call":
+		a, _ := strconv.ParseInt(f[1], 10, 64)
+		b, _ := strconv.ParseInt(f[2], 10, 64)
+		w.calls = append(w.calls, [2]int64{a, b})
+	case len(f) == 2 && f[0] == "port":
+		w.port, _ = strconv.Atoi(f[1])
+	case len(f) == 2 && f[0] == "mark":
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		w.marks = append(w.marks, n)
+	}
+}
+
+func newScanner(r io.Reader) *bufio.Scanner { return bufio.NewScanner(r) }
 
 func (w *workload) pid() int { return w.cmd.Process.Pid }
 
