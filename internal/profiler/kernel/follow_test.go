@@ -232,7 +232,7 @@ func TestBuildFollowAndThrottle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
 			in.pid, in.start, in.end, in.comm = 100, tc.start, tc.end, func(uint32) string { return "x" }
-			s, _ := build(tc.events, in)
+			s := build(tc.events, in)
 			got := render(s)
 			for i, iv := range s.Intervals { // the device, when there is one
 				if iv.Reason == ReasonDisk {
@@ -283,7 +283,7 @@ func TestBuildDevices(t *testing.T) {
 		{Type: EvBlockRq, TS: 27, Arg: 13, TID: 101, TGID: 100, Detail: 4096, Dev: 253<<20 | 7},
 	}
 	names := map[uint32]string{254 << 20: "vda"}
-	s, _ := build(events, buildInput{pid: 100, end: 30, comm: func(uint32) string { return "x" },
+	s := build(events, buildInput{pid: 100, end: 30, comm: func(uint32) string { return "x" },
 		devName: func(d uint32) string {
 			if n, ok := names[d]; ok {
 				return n

@@ -479,7 +479,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	}
 	win := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil, in.maxDepth)
 	in.complete = win.complete
-	snap, raw := build(win.events, in)
+	snap := build(win.events, in)
+	raw := rawEvents(win.events, snap, mStart, mEnd)
 	snap.Events = win.total
 	nEvents := win.total
 	win.events = nil // raw holds what the CTF export needs: let the GC have the rest
