@@ -38,7 +38,7 @@ func BenchmarkDump(b *testing.B) {
 		if err := s.Encode(io.Discard); err != nil {
 			b.Fatal(err)
 		}
-		if err := writeCTF(io.Discard, s, raw, 0, comm, "h"); err != nil {
+		if err := writeCTF(io.Discard, s, raw, nil, 0, comm, "h"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func BenchmarkDumpOneOfTen(b *testing.B) {
 				if err := s.Encode(io.Discard); err != nil {
 					b.Fatal(err)
 				}
-				if err := writeCTF(io.Discard, s, raw, 0, comm, "h"); err != nil {
+				if err := writeCTF(io.Discard, s, raw, nil, 0, comm, "h"); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -190,7 +190,7 @@ func BenchmarkDump500MB(b *testing.B) {
 		tEnc := time.Since(t0) - tBuild
 		raw := rawEvents(evs, s, 0, end)
 		var ctf countWriter
-		if err := writeCTF(&ctf, s, raw, 0, in.comm, "h"); err != nil {
+		if err := writeCTF(&ctf, s, raw, nil, 0, in.comm, "h"); err != nil {
 			b.Fatal(err)
 		}
 		tCTF := time.Since(t0) - tBuild - tEnc

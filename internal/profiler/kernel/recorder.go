@@ -492,7 +492,7 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	if err := snap.Encode(&js); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, raw, r.offsetNs, r.ring.comm, r.host); err != nil {
+	if err := writeCTF(&ctf, snap, raw, w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
@@ -536,7 +536,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
-			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"]}},
+			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
+				"spans": strconv.Itoa(len(w.Spans))}},
 	}, nil
 }
 
