@@ -34,11 +34,10 @@ func BenchmarkDump(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		s := build(evs, buildInput{pid: 100, start: 0, end: end, comm: comm})
-		raw := rawEvents(evs, s, 0, end)
 		if err := s.Encode(io.Discard); err != nil {
 			b.Fatal(err)
 		}
-		if err := writeCTF(io.Discard, s, raw, nil, 0, comm, "h"); err != nil {
+		if err := writeCTF(io.Discard, s, evs, rawFilter(s, 0, end), nil, 0, comm, "h"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -97,14 +96,13 @@ func BenchmarkDumpOneOfTen(b *testing.B) {
 					evs = r.windowOf(0, end, map[uint32]bool{3100: true}, false, 0).events
 				}
 				s := build(evs, buildInput{pid: 3100, start: 0, end: end, comm: comm})
-				raw := rawEvents(evs, s, 0, end)
 				if len(s.Threads) != 2 {
 					b.Fatalf("%d threads", len(s.Threads))
 				}
 				if err := s.Encode(io.Discard); err != nil {
 					b.Fatal(err)
 				}
-				if err := writeCTF(io.Discard, s, raw, nil, 0, comm, "h"); err != nil {
+				if err := writeCTF(io.Discard, s, evs, rawFilter(s, 0, end), nil, 0, comm, "h"); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -188,9 +186,8 @@ func BenchmarkDump500MB(b *testing.B) {
 			b.Fatal(err)
 		}
 		tEnc := time.Since(t0) - tBuild
-		raw := rawEvents(evs, s, 0, end)
 		var ctf countWriter
-		if err := writeCTF(&ctf, s, raw, nil, 0, in.comm, "h"); err != nil {
+		if err := writeCTF(&ctf, s, evs, rawFilter(s, 0, end), nil, 0, in.comm, "h"); err != nil {
 			b.Fatal(err)
 		}
 		tCTF := time.Since(t0) - tBuild - tEnc

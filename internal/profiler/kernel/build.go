@@ -384,7 +384,7 @@ func devNumber(dev uint32) string {
 // build derives the snapshot of in.pid from events, which MUST be sorted by
 // TS and SHOULD start some time before in.start (so the states at the
 // window's start are known). Which raw events the CTF export carries is
-// rawEvents' business.
+// rawFilter's business.
 func build(events []Event, in buildInput) *Snapshot {
 	return replay(events, in).snapshot(len(events))
 }
@@ -548,25 +548,20 @@ func (b *builder) snapshot(events int) *Snapshot {
 	return s
 }
 
-// rawEvents returns the events of the snapshot's threads inside its window
-// (CLOCK_MONOTONIC start and end), for the CTF export.
-func rawEvents(events []Event, s *Snapshot, start, end int64) []Event {
+// rawFilter selects the raw events the CTF export carries: those of the
+// snapshot's threads inside its window (CLOCK_MONOTONIC start and end).
+func rawFilter(s *Snapshot, start, end int64) func(ev *Event) bool {
 	listed := make(map[uint32]bool, len(s.Threads))
 	for _, th := range s.Threads {
 		listed[th.TID] = true
 	}
 	in := func(tid uint32) bool { return tid != 0 && listed[tid] }
-	var raw []Event
-	for i := range events {
-		ev := &events[i]
+	return func(ev *Event) bool {
 		if ev.TS < start || ev.TS > end {
-			continue
+			return false
 		}
-		if in(ev.TID) || (ev.Type == EvSwitch || ev.Type == EvFork) && in(ev.TID2) {
-			raw = append(raw, *ev)
-		}
+		return in(ev.TID) || (ev.Type == EvSwitch || ev.Type == EvFork) && in(ev.TID2)
 	}
-	return raw
 }
 
 // namer turns the builder's codes into the snapshot's strings, with a

@@ -450,3 +450,15 @@ func mkfile(path, content string) error {
 	}
 	return os.WriteFile(path, []byte(content), 0o644)
 }
+
+// rawEvents returns the events rawFilter selects.
+func rawEvents(events []Event, s *Snapshot, start, end int64) []Event {
+	keep := rawFilter(s, start, end)
+	var raw []Event
+	for i := range events {
+		if keep(&events[i]) {
+			raw = append(raw, events[i])
+		}
+	}
+	return raw
+}

@@ -333,10 +333,12 @@ func formatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
-// writeCTF writes the CTF export of snap (built from raw, whose times are
-// CLOCK_MONOTONIC; offset turns them into Unix ns), with the begin and end
-// of spans on their threads, as a tar.gz to w.
-func writeCTF(w io.Writer, snap *Snapshot, raw []Event, spans []profiler.Span, offset int64, comm func(uint32) string, hostname string) error {
+// writeCTF writes the CTF export of snap (built from events, whose times are
+// CLOCK_MONOTONIC; offset turns them into Unix ns; raw selects those the
+// export carries), with the begin and end of spans on their threads, as a
+// tar.gz to w.
+func writeCTF(w io.Writer, snap *Snapshot, events []Event, raw func(*Event) bool, spans []profiler.Span, offset int64,
+	comm func(uint32) string, hostname string) error {
 	var uuid [16]byte
 	_, _ = rand.Read(uuid[:])
 	uuid[6] = uuid[6]&0x0f | 0x40
@@ -350,11 +352,14 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, spans []profiler.Span, o
 	for _, th := range snap.Threads {
 		tgid[th.TID] = th.PID
 	}
-	for i := range raw {
-		ev := &raw[i]
+	for i := range events {
+		ev := &events[i]
+		if !raw(ev) {
+			continue
+		}
 		s := perCPU[int(ev.CPU)]
 		if s == nil {
-			s = &ctfStream{id: 0, buf: make([]byte, 0, 64*len(raw)/max(1, runtime.NumCPU()))}
+			s = &ctfStream{id: 0, buf: make([]byte, 0, 64*len(events)/max(1, runtime.NumCPU()))}
 			perCPU[int(ev.CPU)] = s
 		}
 		switch ev.Type {

@@ -480,10 +480,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	win := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil, in.maxDepth)
 	in.complete = win.complete
 	snap := build(win.events, in)
-	raw := rawEvents(win.events, snap, mStart, mEnd)
 	snap.Events = win.total
 	nEvents := win.total
-	win.events = nil // raw holds what the CTF export needs: let the GC have the rest
 	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
@@ -492,7 +490,7 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	if err := snap.Encode(&js); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, raw, w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
+	if err := writeCTF(&ctf, snap, win.events, rawFilter(snap, mStart, mEnd), w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
