@@ -386,7 +386,12 @@ func devNumber(dev uint32) string {
 // window's start are known). Which raw events the CTF export carries is
 // rawFilter's business.
 func build(events []Event, in buildInput) *Snapshot {
-	return replay(events, in).snapshot(len(events))
+	s, ivs := replay(events, in).snapshot(len(events))
+	s.Intervals = make([]Interval, ivs.Len())
+	for k := range s.Intervals {
+		s.Intervals[k] = ivs.At(k)
+	}
+	return s
 }
 
 // replay builds the threads' timelines: every thread's intervals and the
@@ -424,8 +429,12 @@ func replay(events []Event, in buildInput) *builder {
 }
 
 // snapshot chooses the snapshot's threads and names what the builder
-// holds as codes. events is the number of records replayed.
-func (b *builder) snapshot(events int) *Snapshot {
+// holds as codes, except for the intervals: the snapshot's Intervals stay
+// nil, and ivs serves them from the builder, one at a time (Encode and the
+// CTF export take them from there: a dump of millions of intervals does not
+// hold them all as Interval values). events is the number of records
+// replayed.
+func (b *builder) snapshot(events int) (*Snapshot, *builtIntervals) {
 	in := b.in
 	sel := b.selectThreads()
 	s := &Snapshot{Version: SnapshotVersion, PID: in.pid, Start: in.start + in.offset, End: in.end + in.offset,
@@ -484,35 +493,23 @@ func (b *builder) snapshot(events int) *Snapshot {
 	}
 	used = nil
 
-	// Place and name the intervals.
+	// Place the intervals (their indexes in b.ivs).
 	hasIvs := make([]bool, len(sel.order))
 	first := make([]int64, len(sel.order))
-	s.Intervals = make([]Interval, kept)
+	order := make([]int32, kept)
 	for i := range b.ivs {
 		iv := &b.ivs[i]
-		t := b.tl[iv.th]
-		r := t.rank
+		r := b.tl[iv.th].rank
 		if r < 0 {
 			continue
 		}
 		if !hasIvs[r] {
 			hasIvs[r], first[r] = true, iv.start
 		}
-		out := &s.Intervals[counts[r]]
+		order[counts[r]] = int32(i)
 		counts[r]++
-		out.TID, out.State, out.Reason = t.tid, stateNames[iv.state], reasonNames[iv.reason]
-		out.Start, out.End, out.CPU, out.Wakeup = iv.start+in.offset, iv.end+in.offset, int(iv.cpu), -1
-		if iv.sys != noSyscall {
-			out.Syscall = syscallName(iv.sys)
-		}
-		if iv.dev != 0 {
-			out.Device = names.dev(iv.dev)
-		}
-		if iv.wake >= 0 {
-			out.Wakeup = int(remap[iv.wake])
-		}
 	}
-	b.ivs = nil
+	ivs := &builtIntervals{b: b, order: order, remap: remap, names: names}
 
 	for _, tid := range sel.all {
 		t := b.threads[tid]
@@ -545,7 +542,46 @@ func (b *builder) snapshot(events int) *Snapshot {
 			s.DiskIOs = append(s.DiskIOs, d)
 		}
 	}
-	return s
+	return s, ivs
+}
+
+// intervalSource is a snapshot's intervals, in its order.
+type intervalSource interface {
+	Len() int
+	At(k int) Interval
+}
+
+// sliceIntervals serves a snapshot's Intervals.
+type sliceIntervals []Interval
+
+func (s sliceIntervals) Len() int          { return len(s) }
+func (s sliceIntervals) At(k int) Interval { return s[k] }
+
+// builtIntervals serves the intervals a builder kept, named one at a time.
+type builtIntervals struct {
+	b     *builder
+	order []int32 // indexes in b.ivs, in the snapshot's order
+	remap []int32 // b.wakeups index → snapshot wakeup index
+	names *namer
+}
+
+func (v *builtIntervals) Len() int { return len(v.order) }
+
+func (v *builtIntervals) At(k int) Interval {
+	iv := &v.b.ivs[v.order[k]]
+	off := v.b.in.offset
+	out := Interval{TID: v.b.tl[iv.th].tid, State: stateNames[iv.state], Reason: reasonNames[iv.reason],
+		Start: iv.start + off, End: iv.end + off, CPU: int(iv.cpu), Wakeup: -1}
+	if iv.sys != noSyscall {
+		out.Syscall = syscallName(iv.sys)
+	}
+	if iv.dev != 0 {
+		out.Device = v.names.dev(iv.dev)
+	}
+	if iv.wake >= 0 {
+		out.Wakeup = int(v.remap[iv.wake])
+	}
+	return out
 }
 
 // rawFilter selects the raw events the CTF export carries: those of the

@@ -432,6 +432,7 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 				want.pids = maps.Clone(procs) // with the followed children
 			}
 			s1, s2 := build(all, want), build(got, in)
+			sameEncoding(t, s1, all, want)
 			raw1, raw2 := rawEvents(all, s1, start, end), rawEvents(got, s2, start, end)
 			s1.Events, s2.Events = 0, 0
 			if !reflect.DeepEqual(s1, s2) || !slices.Equal(raw1, raw2) {

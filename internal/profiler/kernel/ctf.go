@@ -337,7 +337,7 @@ func formatUUID(u [16]byte) string {
 // CLOCK_MONOTONIC; offset turns them into Unix ns; raw selects those the
 // export carries), with the begin and end of spans on their threads, as a
 // tar.gz to w.
-func writeCTF(w io.Writer, snap *Snapshot, events []Event, raw func(*Event) bool, spans []profiler.Span, offset int64,
+func writeCTF(w io.Writer, snap *Snapshot, ivs intervalSource, events []Event, raw func(*Event) bool, spans []profiler.Span, offset int64,
 	comm func(uint32) string, hostname string) error {
 	var uuid [16]byte
 	_, _ = rand.Read(uuid[:])
@@ -390,8 +390,8 @@ func writeCTF(w io.Writer, snap *Snapshot, events []Event, raw func(*Event) bool
 	for i := range snap.Threads {
 		ds = append(ds, derived{begin, ctfThread, i})
 	}
-	for i, iv := range snap.Intervals {
-		ds = append(ds, derived{iv.Start - offset, ctfThreadState, i})
+	for i, n := 0, ivs.Len(); i < n; i++ {
+		ds = append(ds, derived{ivs.At(i).Start - offset, ctfThreadState, i})
 	}
 	for i, wk := range snap.Wakeups {
 		ds = append(ds, derived{max(wk.TS-offset, begin), ctfWakeup, i})
@@ -424,7 +424,7 @@ func writeCTF(w io.Writer, snap *Snapshot, events []Event, raw func(*Event) bool
 	for _, d := range ds {
 		switch d.kind {
 		case ctfThreadState:
-			iv := snap.Intervals[d.index]
+			iv := ivs.At(d.index)
 			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.Device, iv.End-iv.Start, iv.CPU, iv.Wakeup)
 		case ctfWakeup:
 			wk := snap.Wakeups[d.index]
