@@ -29,11 +29,11 @@ import (
 )
 
 // End-to-end tests of `rootline run -- CMD` (issue #3): unmodified services
-// in Go, Java, Python and C (internal/rbinder/testdata: no tracing code, no
+// in Go, Java, Python and C (internal/run/testdata: no tracing code, no
 // header forwarding) run under the supervisor, with an in-test OTLP/HTTP
 // collector as --server.
 
-const svcData = "../internal/rbinder/testdata"
+const svcData = "../internal/run/testdata"
 
 // traceWait bounds how long spans may take to reach the collector.
 var traceWait = 30 * time.Second

@@ -22,7 +22,7 @@ import (
 // network case raises the mid's net wait and not the leaf's local wait.
 func TestRunWaitFields(t *testing.T) {
 	requireTracing(t)
-	svc, err := filepath.Abs("../internal/rbinder/testdata/svc.py")
+	svc, err := filepath.Abs("../internal/run/testdata/svc.py")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestRunRegistersWithAgent(t *testing.T) {
 	}
 	srv.getJSON(t, "/api/v1/agents", &agents)
 	agentURL := strings.TrimSuffix(agents[0].DumpURL, "/api/v1/dump")
-	svc, _ := filepath.Abs("../internal/rbinder/testdata/svc.py")
+	svc, _ := filepath.Abs("../internal/run/testdata/svc.py")
 	cmd, _ := startTraced(t, []string{"LISTEN=127.0.0.1:0"}, true,
 		[]string{"--service", "registered-svc", "--server", "http://" + srv.http, "--agent", agentURL}, "python3", svc)
 	find := func() (int64, bool) {

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
+	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 func wirePeer(t *testing.T) string { return buildTestdata(t, "wire") }

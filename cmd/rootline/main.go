@@ -14,8 +14,8 @@ import (
 	"syscall"
 
 	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/run/supervisor"
 	"github.com/rootline/rootline/internal/server"
-	"github.com/rootline/rootline/internal/supervisor"
 	"github.com/rootline/rootline/internal/version"
 	"github.com/rootline/rootline/web"
 )
@@ -35,6 +35,7 @@ Commands:
   demo      a self-contained scenario: server, generated traffic, an injected slowdown,
             and what Rootline found
   analyze   offline analyses of stored data (rootline analyze --help)
+  webhook   Kubernetes admission webhook that wraps opted-in Pods in 'rootline run'
   version   print the version
 
 Run 'rootline <command> --help' for the flags of a command.
@@ -65,6 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return demo.Main(ctx, args[1:], stdout, stderr)
 	case "analyze":
 		return runAnalyze(ctx, args[1:], stdout, stderr)
+	case "webhook":
+		return runWebhook(ctx, args[1:], os.Stdin, stdout, stderr)
+	case "install-binary": // the webhook's init container
+		return runInstallBinary(args[1:], stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rootline", version.Version)
 		return 0

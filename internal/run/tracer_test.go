@@ -1,0 +1,122 @@
+//go:build linux && amd64
+
+package run
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/run/httpstream"
+)
+
+func TestEmulatePrologues(t *testing.T) {
+	const cf, zf = 1, 1 << 6
+	for _, tc := range []struct {
+		name      string
+		insn      []byte
+		rsp, gard uint64
+		wantRIP   uint64
+		wantR12   uint64
+		wantFlags uint64 // CF|ZF only
+	}{
+		{"lea disp32", []byte{0x4c, 0x8d, 0xa4, 0x24, 0x58, 0xfe, 0xff, 0xff}, 0x1000, 0, 0x508, 0x1000 - 0x1a8, 0},
+		{"lea disp8", []byte{0x4c, 0x8d, 0x64, 0x24, 0xf0}, 0x1000, 0, 0x505, 0x1000 - 0x10, 0},
+		{"cmp above", []byte{0x49, 0x3b, 0x66, 0x10}, 0x2000, 0x1000, 0x504, 0, 0},
+		{"cmp equal", []byte{0x49, 0x3b, 0x66, 0x10}, 0x1000, 0x1000, 0x504, 0, zf},
+		{"cmp below", []byte{0x49, 0x3b, 0x66, 0x10}, 0x0800, 0x1000, 0x504, 0, cf},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			regs := unix.PtraceRegs{Rsp: tc.rsp, R14: 0x7000, Eflags: cf | zf | 0x202}
+			read := func(addr uintptr, b []byte) (int, error) {
+				if addr != 0x7010 {
+					t.Fatalf("read at %#x, want the stack guard at g+16", addr)
+				}
+				binary.LittleEndian.PutUint64(b, tc.gard)
+				return 8, nil
+			}
+			if !emulable(tc.insn) || !emulate(read, tc.insn, 0x500, &regs) {
+				t.Fatal("not emulated")
+			}
+			if regs.Rip != tc.wantRIP {
+				t.Errorf("rip %#x, want %#x", regs.Rip, tc.wantRIP)
+			}
+			if tc.wantR12 != 0 && regs.R12 != tc.wantR12 {
+				t.Errorf("r12 %#x, want %#x", regs.R12, tc.wantR12)
+			}
+			if tc.insn[0] == 0x49 && regs.Eflags&(cf|zf) != tc.wantFlags {
+				t.Errorf("flags %#x, want CF|ZF = %#x", regs.Eflags, tc.wantFlags)
+			}
+			if regs.Eflags&0x200 == 0 {
+				t.Error("IF cleared")
+			}
+		})
+	}
+	if emulable([]byte{0x55, 0x48, 0x89, 0xe5}) {
+		t.Error("push rbp reported emulable")
+	}
+}
+
+func TestCallWaits(t *testing.T) {
+	start := time.Unix(100, 0)
+	c := &call{start: start, timed: true, timing: httpstream.Timing{
+		ServerTime: 30 * time.Millisecond, HasServerTime: true,
+		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 4 * time.Millisecond}, {Kind: httpstream.WaitRemote, Duration: 9 * time.Millisecond}},
+	}}
+	net, remote, ok := c.waits(start.Add(50 * time.Millisecond))
+	if !ok || net != 20*time.Millisecond || remote != 9*time.Millisecond {
+		t.Fatalf("net %v remote %v ok %v; want 20ms, 9ms, true", net, remote, ok)
+	}
+	// A downstream slower than the client saw (clock skew, rounding) gives 0, not negative.
+	if net, _, _ := c.waits(start.Add(10 * time.Millisecond)); net != 0 {
+		t.Fatalf("net %v, want 0", net)
+	}
+	if _, _, ok := (&call{start: start}).waits(start); ok {
+		t.Fatal("a response without timing headers gave waits")
+	}
+}
+
+func TestServerSpan(t *testing.T) {
+	rs := resource{service: "svc", host: "h"}
+	start := time.Unix(100, 0)
+	ctx := httpstream.Context{TraceID: httpstream.TraceID{1}, SpanID: httpstream.SpanID{2}, RequestID: "rid"}
+	r := &request{ctx: ctx, span: httpstream.SpanID{3}, start: start, end: start.Add(40 * time.Millisecond),
+		method: "GET", target: "/a/b?x=1", host: "svc:8080", pid: 42, status: 503,
+		threads: []threadDelay{{tid: 43}, {tid: 44}}, local: 2 * time.Millisecond, maxNet: 3 * time.Millisecond, maxRemote: 5 * time.Millisecond}
+	s := rs.serverSpan(r)
+	if s.Name != "GET /a/b" || s.Kind != model.KindServer || s.ParentSpanID != (model.SpanID{2}) || s.SpanID != (model.SpanID{3}) {
+		t.Fatalf("span %+v", s)
+	}
+	if s.Duration != int64(40*time.Millisecond) || s.StatusCode != model.StatusError {
+		t.Fatalf("duration %d status %v", s.Duration, s.StatusCode)
+	}
+	want := map[string]string{
+		model.AttrWaitLocalMs: "2", model.AttrWaitNetMs: "3", model.AttrWaitRemoteMs: "5",
+		model.AttrThreadIDs: "43,44", model.AttrThreadID: "43", "http.response.status_code": "503",
+	}
+	for k, v := range want {
+		got, ok := s.Attr(k)
+		if !ok || got.String() != v {
+			t.Errorf("%s = %q (%v), want %q", k, got.String(), ok, v)
+		}
+	}
+	if v, _ := s.ResourceAttr(model.AttrServiceInstanceID); v.String() != "h:42" {
+		t.Errorf("instance %q", v.String())
+	}
+	w := r.waits()
+	if len(w) != 3 || w[2].Duration != 5*time.Millisecond {
+		t.Errorf("waits %+v", w)
+	}
+}
+
+func TestParseRunDelay(t *testing.T) {
+	if d, ok := parseRunDelay([]byte("123 4567 89\n")); !ok || d != 4567 {
+		t.Fatalf("got %v %v", d, ok)
+	}
+	if _, ok := parseRunDelay([]byte("123")); ok {
+		t.Fatal("one field parsed")
+	}
+}
