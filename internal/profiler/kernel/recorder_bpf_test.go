@@ -394,17 +394,47 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 		cpuArg = "0"
 	}
 	// perf first, on idle CPUs: it must be recording before the workload
-	// starts (it needs a while to start on a loaded machine).
-	data := filepath.Join(t.TempDir(), "perf.data")
-	rec := exec.Command(perf, "sched", "record", "-o", data, "--", "sleep", "5")
-	if out, err := rec.StdoutPipe(); err == nil {
-		go func() { _, _ = io.Copy(io.Discard, out) }()
+	// starts, however long it takes to start on a loaded machine. It starts
+	// with its events disabled and enables them on its control FIFO, which
+	// acknowledges once they are; its buffers are large enough not to lose
+	// events to a busy machine's scheduling of its reader.
+	dir := t.TempDir()
+	data := filepath.Join(dir, "perf.data")
+	ctlPath, ackPath := filepath.Join(dir, "ctl"), filepath.Join(dir, "ack")
+	for _, p := range []string{ctlPath, ackPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	rec := exec.Command(perf, "sched", "record", "-m", "16M", "--control", "fifo:"+ctlPath+","+ackPath, "-D", "-1",
+		"-o", data, "--", "sleep", "600")
+	var perfOut strings.Builder
+	rec.Stdout, rec.Stderr = &perfOut, &perfOut
 	if err := rec.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Process.Kill() })
-	time.Sleep(time.Second)
+	ctl, err := os.OpenFile(ctlPath, os.O_WRONLY, 0) // blocks until perf opens it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ack, err := os.Open(ackPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ack.Close()
+	perfCtl := func(cmd string) {
+		t.Helper()
+		if _, err := io.WriteString(ctl, cmd+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		if n, err := ack.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "ack") {
+			t.Fatalf("perf control %q: %q, %v (perf: %s)", cmd, buf[:n], err, perfOut.String())
+		}
+	}
+	perfCtl("enable")
 	for range 2 {
 		hog := exec.Command(taskset, "-c", cpuArg, bin, "hog")
 		if err := hog.Start(); err != nil {
@@ -419,8 +449,14 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 	start := time.Now()
 	w.run(t)
 	end := time.Now()
-	if err := rec.Wait(); err != nil {
-		t.Fatalf("perf sched record: %v", err)
+	perfCtl("disable")
+	// Interrupted, perf writes its data and exits (with the status of the
+	// signal it passed on to its command): timehist reading the file is
+	// what says whether it recorded.
+	_ = rec.Process.Signal(os.Interrupt)
+	_ = rec.Wait()
+	if strings.Contains(perfOut.String(), "lost") {
+		t.Logf("perf: %s", perfOut.String())
 	}
 	snap, _ := dumpSnapshot(t, r, w.pid(), start.Add(-100*time.Millisecond), end)
 
