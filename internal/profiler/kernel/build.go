@@ -649,10 +649,10 @@ type selection struct {
 
 // selectThreads chooses the snapshot's threads: those of its processes,
 // then, breadth first, the threads that caused a wakeup of a chosen thread
-// in the window (Wakeup.Causal), up to in.maxDepth hops and in.maxThreads
-// of them; the next hop's wakers, and those beyond the count, are listed
-// without intervals. Within a hop, wakers come in the order of their first
-// wakeup.
+// in the window (Wakeup.Causal; and its last one before the window), up to
+// in.maxDepth hops and in.maxThreads of them; the next hop's wakers, and
+// those beyond the count, are listed without intervals. Within a hop,
+// wakers come in the order of their first wakeup.
 func (b *builder) selectThreads() selection {
 	in := b.in
 	sel := selection{depth: map[uint32]int{}, listed: map[uint32]bool{}, cut: map[uint32]string{}}
@@ -668,12 +668,24 @@ func (b *builder) selectThreads() selection {
 		sel.listed[tid] = true
 	}
 	sel.order = append(sel.order, frontier...)
+	// The causal wakers of each thread in the window, and the one of its
+	// last wakeup before it (an interval that began before the window, and
+	// is clipped to it, refers to that one).
 	wakersOf := map[uint32][]uint32{}
+	before := map[uint32]uint32{}
 	for i := range b.wakeups {
 		w := &b.wakeups[i]
-		if w.causal && w.waker != 0 && w.ts >= in.start && w.ts <= in.end {
-			wakersOf[w.wakee] = append(wakersOf[w.wakee], w.waker)
+		if !w.causal || w.waker == 0 || w.ts > in.end {
+			continue
 		}
+		if w.ts < in.start {
+			before[w.wakee] = w.waker
+			continue
+		}
+		wakersOf[w.wakee] = append(wakersOf[w.wakee], w.waker)
+	}
+	for wakee, waker := range before {
+		wakersOf[wakee] = append([]uint32{waker}, wakersOf[wakee]...)
 	}
 	var cutOrder []uint32
 	others := 0

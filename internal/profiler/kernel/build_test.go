@@ -433,6 +433,11 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			}
 			s1, s2 := build(all, want), build(got, in)
 			sameEncoding(t, s1, all, want)
+			for _, w := range s1.Wakeups { // every causal waker is listed
+				if _, ok := s1.Thread(w.Waker); w.Causal && w.Waker != 0 && !ok {
+					t.Fatalf("seed %d %s: waker %d of %+v not in the threads", seed, tc.name, w.Waker, w)
+				}
+			}
 			raw1, raw2 := rawEvents(all, s1, start, end), rawEvents(got, s2, start, end)
 			s1.Events, s2.Events = 0, 0
 			if !reflect.DeepEqual(s1, s2) || !slices.Equal(raw1, raw2) {

@@ -184,6 +184,18 @@ func TestBuildFollowAndThrottle(t *testing.T) {
 			wantThreads: []string{"101 d0 target", "200 d1 unrec:depth", "600 d1 unrec:count"},
 		},
 		{
+			name: "the waker of a wakeup before the window, whose wait for a CPU is clipped to it, is listed",
+			events: []Event{
+				swIn(0, 0, 101),
+				swOut(2, 0, 101, 1, 202, 0, 0),
+				{Type: EvWaking, TS: 5, TID: 101, TGID: 100, TID2: 200, TGID2: 200, Flags: FlagWakerFollowed},
+				swIn(15, 0, 101),
+			},
+			start: 10, end: 20,
+			want:        []string{"101 runqueue/wakeup 10-15 <thread:200", "101 running 15-20 cpu0"},
+			wantThreads: []string{"101 d0 target", "200 d1 unrec:not-followed"},
+		},
+		{
 			name: "records of others before the ring is complete are ignored",
 			events: []Event{
 				swIn(0, 0, 101),
