@@ -30,6 +30,11 @@ const (
 	// (its first is also in thread.id): with process.pid and the span's times
 	// these are the thread↔request records the kernel analysis joins on.
 	AttrThreadIDs = "rootline.thread.ids"
+	// AttrThreadIntervals says when a SERVER span's request was active on
+	// each of its threads ("tid:from-to,…", microseconds after the span's
+	// start; see critpath.ThreadIntervals): thread pools and event loops
+	// hand a request between threads, or serve several on one.
+	AttrThreadIntervals = "rootline.thread.intervals"
 	AttrThreadID  = "thread.id" // OpenTelemetry semantic convention
 
 	AttrServiceName       = "service.name"
