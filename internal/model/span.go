@@ -35,7 +35,7 @@ const (
 	// start; see critpath.ThreadIntervals): thread pools and event loops
 	// hand a request between threads, or serve several on one.
 	AttrThreadIntervals = "rootline.thread.intervals"
-	AttrThreadID  = "thread.id" // OpenTelemetry semantic convention
+	AttrThreadID        = "thread.id" // OpenTelemetry semantic convention
 
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"
