@@ -11,7 +11,7 @@ import (
 // hand-offs, shared threads, runtime pauses, a Go process, wakers without
 // intervals and a low depth bound.
 func TestEquivalence(t *testing.T) {
-	seeds := 40
+	seeds := 24
 	if testing.Short() {
 		seeds = 8
 	}
@@ -21,7 +21,7 @@ func TestEquivalence(t *testing.T) {
 				meanReq: 3_000_000, meanReqGap: 1_000_000, start: 1_700_000_000_000_000_000, foreignWakers: 0.1, chaos: chaos}
 			t.Run(fmt.Sprintf("seed=%d/chaos=%v", seed, chaos), func(t *testing.T) {
 				s, reqs := generate(c)
-				tl, err := NewTimeline(s)
+				tl, err := DecodeBytes(encode(t, s))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -131,7 +131,7 @@ func generate(c genConfig) (*kernel.Snapshot, []Request) {
 			case c.chaos:
 				w.Waker = ths[rng.IntN(len(ths))].tid
 			default:
-				for range 16 {
+				for range 6 {
 					k := rng.IntN(len(ths))
 					if k != pw.th && runningAt(k, w.TS) {
 						w.Waker = ths[k].tid

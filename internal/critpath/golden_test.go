@@ -86,15 +86,7 @@ func (c *timelineCase) input(t testing.TB) Input {
 		}
 		s.Intervals = append(s.Intervals, in)
 	}
-	var buf bytes.Buffer
-	if err := s.Encode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := kernel.DecodeSnapshot(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := NewTimeline(s2)
+	tl, err := DecodeBytes(encode(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,6 +106,16 @@ func (c *timelineCase) input(t testing.TB) Input {
 		in.Pauses = append(in.Pauses, Pause{PID: uint32(p[0]), Start: int64(p[1] * float64(sc)), End: int64(p[2] * float64(sc))})
 	}
 	return in
+}
+
+// encode writes a snapshot as the recorder does.
+func encode(t testing.TB, s *kernel.Snapshot) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := s.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }
 
 func mustTrace(t testing.TB, s string) model.TraceID {

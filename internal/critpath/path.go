@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"slices"
 	"sort"
-
-	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
 // Config tunes the analysis. Zero fields take DefaultConfig's values.
@@ -337,7 +335,7 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 		return stThrottled, false
 	}
 	reason := a.tl.reasons.names[j.reason]
-	if reason == kernel.ReasonPageFault {
+	if reason == fmtPageFault {
 		return stMemory, false
 	}
 	rs := reasonState(reason)

@@ -1,7 +1,5 @@
 package critpath
 
-import "github.com/rootline/rootline/internal/profiler/kernel"
-
 // State names of a critical path, as the API, the UI and `rootline analyze`
 // show them. Every span's summary has all of them (zero when absent).
 const (
@@ -77,20 +75,21 @@ func contextCode(s string) uint8 {
 	return cOther
 }
 
-// reasonState maps a blocked interval's reason (kernel.Reason*) to the state
+// reasonState maps a blocked interval's reason (the recorder's: lock, network,
+// disk, timer, pagefault, syscall, kernel, unknown) to the state
 // it shows as when the path does not follow it to a waker. Reasons this
 // package does not know (a newer recorder) are unknown, never guessed.
 func reasonState(reason string) state {
 	switch reason {
-	case kernel.ReasonLock:
+	case "lock":
 		return stLock
-	case kernel.ReasonNetwork:
+	case "network":
 		return stNetwork
-	case kernel.ReasonDisk:
+	case "disk":
 		return stDisk
-	case kernel.ReasonTimer:
+	case "timer":
 		return stSleep
-	case kernel.ReasonPageFault:
+	case fmtPageFault:
 		return stMemory
 	}
 	return stUnknown
@@ -102,6 +101,14 @@ func reasonState(reason string) state {
 type reasonTable struct {
 	names []string
 	index map[string]uint16
+}
+
+// codeBytes is code without allocating for a reason already known.
+func (r *reasonTable) codeBytes(b []byte) uint16 {
+	if c, ok := r.index[string(b)]; ok {
+		return c
+	}
+	return r.code(string(b))
 }
 
 func (r *reasonTable) code(s string) uint16 {
