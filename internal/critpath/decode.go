@@ -460,7 +460,7 @@ type rawIv struct {
 
 func (d *decoder) snapshot() (*Timeline, error) {
 	tl := &Timeline{byTID: map[uint32]int32{}}
-	tl.reasons.code("") // code 0: no reason
+	tl.details.code(nil, nil, nil) // code 0: nothing
 	var raws []rawIv
 	var version int64
 	seenStart, seenEnd := false, false
@@ -576,6 +576,7 @@ func (d *decoder) thread(tl *Timeline) error {
 func (d *decoder) interval(tl *Timeline) (rawIv, error) {
 	r := rawIv{iv: iv{wake: -1}}
 	st := kBlocked
+	var reason, syscall, device []byte
 	err := d.object(func(key string) error {
 		var err error
 		var v int64
@@ -593,10 +594,17 @@ func (d *decoder) interval(tl *Timeline) (rawIv, error) {
 					st = kRunqueue
 				}
 			}
-		case "reason":
+		case "reason", "syscall", "device":
 			var b []byte
 			if b, err = d.str(); err == nil {
-				r.reason = tl.reasons.codeBytes(b)
+				switch key {
+				case "reason":
+					reason = append(reason[:0], b...)
+				case "syscall":
+					syscall = append(syscall[:0], b...)
+				default:
+					device = append(device[:0], b...)
+				}
 			}
 		case "start_ns":
 			r.start, err = d.int()
@@ -613,8 +621,9 @@ func (d *decoder) interval(tl *Timeline) (rawIv, error) {
 		}
 		return err
 	})
+	r.detail = tl.details.code(reason, syscall, device)
 	r.kind = st
-	if st == kRunqueue && int(r.reason) < len(tl.reasons.names) && tl.reasons.names[r.reason] == fmtThrottled {
+	if st == kRunqueue && string(reason) == fmtThrottled {
 		r.kind = kThrottled
 	}
 	return r, err
@@ -636,11 +645,19 @@ func (d *decoder) wakeup() (wake, error) {
 			if b, err = d.str(); err == nil {
 				w.ctx = contextCode(string(b))
 			}
+		case "causal":
+			c, perr := d.peek()
+			if perr != nil {
+				return perr
+			}
+			w.causal = c == 't'
+			err = d.skip(0)
 		default:
 			err = d.skip(0)
 		}
 		return err
 	})
+	w.causal = w.causal || w.ctx == cThread
 	return w, err
 }
 
@@ -740,6 +757,23 @@ func (s *scan) int() int64 {
 	return int64(v)
 }
 
+// strOpen reads the rest of a string whose opening quote was consumed and
+// leaves its closing quote: the recorder writes the state, reason and
+// syscall as one run `"state":"…","reason":"…` whose quotes close later.
+func (s *scan) strOpen() []byte {
+	if !s.ok {
+		return nil
+	}
+	j := bytes.IndexByte(s.b[s.i:], '"')
+	if j < 0 || bytes.IndexByte(s.b[s.i:s.i+j], '\\') >= 0 {
+		s.ok = false
+		return nil
+	}
+	v := s.b[s.i : s.i+j]
+	s.i += j
+	return v
+}
+
 // str reads the rest of a string whose opening quote was consumed; it
 // declines strings with escapes.
 func (s *scan) str() []byte {
@@ -770,7 +804,7 @@ func (d *decoder) fastInterval(tl *Timeline) (rawIv, bool) {
 	sc.lit(`{"tid":`)
 	tid := sc.int()
 	sc.lit(`,"state":"`)
-	switch string(sc.str()) {
+	switch string(sc.strOpen()) {
 	case fmtRunning:
 		r.kind = kRunning
 	case fmtRunqueue:
@@ -778,16 +812,19 @@ func (d *decoder) fastInterval(tl *Timeline) (rawIv, bool) {
 	default:
 		r.kind = kBlocked
 	}
-	if sc.opt(`,"reason":"`) {
-		if b := sc.str(); sc.ok {
-			r.reason = tl.reasons.codeBytes(b)
-			if r.kind == kRunqueue && string(b) == fmtThrottled {
-				r.kind = kThrottled
-			}
+	var reason, syscall, device []byte
+	if sc.opt(`","reason":"`) {
+		reason = sc.strOpen()
+		if r.kind == kRunqueue && string(reason) == fmtThrottled {
+			r.kind = kThrottled
 		}
 	}
-	if sc.opt(`,"syscall":"`) {
-		sc.str()
+	if sc.opt(`","syscall":"`) {
+		syscall = sc.strOpen()
+	}
+	sc.lit(`"`)
+	if sc.opt(`,"device":"`) {
+		device = sc.str()
 	}
 	sc.lit(`,"start_ns":`)
 	r.start = sc.int()
@@ -801,6 +838,7 @@ func (d *decoder) fastInterval(tl *Timeline) (rawIv, bool) {
 	if !sc.ok || tid < 0 || tid > 1<<32-1 || w < -1 || w > 1<<31-1 {
 		return rawIv{}, false
 	}
+	r.detail = tl.details.code(reason, syscall, device)
 	r.tid, r.wake = uint32(tid), int32(w)
 	d.i += sc.i
 	return r, true
@@ -824,6 +862,12 @@ func (d *decoder) fastWakeup() (wake, bool) {
 	if sc.opt(`,"detail":"`) {
 		sc.str()
 	}
+	if sc.opt(`,"causal":true`) {
+		w.causal = true
+	}
+	if sc.opt(`,"device":"`) {
+		sc.str()
+	}
 	sc.lit(`,"cpu":`)
 	sc.int()
 	if sc.opt(`,"enqueued_ns":`) {
@@ -834,6 +878,7 @@ func (d *decoder) fastWakeup() (wake, bool) {
 		return wake{}, false
 	}
 	w.waker = uint32(waker)
+	w.causal = w.causal || w.ctx == cThread
 	d.i += sc.i
 	return w, true
 }

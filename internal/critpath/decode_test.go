@@ -77,7 +77,7 @@ func TestDecodeSkipsUnknownFields(t *testing.T) {
 		t.Fatalf("thread %+v", th)
 	}
 	ivs := tl.threads[0].ivs
-	if len(ivs) != 2 || ivs[1].kind != kThrottled || tl.reasons.names[ivs[0].reason] != "disk" || tl.wakeups[0].ctx != cOther {
+	if len(ivs) != 2 || ivs[1].kind != kThrottled || tl.details.reason[ivs[0].detail] != "disk" || tl.details.device[ivs[0].detail] != "nvme0n1" || tl.wakeups[0].ctx != cOther {
 		t.Fatalf("intervals %+v wakeups %+v", ivs, tl.wakeups)
 	}
 }

@@ -25,7 +25,8 @@ type timelineCase struct {
 	Window [2]int64 `json:"window"`
 	// Threads: [tid, pid, "comm"].
 	Threads [][3]any `json:"threads"`
-	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu)].
+	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu(,
+	// "syscall"))].
 	Intervals [][]any `json:"intervals"`
 	// Wakeups: [ts, wakee, waker, "context"].
 	Wakeups  [][4]any     `json:"wakeups"`
@@ -83,6 +84,9 @@ func (c *timelineCase) input(t testing.TB) Input {
 			if len(iv) > 6 {
 				in.CPU = int(num(iv[6]))
 			}
+		}
+		if len(iv) > 7 {
+			in.Syscall = iv[7].(string)
 		}
 		s.Intervals = append(s.Intervals, in)
 	}
@@ -243,11 +247,18 @@ func checkPath(t testing.TB, a *Analysis, p *Path) {
 	if sum != r.End-r.Start {
 		t.Fatalf("span %s: states add up to %d, not %d", r.SpanID, sum, r.End-r.Start)
 	}
+	sum = 0
+	for _, d := range p.Waits {
+		sum += d
+	}
+	if sum != r.End-r.Start {
+		t.Fatalf("span %s: waits add up to %d, not %d", r.SpanID, sum, r.End-r.Start)
+	}
 }
 
 // equalPaths compares two paths; arrows as sets.
 func equalPaths(x, y Path) bool {
-	if x.Request != y.Request || x.States != y.States || !reflect.DeepEqual(x.BlockedBy, y.BlockedBy) ||
+	if x.Request != y.Request || x.States != y.States || x.Waits != y.Waits || !reflect.DeepEqual(x.BlockedBy, y.BlockedBy) ||
 		!reflect.DeepEqual(x.Threads, y.Threads) || !reflect.DeepEqual(x.Segments, y.Segments) {
 		return false
 	}

@@ -63,7 +63,7 @@ func (a *Analysis) NaivePath(i int) Path {
 		if !ok {
 			s.tid, s.attr, s.st, s.wait = an.tid, an.tid, stUnknown, noWait
 		} else {
-			s.tid, s.attr, s.st, s.wait = n.at(ti, t0, an.lo, an.hi, 0, an.tid, stUnknown, noWait, noWait)
+			s.tid, s.attr, s.st, s.wait, s.detail = n.at(ti, t0, an.lo, an.hi, 0, gap{tid: an.tid, st: stUnknown, wait: noWait}, noWait)
 		}
 		if n.paused(s.tid, t0) {
 			s.st = stGC
@@ -96,8 +96,8 @@ func (n *naive) thread(tid uint32) (int, bool) {
 }
 
 // at is the state on the path at instant t of a walk over thread ti's window
-// [wlo, whi): gapTID/gapSt where the thread has no interval.
-func (n *naive) at(ti int, t, wlo, whi int64, depth int, gapTID uint32, gapSt, gapWait, wait state) (tid, attr uint32, st, w state) {
+// [wlo, whi): g where the thread has no interval.
+func (n *naive) at(ti int, t, wlo, whi int64, depth int, g gap, wait state) (tid, attr uint32, st, w state, detail uint16) {
 	th := &n.a.tl.threads[ti]
 	for k := range th.ivs {
 		j := &th.ivs[k]
@@ -107,31 +107,31 @@ func (n *naive) at(ti int, t, wlo, whi int64, depth int, gapTID uint32, gapSt, g
 		lo, hi := max(j.start, wlo), min(j.end, whi)
 		st, follow := n.a.classify(int32(ti), j)
 		if !follow {
-			return th.tid, th.tid, st, wait
+			return th.tid, th.tid, st, wait, j.detail
 		}
 		wk := n.a.tl.wakeups[j.wake]
 		wi, ok := n.thread(wk.waker)
 		if !ok {
-			return th.tid, wk.waker, st, wait
+			return th.tid, wk.waker, st, wait, j.detail
 		}
 		if depth >= n.a.cfg.MaxDepth || depth > 0 && lo == wlo && hi == whi {
-			return th.tid, th.tid, st, wait
+			return th.tid, th.tid, st, wait, j.detail
 		}
 		top := min(hi, wk.ts)
 		if t >= top {
-			return th.tid, th.tid, st, wait
+			return th.tid, th.tid, st, wait, j.detail
 		}
 		outer := wait
 		if wait == noWait {
 			wait = st
 		}
-		tid, attr, st2, w2 := n.at(wi, t, lo, top, depth+1, th.tid, st, outer, wait)
+		tid, attr, st2, w2, d2 := n.at(wi, t, lo, top, depth+1, gap{tid: th.tid, st: st, wait: outer, detail: j.detail}, wait)
 		if tid != th.tid && wk.ts > lo && wk.ts <= hi {
 			n.arrows[Arrow{From: wk.waker, To: th.tid, TS: wk.ts}] = true
 		}
-		return tid, attr, st2, w2
+		return tid, attr, st2, w2, d2
 	}
-	return gapTID, th.tid, gapSt, gapWait
+	return g.tid, th.tid, g.st, g.wait, g.detail
 }
 
 func (n *naive) paused(tid uint32, t int64) bool {

@@ -109,6 +109,9 @@ type Segment struct {
 	// root).
 	Active   int
 	Blocking bool
+	// Syscall and Device qualify a blocked state of the thread's own (the
+	// syscall it waited in, the block device of a disk wait), when known.
+	Syscall, Device string
 }
 
 // Arrow is a wakeup the path followed: From woke To at TS.
@@ -138,8 +141,15 @@ type ThreadTime struct {
 type Path struct {
 	Request int // index in Requests
 	// States is the time on the path per state (index: the state's
-	// position in States); they add up to the request's duration.
+	// position in States), the state of whichever thread the path is on;
+	// they add up to the request's duration.
 	States [numStates]int64
+	// Waits is the same time by what the request's own threads waited for:
+	// where the path left them (a lock wait resolved through the holder, a
+	// network wait through the local sender), that wait's state instead of
+	// the other thread's; GC pauses stay gc. They add up to the duration
+	// too.
+	Waits [numStates]int64
 	// BlockedBy are the other requests the path ran through, longest
 	// first. Their time is also counted in States (by what their threads
 	// were doing).
@@ -150,11 +160,17 @@ type Path struct {
 	Arrows   []Arrow
 }
 
-// StateDurations returns the time per state name.
-func (p *Path) StateDurations() map[string]int64 {
+// StateDurations returns the time per state name (States).
+func (p *Path) StateDurations() map[string]int64 { return byName(&p.States) }
+
+// WaitDurations returns the time per state name of the request's own waits
+// (Waits).
+func (p *Path) WaitDurations() map[string]int64 { return byName(&p.Waits) }
+
+func byName(d *[numStates]int64) map[string]int64 {
 	m := make(map[string]int64, numStates)
-	for i, d := range p.States {
-		m[States[i]] = d
+	for i, v := range d {
+		m[States[i]] = v
 	}
 	return m
 }
@@ -168,8 +184,17 @@ type seg struct {
 	attr       uint32
 	start, end int64
 	st, wait   state // wait == numStates: none
+	detail     uint16 // the interval's details (reason, syscall, device) when st is the thread's own
 	active     int32
 	blocking   bool
+}
+
+// gap is what a walk emits where its thread has no interval: the thread the
+// resolution started from, in the state it was blocked in.
+type gap struct {
+	tid      uint32
+	st, wait state
+	detail   uint16
 }
 
 const noWait = numStates
@@ -207,7 +232,8 @@ func appendSeg(segs []seg, s seg) []seg {
 	}
 	if n := len(segs); n > 0 {
 		l := &segs[n-1]
-		if l.end == s.start && l.tid == s.tid && l.attr == s.attr && l.st == s.st && l.wait == s.wait && l.active == s.active && l.blocking == s.blocking {
+		if l.end == s.start && l.tid == s.tid && l.attr == s.attr && l.st == s.st && l.wait == s.wait && l.detail == s.detail &&
+			l.active == s.active && l.blocking == s.blocking {
 			l.end = s.end
 			return segs
 		}
@@ -216,18 +242,18 @@ func appendSeg(segs []seg, s seg) []seg {
 }
 
 // emit prepends [lo, hi) to the reversed path under construction.
-func (b *builder) emit(tid, attr uint32, lo, hi int64, st, wait state) {
+func (b *builder) emit(tid, attr uint32, lo, hi int64, st, wait state, detail uint16) {
 	if hi <= lo {
 		return
 	}
 	if n := len(b.out); n > 0 {
 		l := &b.out[n-1]
-		if l.start == hi && l.tid == tid && l.attr == attr && l.st == st && l.wait == wait {
+		if l.start == hi && l.tid == tid && l.attr == attr && l.st == st && l.wait == wait && l.detail == detail {
 			l.start = lo
 			return
 		}
 	}
-	b.out = append(b.out, seg{tid: tid, attr: attr, start: lo, end: hi, st: st, wait: wait, active: -1})
+	b.out = append(b.out, seg{tid: tid, attr: attr, start: lo, end: hi, st: st, wait: wait, detail: detail, active: -1})
 }
 
 // threadPath builds the critical path of thread tid over [lo, hi) (reversed,
@@ -235,18 +261,17 @@ func (b *builder) emit(tid, attr uint32, lo, hi int64, st, wait state) {
 func (b *builder) threadPath(tid uint32, lo, hi int64) {
 	ti, ok := b.a.tl.byTID[tid]
 	if !ok {
-		b.emit(tid, tid, lo, hi, stUnknown, noWait)
+		b.emit(tid, tid, lo, hi, stUnknown, noWait, 0)
 		return
 	}
-	b.walk(ti, lo, hi, 0, tid, stUnknown, noWait, noWait)
+	b.walk(ti, lo, hi, 0, gap{tid: tid, st: stUnknown, wait: noWait}, noWait)
 }
 
 // walk covers [lo, hi) with thread ti's intervals, backwards from hi. Where
-// the thread has no interval, the time is emitted on gapTID in gapSt (with
-// gapWait): the thread a resolution started from, in the state it was
-// blocked in (or, on the request's own thread, unknown), attributed to
-// thread ti's request.
-func (b *builder) walk(ti int32, lo, hi int64, depth int, gapTID uint32, gapSt, gapWait, wait state) {
+// the thread has no interval, the time is emitted as g: the thread a
+// resolution started from, in the state it was blocked in (or, on the
+// request's own thread, unknown), attributed to thread ti's request.
+func (b *builder) walk(ti int32, lo, hi int64, depth int, g gap, wait state) {
 	ivs := b.a.tl.threads[ti].ivs
 	attr := b.a.tl.threads[ti].tid
 	// The last interval starting before hi.
@@ -254,12 +279,12 @@ func (b *builder) walk(ti int32, lo, hi int64, depth int, gapTID uint32, gapSt, 
 	cur := hi
 	for cur > lo {
 		if i < 0 || ivs[i].end <= lo {
-			b.emit(gapTID, attr, lo, cur, gapSt, gapWait)
+			b.emit(g.tid, attr, lo, cur, g.st, g.wait, g.detail)
 			return
 		}
 		j := &ivs[i]
 		if j.end < cur {
-			b.emit(gapTID, attr, j.end, cur, gapSt, gapWait)
+			b.emit(g.tid, attr, j.end, cur, g.st, g.wait, g.detail)
 			cur = j.end
 		}
 		pLo := max(j.start, lo)
@@ -276,7 +301,7 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 	th := &b.a.tl.threads[ti]
 	st, follow := b.a.classify(ti, j)
 	if !follow {
-		b.emit(th.tid, th.tid, lo, hi, st, wait)
+		b.emit(th.tid, th.tid, lo, hi, st, wait, j.detail)
 		return
 	}
 	w := &b.a.tl.wakeups[j.wake]
@@ -284,19 +309,19 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 	if !ok {
 		// A waker the snapshot has no intervals of: the time stays a wait
 		// of this thread, for whatever request the waker was serving.
-		b.emit(th.tid, w.waker, lo, hi, st, wait)
+		b.emit(th.tid, w.waker, lo, hi, st, wait, j.detail)
 		return
 	}
 	// A resolution must narrow its window: a piece as wide as the window
 	// it came from means the data describe a waker blocked when it woke
 	// someone (a cycle), and following it would not end.
 	if depth >= b.a.cfg.MaxDepth || (depth > 0 && lo == wlo && hi == whi) {
-		b.emit(th.tid, th.tid, lo, hi, st, wait)
+		b.emit(th.tid, th.tid, lo, hi, st, wait, j.detail)
 		return
 	}
 	top := min(hi, w.ts)
 	if top < hi {
-		b.emit(th.tid, th.tid, max(top, lo), hi, st, wait)
+		b.emit(th.tid, th.tid, max(top, lo), hi, st, wait, j.detail)
 	}
 	if top <= lo {
 		return
@@ -310,7 +335,7 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 	if n > 0 {
 		prev = b.out[n-1]
 	}
-	b.walk(wk, lo, top, depth+1, th.tid, st, outer, wait)
+	b.walk(wk, lo, top, depth+1, gap{tid: th.tid, st: st, wait: outer, detail: j.detail}, wait)
 	// An arrow only where the path did go to another thread (a waker
 	// without intervals leaves the time on the blocked thread). The walk
 	// may have extended the last segment instead of adding one.
@@ -322,9 +347,10 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 }
 
 // classify gives an interval's state and whether the path follows it to the
-// thread that woke it (a thread ended the wait: what that thread did until
-// then is the path). Waits ended by an interrupt take the interrupt's kind
-// (timer, network, disk); others keep the reason the thread blocked for.
+// thread that woke it (a thread caused the end of the wait — it released a
+// lock, or sent on a local socket: what that thread did until then is the
+// path). Waits ended by an interrupt take the interrupt's kind (timer,
+// network, disk); others keep the reason the thread blocked for.
 func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 	switch j.kind {
 	case kRunning:
@@ -334,11 +360,11 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 	case kThrottled:
 		return stThrottled, false
 	}
-	reason := a.tl.reasons.names[j.reason]
-	if reason == fmtPageFault {
+	rs := a.tl.details.st[j.detail]
+	// A page fault or a memory stall is memory, whoever ends it.
+	if rs == stMemory {
 		return stMemory, false
 	}
-	rs := reasonState(reason)
 	// In a process that schedules in user space (Go), a thread blocked
 	// on a futex or in the network poller is the runtime parking an idle
 	// thread; the request's goroutine waits in user space where the kernel
@@ -350,12 +376,10 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 		return rs, false
 	}
 	w := &a.tl.wakeups[j.wake]
-	switch w.ctx {
-	case cThread:
-		if w.waker == 0 || w.waker == a.tl.threads[ti].tid {
-			return rs, false
-		}
+	if w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid {
 		return rs, true
+	}
+	switch w.ctx {
 	case cTimer:
 		return stSleep, false
 	case cNetwork:
@@ -440,6 +464,12 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 	for _, s := range segs {
 		d := s.end - s.start
 		p.States[s.st] += d
+		switch {
+		case s.st == stGC || s.wait == noWait:
+			p.Waits[s.st] += d
+		default:
+			p.Waits[s.wait] += d
+		}
 		threads[s.tid] += d
 		wait := ""
 		if s.wait != noWait {
@@ -459,7 +489,8 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			blockedWait[q][w] += d
 		}
 		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
-			Wait: wait, Active: int(s.active), Blocking: s.blocking})
+			Wait: wait, Active: int(s.active), Blocking: s.blocking,
+			Syscall: a.tl.details.syscall[s.detail], Device: a.tl.details.device[s.detail]})
 	}
 	for q, d := range blocked {
 		b := Blocker{Request: q, Duration: d}

@@ -15,7 +15,7 @@ import (
 // decoder reads it (encoding/json), indexed the obvious way.
 func timelineOf(s *kernel.Snapshot) *Timeline {
 	tl := &Timeline{Start: s.Start, End: s.End, PID: s.PID, Lost: s.Lost, byTID: map[uint32]int32{}}
-	tl.reasons.code("")
+	tl.details.code(nil, nil, nil)
 	for _, t := range s.Threads {
 		if _, dup := tl.byTID[t.TID]; dup {
 			continue
@@ -24,7 +24,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 		tl.threads = append(tl.threads, thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
 	}
 	for _, w := range s.Wakeups {
-		tl.wakeups = append(tl.wakeups, wake{ts: w.TS, waker: w.Waker, ctx: contextCode(w.Context)})
+		tl.wakeups = append(tl.wakeups, wake{ts: w.TS, waker: w.Waker, ctx: contextCode(w.Context), causal: w.Context == "thread"})
 	}
 	for _, in := range s.Intervals {
 		i := tl.threadIndex(in.TID)
@@ -38,7 +38,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 			k = kRunqueue
 		}
 		tl.threads[i].ivs = append(tl.threads[i].ivs, iv{start: in.Start, end: in.End, wake: int32(in.Wakeup),
-			kind: k, reason: tl.reasons.code(in.Reason)})
+			kind: k, detail: tl.details.code([]byte(in.Reason), []byte(in.Syscall), nil)})
 	}
 	for i := range tl.threads {
 		slices.SortStableFunc(tl.threads[i].ivs, func(a, b iv) int { return compareInt64(a.start, b.start) })
@@ -46,7 +46,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 	return tl
 }
 
-// sameTimeline compares two timelines by content (reason codes by name).
+// sameTimeline compares two timelines by content (detail codes by value).
 func sameTimeline(x, y *Timeline) error {
 	if x.Start != y.Start || x.End != y.End || x.PID != y.PID || x.Lost != y.Lost {
 		return fmt.Errorf("header %d %d %d %d vs %d %d %d %d", x.Start, x.End, x.PID, x.Lost, y.Start, y.End, y.PID, y.Lost)
@@ -64,10 +64,12 @@ func sameTimeline(x, y *Timeline) error {
 		}
 		for k := range tx.ivs {
 			a, b := tx.ivs[k], ty.ivs[k]
-			if x.reasons.names[a.reason] != y.reasons.names[b.reason] {
-				return fmt.Errorf("thread %d interval %d: reason %q vs %q", tx.tid, k, x.reasons.names[a.reason], y.reasons.names[b.reason])
+			dx := [3]string{x.details.reason[a.detail], x.details.syscall[a.detail], x.details.device[a.detail]}
+			dy := [3]string{y.details.reason[b.detail], y.details.syscall[b.detail], y.details.device[b.detail]}
+			if dx != dy {
+				return fmt.Errorf("thread %d interval %d: %q vs %q", tx.tid, k, dx, dy)
 			}
-			a.reason, b.reason = 0, 0
+			a.detail, b.detail = 0, 0
 			if a != b {
 				return fmt.Errorf("thread %d interval %d: %+v vs %+v", tx.tid, k, a, b)
 			}

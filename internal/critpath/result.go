@@ -33,8 +33,13 @@ type SpanPath struct {
 	End       int64   `json:"end"`
 	Ms        float64 `json:"ms"`
 	// States is the time on the path per state name (every name of
-	// States, zero when absent); they add up to Ms.
+	// States, zero when absent): the state of the thread the path was on
+	// (a lock holder's running, the callee's work…); they add up to Ms.
 	States map[string]float64 `json:"states"`
+	// Waits is the same time by what the span's own threads waited for:
+	// where the path left them, the state they were blocked in (lock,
+	// network…); elsewhere as States. They add up to Ms.
+	Waits map[string]float64 `json:"waits"`
 	// BlockedBy are the other requests the path went through, longest
 	// first.
 	BlockedBy []BlockedBy `json:"blockedBy"`
@@ -87,6 +92,10 @@ type SegmentJSON struct {
 	TraceID  string `json:"traceId,omitempty"`
 	SpanID   string `json:"spanId,omitempty"`
 	Blocking bool   `json:"blocking,omitempty"`
+	// Syscall and Device qualify a blocked state of the thread's own: the
+	// syscall it waited in, the block device of a disk wait.
+	Syscall string `json:"syscall,omitempty"`
+	Device  string `json:"device,omitempty"`
 }
 
 // ArrowJSON is a wakeup the path followed: thread From woke thread To at TS.
@@ -127,10 +136,12 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	r := &a.assoc.reqs[p.Request]
 	out := SpanPath{TraceID: r.TraceID.String(), SpanID: r.SpanID.String(), Service: r.Service, Operation: r.Operation,
 		Start: r.Start, End: r.End, Ms: ms(r.End - r.Start), States: make(map[string]float64, numStates),
+		Waits: make(map[string]float64, numStates),
 		BlockedBy: []BlockedBy{}, Threads: []ThreadJSON{}, Segments: []SegmentJSON{}, Arrows: []ArrowJSON{},
 		Lost: a.tl.Lost}
-	for i, d := range p.States {
-		out.States[States[i]] = ms(d)
+	for i := range p.States {
+		out.States[States[i]] = ms(p.States[i])
+		out.Waits[States[i]] = ms(p.Waits[i])
 	}
 	for _, b := range p.BlockedBy {
 		q := &a.assoc.reqs[b.Request]
@@ -143,7 +154,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	}
 	for _, s := range p.Segments {
 		sj := SegmentJSON{TID: s.TID, Start: s.Start, End: s.End, Ms: ms(s.End - s.Start), State: s.State, Wait: s.Wait,
-			Blocking: s.Blocking}
+			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device}
 		if s.Active >= 0 {
 			q := &a.assoc.reqs[s.Active]
 			if s.Blocking {

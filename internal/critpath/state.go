@@ -76,7 +76,7 @@ func contextCode(s string) uint8 {
 }
 
 // reasonState maps a blocked interval's reason (the recorder's: lock, network,
-// disk, timer, pagefault, syscall, kernel, unknown) to the state
+// disk, timer, pagefault, memory, syscall, kernel, unknown) to the state
 // it shows as when the path does not follow it to a waker. Reasons this
 // package does not know (a newer recorder) are unknown, never guessed.
 func reasonState(reason string) state {
@@ -89,37 +89,45 @@ func reasonState(reason string) state {
 		return stDisk
 	case "timer":
 		return stSleep
-	case fmtPageFault:
+	case fmtPageFault, "memory":
 		return stMemory
 	}
 	return stUnknown
 }
 
-// Kinds of reason codes kept per interval (an index into reasonNames) so that
-// an interval stays small; reasonNames grows with the reasons a snapshot
-// holds.
-type reasonTable struct {
-	names []string
-	index map[string]uint16
+// details interns what qualifies an interval besides its kind — the
+// reason, the syscall and the block device — so that an interval stays
+// small: an interval holds a code, an index in these slices.
+type details struct {
+	reason, syscall, device []string
+	st                      []state // reasonState of the reason
+	index                   map[string]uint16
+	key                     []byte
 }
 
-// codeBytes is code without allocating for a reason already known.
-func (r *reasonTable) codeBytes(b []byte) uint16 {
-	if c, ok := r.index[string(b)]; ok {
-		return c
-	}
-	return r.code(string(b))
-}
+// maxDetails bounds the codes; past it, new combinations share the code of
+// their reason alone (losing the syscall and device, never the reason).
+const maxDetails = 1<<16 - 1
 
-func (r *reasonTable) code(s string) uint16 {
-	if c, ok := r.index[s]; ok {
+func (d *details) code(reason, syscall, device []byte) uint16 {
+	d.key = append(append(append(append(append(d.key[:0], reason...), 0), syscall...), 0), device...)
+	if c, ok := d.index[string(d.key)]; ok {
 		return c
 	}
-	if r.index == nil {
-		r.index = map[string]uint16{}
+	if len(d.reason) >= maxDetails {
+		if len(syscall) > 0 || len(device) > 0 {
+			return d.code(reason, nil, nil)
+		}
+		return 0
 	}
-	c := uint16(len(r.names))
-	r.names = append(r.names, s)
-	r.index[s] = c
+	if d.index == nil {
+		d.index = map[string]uint16{}
+	}
+	c := uint16(len(d.reason))
+	d.reason = append(d.reason, string(reason))
+	d.syscall = append(d.syscall, string(syscall))
+	d.device = append(d.device, string(device))
+	d.st = append(d.st, reasonState(string(reason)))
+	d.index[string(d.key)] = c
 	return c
 }

@@ -19,7 +19,7 @@ type Timeline struct {
 	threads []thread
 	byTID   map[uint32]int32
 	wakeups []wake
-	reasons reasonTable
+	details details
 }
 
 // thread is one thread of a Timeline.
@@ -34,8 +34,8 @@ type thread struct {
 // holds millions.
 type iv struct {
 	start, end int64
-	wake       int32 // index in Timeline.wakeups, -1: none
-	reason     uint16
+	wake       int32  // index in Timeline.wakeups, -1: none
+	detail     uint16 // index in Timeline.details: reason, syscall, device
 	kind       uint8
 }
 
@@ -44,6 +44,10 @@ type wake struct {
 	ts    int64
 	waker uint32
 	ctx   uint8
+	// causal: the waker caused the wakeup and the path continues on it
+	// (a thread's wakeup; a network softirq run in the sending thread's
+	// context, on loopback).
+	causal bool
 }
 
 // threadIndex returns tid's index, adding a thread for a tid the snapshot's
