@@ -183,7 +183,7 @@ type seg struct {
 	// the time stays on the blocked thread, when it is the waker's.
 	attr       uint32
 	start, end int64
-	st, wait   state // wait == numStates: none
+	st, wait   state  // wait == numStates: none
 	detail     uint16 // the interval's details (reason, syscall, device) when st is the thread's own
 	active     int32
 	blocking   bool

@@ -136,7 +136,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	r := &a.assoc.reqs[p.Request]
 	out := SpanPath{TraceID: r.TraceID.String(), SpanID: r.SpanID.String(), Service: r.Service, Operation: r.Operation,
 		Start: r.Start, End: r.End, Ms: ms(r.End - r.Start), States: make(map[string]float64, numStates),
-		Waits: make(map[string]float64, numStates),
+		Waits:     make(map[string]float64, numStates),
 		BlockedBy: []BlockedBy{}, Threads: []ThreadJSON{}, Segments: []SegmentJSON{}, Arrows: []ArrowJSON{},
 		Lost: a.tl.Lost}
 	for i := range p.States {
