@@ -45,7 +45,7 @@ func BenchmarkDump(b *testing.B) {
 // BenchmarkIngest measures the reader's per-event cost (ring append and
 // comm bookkeeping).
 func BenchmarkIngest(b *testing.B) {
-	r := newRing(128 << 20)
+	r := newRing(128<<20, 0)
 	evs := pingPong(1000)
 	var c Comm
 	copy(c[:], "pipe")
@@ -64,7 +64,7 @@ func BenchmarkIngest(b *testing.B) {
 //
 //	go test -run '^$' -bench DumpOneOfTen ./internal/profiler/kernel/
 func BenchmarkDumpOneOfTen(b *testing.B) {
-	r := newRing(1 << 30)
+	r := newRing(1<<30, 0)
 	one := pingPong(20_000)
 	var c Comm
 	copy(c[:], "svc")
@@ -91,7 +91,7 @@ func BenchmarkDumpOneOfTen(b *testing.B) {
 				if variant == "all" {
 					evs = r.window(0, end)
 				} else {
-					evs, _ = r.windowOf(0, end, map[uint32]bool{3100: true}, false)
+					evs = r.windowOf(0, end, map[uint32]bool{3100: true}, false, 0).events
 				}
 				s, raw := build(evs, buildInput{pid: 3100, start: 0, end: end, comm: comm})
 				if len(s.Threads) != 2 {

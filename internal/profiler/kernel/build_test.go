@@ -227,7 +227,8 @@ func TestBuildThreadsAndEdges(t *testing.T) {
 	}
 	comms := map[uint32]string{101: "worker", 200: "holder"}
 	s, raw := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
-	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true}, {TID: 200, PID: 200, Comm: "holder"}}; !slices.Equal(s.Threads, want) {
+	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true, Recorded: true, Since: 1000},
+		{TID: 200, PID: 200, Comm: "holder", Depth: 1, Recorded: true, Since: 1010}}; !slices.Equal(s.Threads, want) {
 		t.Errorf("threads = %+v, want %+v", s.Threads, want)
 	}
 	if len(s.Wakeups) != 1 {
@@ -271,11 +272,18 @@ func TestReportedState(t *testing.T) {
 // TestSnapshotRoundTrip: Encode's hand-written JSON decodes to the same
 // snapshot.
 func TestSnapshotRoundTrip(t *testing.T) {
-	in := &Snapshot{Version: 1, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
-		Threads:   []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true}},
-		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonLock, Syscall: "futex", Start: 1, End: 5, CPU: -1, Wakeup: 0}, {TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1}},
-		Wakeups:   []Wakeup{{TS: 5, Wakee: 7, Waker: 8, Context: "softirq", Detail: "NET_RX", CPU: 1, Enqueued: 6}},
-		DiskIOs:   []DiskIO{{TID: 7, Issue: 2, Complete: 3, Bytes: 4096}},
+	in := &Snapshot{Version: 2, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
+		Threads: []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true, Recorded: true, Since: 1},
+			{TID: 8, PID: 8, Comm: "jbd2/vda1-8", Kernel: true, Depth: 1, Recorded: true, Since: 2},
+			{TID: 9, PID: 9, Comm: "x", Depth: 2, Unrecorded: UnrecordedDepth}},
+		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonDisk, Syscall: "fsync", Device: `v"da1`, Start: 1, End: 5, CPU: -1, Wakeup: 0},
+			{TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1},
+			{TID: 8, State: StateRunqueue, Reason: ReasonThrottled, Start: 2, End: 9, CPU: -1, Wakeup: 1}},
+		Wakeups: []Wakeup{{TS: 5, Wakee: 7, Waker: 8, Context: "softirq", Detail: "NET_RX", Causal: true, Device: "vda", CPU: 1, Enqueued: 6},
+			{TS: 9, Wakee: 8, Context: CtxNameUnthrottle, CPU: 0}},
+		DiskIOs:   []DiskIO{{TID: 7, Issue: 2, Complete: 3, Bytes: 4096, Device: "vda1"}},
+		Follow:    &Follow{MaxDepth: 1, MaxThreads: 5, Recording: true},
+		Truncated: &Truncation{Depth: 1},
 	}
 	var buf bytes.Buffer
 	if err := in.Encode(&buf); err != nil {
@@ -293,7 +301,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 // TestRingBounds: the ring keeps at most its byte budget, evicting the
 // oldest chunks, and window returns the events of a time range in order.
 func TestRingBounds(t *testing.T) {
-	r := newRing(3 * chunkLen * eventBytes)
+	r := newRing(3*chunkLen*eventBytes, 0)
 	var c Comm
 	copy(c[:], "t")
 	total := 5*chunkLen + 10
@@ -301,7 +309,8 @@ func TestRingBounds(t *testing.T) {
 		ev := Event{Type: EvSwitch, TS: int64(i), TID: 101, TID2: 102}
 		r.add(&ev, &c, &c)
 	}
-	bytes, evicted, added := r.stats()
+	st := r.stats()
+	bytes, evicted, added := st.bytes, st.evicted, st.total
 	if bytes > 3*chunkLen*eventBytes || added != uint64(total) || evicted != uint64(3*chunkLen) {
 		t.Errorf("bytes %d (max %d), evicted %d, added %d", bytes, 3*chunkLen*eventBytes, evicted, added)
 	}
@@ -316,7 +325,7 @@ func TestRingBounds(t *testing.T) {
 		t.Errorf("comms %q %q", r.comm(101), r.comm(7))
 	}
 	r.expire(int64(total))
-	if b, _, _ := r.stats(); b != chunkLen*eventBytes {
+	if b := r.stats().bytes; b != chunkLen*eventBytes {
 		t.Errorf("after expiry %d bytes buffered, want the newest chunk only", b)
 	}
 }
@@ -326,7 +335,7 @@ func TestRingBounds(t *testing.T) {
 // a window finds them wherever they sit, and expiry keeps a chunk while
 // any of its events is recent.
 func TestRingOutOfOrder(t *testing.T) {
-	r := newRing(4 * chunkLen * eventBytes)
+	r := newRing(4*chunkLen*eventBytes, 0)
 	add := func(ts int64) {
 		ev := Event{Type: EvSwitch, TS: ts, TID: 101, TID2: 102}
 		r.add(&ev, nil, nil)
@@ -360,7 +369,7 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 	pick := func(rng *rand.Rand) uint32 { return threads[rng.IntN(len(threads))] }
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		r := newRing(64 << 20)
+		r := newRing(64<<20, 0)
 		var c Comm
 		ts := int64(1_000_000)
 		for range 3000 {
@@ -405,7 +414,8 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			if tc.follow || tc.name == "cgroup" {
 				in.pids = procs
 			}
-			got, n := r.windowOf(from, end, procs, tc.follow)
+			w := r.windowOf(from, end, procs, tc.follow, defaultFollowDepth)
+			got, n := w.events, w.total
 			if n != len(all) {
 				t.Fatalf("seed %d %s: windowOf counted %d events, window has %d", seed, tc.name, n, len(all))
 			}

@@ -5,16 +5,18 @@ import "strconv"
 // Reasons of a BLOCKED interval, and sub-states of RUNQUEUE. The strings are
 // the snapshot format (see the package doc).
 const (
-	ReasonPreempted = "preempted" // RUNQUEUE: preempted while runnable
-	ReasonWakeup    = "wakeup"    // RUNQUEUE: woken, waiting for a CPU
+	ReasonPreempted = "preempted" // RUNQUEUE: preempted while runnable (CPU contention)
+	ReasonWakeup    = "wakeup"    // RUNQUEUE: woken or unthrottled, waiting for a CPU (contention)
 	ReasonNew       = "new"       // RUNQUEUE: a new thread's first wait
-	ReasonLock      = "lock"      // BLOCKED: futex (mutexes, condition variables)
+	ReasonThrottled = "throttled" // RUNQUEUE: its cgroup's CFS quota ran out, until the unthrottle
+	ReasonLock      = "lock"      // BLOCKED: futex (mutexes, condition variables), flock, semaphores
 	ReasonNetwork   = "network"   // BLOCKED: socket I/O, poll/select/epoll
-	ReasonDisk      = "disk"      // BLOCKED: file I/O, fsync
+	ReasonDisk      = "disk"      // BLOCKED: file I/O, fsync, io_schedule (with Interval.Device)
 	ReasonTimer     = "timer"     // BLOCKED: sleeps
 	ReasonSyscall   = "syscall"   // BLOCKED: another syscall (wait4, pipes, ttys…)
-	ReasonPageFault = "pagefault" // BLOCKED: outside any syscall: a page fault
-	ReasonKernel    = "kernel"    // BLOCKED: a kernel thread waiting
+	ReasonPageFault = "pagefault" // BLOCKED: outside any syscall: a page fault (file read, swap-in)
+	ReasonMemory    = "memory"    // BLOCKED: a memory stall: reclaim, compaction, thrashing, memory.high
+	ReasonKernel    = "kernel"    // BLOCKED: a kernel thread waiting (not for I/O)
 	ReasonUnknown   = "unknown"   // BLOCKED: the syscall was not seen
 )
 
@@ -55,12 +57,16 @@ var syscallsAMD64 = map[int32]sysInfo{
 	46:  {"sendmsg", ReasonNetwork, false},
 	47:  {"recvmsg", ReasonNetwork, false},
 	61:  {"wait4", ReasonSyscall, false},
+	65:  {"semop", ReasonLock, false},
+	72:  {"fcntl", ReasonLock, false},
+	73:  {"flock", ReasonLock, false},
 	74:  {"fsync", ReasonDisk, false},
 	75:  {"fdatasync", ReasonDisk, false},
 	76:  {"truncate", ReasonDisk, false},
 	77:  {"ftruncate", ReasonDisk, false},
 	162: {"sync", ReasonDisk, false},
 	202: {"futex", ReasonLock, false},
+	220: {"semtimedop", ReasonLock, false},
 	208: {"io_getevents", ReasonDisk, false},
 	230: {"clock_nanosleep", ReasonTimer, false},
 	232: {"epoll_wait", ReasonNetwork, false},
@@ -69,6 +75,7 @@ var syscallsAMD64 = map[int32]sysInfo{
 	270: {"pselect6", ReasonNetwork, false},
 	271: {"ppoll", ReasonNetwork, false},
 	277: {"sync_file_range", ReasonDisk, false},
+	285: {"fallocate", ReasonDisk, false},
 	281: {"epoll_pwait", ReasonNetwork, false},
 	288: {"accept4", ReasonNetwork, false},
 	295: {"preadv", ReasonDisk, true},
@@ -85,20 +92,38 @@ var syscallsAMD64 = map[int32]sysInfo{
 }
 
 // blockReason maps the switch record of a thread that blocked to a reason
-// and the syscall's name ("" outside syscalls).
+// and the syscall's name ("" outside syscalls). A memory stall (reclaim,
+// compaction, thrashing) is "memory" whatever the syscall or fault it
+// happened in; io_schedule is "disk" where the syscall says no better.
 func blockReason(ev *Event) (reason, syscall string) {
+	mem, io := ev.Flags&FlagMemStall != 0, ev.Flags&FlagIOWait != 0
 	if ev.Flags&FlagKthread != 0 {
+		switch {
+		case mem:
+			return ReasonMemory, ""
+		case io:
+			return ReasonDisk, ""
+		}
 		return ReasonKernel, ""
 	}
 	switch ev.Syscall {
 	case SysNone:
+		if mem {
+			return ReasonMemory, ""
+		}
 		return ReasonPageFault, ""
 	case SysUnknown:
+		switch {
+		case mem:
+			return ReasonMemory, ""
+		case io:
+			return ReasonDisk, ""
+		}
 		return ReasonUnknown, ""
 	}
 	info, ok := syscallsAMD64[ev.Syscall]
 	if !ok {
-		return ReasonSyscall, "syscall_" + itoa(int64(ev.Syscall))
+		info = sysInfo{name: "syscall_" + itoa(int64(ev.Syscall)), reason: ReasonSyscall}
 	}
 	reason = info.reason
 	if info.fdArg {
@@ -110,6 +135,12 @@ func blockReason(ev *Event) (reason, syscall string) {
 		case fileFIFO, fileChr:
 			reason = ReasonSyscall
 		}
+	}
+	switch {
+	case mem:
+		reason = ReasonMemory
+	case io && (reason == ReasonSyscall || reason == ReasonUnknown):
+		reason = ReasonDisk
 	}
 	return reason, info.name
 }
@@ -123,11 +154,11 @@ var softirqNames = [...]string{"HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_
 func wakeContext(ev *Event) (ctx, detail string) {
 	switch ev.Ctx {
 	case CtxHrtimer:
-		return "timer", "hrtimer"
+		return CtxNameTimer, "hrtimer"
 	case CtxBlockIRQ:
-		return "disk", "irq " + itoa(int64(ev.Detail))
+		return CtxNameDisk, "irq " + itoa(int64(ev.Detail))
 	case CtxHardirq:
-		return "hardirq", "irq " + itoa(int64(ev.Detail))
+		return CtxNameHardirq, "irq " + itoa(int64(ev.Detail))
 	case CtxSoftirq:
 		name := "vec " + itoa(int64(ev.Detail))
 		if int(ev.Detail) < len(softirqNames) {
@@ -135,15 +166,15 @@ func wakeContext(ev *Event) (ctx, detail string) {
 		}
 		switch ev.Detail {
 		case 1, 8: // TIMER, HRTIMER
-			return "timer", name
+			return CtxNameTimer, name
 		case 2, 3: // NET_TX, NET_RX
-			return "network", name
+			return CtxNameNetwork, name
 		case 4, 5: // BLOCK, IRQ_POLL
-			return "disk", name
+			return CtxNameDisk, name
 		}
-		return "softirq", name
+		return CtxNameSoftirq, name
 	}
-	return "thread", ""
+	return CtxNameThread, ""
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
