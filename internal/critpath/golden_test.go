@@ -26,10 +26,10 @@ type timelineCase struct {
 	// Threads: [tid, pid, "comm"].
 	Threads [][3]any `json:"threads"`
 	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu(,
-	// "syscall"))].
+	// "syscall"(, "device")))].
 	Intervals [][]any `json:"intervals"`
-	// Wakeups: [ts, wakee, waker, "context"].
-	Wakeups  [][4]any     `json:"wakeups"`
+	// Wakeups: [ts, wakee, waker, "context"(, causal)].
+	Wakeups  [][]any      `json:"wakeups"`
 	Requests []caseSpan   `json:"requests"`
 	Pauses   [][3]float64 `json:"pauses"`
 	// Paths are the span ids whose paths are checked (all when empty).
@@ -74,7 +74,9 @@ func (c *timelineCase) input(t testing.TB) Input {
 		s.Threads = append(s.Threads, kernel.Thread{TID: uint32(num(th[0])), PID: uint32(num(th[1])), Comm: th[2].(string), Target: true})
 	}
 	for _, w := range c.Wakeups {
-		s.Wakeups = append(s.Wakeups, kernel.Wakeup{TS: num(w[0]) * sc, Wakee: uint32(num(w[1])), Waker: uint32(num(w[2])), Context: w[3].(string)})
+		wk := kernel.Wakeup{TS: num(w[0]) * sc, Wakee: uint32(num(w[1])), Waker: uint32(num(w[2])), Context: w[3].(string)}
+		wk.Causal = wk.Context == "thread" || len(w) > 4 && w[4].(bool)
+		s.Wakeups = append(s.Wakeups, wk)
 	}
 	for _, iv := range c.Intervals {
 		in := kernel.Interval{TID: uint32(num(iv[0])), State: iv[1].(string), Reason: iv[2].(string),
@@ -87,6 +89,9 @@ func (c *timelineCase) input(t testing.TB) Input {
 		}
 		if len(iv) > 7 {
 			in.Syscall = iv[7].(string)
+		}
+		if len(iv) > 8 {
+			in.Device = iv[8].(string)
 		}
 		s.Intervals = append(s.Intervals, in)
 	}

@@ -24,7 +24,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 		tl.threads = append(tl.threads, thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
 	}
 	for _, w := range s.Wakeups {
-		tl.wakeups = append(tl.wakeups, wake{ts: w.TS, waker: w.Waker, ctx: contextCode(w.Context), causal: w.Context == "thread"})
+		tl.wakeups = append(tl.wakeups, wake{ts: w.TS, waker: w.Waker, ctx: contextCode(w.Context), causal: w.Causal || w.Context == "thread"})
 	}
 	for _, in := range s.Intervals {
 		i := tl.threadIndex(in.TID)
@@ -38,7 +38,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 			k = kRunqueue
 		}
 		tl.threads[i].ivs = append(tl.threads[i].ivs, iv{start: in.Start, end: in.End, wake: int32(in.Wakeup),
-			kind: k, detail: tl.details.code([]byte(in.Reason), []byte(in.Syscall), nil)})
+			kind: k, detail: tl.details.code([]byte(in.Reason), []byte(in.Syscall), []byte(in.Device))})
 	}
 	for i := range tl.threads {
 		slices.SortStableFunc(tl.threads[i].ivs, func(a, b iv) int { return compareInt64(a.start, b.start) })
@@ -85,6 +85,16 @@ func TestDecodeMatchesRecorderDecoder(t *testing.T) {
 		s, _ := generate(c)
 		s.Lost = uint64(seed)
 		s.Wakeups[0].Detail = "irq \"7\" \\ é" // a string that needs escapes
+		for i := range s.Wakeups {
+			if s.Wakeups[i].Context == "network" && i%2 == 0 {
+				s.Wakeups[i].Causal = true
+			}
+		}
+		for i := range s.Intervals {
+			if s.Intervals[i].Reason == "disk" && i%3 == 0 {
+				s.Intervals[i].Device = "vda1"
+			}
+		}
 		data := encode(t, s)
 		got, err := DecodeBytes(data)
 		if err != nil {
