@@ -60,10 +60,8 @@ func num(v any) int64 {
 	panic("not a number")
 }
 
-// load reads a case into an analysis input. The snapshot goes through the
-// recorder's encoder and decoder, so the cases also pin the format.
-func (c *timelineCase) input(t testing.TB) Input {
-	t.Helper()
+// snapshot builds a case's snapshot, and returns the time scale.
+func (c *timelineCase) snapshot() (*kernel.Snapshot, int64) {
 	sc := c.Scale
 	if sc == 0 {
 		sc = 1_000_000
@@ -95,6 +93,15 @@ func (c *timelineCase) input(t testing.TB) Input {
 		}
 		s.Intervals = append(s.Intervals, in)
 	}
+	return s, sc
+}
+
+// input reads a case into an analysis input. The snapshot goes through the
+// recorder's encoder and this package's decoder, so the cases also pin the
+// format.
+func (c *timelineCase) input(t testing.TB) Input {
+	t.Helper()
+	s, sc := c.snapshot()
 	tl, err := DecodeBytes(encode(t, s))
 	if err != nil {
 		t.Fatal(err)
