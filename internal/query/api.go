@@ -5,7 +5,8 @@
 //     service), so the Jaeger UI and Grafana's Jaeger data source can read
 //     Rootline unchanged;
 //   - under /api/v1/ Rootline's own API: the anomaly feed, captured artifacts
-//     (metadata and content) and the anomaly detector's state.
+//     (metadata and content), the critical paths of traces and the anomaly
+//     detector's state.
 //
 // Everything else is handed to the web UI.
 package query
@@ -58,6 +59,8 @@ type API struct {
 	now func() time.Time
 	// token is cfg.AuthToken, compared in constant time.
 	token bearer.Token
+	// critpathSlot lets one critical-path computation run at a time.
+	critpathSlot chan struct{}
 }
 
 // New returns the query API over spans and artifacts. detector returns the
@@ -86,6 +89,8 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 		logger:    logger.With("component", "query"),
 		now:       time.Now,
 		token:     bearer.New(cfg.AuthToken),
+
+		critpathSlot: make(chan struct{}, 1),
 	}
 	return a
 }
@@ -109,6 +114,7 @@ func (a *API) Handler() http.Handler {
 	// Rootline API.
 	mux.HandleFunc("GET /api/v1/anomalies", a.getAnomalies)
 	mux.Handle("GET /api/v1/traces/{traceID}/artifacts", a.authorized(a.getTraceArtifacts))
+	mux.Handle("GET /api/v1/traces/{traceID}/critical-path", a.authorized(a.getCriticalPath))
 	mux.Handle("GET /api/v1/artifacts/{id}/meta", a.authorized(a.getArtifactMeta))
 	mux.Handle("GET /api/v1/artifacts/{id}", a.authorized(a.getArtifactContent))
 	mux.Handle("GET /api/v1/artifacts/{id}/flamegraph", a.authorized(a.getFlameGraph))

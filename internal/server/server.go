@@ -40,6 +40,7 @@ type Server struct {
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
+	critpath *critpathRunner
 	exporter *export.Exporter
 	recv     *receiver.Receivers
 	queryLn  net.Listener
@@ -76,6 +77,10 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
 		return fail(err)
 	}
+	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.capture.OnFinished(s.critpath.finished)
 	sinks := []pipeline.Sink{s.capture}
 	if cfg.Export.Endpoint != "" {
 		if s.exporter, err = export.New(cfg.Export, logger, s.reg); err != nil {
@@ -164,6 +169,7 @@ func (s *Server) Run(ctx context.Context) error {
 	pipeDone := make(chan error, 1)
 	go func() { pipeDone <- s.pipeline.Run() }()
 	g.Go(func() error { return s.capture.Run(gctx) })
+	g.Go(func() error { return s.critpath.run(gctx) })
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}
