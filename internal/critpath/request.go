@@ -90,7 +90,8 @@ const (
 	// (ThreadIntervals).
 	AttrThreadIntervals = model.AttrThreadIntervals
 	// attrRuntimeName is OpenTelemetry's process.runtime.name resource
-	// attribute ("go" for Go programs).
+	// attribute ("go" for Go programs); `rootline run` sets it on the
+	// SERVER spans of Go programs.
 	attrRuntimeName = "process.runtime.name"
 )
 
@@ -109,8 +110,10 @@ func RequestFromSpan(s *model.Span) (Request, bool) {
 	}
 	r := Request{TraceID: s.TraceID, SpanID: s.SpanID, Parent: s.ParentSpanID, Service: s.Service,
 		Operation: s.Name, PID: uint32(pid), Start: s.Start, End: s.End()}
-	if v, ok := s.ResourceAttr(attrRuntimeName); ok && strings.EqualFold(v.String(), "go") {
-		r.UserScheduled = true
+	for _, get := range []func(string) (model.Value, bool){s.Attr, s.ResourceAttr} {
+		if v, ok := get(attrRuntimeName); ok && strings.EqualFold(v.String(), "go") {
+			r.UserScheduled = true
+		}
 	}
 	if v, ok := s.Attr(AttrThreadIntervals); ok {
 		r.Threads = parseThreadIntervals(v.String(), r.Start, r.End)
