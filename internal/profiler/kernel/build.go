@@ -330,7 +330,7 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 		b.event(&events[i])
 	}
 	for tid, t := range b.threads {
-		b.close(tid, t, in.end, -1)
+		b.close(tid, t, in.end, t.wake) // a RUNQUEUE "wakeup" keeps its wakeup
 	}
 
 	sel := b.selectThreads()

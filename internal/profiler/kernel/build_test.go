@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -365,7 +367,7 @@ func TestRingOutOfOrder(t *testing.T) {
 // each other.
 func TestWindowOfSameSnapshot(t *testing.T) {
 	procOf := func(tid uint32) uint32 { return tid / 100 * 100 }
-	threads := []uint32{0, 101, 102, 103, 201, 202, 301, 302, 401}
+	threads := []uint32{0, 101, 102, 103, 201, 202, 301, 302, 401, 501, 601, 701}
 	pick := func(rng *rand.Rand) uint32 { return threads[rng.IntN(len(threads))] }
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -382,8 +384,10 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 				if rng.IntN(3) == 0 {
 					ev.Flags = FlagPreempt
 				}
+				ev.Flags |= []uint16{0, 0, FlagPrevUntracked, FlagNextUntracked, FlagThrottled}[rng.IntN(5)]
 			case 3:
 				ev.Type, ev.Ctx = EvWaking, uint8(rng.IntN(3))
+				ev.Flags = []uint16{0, FlagRaiser, FlagWakerFollowed | FlagWakerNew, FlagCutDepth}[rng.IntN(4)]
 			case 4:
 				ev.Type, ev.TID2, ev.TGID2 = EvWakeup, 0, 0
 			case 5:
@@ -437,4 +441,11 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			}
 		}
 	}
+}
+
+func mkfile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
 }

@@ -19,9 +19,11 @@ import (
 // scheduler events of the snapshot's threads with LTTng's kernel event and
 // field names (one stream per CPU, cpu_id in the packet context, env
 // domain "kernel"), so Trace Compass can apply its kernel analyses; stream
-// class 1 carries Rootline's derived data: rootline_thread_state (one per
-// interval, at its start), rootline_wakeup (one per edge) and
-// rootline_disk_io. Each stream file is one packet. Timestamps are
+// class 1 carries Rootline's derived data: rootline_thread (one per
+// snapshot thread, at the window's start: the target's and the followed
+// wakers, with their depth), rootline_thread_state (one per interval, at
+// its start), rootline_wakeup (one per edge) and rootline_disk_io. Each
+// stream file is one packet. Timestamps are
 // CLOCK_MONOTONIC ns; the clock's offset makes them Unix time.
 
 const ctfMagic = 0xC1FC1FC1
@@ -38,6 +40,7 @@ const (
 	ctfThreadState    = 100
 	ctfWakeup         = 101
 	ctfDiskIO         = 102
+	ctfThread         = 103
 )
 
 // ctfMetadata is the TSDL metadata up to the stream and event classes
@@ -177,12 +180,18 @@ var ctfEvents = []ctfEventClass{
 		{"comm", ctfComm}, {"tid", ctfInt32}, {"prio", ctfInt32}}},
 	{ctfThreadState, "rootline_thread_state", 1, []ctfField{
 		{"tid", ctfInt32}, {"pid", ctfInt32}, {"state", ctfString}, {"reason", ctfString},
-		{"syscall", ctfString}, {"duration_ns", ctfUint64}, {"cpu", ctfInt32}, {"wakeup_id", ctfInt32}}},
+		{"syscall", ctfString}, {"device", ctfString}, {"duration_ns", ctfUint64}, {"cpu", ctfInt32}, {"wakeup_id", ctfInt32}}},
 	{ctfWakeup, "rootline_wakeup", 1, []ctfField{
 		{"wakeup_id", ctfInt32}, {"wakee_tid", ctfInt32}, {"waker_tid", ctfInt32}, {"waker_comm", ctfString},
-		{"context", ctfString}, {"detail", ctfString}, {"cpu", ctfInt32}, {"enqueue_delay_ns", ctfInt64}}},
+		{"context", ctfString}, {"detail", ctfString}, {"causal", ctfUint32}, {"device", ctfString},
+		{"cpu", ctfInt32}, {"enqueue_delay_ns", ctfInt64}}},
 	{ctfDiskIO, "rootline_disk_io", 1, []ctfField{
-		{"tid", ctfInt32}, {"bytes", ctfUint32}, {"latency_ns", ctfUint64}}},
+		{"tid", ctfInt32}, {"bytes", ctfUint32}, {"latency_ns", ctfUint64}, {"device", ctfString}}},
+	// One per snapshot thread, at the window's start: which threads are the
+	// target's and which are (followed) wakers.
+	{ctfThread, "rootline_thread", 1, []ctfField{
+		{"tid", ctfInt32}, {"pid", ctfInt32}, {"comm", ctfString}, {"target", ctfUint32}, {"depth", ctfInt32},
+		{"recorded", ctfUint32}, {"unrecorded", ctfString}, {"kernel", ctfUint32}}},
 }
 
 // ctfEventByID indexes ctfEvents by id.
@@ -297,6 +306,13 @@ func (s *ctfStream) packet(uuid [16]byte, instance uint64, begin, end int64, cpu
 	return h
 }
 
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func formatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
@@ -349,6 +365,9 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 		index int
 	}
 	var ds []derived
+	for i := range snap.Threads {
+		ds = append(ds, derived{begin, ctfThread, i})
+	}
 	for i, iv := range snap.Intervals {
 		ds = append(ds, derived{iv.Start - offset, ctfThreadState, i})
 	}
@@ -364,17 +383,20 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 		switch d.kind {
 		case ctfThreadState:
 			iv := snap.Intervals[d.index]
-			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.End-iv.Start, iv.CPU, iv.Wakeup)
+			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.Device, iv.End-iv.Start, iv.CPU, iv.Wakeup)
 		case ctfWakeup:
 			wk := snap.Wakeups[d.index]
 			delay := int64(-1)
 			if wk.Enqueued != 0 {
 				delay = wk.Enqueued - wk.TS
 			}
-			rs.event(ctfWakeup, d.ts, d.index, wk.Wakee, wk.Waker, comm(wk.Waker), wk.Context, wk.Detail, wk.CPU, delay)
+			rs.event(ctfWakeup, d.ts, d.index, wk.Wakee, wk.Waker, comm(wk.Waker), wk.Context, wk.Detail, b2u(wk.Causal), wk.Device, wk.CPU, delay)
 		case ctfDiskIO:
 			io := snap.DiskIOs[d.index]
-			rs.event(ctfDiskIO, d.ts, io.TID, io.Bytes, io.Complete-io.Issue)
+			rs.event(ctfDiskIO, d.ts, io.TID, io.Bytes, io.Complete-io.Issue, io.Device)
+		case ctfThread:
+			th := snap.Threads[d.index]
+			rs.event(ctfThread, d.ts, th.TID, th.PID, th.Comm, b2u(th.Target), th.Depth, b2u(th.Recorded), th.Unrecorded, b2u(th.Kernel))
 		}
 	}
 

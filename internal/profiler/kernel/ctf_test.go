@@ -149,7 +149,7 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	want := map[string]int{
 		"sched_switch": 8, "sched_waking": 2, "sched_wakeup": 1, "sched_wakeup_new": 1,
 		"sched_process_fork": 1, "sched_process_exec": 1, "sched_process_exit": 1,
-		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 2,
+		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 2, "rootline_thread": len(snap.Threads),
 	}
 	for name, n := range want {
 		if got[name] != n {
@@ -161,10 +161,11 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 		`prev_comm = "main", prev_tid = 101, prev_prio = 120, prev_state = 1, next_comm = "", next_tid = 0`,
 		`prev_tid = 101, prev_prio = 120, prev_state = 256, next_comm = "other", next_tid = 200`, // preempted: TASK_REPORT_MAX
 		`cpu_id = 1`,
-		`state = "blocked", reason = "lock", syscall = "futex", duration_ns = 20000`,
+		`state = "blocked", reason = "lock", syscall = "futex", device = "", duration_ns = 20000`,
 		`state = "blocked", reason = "network", syscall = "read"`,
-		`wakee_tid = 101, waker_tid = 102, waker_comm = "worker", context = "thread"`,
-		`context = "network", detail = "NET_RX"`,
+		`wakee_tid = 101, waker_tid = 102, waker_comm = "worker", context = "thread", detail = "", causal = 1`,
+		`context = "network", detail = "NET_RX", causal = 0`,
+		`tid = 101, pid = 100, comm = "main", target = 1, depth = 0, recorded = 1`,
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("babeltrace2 output lacks %q", s)

@@ -31,23 +31,34 @@ func requireBPF(t *testing.T) {
 // buildWorkload compiles testdata/workload.c.
 func buildWorkload(t *testing.T) string {
 	t.Helper()
+	return buildC(t, "workload")
+}
+
+// buildC compiles testdata/<name>.c.
+func buildC(t *testing.T, name string) string {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		cputest.Missing(t, "gcc not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "workload")
-	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/workload.c").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/"+name+".c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// workload is a running testdata/workload.c.
+// workload is a running testdata/workload.c or testdata/critpath.c.
 type workload struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
 	tids  map[string]uint32
+	// calls are the "call <start> <end>" lines (CLOCK_MONOTONIC ns): what
+	// the program measured itself.
+	calls [][2]int64
+	marks []int64 // "mark <ts>" lines (CLOCK_MONOTONIC ns)
+	port  int     // from a "port <p>" line
 }
 
 func startWorkload(t *testing.T, name string, args ...string) *workload {
@@ -75,21 +86,40 @@ func startWorkload(t *testing.T, name string, args ...string) *workload {
 	return w
 }
 
-// waitFor reads lines until want, collecting "tid <label> <tid>" lines.
+// waitFor reads lines until want, collecting what they say (parse).
 func (w *workload) waitFor(t *testing.T, want string) {
 	t.Helper()
 	for w.out.Scan() {
 		line := w.out.Text()
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "tid" {
-			n, _ := strconv.Atoi(f[2])
-			w.tids[f[1]] = uint32(n)
-		}
+		w.parse(line)
 		if line == want {
 			return
 		}
 	}
 	t.Fatalf("workload ended before %q: %v", want, w.out.Err())
 }
+
+// parse collects a "tid <label> <tid>", "call <start> <end>", "mark <ts>"
+// or "port <p>" line.
+func (w *workload) parse(line string) {
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 3 && f[0] == "tid":
+		n, _ := strconv.Atoi(f[2])
+		w.tids[f[1]] = uint32(n)
+	case len(f) == 3 && f[0] == "call":
+		a, _ := strconv.ParseInt(f[1], 10, 64)
+		b, _ := strconv.ParseInt(f[2], 10, 64)
+		w.calls = append(w.calls, [2]int64{a, b})
+	case len(f) == 2 && f[0] == "port":
+		w.port, _ = strconv.Atoi(f[1])
+	case len(f) == 2 && f[0] == "mark":
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		w.marks = append(w.marks, n)
+	}
+}
+
+func newScanner(r io.Reader) *bufio.Scanner { return bufio.NewScanner(r) }
 
 func (w *workload) pid() int { return w.cmd.Process.Pid }
 
@@ -212,16 +242,36 @@ func TestAccuracyOnCPU(t *testing.T) {
 	}
 }
 
-// findBlocked returns the longest BLOCKED interval of tid with reason.
-func findBlocked(s *Snapshot, tid uint32, reason string) (Interval, bool) {
+// findBlocked returns the longest BLOCKED interval of tid with reason (and,
+// if given, in that syscall).
+func findBlocked(s *Snapshot, tid uint32, reason string, syscall ...string) (Interval, bool) {
 	var best Interval
 	ok := false
 	for _, iv := range s.Intervals {
+		if len(syscall) > 0 && iv.Syscall != syscall[0] {
+			continue
+		}
 		if iv.TID == tid && iv.State == StateBlocked && iv.Reason == reason && (!ok || iv.End-iv.Start > best.End-best.Start) {
 			best, ok = iv, true
 		}
 	}
 	return best, ok
+}
+
+// firstAfter returns tid's first BLOCKED interval with reason that follows
+// one with reason after.
+func firstAfter(s *Snapshot, tid uint32, after, reason string) (Interval, bool) {
+	seen := false
+	for _, iv := range s.Intervals {
+		if iv.TID != tid || iv.State != StateBlocked {
+			continue
+		}
+		if seen && iv.Reason == reason {
+			return iv, true
+		}
+		seen = seen || iv.Reason == after
+	}
+	return Interval{}, false
 }
 
 func describe(s *Snapshot, tid uint32) string {
@@ -271,7 +321,15 @@ func testBlockingReasons(t *testing.T, cfg Config) {
 	} {
 		t.Run(tc.label+"/"+tc.reason, func(t *testing.T) {
 			tid := w.tids[tc.label]
-			iv, ok := findBlocked(snap, tid, tc.reason)
+			// The longest wait with the reason in that syscall (a TCP read
+			// waits after an accept, which under load may wait longer).
+			iv, ok := findBlocked(snap, tid, tc.reason, tc.syscall)
+			if tc.label == "waiter" {
+				// The mutex wait is the first futex wait after its 10 ms
+				// sleep; the end barrier's (woken by the last thread to
+				// finish, under I/O load the fsyncer) may be longer.
+				iv, ok = firstAfter(snap, tid, ReasonTimer, tc.reason)
+			}
 			if !ok {
 				t.Fatalf("no BLOCKED(%s) interval for %s (tid %d):\n%s", tc.reason, tc.label, tid, describe(snap, tid))
 			}
