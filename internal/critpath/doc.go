@@ -27,10 +27,13 @@
 //
 // For each anchor piece the thread's intervals are walked backwards from the
 // piece's end. Running, run-queue (preempted, woken, throttled by the cgroup
-// quota) and waits ended by an interrupt are copied onto the path with their
-// state (a wait ended by the timer is sleep, by the network stack network,
-// by a block completion disk; a page fault is memory). A wait ended by
-// another thread is resolved through that thread: its intervals over the
+// quota) and waits not caused by another thread are copied onto the path with
+// their state: the reason the thread blocked for (a futex is lock, a socket
+// network, file I/O disk, a sleep sleep, a page fault or memory stall
+// memory), or, for a syscall that does not tell, the interrupt that ended
+// the wait (a timer is sleep, the network stack network, a block completion
+// disk). A wait another thread caused (it released a lock, or sent on a
+// local socket) is resolved through that thread: its intervals over the
 // same time, walked backwards from the wakeup, recursively. Every recursive
 // window is a sub-interval of the one it came from; one that would not
 // narrow it (data describing a cycle) and waits deeper than Config.MaxDepth

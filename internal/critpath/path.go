@@ -349,8 +349,9 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 // classify gives an interval's state and whether the path follows it to the
 // thread that woke it (a thread caused the end of the wait — it released a
 // lock, or sent on a local socket: what that thread did until then is the
-// path). Waits ended by an interrupt take the interrupt's kind (timer,
-// network, disk); others keep the reason the thread blocked for.
+// path). Other waits keep the reason the thread blocked for; for a reason
+// that does not tell (another syscall, a kernel thread's wait), the
+// interrupt that ended the wait (timer, network, disk) does.
 func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 	switch j.kind {
 	case kRunning:
@@ -378,6 +379,13 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 	w := &a.tl.wakeups[j.wake]
 	if w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid {
 		return rs, true
+	}
+	// The syscall says what the thread waited for (a lock wait that timed
+	// out to re-check the lock, as a JVM's monitor does, is still a lock
+	// wait); the interrupt that ended the wait says it for a syscall that
+	// does not tell.
+	if rs != stUnknown {
+		return rs, false
 	}
 	switch w.ctx {
 	case cTimer:
