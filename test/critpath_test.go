@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,6 +95,31 @@ func (e *cpEnv) run(t *testing.T, name, mode string, env []string, argv ...strin
 			t.Fatalf("%s never registered with the agent: %+v", name, agents)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// waitKind waits until the agent records service svc with a profiler of
+// kind (the JFR recording starts after the process registers).
+func (e *cpEnv) waitKind(t *testing.T, svc, kind string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var agents []struct {
+			Processes []struct {
+				Service string   `json:"service"`
+				Kinds   []string `json:"kinds"`
+			} `json:"processes"`
+		}
+		e.srv.getJSON(t, "/api/v1/agents", &agents)
+		for _, p := range agents[0].Processes {
+			if p.Service == svc && slices.Contains(p.Kinds, kind) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never recorded %s with %s: %+v", svc, kind, agents)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -524,9 +550,11 @@ func TestCritpathGCJava(t *testing.T) {
 	e := newCPEnv(t, "kernel,jfr")
 	src, _ := filepath.Abs("testdata/cpsvc/JCpSvc.java")
 	buildOut(t, e.dir, "javac", "-d", e.dir, src)
-	port, _ := e.run(t, "cp-gc", "ebpf", nil, "java", "-Xmx32m", "-XX:+UseSerialGC", "-cp", e.dir, "JCpSvc")
+	// The attach listener from the start: on a busy machine the JVM may
+	// not answer the agent's SIGQUIT in time to open it.
+	port, _ := e.run(t, "cp-gc", "ebpf", nil, "java", "-Xmx32m", "-XX:+UseSerialGC", "-XX:+StartAttachListener", "-cp", e.dir, "JCpSvc")
+	e.waitKind(t, "cp-gc", "jfr")
 	baseline(t, port, "do=fast", 20)
-	time.Sleep(8 * time.Second) // the JFR recording starts after registration
 	slow, m := cpGet(t, port, "do=alloc&ms=400")
 	p, _ := e.waitPath(t, slow, "cp-gc")
 	logPath(t, p)
