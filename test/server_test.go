@@ -224,7 +224,11 @@ func TestReceiversEndToEnd(t *testing.T) {
 }
 
 func TestRetentionKeepsAnomalousTracesLonger(t *testing.T) {
-	srv := startServer(t, t.TempDir(), "--retention.normal", "1h", "--retention.anomalous", "72h", "--retention.interval", "200ms")
+	// The traces are stamped two days back, as if they had just arrived from
+	// a client whose clock is that far behind; with the clock-skew rule off
+	// they are aged by their own timestamps (retention_test.go covers the rule).
+	srv := startServer(t, t.TempDir(), "--retention.normal", "1h", "--retention.anomalous", "72h", "--retention.interval", "200ms",
+		"--retention.max-clock-skew", "-1ns")
 	old := time.Now().Add(-48 * time.Hour)
 	normal, failed, recent := tid(1), tid(2), tid(3)
 	for _, tc := range []struct {
@@ -269,6 +273,7 @@ func TestServerHelpDocumentsEveryFlag(t *testing.T) {
 		"--receiver.max-request-bytes", "--pipeline.queue-spans", "--detector.window", "--detector.threshold",
 		"--detector.min-fill", "--detector.key-by", "--capture.pre", "--capture.post", "--capture.budget-bytes-per-minute",
 		"--retention.normal", "--retention.anomalous", "--retention.max-bytes", "--export.otlp.endpoint", "--sqlite.synchronous",
+		"--retention.max-clock-skew", "--retention.max-disk-fraction", "--storage.spans.type", "--storage.artifacts.type", "--storage.metrics.type",
 		"--auth.token-file", "--shutdown-timeout"} {
 		if !strings.Contains(string(out), "  -"+strings.TrimPrefix(f, "--")) {
 			t.Errorf("--help does not document %s", f)

@@ -114,7 +114,6 @@ type metrics struct {
 	received, accepted, refusedFull, refusedClosed, failed prometheus.Counter
 	stored, anomalies                                      prometheus.Counter
 	queueDepth                                             prometheus.GaugeFunc
-	commitSeconds                                          prometheus.Histogram
 	batchSpans                                             prometheus.Histogram
 }
 
@@ -149,14 +148,12 @@ func New(cfg Config, w store.SpanWriter, det anomaly.Detector, sinks []Sink, log
 		anomalies:     prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_pipeline_anomalies_total", Help: "Spans the detector marked anomalous."}),
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_pipeline_queue_spans", Help: "Spans waiting in the intake queue."},
 			func() float64 { return float64(p.queued.Load()) }),
-		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_store_write_seconds", Help: "Latency of one group commit into the store.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		batchSpans: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_pipeline_commit_spans", Help: "Spans per group commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 9)}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{p.m.received, p.m.accepted, p.m.refusedFull, p.m.refusedClosed, p.m.failed,
-			p.m.stored, p.m.anomalies, p.m.queueDepth, p.m.commitSeconds, p.m.batchSpans} {
+			p.m.stored, p.m.anomalies, p.m.queueDepth, p.m.batchSpans} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register pipeline metrics: %w", err)
 			}
@@ -261,11 +258,10 @@ func (p *Pipeline) Run() error {
 
 func (p *Pipeline) commit(batch []*request, spans []*model.Span) {
 	p.detect(spans)
-	start := p.now()
 	// The write is not bound to any request's context: once admitted, spans
-	// are committed even if their client gave up.
+	// are committed even if their client gave up. Its latency is the store's
+	// rootline_store_op_seconds{op="write_spans"}.
 	err := p.writer.WriteSpans(context.Background(), spans)
-	p.m.commitSeconds.Observe(p.now().Sub(start).Seconds())
 	p.m.batchSpans.Observe(float64(len(spans)))
 	p.queued.Add(-int64(len(spans)))
 	if err != nil {

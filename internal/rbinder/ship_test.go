@@ -153,3 +153,121 @@ func TestShipperDeadServer(t *testing.T) {
 	cancel()
 	s.Wait()
 }
+
+// flakyServer answers the first len(answers) posts with those statuses (and
+// Retry-After when set), then 200; it counts the spans of accepted posts.
+type flakyServer struct {
+	*httptest.Server
+	posts, spans atomic.Int64
+}
+
+func newFlakyServer(t *testing.T, retryAfter string, answers ...int) *flakyServer {
+	f := &flakyServer{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := f.posts.Add(1)
+		if int(n) <= len(answers) {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			http.Error(w, "later", answers[n-1])
+			return
+		}
+		req := ptraceotlp.NewExportRequest()
+		if err := req.UnmarshalProto(body); err != nil {
+			t.Errorf("decode: %v", err)
+		}
+		f.spans.Add(int64(req.Traces().SpanCount()))
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// TestShipperRetries: answers that say "retry later" get the batch again,
+// after an exponential backoff with jitter or the server's Retry-After when
+// longer, within MaxRetryTime; other failures are not retried.
+func TestShipperRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answers    []int
+		retryAfter string
+		maxTime    time.Duration
+		sent       int64
+		failed     int64
+		retried    int64
+		posts      int64
+		minWait    []time.Duration // lower bound of each wait
+		maxWait    []time.Duration // upper bound of each wait
+	}{
+		{name: "503 then 200", answers: []int{503}, sent: 3, retried: 1, posts: 2,
+			minWait: []time.Duration{50 * time.Millisecond}, maxWait: []time.Duration{100 * time.Millisecond}},
+		{name: "backoff doubles up to its cap", answers: []int{429, 502, 504, 503, 503}, sent: 3, retried: 5, posts: 6,
+			minWait: []time.Duration{50, 100, 200, 200, 200}, maxWait: []time.Duration{100, 200, 400, 400, 400}},
+		{name: "Retry-After is honoured when longer", answers: []int{429}, retryAfter: "2", sent: 3, retried: 1, posts: 2,
+			minWait: []time.Duration{2 * time.Second}, maxWait: []time.Duration{2 * time.Second}},
+		{name: "gives up after MaxRetryTime", answers: []int{503, 503, 503, 503, 503, 503, 503, 503, 503, 503}, retryAfter: "1",
+			maxTime: 2500 * time.Millisecond, failed: 3, retried: 2, posts: 3,
+			minWait: []time.Duration{time.Second, time.Second}, maxWait: []time.Duration{time.Second, time.Second}},
+		{name: "400 is not retried", answers: []int{400}, failed: 3, posts: 1},
+		{name: "retries disabled", answers: []int{503}, maxTime: -1, failed: 3, posts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFlakyServer(t, tc.retryAfter, tc.answers...)
+			maxTime := tc.maxTime
+			if maxTime == 0 {
+				maxTime = time.Hour
+			}
+			s := NewShipper(ShipperConfig{Endpoint: f.URL + "/v1/traces", Every: time.Hour,
+				RetryInitial: 100 * time.Millisecond, RetryMaxDelay: 400 * time.Millisecond, MaxRetryTime: maxTime})
+			// The waits are recorded and advance a fake clock, not slept.
+			var waits []time.Duration
+			clock := time.Now()
+			s.retry.now = func() time.Time { return clock }
+			s.retry.sleep = func(ctx context.Context, d time.Duration) error {
+				waits = append(waits, d)
+				clock = clock.Add(d)
+				return nil
+			}
+			for range 3 {
+				s.Emit(testSpan("x"))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go s.Run(ctx)
+			s.Flush()
+			waitFor(t, "batch settled", 20*time.Second, func() bool { return s.Sent.Load()+s.Failed.Load() == 3 })
+			cancel()
+			s.Wait()
+			if s.Sent.Load() != tc.sent || s.Failed.Load() != tc.failed || s.Retried.Load() != tc.retried ||
+				f.posts.Load() != tc.posts || f.spans.Load() != tc.sent {
+				t.Errorf("sent %d, failed %d, retried %d, posts %d, received %d; want %d, %d, %d, %d, %d",
+					s.Sent.Load(), s.Failed.Load(), s.Retried.Load(), f.posts.Load(), f.spans.Load(),
+					tc.sent, tc.failed, tc.retried, tc.posts, tc.sent)
+			}
+			if len(waits) != len(tc.minWait) {
+				t.Fatalf("waits %v, want %d of them", waits, len(tc.minWait))
+			}
+			for i, w := range waits {
+				lo, hi := tc.minWait[i], tc.maxWait[i]
+				if lo < time.Millisecond { // given in ms
+					lo, hi = lo*time.Millisecond, hi*time.Millisecond
+				}
+				if w < lo || w > hi {
+					t.Errorf("wait %d = %v, want within [%v, %v]", i, w, lo, hi)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for h, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, "-1": 0, "soon": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Minute).Format(http.TimeFormat):     0,
+	} {
+		if got := retryAfter(h, now); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", h, got, want)
+		}
+	}
+}

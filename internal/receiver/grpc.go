@@ -63,6 +63,14 @@ func grpcStatus(o outcome, err error) *status.Status {
 		return st
 	case outcomeShuttingDown:
 		return status.New(codes.Unavailable, "server is shutting down")
+	case outcomeUnavailable:
+		// A full disk or an I/O error: OTLP clients retry UNAVAILABLE, and
+		// the spans were not stored, so a retry loses and duplicates nothing.
+		st := status.New(codes.Unavailable, "the store cannot write now, retry later")
+		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(pipeline.RetryAfter)}); err == nil {
+			return d
+		}
+		return st
 	case outcomeCanceled:
 		if errors.Is(err, context.DeadlineExceeded) {
 			return status.New(codes.DeadlineExceeded, "deadline exceeded while storing spans")

@@ -217,7 +217,7 @@ func writeRefused(w http.ResponseWriter, mt string, o outcome, err error) {
 	case outcomeQueueFull:
 		code = http.StatusTooManyRequests
 		w.Header().Set("Retry-After", retryAfter)
-	case outcomeShuttingDown, outcomeCanceled:
+	case outcomeShuttingDown, outcomeCanceled, outcomeUnavailable:
 		code = http.StatusServiceUnavailable
 		w.Header().Set("Retry-After", retryAfter)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // Values of the receiver label: one per receiver and transport.
@@ -27,13 +28,14 @@ const (
 	outcomeQueueFull    outcome = "queue_full"    // pipeline.ErrQueueFull
 	outcomeShuttingDown outcome = "shutting_down" // pipeline.ErrShuttingDown
 	outcomeCanceled     outcome = "canceled"      // the client went away
+	outcomeUnavailable  outcome = "unavailable"   // store.ErrUnavailable: full disk, I/O error
 	outcomeError        outcome = "error"         // any other consumer error
 )
 
 // refusedReason is the reason label of refused spans for an outcome.
 func (o outcome) refusedReason() string {
 	switch o {
-	case outcomeInvalid, outcomeTooLarge, outcomeQueueFull, outcomeShuttingDown:
+	case outcomeInvalid, outcomeTooLarge, outcomeQueueFull, outcomeShuttingDown, outcomeUnavailable:
 		return string(o)
 	}
 	return "error"
@@ -48,6 +50,8 @@ func consumeOutcome(err error) outcome {
 		return outcomeQueueFull
 	case errors.Is(err, pipeline.ErrShuttingDown):
 		return outcomeShuttingDown
+	case errors.Is(err, store.ErrUnavailable):
+		return outcomeUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return outcomeCanceled
 	}

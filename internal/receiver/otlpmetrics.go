@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
@@ -48,6 +49,9 @@ func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) 
 	}
 	if err := sink.WriteMetrics(req.Context(), FromPdataMetrics(exp.Metrics())); err != nil {
 		r.logger.Warn("storing metrics failed", "receiver", rcv, "err", err)
+		if errors.Is(err, store.ErrUnavailable) { // a full disk: retry later
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		writeStatus(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, "cannot store metrics"))
 		return
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/store"
 )
 
 func TestMain(m *testing.M) {
@@ -252,6 +253,11 @@ func TestOTLPGRPC(t *testing.T) {
 			wantCode: codes.ResourceExhausted, wantRetry: pipeline.RetryAfter,
 		},
 		{name: "shutting down", td: makeTraces(1, "checkout"), consumeErr: pipeline.ErrShuttingDown, wantCode: codes.Unavailable},
+		{
+			name: "store unavailable", td: makeTraces(1, "checkout"),
+			consumeErr: fmt.Errorf("store write failed: %w", fmt.Errorf("%w: disk full at /secret/path", store.ErrUnavailable)),
+			wantCode:   codes.Unavailable, wantMsg: "retry later", wantRetry: pipeline.RetryAfter,
+		},
 		{name: "consumer canceled", td: makeTraces(1, "checkout"), consumeErr: context.Canceled, wantCode: codes.Canceled},
 		{
 			name: "internal error hides details", td: makeTraces(1, "checkout"), consumeErr: errors.New("sqlite: disk I/O error at /secret/path"),
@@ -368,6 +374,11 @@ func TestOTLPHTTP(t *testing.T) {
 		{
 			name: "shutting down", req: httpReq{contentType: mediaProto, body: otlpProto(t, makeTraces(1, "cart"))}, consumeErr: pipeline.ErrShuttingDown,
 			wantStatus: 503, wantMsg: "shutting down", wantRetryAfter: "1",
+		},
+		{
+			name: "store unavailable", req: httpReq{contentType: mediaProto, body: otlpProto(t, makeTraces(1, "cart"))},
+			consumeErr: fmt.Errorf("%w: disk full at /secret/path", store.ErrUnavailable),
+			wantStatus: 503, wantMsg: "store cannot write now", wantRetryAfter: "1",
 		},
 		{
 			name: "internal error", req: httpReq{contentType: mediaJSON, body: specJSON}, consumeErr: errors.New("secret detail"),
@@ -492,6 +503,7 @@ func TestZipkin(t *testing.T) {
 		{name: "too large", req: httpReq{contentType: mediaJSON, body: bytes.Repeat([]byte(" "), limit+1)}, wantStatus: 413, wantMsg: "larger than the limit"},
 		{name: "queue full", req: httpReq{contentType: mediaJSON, body: envoy}, consumeErr: pipeline.ErrQueueFull, wantStatus: 429, wantRetryAfter: "1"},
 		{name: "shutting down", req: httpReq{contentType: mediaJSON, body: envoy}, consumeErr: pipeline.ErrShuttingDown, wantStatus: 503, wantRetryAfter: "1"},
+		{name: "store unavailable", req: httpReq{contentType: mediaJSON, body: envoy}, consumeErr: store.ErrUnavailable, wantStatus: 503, wantRetryAfter: "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{err: tc.consumeErr}

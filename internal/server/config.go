@@ -1,5 +1,6 @@
 // Package server wires the `rootline server` role: receivers → pipeline
-// (detection, capture trigger, export) → SQLite store → query API.
+// (detection, capture trigger, export) → storage (built by
+// internal/store/factory; SQLite by default) → query API.
 package server
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/store/factory"
 )
 
 // Config is the whole server configuration. It loads from YAML (--config) and
@@ -37,7 +39,12 @@ type Config struct {
 	Capture   capture.Config  `yaml:"capture"`
 	Retention Retention       `yaml:"retention"`
 	Export    export.Config   `yaml:"export"`
-	SQLite    SQLite          `yaml:"sqlite"`
+	// Storage chooses a backend per kind of data (storage.spans.type,
+	// storage.artifacts.type, storage.metrics.type); see StorageConfig.
+	Storage factory.Config `yaml:"storage"`
+	// SQLite is the layout before Storage existed; its synchronous setting
+	// still applies to storage.spans.sqlite (StorageConfig).
+	SQLite SQLite `yaml:"sqlite"`
 
 	AuthTokenFile   string        `yaml:"auth_token_file"`
 	AuthToken       string        `yaml:"-"`
@@ -46,19 +53,76 @@ type Config struct {
 	LogFormat       string        `yaml:"log_format"`
 }
 
-// Retention is tail sampling by age and size.
+// Retention is tail sampling by age and size, on the server's clock.
 type Retention struct {
 	Normal    time.Duration `yaml:"normal"`
 	Anomalous time.Duration `yaml:"anomalous"`
-	MaxBytes  int64         `yaml:"max_bytes"`
-	Interval  time.Duration `yaml:"interval"`
+	// MaxBytes caps the store's size. 0 (the default) sizes the cap from the
+	// data directory's filesystem (DefaultMaxBytes); negative means no cap.
+	MaxBytes int64 `yaml:"max_bytes"`
+	// MaxDiskFraction is the share of the data directory's filesystem the
+	// automatic cap allows (MaxBytes 0).
+	MaxDiskFraction float64 `yaml:"max_disk_fraction"`
+	// MaxClockSkew: a span whose end is further than this from the time it
+	// arrives is flagged (rootline.clock_skew_ms) and aged from its receive
+	// time. 0 means store.DefaultMaxClockSkew (1h); negative disables it.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	Interval     time.Duration `yaml:"interval"`
 }
 
-// SQLite settings of the embedded store.
+// SQLite is the embedded store's section of the layout before Storage; it
+// is the same setting as storage.spans.sqlite.synchronous.
 type SQLite struct {
 	// Synchronous is FULL (an acknowledged span survives power loss) or
-	// NORMAL (it survives a crash of the server process; faster).
+	// NORMAL (it survives a crash of the server process; faster). Empty: the
+	// storage section's value, FULL by default.
 	Synchronous string `yaml:"synchronous"`
+}
+
+// StorageConfig is Storage with the older settings folded in (--data-dir for
+// the directories, sqlite.synchronous) and defaults applied, validated.
+func (c Config) StorageConfig() (factory.Config, error) {
+	st := c.Storage
+	if st.Spans.SQLite != nil { // do not modify c's section
+		cp := *st.Spans.SQLite
+		st.Spans.SQLite = &cp
+	}
+	if st.Artifacts.FS != nil {
+		cp := *st.Artifacts.FS
+		st.Artifacts.FS = &cp
+	}
+	if legacy := strings.ToUpper(c.SQLite.Synchronous); legacy != "" {
+		switch {
+		case st.Spans.Type != "" && !strings.EqualFold(st.Spans.Type, factory.TypeSQLite):
+			return st, fmt.Errorf("sqlite.synchronous is set but storage.spans.type is %q", st.Spans.Type)
+		case st.Spans.SQLite == nil:
+			st.Spans.SQLite = &factory.SQLiteConfig{Synchronous: legacy}
+		case st.Spans.SQLite.Synchronous == "":
+			st.Spans.SQLite.Synchronous = legacy
+		case !strings.EqualFold(st.Spans.SQLite.Synchronous, legacy):
+			return st, fmt.Errorf("sqlite.synchronous (%s) and storage.spans.sqlite.synchronous (%s) disagree: set one",
+				legacy, st.Spans.SQLite.Synchronous)
+		}
+	}
+	st.ApplyDefaults(c.DataDir)
+	return st, st.Validate()
+}
+
+// Defaults of the automatic size cap (Retention.MaxBytes 0).
+const (
+	DefaultMaxDiskFraction = 0.5
+	// maxBytesFloor keeps the automatic cap from being tiny on a small
+	// filesystem; maxBytesCeiling keeps it below the filesystem's size, so
+	// the cap, not a full disk, is what stops growth.
+	maxBytesFloor   = 1 << 30
+	maxBytesCeiling = 0.9
+)
+
+// DefaultMaxBytes is the automatic size cap for a filesystem of fsBytes:
+// fraction of it, at least 1 GiB, at most 90 % of the filesystem.
+func DefaultMaxBytes(fsBytes int64, fraction float64) int64 {
+	c := max(int64(float64(fsBytes)*fraction), maxBytesFloor)
+	return min(c, int64(float64(fsBytes)*maxBytesCeiling))
 }
 
 // DefaultConfig returns the defaults: everything embedded under ./rootline-data.
@@ -73,9 +137,9 @@ func DefaultConfig() Config {
 		Pipeline:        pipeline.DefaultConfig(),
 		Detector:        anomaly.DefaultConfig(),
 		Capture:         capture.DefaultConfig(),
-		Retention:       Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute},
+		Retention: Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute,
+			MaxDiskFraction: DefaultMaxDiskFraction},
 		Export:          export.DefaultConfig(),
-		SQLite:          SQLite{Synchronous: "FULL"},
 		ShutdownTimeout: 30 * time.Second,
 		LogLevel:        "info",
 		LogFormat:       "text",
@@ -92,14 +156,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--receiver.max-request-bytes must be ≥ 1024, got %d", c.MaxRequestBytes))
 	}
 	errs = append(errs, c.Pipeline.Validate(), c.Detector.Validate(), c.Capture.Validate(), c.Export.Validate())
-	if c.Retention.Normal < 0 || c.Retention.Anomalous < 0 || c.Retention.MaxBytes < 0 {
-		errs = append(errs, errors.New("retention periods and --retention.max-bytes must not be negative"))
+	if c.Retention.Normal < 0 || c.Retention.Anomalous < 0 {
+		errs = append(errs, errors.New("retention periods must not be negative"))
+	}
+	if f := c.Retention.MaxDiskFraction; c.Retention.MaxBytes == 0 && (f <= 0 || f > 1) {
+		errs = append(errs, fmt.Errorf("--retention.max-disk-fraction must be in (0, 1], got %v", f))
 	}
 	if c.Retention.Interval <= 0 {
 		errs = append(errs, errors.New("--retention.interval must be positive"))
 	}
-	if s := strings.ToUpper(c.SQLite.Synchronous); s != "FULL" && s != "NORMAL" {
-		errs = append(errs, fmt.Errorf("--sqlite.synchronous must be FULL or NORMAL, got %q", c.SQLite.Synchronous))
+	if _, err := c.StorageConfig(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.AuthToken == "" && !isLoopback(c.QueryAddr) {
 		errs = append(errs, fmt.Errorf("the query/agent API on %q is reachable beyond loopback and can read artifacts and trigger dumps: "+
@@ -146,7 +213,6 @@ func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 		cfg.AuthToken = strings.TrimSpace(string(b))
 	}
 	cfg.Capture.AuthToken = cfg.AuthToken
-	cfg.SQLite.Synchronous = strings.ToUpper(cfg.SQLite.Synchronous)
 	return cfg, cfg.Validate()
 }
 
@@ -168,7 +234,10 @@ func findConfigArg(args []string) string {
 // defaults shown by --help.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.String("config", "", "YAML configuration file (keys as in docs/configuration.md); flags override it")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the embedded store: the SQLite database (rootline.db) and artifact blobs")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the embedded store: the SQLite database (rootline.db) and artifact blobs (blobs/), unless storage.* sections name other directories")
+	fs.StringVar(&c.Storage.Spans.Type, "storage.spans.type", c.Storage.Spans.Type, "span store (with artifact metadata): sqlite (default)")
+	fs.StringVar(&c.Storage.Artifacts.Type, "storage.artifacts.type", c.Storage.Artifacts.Type, "artifact content store: fs (default; <data-dir>/blobs)")
+	fs.StringVar(&c.Storage.Metrics.Type, "storage.metrics.type", c.Storage.Metrics.Type, "metric point store: sqlite (default; in the span store's database)")
 	fs.StringVar(&c.OTLPGRPCAddr, "otlp.grpc.addr", c.OTLPGRPCAddr, "OTLP/gRPC receiver address (empty disables)")
 	fs.StringVar(&c.OTLPHTTPAddr, "otlp.http.addr", c.OTLPHTTPAddr, "OTLP/HTTP receiver address, POST /v1/traces protobuf or JSON (empty disables)")
 	fs.StringVar(&c.ZipkinAddr, "zipkin.addr", c.ZipkinAddr, "Zipkin v2 JSON receiver address, POST /api/v2/spans (empty disables)")
@@ -206,11 +275,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.DurationVar(&c.Retention.Normal, "retention.normal", c.Retention.Normal, "keep traces without anomalous or error spans this long (0 = forever)")
 	fs.DurationVar(&c.Retention.Anomalous, "retention.anomalous", c.Retention.Anomalous, "keep traces with an anomalous or error span this long (0 = forever)")
-	fs.Int64Var(&c.Retention.MaxBytes, "retention.max-bytes", c.Retention.MaxBytes, "size cap of the store in bytes; oldest normal traces go first (0 = no cap)")
+	fs.Int64Var(&c.Retention.MaxBytes, "retention.max-bytes", c.Retention.MaxBytes, "size cap of the store in bytes; oldest normal traces go first (0 = automatic, see -retention.max-disk-fraction; negative = no cap)")
+	fs.Float64Var(&c.Retention.MaxDiskFraction, "retention.max-disk-fraction", c.Retention.MaxDiskFraction, "automatic size cap: this share of the data directory's filesystem, at least 1 GiB and at most 90% of it")
+	fs.DurationVar(&c.Retention.MaxClockSkew, "retention.max-clock-skew", c.Retention.MaxClockSkew, "spans ending further than this from their receive time are flagged rootline.clock_skew_ms and aged from receipt (0 = 1h, negative = off)")
 	fs.DurationVar(&c.Retention.Interval, "retention.interval", c.Retention.Interval, "how often retention runs")
 
 	fs.StringVar(&c.Export.Endpoint, "export.otlp.endpoint", c.Export.Endpoint, "also send enriched spans to this OTLP/gRPC endpoint (host:port, plaintext)")
-	fs.StringVar(&c.SQLite.Synchronous, "sqlite.synchronous", c.SQLite.Synchronous, "FULL: acknowledged spans survive power loss; NORMAL: they survive a server crash (faster)")
+	fs.StringVar(&c.SQLite.Synchronous, "sqlite.synchronous", c.SQLite.Synchronous, "storage.spans.sqlite.synchronous: FULL (default): acknowledged spans survive power loss; NORMAL: they survive a server crash (faster)")
 	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token for the agent/artifact API (or set ROOTLINE_AUTH_TOKEN)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time allowed to drain receivers and commit queued spans")
 	fs.StringVar(&c.LogLevel, "log.level", c.LogLevel, "debug, info, warn or error")

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,13 +21,13 @@ func TestLoad(t *testing.T) {
 	}{
 		{name: "defaults", check: func(t *testing.T, c Config) {
 			if c.Detector.Window != 500 || c.Detector.Threshold != 3 || c.Detector.MinFill != 20 || c.Pipeline.KeyBy != "operation" ||
-				c.Retention.Normal != 24*time.Hour || c.Retention.Anomalous != 7*24*time.Hour || c.SQLite.Synchronous != "FULL" {
+				c.Retention.Normal != 24*time.Hour || c.Retention.Anomalous != 7*24*time.Hour || synchronous(t, c) != "FULL" {
 				t.Fatalf("defaults: %+v", c)
 			}
 		}},
 		{name: "yaml file", args: []string{"--config", "testdata/full.good.yml"}, check: func(t *testing.T, c Config) {
 			if c.Detector.Window != 1000 || c.Pipeline.KeyBy != "service" || c.Retention.Normal != 12*time.Hour ||
-				c.Capture.Kinds[0] != "cpu" || c.SQLite.Synchronous != "NORMAL" || c.QueryAddr != "127.0.0.1:17000" {
+				c.Capture.Kinds[0] != "cpu" || synchronous(t, c) != "NORMAL" || c.QueryAddr != "127.0.0.1:17000" {
 				t.Fatalf("yaml not applied: %+v", c)
 			}
 		}},
@@ -40,6 +41,33 @@ func TestLoad(t *testing.T) {
 				t.Fatal("token not propagated")
 			}
 		}},
+		{name: "storage layout", args: []string{"--config", "testdata/storage.good.yml"}, check: func(t *testing.T, c Config) {
+			st, err := c.StorageConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Spans.Type != "sqlite" || st.Spans.SQLite.Dir != "/tmp/rootline-test/db" || st.Spans.SQLite.Synchronous != "NORMAL" ||
+				st.Artifacts.Type != "fs" || st.Artifacts.FS.Dir != "/tmp/rootline-test/artifacts" || st.Metrics.Type != "sqlite" ||
+				c.Retention.MaxBytes != -1 || c.Retention.MaxClockSkew != 10*time.Minute {
+				t.Fatalf("storage: %+v %+v %+v, retention %+v", st.Spans.SQLite, st.Artifacts.FS, st.Metrics, c.Retention)
+			}
+		}},
+		{name: "default storage directories", args: []string{"--data-dir", "/tmp/x"}, check: func(t *testing.T, c Config) {
+			st, err := c.StorageConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Spans.SQLite.Dir != "/tmp/x" || st.Artifacts.FS.Dir != "/tmp/x/blobs" {
+				t.Fatalf("dirs %q %q, want the data dir and its blobs/", st.Spans.SQLite.Dir, st.Artifacts.FS.Dir)
+			}
+			if c.Storage.Spans.SQLite != nil {
+				t.Fatal("StorageConfig modified the loaded configuration")
+			}
+		}},
+		{name: "storage conflicts with sqlite section", args: []string{"--config", "testdata/storage-conflict.bad.yml"}, wantErr: "disagree"},
+		{name: "storage section of another type", args: []string{"--config", "testdata/storage-section.bad.yml"}, wantErr: "storage.spans.sqlite section is given"},
+		{name: "unknown artifact store", args: []string{"--storage.artifacts.type", "s4"}, wantErr: `storage.artifacts.type "s4"`},
+		{name: "bad disk fraction", args: []string{"--retention.max-disk-fraction", "1.5"}, wantErr: "max-disk-fraction"},
 		{name: "unknown yaml key", args: []string{"--config", "testdata/unknown-key.bad.yml"}, wantErr: "windw"},
 		{name: "bad threshold", args: []string{"--config", "testdata/bad-threshold.bad.yml"}, wantErr: "threshold"},
 		{name: "public query without token", args: []string{"--config", "testdata/public-query.bad.yml"}, wantErr: "ROOTLINE_AUTH_TOKEN"},
@@ -63,6 +91,33 @@ func TestLoad(t *testing.T) {
 			}
 			tc.check(t, c)
 		})
+	}
+}
+
+func synchronous(t *testing.T, c Config) string {
+	t.Helper()
+	st, err := c.StorageConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Spans.SQLite.Synchronous
+}
+
+func TestDefaultMaxBytes(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		fs       int64
+		fraction float64
+		want     int64
+	}{
+		{100 * gib, 0.5, 50 * gib},           // a share of a large disk
+		{1000 * gib, 0.25, 250 * gib},        // another share
+		{1500 * 1 << 20, 0.5, gib},           // the floor on a small disk
+		{512 << 20, 0.5, 512 << 20 * 9 / 10}, // never beyond 90 % of a tiny one
+	} {
+		if got := DefaultMaxBytes(tc.fs, tc.fraction); got != tc.want {
+			t.Errorf("DefaultMaxBytes(%d, %v) = %d, want %d", tc.fs, tc.fraction, got, tc.want)
+		}
 	}
 }
 
@@ -90,6 +145,29 @@ func TestIsLoopback(t *testing.T) {
 		":16686": false, "0.0.0.0:1": false, "10.0.0.1:1": false, "bad": false} {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+// TestResolveMaxBytes: an explicit cap, no cap, and the automatic cap from
+// the filesystem the store grows on.
+func TestResolveMaxBytes(t *testing.T) {
+	dir := t.TempDir()
+	fsBytes, err := filesystemBytes(dir)
+	if err != nil || fsBytes <= 0 {
+		t.Fatalf("filesystem size %d, %v", fsBytes, err)
+	}
+	for _, tc := range []struct {
+		r    Retention
+		want int64
+	}{
+		{Retention{MaxBytes: 12345}, 12345},
+		{Retention{MaxBytes: -1}, 0},
+		{Retention{MaxDiskFraction: 0.5}, DefaultMaxBytes(fsBytes, 0.5)},
+	} {
+		got, err := resolveMaxBytes(tc.r, dir, slog.New(slog.DiscardHandler))
+		if err != nil || got != tc.want {
+			t.Errorf("resolveMaxBytes(%+v) = %d, %v; want %d", tc.r, got, err, tc.want)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/rootline/rootline/internal/query"
 	"github.com/rootline/rootline/internal/receiver"
 	"github.com/rootline/rootline/internal/store"
-	"github.com/rootline/rootline/internal/store/sqlite"
+	"github.com/rootline/rootline/internal/store/factory"
 )
 
 // Addrs are the bound listen addresses (useful with ":0").
@@ -35,8 +35,8 @@ type Server struct {
 	cfg      Config
 	logger   *slog.Logger
 	reg      *prometheus.Registry
-	store    store.Store
-	metrics  store.MetricReader // OTLP metric points (kernel metrics of agents)
+	store    *factory.Storage
+	maxBytes int64 // the size cap retention applies (Retention.MaxBytes resolved)
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
@@ -61,14 +61,33 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, logger: logger, reg: prometheus.NewRegistry()}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	st, err := sqlite.Open(sqlite.Config{Dir: cfg.DataDir, Synchronous: cfg.SQLite.Synchronous}, logger)
+	stCfg, err := cfg.StorageConfig()
 	if err != nil {
-		return nil, fmt.Errorf("open store in %s: %w", cfg.DataDir, err)
+		return nil, err
 	}
-	s.store = instrumentStore(st, s.reg)
+	st, err := factory.Open(stCfg, factory.Options{Logger: logger, Registerer: s.reg, MaxClockSkew: cfg.Retention.MaxClockSkew})
+	if err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	s.store = st
 	fail := func(err error) (*Server, error) {
 		return nil, errors.Join(err, st.Close())
 	}
+	capDir := cfg.DataDir
+	if stCfg.Spans.SQLite != nil {
+		capDir = stCfg.Spans.SQLite.Dir // where the database grows
+	}
+	if s.maxBytes, err = resolveMaxBytes(cfg.Retention, capDir, logger); err != nil {
+		return fail(err)
+	}
+	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_store_writable",
+		Help: "1 while the store can write, 0 after a write failed for want of space or an I/O error, until a write succeeds again."},
+		func() float64 {
+			if st.WriteHealth() != nil {
+				return 0
+			}
+			return 1
+		}))
 	det, err := anomaly.NewMedian(cfg.Detector, nil)
 	if err != nil {
 		return fail(err)
@@ -98,8 +117,9 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return fail(err)
 	}
-	s.recv.SetMetricWriter(st)
-	s.metrics = st
+	// Metrics go through the storage like spans: timed, and counted in its
+	// write health.
+	s.recv.SetMetricWriter(s.store)
 	return s, nil
 }
 
@@ -117,7 +137,7 @@ func (s *Server) Captures() *capture.Manager { return s.capture }
 
 func (s *Server) handler() http.Handler {
 	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, s.detector.States, s.logger)
-	q.SetMetricReader(s.metrics)
+	q.SetMetricReader(s.store)
 	mux := http.NewServeMux()
 	capH := s.capture.Handler()
 	mux.Handle("/api/v1/agents", capH)
@@ -129,6 +149,13 @@ func (s *Server) handler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		if s.store.WriteHealth() != nil {
+			// The cause (a full disk, an I/O error) is in the log; clients
+			// of the receivers get 503 / UNAVAILABLE with Retry-After.
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "not ready: the store cannot write", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ready\n"))
@@ -174,6 +201,7 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}
 	g.Go(func() error { s.retentionLoop(gctx); return nil })
+	g.Go(func() error { s.writeHealthLoop(gctx); return nil })
 	serveErr := make(chan error, 1)
 	go func() {
 		if err := s.queryWeb.Serve(s.queryLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -217,13 +245,14 @@ func (s *Server) retentionLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		p := store.RetentionPolicy{Now: time.Now().UnixNano(), Normal: int64(s.cfg.Retention.Normal),
-			Anomalous: int64(s.cfg.Retention.Anomalous), MaxBytes: s.cfg.Retention.MaxBytes}
+			Anomalous: int64(s.cfg.Retention.Anomalous), MaxBytes: s.maxBytes}
 		if st, err := s.store.Purge(ctx, p); err != nil {
 			if ctx.Err() == nil {
 				s.logger.Error("retention purge failed", "err", err)
 			}
-		} else if st.Traces > 0 {
-			s.logger.Info("retention purged traces", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts, "bytes", st.Bytes)
+		} else if st != (store.PurgeStats{}) {
+			s.logger.Info("retention purged traces", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts, "bytes", st.Bytes,
+				"services", st.Services, "operations", st.Operations, "orphan_blobs", st.OrphanBlobs)
 		}
 		select {
 		case <-ctx.Done():
@@ -231,4 +260,59 @@ func (s *Server) retentionLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// writeHealthProbe is how often a store that cannot write is probed.
+const writeHealthProbe = time.Second
+
+// writeHealthLoop logs when the store stops being able to write and, while it
+// cannot, probes it every second so that readiness comes back by itself once
+// space is freed, even when no client writes meanwhile.
+func (s *Server) writeHealthLoop(ctx context.Context) {
+	t := time.NewTicker(writeHealthProbe)
+	defer t.Stop()
+	var down bool
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		err := s.store.WriteHealth()
+		if err != nil && !down {
+			down = true
+			s.logger.Error("the store cannot write: receivers answer 503 / UNAVAILABLE with Retry-After and /readyz fails until it can", "err", err)
+		}
+		if err != nil {
+			pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err = s.store.ProbeWrite(pctx)
+			cancel()
+			if err != nil && !errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
+				s.logger.Error("store write probe failed", "err", err)
+			}
+		}
+		if err == nil && down {
+			down = false
+			s.logger.Info("the store can write again")
+		}
+	}
+}
+
+// resolveMaxBytes returns the size cap retention applies: r.MaxBytes when
+// positive, none when negative, and when 0 a share of the filesystem of dir,
+// where the store grows (DefaultMaxBytes).
+func resolveMaxBytes(r Retention, dir string, logger *slog.Logger) (int64, error) {
+	switch {
+	case r.MaxBytes > 0:
+		return r.MaxBytes, nil
+	case r.MaxBytes < 0:
+		return 0, nil
+	}
+	size, err := filesystemBytes(dir)
+	if err != nil {
+		return 0, fmt.Errorf("size the store's cap from the filesystem of %s (set --retention.max-bytes to skip): %w", dir, err)
+	}
+	c := DefaultMaxBytes(size, r.MaxDiskFraction)
+	logger.Info("store size cap", "max_bytes", c, "filesystem_bytes", size, "fraction", r.MaxDiskFraction)
+	return c, nil
 }

@@ -1,12 +1,15 @@
-// Package store defines the storage contracts of Rootline: spans, artifacts and
-// their links. Backends live in sibling packages (sqlite, and later cassandra/s3)
-// and all run the conformance suite in package storetest.
+// Package store defines the storage contracts of Rootline: spans, artifacts
+// and their links, artifact content (blobs) and metric points. Backends live
+// in sibling packages (sqlite, fsblob, and later cassandra/s3), are chosen by
+// configuration in package factory, and run the conformance suites of package
+// storetest for the contracts they implement.
 package store
 
 import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/rootline/rootline/internal/model"
 )
@@ -17,16 +20,23 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable: the store cannot write now (a full disk, an I/O
+	// error, a lock held too long) but may later, without a restart. Callers
+	// that answer clients say "retry later" (HTTP 503, gRPC UNAVAILABLE);
+	// nothing of the failed write was stored.
+	ErrUnavailable = errors.New("store temporarily unavailable")
 )
 
 // SpanWriter persists spans.
 //
 // WriteSpans MUST NOT return nil before every span of the batch is durable
 // (committed): the receivers acknowledge a request only after it returns. A
-// batch is written atomically: all of it or none. Implementations MUST be safe
-// for concurrent use, but the pipeline calls it from one goroutine and relies on
-// batching for throughput (group commit). The slice and spans are owned by the
-// caller and MUST NOT be retained.
+// batch is written atomically: all of it or none. A failure that may pass by
+// itself (no space, an I/O error) MUST wrap ErrUnavailable. Implementations
+// MUST be safe for concurrent use, but the pipeline calls it from one
+// goroutine and relies on batching for throughput (group commit). The slice
+// and spans are owned by the caller and MUST NOT be retained. Retention MUST
+// age a span by RetentionTime, never by its own timestamps alone.
 type SpanWriter interface {
 	WriteSpans(ctx context.Context, spans []*model.Span) error
 }
@@ -134,7 +144,8 @@ type ArtifactStore interface {
 }
 
 // RetentionPolicy is tail sampling by age: traces with an anomalous or error
-// span live longer than normal ones. Zero durations disable that rule.
+// span live longer than normal ones. Zero durations disable that rule. A
+// trace's age runs from the latest RetentionTime of its spans.
 type RetentionPolicy struct {
 	Now       int64 // Unix ns; the reference time
 	Normal    int64 // ns a normal trace is kept after its last span
@@ -149,20 +160,44 @@ type PurgeStats struct {
 	Traces    int64
 	Spans     int64
 	Artifacts int64
-	Bytes     int64 // blob bytes freed
+	Bytes     int64 // blob bytes freed (orphan blobs included)
+	// Services and Operations whose last span went.
+	Services, Operations int64
+	// OrphanBlobs is how many blobs no artifact named were deleted.
+	OrphanBlobs int64
 }
 
 // Purger applies a retention policy. Deleting a trace deletes the artifacts
-// no remaining span refers to.
+// no remaining span refers to, and services and operations left without
+// spans disappear from GetServices and GetOperations. A purge also deletes
+// blobs that no artifact names (a crash between a blob's Put and its row)
+// once they are older than OrphanBlobGrace, so an upload in flight is never
+// taken.
 type Purger interface {
 	Purge(ctx context.Context, p RetentionPolicy) (PurgeStats, error)
 }
 
-// Store is everything the embedded server needs from one backend.
+// OrphanBlobGrace is how old a blob no artifact names must be before a purge
+// deletes it. An artifact's blob is written before its row; the grace covers
+// the time between the two (an upload of a large recording, a slow commit).
+const OrphanBlobGrace = 15 * time.Minute
+
+// WriteProber is implemented by stores that can test, without storing
+// anything a reader would see, whether a write would succeed now. The server
+// uses it to find out that a store which answered ErrUnavailable can write
+// again while no client is writing.
+type WriteProber interface {
+	ProbeWrite(ctx context.Context) error
+}
+
+// Store is everything the embedded server needs from its storage: what the
+// factory package returns, whichever backends it combines.
 type Store interface {
 	SpanWriter
 	SpanReader
 	ArtifactStore
+	MetricWriter
+	MetricReader
 	Purger
 	io.Closer
 }

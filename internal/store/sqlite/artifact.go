@@ -46,7 +46,7 @@ func (s *Store) PutArtifact(ctx context.Context, meta store.Artifact, r io.Reade
 	digest, size, err := s.blobs.Put(ctx, r)
 	if err != nil {
 		s.blobMu.RUnlock()
-		return store.Artifact{}, fmt.Errorf("sqlite: put artifact: %w", err)
+		return store.Artifact{}, fmt.Errorf("sqlite: put artifact: %w", unavailable(err))
 	}
 	meta.SHA256, meta.Size = digest, size
 	err = s.writeTx(ctx, func(tx *sql.Tx) error {
@@ -67,31 +67,6 @@ func (s *Store) PutArtifact(ctx context.Context, meta store.Artifact, r io.Reade
 	}
 	meta.Spans = sortedRefs(meta.Spans)
 	return meta, nil
-}
-
-// writeTx runs fn in a write transaction on the writer connection.
-func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	ctx = context.WithoutCancel(ctx)
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		return errors.Join(err, tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	s.ckpt.notify()
-	return nil
 }
 
 func insertLinks(ctx context.Context, tx *sql.Tx, id string, spans []store.SpanRef) error {
@@ -154,7 +129,7 @@ func (s *Store) OpenArtifact(ctx context.Context, id string) (store.Artifact, io
 	if err != nil {
 		return a, nil, err
 	}
-	rc, err := s.blobs.Open(a.SHA256)
+	rc, err := s.blobs.Open(ctx, a.SHA256)
 	if err != nil {
 		return a, nil, fmt.Errorf("sqlite: artifact %q content: %w", id, err)
 	}

@@ -46,7 +46,7 @@ var metricSchema = []string{
 
 // createMetricSchema runs on the writer connection from open.
 func (s *Store) createMetricSchema(ctx context.Context) error {
-	for _, stmt := range metricSchema {
+	for _, stmt := range append(metricSchema[:len(metricSchema):len(metricSchema)], probeSchema) {
 		if _, err := s.wdb.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("sqlite: create metric schema: %w", err)
 		}
@@ -62,26 +62,12 @@ func (s *Store) WriteMetrics(ctx context.Context, points []store.MetricPoint) er
 	if len(points) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	ctx = context.WithoutCancel(ctx)
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		return writeMetrics(context.WithoutCancel(ctx), tx, points)
+	})
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return fmt.Errorf("sqlite: write metrics: %w", err)
 	}
-	if err := writeMetrics(ctx, tx, points); err != nil {
-		return errors.Join(fmt.Errorf("sqlite: write metrics: %w", err), tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: commit metrics: %w", err)
-	}
-	s.ckpt.notify()
 	return nil
 }
 

@@ -29,6 +29,15 @@ const purgeChunk = 256
 //  3. Size: while the store is larger than MaxBytes, the oldest normal
 //     traces, then the oldest important ones, then unlinked artifacts are
 //     deleted.
+//  4. Names: services and operations left without spans are deleted
+//     (purgenames.go), when this purge deleted spans or is the first since
+//     Open.
+//  5. Orphan blobs: blobs no artifact row names, older than
+//     store.OrphanBlobGrace before Now (a crash between a blob's Put and
+//     its row's commit leaves one), are deleted.
+//
+// A trace's age runs from last_end, the latest store.RetentionTime of its
+// spans: their end, or their receive time when their clock was off.
 //
 // The size counts the database pages in use ((page_count-freelist_count) ×
 // page_size), the WAL file as measured when the size step starts, and the
@@ -49,7 +58,8 @@ func (s *Store) Purge(ctx context.Context, p store.RetentionPolicy) (store.Purge
 	err := s.purge(ctx, p, &st)
 	if st != (store.PurgeStats{}) || err != nil {
 		s.log.Info("purged", "traces", st.Traces, "spans", st.Spans, "artifacts", st.Artifacts,
-			"blob_bytes", st.Bytes, "took", time.Since(began), "err", err)
+			"blob_bytes", st.Bytes, "services", st.Services, "operations", st.Operations, "orphan_blobs", st.OrphanBlobs,
+			"took", time.Since(began), "err", err)
 	}
 	if err != nil {
 		return st, fmt.Errorf("sqlite: purge: %w", err)
@@ -85,7 +95,66 @@ func (s *Store) purge(ctx context.Context, p store.RetentionPolicy, st *store.Pu
 		}
 	}
 	if p.MaxBytes > 0 {
-		return s.purgeToSize(ctx, st, p.MaxBytes)
+		if err := s.purgeToSize(ctx, st, p.MaxBytes); err != nil {
+			return err
+		}
+	}
+	if st.Spans > 0 || !s.namesChecked.Load() {
+		svcs, ops, err := s.purgeUnusedNames(ctx)
+		st.Services += svcs
+		st.Operations += ops
+		if err != nil {
+			return fmt.Errorf("purge unused names: %w", err)
+		}
+		s.namesChecked.Store(true)
+	}
+	return s.sweepOrphanBlobs(ctx, st, p.Now-int64(store.OrphanBlobGrace))
+}
+
+// sweepOrphanBlobs deletes the blobs modified before `before` that no
+// artifact row names. PutArtifact writes a blob before its row, so a crash in
+// between leaves such a blob; the grace period keeps a blob whose row is
+// about to be committed. The candidates are listed without locks;
+// dropUnreferencedBlobs then checks each again under blobMu, which a
+// PutArtifact holds from its blob's Put to its row's commit.
+func (s *Store) sweepOrphanBlobs(ctx context.Context, st *store.PurgeStats, before int64) error {
+	named := make(map[string]bool)
+	rows, err := s.rdb.QueryContext(ctx, `SELECT DISTINCT sha256 FROM artifacts`)
+	if err != nil {
+		return fmt.Errorf("sweep orphan blobs: %w", err)
+	}
+	for rows.Next() {
+		var sha string
+		if err := rows.Scan(&sha); err != nil {
+			rows.Close()
+			return fmt.Errorf("sweep orphan blobs: %w", err)
+		}
+		named[sha] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return fmt.Errorf("sweep orphan blobs: %w", err)
+	}
+	orphans := make(map[string]int64)
+	err = s.blobs.List(ctx, func(b store.BlobInfo) error {
+		if !named[b.Digest] && b.Modified.UnixNano() < before {
+			orphans[b.Digest] = b.Size
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("sweep orphan blobs: %w", err)
+	}
+	if len(orphans) == 0 {
+		return nil
+	}
+	freed, n, err := s.dropUnreferencedBlobsCount(ctx, orphans)
+	st.Bytes += freed
+	st.OrphanBlobs += n
+	if n > 0 {
+		s.log.Info("deleted orphan blobs (content stored without its artifact row)", "blobs", n, "bytes", freed)
+	}
+	if err != nil {
+		return fmt.Errorf("sweep orphan blobs: %w", err)
 	}
 	return nil
 }
@@ -190,11 +259,15 @@ func (s *Store) deleteSegments(ctx context.Context, tx *sql.Tx, in string, idArg
 		if err != nil {
 			return 0, fmt.Errorf("segment %d: %w", id, err)
 		}
+		ops := make(map[int64]int64, len(hdrs))
 		for i, h := range hdrs {
 			if _, err := del.ExecContext(ctx, h.service, h.start, id, i); err != nil {
 				return 0, err
 			}
+			ops[h.op] = h.service
 		}
+		// Noted before the commit: a rolled-back purge only adds checks.
+		s.notePurgedOps(ops)
 		if _, err := delSeg.ExecContext(ctx, id); err != nil {
 			return 0, err
 		}
@@ -263,12 +336,18 @@ func deleteArtifact(ctx context.Context, tx *sql.Tx, id string, blobs map[string
 // crash in between leaves an unreferenced blob (wasted space), never a row
 // without content.
 func (s *Store) dropUnreferencedBlobs(ctx context.Context, blobs map[string]int64) (int64, error) {
+	freed, _, err := s.dropUnreferencedBlobsCount(ctx, blobs)
+	return freed, err
+}
+
+// dropUnreferencedBlobsCount is dropUnreferencedBlobs that also returns how
+// many blobs it deleted.
+func (s *Store) dropUnreferencedBlobsCount(ctx context.Context, blobs map[string]int64) (freed, n int64, err error) {
 	if len(blobs) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	s.blobMu.Lock()
 	defer s.blobMu.Unlock()
-	var freed int64
 	for sha, size := range blobs {
 		var one int
 		err := s.rdb.QueryRowContext(ctx, `SELECT 1 FROM artifacts WHERE sha256 = ? LIMIT 1`, sha).Scan(&one)
@@ -276,14 +355,15 @@ func (s *Store) dropUnreferencedBlobs(ctx context.Context, blobs map[string]int6
 			continue
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
-			return freed, err
+			return freed, n, err
 		}
-		if err := s.blobs.Delete(sha); err != nil {
-			return freed, err
+		if err := s.blobs.Delete(ctx, sha); err != nil {
+			return freed, n, err
 		}
 		freed += size
+		n++
 	}
-	return freed, nil
+	return freed, n, nil
 }
 
 // purgeToSize deletes the oldest data until the store fits in maxBytes.

@@ -30,8 +30,9 @@ type opInfo struct {
 }
 
 // metaCache resolves the interned ids of span rows for readers. Services,
-// operations and resources are never deleted nor changed, so entries never go
-// stale; a miss reads the row (a span is committed with or after the rows it
+// operations and resources are never changed and their ids are not reused
+// while the store is open (a purge deletes the unused ones and forgets them
+// here, purgenames.go), so entries never go stale; a miss reads the row (a span is committed with or after the rows it
 // refers to, so the row is always there). Misses are read through their own
 // connection pool (Store.mdb): they happen while a span query holds a read
 // connection, and taking a second one from the same pool could deadlock when
@@ -236,13 +237,18 @@ func (s *Store) decodeNamed(ctx context.Context, seg segRow) ([]*model.Span, err
 	if err != nil {
 		return nil, fmt.Errorf("segment %d: %w", seg.id, err)
 	}
+	kept := spans[:0]
 	for i, sp := range spans {
 		h := &hdrs[i]
-		if sp.Service, err = s.serviceName(ctx, h.service); err != nil {
+		if sp.Service, err = s.serviceName(ctx, h.service); nameGone(err) {
+			continue
+		} else if err != nil {
 			return nil, err
 		}
 		op, err := s.op(ctx, h.op)
-		if err != nil {
+		if nameGone(err) {
+			continue
+		} else if err != nil {
 			return nil, err
 		}
 		sp.Name, sp.Kind = op.name, op.kind
@@ -251,9 +257,16 @@ func (s *Store) decodeNamed(ctx context.Context, seg segRow) ([]*model.Span, err
 			return nil, err
 		}
 		sp.Resource = slices.Clone(res)
+		kept = append(kept, sp)
 	}
-	return spans, nil
+	return kept, nil
 }
+
+// nameGone reports whether a name lookup found no row. Names are looked up
+// through their own connections, after the span rows were read: a purge that
+// committed in between deleted the span and then the names it alone used
+// (purgenames.go). The span is skipped, as if the purge had come first.
+func nameGone(err error) bool { return errors.Is(err, sql.ErrNoRows) }
 
 // spansOf decodes segments into spans grouped by trace. A span stored twice
 // (written again) appears once, from its newest segment.
@@ -827,10 +840,14 @@ func (s *Store) Dependencies(ctx context.Context, start, end int64) ([]store.Dep
 	}
 	out := make([]store.DependencyLink, 0, len(counts))
 	for k, e := range counts {
-		if e.Parent, err = s.serviceName(ctx, k.parent); err != nil {
+		if e.Parent, err = s.serviceName(ctx, k.parent); nameGone(err) {
+			continue // purged meanwhile
+		} else if err != nil {
 			return nil, err
 		}
-		if e.Child, err = s.serviceName(ctx, k.child); err != nil {
+		if e.Child, err = s.serviceName(ctx, k.child); nameGone(err) {
+			continue
+		} else if err != nil {
 			return nil, err
 		}
 		out = append(out, *e)

@@ -1,6 +1,7 @@
-// Package sqlite is Rootline's embedded storage backend: spans and artifact
-// metadata in one SQLite database in WAL mode, artifact content in a
-// content-addressed blob directory beside it.
+// Package sqlite is Rootline's embedded storage backend: spans, artifact
+// metadata and metric points in one SQLite database in WAL mode. Artifact
+// content goes to a store.BlobStore (by default fsblob in a directory beside
+// the database).
 //
 // SQLite has a single writer, so the Store funnels every write through one
 // connection (guarded by a mutex, which also keeps the in-memory id caches
@@ -15,7 +16,7 @@
 // Layout of Config.Dir:
 //
 //	rootline.db, rootline.db-wal, rootline.db-shm   the database
-//	blobs/<aa>/<sha256>                             artifact content
+//	blobs/<aa>/<sha256>                             artifact content (when Config.Blobs is nil)
 package sqlite
 
 import (
@@ -36,9 +37,9 @@ import (
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
-	"github.com/rootline/rootline/internal/blob"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/fsblob"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -48,9 +49,13 @@ const DBFile = "rootline.db"
 
 // Config configures the embedded store.
 type Config struct {
-	// Dir holds the database file and the blobs/ directory; it is created if
-	// missing. One process uses a Dir at a time.
+	// Dir holds the database file (and the blobs/ directory when Blobs is
+	// nil); it is created if missing. One process uses a Dir at a time.
 	Dir string
+	// Blobs keeps artifact content. Nil means a filesystem blob store in
+	// Dir/blobs, the layout every earlier version used. The Store does not
+	// close it.
+	Blobs store.BlobStore
 	// Synchronous is SQLite's synchronous mode: "FULL" (the default) fsyncs
 	// the WAL on every commit, so a WriteSpans that returned survives a power
 	// loss; "NORMAL" fsyncs only at checkpoints and survives a process crash
@@ -100,7 +105,7 @@ type Store struct {
 	cfg    Config
 	log    *slog.Logger
 	dbPath string
-	blobs  *blob.FS
+	blobs  store.BlobStore
 	lock   *os.File // LockFile, held while open
 
 	// wdb has exactly one connection; wmu serialises write transactions on it
@@ -123,6 +128,13 @@ type Store struct {
 	// concurrent Purge.
 	blobMu sync.RWMutex
 
+	// namesChecked is set once a purge has looked for services and
+	// operations without spans; later purges look only when they deleted
+	// spans, at the operations of those spans (purgedOps: op id → service
+	// id, guarded by wmu).
+	namesChecked atomic.Bool
+	purgedOps    map[int64]int64
+
 	closed atomic.Bool
 }
 
@@ -142,10 +154,14 @@ func Open(cfg Config, logger *slog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := blob.Open(filepath.Join(cfg.Dir, "blobs"))
-	if err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("sqlite: %w", err)
+	blobs := cfg.Blobs
+	if blobs == nil {
+		fs, err := fsblob.Open(filepath.Join(cfg.Dir, "blobs"))
+		if err != nil {
+			lock.Close()
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+		blobs = fs
 	}
 	s := &Store{
 		cfg:    cfg,
@@ -265,8 +281,8 @@ const pageSize = 8192
 //     them.
 //   - Services, operations and resources are interned to integer ids.
 //   - traces has one row per trace: the ids of its segments (uvarints, in
-//     write order) for GetTrace, and for retention the span start min, end
-//     max and OR of flags; (flags, last_end) serves both "oldest normal" and
+//     write order) for GetTrace, and for retention the span start min, the
+//     latest store.RetentionTime of its spans (last_end) and OR of flags; (flags, last_end) serves both "oldest normal" and
 //     "oldest important" scans. It is the only index keyed by trace id:
 //     random keys dirty a page per trace per batch, so a second such index
 //     (segments by trace id) would cost as much WAL as all the span data.
@@ -433,6 +449,39 @@ func (s *Store) closeDBs() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeTx runs fn in a write transaction on the writer connection; every
+// write of the store goes through it. The context is checked before the
+// transaction starts; once started, the transaction runs to its end (a
+// cancellable context would make the driver start a goroutine per statement,
+// and batches must be atomic anyway). The writer's id caches take the ids fn
+// staged only if the transaction commits.
+func (s *Store) writeTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return unavailable(fmt.Errorf("begin: %w", err))
+	}
+	if err := fn(tx); err != nil {
+		s.wcache.rollback()
+		return unavailable(errors.Join(err, tx.Rollback()))
+	}
+	if err := tx.Commit(); err != nil {
+		s.wcache.rollback()
+		return unavailable(fmt.Errorf("commit: %w", err))
+	}
+	s.wcache.commit()
+	s.ckpt.notify()
+	return nil
 }
 
 func (s *Store) checkOpen() error {

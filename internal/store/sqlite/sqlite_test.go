@@ -50,7 +50,10 @@ func openTest(t testing.TB, dir string) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openTest(t, t.TempDir()) })
+	storetest.Suite{
+		Open:  func(t *testing.T) store.Store { return openTest(t, t.TempDir()) },
+		Blobs: func(st store.Store) store.BlobStore { return st.(*Store).blobs },
+	}.Run(t)
 }
 
 func TestConfig(t *testing.T) {

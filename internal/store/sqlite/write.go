@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // insertSizes are the row counts of the prepared multi-row INSERTs; the
@@ -104,8 +105,8 @@ func (w *writeStmts) prepare(ctx context.Context, db *sql.DB) error {
 		{&w.delIndex, `DELETE FROM span_index WHERE service_id = ? AND start = ? AND segment = ? AND idx = ?`},
 		{&w.selSegment, `SELECT data FROM segments WHERE id = ?`},
 		{&w.delSegment, `DELETE FROM segments WHERE id = ?`},
-		{&w.insService, `INSERT INTO services (name) VALUES (?)`},
-		{&w.insOp, `INSERT INTO operations (service_id, name, kind) VALUES (?, ?, ?)`},
+		{&w.insService, `INSERT INTO services (id, name) VALUES (?, ?)`},
+		{&w.insOp, `INSERT INTO operations (id, service_id, name, kind) VALUES (?, ?, ?, ?)`},
 		{&w.insResource, `INSERT INTO resources (data) VALUES (?)`},
 		{&w.selResource, `SELECT id FROM resources WHERE data = ?`},
 	} {
@@ -167,6 +168,17 @@ type writeCache struct {
 	// them before inserting and can insert segments and index rows in a
 	// few multi-row statements.
 	nextSegment, newNextSegment int64
+	// Service and operation ids are assigned here too, and never go down
+	// while the store is open: a purge deletes the rows of services and
+	// operations left without spans (purgeUnusedNames), and SQLite would
+	// hand the largest deleted id out again, which the readers' metaCache
+	// may still map to the old name.
+	nextService, newNextService int64
+	nextOp, newNextOp           int64
+
+	// Names a purge deleted, removed from the maps above at commit.
+	dropServices []string
+	dropOps      []opKey
 }
 
 func (c *writeCache) load(ctx context.Context, db *sql.DB) error {
@@ -210,10 +222,15 @@ func (c *writeCache) load(ctx context.Context, db *sql.DB) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return fmt.Errorf("sqlite: load operations: %w", err)
 	}
-	if err := db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM segments`).Scan(&c.nextSegment); err != nil {
-		return fmt.Errorf("sqlite: load segment ids: %w", err)
+	for _, q := range []struct {
+		table string
+		next  *int64
+	}{{"segments", &c.nextSegment}, {"services", &c.nextService}, {"operations", &c.nextOp}} {
+		if err := db.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) + 1 FROM `+q.table).Scan(q.next); err != nil {
+			return fmt.Errorf("sqlite: load %s ids: %w", q.table, err)
+		}
 	}
-	c.newNextSegment = c.nextSegment
+	c.rollback()
 	return nil
 }
 
@@ -221,7 +238,8 @@ func (c *writeCache) rollback() {
 	clear(c.newServices)
 	clear(c.newOps)
 	clear(c.newResources)
-	c.newNextSegment = c.nextSegment
+	c.newNextSegment, c.newNextService, c.newNextOp = c.nextSegment, c.nextService, c.nextOp
+	c.dropServices, c.dropOps = c.dropServices[:0], c.dropOps[:0]
 }
 
 func (c *writeCache) commit() {
@@ -237,7 +255,13 @@ func (c *writeCache) commit() {
 	for k, v := range c.newResources {
 		c.resources[k] = v
 	}
-	c.nextSegment = c.newNextSegment
+	for _, name := range c.dropServices {
+		delete(c.services, name)
+	}
+	for _, k := range c.dropOps {
+		delete(c.ops, k)
+	}
+	c.nextSegment, c.nextService, c.nextOp = c.newNextSegment, c.newNextService, c.newNextOp
 	c.rollback()
 }
 
@@ -293,31 +317,13 @@ func (s *Store) WriteSpans(ctx context.Context, spans []*model.Span) error {
 	if len(spans) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	// A cancellable context makes the driver start a goroutine per
-	// statement; the batch is small and must be atomic anyway.
-	ctx = context.WithoutCancel(ctx)
-	tx, err := s.wdb.BeginTx(ctx, nil)
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The statements run with the transaction's context (see writeTx).
+		return s.writeSpans(context.WithoutCancel(ctx), tx, spans)
+	})
 	if err != nil {
-		return fmt.Errorf("sqlite: begin: %w", err)
+		return fmt.Errorf("sqlite: write spans: %w", err)
 	}
-	if err := s.writeSpans(ctx, tx, spans); err != nil {
-		s.wcache.rollback()
-		return errors.Join(fmt.Errorf("sqlite: write spans: %w", err), tx.Rollback())
-	}
-	if err := tx.Commit(); err != nil {
-		s.wcache.rollback()
-		return fmt.Errorf("sqlite: commit spans: %w", err)
-	}
-	s.wcache.commit()
-	s.ckpt.notify()
 	return nil
 }
 
@@ -381,11 +387,14 @@ func (s *Store) writeSpans(ctx context.Context, tx *sql.Tx, spans []*model.Span)
 		c.newNextSegment++
 		b.segArgs = append(b.segArgs, id, seg.trace[:], b.data[prev:ends[i]:ends[i]])
 		prev = ends[i]
-		startMin, lastEnd, flags := seg.spans[0].Start, seg.spans[0].End(), int64(0)
+		// last_end is what retention ages a trace by: the latest
+		// store.RetentionTime, which is the receive time of spans stamped by
+		// a skewed clock.
+		startMin, lastEnd, flags := seg.spans[0].Start, store.RetentionTime(seg.spans[0]), int64(0)
 		for j, sp := range seg.spans {
 			k := &seg.keys[j]
 			b.rows = append(b.rows, indexRow{k.service, sp.Start, id, int64(j), k.op, sp.Duration, k.flags})
-			startMin, lastEnd, flags = min(startMin, sp.Start), max(lastEnd, sp.End()), flags|k.flags
+			startMin, lastEnd, flags = min(startMin, sp.Start), max(lastEnd, store.RetentionTime(sp)), flags|k.flags
 		}
 		b.trArgs = append(b.trArgs, seg.trace[:], startMin, lastEnd, flags, binary.AppendUvarint(nil, uint64(id)))
 	}
@@ -427,14 +436,11 @@ func (s *Store) serviceID(ctx context.Context, tx *sql.Tx, name string) (int64, 
 	}
 	// The cache holds every committed service (loaded at Open, and only this
 	// Store writes), so a miss is a new service.
-	r, err := tx.StmtContext(ctx, s.wstmt.insService).ExecContext(ctx, name)
-	if err != nil {
+	id := c.newNextService
+	if _, err := tx.StmtContext(ctx, s.wstmt.insService).ExecContext(ctx, id, name); err != nil {
 		return 0, fmt.Errorf("insert service: %w", err)
 	}
-	id, err := r.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
+	c.newNextService++
 	c.newServices[name] = id
 	return id, nil
 }
@@ -448,14 +454,11 @@ func (s *Store) opID(ctx context.Context, tx *sql.Tx, service int64, name string
 	if id, ok := c.newOps[k]; ok {
 		return id, nil
 	}
-	r, err := tx.StmtContext(ctx, s.wstmt.insOp).ExecContext(ctx, service, name, int64(kind))
-	if err != nil {
+	id := c.newNextOp
+	if _, err := tx.StmtContext(ctx, s.wstmt.insOp).ExecContext(ctx, id, service, name, int64(kind)); err != nil {
 		return 0, fmt.Errorf("insert operation: %w", err)
 	}
-	id, err := r.LastInsertId()
-	if err != nil {
-		return 0, err
-	}
+	c.newNextOp++
 	c.newOps[k] = id
 	return id, nil
 }

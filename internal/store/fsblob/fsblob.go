@@ -1,4 +1,5 @@
-// Package blob is a content-addressed blob store on a local filesystem.
+// Package fsblob is the filesystem backend of store.BlobStore: artifact
+// content in a local directory.
 //
 // A blob is named by the lowercase hex SHA-256 of its content and lives at
 // <dir>/<first two hex digits>/<digest>. Writes go to a temporary file in <dir>
@@ -9,7 +10,7 @@
 // One process owns a directory at a time: Open removes the temporary files a
 // crashed writer left behind, which would break a concurrent writer of another
 // process.
-package blob
+package fsblob
 
 import (
 	"context"
@@ -26,10 +27,7 @@ import (
 	"github.com/rootline/rootline/internal/store"
 )
 
-// ErrBadDigest is returned for a digest that is not 64 lowercase hex digits.
-// Digests name files, so anything else is refused before it reaches the
-// filesystem (no path traversal through "../").
-var ErrBadDigest = errors.New("malformed blob digest")
+var _ store.BlobStore = (*FS)(nil)
 
 // tempPrefix marks files that are still being written.
 const tempPrefix = ".tmp-"
@@ -48,16 +46,16 @@ type FS struct {
 // temporary files an interrupted Put left behind.
 func Open(dir string) (*FS, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("blob: create %s: %w", dir, err)
+		return nil, fmt.Errorf("fsblob: create %s: %w", dir, err)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("blob: read %s: %w", dir, err)
+		return nil, fmt.Errorf("fsblob: read %s: %w", dir, err)
 	}
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), tempPrefix) {
 			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return nil, fmt.Errorf("blob: remove leftover temp file: %w", err)
+				return nil, fmt.Errorf("fsblob: remove leftover temp file: %w", err)
 			}
 		}
 	}
@@ -67,23 +65,9 @@ func Open(dir string) (*FS, error) {
 // Dir returns the root directory.
 func (f *FS) Dir() string { return f.dir }
 
-// ValidDigest reports whether d is 64 lowercase hex digits.
-func ValidDigest(d string) bool {
-	if len(d) != sha256.Size*2 {
-		return false
-	}
-	for i := 0; i < len(d); i++ {
-		c := d[i]
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 func (f *FS) path(digest string) (string, error) {
-	if !ValidDigest(digest) {
-		return "", fmt.Errorf("%w: %q", ErrBadDigest, digest)
+	if !store.ValidDigest(digest) {
+		return "", fmt.Errorf("%w: %q", store.ErrBadDigest, digest)
 	}
 	return filepath.Join(f.dir, digest[:2], digest), nil
 }
@@ -94,7 +78,7 @@ func (f *FS) path(digest string) (string, error) {
 func (f *FS) Put(ctx context.Context, r io.Reader) (digest string, size int64, err error) {
 	tmp, err := os.CreateTemp(f.dir, tempPrefix+"*")
 	if err != nil {
-		return "", 0, fmt.Errorf("blob: create temp file: %w", err)
+		return "", 0, fmt.Errorf("fsblob: create temp file: %w", err)
 	}
 	tmpName := tmp.Name()
 	defer func() {
@@ -109,14 +93,14 @@ func (f *FS) Put(ctx context.Context, r io.Reader) (digest string, size int64, e
 	h := sha256.New()
 	size, err = io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx, r})
 	if err != nil {
-		return "", 0, fmt.Errorf("blob: write: %w", err)
+		return "", 0, fmt.Errorf("fsblob: write: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		return "", 0, fmt.Errorf("blob: sync: %w", err)
+		return "", 0, fmt.Errorf("fsblob: sync: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
 		tmp = nil
-		return "", 0, fmt.Errorf("blob: close: %w", err)
+		return "", 0, fmt.Errorf("fsblob: close: %w", err)
 	}
 	tmp = nil
 	digest = hex.EncodeToString(h.Sum(nil))
@@ -128,29 +112,29 @@ func (f *FS) Put(ctx context.Context, r io.Reader) (digest string, size int64, e
 	}
 	created, err := mkdir(sub)
 	if err != nil {
-		return "", 0, fmt.Errorf("blob: %w", err)
+		return "", 0, fmt.Errorf("fsblob: %w", err)
 	}
 	if created {
 		// The new fan-out directory must itself survive a crash.
 		if err := syncDir(f.dir); err != nil {
-			return "", 0, fmt.Errorf("blob: %w", err)
+			return "", 0, fmt.Errorf("fsblob: %w", err)
 		}
 	}
 	// Renaming over an identical blob written concurrently is harmless: both
 	// files have the same content and rename is atomic.
 	if err := os.Rename(tmpName, final); err != nil {
-		return "", 0, fmt.Errorf("blob: rename: %w", err)
+		return "", 0, fmt.Errorf("fsblob: rename: %w", err)
 	}
 	tmpName = ""
 	if err := syncDir(sub); err != nil {
-		return "", 0, fmt.Errorf("blob: %w", err)
+		return "", 0, fmt.Errorf("fsblob: %w", err)
 	}
 	return digest, size, nil
 }
 
 // Open returns the content of a blob; the caller closes it. A missing blob is
 // an error wrapping store.ErrNotFound.
-func (f *FS) Open(digest string) (io.ReadCloser, error) {
+func (f *FS) Open(_ context.Context, digest string) (io.ReadCloser, error) {
 	p, err := f.path(digest)
 	if err != nil {
 		return nil, err
@@ -160,37 +144,80 @@ func (f *FS) Open(digest string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("blob %s: %w", digest, store.ErrNotFound)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("blob: %w", err)
+		return nil, fmt.Errorf("fsblob: %w", err)
 	}
 	return file, nil
 }
 
-// Stat returns the size of a blob, or an error wrapping store.ErrNotFound.
-func (f *FS) Stat(digest string) (int64, error) {
+// Stat returns the size and modification time of a blob, or an error
+// wrapping store.ErrNotFound.
+func (f *FS) Stat(_ context.Context, digest string) (store.BlobInfo, error) {
 	p, err := f.path(digest)
 	if err != nil {
-		return 0, err
+		return store.BlobInfo{}, err
 	}
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("blob %s: %w", digest, store.ErrNotFound)
+		return store.BlobInfo{}, fmt.Errorf("blob %s: %w", digest, store.ErrNotFound)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("blob: %w", err)
+		return store.BlobInfo{}, fmt.Errorf("fsblob: %w", err)
 	}
-	return fi.Size(), nil
+	return store.BlobInfo{Digest: digest, Size: fi.Size(), Modified: fi.ModTime()}, nil
 }
 
 // Delete removes a blob. Deleting a missing blob is not an error. The removal
 // is not fsynced: after a crash a deleted blob may reappear, which only costs
 // space.
-func (f *FS) Delete(digest string) error {
+func (f *FS) Delete(_ context.Context, digest string) error {
 	p, err := f.path(digest)
 	if err != nil {
 		return err
 	}
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("blob: %w", err)
+		return fmt.Errorf("fsblob: %w", err)
+	}
+	return nil
+}
+
+// List calls fn for every blob under the fan-out directories. Temporary
+// files (a Put in progress) and names that are not digests are skipped, so a
+// sweep never sees half-written content.
+func (f *FS) List(ctx context.Context, fn func(store.BlobInfo) error) error {
+	subs, err := os.ReadDir(f.dir)
+	if err != nil {
+		return fmt.Errorf("fsblob: list: %w", err)
+	}
+	for _, sub := range subs {
+		if !sub.IsDir() || len(sub.Name()) != 2 {
+			continue
+		}
+		entries, err := os.ReadDir(filepath.Join(f.dir, sub.Name()))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return fmt.Errorf("fsblob: list: %w", err)
+		}
+		for _, e := range entries {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			name := e.Name()
+			if !store.ValidDigest(name) || name[:2] != sub.Name() || !e.Type().IsRegular() {
+				continue
+			}
+			fi, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted since ReadDir
+			}
+			if err != nil {
+				return fmt.Errorf("fsblob: list: %w", err)
+			}
+			if err := fn(store.BlobInfo{Digest: name, Size: fi.Size(), Modified: fi.ModTime()}); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

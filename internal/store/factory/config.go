@@ -1,0 +1,148 @@
+// Package factory builds the storage of a Rootline server from configuration,
+// one backend per kind of data, as Jaeger v2 does: spans (with artifact
+// metadata and span links), artifact content (blobs) and metric points. Each
+// kind has a type and one optional section per backend; defaults are applied
+// only to the backend chosen, Validate rejects a section that does not match
+// the type, and Open holds the one switch that builds each kind.
+//
+// A new backend (Cassandra for spans, S3 for blobs, a Kafka stage in front of
+// the writer) is a sibling package under internal/store, a section here and a
+// case in Open; it runs the storetest suites of the contracts it implements.
+//
+// Open returns the backends combined behind store.Store with what every
+// backend gets for free: clock-skew flagging of spans (store.FlagClockSkew),
+// latency of every operation in one histogram, and the store's write health
+// for the server's readiness.
+package factory
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// Backend type names.
+const (
+	TypeSQLite = "sqlite" // spans, artifact metadata and metrics in internal/store/sqlite
+	TypeFS     = "fs"     // blobs in a directory, internal/store/fsblob
+)
+
+// Config chooses and configures the backends. Its zero value, with defaults
+// applied, is the embedded store: SQLite in the data directory, blobs in
+// <data dir>/blobs.
+type Config struct {
+	Spans     SpansConfig     `yaml:"spans"`
+	Artifacts ArtifactsConfig `yaml:"artifacts"`
+	Metrics   MetricsConfig   `yaml:"metrics"`
+}
+
+// SpansConfig chooses the span store. Artifact metadata and the links between
+// artifacts and spans live in it too, so that a purge of spans deletes them in
+// the same transaction.
+type SpansConfig struct {
+	// Type is "sqlite" (the default).
+	Type   string        `yaml:"type"`
+	SQLite *SQLiteConfig `yaml:"sqlite,omitempty"`
+}
+
+// SQLiteConfig configures the embedded SQLite store.
+type SQLiteConfig struct {
+	// Dir holds rootline.db; default: the server's data directory.
+	Dir string `yaml:"dir"`
+	// Synchronous is FULL (an acknowledged span survives power loss, the
+	// default) or NORMAL (it survives a crash of the server process; faster).
+	Synchronous string `yaml:"synchronous"`
+}
+
+// ArtifactsConfig chooses where artifact content (blobs) goes.
+type ArtifactsConfig struct {
+	// Type is "fs" (the default).
+	Type string    `yaml:"type"`
+	FS   *FSConfig `yaml:"fs,omitempty"`
+}
+
+// FSConfig configures the filesystem blob store.
+type FSConfig struct {
+	// Dir holds the blobs; default: <data dir>/blobs.
+	Dir string `yaml:"dir"`
+}
+
+// MetricsConfig chooses the store of OTLP metric points.
+type MetricsConfig struct {
+	// Type is "sqlite" (the default): the points live in the span store's
+	// database, so spans must be in SQLite too.
+	Type string `yaml:"type"`
+}
+
+// ApplyDefaults fills in the type of every kind left empty and the settings
+// of the backends chosen; dataDir is the server's --data-dir. Sections of
+// backends not chosen are left alone, for Validate to reject.
+func (c *Config) ApplyDefaults(dataDir string) {
+	if chosen(&c.Spans.Type, TypeSQLite) {
+		c.Spans.SQLite = cmp.Or(c.Spans.SQLite, &SQLiteConfig{})
+		c.Spans.SQLite.Dir = cmp.Or(c.Spans.SQLite.Dir, dataDir)
+		c.Spans.SQLite.Synchronous = cmp.Or(strings.ToUpper(c.Spans.SQLite.Synchronous), "FULL")
+	}
+	if chosen(&c.Artifacts.Type, TypeFS) {
+		c.Artifacts.FS = cmp.Or(c.Artifacts.FS, &FSConfig{})
+		if c.Artifacts.FS.Dir == "" && dataDir != "" {
+			c.Artifacts.FS.Dir = filepath.Join(dataDir, "blobs")
+		}
+	}
+	chosen(&c.Metrics.Type, TypeSQLite)
+}
+
+// chosen sets an empty type to def, lowercases it, and reports whether it is
+// def (the backend whose defaults the caller then applies).
+func chosen(typ *string, def string) bool {
+	*typ = strings.ToLower(cmp.Or(*typ, def))
+	return *typ == def
+}
+
+// Validate checks a configuration after ApplyDefaults: known types, exactly
+// the sections of the backends chosen, and their settings.
+func (c Config) Validate() error {
+	var errs []error
+	sections := func(kind, typ string, set map[string]bool) {
+		for name, ok := range set {
+			if ok && name != typ {
+				errs = append(errs, fmt.Errorf("storage.%s.type is %q but a storage.%s.%s section is given: remove it or set the type to %q",
+					kind, typ, kind, name, name))
+			}
+		}
+	}
+	switch c.Spans.Type {
+	case TypeSQLite:
+		if c.Spans.SQLite == nil || c.Spans.SQLite.Dir == "" {
+			errs = append(errs, errors.New("storage.spans.sqlite.dir (or --data-dir) must not be empty"))
+		} else if s := c.Spans.SQLite.Synchronous; s != "FULL" && s != "NORMAL" {
+			errs = append(errs, fmt.Errorf("storage.spans.sqlite.synchronous (--sqlite.synchronous) must be FULL or NORMAL, got %q", s))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage.spans.type %q is not a span store (known: %s)", c.Spans.Type, TypeSQLite))
+	}
+	sections("spans", c.Spans.Type, map[string]bool{TypeSQLite: c.Spans.SQLite != nil})
+
+	switch c.Artifacts.Type {
+	case TypeFS:
+		if c.Artifacts.FS == nil || c.Artifacts.FS.Dir == "" {
+			errs = append(errs, errors.New("storage.artifacts.fs.dir (or --data-dir) must not be empty"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage.artifacts.type %q is not a blob store (known: %s)", c.Artifacts.Type, TypeFS))
+	}
+	sections("artifacts", c.Artifacts.Type, map[string]bool{TypeFS: c.Artifacts.FS != nil})
+
+	switch c.Metrics.Type {
+	case TypeSQLite:
+		if c.Spans.Type != TypeSQLite {
+			errs = append(errs, fmt.Errorf("storage.metrics.type %q keeps metrics in the span store's database, but storage.spans.type is %q",
+				c.Metrics.Type, c.Spans.Type))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage.metrics.type %q is not a metric store (known: %s)", c.Metrics.Type, TypeSQLite))
+	}
+	return errors.Join(errs...)
+}
