@@ -18,6 +18,7 @@ import (
 
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store/factory"
 	"github.com/rootline/rootline/internal/store/sqlite"
 	"github.com/rootline/rootline/internal/tlsconf"
 )
@@ -58,7 +59,8 @@ queue, CPU quota (throttled), lock, disk, network, sleep, memory, GC, unknown â€
 and the other requests it waited for ("blocked by"). Paths stored when the
 capture completed are shown as they are; others are computed from the snapshot.
 
---data-dir reads a stopped server's store (a running server holds it locked:
+--data-dir reads a stopped server's store in the default layout (the database
+and the artifacts' blobs in that directory; a running server holds it locked:
 use --server). --server asks GET /api/v1/traces/{id}/critical-path.
 
 Flags:
@@ -118,7 +120,11 @@ func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResul
 	if _, err := os.Stat(filepath.Join(f.dataDir, sqlite.DBFile)); err != nil {
 		return nil, fmt.Errorf("%s is not a Rootline data directory (no %s)", f.dataDir, sqlite.DBFile)
 	}
-	st, err := sqlite.Open(sqlite.Config{Dir: f.dataDir}, nil)
+	// The embedded layout a server uses by default: the database and the
+	// blobs in the data directory.
+	var cfg factory.Config
+	cfg.ApplyDefaults(f.dataDir)
+	st, err := factory.Open(cfg, factory.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open the store (a running server holds it: use --server): %w", err)
 	}
