@@ -353,18 +353,7 @@ func (d *decoder) skip(depth int) error {
 // object reads {"key": value, …}, calling field for each key (which must
 // consume the value).
 func (d *decoder) object(field func(key string) error) error {
-	if err := d.expect('{'); err != nil {
-		return err
-	}
-	c, err := d.peek()
-	if err != nil {
-		return err
-	}
-	if c == '}' {
-		_, _ = d.next()
-		return nil
-	}
-	for {
+	return d.seq('{', '}', func() error {
 		k, err := d.str()
 		if err != nil {
 			return err
@@ -373,32 +362,23 @@ func (d *decoder) object(field func(key string) error) error {
 		if err := d.expect(':'); err != nil {
 			return err
 		}
-		if err := field(key); err != nil {
-			return err
-		}
-		c, err := d.next()
-		if err != nil {
-			return err
-		}
-		if c == '}' {
-			return nil
-		}
-		if c != ',' {
-			return d.fail("want , or } in an object, got %q", c)
-		}
-	}
+		return field(key)
+	})
 }
 
 // array reads [value, …], calling elem for each.
-func (d *decoder) array(elem func() error) error {
-	if err := d.expect('['); err != nil {
+func (d *decoder) array(elem func() error) error { return d.seq('[', ']', elem) }
+
+// seq reads open, elements separated by commas, close.
+func (d *decoder) seq(open, close byte, elem func() error) error {
+	if err := d.expect(open); err != nil {
 		return err
 	}
 	c, err := d.peek()
 	if err != nil {
 		return err
 	}
-	if c == ']' {
+	if c == close {
 		_, _ = d.next()
 		return nil
 	}
@@ -410,11 +390,11 @@ func (d *decoder) array(elem func() error) error {
 		if err != nil {
 			return err
 		}
-		if c == ']' {
+		if c == close {
 			return nil
 		}
 		if c != ',' {
-			return d.fail("want , or ] in an array, got %q", c)
+			return d.fail("want , or %c, got %q", close, c)
 		}
 	}
 }
