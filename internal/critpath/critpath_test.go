@@ -11,7 +11,7 @@ import (
 // hand-offs, shared threads, runtime pauses, a Go process, wakers without
 // intervals and a low depth bound.
 func TestEquivalence(t *testing.T) {
-	seeds := 24
+	seeds := 16
 	if testing.Short() {
 		seeds = 8
 	}

@@ -61,6 +61,11 @@ type Analyzer struct {
 	// MaxProcesses bounds the processes of a snapshot whose spans are read
 	// (default 16; target processes first).
 	MaxProcesses int
+	// Slots, when set, bounds the snapshots analysed at once (a large
+	// snapshot takes seconds of CPU and hundreds of MB): compute takes a
+	// slot, waiting for one at most as long as its context allows. Reading
+	// stored paths needs none.
+	Slots chan struct{}
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -268,6 +273,14 @@ func (a *Analyzer) read(ctx context.Context, id string) ([]byte, error) {
 // compute computes the paths of the spans refs from kernel snapshot k.
 // known are spans already read (the trace's), to save a lookup.
 func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.SpanRef, known []*model.Span) (*Stored, error) {
+	if a.Slots != nil {
+		select {
+		case a.Slots <- struct{}{}:
+			defer func() { <-a.Slots }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	log := a.logger()
 	data, err := a.read(ctx, k.ID)
 	if err != nil {

@@ -24,14 +24,7 @@ func (a *API) getCriticalPath(w http.ResponseWriter, r *http.Request) {
 		a.v1Error(w, r, http.StatusNotFound, critpath.ErrNoSnapshot)
 		return
 	}
-	select {
-	case a.critpathSlot <- struct{}{}:
-		defer func() { <-a.critpathSlot }()
-	case <-r.Context().Done():
-		a.v1Error(w, r, http.StatusServiceUnavailable, r.Context().Err())
-		return
-	}
-	an := &critpath.Analyzer{Spans: a.spans, Artifacts: a.artifacts, Logger: a.logger}
+	an := &critpath.Analyzer{Spans: a.spans, Artifacts: a.artifacts, Logger: a.logger, Slots: a.critpathSlot}
 	res, err := an.Trace(r.Context(), id)
 	switch {
 	case errors.Is(err, critpath.ErrNoSnapshot):
