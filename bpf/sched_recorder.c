@@ -168,13 +168,20 @@ struct {
 	__type(value, __u8);
 } sr_targets SEC(".maps");
 
-// sr_target_bits mirrors sr_targets as a bitmap: bit tgid % 64 of word
-// tgid / 64 is set while tgid is a target. Every context switch and wakeup
-// asks "is this a target?" of two tasks, most of them not: one array load
-// answers it, where a hash lookup cost a helper call and a hash. User space
-// maps it (mmapable) and sets and clears bits with atomic operations, as the
-// programs do for the children they follow.
-#define SR_TGID_WORDS (1 << 16) // 2^22 tgids: PID_MAX_LIMIT on 64-bit
+// sr_target_bits mirrors sr_targets as a bitmap, two bits per tgid in word
+// tgid / 32: bit 2*(tgid % 32) is set while tgid is a target
+// (TGID_TARGET), the next one once a thread of tgid has been followed
+// (TGID_FOLLOWED; cleared when the process exits). Every context switch and
+// wakeup asks "is this tracked?" of two tasks, most of them not: one array
+// load answers it for both bits, where a hash lookup cost a helper call and
+// a hash, and where a lookup in the tid-indexed sr_follow_bits for every
+// task cost a cache miss. User space maps it (mmapable) and sets and clears
+// target bits with atomic operations, as the programs do for the children
+// they follow.
+#define SR_TGID_WORDS (1 << 17) // 2 bits for each of 2^22 tgids: PID_MAX_LIMIT on 64-bit
+#define SR_TID_WORDS (1 << 16)  // 1 bit for each of 2^22 tids
+#define TGID_TARGET(tgid) (1ULL << (((tgid) & 31) * 2))
+#define TGID_FOLLOWED(tgid) (2ULL << (((tgid) & 31) * 2))
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -194,12 +201,12 @@ struct {
 } sr_follow SEC(".maps");
 
 // sr_follow_bits mirrors sr_follow as a bitmap of tids (bit tid % 64 of word
-// tid / 64), tested per event like sr_target_bits; user space clears the
-// bits of the threads it stops following.
+// tid / 64), tested for the tasks of processes whose TGID_FOLLOWED bit is
+// set; user space clears the bits of the threads it stops following.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, SR_TGID_WORDS);
+	__uint(max_entries, SR_TID_WORDS);
 	__type(key, __u32);
 	__type(value, __u64);
 } sr_follow_bits SEC(".maps");
@@ -351,26 +358,8 @@ static __always_inline struct sr_cpuctx *cpuctx(void)
 
 static __always_inline __u64 *tgid_word(__u32 tgid)
 {
-	__u32 w = tgid >> 6;
+	__u32 w = tgid >> 5;
 	return bpf_map_lookup_elem(&sr_target_bits, &w);
-}
-
-static __always_inline int is_target(struct task_struct *t, struct sr_config *cfg)
-{
-	__u32 tgid = t->tgid;
-	if (tgid == 0 || tgid == cfg->self_tgid) // idle, the agent
-		return 0;
-	if (cfg->all)
-		return 1;
-	__u64 *w = tgid_word(tgid);
-	if (w && (*w >> (tgid & 63)) & 1)
-		return 1;
-	if (cfg->cgroups) {
-		__u64 id = t->cgroups->dfl_cgrp->kn->id;
-		if (bpf_map_lookup_elem(&sr_cgroups, &id))
-			return 1;
-	}
-	return 0;
 }
 
 static __always_inline int is_followed(__u32 tid)
@@ -387,12 +376,29 @@ static __always_inline int is_followed(__u32 tid)
 
 static __always_inline int track(struct task_struct *t, struct sr_config *cfg)
 {
-	if (is_target(t, cfg))
+	__u32 tgid = t->tgid;
+	if (tgid == 0 || tgid == cfg->self_tgid) // idle, the agent
+		return TR_NONE;
+	if (cfg->all)
 		return TR_TARGET;
+	__u64 *w = tgid_word(tgid);
+	__u64 bits = w ? *w : 0;
+	if (bits & TGID_TARGET(tgid))
+		return TR_TARGET;
+	if (cfg->cgroups) {
+		__u64 id = t->cgroups->dfl_cgrp->kn->id;
+		if (bpf_map_lookup_elem(&sr_cgroups, &id))
+			return TR_TARGET;
+	}
 	__u32 tid = t->pid;
-	if (cfg->follow_depth && tid && is_followed(tid))
+	if ((bits & TGID_FOLLOWED(tgid)) && is_followed(tid))
 		return TR_FOLLOWED;
 	return TR_NONE;
+}
+
+static __always_inline int is_target(struct task_struct *t, struct sr_config *cfg)
+{
+	return track(t, cfg) == TR_TARGET;
 }
 
 static __always_inline struct sr_glob *glob(void)
@@ -810,6 +816,10 @@ static __always_inline void follow(struct task_struct *cur, struct task_struct *
 	__u64 *word = bpf_map_lookup_elem(&sr_follow_bits, &w);
 	if (word)
 		__sync_fetch_and_or(word, 1ULL << (wt & 63));
+	__u32 tgid = cur->tgid;
+	word = tgid_word(tgid);
+	if (word && !(*word & TGID_FOLLOWED(tgid)))
+		__sync_fetch_and_or(word, TGID_FOLLOWED(tgid));
 	e->flags |= SR_WF_FOLLOWED | (err ? 0 : SR_WF_NEW);
 }
 
@@ -904,7 +914,7 @@ int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
 		if (bpf_map_update_elem(&sr_targets, &ctgid, &followed, BPF_NOEXIST) == 0) {
 			__u64 *w = tgid_word(ctgid);
 			if (w)
-				__sync_fetch_and_or(w, 1ULL << (ctgid & 63));
+				__sync_fetch_and_or(w, TGID_TARGET(ctgid));
 		}
 	}
 	if (!tparent && !is_target(child, cfg))
@@ -964,12 +974,14 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 	}
 	__u32 tgid = p->tgid;
 	if (group_dead) {
+		__u64 *w = tgid_word(tgid);
+		if (w && (*w & TGID_FOLLOWED(tgid)))
+			__sync_fetch_and_and(w, ~TGID_FOLLOWED(tgid));
 		__u8 *v = bpf_map_lookup_elem(&sr_targets, &tgid);
 		if (v && *v == 2) {
 			bpf_map_delete_elem(&sr_targets, &tgid);
-			__u64 *w = tgid_word(tgid);
 			if (w)
-				__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
+				__sync_fetch_and_and(w, ~TGID_TARGET(tgid));
 		}
 	}
 	struct sr_event *e = reserve();

@@ -225,29 +225,6 @@ func TestAccuracyThrottled(t *testing.T) {
 	}
 }
 
-// schedDelay returns the run-queue wait (schedstat's second field) of each
-// thread of pid.
-func schedDelay(t *testing.T, pid int) map[uint32]int64 {
-	t.Helper()
-	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[uint32]int64{}
-	for _, d := range dirs {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(data)); len(f) == 3 {
-			ns, _ := strconv.ParseInt(f[1], 10, 64)
-			tid, _ := strconv.Atoi(d.Name())
-			m[uint32(tid)] = ns
-		}
-	}
-	return m
-}
-
 // TestAccuracyRunqueue: two threads that spin 4 ms and sleep 1 ms share
 // one CPU with a CPU hog. Each thread's run-queue time (preempted, after a
 // wakeup, new) is its run_delay in /proc/PID/task/TID/schedstat.

@@ -46,18 +46,83 @@ func reportedState(ev *Event) int64 {
 	return int64(hi)
 }
 
+// States and reasons inside the builder, as small codes: its intervals and
+// wakeups hold no strings (no pointers for the garbage collector to scan,
+// a third of the memory); build names them once, for the snapshot.
+const (
+	stUnknown uint8 = iota
+	stRunning
+	stRunqueue
+	stBlocked
+	stDead
+)
+
+var stateNames = [...]string{stUnknown: "", stRunning: StateRunning, stRunqueue: StateRunqueue, stBlocked: StateBlocked, stDead: "dead"}
+
+const (
+	rNone uint8 = iota
+	rPreempted
+	rWakeup
+	rNew
+	rThrottled
+	rLock
+	rNetwork
+	rDisk
+	rTimer
+	rSyscall
+	rPageFault
+	rMemory
+	rKernel
+	rUnknown
+)
+
+var reasonNames = [...]string{rNone: "", rPreempted: ReasonPreempted, rWakeup: ReasonWakeup, rNew: ReasonNew,
+	rThrottled: ReasonThrottled, rLock: ReasonLock, rNetwork: ReasonNetwork, rDisk: ReasonDisk, rTimer: ReasonTimer,
+	rSyscall: ReasonSyscall, rPageFault: ReasonPageFault, rMemory: ReasonMemory, rKernel: ReasonKernel, rUnknown: ReasonUnknown}
+
+// noSyscall is ival.sys outside a syscall.
+const noSyscall = -1
+
+// ival is an interval inside the builder (Interval without strings).
+type ival struct {
+	start, end int64
+	th         int32 // the thread: index in builder.tl
+	wake       int32
+	sys        int32  // syscall number, noSyscall
+	dev        uint32 // kernel dev_t of a disk wait, 0
+	cpu        int16
+	state      uint8
+	reason     uint8
+}
+
+// ctxUnthrottle is wake.ctx of an unthrottle (beside the CtxThread… codes).
+const ctxUnthrottle = 0xff
+
+// wake is a wakeup inside the builder.
+type wake struct {
+	ts, enq      int64
+	wakee, waker uint32
+	dev, detail  uint32
+	cpu          uint16
+	ctx          uint8
+	causal       bool
+}
+
 // thread is the builder's state of one thread.
 type thread struct {
-	tgid    uint32
-	proc    bool   // one of the snapshot's processes (a target thread)
-	state   string // "" unknown, StateRunning/Runqueue/Blocked, "dead"
-	reason  string
-	syscall string
-	device  string
 	since   int64
-	cpu     int
-	wake    int // index in builder.wakeups of the current interval's wakeup
-	pendEnq int // index of its last waking, until its sched_wakeup (-1: none)
+	tid     uint32
+	idx     int32 // in builder.tl
+	rank    int32 // in the snapshot's threads given intervals, -1: none
+	tgid    uint32
+	wake    int32 // index in builder.wakeups of the current interval's wakeup
+	pendEnq int32 // index of its last waking, until its sched_wakeup (-1: none)
+	sys     int32
+	dev     uint32
+	cpu     int16
+	state   uint8
+	reason  uint8
+	proc    bool // one of the snapshot's processes (a target thread)
 	kernel  bool
 	// unfollowed: an EvUnfollow said the recorder stopped following it;
 	// records naming it are ignored until a wakeup follows it again.
@@ -72,19 +137,38 @@ type thread struct {
 type builder struct {
 	start, end int64 // window, monotonic ns
 	threads    map[uint32]*thread
-	ivs        []Interval // every thread's, in the order they end
-	wakeups    []Wakeup
-	disk       []DiskIO
-	in         *buildInput
+	tl         []*thread // by thread.idx
+	// The two threads looked up last: consecutive records often name the
+	// same threads (a switch-in, then its switch-out; two threads handing
+	// work to each other).
+	lastTID [2]uint32
+	last    [2]*thread
+	ivs     []ival // every thread's, in the order they end
+	wakeups []wake
+	disk    []DiskIO
+	diskDev []uint32 // dev of each of disk
+	in      *buildInput
 }
 
 func (b *builder) get(tid, tgid uint32) *thread {
-	t := b.threads[tid]
-	if t == nil {
-		t = &thread{tgid: tgid, cpu: -1, wake: -1, pendEnq: -1}
-		t.proc = tgid != 0 && b.in.isProc(tgid)
-		b.threads[tid] = t
-	} else if tgid != 0 && t.tgid != tgid {
+	var t *thread
+	switch {
+	case tid == b.lastTID[0] && b.last[0] != nil:
+		t = b.last[0]
+	case tid == b.lastTID[1] && b.last[1] != nil:
+		t = b.last[1]
+		b.lastTID[0], b.lastTID[1], b.last[0], b.last[1] = tid, b.lastTID[0], t, b.last[0]
+	default:
+		t = b.threads[tid]
+		if t == nil {
+			t = &thread{tid: tid, idx: int32(len(b.tl)), rank: -1, tgid: tgid, cpu: -1, wake: -1, pendEnq: -1, sys: noSyscall}
+			t.proc = tgid != 0 && b.in.isProc(tgid)
+			b.threads[tid] = t
+			b.tl = append(b.tl, t)
+		}
+		b.lastTID[1], b.last[1], b.lastTID[0], b.last[0] = b.lastTID[0], b.last[0], tid, t
+	}
+	if tgid != 0 && t.tgid != tgid {
 		t.tgid = tgid
 		t.proc = b.in.isProc(tgid)
 	}
@@ -107,26 +191,24 @@ func (b *builder) side(tid, tgid uint32, ts int64, untracked bool) *thread {
 }
 
 // close ends t's current interval at ts, clipped to the window.
-func (b *builder) close(tid uint32, t *thread, ts int64, wake int) {
-	switch t.state {
-	case StateRunning, StateRunqueue, StateBlocked:
-	default:
+func (b *builder) close(t *thread, ts int64, wake int32) {
+	if t.state < stRunning || t.state > stBlocked {
 		return
 	}
 	s, e := max(t.since, b.start), min(ts, b.end)
 	if e <= s {
 		return
 	}
-	cpu := -1
-	if t.state == StateRunning {
+	cpu := int16(-1)
+	if t.state == stRunning {
 		cpu = t.cpu
 	}
-	b.ivs = append(b.ivs, Interval{TID: tid, State: t.state, Reason: t.reason, Syscall: t.syscall, Device: t.device,
-		Start: s, End: e, CPU: cpu, Wakeup: wake})
+	b.ivs = append(b.ivs, ival{start: s, end: e, th: t.idx, wake: wake, sys: t.sys, dev: t.dev, cpu: cpu,
+		state: t.state, reason: t.reason})
 }
 
-func (t *thread) set(state, reason, syscall string, ts int64, wake int) {
-	t.state, t.reason, t.syscall, t.device, t.since, t.wake = state, reason, syscall, "", ts, wake
+func (t *thread) set(state, reason uint8, ts int64, wake int32) {
+	t.state, t.reason, t.sys, t.dev, t.since, t.wake = state, reason, noSyscall, 0, ts, wake
 }
 
 func (b *builder) event(ev *Event) {
@@ -136,46 +218,43 @@ func (b *builder) event(ev *Event) {
 			if ev.Flags&FlagKthread != 0 {
 				p.kernel = true
 			}
-			if p.state == StateRunning {
-				b.close(ev.TID, p, ev.TS, -1)
+			if p.state == stRunning {
+				b.close(p, ev.TS, -1)
 			}
 			switch {
-			case p.state == "dead":
+			case p.state == stDead:
 			case runnable(ev):
-				r := ReasonPreempted
+				r := rPreempted
 				if ev.Flags&FlagThrottled != 0 {
-					r = ReasonThrottled
+					r = rThrottled
 				}
-				p.set(StateRunqueue, r, "", ev.TS, -1)
+				p.set(stRunqueue, r, ev.TS, -1)
 			case ev.Arg&taskDead != 0:
-				p.set("dead", "", "", ev.TS, -1)
+				p.set(stDead, rNone, ev.TS, -1)
 			default:
-				r, sc := blockReason(ev)
-				p.set(StateBlocked, r, sc, ev.TS, -1)
-				if r == ReasonDisk && ev.Dev != 0 {
-					p.device = b.in.devName(ev.Dev)
+				r, sys := blockReason(ev)
+				p.set(stBlocked, r, ev.TS, -1)
+				p.sys = sys
+				if r == rDisk {
+					p.dev = ev.Dev
 				}
 			}
 		}
 		if n := b.side(ev.TID2, ev.TGID2, ev.TS, ev.Flags&FlagNextUntracked != 0); n != nil {
-			if n.state == StateRunqueue {
-				b.close(ev.TID2, n, ev.TS, n.wake)
+			if n.state == stRunqueue {
+				b.close(n, ev.TS, n.wake)
 			}
-			n.set(StateRunning, "", "", ev.TS, -1)
-			n.cpu = int(ev.CPU)
+			n.set(stRunning, rNone, ev.TS, -1)
+			n.cpu = int16(ev.CPU)
 		}
 	case EvWaking:
 		if ev.TID == 0 {
 			return
 		}
-		ctx, detail := wakeContext(ev)
 		isCausal := causal(ev)
-		wk := Wakeup{TS: ev.TS, Wakee: ev.TID, Waker: ev.TID2, Context: ctx, Detail: detail, CPU: int(ev.CPU), Causal: isCausal}
-		if ev.Dev != 0 {
-			wk.Device = b.in.devName(ev.Dev)
-		}
-		idx := len(b.wakeups)
-		b.wakeups = append(b.wakeups, wk)
+		idx := int32(len(b.wakeups))
+		b.wakeups = append(b.wakeups, wake{ts: ev.TS, wakee: ev.TID, waker: ev.TID2, dev: ev.Dev, detail: ev.Detail,
+			cpu: ev.CPU, ctx: ev.Ctx, causal: isCausal})
 		if ev.TID2 != 0 {
 			b.waker(ev, isCausal)
 		}
@@ -184,59 +263,56 @@ func (b *builder) event(ev *Event) {
 			return
 		}
 		w.pendEnq = idx
-		r := ReasonWakeup
+		r := rWakeup
 		if ev.Flags&FlagWakeThrottled != 0 {
-			r = ReasonThrottled
+			r = rThrottled
 		}
 		switch w.state {
-		case StateBlocked:
-			b.close(ev.TID, w, ev.TS, idx)
-			w.set(StateRunqueue, r, "", ev.TS, idx)
-		case "":
-			w.set(StateRunqueue, r, "", ev.TS, idx)
+		case stBlocked:
+			b.close(w, ev.TS, idx)
+			w.set(stRunqueue, r, ev.TS, idx)
+		case stUnknown:
+			w.set(stRunqueue, r, ev.TS, idx)
 		}
 	case EvWakeup:
 		if t := b.threads[ev.TID]; t != nil && t.pendEnq >= 0 {
-			b.wakeups[t.pendEnq].Enqueued = ev.TS
+			b.wakeups[t.pendEnq].enq = ev.TS
 			t.pendEnq = -1
 		}
 	case EvUnthrottle:
 		t := b.side(ev.TID, ev.TGID, ev.TS, false)
-		if t == nil || t.state != StateRunqueue || t.reason != ReasonThrottled {
+		if t == nil || t.state != stRunqueue || t.reason != rThrottled {
 			return
 		}
-		idx := len(b.wakeups)
-		b.wakeups = append(b.wakeups, Wakeup{TS: ev.TS, Wakee: ev.TID, Context: CtxNameUnthrottle, Detail: "cfs bandwidth", CPU: int(ev.CPU)})
-		b.close(ev.TID, t, ev.TS, idx)
-		t.set(StateRunqueue, ReasonWakeup, "", ev.TS, idx)
+		idx := int32(len(b.wakeups))
+		b.wakeups = append(b.wakeups, wake{ts: ev.TS, wakee: ev.TID, cpu: ev.CPU, ctx: ctxUnthrottle})
+		b.close(t, ev.TS, idx)
+		t.set(stRunqueue, rWakeup, ev.TS, idx)
 	case EvUnfollow:
 		if t := b.threads[ev.TID]; t != nil && !t.proc {
-			b.close(ev.TID, t, ev.TS, -1)
-			t.set("", "", "", ev.TS, -1)
+			b.close(t, ev.TS, -1)
+			t.set(stUnknown, rNone, ev.TS, -1)
 			t.unfollowed = true
 		}
 	case EvWakeupNew:
-		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil && t.state == "" {
-			t.set(StateRunqueue, ReasonNew, "", ev.TS, -1)
+		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil && t.state == stUnknown {
+			t.set(stRunqueue, rNew, ev.TS, -1)
 		}
 	case EvFork:
-		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil && (t.state == "" || t.state == "dead") {
-			t.set(StateRunqueue, ReasonNew, "", ev.TS, -1)
+		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil && (t.state == stUnknown || t.state == stDead) {
+			t.set(stRunqueue, rNew, ev.TS, -1)
 		}
 		b.get(ev.TID2, ev.TGID2)
 	case EvExit:
 		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil {
-			b.close(ev.TID, t, ev.TS, -1)
-			t.set("dead", "", "", ev.TS, -1)
+			b.close(t, ev.TS, -1)
+			t.set(stDead, rNone, ev.TS, -1)
 		}
 	case EvBlockRq:
 		b.get(ev.TID, ev.TGID)
 		if ev.TS >= b.start && int64(ev.Arg) <= b.end {
-			d := DiskIO{TID: ev.TID, Issue: int64(ev.Arg), Complete: ev.TS, Bytes: ev.Detail}
-			if ev.Dev != 0 {
-				d.Device = b.in.devName(ev.Dev)
-			}
-			b.disk = append(b.disk, d)
+			b.disk = append(b.disk, DiskIO{TID: ev.TID, Issue: int64(ev.Arg), Complete: ev.TS, Bytes: ev.Detail})
+			b.diskDev = append(b.diskDev, ev.Dev)
 		}
 	}
 }
@@ -257,9 +333,9 @@ func (b *builder) waker(ev *Event, isCausal bool) {
 	// doing the wakeup, from its own context.
 	if ev.Flags&FlagWakerNew != 0 && isCausal && (w.proc || ev.TS > b.in.complete) {
 		w.unfollowed = false
-		if w.state == "" {
-			w.set(StateRunning, "", "", ev.TS, -1)
-			w.cpu = int(ev.CPU)
+		if w.state == stUnknown {
+			w.set(stRunning, rNone, ev.TS, -1)
+			w.cpu = int16(ev.CPU)
 		}
 	}
 }
@@ -307,9 +383,20 @@ func devNumber(dev uint32) string {
 
 // build derives the snapshot of in.pid from events, which MUST be sorted by
 // TS and SHOULD start some time before in.start (so the states at the
-// window's start are known). It also returns the raw events of the
-// snapshot's threads inside the window (for the CTF export).
-func build(events []Event, in buildInput) (*Snapshot, []Event) {
+// window's start are known). Which raw events the CTF export carries is
+// rawFilter's business.
+func build(events []Event, in buildInput) *Snapshot {
+	s, ivs := replay(events, in).snapshot(len(events))
+	s.Intervals = make([]Interval, ivs.Len())
+	for k := range s.Intervals {
+		s.Intervals[k] = ivs.At(k)
+	}
+	return s
+}
+
+// replay builds the threads' timelines: every thread's intervals and the
+// wakeups, in the builder's compact form.
+func replay(events []Event, in buildInput) *builder {
 	if in.devName == nil {
 		in.devName = devNumber
 	}
@@ -319,96 +406,110 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 	if in.maxThreads <= 0 {
 		in.maxThreads = defaultFollowThreads
 	}
-	// One interval slice for all threads, sized once: a switch ends at most
-	// two intervals, and dumps of busy processes hold millions of them.
+	// About one interval per record: a switch ends at most two, a waking
+	// one, the rest none. A wakeup per waking or unthrottle record.
+	nWake := 0
+	for i := range events {
+		if t := events[i].Type; t == EvWaking || t == EvUnthrottle {
+			nWake++
+		}
+	}
 	b := &builder{start: in.start, end: in.end, threads: map[uint32]*thread{}, in: &in,
-		ivs: make([]Interval, 0, 2*len(events)+16)}
+		ivs: make([]ival, 0, len(events)+16), wakeups: make([]wake, 0, nWake)}
 	for i := range events {
 		if events[i].TS > in.end {
 			break
 		}
 		b.event(&events[i])
 	}
-	for tid, t := range b.threads {
-		b.close(tid, t, in.end, t.wake) // a RUNQUEUE "wakeup" keeps its wakeup
+	for _, t := range b.tl {
+		b.close(t, in.end, t.wake) // a RUNQUEUE "wakeup" keeps its wakeup
 	}
+	return b
+}
 
+// snapshot chooses the snapshot's threads and names what the builder
+// holds as codes, except for the intervals: the snapshot's Intervals stay
+// nil, and ivs serves them from the builder, one at a time (Encode and the
+// CTF export take them from there: a dump of millions of intervals does not
+// hold them all as Interval values). events is the number of records
+// replayed.
+func (b *builder) snapshot(events int) (*Snapshot, *builtIntervals) {
+	in := b.in
 	sel := b.selectThreads()
 	s := &Snapshot{Version: SnapshotVersion, PID: in.pid, Start: in.start + in.offset, End: in.end + in.offset,
-		Threads: []Thread{}, Intervals: []Interval{}, Wakeups: []Wakeup{},
+		Threads: []Thread{}, Intervals: []Interval{}, Wakeups: []Wakeup{}, Events: events,
 		Follow: &Follow{MaxDepth: in.maxDepth, MaxThreads: in.maxThreads, Recording: in.recording}}
 	if sel.cutDepth > 0 || sel.cutCount > 0 {
 		s.Truncated = &Truncation{Depth: sel.cutDepth, Count: sel.cutCount}
 	}
+	names := newNamer(in.devName)
 
 	// Intervals of the threads given them, grouped by thread in the order
-	// of s.Threads, each thread's in time order: a stable counting sort
+	// of sel.order, each thread's in time order: a stable counting sort
 	// (b.ivs holds each thread's intervals in time order already).
-	rank := make(map[uint32]int, len(sel.order))
 	for i, tid := range sel.order {
-		rank[tid] = i
+		b.threads[tid].rank = int32(i)
 	}
 	counts := make([]int, len(sel.order)+1)
-	kept := 0
-	for _, iv := range b.ivs {
-		if r, ok := rank[iv.TID]; ok {
+	for i := range b.ivs {
+		if r := b.tl[b.ivs[i].th].rank; r >= 0 {
 			counts[r+1]++
-			kept++
 		}
 	}
 	for i := 1; i < len(counts); i++ {
 		counts[i] += counts[i-1]
 	}
-	ivs := make([]Interval, kept)
-	for _, iv := range b.ivs {
-		if r, ok := rank[iv.TID]; ok {
-			ivs[counts[r]] = iv
-			counts[r]++
-		}
-	}
-	b.ivs = nil
+	kept := counts[len(counts)-1]
 
 	// Wakeups: of the given threads in the window, and those their
 	// intervals refer to.
 	used := make([]bool, len(b.wakeups))
-	for i, w := range b.wakeups {
-		if _, ok := rank[w.Wakee]; ok && w.TS >= in.start && w.TS <= in.end {
+	for i := range b.wakeups {
+		w := &b.wakeups[i]
+		if t := b.threads[w.wakee]; t != nil && t.rank >= 0 && w.ts >= in.start && w.ts <= in.end {
 			used[i] = true
 		}
 	}
-	for _, iv := range ivs {
-		if iv.Wakeup >= 0 {
-			used[iv.Wakeup] = true
+	for i := range b.ivs {
+		if w := b.ivs[i].wake; w >= 0 && b.tl[b.ivs[i].th].rank >= 0 {
+			used[w] = true
 		}
 	}
-	remap := make([]int, len(b.wakeups))
-	for i, w := range b.wakeups {
+	remap := make([]int32, len(b.wakeups))
+	nUsed := 0
+	for _, u := range used {
+		if u {
+			nUsed++
+		}
+	}
+	s.Wakeups = make([]Wakeup, 0, nUsed)
+	for i := range b.wakeups {
 		remap[i] = -1
-		if !used[i] {
-			continue
+		if used[i] {
+			remap[i] = int32(len(s.Wakeups))
+			s.Wakeups = append(s.Wakeups, names.wakeup(&b.wakeups[i], in.offset))
 		}
-		remap[i] = len(s.Wakeups)
-		w.TS += in.offset
-		if w.Enqueued != 0 {
-			w.Enqueued += in.offset
-		}
-		s.Wakeups = append(s.Wakeups, w)
 	}
+	used = nil
+
+	// Place the intervals (their indexes in b.ivs).
 	hasIvs := make([]bool, len(sel.order))
 	first := make([]int64, len(sel.order))
-	for i := range ivs {
-		iv := &ivs[i]
-		if i == 0 || ivs[i-1].TID != iv.TID {
-			r := rank[iv.TID]
-			hasIvs[r], first[r] = true, iv.Start
+	order := make([]int32, kept)
+	for i := range b.ivs {
+		iv := &b.ivs[i]
+		r := b.tl[iv.th].rank
+		if r < 0 {
+			continue
 		}
-		iv.Start += in.offset
-		iv.End += in.offset
-		if iv.Wakeup >= 0 {
-			iv.Wakeup = remap[iv.Wakeup]
+		if !hasIvs[r] {
+			hasIvs[r], first[r] = true, iv.start
 		}
+		order[counts[r]] = int32(i)
+		counts[r]++
 	}
-	s.Intervals = ivs
+	ivs := &builtIntervals{b: b, order: order, remap: remap, names: names}
 
 	for _, tid := range sel.all {
 		t := b.threads[tid]
@@ -416,9 +517,9 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 		if t != nil {
 			th.PID, th.Kernel, th.Target = t.tgid, t.kernel, t.proc
 		}
-		r, given := rank[tid]
 		switch {
-		case given && hasIvs[r]:
+		case t != nil && t.rank >= 0 && hasIvs[t.rank]:
+			r := t.rank
 			th.Recorded, th.Since = true, first[r]+in.offset
 		case th.Target:
 			th.Recorded = true
@@ -431,27 +532,108 @@ func build(events []Event, in buildInput) (*Snapshot, []Event) {
 		}
 		s.Threads = append(s.Threads, th)
 	}
-	for _, d := range b.disk {
-		if _, ok := rank[d.TID]; ok {
+	for i, d := range b.disk {
+		if t := b.threads[d.TID]; t != nil && t.rank >= 0 {
 			d.Issue += in.offset
 			d.Complete += in.offset
+			if dev := b.diskDev[i]; dev != 0 {
+				d.Device = names.dev(dev)
+			}
 			s.DiskIOs = append(s.DiskIOs, d)
 		}
 	}
-	s.Events = len(events)
+	return s, ivs
+}
 
-	listed := func(tid uint32) bool { return tid != 0 && sel.listed[tid] }
-	raw := make([]Event, 0, len(events))
-	for i := range events {
-		ev := &events[i]
-		if ev.TS < in.start || ev.TS > in.end {
-			continue
-		}
-		if listed(ev.TID) || (ev.Type == EvSwitch || ev.Type == EvFork) && listed(ev.TID2) {
-			raw = append(raw, *ev)
-		}
+// intervalSource is a snapshot's intervals, in its order.
+type intervalSource interface {
+	Len() int
+	At(k int) Interval
+}
+
+// sliceIntervals serves a snapshot's Intervals.
+type sliceIntervals []Interval
+
+func (s sliceIntervals) Len() int          { return len(s) }
+func (s sliceIntervals) At(k int) Interval { return s[k] }
+
+// builtIntervals serves the intervals a builder kept, named one at a time.
+type builtIntervals struct {
+	b     *builder
+	order []int32 // indexes in b.ivs, in the snapshot's order
+	remap []int32 // b.wakeups index → snapshot wakeup index
+	names *namer
+}
+
+func (v *builtIntervals) Len() int { return len(v.order) }
+
+func (v *builtIntervals) At(k int) Interval {
+	iv := &v.b.ivs[v.order[k]]
+	off := v.b.in.offset
+	out := Interval{TID: v.b.tl[iv.th].tid, State: stateNames[iv.state], Reason: reasonNames[iv.reason],
+		Start: iv.start + off, End: iv.end + off, CPU: int(iv.cpu), Wakeup: -1}
+	if iv.sys != noSyscall {
+		out.Syscall = syscallName(iv.sys)
 	}
-	return s, raw
+	if iv.dev != 0 {
+		out.Device = v.names.dev(iv.dev)
+	}
+	if iv.wake >= 0 {
+		out.Wakeup = int(v.remap[iv.wake])
+	}
+	return out
+}
+
+// rawFilter selects the raw events the CTF export carries: those of the
+// snapshot's threads inside its window (CLOCK_MONOTONIC start and end).
+func rawFilter(s *Snapshot, start, end int64) func(ev *Event) bool {
+	listed := make(map[uint32]bool, len(s.Threads))
+	for _, th := range s.Threads {
+		listed[th.TID] = true
+	}
+	in := func(tid uint32) bool { return tid != 0 && listed[tid] }
+	return func(ev *Event) bool {
+		if ev.TS < start || ev.TS > end {
+			return false
+		}
+		return in(ev.TID) || (ev.Type == EvSwitch || ev.Type == EvFork) && in(ev.TID2)
+	}
+}
+
+// namer turns the builder's codes into the snapshot's strings, with a
+// cache of device names.
+type namer struct {
+	devName func(uint32) string
+	devs    map[uint32]string
+}
+
+func newNamer(devName func(uint32) string) *namer {
+	return &namer{devName: devName, devs: map[uint32]string{}}
+}
+
+func (n *namer) dev(d uint32) string {
+	s, ok := n.devs[d]
+	if !ok {
+		s = n.devName(d)
+		n.devs[d] = s
+	}
+	return s
+}
+
+func (n *namer) wakeup(w *wake, offset int64) Wakeup {
+	out := Wakeup{TS: w.ts + offset, Wakee: w.wakee, Waker: w.waker, Causal: w.causal, CPU: int(w.cpu)}
+	if w.ctx == ctxUnthrottle {
+		out.Context, out.Detail = CtxNameUnthrottle, "cfs bandwidth"
+	} else {
+		out.Context, out.Detail = wakeContext(w.ctx, w.detail)
+	}
+	if w.dev != 0 {
+		out.Device = n.dev(w.dev)
+	}
+	if w.enq != 0 {
+		out.Enqueued = w.enq + offset
+	}
+	return out
 }
 
 // selection is which threads a snapshot lists.
@@ -487,9 +669,10 @@ func (b *builder) selectThreads() selection {
 	}
 	sel.order = append(sel.order, frontier...)
 	wakersOf := map[uint32][]uint32{}
-	for _, w := range b.wakeups {
-		if w.Causal && w.Waker != 0 && w.TS >= in.start && w.TS <= in.end {
-			wakersOf[w.Wakee] = append(wakersOf[w.Wakee], w.Waker)
+	for i := range b.wakeups {
+		w := &b.wakeups[i]
+		if w.causal && w.waker != 0 && w.ts >= in.start && w.ts <= in.end {
+			wakersOf[w.wakee] = append(wakersOf[w.wakee], w.waker)
 		}
 	}
 	var cutOrder []uint32

@@ -208,7 +208,7 @@ func TestBuild(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, _ := build(tc.events, buildInput{pid: 100, start: tc.start, end: tc.end, comm: func(uint32) string { return "x" }})
+			s := build(tc.events, buildInput{pid: 100, start: tc.start, end: tc.end, comm: func(uint32) string { return "x" }})
 			got := render(s)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("intervals:\n got %q\nwant %q", got, tc.want)
@@ -228,7 +228,8 @@ func TestBuildThreadsAndEdges(t *testing.T) {
 		{Type: EvBlockRq, TS: 28, Arg: 26, TID: 101, TGID: 100, Detail: 4096},
 	}
 	comms := map[uint32]string{101: "worker", 200: "holder"}
-	s, raw := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
+	s := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
+	raw := rawEvents(events, s, 0, 30)
 	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true, Recorded: true, Since: 1000},
 		{TID: 200, PID: 200, Comm: "holder", Depth: 1, Recorded: true, Since: 1010}}; !slices.Equal(s.Threads, want) {
 		t.Errorf("threads = %+v, want %+v", s.Threads, want)
@@ -430,8 +431,9 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			if in.pids != nil {
 				want.pids = maps.Clone(procs) // with the followed children
 			}
-			s1, raw1 := build(all, want)
-			s2, raw2 := build(got, in)
+			s1, s2 := build(all, want), build(got, in)
+			sameEncoding(t, s1, all, want)
+			raw1, raw2 := rawEvents(all, s1, start, end), rawEvents(got, s2, start, end)
 			s1.Events, s2.Events = 0, 0
 			if !reflect.DeepEqual(s1, s2) || !slices.Equal(raw1, raw2) {
 				t.Fatalf("seed %d %s: snapshot from %d of %d events differs:\n got %+v\nwant %+v", seed, tc.name, len(got), len(all), s2, s1)
@@ -448,4 +450,16 @@ func mkfile(path, content string) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// rawEvents returns the events rawFilter selects.
+func rawEvents(events []Event, s *Snapshot, start, end int64) []Event {
+	keep := rawFilter(s, start, end)
+	var raw []Event
+	for i := range events {
+		if keep(&events[i]) {
+			raw = append(raw, events[i])
+		}
+	}
+	return raw
 }

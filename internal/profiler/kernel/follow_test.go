@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -232,7 +233,8 @@ func TestBuildFollowAndThrottle(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
 			in.pid, in.start, in.end, in.comm = 100, tc.start, tc.end, func(uint32) string { return "x" }
-			s, _ := build(tc.events, in)
+			s := build(tc.events, in)
+			sameEncoding(t, s, tc.events, in)
 			got := render(s)
 			for i, iv := range s.Intervals { // the device, when there is one
 				if iv.Reason == ReasonDisk {
@@ -283,7 +285,7 @@ func TestBuildDevices(t *testing.T) {
 		{Type: EvBlockRq, TS: 27, Arg: 13, TID: 101, TGID: 100, Detail: 4096, Dev: 253<<20 | 7},
 	}
 	names := map[uint32]string{254 << 20: "vda"}
-	s, _ := build(events, buildInput{pid: 100, end: 30, comm: func(uint32) string { return "x" },
+	s := build(events, buildInput{pid: 100, end: 30, comm: func(uint32) string { return "x" },
 		devName: func(d uint32) string {
 			if n, ok := names[d]; ok {
 				return n
@@ -355,4 +357,29 @@ func gz(t *testing.T, s string) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
+}
+
+// sameEncoding checks that the dump's path (the intervals encoded from the
+// builder as they are named) writes what Encode writes of build's snapshot.
+func sameEncoding(t *testing.T, want *Snapshot, events []Event, in buildInput) {
+	t.Helper()
+	var a, b bytes.Buffer
+	if err := want.Encode(&a); err != nil {
+		t.Fatal(err)
+	}
+	s, ivs := replay(events, in).snapshot(len(events))
+	if err := s.encode(&b, ivs); err != nil {
+		t.Fatal(err)
+	}
+	da, err := DecodeSnapshot(a.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := DecodeSnapshot(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(da, db) {
+		t.Errorf("encoded from the builder:\n%+v\nfrom build:\n%+v", db, da)
+	}
 }

@@ -479,25 +479,25 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	}
 	win := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil, in.maxDepth)
 	in.complete = win.complete
-	snap, raw := build(win.events, in)
-	snap.Events = win.total
+	// The intervals stay in the builder's compact form (ivs), named as the
+	// encoders write them.
+	snap, ivs := replay(win.events, in).snapshot(win.total)
 	nEvents := win.total
-	win.events = nil // raw holds what the CTF export needs: let the GC have the rest
 	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
 	snap.Lost = r.src.Lost()
 	var js, ctf bytes.Buffer
-	if err := snap.Encode(&js); err != nil {
+	if err := snap.encode(&js, ivs); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, raw, r.offsetNs, r.ring.comm, r.host); err != nil {
+	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, mStart, mEnd), w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
 		"events":    strconv.Itoa(nEvents),
 		"threads":   strconv.Itoa(len(snap.Threads)),
-		"intervals": strconv.Itoa(len(snap.Intervals)),
+		"intervals": strconv.Itoa(ivs.Len()),
 		"wakeups":   strconv.Itoa(len(snap.Wakeups)),
 		"lost":      strconv.FormatUint(snap.Lost, 10),
 	}
@@ -535,7 +535,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
-			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"]}},
+			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
+				"spans": strconv.Itoa(len(w.Spans))}},
 	}, nil
 }
 

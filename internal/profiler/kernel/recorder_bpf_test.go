@@ -132,7 +132,14 @@ func (w *workload) run(t *testing.T) {
 }
 
 // schedstat returns the on-CPU ns of every thread of pid.
-func schedstat(t *testing.T, pid int) map[uint32]int64 {
+func schedstat(t *testing.T, pid int) map[uint32]int64 { return schedstatField(t, pid, 0) }
+
+// schedDelay returns the run-queue wait (run_delay, ns) of every thread of pid.
+func schedDelay(t *testing.T, pid int) map[uint32]int64 { return schedstatField(t, pid, 1) }
+
+// schedstatField returns a field of /proc/PID/task/TID/schedstat (on-CPU
+// ns, run-queue ns, time slices) of every thread of pid.
+func schedstatField(t *testing.T, pid, field int) map[uint32]int64 {
 	t.Helper()
 	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
@@ -144,9 +151,11 @@ func schedstat(t *testing.T, pid int) map[uint32]int64 {
 		if err != nil {
 			continue
 		}
-		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		tid, _ := strconv.Atoi(d.Name())
-		m[uint32(tid)] = ns
+		if f := strings.Fields(string(data)); len(f) > field {
+			ns, _ := strconv.ParseInt(f[field], 10, 64)
+			tid, _ := strconv.Atoi(d.Name())
+			m[uint32(tid)] = ns
+		}
 	}
 	return m
 }

@@ -13,6 +13,10 @@ const chunkLen = 4096
 // eventBytes is the memory one buffered event costs.
 const eventBytes = int64(unsafe.Sizeof(Event{}))
 
+// EventBytes is the memory one buffered record costs (Config.MaxBytes
+// holds MaxBytes/EventBytes records).
+const EventBytes = eventBytes
+
 // Lists of the ring: the records that concern a target, and those that
 // concern followed wakers only (FlagFollowed). Each has its own byte
 // budget, so that a busy waker (a database, a sidecar) cannot push the

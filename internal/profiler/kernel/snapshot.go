@@ -203,7 +203,10 @@ type DiskIO struct {
 // Encode writes s as gzipped JSON. Intervals and wakeups, the bulk of a
 // snapshot, are written without reflection (their strings are identifiers
 // from this package that need no escaping, except Detail which is quoted).
-func (s *Snapshot) Encode(w io.Writer) error {
+func (s *Snapshot) Encode(w io.Writer) error { return s.encode(w, sliceIntervals(s.Intervals)) }
+
+// encode writes s with the intervals of ivs (s.Intervals is not read).
+func (s *Snapshot) encode(w io.Writer, ivs intervalSource) error {
 	zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return err
@@ -227,7 +230,8 @@ func (s *Snapshot) Encode(w io.Writer) error {
 		b = b[:0]
 		return err
 	}
-	for i, iv := range s.Intervals {
+	for i, n := 0, ivs.Len(); i < n; i++ {
+		iv := ivs.At(i)
 		if i > 0 {
 			b = append(b, ',')
 		}

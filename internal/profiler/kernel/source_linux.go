@@ -27,9 +27,10 @@ var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
 // bpfSource is the Source backed by bpf/sched_recorder.c.
 type bpfSource struct {
 	objs schedRecorderObjects
-	// bits is sr_target_bits mapped into this process (tgidWords words):
-	// SetTarget sets and clears bits with atomic operations, as the BPF
-	// programs do for followed children.
+	// bits is sr_target_bits mapped into this process (tgidWords words, two
+	// bits per tgid: target, has followed threads): SetTarget sets and
+	// clears target bits with atomic operations, as the BPF programs do for
+	// followed children.
 	bits []uint64
 	mem  []byte
 	// fbits is sr_follow_bits mapped likewise: Run clears the bits of the
@@ -81,8 +82,18 @@ type sourceConfig struct {
 	followTTL                  time.Duration
 }
 
-// tgidWords is sr_target_bits' size in 64-bit words (SR_TGID_WORDS).
-const tgidWords = 1 << 16
+// tgidWords is sr_target_bits' size in 64-bit words (SR_TGID_WORDS: two
+// bits per tgid), tidWords sr_follow_bits' (SR_TID_WORDS).
+const (
+	tgidWords = 1 << 17
+	tidWords  = 1 << 16
+)
+
+// tgidTarget is tgid's word in sr_target_bits and its target bit
+// (TGID_TARGET).
+func tgidTarget(tgid uint32) (word int, bit uint64) {
+	return int(tgid >> 5), 1 << ((tgid & 31) * 2)
+}
 
 // newBPFSource loads and attaches the programs. The error wraps
 // ErrUnavailable when BPF cannot be used here.
@@ -114,10 +125,10 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 		return nil, fmt.Errorf("%w: map the target bitmap: %w", ErrUnavailable, err)
 	}
 	s.bits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[0])), tgidWords)
-	if s.fmem, err = unix.Mmap(s.objs.SrFollowBits.FD(), 0, tgidWords*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+	if s.fmem, err = unix.Mmap(s.objs.SrFollowBits.FD(), 0, tidWords*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return nil, fmt.Errorf("%w: map the followed-thread bitmap: %w", ErrUnavailable, err)
 	}
-	s.fbits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.fmem[0])), tgidWords)
+	s.fbits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.fmem[0])), tidWords)
 	if s.rings, err = addRings(spec, s.objs.SrRings, cpus); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -401,10 +412,11 @@ func (s *bpfSource) SetTarget(tgid uint32, on bool) error {
 	if s.closed {
 		return errors.New("kernel: source closed")
 	}
-	if int(tgid>>6) >= len(s.bits) {
-		return fmt.Errorf("kernel: pid %d beyond the target bitmap (%d pids)", tgid, 64*len(s.bits))
+	w, bit := tgidTarget(tgid)
+	if w >= len(s.bits) {
+		return fmt.Errorf("kernel: pid %d beyond the target bitmap (%d pids)", tgid, 32*len(s.bits))
 	}
-	word, bit := &s.bits[tgid>>6], uint64(1)<<(tgid&63)
+	word := &s.bits[w]
 	if on {
 		if err := s.objs.SrTargets.Put(tgid, uint8(1)); err != nil {
 			return err

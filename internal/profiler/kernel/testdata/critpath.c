@@ -37,38 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static long long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void spin_ns(long long ns)
-{
-	long long end = now_ns() + ns;
-	while (now_ns() < end)
-		;
-}
-
-static void sleep_ns(long long ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
-}
-
-static void wait_line(void)
-{
-	char buf[64];
-	if (!fgets(buf, sizeof(buf), stdin))
-		exit(0);
-}
-
-static void announce(const char *label)
-{
-	pthread_setname_np(pthread_self(), label);
-	printf("tid %s %ld\n", label, (long)syscall(SYS_gettid));
-}
+#include "testprog.h"
 
 static void call(long long start, long long end)
 {
