@@ -45,7 +45,9 @@
 // What the kernel cannot see is never guessed: in a process that schedules
 // in user space (Go, process.runtime.name "go"), a thread parked on a futex
 // or in the network poller is the runtime idling, and the request's own wait
-// is unknown. Two known bugs of Trace Compass are not copied: interrupt
+// is unknown; so is the time its process's threads spent working for another
+// request or for none (its goroutine was parked, or on another thread), which
+// for a thread-per-request program would be "blocked by". Two known bugs of Trace Compass are not copied: interrupt
 // contexts come from the recorder's per-CPU entry/exit tracking (IPIs
 // included), and a wait's waker is the one recorded for that wait, not only
 // one found at the interval's end vertex.

@@ -68,9 +68,16 @@ func (a *Analysis) NaivePath(i int) Path {
 		if n.paused(s.tid, t0) {
 			s.st = stGC
 		}
-		if q := n.active(s.attr, t0); q >= 0 {
-			s.active = int32(q)
+		q := n.active(s.attr, t0)
+		s.active = int32(q)
+		if q >= 0 {
 			s.blocking = !a.assoc.related(i, q) && !a.assoc.related(i, a.assoc.lroot[q])
+		}
+		// A user-scheduled request's own process's threads say nothing of
+		// it where they work for another request or none.
+		own := r.UserScheduled && n.pid(s.tid) == r.PID
+		if own && (q < 0 || s.blocking) {
+			s.st, s.blocking = stUnknown, false
 		}
 		segs = appendSeg(segs, s)
 	}
@@ -134,12 +141,15 @@ func (n *naive) at(ti int, t, wlo, whi int64, depth int, g gap, wait state) (tid
 	return g.tid, th.tid, g.st, g.wait, g.detail
 }
 
-func (n *naive) paused(tid uint32, t int64) bool {
-	pid := uint32(0)
+func (n *naive) pid(tid uint32) uint32 {
 	if i, ok := n.thread(tid); ok {
-		pid = n.a.tl.threads[i].pid
+		return n.a.tl.threads[i].pid
 	}
-	for _, p := range n.a.pauses[pid] {
+	return 0
+}
+
+func (n *naive) paused(tid uint32, t int64) bool {
+	for _, p := range n.a.pauses[n.pid(tid)] {
 		if p.Start <= t && t < p.End {
 			return true
 		}

@@ -453,14 +453,42 @@ func (a *Analysis) attribute(r int, segs []seg) []seg {
 			piece := s
 			piece.start, piece.end = cur, min(s.end, until)
 			piece.active = int32(q)
-			if q >= 0 && !a.assoc.related(r, q) && !a.assoc.related(r, a.assoc.lroot[q]) {
-				piece.blocking = true
+			piece.blocking = a.blocking(r, q, piece.tid)
+			if a.unseen(r, q, piece.tid) {
+				piece.st = stUnknown
 			}
 			out = appendSeg(out, piece)
 			cur = piece.end
 		}
 	}
 	return out
+}
+
+// blocking reports whether time on thread tid while request q is active
+// there is request r waiting for q.
+func (a *Analysis) blocking(r, q int, tid uint32) bool {
+	if q < 0 || a.assoc.related(r, q) || a.assoc.related(r, a.assoc.lroot[q]) {
+		return false
+	}
+	// In a process that schedules in user space, a thread working for
+	// another request says nothing of where r's goroutine was (see unseen).
+	return !a.userSched(r, tid)
+}
+
+// unseen reports whether the time on thread tid is unknown for request r:
+// r's process schedules in user space (Go) and tid is one of its threads,
+// working then for another request or for none. r's goroutine waited
+// somewhere the kernel does not see; the thread's own state is not r's.
+func (a *Analysis) unseen(r, q int, tid uint32) bool {
+	if !a.userSched(r, tid) {
+		return false
+	}
+	return q < 0 || !a.assoc.related(r, q) && !a.assoc.related(r, a.assoc.lroot[q])
+}
+
+func (a *Analysis) userSched(r int, tid uint32) bool {
+	req := &a.assoc.reqs[r]
+	return req.UserScheduled && a.pidOf(tid) == req.PID
 }
 
 // summarize adds up a request's segments.
