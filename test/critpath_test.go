@@ -374,6 +374,28 @@ func TestCritpathMonitorJava(t *testing.T) {
 	e.checkBlockedBy(t, "cp-java", holder, waiter, waited, 0.5)
 }
 
+// TestCritpathGoMutexUnknown: two requests contend for a sync.Mutex in a Go
+// program. The waiting goroutine parks in the Go runtime, where the kernel
+// does not see it: its path says unknown for that time, never "blocked by"
+// (nor lock) made up from what the program's threads did meanwhile.
+func TestCritpathGoMutexUnknown(t *testing.T) {
+	needTool(t, "go")
+	e := newCPEnv(t, "kernel")
+	bin := buildTestdata(t, "cpgo")
+	port, _ := e.run(t, "cp-go", "ptrace", nil, bin)
+	baseline(t, port, "do=fast", 20)
+	_, waiter, waited := lockContention(t, port, 600*time.Millisecond)
+	p, _ := e.waitPath(t, waiter, "cp-go")
+	logPath(t, p)
+	t.Logf("measured: %.1f ms in sync.Mutex.Lock", ms(waited))
+	if len(p.BlockedBy) != 0 {
+		t.Fatalf("blocked by %+v: the kernel cannot tell which goroutine held a sync.Mutex", p.BlockedBy)
+	}
+	if p.Waits[critpath.Unknown] < 0.8*ms(waited) || p.Waits[critpath.Lock] > 0.05*ms(waited) {
+		t.Fatalf("unknown %.1f ms, lock %.1f ms, for %.1f ms waited in sync.Mutex.Lock", p.Waits[critpath.Unknown], p.Waits[critpath.Lock], ms(waited))
+	}
+}
+
 // TestCritpathThrottled: a CPU-bound request in a cgroup whose CPU quota is
 // 10 % of a CPU. The path says throttled (not run-queue contention) for the
 // time the thread was off the CPU, and running for the CPU time it measured.
