@@ -37,6 +37,11 @@ const (
 	// OpenTelemetry's semantic conventions name it: the callee when the
 	// callee left no span of its own.
 	AttrServerAddress = "server.address"
+	// AttrThreadIntervals says when a SERVER span's request was active on
+	// each of its threads ("tid:from-to,…", microseconds after the span's
+	// start; see critpath.ThreadIntervals): thread pools and event loops
+	// hand a request between threads, or serve several on one.
+	AttrThreadIntervals = "rootline.thread.intervals"
 
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"

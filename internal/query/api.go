@@ -5,7 +5,8 @@
 //     service), so the Jaeger UI and Grafana's Jaeger data source can read
 //     Rootline unchanged;
 //   - under /api/v1/ Rootline's own API: the anomaly feed, captured artifacts
-//     (metadata and content) and the anomaly detector's state.
+//     (metadata and content), the critical paths of traces and the anomaly
+//     detector's state.
 //
 // Everything else is handed to the web UI.
 package query
@@ -61,6 +62,8 @@ type API struct {
 	now func() time.Time
 	// token is cfg.AuthToken, compared in constant time.
 	token bearer.Token
+	// critpathSlot lets one critical-path computation run at a time.
+	critpathSlot chan struct{}
 }
 
 // New returns the query API over spans and artifacts. detector returns the
@@ -89,6 +92,8 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 		logger:    logger.With("component", "query"),
 		now:       time.Now,
 		token:     bearer.New(cfg.AuthToken),
+
+		critpathSlot: make(chan struct{}, 1),
 	}
 	return a
 }
@@ -127,6 +132,7 @@ func (a *API) apiHandler() http.Handler {
 	mux.HandleFunc("GET /api/v1/artifacts/{id}/meta", a.getArtifactMeta)
 	mux.HandleFunc("GET /api/v1/artifacts/{id}", a.getArtifactContent)
 	mux.HandleFunc("GET /api/v1/artifacts/{id}/flamegraph", a.getFlameGraph)
+	mux.HandleFunc("GET /api/v1/traces/{traceID}/critical-path", a.getCriticalPath)
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
 	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
 	mux.HandleFunc("GET /api/v1/metrics", a.getMetrics)

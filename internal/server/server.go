@@ -43,6 +43,7 @@ type Server struct {
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
+	critpath *critpathRunner
 	exporter *export.Exporter
 	recv     *receiver.Receivers
 	queryLn  net.Listener
@@ -100,6 +101,10 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
 		return fail(err)
 	}
+	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.capture.OnFinished(s.critpath.finished)
 	sinks := []pipeline.Sink{s.capture}
 	if cfg.Export.Endpoint != "" {
 		if s.exporter, err = export.New(cfg.Export, logger, s.reg); err != nil {
@@ -205,6 +210,7 @@ func (s *Server) Run(ctx context.Context) error {
 	pipeDone := make(chan error, 1)
 	go func() { pipeDone <- s.pipeline.Run() }()
 	g.Go(func() error { return s.capture.Run(gctx) })
+	g.Go(func() error { return s.critpath.run(gctx) })
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}

@@ -1,8 +1,12 @@
 // End-to-end test of the web UI in a real browser: a rootline server and
 // agent profile a CPU-burning Go program, an anomalous trace gets captured
 // evidence, and Chromium (driven by playwright-core, never downloaded:
-// /usr/bin/chromium) walks Search → Trace → span panel → flame graph. The
-// server runs with an API token, as it must when reachable from other
+// /usr/bin/chromium) walks Search → Trace → span panel → flame graph. Then
+// two requests contend for a mutex in a C service under `rootline run`
+// (test/testdata/cpsvc), and the waiter's trace page shows its kernel
+// critical path: per-thread timeline, wakeup arrow, summary bars and the link
+// to the request that blocked it.
+// The server runs with an API token, as it must when reachable from other
 // machines: the UI asks for it once and sends it on every call.
 //
 //   ROOTLINE_BIN=/path/to/rootline npm run e2e
@@ -143,6 +147,7 @@ async function waitFor(what, ms, fn) {
 }
 
 let server, query, otlpHTTP, hotPid, slowTrace;
+let cpPort, holderTrace, waiterTrace;
 
 // The server's API token: every API call and every export needs it.
 const TOKEN = `ui-e2e-${randomBytes(8).toString('hex')}`;
@@ -245,7 +250,7 @@ async function main() {
     hotPid = hot.p.pid;
     const agent = start('agent', BIN, [
       'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--discover=false', '--log.format', 'json',
-      '--profilers', 'cpu', '--target', `pid=${hotPid},service=hot-svc`,
+      '--profilers', 'cpu,kernel', '--target', `pid=${hotPid},service=hot-svc`,
     ], { ROOTLINE_AUTH_TOKEN: TOKEN });
     await waitFor('the agent to register pid ' + hotPid, 30_000, async () => {
       if (agent.exited) throw new Error(`agent exited:\n${agent.out.join('')}`);
@@ -379,6 +384,69 @@ async function main() {
     await page.locator('.resultlist li').first().waitFor();
     const n = await page.locator('.resultlist li').count();
     if (n !== 1) throw new Error(`want 1 anomalous result, got ${n}`);
+  });
+
+  await soft('critical path: two requests contend for a mutex in a C service', async () => {
+    execFileSync('gcc', ['-O2', '-pthread', '-o', join(tmp, 'cpsvc'), join(repo, 'test/testdata/cpsvc/cpsvc.c')], { stdio: 'inherit' });
+    const agents = await getJSON('/api/v1/agents');
+    const agentURL = agents[0].dumpUrl.replace(/\/api\/v1\/dump$/, '');
+    const svc = start('cpsvc', BIN, ['run', '--mode', 'ebpf', '--service', 'cp-ui', '--server', `http://${otlpHTTP}`, '--agent', agentURL, '--', join(tmp, 'cpsvc')], { ROOTLINE_AUTH_TOKEN: TOKEN });
+    cpPort = await waitFor('cpsvc to listen', 30_000, () => {
+      if (svc.exited) throw new Error(`rootline run exited:\n${svc.out.join('')}`);
+      const m = svc.out.join('').match(/listening (\d+)/);
+      return m ? Number(m[1]) : undefined;
+    });
+    await waitFor('cp-ui to register with the agent', 30_000, async () =>
+      ((await getJSON('/api/v1/agents')) ?? []).some((a) => (a.processes ?? []).some((p) => p.service === 'cp-ui')),
+    );
+    const work = async (q) => {
+      const trace = hex(16);
+      const res = await fetch(`http://127.0.0.1:${cpPort}/work?${q}`, { headers: { traceparent: `00-${trace}-${hex(8)}-01` } });
+      return { trace, body: await res.text() };
+    };
+    for (let i = 0; i < 20; i++) await work('do=fast');
+    await sleep(500);
+    for (let attempt = 0; ; attempt++) {
+      const holder = work('do=lock&hold=600');
+      await sleep(150);
+      const waiter = await work('do=lock&hold=1');
+      const h = await holder;
+      const waited = Number((waiter.body.match(/lock_wait_ns=(\d+)/) ?? [])[1] ?? 0);
+      if (waited > 150e6) {
+        holderTrace = h.trace;
+        waiterTrace = waiter.trace;
+        log(`waiter ${waiterTrace} waited ${(waited / 1e6).toFixed(1)} ms for holder ${holderTrace}`);
+        break;
+      }
+      if (attempt === 2) throw new Error(`the requests never contended (last wait ${waited} ns)`);
+    }
+    await waitFor("the waiter's stored critical path", 120_000, async () => {
+      const arts = (await getJSON(`/api/v1/traces/${waiterTrace}/artifacts`)) ?? [];
+      if (!arts.some((a) => a.kind === 'critical-path')) return undefined;
+      const cp = await getJSON(`/api/v1/traces/${waiterTrace}/critical-path`);
+      return cp.spans.some((p) => p.service === 'cp-ui' && p.blockedBy.length > 0);
+    });
+  });
+
+  await soft('trace page shows the critical path and links the blocking request', async () => {
+    await page.goto(`http://${query}/#/trace/${waiterTrace}`);
+    const idx = page.locator('.cpindex button', { hasText: 'cp-ui' }).first();
+    await idx.click();
+    const cp = page.locator('aside.spanpanel .critpath');
+    await cp.waitFor();
+    const rows = await cp.locator('svg.cptimeline g.cprow').count();
+    if (rows < 2) throw new Error(`want the waiter's and the holder's threads, got ${rows} rows`);
+    if ((await cp.locator('svg.cptimeline line.cparrow').count()) < 1) throw new Error('no wakeup arrow');
+    if ((await cp.locator('svg.cptimeline rect.cpseg.blocking').count()) < 1) throw new Error('no segment on the blocking request');
+    const bars = await cp.locator('.cpbar').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label')));
+    if (!bars.some((b) => /lock \d+%/.test(b ?? ''))) throw new Error(`no lock share in the summary bars: ${bars}`);
+    await sleep(300);
+    await page.screenshot({ path: join(shots, 'critical-path.png'), fullPage: true });
+    const link = cp.locator('a.blockedby').first();
+    if (!(await link.textContent())?.includes('cp-ui: GET /work')) throw new Error(`blocked-by link: ${await link.textContent()}`);
+    await link.click();
+    await page.waitForURL(new RegExp(`#/trace/${holderTrace}\\?span=`));
+    await page.locator('aside.spanpanel h2', { hasText: 'cp-ui' }).waitFor();
   });
 
   await soft('anomalies page lists the trace', async () => {

@@ -1,4 +1,5 @@
 import { fetchAuthorized } from './auth';
+import type { CPTrace } from './critpath';
 import type { DependencyLink, ServiceLatency } from './servicemap';
 import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
 
@@ -81,4 +82,10 @@ export const api = {
     jaeger<DependencyLink[] | null>(`/api/dependencies?endTs=${Math.floor(endTs)}&lookback=${Math.floor(lookbackMs)}`, signal).then((d) => d ?? []),
   flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),
   artifactMeta: (id: string, signal?: AbortSignal) => getJSON<Artifact>(`/api/v1/artifacts/${encodeURIComponent(id)}/meta`, signal),
+  /** criticalPath is null when no kernel snapshot explains the trace (404). */
+  criticalPath: (id: string, signal?: AbortSignal) =>
+    getJSON<CPTrace>(`/api/v1/traces/${encodeURIComponent(id)}/critical-path`, signal).catch((e: unknown) => {
+      if (e instanceof APIError && e.status === 404) return null;
+      throw e;
+    }),
 };
