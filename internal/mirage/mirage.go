@@ -348,7 +348,7 @@ func explain(pick Candidate, cands []Candidate, p Policy) string {
 		}
 	}
 	what := map[Cause]string{
-		CauseLocal:   "its own threads waited %s to run (local wait)",
+		CauseLocal:   "its own threads waited %[1]s to run (local wait)",
 		CauseNetwork: "the link to %[2]s cost %[1]s beyond %[2]s's own time (network wait)",
 		CauseRemote:  "%[2]s reported %[1]s of waits below it (remote wait): delegate to %[2]s",
 	}[pick.Cause]
