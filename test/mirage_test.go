@@ -2,20 +2,21 @@ package test
 
 import (
 	"bufio"
-	"encoding/json"
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/demo"
 	"github.com/rootline/rootline/internal/mirage"
+	"github.com/rootline/rootline/internal/mirage/miragetest"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -28,15 +29,31 @@ import (
 //     CPU", mid and front delegate down the chain.
 //   - Link: the leaf's responses cross a 2 Mbit/s link: mid says "my link
 //     to leaf", front delegates to mid, the leaf has nothing to act on.
+//
+// Both ways of tracing: the in-kernel datapath and the syscall supervisor.
 func TestMirageDecentralised(t *testing.T) {
 	requireTracing(t)
 	svc, err := filepath.Abs("../internal/run/testdata/svc.py")
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, mode := range []string{"ebpf", "ptrace"} {
+		t.Run(mode, func(t *testing.T) {
+			runMode = []string{"--mode", mode}
+			defer func() { runMode = nil }()
+			fixture := ""
+			if mode == "ebpf" {
+				// Writes the stored spans of the CPU case, for internal/mirage's testdata.
+				fixture = os.Getenv("ROOTLINE_MIRAGE_FIXTURE")
+			}
+			mirageChain(t, svc, fixture)
+		})
+	}
+}
+
+func mirageChain(t *testing.T, svc, fixture string) {
 	srv := startServer(t, t.TempDir())
 	otlp := "http://" + srv.http
-	fixture := os.Getenv("ROOTLINE_MIRAGE_FIXTURE") // writes the stored spans, for internal/mirage's testdata
 
 	t.Run("cpu", func(t *testing.T) {
 		const cg = "/sys/fs/cgroup/cpu/rootline-test-mirage-leaf"
@@ -65,7 +82,7 @@ func TestMirageDecentralised(t *testing.T) {
 			"m-mid":   fmt.Sprintf("remote 127.0.0.1:%d", leaf.port),
 			"m-front": fmt.Sprintf("remote 127.0.0.1:%d", mid.port),
 		}
-		w := checkDecisions(t, srv, "GET /cpu", n, want, fixture, leaf, mid, front)
+		w := checkDecisions(t, srv, n, want, fixture, leaf, mid, front)
 		// The advice for the leaf, with its cgroup's throttled time per
 		// request: most of its local wait was its quota's doing, so more
 		// quota (vertical), not more replicas.
@@ -104,7 +121,7 @@ func TestMirageDecentralised(t *testing.T) {
 			// the 1 ms floor, so "local" is accepted below if it is small.
 			"n-leaf": "none",
 		}
-		checkDecisions(t, srv, "GET /link", n, want, "", leaf, mid, front)
+		checkDecisions(t, srv, n, want, "", leaf, mid, front)
 	})
 }
 
@@ -169,8 +186,9 @@ func (h mirageHop) scrape(t *testing.T) (string, int) {
 
 // checkDecisions waits until every hop's window holds the n requests, then
 // compares each hop's live decision with want and with internal/mirage's
-// decision on the spans the server stored for the operation.
-func checkDecisions(t *testing.T, srv *serverProc, op string, n int, want map[string]string, fixture string, hops ...mirageHop) *mirage.Window {
+// decision on the spans the server stored for the chain (the last hop is
+// its entry).
+func checkDecisions(t *testing.T, srv *serverProc, n int, want map[string]string, fixture string, hops ...mirageHop) *mirage.Window {
 	t.Helper()
 	live := map[string]string{}
 	for _, h := range hops {
@@ -187,9 +205,15 @@ func checkDecisions(t *testing.T, srv *serverProc, op string, n int, want map[st
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	spans := storedSpans(t, srv, hops[len(hops)-1].service, op, n)
+	stored := storedSpans(t, srv, hops[len(hops)-1].service, n)
 	if fixture != "" {
-		writeFixture(t, fixture, spans)
+		if err := miragetest.Write(fixture, stored); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spans := make([]model.Span, len(stored))
+	for i, s := range stored {
+		spans[i] = *s
 	}
 	w := mirage.NewWindow(mirage.Config{}, time.Hour)
 	now := time.Now()
@@ -215,126 +239,38 @@ func checkDecisions(t *testing.T, srv *serverProc, op string, n int, want map[st
 	return w
 }
 
-// jaegerFullTrace is the part of the server's Jaeger JSON the model needs.
-type jaegerFullTrace struct {
-	TraceID string `json:"traceID"`
-	Spans   []struct {
-		SpanID     string `json:"spanID"`
-		ProcessID  string `json:"processID"`
-		StartTime  int64  `json:"startTime"`
-		Duration   int64  `json:"duration"`
-		References []struct {
-			RefType string `json:"refType"`
-			SpanID  string `json:"spanID"`
-		} `json:"references"`
-		Tags []struct {
-			Key   string `json:"key"`
-			Value any    `json:"value"`
-		} `json:"tags"`
-	} `json:"spans"`
-	Processes map[string]struct {
-		ServiceName string `json:"serviceName"`
-	} `json:"processes"`
-}
-
-// storedSpans fetches the traces of the entry service's operation (at least
-// n, every hop's spans in) and turns them into model spans.
-func storedSpans(t *testing.T, srv *serverProc, entry, op string, n int) []model.Span {
+// storedSpans fetches the traces of the entry service from the query API
+// (internal/demo's client: Jaeger JSON to model spans) until n of them are
+// complete (a SERVER span of each of the three services).
+func storedSpans(t *testing.T, srv *serverProc, entry string, n int) []*model.Span {
 	t.Helper()
+	api := demo.NewAPISource("http://"+srv.query, "")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		var resp struct {
-			Data []jaegerFullTrace `json:"data"`
+		traces, err := api.SearchTraces(context.Background(), entry, time.Now().Add(-time.Hour), time.Now(), 500)
+		if err != nil {
+			t.Fatal(err)
 		}
-		srv.getJSON(t, fmt.Sprintf("/api/traces?service=%s&operation=%s&limit=500&lookback=1h", entry, strings.ReplaceAll(op, " ", "%20")), &resp)
-		var spans []model.Span
+		var spans []*model.Span
 		complete := 0
-		for _, tr := range resp.Data {
-			tid, err := model.ParseTraceID(tr.TraceID)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, tr := range traces {
 			servers := 0
-			for _, js := range tr.Spans {
-				s := model.Span{TraceID: tid, Service: tr.Processes[js.ProcessID].ServiceName,
-					Start: js.StartTime * 1000, Duration: js.Duration * 1000}
-				if s.SpanID, err = model.ParseSpanID(js.SpanID); err != nil {
-					t.Fatal(err)
-				}
-				for _, r := range js.References {
-					if r.RefType == "CHILD_OF" {
-						s.ParentSpanID, _ = model.ParseSpanID(r.SpanID)
-					}
-				}
-				for _, tag := range js.Tags {
-					switch v := tag.Value.(type) {
-					case string:
-						if tag.Key == "span.kind" {
-							s.Kind = map[string]model.SpanKind{"server": model.KindServer, "client": model.KindClient}[v]
-						}
-						s.Attributes = append(s.Attributes, model.String(tag.Key, v))
-					case float64:
-						s.Attributes = append(s.Attributes, model.Float(tag.Key, v))
-					}
-				}
+			for _, s := range tr {
 				if s.Kind == model.KindServer {
 					servers++
 				}
-				spans = append(spans, s)
 			}
 			if servers == 3 {
 				complete++
 			}
+			spans = append(spans, tr...)
 		}
 		if complete >= n {
 			return spans
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d complete %s traces stored", complete, n, op)
+			t.Fatalf("%d of %d complete traces of %s stored", complete, n, entry)
 		}
 		time.Sleep(300 * time.Millisecond)
-	}
-}
-
-// fixtureSpan is the testdata form of a span in internal/mirage.
-type fixtureSpan struct {
-	Trace   string         `json:"trace"`
-	Span    string         `json:"span"`
-	Parent  string         `json:"parent,omitempty"`
-	Service string         `json:"service"`
-	Kind    string         `json:"kind"`
-	Start   int64          `json:"start"`
-	Dur     int64          `json:"dur"`
-	Attrs   map[string]any `json:"attrs,omitempty"`
-}
-
-// writeFixture writes spans as internal/mirage/testdata/*.json holds them:
-// the ids, times and the attributes the model reads.
-func writeFixture(t *testing.T, path string, spans []model.Span) {
-	t.Helper()
-	out := make([]fixtureSpan, 0, len(spans))
-	for _, s := range spans {
-		f := fixtureSpan{Trace: s.TraceID.String(), Span: s.SpanID.String(), Service: s.Service, Kind: s.Kind.String(),
-			Start: s.Start, Dur: s.Duration, Attrs: map[string]any{}}
-		if !s.ParentSpanID.IsZero() {
-			f.Parent = s.ParentSpanID.String()
-		}
-		for _, kv := range s.Attributes {
-			switch kv.Key {
-			case model.AttrWaitLocalMs, model.AttrWaitNetMs, model.AttrWaitRemoteMs:
-				f.Attrs[kv.Key] = kv.Value.Float
-			case model.AttrServerAddress:
-				f.Attrs[kv.Key] = kv.Value.Str
-			}
-		}
-		out = append(out, f)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
-	b, err := json.MarshalIndent(out, "", " ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

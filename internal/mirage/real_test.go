@@ -1,63 +1,20 @@
 package mirage
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/mirage/miragetest"
 	"github.com/rootline/rootline/internal/model"
 )
 
-// fixtureSpan is how testdata holds spans (test/mirage_test.go writes them
-// from the server's store with ROOTLINE_MIRAGE_FIXTURE set).
-type fixtureSpan struct {
-	Trace   string         `json:"trace"`
-	Span    string         `json:"span"`
-	Parent  string         `json:"parent,omitempty"`
-	Service string         `json:"service"`
-	Kind    string         `json:"kind"`
-	Start   int64          `json:"start"`
-	Dur     int64          `json:"dur"`
-	Attrs   map[string]any `json:"attrs,omitempty"`
-}
-
 func loadSpans(t *testing.T, name string) []model.Span {
 	t.Helper()
-	b, err := os.ReadFile(name)
+	spans, err := miragetest.Read(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fs []fixtureSpan
-	if err := json.Unmarshal(b, &fs); err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]model.SpanKind{"server": model.KindServer, "client": model.KindClient, "internal": model.KindInternal}
-	out := make([]model.Span, 0, len(fs))
-	for _, f := range fs {
-		s := model.Span{Service: f.Service, Kind: kinds[f.Kind], Start: f.Start, Duration: f.Dur}
-		if s.TraceID, err = model.ParseTraceID(f.Trace); err != nil {
-			t.Fatal(err)
-		}
-		if s.SpanID, err = model.ParseSpanID(f.Span); err != nil {
-			t.Fatal(err)
-		}
-		if f.Parent != "" {
-			if s.ParentSpanID, err = model.ParseSpanID(f.Parent); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for k, v := range f.Attrs {
-			switch v := v.(type) {
-			case float64:
-				s.Attributes = append(s.Attributes, model.Float(k, v))
-			case string:
-				s.Attributes = append(s.Attributes, model.String(k, v))
-			}
-		}
-		out = append(out, s)
-	}
-	return out
+	return spans
 }
 
 // Spans `rootline run` made for 25 requests through front → mid → leaf with
@@ -75,8 +32,8 @@ func TestRealChainCPU(t *testing.T) {
 	}
 	want := map[string]Decision{
 		"m-leaf":  {Cause: CauseLocal},
-		"m-mid":   {Cause: CauseRemote, Peer: "127.0.0.1:41921"},
-		"m-front": {Cause: CauseRemote, Peer: "127.0.0.1:35549"},
+		"m-mid":   {Cause: CauseRemote, Peer: "127.0.0.1:45243"},
+		"m-front": {Cause: CauseRemote, Peer: "127.0.0.1:34095"},
 	}
 	perHop := map[string]int{}
 	for i := range hops {
