@@ -211,13 +211,9 @@ func checkDecisions(t *testing.T, srv *serverProc, n int, want map[string]string
 			t.Fatal(err)
 		}
 	}
-	spans := make([]model.Span, len(stored))
-	for i, s := range stored {
-		spans[i] = *s
-	}
 	w := mirage.NewWindow(mirage.Config{}, time.Hour)
 	now := time.Now()
-	for _, h := range mirage.Hops(spans) {
+	for _, h := range mirage.Hops(stored) {
 		w.Add(&h, now)
 	}
 	for _, h := range hops {

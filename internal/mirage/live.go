@@ -20,10 +20,11 @@ type Live struct {
 	w   *Window
 	now func() time.Time
 
-	mu      sync.Mutex
-	pending map[pendingKey]*pendingCalls
-	peers   map[string]bool
-	swept   time.Time
+	mu        sync.Mutex
+	pending   map[pendingKey]*pendingCalls
+	peers     map[string]bool
+	observers map[peerKey]prometheus.Observer
+	swept     time.Time
 
 	// Orphans counts CLIENT spans dropped unpaired: their SERVER span did
 	// not come within pendingTTL, or too many were waiting.
@@ -37,6 +38,12 @@ type Live struct {
 type pendingKey struct {
 	t model.TraceID
 	s model.SpanID
+}
+
+type peerKey struct {
+	service string
+	cause   Cause
+	peer    string
 }
 
 type pendingCalls struct {
@@ -61,7 +68,7 @@ var waitBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 func NewLive(cfg Config, span time.Duration) *Live {
 	l := &Live{
 		w: NewWindow(cfg, span), now: time.Now,
-		pending: map[pendingKey]*pendingCalls{}, peers: map[string]bool{},
+		pending: map[pendingKey]*pendingCalls{}, peers: map[string]bool{}, observers: map[peerKey]prometheus.Observer{},
 		local: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rootline_local_wait_seconds",
 			Help:    "Run-queue wait of the threads that served a request (Mirage local wait), per request.",
@@ -129,8 +136,9 @@ func (l *Live) Emit(s *model.Span) {
 		l.mu.Unlock()
 		h, _ := HopOf(s, nil)
 		h.Calls = calls
-		l.w.Add(&h, now)
-		l.observe(&h)
+		cands := h.Candidates(l.w.cfg.Policy)
+		l.w.add(&h, cands, now)
+		l.observe(&h, cands)
 	}
 }
 
@@ -146,35 +154,45 @@ func (l *Live) sweep(now time.Time) {
 }
 
 // observe puts the hop's waits into the histograms.
-func (l *Live) observe(h *Hop) {
+func (l *Live) observe(h *Hop, cands []Candidate) {
 	if h.LocalKnown {
 		l.local.WithLabelValues(h.Service).Observe(h.Local.Seconds())
 	}
-	for _, k := range h.Candidates(l.w.cfg.Policy) {
+	for _, k := range cands {
 		if k.Cause == CauseLocal {
 			continue
 		}
-		peer := l.peer(k.Peer)
-		if k.Cause == CauseNetwork {
-			l.net.WithLabelValues(h.Service, peer).Observe(k.Wait.Seconds())
-		} else {
-			l.remote.WithLabelValues(h.Service, peer).Observe(k.Wait.Seconds())
-		}
+		l.observer(h.Service, k).Observe(k.Wait.Seconds())
 	}
 }
 
-// peer bounds the peer label values as the window bounds its peers.
-func (l *Live) peer(p string) string {
+// observer returns the histogram of a peer's network or remote wait, kept
+// per peer (a label lookup hashes every label value), with the peers
+// bounded as the window bounds them.
+func (l *Live) observer(service string, k Candidate) prometheus.Observer {
+	key := peerKey{service, k.Cause, k.Peer}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.peers[p] {
-		return p
+	if o, ok := l.observers[key]; ok {
+		return o
 	}
-	if len(l.peers) >= maxPeers {
-		return OtherPeer
+	peer := k.Peer
+	if !l.peers[peer] {
+		if len(l.peers) >= maxPeers {
+			peer = OtherPeer
+		} else {
+			l.peers[peer] = true
+		}
 	}
-	l.peers[p] = true
-	return p
+	vec := l.net
+	if k.Cause == CauseRemote {
+		vec = l.remote
+	}
+	o := vec.WithLabelValues(service, peer)
+	if len(l.observers) < 4*maxPeers {
+		l.observers[key] = o
+	}
+	return o
 }
 
 // Register registers the histograms and the decision's gauges with reg.

@@ -155,3 +155,51 @@ func TestAdvise(t *testing.T) {
 		})
 	}
 }
+
+// Under Sum every resource above the floor is chosen: several gauges are 1.
+func TestLiveSumPolicy(t *testing.T) {
+	l := NewLive(Config{Policy: Sum, MinWait: 2 * ms}, 0)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	reg := prometheus.NewRegistry()
+	if err := l.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	// Two sequential calls: B's link costs 4 ms, C reports 6 ms below it;
+	// the hop's own CPU wait of 1 ms is below the floor.
+	srv := span(1, 1, 0, "A", model.KindServer, 0, 50, waits(1, 0, 0)...)
+	b := span(1, 2, 1, "A", model.KindClient, 1, 20, append(waits(0, 4, 0)[1:], model.String(model.AttrServerAddress, "B"))...)
+	c := span(1, 3, 1, "A", model.KindClient, 22, 45, append(waits(0, 1, 6)[1:], model.String(model.AttrServerAddress, "C"))...)
+	l.Emit(&b)
+	l.Emit(&c)
+	l.Emit(&srv)
+	got := gather(t, reg)
+	for key, want := range map[string]float64{
+		`rootline_bottleneck{cause=network,peer=B,service=A}`: 1,
+		`rootline_bottleneck{cause=remote,peer=C,service=A}`:  1,
+		`rootline_bottleneck{cause=local,peer=,service=A}`:    0,
+		`rootline_bottleneck{cause=network,peer=C,service=A}`: 0,
+		`rootline_bottleneck{cause=remote,peer=B,service=A}`:  0,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
+		}
+	}
+}
+
+// BenchmarkLiveEmit is the cost a span adds on the path that emits it (the
+// supervisor's tracing thread, the datapath's reader): a SERVER span with two
+// CLIENT spans.
+func BenchmarkLiveEmit(b *testing.B) {
+	l := NewLive(Config{}, 0)
+	srv := span(1, 1, 0, "A", model.KindServer, 0, 50, waits(1, 0, 0)...)
+	c1 := span(1, 2, 1, "A", model.KindClient, 1, 20, append(waits(0, 4, 0)[1:], model.String(model.AttrServerAddress, "B"))...)
+	c2 := span(1, 3, 1, "A", model.KindClient, 22, 45, append(waits(0, 1, 6)[1:], model.String(model.AttrServerAddress, "C"))...)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		srv.TraceID[0], c1.TraceID[0], c2.TraceID[0] = byte(i), byte(i), byte(i)
+		l.Emit(&c1)
+		l.Emit(&c2)
+		l.Emit(&srv)
+	}
+}

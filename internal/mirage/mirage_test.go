@@ -205,7 +205,7 @@ func TestHopsFromSpans(t *testing.T) {
 		span(1, 5, 4, "mid", model.KindClient, 10, 70, append(waits(0, 7, 30)[1:], model.String(model.AttrServerAddress, "leaf:8080"))...),
 		span(1, 6, 5, "leaf", model.KindServer, 13, 63, waits(30, 0, 0)...),
 	}
-	hops := Hops(spans)
+	hops := Hops(ptrs(spans))
 	if len(hops) != 3 {
 		t.Fatalf("%d hops, want 3", len(hops))
 	}
@@ -238,12 +238,20 @@ func TestHopsFromSpans(t *testing.T) {
 		span(2, 1, 2, "a", model.KindServer, 0, 10),
 		span(2, 2, 1, "a", model.KindClient, 0, 10),
 	}
-	if hops := Hops(loop); len(hops) != 1 || len(hops[0].Calls) != 1 {
+	if hops := Hops(append(ptrs(loop), nil)); len(hops) != 1 || len(hops[0].Calls) != 1 {
 		t.Fatalf("loop hops %+v", hops)
 	}
 }
 
 func ptr(h Hop) *Hop { return &h }
+
+func ptrs(spans []model.Span) []*model.Span {
+	out := make([]*model.Span, len(spans))
+	for i := range spans {
+		out[i] = &spans[i]
+	}
+	return out
+}
 
 func TestHopOf(t *testing.T) {
 	srv := span(1, 1, 0, "s", model.KindServer, 0, 10, waits(2, 0, 0)...)

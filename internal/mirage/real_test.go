@@ -8,7 +8,7 @@ import (
 	"github.com/rootline/rootline/internal/model"
 )
 
-func loadSpans(t *testing.T, name string) []model.Span {
+func loadSpans(t *testing.T, name string) []*model.Span {
 	t.Helper()
 	spans, err := miragetest.Read(name)
 	if err != nil {
@@ -49,8 +49,9 @@ func TestRealChainCPU(t *testing.T) {
 		}
 	}
 
-	stripped := make([]model.Span, 0, len(spans))
+	stripped := make([]*model.Span, 0, len(spans))
 	for _, s := range spans {
+		s := *s
 		if s.Service != "m-leaf" {
 			var keep []model.KeyValue
 			for _, kv := range s.Attributes {
@@ -62,11 +63,11 @@ func TestRealChainCPU(t *testing.T) {
 			}
 			s.Attributes = keep
 		}
-		stripped = append(stripped, s)
+		stripped = append(stripped, &s)
 	}
 	for _, tc := range []struct {
 		name  string
-		spans []model.Span
+		spans []*model.Span
 	}{{"rootline run", spans}, {"derived", stripped}} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewWindow(Config{}, time.Minute)

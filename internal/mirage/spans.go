@@ -69,17 +69,16 @@ func attrMs(s *model.Span, key string) (time.Duration, bool) {
 // from its callee's SERVER span when the trace has it: the network wait is
 // the client's time beyond the callee's, the remote wait what the callee
 // would have reported (the largest wait of its own hop under Max). Calls
-// made below INTERNAL spans of the hop count as the hop's. The spans are
-// read, not kept.
-func Hops(spans []model.Span) []Hop {
+// made below INTERNAL spans of the hop count as the hop's. nil entries are
+// skipped. The spans are read, not kept.
+func Hops(spans []*model.Span) []Hop {
 	type key struct {
 		t model.TraceID
 		s model.SpanID
 	}
 	children := map[key][]int{}
-	for i := range spans {
-		s := &spans[i]
-		if !s.ParentSpanID.IsZero() {
+	for i, s := range spans {
+		if s != nil && !s.ParentSpanID.IsZero() {
 			k := key{s.TraceID, s.ParentSpanID}
 			children[k] = append(children[k], i)
 		}
@@ -94,7 +93,7 @@ func Hops(spans []model.Span) []Hop {
 			return w, w >= 0
 		}
 		reported[i] = -1
-		s := &spans[i]
+		s := spans[i]
 		var w time.Duration
 		l, okL := attrMs(s, model.AttrWaitLocalMs)
 		n, okN := attrMs(s, model.AttrWaitNetMs)
@@ -109,7 +108,7 @@ func Hops(spans []model.Span) []Hop {
 		return w, true
 	}
 	hopOf = func(i int) Hop {
-		s := &spans[i]
+		s := spans[i]
 		h := Hop{Service: s.Service, TraceID: s.TraceID, SpanID: s.SpanID, Start: s.Start, Duration: time.Duration(s.Duration)}
 		h.Local, h.LocalKnown = attrMs(s, model.AttrWaitLocalMs)
 		// Walk down through the hop's INTERNAL spans to its CLIENT spans.
@@ -117,13 +116,13 @@ func Hops(spans []model.Span) []Hop {
 		for seen := 0; len(stack) > 0 && seen < len(spans); seen++ {
 			j := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			c := &spans[j]
+			c := spans[j]
 			switch c.Kind {
 			case model.KindClient:
 				call := callOf(c)
 				if !call.Known {
 					for _, k := range children[key{c.TraceID, c.SpanID}] {
-						if callee := &spans[k]; callee.Kind == model.KindServer {
+						if callee := spans[k]; callee.Kind == model.KindServer {
 							if w, ok := report(k); ok {
 								call.Net = max(0, time.Duration(c.Duration-callee.Duration))
 								call.Remote, call.Known = w, true
@@ -145,8 +144,8 @@ func Hops(spans []model.Span) []Hop {
 		return h
 	}
 	var out []Hop
-	for i := range spans {
-		if spans[i].Kind == model.KindServer {
+	for i, s := range spans {
+		if s != nil && s.Kind == model.KindServer {
 			out = append(out, hopOf(i))
 		}
 	}

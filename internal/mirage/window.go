@@ -54,7 +54,11 @@ func NewWindow(cfg Config, span time.Duration) *Window {
 
 // Add counts a hop finished at now.
 func (w *Window) Add(h *Hop, now time.Time) {
-	cands := h.Candidates(w.cfg.Policy)
+	w.add(h, h.Candidates(w.cfg.Policy), now)
+}
+
+// add is Add with the hop's candidates under the window's policy.
+func (w *Window) add(h *Hop, cands []Candidate, now time.Time) {
 	self := h.Self()
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -65,7 +65,7 @@ func Write(path string, spans []*model.Span) error {
 }
 
 // Read reads the spans of a fixture file.
-func Read(path string) ([]model.Span, error) {
+func Read(path string) ([]*model.Span, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -74,7 +74,7 @@ func Read(path string) ([]model.Span, error) {
 	if err := json.Unmarshal(b, &fs); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	out := make([]model.Span, 0, len(fs))
+	out := make([]*model.Span, 0, len(fs))
 	for i, f := range fs {
 		s := model.Span{Service: f.Service, Kind: kinds[f.Kind], Start: f.Start, Duration: f.Dur}
 		if s.TraceID, err = model.ParseTraceID(f.Trace); err == nil {
@@ -99,7 +99,7 @@ func Read(path string) ([]model.Span, error) {
 				s.Attributes = append(s.Attributes, model.String(k, v))
 			}
 		}
-		out = append(out, s)
+		out = append(out, &s)
 	}
 	return out, nil
 }
