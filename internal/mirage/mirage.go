@@ -11,7 +11,9 @@
 //
 // It works on model.Spans, so the server can run it on any stored trace
 // (Hops derives the waits a hop's spans do not carry from its callees'
-// spans), and on what one `rootline run` sees live (Live, a span sink with a
+// spans; HopsWith takes the local wait of services not under `rootline run`
+// from other evidence, such as their kernel critical path: LocalFromPath),
+// and on what one `rootline run` sees live (Live, a span sink with a
 // sliding Window and a Prometheus collector: the decentralised mode of §4.1.2,
 // where each service's resource manager decides from its own view). Advise
 // turns a decision into autoscaling advice.

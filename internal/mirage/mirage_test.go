@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -244,6 +245,41 @@ func TestHopsFromSpans(t *testing.T) {
 }
 
 func ptr(h Hop) *Hop { return &h }
+
+// A service not under `rootline run` gets its local wait from its kernel
+// critical path: with 40 ms of run-queue and throttled time the gateway of
+// TestHopsFromSpans acts on its own CPU instead of delegating.
+func TestHopsWithLocalSource(t *testing.T) {
+	spans := ptrs([]model.Span{
+		span(1, 1, 0, "gateway", model.KindServer, 0, 100),
+		span(1, 3, 1, "gateway", model.KindClient, 2, 50, model.String(model.AttrServerAddress, "mid:8080")),
+		span(1, 4, 3, "mid", model.KindServer, 6, 40, waits(1, 0, 30)...),
+	})
+	path := &critpath.SpanPath{Waits: map[string]float64{critpath.Runqueue: 25, critpath.Throttled: 15, critpath.Running: 40}}
+	if got := LocalFromPath(path); got != 40*ms {
+		t.Fatalf("LocalFromPath = %v, want 40ms", got)
+	}
+	local := func(s *model.Span) (time.Duration, bool) {
+		if s.Service == "gateway" {
+			return LocalFromPath(path), true
+		}
+		return 0, false
+	}
+	var gw Hop
+	for _, h := range HopsWith(spans, local) {
+		if h.Service == "gateway" {
+			gw = h
+		}
+	}
+	if d := (Config{}).Decide(&gw); d.Cause != CauseLocal || d.Wait != 40*ms || !d.LocalKnown {
+		t.Fatalf("gateway with a critical path: %+v", d)
+	}
+	for _, h := range Hops(spans) {
+		if d := (Config{}).Decide(&h); h.Service == "gateway" && (d.Cause != CauseRemote || d.LocalKnown) {
+			t.Fatalf("gateway without one: %+v", d)
+		}
+	}
+}
 
 func ptrs(spans []model.Span) []*model.Span {
 	out := make([]*model.Span, len(spans))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -63,15 +64,33 @@ func attrMs(s *model.Span, key string) (time.Duration, bool) {
 	return time.Duration(f * float64(time.Millisecond)), true
 }
 
-// Hops builds every hop of a trace's spans (any order; spans of several
+// LocalSource gives the local wait of a SERVER span that does not carry
+// rootline.wait.local_ms (a service not under `rootline run`), from other
+// evidence: LocalFromPath reads it off the span's kernel critical path. ok
+// is false when there is none.
+type LocalSource func(server *model.Span) (local time.Duration, ok bool)
+
+// LocalFromPath is the local wait a span's kernel critical path measured:
+// the time its own threads were runnable and had no CPU, in the run queue
+// or held off by their cgroup's CPU quota (the path's Waits).
+func LocalFromPath(p *critpath.SpanPath) time.Duration {
+	ms := p.Waits[critpath.Runqueue] + p.Waits[critpath.Throttled]
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// Hops is HopsWith without a LocalSource.
+func Hops(spans []*model.Span) []Hop { return HopsWith(spans, nil) }
+
+// HopsWith builds every hop of a trace's spans (any order; spans of several
 // traces may be mixed). A call whose CLIENT span carries no waits (an
 // application instrumented in code, not under `rootline run`) gets them
 // from its callee's SERVER span when the trace has it: the network wait is
 // the client's time beyond the callee's, the remote wait what the callee
-// would have reported (the largest wait of its own hop under Max). Calls
+// would have reported (the largest wait of its own hop under Max). A SERVER
+// span without a local wait gets it from local when that is not nil. Calls
 // made below INTERNAL spans of the hop count as the hop's. nil entries are
 // skipped. The spans are read, not kept.
-func Hops(spans []*model.Span) []Hop {
+func HopsWith(spans []*model.Span, local LocalSource) []Hop {
 	type key struct {
 		t model.TraceID
 		s model.SpanID
@@ -111,6 +130,9 @@ func Hops(spans []*model.Span) []Hop {
 		s := spans[i]
 		h := Hop{Service: s.Service, TraceID: s.TraceID, SpanID: s.SpanID, Start: s.Start, Duration: time.Duration(s.Duration)}
 		h.Local, h.LocalKnown = attrMs(s, model.AttrWaitLocalMs)
+		if !h.LocalKnown && local != nil {
+			h.Local, h.LocalKnown = local(s)
+		}
 		// Walk down through the hop's INTERNAL spans to its CLIENT spans.
 		stack := append([]int(nil), children[key{s.TraceID, s.SpanID}]...)
 		for seen := 0; len(stack) > 0 && seen < len(spans); seen++ {
