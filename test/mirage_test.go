@@ -138,7 +138,7 @@ var metricsURL = regexp.MustCompile(`url=(https?://\S+/metrics)`)
 func startMirageHop(t *testing.T, otlp, service string, env []string, argv ...string) mirageHop {
 	t.Helper()
 	_, port, stderr := startTracedStderr(t, env, true,
-		[]string{"--service", service, "--server", otlp, "--metrics.listen", "127.0.0.1:0", "--log.level", "info"}, argv...)
+		[]string{"--service", service, "--server", otlp, "--metrics.listen", "127.0.0.1:0", "--metrics.window", "2m", "--log.level", "info"}, argv...)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if m := metricsURL.FindStringSubmatch(stderr.String()); m != nil {

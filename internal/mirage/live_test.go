@@ -203,3 +203,37 @@ func BenchmarkLiveEmit(b *testing.B) {
 		l.Emit(&srv)
 	}
 }
+
+// Spans come from the tracer while Prometheus scrapes (run with -race).
+func TestLiveConcurrentScrape(t *testing.T) {
+	l := NewLive(Config{}, 0)
+	reg := prometheus.NewRegistry()
+	if err := l.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 200 {
+				srv := span(byte(i), 1, 0, "A", model.KindServer, 0, 50, waits(float64(g), 0, 0)...)
+				srv.TraceID[0] = byte(g)
+				cl := span(byte(i), 2, 1, "A", model.KindClient, 1, 20, append(waits(0, 4, 0)[1:], model.String(model.AttrServerAddress, "B"))...)
+				cl.TraceID[0] = byte(g)
+				l.Emit(&cl)
+				l.Emit(&srv)
+			}
+		}()
+	}
+	for range 20 {
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		<-done
+	}
+	if got := gather(t, reg)[`rootline_bottleneck_window_requests{service=A}`]; got != 800 {
+		t.Fatalf("%v requests in the window, want 800", got)
+	}
+}
