@@ -3,6 +3,7 @@ package run
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,13 @@ type request struct {
 	done    bool
 	inCall  int // client calls in flight
 	threads []threadDelay
+	// HTTP/2: the stream, and for gRPC the status from the trailers (-1:
+	// none); reset: either side reset the stream.
+	h2         bool
+	stream     uint32
+	grpc       bool
+	grpcStatus int
+	reset      bool
 
 	maxNet, maxRemote, local time.Duration
 }
@@ -59,6 +67,12 @@ type call struct {
 	status  int
 	timing  httpstream.Timing
 	timed   bool
+	// HTTP/2, as for request.
+	h2         bool
+	stream     uint32
+	grpc       bool
+	grpcStatus int
+	reset      bool
 }
 
 // context returns the context children of r propagate: r's trace with r's
@@ -188,7 +202,50 @@ func (rs *resource) serverSpan(r *request) *model.Span {
 	if r.ctx.RequestID != "" {
 		s.Attributes = append(s.Attributes, model.String("http.request.header.x-request-id", r.ctx.RequestID))
 	}
+	if r.h2 {
+		s.Attributes = h2Attrs(s, s.Attributes, r.stream, r.target, r.grpc, r.grpcStatus, r.reset, true)
+	}
 	return s
+}
+
+// h2Attrs adds what an HTTP/2 stream's span says besides HTTP's attributes
+// (the OpenTelemetry RPC conventions for gRPC), and sets a gRPC span's name
+// ("package.Service/Method") and status: a CLIENT span is an error for any
+// status but OK, a SERVER span for the codes that say the server failed.
+func h2Attrs(s *model.Span, kv []model.KeyValue, stream uint32, path string, grpc bool, status int, reset, server bool) []model.KeyValue {
+	kv = append(kv,
+		model.String("network.protocol.name", "http"),
+		model.String("network.protocol.version", "2"),
+		model.Int("rootline.http2.stream_id", int64(stream)))
+	if reset {
+		s.StatusCode, s.StatusMessage = model.StatusError, "stream reset"
+	}
+	if !grpc {
+		return kv
+	}
+	kv = append(kv, model.String("rpc.system", "grpc"))
+	if svc, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/"); ok {
+		kv = append(kv, model.String("rpc.service", svc), model.String("rpc.method", method))
+		s.Name = svc + "/" + method
+	}
+	if status < 0 {
+		if !reset {
+			s.StatusCode, s.StatusMessage = model.StatusError, "no grpc-status before the stream ended"
+		}
+		return kv
+	}
+	kv = append(kv, model.Int("rpc.grpc.status_code", int64(status)))
+	s.StatusCode, s.StatusMessage = model.StatusUnset, ""
+	switch status {
+	case 0:
+	case 2, 4, 12, 13, 14, 15: // UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS
+		s.StatusCode = model.StatusError
+	default:
+		if !server {
+			s.StatusCode = model.StatusError
+		}
+	}
+	return kv
 }
 
 // clientSpan builds the CLIENT span of a finished call.
@@ -223,6 +280,10 @@ func (rs *resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
 			model.Float(model.AttrWaitRemoteMs, ms(remote)),
 			model.Float("rootline.downstream.server_time_ms", ms(c.timing.ServerTime)))
 	}
+	if c.h2 {
+		s.Attributes = append(s.Attributes, model.String("url.path", path(c.target)))
+		s.Attributes = h2Attrs(s, s.Attributes, c.stream, c.target, c.grpc, c.grpcStatus, c.reset, false)
+	}
 	return s
 }
 
@@ -241,4 +302,6 @@ type Stats struct {
 	TapGaps       atomic.Int64 // connections passed through because the ReadSource lost reads
 	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
 	Skipped       atomic.Int64 // heads the in-kernel datapath had to leave without their lines
+	H2Conns       atomic.Int64 // connections followed as HTTP/2
+	Guessed       atomic.Int64 // HTTP/2 calls whose request was one of several open ones (see h2Parent)
 }

@@ -387,7 +387,7 @@ func (p *Parser) fragment(i int, frag []byte, done bool) {
 	p.held, p.blockLen = false, 0
 	if held && !p.push {
 		b := &Block{Stream: p.blockID, EndStream: p.blockEnd, Fields: fields, ListSize: p.listBytes}
-		m := &httpstream.Message{Headers: headers(fields), Ext: b}
+		m := &httpstream.Message{Headers: Headers(fields), Ext: b}
 		if v := get(fields, ":method"); v != "" {
 			m.Request, m.Method, m.Target = true, v, []byte(get(fields, ":path"))
 		}
@@ -395,8 +395,9 @@ func (p *Parser) fragment(i int, frag []byte, done bool) {
 	}
 }
 
-// headers converts fields to httpstream's form, for the context functions.
-func headers(fields []hpack.HeaderField) httpstream.Headers {
+// Headers converts fields to httpstream's form, for its context and timing
+// functions.
+func Headers(fields []hpack.HeaderField) httpstream.Headers {
 	h := make(httpstream.Headers, len(fields))
 	for i, f := range fields {
 		h[i] = httpstream.Header{Name: []byte(f.Name), Value: []byte(f.Value)}
