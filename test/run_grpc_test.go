@@ -1,0 +1,296 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// End-to-end tests of `rootline run` with gRPC over h2c: unmodified gRPC
+// services (internal/run/testdata/grpcsvc and its Java and Python twins:
+// generic handlers, no tracing code, no metadata forwarding) in a chain,
+// called by a grpc-go client.
+
+// rawCodec passes gRPC messages through as bytes.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// grpcGoSvc builds the Go gRPC test service and returns its argv.
+func grpcGoSvc(t *testing.T, dir string) []string {
+	needTool(t, "go")
+	abs, _ := filepath.Abs(filepath.Join(svcData, "grpcsvc"))
+	bin := filepath.Join(dir, "grpcsvc")
+	buildOut(t, abs, "go", "build", "-o", bin, ".")
+	return []string{bin}
+}
+
+// grpcCall makes one call of method on addr with msg and metadata md, and
+// returns the answers' text (a streaming method's answers joined).
+func grpcCall(ctx context.Context, cc *grpc.ClientConn, method, msg string, md ...string) (string, error) {
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	cs, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, method)
+	if err != nil {
+		return "", err
+	}
+	b := []byte(msg)
+	if err := cs.SendMsg(&b); err != nil {
+		return "", err
+	}
+	_ = cs.CloseSend()
+	var out []string
+	for {
+		var r []byte
+		if err := cs.RecvMsg(&r); err == io.EOF {
+			return strings.Join(out, ""), nil
+		} else if err != nil {
+			return strings.Join(out, ""), err
+		}
+		out = append(out, string(r))
+	}
+}
+
+func grpcClient(t *testing.T, port int) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", port), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+var echoTraceparentRE = regexp.MustCompile(`traceparent: 00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]`)
+
+// checkGRPCChain checks one trace's spans for a chain of gRPC hops (caller
+// first): a SERVER span per hop and a CLIENT span per hop but the last, each
+// the child of the one before, the first SERVER span the child of root, the
+// RPC attributes, the gRPC status and the wait fields.
+func checkGRPCChain(spans []otlpSpan, root, method string, code int64, hops ...string) []string {
+	by := map[string]otlpSpan{}
+	var errs []string
+	for _, s := range spans {
+		k := s.Service + "/" + s.Kind.String()
+		if _, dup := by[k]; dup {
+			errs = append(errs, "two spans "+k)
+		}
+		by[k] = s
+	}
+	if want := 2*len(hops) - 1; len(spans) != want {
+		errs = append(errs, fmt.Sprintf("%d spans, want %d", len(spans), want))
+	}
+	svc, meth, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	parent := root
+	for i, h := range hops {
+		kinds := []ptrace.SpanKind{ptrace.SpanKindServer, ptrace.SpanKindClient}
+		if i == len(hops)-1 {
+			kinds = kinds[:1]
+		}
+		for _, kind := range kinds {
+			s, ok := by[h+"/"+kind.String()]
+			if !ok {
+				errs = append(errs, fmt.Sprintf("no %s %s span", h, kind))
+				parent = "?"
+				continue
+			}
+			if s.Parent != parent {
+				errs = append(errs, fmt.Sprintf("%s %s span's parent is %q, want %q", h, kind, s.Parent, parent))
+			}
+			parent = s.ID
+			for k, want := range map[string]any{"rpc.system": "grpc", "rpc.service": svc, "rpc.method": meth,
+				"rpc.grpc.status_code": code, "http.request.method": "POST", "network.protocol.version": "2"} {
+				if s.Attrs[k] != want {
+					errs = append(errs, fmt.Sprintf("%s %s %s = %v, want %v", h, kind, k, s.Attrs[k], want))
+				}
+			}
+			if s.Name != svc+"/"+meth {
+				errs = append(errs, fmt.Sprintf("%s %s span name %q", h, kind, s.Name))
+			}
+			waits := []string{"rootline.wait.net_ms", "rootline.wait.remote_ms"}
+			if kind == ptrace.SpanKindServer {
+				waits = append(waits, "rootline.wait.local_ms")
+			}
+			for _, a := range waits {
+				if v, ok := s.Attrs[a].(float64); !ok || v < 0 {
+					errs = append(errs, fmt.Sprintf("%s %s %s = %v", h, kind, a, s.Attrs[a]))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// grpcSupervisorModes are the modes that follow HTTP/2 (the in-kernel
+// datapath passes it through: TestRunGRPCDatapathPassThrough).
+func grpcSupervisorModes(t *testing.T, f func(*testing.T)) {
+	requireTracing(t)
+	for _, m := range []struct {
+		name  string
+		flags []string
+	}{
+		{"ptrace+readtap", []string{"--mode", "ptrace", "--reads", "ebpf"}},
+		{"ptrace", []string{"--mode", "ptrace", "--reads", "ptrace"}},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			runMode = m.flags
+			defer func() { runMode = nil }()
+			f(t)
+		})
+	}
+}
+
+// TestRunGRPCChain: a grpc-go client calls a chain of three traced grpc-go
+// services. Unary and server-streaming calls, calls with and without the
+// caller's context, a failing leaf (a trailers-only response), and large
+// metadata on the middle hop's calls: every call is one trace of five spans
+// with the right parents and RPC attributes, and the leaf sees the context.
+func TestRunGRPCChain(t *testing.T) { grpcSupervisorModes(t, testRunGRPCChain) }
+
+func testRunGRPCChain(t *testing.T) {
+	dir := t.TempDir()
+	argv := grpcGoSvc(t, dir)
+	col := newCollector(t)
+	leaf := startSvc(t, col, "leaf", nil, argv...)
+	mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
+	front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, argv...)
+	cc := grpcClient(t, front.port)
+
+	type sent struct {
+		trace, parent, method string
+		code                  int64
+	}
+	var reqs []sent
+	for i := 0; i < 24; i++ {
+		s := sent{trace: randHex(16), parent: randHex(8), method: "/demo.Echo/Unary", code: 0}
+		msg := "hello"
+		switch {
+		case i%6 == 1:
+			s.method = "/demo.Echo/ListStream"
+		case i%6 == 2:
+			msg, s.code = "fail", 13
+		case i%6 == 3:
+			msg = "meta=12000" // the middle hop's HEADERS past 8 KiB
+		case i%6 == 4:
+			s.parent = "" // no context: a trace starts at the front
+		}
+		var md []string
+		if s.parent != "" {
+			md = []string{"traceparent", "00-" + s.trace + "-" + s.parent + "-01"}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := grpcCall(ctx, cc, s.method, msg, md...)
+		cancel()
+		if s.code != 0 {
+			if status.Code(err) != codes.Internal {
+				t.Fatalf("call %d: %v, want INTERNAL", i, err)
+			}
+		} else if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if s.code == 0 {
+			m := echoTraceparentRE.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("call %d: the leaf saw no traceparent: %q", i, out)
+			}
+			if s.parent == "" {
+				s.trace = m[1]
+			} else if m[1] != s.trace {
+				t.Errorf("call %d: the leaf saw trace %s, want %s", i, m[1], s.trace)
+			}
+			if !strings.Contains(out, "b3: "+m[1]+"-"+m[2]) {
+				t.Errorf("call %d: the leaf's b3 does not match its traceparent: %q", i, out)
+			}
+			if s.method == "/demo.Echo/ListStream" && strings.Count(out, "path: ") != 3 {
+				t.Errorf("call %d: %d streamed answers, want 3", i, strings.Count(out, "path: "))
+			}
+		}
+		if s.trace != "" && (s.parent != "" || s.code == 0) {
+			reqs = append(reqs, s)
+		}
+	}
+	ids := make([]string, len(reqs))
+	for i, s := range reqs {
+		ids[i] = s.trace
+	}
+	got := col.traces(t, ids, 5)
+	for i, s := range reqs {
+		if errs := checkGRPCChain(got[s.trace], s.parent, s.method, s.code, "front", "mid", "leaf"); len(errs) > 0 {
+			t.Errorf("call %d (%s, trace %s): %s\n%s", i, s.method, s.trace, strings.Join(errs, "; "), describe(got[s.trace]))
+		}
+	}
+}
+
+// TestRunGRPCConcurrent: many concurrent streams on one connection through a
+// traced middle service (grpc-go: the reader goroutine reads every stream,
+// handlers run on goroutines of their own and one loopy goroutine writes
+// every call). Every call must reach the leaf with its caller's trace (never
+// another call's) and nothing may fail; how many calls had to be associated
+// by a guess is logged.
+func TestRunGRPCConcurrent(t *testing.T) { grpcSupervisorModes(t, testRunGRPCConcurrent) }
+
+func testRunGRPCConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	argv := grpcGoSvc(t, dir)
+	col := newCollector(t)
+	leaf := startSvc(t, col, "leaf", nil, argv...)
+	mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
+	cc := grpcClient(t, mid.port)
+	const workers, per = 8, 15
+	var mu sync.Mutex
+	var wrong, total int
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				trace := randHex(16)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				out, err := grpcCall(ctx, cc, "/demo.Echo/Unary", "sleep=5", "traceparent", "00-"+trace+"-"+randHex(8)+"-01")
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				m := echoTraceparentRE.FindStringSubmatch(out)
+				mu.Lock()
+				total++
+				if m == nil || m[1] != trace {
+					wrong++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("call failed: %v", err)
+	}
+	t.Logf("%d of %d concurrent calls reached the leaf with another call's trace or none", wrong, total)
+	if total != workers*per {
+		t.Fatalf("%d calls made, want %d", total, workers*per)
+	}
+}
