@@ -17,6 +17,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 // End-to-end tests of `rootline run` with gRPC over h2c: unmodified gRPC
@@ -153,6 +156,13 @@ func grpcSupervisorModes(t *testing.T, f func(*testing.T)) {
 		{"ptrace", []string{"--mode", "ptrace", "--reads", "ptrace"}},
 	} {
 		t.Run(m.name, func(t *testing.T) {
+			if m.name == "ptrace+readtap" {
+				tap, err := readtap.Open(4096)
+				if err != nil {
+					cputest.Missing(t, err.Error())
+				}
+				tap.Close()
+			}
 			runMode = m.flags
 			defer func() { runMode = nil }()
 			f(t)
@@ -244,9 +254,9 @@ func testRunGRPCChain(t *testing.T) {
 // TestRunGRPCConcurrent: many concurrent streams on one connection through a
 // traced middle service (grpc-go: the reader goroutine reads every stream,
 // handlers run on goroutines of their own and one loopy goroutine writes
-// every call). Every call must reach the leaf with its caller's trace (never
-// another call's) and nothing may fail; how many calls had to be associated
-// by a guess is logged.
+// every call, so only the grpc-go breakpoints tell which request a call is
+// for). Every call must reach the leaf with its caller's trace, never
+// another call's, and each trace must be the three spans of its call.
 func TestRunGRPCConcurrent(t *testing.T) { grpcSupervisorModes(t, testRunGRPCConcurrent) }
 
 func testRunGRPCConcurrent(t *testing.T) {
@@ -259,6 +269,7 @@ func testRunGRPCConcurrent(t *testing.T) {
 	const workers, per = 8, 15
 	var mu sync.Mutex
 	var wrong, total int
+	var sent []string // trace, caller span
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := 0; w < workers; w++ {
@@ -266,9 +277,9 @@ func testRunGRPCConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < per; i++ {
-				trace := randHex(16)
+				trace, parent := randHex(16), randHex(8)
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				out, err := grpcCall(ctx, cc, "/demo.Echo/Unary", "sleep=5", "traceparent", "00-"+trace+"-"+randHex(8)+"-01")
+				out, err := grpcCall(ctx, cc, "/demo.Echo/Unary", "sleep=5", "traceparent", "00-"+trace+"-"+parent+"-01")
 				cancel()
 				if err != nil {
 					errs <- err
@@ -280,6 +291,7 @@ func testRunGRPCConcurrent(t *testing.T) {
 				if m == nil || m[1] != trace {
 					wrong++
 				}
+				sent = append(sent, trace, parent)
 				mu.Unlock()
 			}
 		}()
@@ -289,8 +301,64 @@ func testRunGRPCConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("call failed: %v", err)
 	}
-	t.Logf("%d of %d concurrent calls reached the leaf with another call's trace or none", wrong, total)
 	if total != workers*per {
 		t.Fatalf("%d calls made, want %d", total, workers*per)
+	}
+	if wrong > 0 {
+		t.Errorf("%d of %d concurrent calls reached the leaf with another call's trace or none", wrong, total)
+	}
+	ids := make([]string, 0, len(sent)/2)
+	for i := 0; i < len(sent); i += 2 {
+		ids = append(ids, sent[i])
+	}
+	got := col.traces(t, ids, 3)
+	bad := 0
+	for i := 0; i < len(sent); i += 2 {
+		if errs := checkGRPCChain(got[sent[i]], sent[i+1], "/demo.Echo/Unary", 0, "mid", "leaf"); len(errs) > 0 {
+			if bad++; bad <= 5 {
+				t.Errorf("trace %s: %s\n%s", sent[i], strings.Join(errs, "; "), describe(got[sent[i]]))
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d traces wrong", bad, len(ids))
+	}
+}
+
+// TestRunGRPCDatapathPassThrough: the in-kernel datapath does not follow
+// HTTP/2 (docs/run.md): a chain of gRPC services under `rootline run --mode
+// ebpf` must still work exactly as untraced, every call answered intact,
+// nothing added to what the services see, and no span made of them.
+func TestRunGRPCDatapathPassThrough(t *testing.T) {
+	requireBPF(t)
+	dir := t.TempDir()
+	argv := grpcGoSvc(t, dir)
+	col := newCollector(t)
+	runMode = []string{"--mode", "ebpf"}
+	defer func() { runMode = nil }()
+	leaf := startSvc(t, col, "leaf", nil, argv...)
+	front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
+	cc := grpcClient(t, front.port)
+	for i := 0; i < 20; i++ {
+		method, n := "/demo.Echo/Unary", 1
+		if i%2 == 1 {
+			method, n = "/demo.Echo/ListStream", 3
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := grpcCall(ctx, cc, method, "meta=100", "traceparent", "00-"+randHex(16)+"-"+randHex(8)+"-01")
+		cancel()
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		want := strings.Repeat("path: "+method+"\ntraceparent: \ntracestate: \nb3: \n", n)
+		if out != want {
+			t.Fatalf("call %d: the leaf answered %q, want %q", i, out, want)
+		}
+	}
+	time.Sleep(2 * time.Second) // the shipper sends once a second
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if len(col.spans) > 0 {
+		t.Errorf("%d spans made of HTTP/2 traffic the datapath does not follow: %s", len(col.spans), describe(col.spans))
 	}
 }

@@ -125,12 +125,24 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			return err
 		}
 	}
-	addrs := datapath.GoFunctions(f, slices.Collect(maps.Keys(goBreakpoints)))
+	kinds := maps.Clone(goBreakpoints)
+	maps.Copy(kinds, grpcBreakpoints)
+	addrs := datapath.GoFunctions(f, slices.Collect(maps.Keys(kinds)))
+	var errs []error
+	if grpcFound(addrs) {
+		if p.grpc, err = grpcLayoutOf(f, base); err != nil {
+			errs = append(errs, fmt.Errorf("grpc-go hand-off: %w", err))
+		}
+	}
+	if p.grpc == nil {
+		for name := range grpcBreakpoints {
+			delete(addrs, name)
+		}
+	}
 	if len(addrs) == 0 {
-		return nil // no net/http client in this program
+		return errors.Join(errs...) // no net/http client or grpc-go in this program
 	}
 	p.bps = map[uint64]*breakpoint{}
-	var errs []error
 	for name, a := range addrs {
 		addr := base + a
 		insn := make([]byte, 8)
@@ -146,9 +158,19 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
-		p.bps[addr] = &breakpoint{kind: goBreakpoints[name], insn: insn}
+		p.bps[addr] = &breakpoint{kind: kinds[name], insn: insn}
 	}
 	return errors.Join(errs...)
+}
+
+// grpcFound reports whether every gRPC breakpoint's function is in addrs.
+func grpcFound(addrs map[string]uint64) bool {
+	for name := range grpcBreakpoints {
+		if _, ok := addrs[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // loadBase is the address the executable's first mapping starts at.
@@ -214,6 +236,10 @@ func (tr *Tracer) breakpoint(t *supervisor.Task, regs *unix.PtraceRegs) bool {
 			if !r.done {
 				p.delegate[regs.R14] = r
 			}
+		}
+	case bpGRPCHandleStream, bpGRPCPut, bpGRPCWriteHeader:
+		if p.grpc != nil {
+			tr.grpcBreakpoint(t, p, bp.kind, regs)
 		}
 	}
 	if !emulate(t.ReadMem, bp.insn, addr, regs) {

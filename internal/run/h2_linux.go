@@ -53,6 +53,19 @@ func isH2Start(b []byte) bool {
 	return n > 0 && string(b[:n]) == h2stream.Preface[:n]
 }
 
+// isH2ServerStart reports whether the first bytes a client reads, before it
+// wrote anything, are an HTTP/2 server's connection preface: a SETTINGS
+// frame on stream 0 (RFC 9113, section 3.4). An HTTP/2 server need not wait
+// for the client's preface (grpc-go's does not), so a client can read it
+// first; an HTTP/1.x client never reads before it writes.
+func isH2ServerStart(b []byte) bool {
+	if len(b) < 9 {
+		return false
+	}
+	n := int(b[0])<<16 | int(b[1])<<8 | int(b[2])
+	return b[3] == 0x4 && b[4] == 0 && n%6 == 0 && b[5]&0x7f == 0 && b[6] == 0 && b[7] == 0 && b[8] == 0
+}
+
 // startH2 follows c as HTTP/2 from its first byte on.
 func (tr *Tracer) startH2(c *conn) {
 	h := &h2conn{rd: h2stream.NewParser(c.inbound), wr: h2stream.NewParser(!c.inbound),
@@ -286,7 +299,7 @@ func (tr *Tracer) h2Call(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Sy
 		cl.own = true
 		tr.Stats.OwnContext.Add(1)
 	}
-	r := tr.h2Parent(t, p, sc)
+	r := tr.h2Parent(t, p, sc, b.Stream)
 	if r != nil {
 		r.inCall++
 		cl.parent = r
@@ -307,13 +320,20 @@ func (tr *Tracer) h2Call(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Sy
 // call's HEADERS is often a third (an event loop, grpc-go's loopy writer).
 // In order:
 //
+//  0. grpc-go: the request whose handler queued this stream's HEADERS for
+//     the writing goroutine (grpcgo_linux.go), exact;
 //  1. the writing thread's (Go: goroutine's) request, as for HTTP/1.x;
 //  2. the process's only open request (exact when one request at a time is
 //     served, whatever the threads);
 //  3. otherwise a guess, counted in Stats.Guessed: the most recently started
 //     open request without a call in flight (Go), else the oldest open
 //     HTTP/2 request without one.
-func (tr *Tracer) h2Parent(t *supervisor.Task, p *proc, sc *supervisor.Syscall) *request {
+func (tr *Tracer) h2Parent(t *supervisor.Task, p *proc, sc *supervisor.Syscall, stream uint32) *request {
+	if p.grpc != nil {
+		if r := grpcCallOf(p, sc.Regs.R14, stream); r != nil {
+			return r
+		}
+	}
 	if r := tr.current(t, p, sc); r != nil && (len(p.h2open) <= 1 || !r.h2) {
 		return r
 	}

@@ -34,7 +34,9 @@ type request struct {
 	inCall  int // client calls in flight
 	threads []threadDelay
 	// HTTP/2: the stream, and for gRPC the status from the trailers (-1:
-	// none); reset: either side reset the stream.
+	// none); reset: either side reset the stream; served: a grpc-go
+	// handler goroutine took it (grpcgo_linux.go).
+	served     bool
 	h2         bool
 	stream     uint32
 	grpc       bool

@@ -106,6 +106,12 @@ type proc struct {
 	delegate map[uint64]*request
 	// HTTP/2 requests being served, oldest first (h2_linux.go).
 	h2open []*request
+	// grpc-go hand-off (grpcgo_linux.go): its types' layout (nil: no
+	// breakpoints), requests by the field list of a call's HEADERS queued
+	// for the loopy writer, and by the stream the loopy goroutine writes.
+	grpc       *grpcLayout
+	grpcHF     map[uint64]*request
+	grpcStream map[gStream]*request
 }
 
 type conn struct {
@@ -184,7 +190,8 @@ func (tr *Tracer) proc(pid int) *proc {
 	if p == nil {
 		p = &proc{pid: pid, conns: map[int]*conn{}, scratch: map[int]uint64{},
 			gctx: map[uint64]*request{}, lastCtx: map[int]*request{},
-			handoff: map[uint64]*request{}, delegate: map[uint64]*request{}}
+			handoff: map[uint64]*request{}, delegate: map[uint64]*request{},
+			grpcHF: map[uint64]*request{}, grpcStream: map[gStream]*request{}}
 		tr.procs[pid] = p
 	}
 	if !p.goKnown {
@@ -342,7 +349,7 @@ func (tr *Tracer) exec(t *supervisor.Task) {
 	delete(tr.procs, t.Tgid) // a new program: new memory, new binary kind
 	if p := tr.proc(t.Tgid); p.isGo {
 		if err := tr.placeGoBreakpoints(t, p); err != nil {
-			tr.log.Info("Go net/http client hand-off not traced exactly; falling back to the heuristic", "pid", t.Tgid, "err", err)
+			tr.log.Info("Go client hand-off (net/http, grpc-go) not traced exactly; falling back to the heuristic", "pid", t.Tgid, "err", err)
 		}
 	}
 }
@@ -413,6 +420,8 @@ func (tr *Tracer) unbind(p *proc, r *request) {
 	dropRequest(p.lastCtx, r)
 	dropRequest(p.handoff, r)
 	dropRequest(p.delegate, r)
+	dropRequest(p.grpcHF, r)
+	dropRequest(p.grpcStream, r)
 	for i, b := range p.open {
 		if b == r {
 			p.open = append(p.open[:i], p.open[i+1:]...)
@@ -513,7 +522,7 @@ type readAt struct {
 
 // feed parses what thread t read from c.
 func (tr *Tracer) feed(t *supervisor.Task, p *proc, c *conn, data []byte, at readAt) {
-	if !c.rdSeen && c.inbound && isH2Start(data) {
+	if !c.rdSeen && (c.inbound && isH2Start(data) || !c.inbound && !c.wrSeen && c.h2 == nil && isH2ServerStart(data)) {
 		tr.startH2(c)
 	}
 	c.rdSeen = true
@@ -659,8 +668,10 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 		}
 	}
 	now := tr.cfg.Now()
-	if !c.wrSeen && !c.inbound && c.h2 == nil && isH2Start(firstBytes(bufs, len(h2stream.Preface))) {
-		tr.startH2(c)
+	if !c.wrSeen && c.h2 == nil {
+		if first := firstBytes(bufs, len(h2stream.Preface)); !c.inbound && isH2Start(first) || c.inbound && !c.rdSeen && isH2ServerStart(first) {
+			tr.startH2(c)
+		}
 	}
 	c.wrSeen = true
 	var inject httpstream.InjectFunc
