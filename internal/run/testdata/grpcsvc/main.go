@@ -1,6 +1,6 @@
 // Command grpcsvc is an uninstrumented gRPC service (grpc-go, h2c) for
-// rootline run's tests, with the contract of ../GrpcSvc.java and
-// ../grpcsvc.py and no tracing code: LISTEN=host:port (default
+// rootline run's tests, with the contract of ../grpcsvc.py and no tracing
+// code: LISTEN=host:port (default
 // 127.0.0.1:0); CALL=host:port (optional downstream). Every method is served
 // by one generic handler (no generated code: messages are raw bytes). A leaf
 // answers with the trace metadata it received, one "name: value" line each;
