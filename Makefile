@@ -100,6 +100,8 @@ demo: build
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./internal/run/httpstream:FuzzRewriterSplits \
+	./internal/run/h2stream:FuzzPassThrough \
+	./internal/run/h2stream:FuzzRewriter \
 	./internal/run/datapath/headparse:FuzzHeadParser
 
 test-fuzz: deps
