@@ -91,7 +91,8 @@ var echoTraceparentRE = regexp.MustCompile(`traceparent: 00-([0-9a-f]{32})-([0-9
 // checkGRPCChain checks one trace's spans for a chain of gRPC hops (caller
 // first): a SERVER span per hop and a CLIENT span per hop but the last, each
 // the child of the one before, the first SERVER span the child of root, the
-// RPC attributes, the gRPC status and the wait fields.
+// RPC attributes, the gRPC status and the wait fields. code < 0: the streams
+// were reset, so no span has a gRPC status or the downstream's timing.
 func checkGRPCChain(spans []otlpSpan, root, method string, code int64, hops ...string) []string {
 	by := map[string]otlpSpan{}
 	var errs []string
@@ -123,8 +124,12 @@ func checkGRPCChain(spans []otlpSpan, root, method string, code int64, hops ...s
 				errs = append(errs, fmt.Sprintf("%s %s span's parent is %q, want %q", h, kind, s.Parent, parent))
 			}
 			parent = s.ID
-			for k, want := range map[string]any{"rpc.system": "grpc", "rpc.service": svc, "rpc.method": meth,
-				"rpc.grpc.status_code": code, "http.request.method": "POST", "network.protocol.version": "2"} {
+			attrs := map[string]any{"rpc.system": "grpc", "rpc.service": svc, "rpc.method": meth,
+				"rpc.grpc.status_code": code, "http.request.method": "POST", "network.protocol.version": "2"}
+			if code < 0 {
+				attrs["rpc.grpc.status_code"] = nil
+			}
+			for k, want := range attrs {
 				if s.Attrs[k] != want {
 					errs = append(errs, fmt.Sprintf("%s %s %s = %v, want %v", h, kind, k, s.Attrs[k], want))
 				}
@@ -135,6 +140,9 @@ func checkGRPCChain(spans []otlpSpan, root, method string, code int64, hops ...s
 			waits := []string{"rootline.wait.net_ms", "rootline.wait.remote_ms"}
 			if kind == ptrace.SpanKindServer {
 				waits = append(waits, "rootline.wait.local_ms")
+			}
+			if code < 0 {
+				waits = nil
 			}
 			for _, a := range waits {
 				if v, ok := s.Attrs[a].(float64); !ok || v < 0 {
@@ -177,12 +185,25 @@ func grpcSupervisorModes(t *testing.T, f func(*testing.T)) {
 // caller's context, a failing leaf (a trailers-only response), and large
 // metadata on the middle hop's calls: every call is one trace of five spans
 // with the right parents and RPC attributes, and the leaf sees the context.
+//
+// "small-table": every service announces SETTINGS_HEADER_TABLE_SIZE 64, so
+// its callers' HPACK encoders evict entries at almost every block, and the
+// added fields must leave both tables as they were.
 func TestRunGRPCChain(t *testing.T) {
 	grpcSupervisorModes(t, func(t *testing.T) {
 		argv := grpcGoSvc(t, t.TempDir())
-		testRunGRPCChain(t, 12000, argv, argv, argv)
+		t.Run("default", func(t *testing.T) { testRunGRPCChain(t, 12000, argv, argv, argv) })
+		t.Run("small-table", func(t *testing.T) {
+			grpcEnv = []string{"TABLE=64"}
+			defer func() { grpcEnv = nil }()
+			testRunGRPCChain(t, 12000, argv, argv, argv)
+		})
 	})
 }
+
+// grpcEnv is added to the environment of the services testRunGRPCChain
+// starts.
+var grpcEnv []string
 
 // TestRunGRPCPolyglot: the same with Python grpcio services (the generic
 // handler on grpcio's thread pool; C-core writes the frames) in the chain:
@@ -221,9 +242,9 @@ func grpcPySvc(t *testing.T) []string {
 // metadata the middle hop adds to one call in six.
 func testRunGRPCChain(t *testing.T, big int, frontArgv, midArgv, leafArgv []string) {
 	col := newCollector(t)
-	leaf := startSvc(t, col, "leaf", nil, leafArgv...)
-	mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, midArgv...)
-	front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, frontArgv...)
+	leaf := startSvc(t, col, "leaf", grpcEnv, leafArgv...)
+	mid := startSvc(t, col, "mid", append([]string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, grpcEnv...), midArgv...)
+	front := startSvc(t, col, "front", append([]string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, grpcEnv...), frontArgv...)
 	cc := grpcClient(t, front.port)
 
 	type sent struct {
@@ -422,4 +443,59 @@ func TestRunGRPCDatapathPassThrough(t *testing.T) {
 	if len(col.spans) > 0 {
 		t.Errorf("%d spans made of HTTP/2 traffic the datapath does not follow: %s", len(col.spans), describe(col.spans))
 	}
+}
+
+// TestRunGRPCReset: the caller's deadline passes during a server-streaming
+// call while the leaf is still working; the cancellation travels down the
+// chain as RST_STREAM frames. Every hop's span ends (reset, no gRPC status)
+// in the caller's trace, and the calls made next on the same connections
+// are answered and traced as usual.
+func TestRunGRPCReset(t *testing.T) {
+	grpcSupervisorModes(t, func(t *testing.T) {
+		argv := grpcGoSvc(t, t.TempDir())
+		col := newCollector(t)
+		leaf := startSvc(t, col, "leaf", nil, argv...)
+		mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
+		front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, argv...)
+		cc := grpcClient(t, front.port)
+		type sent struct {
+			trace, parent string
+			code          int64
+		}
+		var reqs []sent
+		for i := 0; i < 6; i++ {
+			s := sent{trace: randHex(16), parent: randHex(8)}
+			md := []string{"traceparent", "00-" + s.trace + "-" + s.parent + "-01"}
+			if i%2 == 0 {
+				s.code = -1
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				_, err := grpcCall(ctx, cc, "/demo.Echo/ListStream", "sleep=1500", md...)
+				cancel()
+				if status.Code(err) != codes.DeadlineExceeded {
+					t.Fatalf("call %d: %v, want DEADLINE_EXCEEDED", i, err)
+				}
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				out, err := grpcCall(ctx, cc, "/demo.Echo/ListStream", "hello", md...)
+				cancel()
+				if err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if m := echoTraceparentRE.FindStringSubmatch(out); m == nil || m[1] != s.trace || strings.Count(out, "path: ") != 3 {
+					t.Fatalf("call %d: answered %q", i, out)
+				}
+			}
+			reqs = append(reqs, s)
+		}
+		ids := make([]string, len(reqs))
+		for i, s := range reqs {
+			ids[i] = s.trace
+		}
+		got := col.traces(t, ids, 5)
+		for i, s := range reqs {
+			if errs := checkGRPCChain(got[s.trace], s.parent, "/demo.Echo/ListStream", s.code, "front", "mid", "leaf"); len(errs) > 0 {
+				t.Errorf("call %d (trace %s): %s\n%s", i, s.trace, strings.Join(errs, "; "), describe(got[s.trace]))
+			}
+		}
+	})
 }

@@ -1,7 +1,9 @@
 // Command grpcsvc is an uninstrumented gRPC service (grpc-go, h2c) for
 // rootline run's tests, with the contract of ../grpcsvc.py and no tracing
 // code: LISTEN=host:port (default
-// 127.0.0.1:0); CALL=host:port (optional downstream). Every method is served
+// 127.0.0.1:0); CALL=host:port (optional downstream); TABLE=N (optional: the
+// SETTINGS_HEADER_TABLE_SIZE it announces, so that its peers' HPACK encoders
+// work in a table of N bytes). Every method is served
 // by one generic handler (no generated code: messages are raw bytes). A leaf
 // answers with the trace metadata it received, one "name: value" line each;
 // a middle service calls CALL with the same method and message and answers
@@ -64,7 +66,11 @@ func main() {
 			os.Exit(1)
 		}
 	}
-	srv := grpc.NewServer(grpc.ForceServerCodec(raw{}), grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+	opts := []grpc.ServerOption{grpc.ForceServerCodec(raw{})}
+	if n, err := strconv.Atoi(os.Getenv("TABLE")); err == nil {
+		opts = append(opts, grpc.HeaderTableSize(uint32(n)))
+	}
+	srv := grpc.NewServer(append(opts, grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(ss)
 		var msg []byte
 		if err := ss.RecvMsg(&msg); err != nil {
@@ -98,7 +104,7 @@ func main() {
 				return err
 			}
 		}
-	}))
+	}))...)
 	fmt.Printf("listening %d\n", ln.Addr().(*net.TCPAddr).Port)
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
