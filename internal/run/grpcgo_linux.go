@@ -6,7 +6,6 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"golang.org/x/sys/unix"
@@ -26,40 +25,46 @@ import (
 //     on the handler goroutine (R14): the stream's id (RDI, a
 //     *transport.ServerStream, at the offset DWARF gives of its Stream.id)
 //     names the inbound request, which is bound to that goroutine;
-//   - transport.(*controlBuffer).executeAndPut(c, f, it) with it a
-//     *clientHeaders (RCX is its itab, found by symbol) is the handler
-//     goroutine queueing a call's HEADERS: the field list it carries (RDI,
-//     at clientHeaders.hf) is remembered for the goroutine's request;
+//   - the instruction after transport.(*http2Client).NewStream's call of
+//     createHeaderFields runs on the goroutine making the call (the handler's)
+//     with the call's header field list just built (RAX, the slice's array,
+//     Go's internal ABI; RDI is the error's type word, zero): the list is
+//     remembered for the goroutine's request. That instruction must be one
+//     the tracer emulates (TESTQ of a register with itself, how the compiler
+//     checks the error), else there are no gRPC breakpoints;
 //   - transport.(*loopyWriter).writeHeader(l, streamID, endStream, hf, …)
 //     runs on the loopy goroutine (R14) with the stream id (RBX) and that
 //     field list (RDI): the HEADERS of that stream, written by that
 //     goroutine, are the call of that request.
 //
-// A program without DWARF (built with -ldflags=-w) or of a grpc-go whose
-// types differ gets no gRPC breakpoints, and h2Parent's guess applies
-// (logged at exec, counted in Stats.Guessed).
+// A breakpoint inside a function rather than at its entry costs one stop per
+// call instead of one per item the transport queues (a breakpoint on
+// controlBuffer.executeAndPut would stop at every DATA frame, window
+// update and ping; measured in bench/RESULTS.md).
+//
+// A program without symbols or DWARF (built with -ldflags=-s or -w) or of a
+// grpc-go whose code or types differ gets no gRPC breakpoints, and
+// h2Parent's guess applies (logged at exec, counted in Stats.Guessed).
 
 const (
 	bpGRPCHandleStream bpKind = iota + 10
-	bpGRPCPut
+	bpGRPCHeaderFields
 	bpGRPCWriteHeader
 )
 
-var grpcBreakpoints = map[string]bpKind{
-	"google.golang.org/grpc.(*Server).handleStream":                            bpGRPCHandleStream,
-	"google.golang.org/grpc/internal/transport.(*controlBuffer).executeAndPut": bpGRPCPut,
-	"google.golang.org/grpc/internal/transport.(*loopyWriter).writeHeader":     bpGRPCWriteHeader,
-}
-
 const (
-	grpcTransport     = "google.golang.org/grpc/internal/transport."
-	grpcClientHdrItab = "go:itab.*" + grpcTransport + "clientHeaders," + grpcTransport + "cbItem"
+	grpcTransport        = "google.golang.org/grpc/internal/transport."
+	grpcHandleStream     = "google.golang.org/grpc.(*Server).handleStream"
+	grpcWriteHeader      = grpcTransport + "(*loopyWriter).writeHeader"
+	grpcNewStream        = grpcTransport + "(*http2Client).NewStream"
+	grpcCreateHeaderFlds = grpcTransport + "(*http2Client).createHeaderFields"
 )
+
+// grpcFunctions are the functions the gRPC breakpoints need.
+var grpcFunctions = []string{grpcHandleStream, grpcWriteHeader, grpcNewStream, grpcCreateHeaderFlds}
 
 // grpcLayout is what the gRPC breakpoints read of grpc-go's types.
 type grpcLayout struct {
-	hdrItab  uint64 // the itab of *clientHeaders as a cbItem (load address)
-	hfOff    uint64 // clientHeaders.hf
 	streamID uint64 // ServerStream.Stream + Stream.id
 }
 
@@ -69,37 +74,70 @@ type gStream struct {
 	id uint32
 }
 
-// grpcLayoutOf reads the layout from the executable's symbols and DWARF.
-func grpcLayoutOf(f *elf.File, base uint64) (*grpcLayout, error) {
-	syms, err := f.Symbols()
+// grpcPlan returns the gRPC breakpoints of a program (link-time addresses,
+// by kind) and the layout they read, from its symbols, code and DWARF;
+// addrs are the functions' addresses (grpcFunctions, all present).
+func grpcPlan(f *elf.File, addrs map[string]uint64) (map[uint64]bpKind, *grpcLayout, error) {
+	ret, err := returnSite(f, grpcNewStream, addrs[grpcCreateHeaderFlds])
 	if err != nil {
-		return nil, err
-	}
-	l := &grpcLayout{}
-	for _, s := range syms {
-		if s.Name == grpcClientHdrItab {
-			l.hdrItab = base + s.Value
-			break
-		}
-	}
-	if l.hdrItab == 0 {
-		return nil, errors.New("no clientHeaders itab symbol")
+		return nil, nil, err
 	}
 	d, err := f.DWARF()
 	if err != nil {
-		return nil, fmt.Errorf("no DWARF: %w", err)
+		return nil, nil, fmt.Errorf("no DWARF: %w", err)
 	}
 	offs, err := memberOffsets(d, map[string]string{
-		grpcTransport + "clientHeaders": "hf",
-		grpcTransport + "ServerStream":  "Stream",
-		grpcTransport + "Stream":        "id",
+		grpcTransport + "ServerStream": "Stream",
+		grpcTransport + "Stream":       "id",
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	l.hfOff = offs[grpcTransport+"clientHeaders"]
-	l.streamID = offs[grpcTransport+"ServerStream"] + offs[grpcTransport+"Stream"]
-	return l, nil
+	l := &grpcLayout{streamID: offs[grpcTransport+"ServerStream"] + offs[grpcTransport+"Stream"]}
+	return map[uint64]bpKind{
+		addrs[grpcHandleStream]: bpGRPCHandleStream,
+		addrs[grpcWriteHeader]:  bpGRPCWriteHeader,
+		ret:                     bpGRPCHeaderFields,
+	}, l, nil
+}
+
+// returnSite returns the address after the one direct call of callee in
+// the function fn (link-time addresses, from the symbol table and .text).
+func returnSite(f *elf.File, fn string, callee uint64) (uint64, error) {
+	syms, err := f.Symbols()
+	if err != nil {
+		return 0, err
+	}
+	var sym *elf.Symbol
+	for i := range syms {
+		if syms[i].Name == fn {
+			sym = &syms[i]
+			break
+		}
+	}
+	text := f.Section(".text")
+	if sym == nil || sym.Size == 0 || text == nil || sym.Value < text.Addr || sym.Value+sym.Size > text.Addr+text.Size {
+		return 0, fmt.Errorf("no symbol of %s in .text", fn)
+	}
+	code := make([]byte, sym.Size)
+	if _, err := text.ReadAt(code, int64(sym.Value-text.Addr)); err != nil {
+		return 0, err
+	}
+	var sites []uint64
+	for i := 0; i+5 <= len(code); i++ {
+		next := sym.Value + uint64(i) + 5
+		if code[i] == 0xe8 && next+uint64(int64(int32(binary.LittleEndian.Uint32(code[i+1:i+5])))) == callee {
+			sites = append(sites, next)
+		}
+	}
+	if len(sites) != 1 {
+		return 0, fmt.Errorf("%d calls of the header builder in %s", len(sites), fn)
+	}
+	off := sites[0] - sym.Value
+	if !emulable(code[off:min(uint64(len(code)), off+8)]) {
+		return 0, fmt.Errorf("the instruction after the header builder's call in %s (% x) is not emulated", fn, code[off:min(uint64(len(code)), off+4)])
+	}
+	return sites[0], nil
 }
 
 // memberOffsets returns, for each struct type named in want, the offset of
@@ -165,17 +203,11 @@ func (tr *Tracer) grpcBreakpoint(t *supervisor.Task, p *proc, kind bpKind, regs 
 			p.gctx[regs.R14] = r
 			tr.touch(r, p.pid, t.Tid)
 		}
-	case bpGRPCPut:
-		if regs.Rcx != l.hdrItab {
-			return
-		}
-		r := p.gctx[regs.R14]
-		if r == nil || r.done {
-			return
-		}
-		var b [8]byte
-		if _, err := t.ReadMem(uintptr(regs.Rdi+l.hfOff), b[:]); err == nil {
-			p.grpcHF[binary.LittleEndian.Uint64(b[:])] = r
+	case bpGRPCHeaderFields:
+		// createHeaderFields returned ([]hpack.HeaderField, error): the
+		// slice's array in RAX, the error's type word in RDI.
+		if r := p.gctx[regs.R14]; r != nil && !r.done && regs.Rdi == 0 && regs.Rax != 0 {
+			p.grpcHF[regs.Rax] = r
 		}
 	case bpGRPCWriteHeader:
 		if r := p.grpcHF[regs.Rdi]; r != nil {
