@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,9 +20,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
-	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 // End-to-end tests of `rootline run` with gRPC over h2c: unmodified gRPC
@@ -154,30 +152,16 @@ func checkGRPCChain(spans []otlpSpan, root, method string, code int64, hops ...s
 	return errs
 }
 
-// grpcSupervisorModes are the modes that follow HTTP/2 (the in-kernel
-// datapath passes it through: TestRunGRPCDatapathPassThrough).
+// grpcSupervisorModes runs f in the modes that follow HTTP/2: the
+// supervisor's (the in-kernel datapath passes it through:
+// TestRunGRPCDatapathPassThrough).
 func grpcSupervisorModes(t *testing.T, f func(*testing.T)) {
-	requireTracing(t)
-	for _, m := range []struct {
-		name  string
-		flags []string
-	}{
-		{"ptrace+readtap", []string{"--mode", "ptrace", "--reads", "ebpf"}},
-		{"ptrace", []string{"--mode", "ptrace", "--reads", "ptrace"}},
-	} {
-		t.Run(m.name, func(t *testing.T) {
-			if m.name == "ptrace+readtap" {
-				tap, err := readtap.Open(4096)
-				if err != nil {
-					cputest.Missing(t, err.Error())
-				}
-				tap.Close()
-			}
-			runMode = m.flags
-			defer func() { runMode = nil }()
-			f(t)
-		})
-	}
+	forEachMode(t, func(t *testing.T) {
+		if slices.Contains(runMode, "ebpf") && !slices.Contains(runMode, "ptrace") {
+			t.Skip("the in-kernel datapath does not follow HTTP/2 (TestRunGRPCDatapathPassThrough)")
+		}
+		f(t)
+	})
 }
 
 // TestRunGRPCChain: a grpc-go client calls a chain of three traced grpc-go
@@ -247,13 +231,9 @@ func testRunGRPCChain(t *testing.T, big int, frontArgv, midArgv, leafArgv []stri
 	front := startSvc(t, col, "front", append([]string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, grpcEnv...), frontArgv...)
 	cc := grpcClient(t, front.port)
 
-	type sent struct {
-		trace, parent, method string
-		code                  int64
-	}
-	var reqs []sent
+	var reqs []grpcSent
 	for i := 0; i < 24; i++ {
-		s := sent{trace: randHex(16), parent: randHex(8), method: "/demo.Echo/Unary", code: 0}
+		s := grpcSent{trace: randHex(16), parent: randHex(8), method: "/demo.Echo/Unary", code: 0}
 		msg := "hello"
 		switch {
 		case i%6 == 1:
@@ -300,6 +280,19 @@ func testRunGRPCChain(t *testing.T, big int, frontArgv, midArgv, leafArgv []stri
 			reqs = append(reqs, s)
 		}
 	}
+	checkGRPCCalls(t, col, reqs)
+}
+
+// grpcSent is a call a test made through the front/mid/leaf chain: its
+// trace, the caller's span, the method and the gRPC status (-1: reset).
+type grpcSent struct {
+	trace, parent, method string
+	code                  int64
+}
+
+// checkGRPCCalls checks every call's trace with checkGRPCChain.
+func checkGRPCCalls(t *testing.T, col *collector, reqs []grpcSent) {
+	t.Helper()
 	ids := make([]string, len(reqs))
 	for i, s := range reqs {
 		ids[i] = s.trace
@@ -458,13 +451,9 @@ func TestRunGRPCReset(t *testing.T) {
 		mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
 		front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", mid.port)}, argv...)
 		cc := grpcClient(t, front.port)
-		type sent struct {
-			trace, parent string
-			code          int64
-		}
-		var reqs []sent
+		var reqs []grpcSent
 		for i := 0; i < 6; i++ {
-			s := sent{trace: randHex(16), parent: randHex(8)}
+			s := grpcSent{trace: randHex(16), parent: randHex(8), method: "/demo.Echo/ListStream"}
 			md := []string{"traceparent", "00-" + s.trace + "-" + s.parent + "-01"}
 			if i%2 == 0 {
 				s.code = -1
@@ -487,15 +476,6 @@ func TestRunGRPCReset(t *testing.T) {
 			}
 			reqs = append(reqs, s)
 		}
-		ids := make([]string, len(reqs))
-		for i, s := range reqs {
-			ids[i] = s.trace
-		}
-		got := col.traces(t, ids, 5)
-		for i, s := range reqs {
-			if errs := checkGRPCChain(got[s.trace], s.parent, "/demo.Echo/ListStream", s.code, "front", "mid", "leaf"); len(errs) > 0 {
-				t.Errorf("call %d (trace %s): %s\n%s", i, s.trace, strings.Join(errs, "; "), describe(got[s.trace]))
-			}
-		}
+		checkGRPCCalls(t, col, reqs)
 	})
 }
