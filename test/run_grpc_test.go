@@ -190,17 +190,43 @@ func TestRunGRPCChain(t *testing.T) {
 var grpcEnv []string
 
 // TestRunGRPCPolyglot: the same with Python grpcio services (the generic
-// handler on grpcio's thread pool; C-core writes the frames) in the chain:
-// grpcio front and leaf around a grpc-go middle, and a grpcio middle
-// between grpc-go ones.
+// handler on grpcio's thread pool; C-core writes the frames) and grpc-java
+// ones (a fallback handler registry on grpc-java's executor; Netty's event
+// loop writes the frames) in the chain, each language as a middle service
+// (whose calls must be associated with its requests) and at the ends.
 func TestRunGRPCPolyglot(t *testing.T) {
 	grpcSupervisorModes(t, func(t *testing.T) {
-		goArgv, pyArgv := grpcGoSvc(t, t.TempDir()), grpcPySvc(t)
+		dir := t.TempDir()
+		goArgv, pyArgv, javaArgv := grpcGoSvc(t, dir), grpcPySvc(t), grpcJavaSvc(t, dir)
 		// grpcio refuses metadata past 8 KiB (its soft limit) some of
-		// the time, sent or received, traced or not.
+		// the time, sent or received, and grpc-java announces 8 KiB as
+		// its SETTINGS_MAX_HEADER_LIST_SIZE, traced or not.
 		t.Run("py-go-py", func(t *testing.T) { testRunGRPCChain(t, 6000, pyArgv, goArgv, pyArgv) })
 		t.Run("go-py-go", func(t *testing.T) { testRunGRPCChain(t, 6000, goArgv, pyArgv, goArgv) })
+		t.Run("go-java-py", func(t *testing.T) { testRunGRPCChain(t, 6000, goArgv, javaArgv, pyArgv) })
+		t.Run("java-go-java", func(t *testing.T) { testRunGRPCChain(t, 6000, javaArgv, goArgv, javaArgv) })
 	})
+}
+
+// grpcJavaSvc compiles the Java gRPC test service against the grpc-java
+// jars scripts/deps.sh fetches and returns its argv.
+func grpcJavaSvc(t *testing.T, dir string) []string {
+	needTool(t, "javac", "java")
+	lib := os.Getenv("ROOTLINE_GRPC_JAVA")
+	if lib == "" {
+		home, _ := os.UserHomeDir()
+		lib = filepath.Join(home, ".cache", "rootline", "grpc-java-1.85.1")
+	}
+	if _, err := os.Stat(filepath.Join(lib, ".complete")); err != nil {
+		if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
+			t.Fatalf("grpc-java is not in %s (make deps)", lib)
+		}
+		t.Skipf("grpc-java is not in %s (make deps)", lib)
+	}
+	abs, _ := filepath.Abs(filepath.Join(svcData, "GrpcSvc.java"))
+	cp := filepath.Join(lib, "*")
+	buildOut(t, dir, "javac", "-cp", cp, "-d", dir, abs)
+	return []string{"java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp", dir + ":" + cp, "GrpcSvc"}
 }
 
 // grpcPySvc returns the argv of the Python gRPC test service, run by the
@@ -477,5 +503,17 @@ func TestRunGRPCReset(t *testing.T) {
 			reqs = append(reqs, s)
 		}
 		checkGRPCCalls(t, col, reqs)
+	})
+}
+
+// TestRunGRPCConcurrentJava: the same with a grpc-java middle service, whose
+// handlers run on its executor's threads while Netty's event loop thread
+// reads and writes every frame of a connection: concurrent calls are
+// associated by a guess (docs/run.md); nothing may fail and every call must
+// be traced; the mis-association is logged, not asserted.
+func TestRunGRPCConcurrentJava(t *testing.T) {
+	grpcSupervisorModes(t, func(t *testing.T) {
+		dir := t.TempDir()
+		testRunGRPCConcurrent(t, grpcJavaSvc(t, dir), grpcGoSvc(t, dir), false)
 	})
 }
