@@ -106,7 +106,7 @@ if command -v javac >/dev/null && [ ! -f "$grpc_java/.complete" ]; then
   fi
   if command -v mvn >/dev/null; then
     say "fetching grpc-java 1.85.1 into $grpc_java"
-    mvn -q -B -f "$(dirname "$0")/grpc-java-pom.xml" dependency:copy-dependencies \
+    mvn -q -B -f scripts/grpc-java-pom.xml dependency:copy-dependencies \
       -DoutputDirectory="$grpc_java" -DincludeScope=runtime && touch "$grpc_java/.complete"
   else
     say "no maven: the gRPC tests run without grpc-java (sudo apt-get install maven)"
