@@ -517,3 +517,63 @@ func TestRunGRPCConcurrentJava(t *testing.T) {
 		testRunGRPCConcurrent(t, grpcJavaSvc(t, dir), grpcGoSvc(t, dir), false)
 	})
 }
+
+// TestRunGRPCGoAway: the leaf answers a call and then stops gracefully
+// (GOAWAY, then it closes the connection and exits). The traced middle
+// service's calls until then are whole traces; the call it then fails to
+// make (the leaf is gone) is its SERVER span alone with UNAVAILABLE, and it
+// goes on serving.
+func TestRunGRPCGoAway(t *testing.T) {
+	grpcSupervisorModes(t, func(t *testing.T) {
+		argv := grpcGoSvc(t, t.TempDir())
+		col := newCollector(t)
+		leaf := startSvc(t, col, "leaf", nil, argv...)
+		mid := startSvc(t, col, "mid", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
+		cc := grpcClient(t, mid.port)
+		call := func(msg string) (grpcSent, string, error) {
+			s := grpcSent{trace: randHex(16), parent: randHex(8), method: "/demo.Echo/Unary"}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := grpcCall(ctx, cc, s.method, msg, "traceparent", "00-"+s.trace+"-"+s.parent+"-01")
+			return s, out, err
+		}
+		var whole []grpcSent
+		for _, msg := range []string{"hello", "hello", "goaway"} {
+			s, out, err := call(msg)
+			if err != nil {
+				t.Fatalf("%s: %v", msg, err)
+			}
+			if m := echoTraceparentRE.FindStringSubmatch(out); m == nil || m[1] != s.trace {
+				t.Fatalf("%s: answered %q", msg, out)
+			}
+			whole = append(whole, s)
+		}
+		select {
+		case <-leaf.exited:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the leaf did not exit after GOAWAY")
+		}
+		failed, _, err := call("hello")
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("call after the leaf left: %v, want UNAVAILABLE", err)
+		}
+		var ids []string
+		for _, s := range whole {
+			ids = append(ids, s.trace)
+		}
+		got := col.traces(t, ids, 3)
+		got[failed.trace] = col.traces(t, []string{failed.trace}, 1)[failed.trace]
+		for i, s := range whole {
+			if errs := checkGRPCChain(got[s.trace], s.parent, s.method, 0, "mid", "leaf"); len(errs) > 0 {
+				t.Errorf("call %d (trace %s): %s\n%s", i, s.trace, strings.Join(errs, "; "), describe(got[s.trace]))
+			}
+		}
+		if sp := got[failed.trace]; len(sp) != 1 || sp[0].Service != "mid" || sp[0].Kind != ptrace.SpanKindServer ||
+			sp[0].Parent != failed.parent || sp[0].Attrs["rpc.grpc.status_code"] != int64(codes.Unavailable) {
+			t.Errorf("the failed call's trace: %s %v", describe(sp), sp)
+		}
+		if !mid.alive() {
+			t.Error("the middle service exited")
+		}
+	})
+}

@@ -12,6 +12,7 @@
 //	fail        the leaf answers INTERNAL (a trailers-only response)
 //	sleep=MS    the leaf sleeps MS milliseconds first
 //	meta=N      a middle service adds N bytes of metadata to its call
+//	goaway      the leaf answers, then stops gracefully (GOAWAY) and exits
 //
 // A method whose name ends in "Stream" is server-streaming: the leaf sends
 // three messages, a middle service relays what its downstream sends. It
@@ -70,7 +71,8 @@ func main() {
 	if n, err := strconv.Atoi(os.Getenv("TABLE")); err == nil {
 		opts = append(opts, grpc.HeaderTableSize(uint32(n)))
 	}
-	srv := grpc.NewServer(append(opts, grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
+	var srv *grpc.Server
+	srv = grpc.NewServer(append(opts, grpc.UnknownServiceHandler(func(_ any, ss grpc.ServerStream) error {
 		method, _ := grpc.MethodFromServerStream(ss)
 		var msg []byte
 		if err := ss.RecvMsg(&msg); err != nil {
@@ -78,6 +80,9 @@ func main() {
 		}
 		streaming := strings.HasSuffix(method, "Stream")
 		if down == nil {
+			if string(msg) == "goaway" {
+				defer func() { go srv.GracefulStop() }()
+			}
 			return leaf(ss, method, string(msg), streaming)
 		}
 		ctx, cancel := context.WithTimeout(ss.Context(), 20*time.Second)
