@@ -111,6 +111,8 @@ FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./internal/run/httpstream:FuzzRewriterSplits \
 	./internal/run/datapath/headparse:FuzzHeadParser \
+	./internal/run/h2stream:FuzzPassThrough \
+	./internal/run/h2stream:FuzzRewriter \
 	./internal/receiver:FuzzOTLPProto \
 	./internal/receiver:FuzzOTLPJSON \
 	./internal/receiver:FuzzZipkin \

@@ -91,10 +91,32 @@ func emulate(read func(addr uintptr, b []byte) (int, error), insn []byte, addr u
 		}
 		regs.Eflags = fl
 		regs.Rip = addr + 4
+	case len(insn) >= 3 && insn[0] == 0x48 && insn[1] == 0x85 && insn[2]>>6 == 3 && insn[2]>>3&7 == insn[2]&7:
+		// TESTQ r, r (RAX..RDI): how Go checks a returned error.
+		v := gpr(regs, insn[2]&7)
+		const cf, pf, zf, sf, of = 1 << 0, 1 << 2, 1 << 6, 1 << 7, 1 << 11
+		fl := regs.Eflags &^ (cf | pf | zf | sf | of | 1<<4)
+		if v == 0 {
+			fl |= zf
+		}
+		if int64(v) < 0 {
+			fl |= sf
+		}
+		if bitsEven(byte(v)) {
+			fl |= pf
+		}
+		regs.Eflags = fl
+		regs.Rip = addr + 3
 	default:
 		return false
 	}
 	return true
+}
+
+// gpr is the general-purpose register numbered n (0–7: RAX, RCX, RDX, RBX,
+// RSP, RBP, RSI, RDI) in an instruction's ModRM byte.
+func gpr(regs *unix.PtraceRegs, n byte) uint64 {
+	return [8]uint64{regs.Rax, regs.Rcx, regs.Rdx, regs.Rbx, regs.Rsp, regs.Rbp, regs.Rsi, regs.Rdi}[n&7]
 }
 
 func bitsEven(b byte) bool {
@@ -107,7 +129,8 @@ func bitsEven(b byte) bool {
 
 func emulable(insn []byte) bool {
 	return len(insn) >= 4 && (insn[0] == 0x4c && insn[1] == 0x8d && (insn[2] == 0xa4 || insn[2] == 0x64) && insn[3] == 0x24 ||
-		insn[0] == 0x49 && insn[1] == 0x3b && insn[2] == 0x66 && insn[3] == 0x10)
+		insn[0] == 0x49 && insn[1] == 0x3b && insn[2] == 0x66 && insn[3] == 0x10) ||
+		len(insn) >= 3 && insn[0] == 0x48 && insn[1] == 0x85 && insn[2]>>6 == 3 && insn[2]>>3&7 == insn[2]&7
 }
 
 // placeGoBreakpoints puts the net/http breakpoints into a Go process that
@@ -125,13 +148,33 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			return err
 		}
 	}
-	addrs := datapath.GoFunctions(f, slices.Collect(maps.Keys(goBreakpoints)))
-	if len(addrs) == 0 {
-		return nil // no net/http client in this program
+	addrs := datapath.GoFunctions(f, append(slices.Collect(maps.Keys(goBreakpoints)), grpcFunctions...))
+	var errs []error
+	// Link-time address → what a breakpoint there is.
+	kinds := map[uint64]bpKind{}
+	names := map[uint64]string{}
+	for name, k := range goBreakpoints {
+		if a, ok := addrs[name]; ok {
+			kinds[a], names[a] = k, name
+		}
+	}
+	if grpcFound(addrs) {
+		plan, l, err := grpcPlan(f, addrs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("grpc-go hand-off: %w", err))
+		} else {
+			p.grpc = l
+			for a, k := range plan {
+				kinds[a], names[a] = k, "grpc-go"
+			}
+		}
+	}
+	if len(kinds) == 0 {
+		return errors.Join(errs...) // no net/http client or grpc-go in this program
 	}
 	p.bps = map[uint64]*breakpoint{}
-	var errs []error
-	for name, a := range addrs {
+	for a, kind := range kinds {
+		name := names[a]
 		addr := base + a
 		insn := make([]byte, 8)
 		if _, err := t.ReadMem(uintptr(addr), insn); err != nil {
@@ -146,9 +189,20 @@ func (tr *Tracer) placeGoBreakpoints(t *supervisor.Task, p *proc) error {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
 		}
-		p.bps[addr] = &breakpoint{kind: goBreakpoints[name], insn: insn}
+		p.bps[addr] = &breakpoint{kind: kind, insn: insn}
 	}
 	return errors.Join(errs...)
+}
+
+// grpcFound reports whether every function the gRPC breakpoints need is in
+// addrs.
+func grpcFound(addrs map[string]uint64) bool {
+	for _, name := range grpcFunctions {
+		if _, ok := addrs[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // loadBase is the address the executable's first mapping starts at.
@@ -214,6 +268,10 @@ func (tr *Tracer) breakpoint(t *supervisor.Task, regs *unix.PtraceRegs) bool {
 			if !r.done {
 				p.delegate[regs.R14] = r
 			}
+		}
+	case bpGRPCHandleStream, bpGRPCHeaderFields, bpGRPCWriteHeader:
+		if p.grpc != nil {
+			tr.grpcBreakpoint(t, p, bp.kind, regs)
 		}
 	}
 	if !emulate(t.ReadMem, bp.insn, addr, regs) {

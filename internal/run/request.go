@@ -3,6 +3,7 @@ package run
 import (
 	"bytes"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +34,15 @@ type request struct {
 	inCall  int // client calls in flight
 	threads []threadDelay
 	goProc  bool // the process is a Go program (goroutines, not threads, carry requests)
+	// HTTP/2: the stream, and for gRPC the status from the trailers (-1:
+	// none); reset: either side reset the stream; served: a grpc-go
+	// handler goroutine took it (grpcgo_linux.go).
+	served     bool
+	h2         bool
+	stream     uint32
+	grpc       bool
+	grpcStatus int
+	reset      bool
 
 	maxNet, maxRemote, local time.Duration
 }
@@ -62,6 +72,12 @@ type call struct {
 	status  int
 	timing  httpstream.Timing
 	timed   bool
+	// HTTP/2, as for request.
+	h2         bool
+	stream     uint32
+	grpc       bool
+	grpcStatus int
+	reset      bool
 }
 
 // context returns the context children of r propagate: r's trace with r's
@@ -197,6 +213,9 @@ func (rs *resource) serverSpan(r *request) *model.Span {
 	if r.goProc {
 		s.Attributes = append(s.Attributes, model.String("process.runtime.name", "go"))
 	}
+	if r.h2 {
+		s.Attributes = h2Attrs(s, s.Attributes, r.stream, r.target, r.grpc, r.grpcStatus, r.reset, true)
+	}
 	return s
 }
 
@@ -221,6 +240,46 @@ func threadIntervals(r *request) string {
 	}
 	acts[last].End = max(acts[last].End, r.end.UnixNano())
 	return model.FormatThreadIntervals(r.start.UnixNano(), acts)
+}
+
+// h2Attrs adds what an HTTP/2 stream's span says besides HTTP's attributes
+// (the OpenTelemetry RPC conventions for gRPC), and sets a gRPC span's name
+// ("package.Service/Method") and status: a CLIENT span is an error for any
+// status but OK, a SERVER span for the codes that say the server failed.
+func h2Attrs(s *model.Span, kv []model.KeyValue, stream uint32, path string, grpc bool, status int, reset, server bool) []model.KeyValue {
+	kv = append(kv,
+		model.String("network.protocol.name", "http"),
+		model.String("network.protocol.version", "2"),
+		model.Int("rootline.http2.stream_id", int64(stream)))
+	if reset {
+		s.StatusCode, s.StatusMessage = model.StatusError, "stream reset"
+	}
+	if !grpc {
+		return kv
+	}
+	kv = append(kv, model.String("rpc.system", "grpc"))
+	if svc, method, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/"); ok {
+		kv = append(kv, model.String("rpc.service", svc), model.String("rpc.method", method))
+		s.Name = svc + "/" + method
+	}
+	if status < 0 {
+		if !reset {
+			s.StatusCode, s.StatusMessage = model.StatusError, "no grpc-status before the stream ended"
+		}
+		return kv
+	}
+	kv = append(kv, model.Int("rpc.grpc.status_code", int64(status)))
+	s.StatusCode, s.StatusMessage = model.StatusUnset, ""
+	switch status {
+	case 0:
+	case 2, 4, 12, 13, 14, 15: // UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS
+		s.StatusCode = model.StatusError
+	default:
+		if !server {
+			s.StatusCode = model.StatusError
+		}
+	}
+	return kv
 }
 
 // clientSpan builds the CLIENT span of a finished call.
@@ -255,6 +314,10 @@ func (rs *resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
 			model.Float(model.AttrWaitRemoteMs, ms(remote)),
 			model.Float("rootline.downstream.server_time_ms", ms(c.timing.ServerTime)))
 	}
+	if c.h2 {
+		s.Attributes = append(s.Attributes, model.String("url.path", path(c.target)))
+		s.Attributes = h2Attrs(s, s.Attributes, c.stream, c.target, c.grpc, c.grpcStatus, c.reset, false)
+	}
 	return s
 }
 
@@ -273,4 +336,6 @@ type Stats struct {
 	TapGaps       atomic.Int64 // connections passed through because the ReadSource lost reads
 	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
 	Skipped       atomic.Int64 // heads the in-kernel datapath had to leave without their lines
+	H2Conns       atomic.Int64 // connections followed as HTTP/2
+	Guessed       atomic.Int64 // HTTP/2 calls whose request was one of several open ones (see h2Parent)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/procfs"
+	"github.com/rootline/rootline/internal/run/h2stream"
 	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
 	"github.com/rootline/rootline/internal/run/supervisor"
@@ -105,6 +106,14 @@ type proc struct {
 	bps      map[uint64]*breakpoint
 	handoff  map[uint64]*request
 	delegate map[uint64]*request
+	// HTTP/2 requests being served, oldest first (h2_linux.go).
+	h2open []*request
+	// grpc-go hand-off (grpcgo_linux.go): its types' layout (nil: no
+	// breakpoints), requests by the field list of a call's HEADERS queued
+	// for the loopy writer, and by the stream the loopy goroutine writes.
+	grpc       *grpcLayout
+	grpcHF     map[uint64]*request
+	grpcStream map[gStream]*request
 }
 
 type conn struct {
@@ -119,6 +128,10 @@ type conn struct {
 	calls   []*call    // outbound: written, response not finished
 	infoRsp bool       // outbound: the response being read is 1xx
 	ends    int        // message ends of a write restarted after the scratch mmap
+	h2      *h2conn    // HTTP/2: followed by h2_linux.go instead
+	// rdSeen, wrSeen: bytes were read, written (the HTTP/2 preface comes
+	// first or not at all).
+	rdSeen, wrSeen bool
 }
 
 type writeMode uint8
@@ -179,7 +192,8 @@ func (tr *Tracer) proc(pid int) *proc {
 	if p == nil {
 		p = &proc{pid: pid, conns: map[int]*conn{}, scratch: map[int]uint64{},
 			gctx: map[uint64]*request{}, lastCtx: map[int]*request{},
-			handoff: map[uint64]*request{}, delegate: map[uint64]*request{}}
+			handoff: map[uint64]*request{}, delegate: map[uint64]*request{},
+			grpcHF: map[uint64]*request{}, grpcStream: map[gStream]*request{}}
 		tr.procs[pid] = p
 	}
 	if !p.goKnown {
@@ -337,7 +351,7 @@ func (tr *Tracer) exec(t *supervisor.Task) {
 	delete(tr.procs, t.Tgid) // a new program: new memory, new binary kind
 	if p := tr.proc(t.Tgid); p.isGo {
 		if err := tr.placeGoBreakpoints(t, p); err != nil {
-			tr.log.Info("Go net/http client hand-off not traced exactly; falling back to the heuristic", "pid", t.Tgid, "err", err)
+			tr.log.Info("Go client hand-off (net/http, grpc-go) not traced exactly; falling back to the heuristic", "pid", t.Tgid, "err", err)
 		}
 	}
 }
@@ -345,6 +359,9 @@ func (tr *Tracer) exec(t *supervisor.Task) {
 // closeConn finishes what a closing connection left open.
 func (tr *Tracer) closeConn(p *proc, c *conn) {
 	now := tr.cfg.Now()
+	if c.h2 != nil {
+		tr.h2Close(p, c, now)
+	}
 	for _, r := range c.reqs {
 		tr.finishRequest(p, r, now)
 	}
@@ -405,6 +422,8 @@ func (tr *Tracer) unbind(p *proc, r *request) {
 	dropRequest(p.lastCtx, r)
 	dropRequest(p.handoff, r)
 	dropRequest(p.delegate, r)
+	dropRequest(p.grpcHF, r)
+	dropRequest(p.grpcStream, r)
 	for i, b := range p.open {
 		if b == r {
 			p.open = append(p.open[:i], p.open[i+1:]...)
@@ -501,6 +520,14 @@ type readAt struct {
 
 // feed parses what thread t read from c.
 func (tr *Tracer) feed(t *supervisor.Task, p *proc, c *conn, data []byte, at readAt) {
+	if !c.rdSeen && (c.inbound && isH2Start(data) || !c.inbound && !c.wrSeen && c.h2 == nil && isH2ServerStart(data)) {
+		tr.startH2(c)
+	}
+	c.rdSeen = true
+	if c.h2 != nil {
+		tr.h2Read(t, p, c, data, at)
+		return
+	}
 	now := at.now
 	for _, ev := range c.in.Feed(data) {
 		switch ev.Kind {
@@ -532,22 +559,25 @@ func peek(sc *supervisor.Syscall) bool {
 	return false
 }
 
-func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m *httpstream.Message) {
-	ctx, ok := httpstream.ExtractContext(m.Headers)
+// newRequest returns the request of an inbound head: the caller's context,
+// or a new trace.
+func (tr *Tracer) newRequest(p *proc, c *conn, hs httpstream.Headers) *request {
+	ctx, ok := httpstream.ExtractContext(hs)
 	if !ok {
 		rid := ctx.RequestID
 		ctx = httpstream.NewRootContext(nil)
 		ctx.SpanID = httpstream.SpanID{} // a root SERVER span has no parent
-		ctx.Sampled = !httpstream.SamplingDenied(m.Headers)
+		ctx.Sampled = !httpstream.SamplingDenied(hs)
 		if rid != "" {
 			ctx.RequestID = rid
 		}
 	}
-	r := &request{
-		ctx: ctx, span: httpstream.NewSpanID(nil), start: at.now,
-		method: m.Method, target: string(m.Target), host: string(m.Headers.Get("host")),
-		peer: c.peer, pid: p.pid, goProc: p.isGo,
-	}
+	return &request{ctx: ctx, span: httpstream.NewSpanID(nil), peer: c.peer, pid: p.pid, goProc: p.isGo}
+}
+
+func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m *httpstream.Message) {
+	r := tr.newRequest(p, c, m.Headers)
+	r.start, r.method, r.target, r.host = at.now, m.Method, string(m.Target), string(m.Headers.Get("host"))
 	c.reqs = append(c.reqs, r)
 	c.out.ExpectResponse(m.Method)
 	if at.delay >= 0 {
@@ -636,17 +666,31 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 		}
 	}
 	now := tr.cfg.Now()
+	if !c.wrSeen && c.h2 == nil {
+		if first := firstBytes(bufs, len(h2stream.Preface)); !c.inbound && isH2Start(first) || c.inbound && !c.rdSeen && isH2ServerStart(first) {
+			tr.startH2(c)
+		}
+	}
+	c.wrSeen = true
 	var inject httpstream.InjectFunc
-	if c.inbound {
+	switch {
+	case c.h2 != nil:
+		inject = func(dst []byte, m *httpstream.Message) []byte {
+			return tr.h2Inject(t, p, c, sc, dst, m, now)
+		}
+	case c.inbound:
 		inject = func(dst []byte, m *httpstream.Message) []byte {
 			return tr.injectResponse(t, p, c, dst, m, now)
 		}
-	} else {
+	default:
 		inject = func(dst []byte, m *httpstream.Message) []byte {
 			return tr.injectRequest(t, p, c, sc, dst, m, now)
 		}
 	}
 	out := c.out.WriteV(bufs, inject)
+	if c.h2 != nil {
+		tr.h2Wrote(t, p, c, sc, now)
+	}
 	// A write restarted after the scratch mmap is not parsed again: its
 	// message ends were counted by the first pass.
 	out.Ends, c.ends = out.Ends+c.ends, 0
@@ -795,6 +839,18 @@ func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *superv
 	}
 	cl.traceID, cl.parentS = ctx.TraceID, ctx.SpanID
 	return httpstream.AppendInjectHeaders(dst, ctx, cl.span, m.Headers)
+}
+
+// firstBytes returns up to n bytes from the start of bufs.
+func firstBytes(bufs [][]byte, n int) []byte {
+	var b []byte
+	for _, v := range bufs {
+		if len(b) >= n {
+			break
+		}
+		b = append(b, v[:min(len(v), n-len(b))]...)
+	}
+	return b
 }
 
 // ---- tracee memory ----

@@ -148,3 +148,28 @@ func TestParseRunDelay(t *testing.T) {
 		t.Fatal("one field parsed")
 	}
 }
+
+func TestEmulateTestq(t *testing.T) {
+	const zf, sf, cf = 1 << 6, 1 << 7, 1
+	for _, tc := range []struct {
+		name      string
+		insn      []byte
+		rdi, rax  uint64
+		wantFlags uint64 // ZF|SF|CF
+	}{
+		{"testq rdi zero", []byte{0x48, 0x85, 0xff}, 0, 5, zf},
+		{"testq rdi set", []byte{0x48, 0x85, 0xff}, 0x1234, 0, 0},
+		{"testq rax negative", []byte{0x48, 0x85, 0xc0}, 0, 1 << 63, sf},
+	} {
+		regs := unix.PtraceRegs{Rdi: tc.rdi, Rax: tc.rax, Eflags: cf | zf | sf | 0x202}
+		if !emulable(tc.insn) || !emulate(nil, tc.insn, 0x500, &regs) {
+			t.Fatalf("%s: not emulated", tc.name)
+		}
+		if regs.Rip != 0x503 || regs.Eflags&(zf|sf|cf) != tc.wantFlags || regs.Eflags&0x200 == 0 {
+			t.Errorf("%s: rip %#x flags %#x, want 0x503 and %#x", tc.name, regs.Rip, regs.Eflags, tc.wantFlags)
+		}
+	}
+	if emulable([]byte{0x48, 0x85, 0xc7}) {
+		t.Error("testq rdi, rax (different registers) reported emulable")
+	}
+}

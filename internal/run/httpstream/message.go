@@ -90,6 +90,9 @@ type Message struct {
 	// Body is BodyLength.
 	Body          BodyKind
 	ContentLength int64
+	// Ext is another Framing's own description of the message
+	// (internal/run/h2stream: its header block); nil for HTTP/1.x.
+	Ext any
 }
 
 // Reason says why a stream went opaque.
@@ -141,6 +144,10 @@ const (
 	// EventOpaque: parsing stopped at Offset for Reason; the rest of the
 	// stream is opaque. Reported once.
 	EventOpaque
+	// EventRelease: the bytes since the last EventStart need no rewriting
+	// after all (another Framing's event; the HTTP/1.x Parser never reports
+	// it).
+	EventRelease
 )
 
 // String returns the kind's name, e.g. "headers".
@@ -156,6 +163,8 @@ func (k EventKind) String() string {
 		return "end"
 	case EventOpaque:
 		return "opaque"
+	case EventRelease:
+		return "release"
 	}
 	return "unknown"
 }

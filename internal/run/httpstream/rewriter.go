@@ -101,7 +101,7 @@ func (o Output) AppendTo(dst []byte, in ...[]byte) []byte {
 //
 // A Rewriter is not safe for concurrent use.
 type Rewriter struct {
-	p *Parser
+	p Framing
 
 	// An unfinished header block starts at stream position blockPos; held
 	// keeps its bytes that came in earlier calls. Input before queued is
@@ -131,7 +131,8 @@ type Rewriter struct {
 
 	ends    int
 	out     []Segment
-	bufEnds []int64 // end of each input buffer of the last Write, relative to acked
+	bufEnds []int64  // end of each input buffer of the last Write, relative to acked
+	iov     [][]byte // the input buffers during WriteV
 	one     [1][]byte
 }
 
@@ -152,6 +153,34 @@ type pending struct {
 // Requests for a client's connection, Responses for a server's.
 func NewRewriter(kind Kind) *Rewriter {
 	return &Rewriter{p: NewParser(kind)}
+}
+
+// Framing is what a Rewriter needs of the parser of the stream it rewrites:
+// the HTTP/1.x Parser, or another protocol's (internal/run/h2stream). Feed
+// MUST report an EventStart where bytes start that may need rewriting (the
+// Rewriter holds them from there), then EventHeaders where they end (the
+// InjectFunc is called for it), EventRelease where they turn out to need
+// nothing (the held bytes go out unchanged), or EventOpaque; and EventEnd
+// where a message ends. The Rewriter feeds it every byte once, in order.
+type Framing interface {
+	Feed(data []byte) []Event
+	SetOpaque(reason Reason)
+	Opaque() (Reason, bool)
+	ExpectResponse(method string)
+}
+
+// Rebuilder is a Framing whose rewritten blocks are not the held bytes with
+// lines inserted before a line break but bytes it builds: Rebuild returns
+// what replaces the whole block (from its EventStart to its EventHeaders)
+// given the block's bytes and the lines the InjectFunc returned, or nil to
+// leave the block as it is. block is only valid during the call.
+type Rebuilder interface {
+	Rebuild(m *Message, block, lines []byte) []byte
+}
+
+// NewRewriterFor returns a Rewriter of a stream that f parses.
+func NewRewriterFor(f Framing) *Rewriter {
+	return &Rewriter{p: f}
 }
 
 // ExpectResponse queues the method of a request the peer sent, for a
@@ -182,6 +211,7 @@ func (r *Rewriter) WriteV(iov [][]byte, inject InjectFunc) Output {
 		r.Sent(0)
 	}
 	r.bufEnds = r.bufEnds[:0]
+	r.iov = iov
 	pos := r.acked
 	for _, b := range iov {
 		end := pos + int64(len(b))
@@ -208,6 +238,7 @@ func (r *Rewriter) WriteV(iov [][]byte, inject InjectFunc) Output {
 		r.queued = r.processed
 		r.q = append(r.q, pending{a: r.processed, b: r.processed})
 	}
+	r.iov = nil
 	r.outstanding = true
 	out := r.output(pos)
 	out.Ends, r.ends = r.ends, 0
@@ -285,6 +316,10 @@ func (r *Rewriter) process(q []byte, base int64, inject InjectFunc) {
 			held := r.held
 			r.held, r.inHeader = nil, false
 			brk := base + int64(ev.Offset) // where the final line break starts
+			if rb, ok := r.p.(Rebuilder); ok {
+				r.replace(rb, ev.Msg, brk, held, ins)
+				continue
+			}
 			switch k := brk - r.blockPos; {
 			case len(ins) == 0:
 				r.addOwned(held)
@@ -302,7 +337,7 @@ func (r *Rewriter) process(q []byte, base int64, inject InjectFunc) {
 			}
 		case EventEnd:
 			r.ends++
-		case EventOpaque:
+		case EventOpaque, EventRelease:
 			if r.inHeader {
 				r.addOwned(r.held)
 				r.held, r.inHeader = nil, false
@@ -314,6 +349,41 @@ func (r *Rewriter) process(q []byte, base int64, inject InjectFunc) {
 		r.addRef(r.queued, end)
 		r.queued = end
 	}
+}
+
+// replace queues what a Rebuilder makes of the block [blockPos, brk): held
+// (its bytes from earlier calls) and q's bytes up to brk. The marker after
+// the rebuilt bytes acknowledges the application's bytes of the block only
+// once all of them are sent, as for a held block.
+func (r *Rewriter) replace(rb Rebuilder, m *Message, brk int64, held, ins []byte) {
+	var rep []byte
+	if len(ins) > 0 && brk >= r.queued {
+		block := r.appendInput(held[:len(held):len(held)], r.queued, brk)
+		if int64(len(block)) == int64(len(held))+brk-r.queued {
+			rep = rb.Rebuild(m, block, ins)
+		}
+	}
+	if len(rep) == 0 {
+		r.addOwned(held)
+		return
+	}
+	r.addOwned(rep)
+	r.q = append(r.q, pending{a: brk, b: brk})
+	r.queued = brk
+}
+
+// appendInput appends the input bytes at stream positions [a, b) of the
+// current WriteV's buffers to dst.
+func (r *Rewriter) appendInput(dst []byte, a, b int64) []byte {
+	pos := r.acked
+	for _, buf := range r.iov {
+		end := pos + int64(len(buf))
+		if lo, hi := max(a, pos), min(b, end); lo < hi {
+			dst = append(dst, buf[lo-pos:hi-pos]...)
+		}
+		pos = end
+	}
+	return dst
 }
 
 // inject calls fn for m and returns the lines to insert, keeping those
