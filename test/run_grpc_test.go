@@ -16,12 +16,12 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"google.golang.org/grpc"
-
-	"github.com/rootline/rootline/internal/bpftest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // End-to-end tests of `rootline run` with gRPC over h2c: unmodified gRPC
