@@ -129,6 +129,18 @@ func TestGoldenTSLearn(t *testing.T) {
 				}
 			}
 			if tc.Silhouette != nil {
+				// First the golden file against itself: scikit-learn's score
+				// of its own pairwise distances and labels. A file written
+				// by another version of the script fails here, not below as
+				// if the Go code were wrong.
+				self, err := Silhouette(tc.Pairwise, tc.Labels)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if math.Abs(self-*tc.Silhouette) > tol {
+					t.Fatalf("golden file inconsistent: silhouette %.12g of its own pairwise distances and labels, %.12g recorded; regenerate it with scripts/critmetrics-golden.sh",
+						self, *tc.Silhouette)
+				}
 				s, err := Silhouette(d, r.Labels)
 				if err != nil {
 					t.Fatal(err)
