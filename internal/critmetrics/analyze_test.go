@@ -70,10 +70,13 @@ func (s *synth) counter(mt kmetrics.Metric, n int, rate func(i int) float64) {
 	s.out = append(s.out, ser)
 }
 
-// viperProbeLike is a service under a load ramp with a burst: the scheduler
-// metrics follow the load, the TCP metrics the request rate, TLB flushes and
-// disk their own rhythms; page faults never happen. Event rates make runq
-// expensive and tcp_send_bytes cheap.
+// viperProbeLike is a service whose CPU load ramps up and down with a burst
+// (a CPU-bound job of its own) while its clients send requests in on/off
+// phases: the scheduler metrics follow the load, the TCP metrics the request
+// rate, TLB flushes and disk their own rhythms; page faults never happen.
+// The two drivers must differ in shape, not only in time: SBD aligns shifted
+// copies, so a request rate that merely lagged the load would rightly share
+// its cluster. Event rates make runq expensive and tcp_send_bytes cheap.
 func viperProbeLike(service, container string, n int, seed uint64) []store.MetricSeries {
 	s := &synth{service: service, container: container, t0: time.Unix(1_800_000_000, 0), step: 5 * time.Second, rng: rand.New(rand.NewPCG(seed, 1))}
 	load := func(i int) float64 {
@@ -84,11 +87,17 @@ func viperProbeLike(service, container string, n int, seed uint64) []store.Metri
 		}
 		return math.Min(l, 1.6)
 	}
+	rate := func(i int) float64 {
+		if (i/(n/4))%2 == 0 {
+			return 1
+		}
+		return 0.3
+	}
 	noise := func(a float64) float64 { return 1 + a*s.rng.NormFloat64() }
 	s.hist(kmetrics.RunqLatency, n, func(i int) float64 { return 3000 * (0.2 + load(i)) }, func(i int) float64 { return 1e-5 * math.Exp(2*load(i)) * noise(0.03) })
 	s.hist(kmetrics.OnCPU, n, func(i int) float64 { return 2500 * (0.2 + load(i)) * noise(0.02) }, func(i int) float64 { return 2e-4 * (0.5 + load(i)) * noise(0.03) })
-	s.hist(kmetrics.TCPSendBytes, n, func(i int) float64 { return 400 * (0.2 + load(i-1)) * noise(0.02) }, func(i int) float64 { return 900 })
-	s.hist(kmetrics.TCPRecvBytes, n, func(i int) float64 { return 380 * (0.2 + load(i-1)) * noise(0.02) }, func(i int) float64 { return 700 })
+	s.hist(kmetrics.TCPSendBytes, n, func(i int) float64 { return 400 * rate(i) * noise(0.02) }, func(i int) float64 { return 900 })
+	s.hist(kmetrics.TCPRecvBytes, n, func(i int) float64 { return 380 * rate(i) * noise(0.02) }, func(i int) float64 { return 700 })
 	s.counter(kmetrics.TLBFlushes, n, func(i int) float64 {
 		if i%9 == 0 {
 			return 200 * noise(0.05)
