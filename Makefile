@@ -9,13 +9,15 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build demo-services test test-fuzz test-cross test-unit test-e2e test-ui-e2e test-k8s image demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build demo-services test test-fast test-fuzz test-cross test-unit test-e2e test-ui-e2e test-k8s image demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
 help:
 	@echo "make demo    install what is needed, build, run the demo scenario and print what Rootline found"
 	@echo "make test    install what is needed and run every test (unit, race, end-to-end)"
+	@echo "make test-fast  the Go unit tests with -short, for the edit-compile-test loop: no root, BPF,"
+	@echo "             Envoy, JVM, race detector, UI or end-to-end tests (a couple of minutes)"
 	@echo "make build   build $(BIN)"
 	@echo "make image   build the OCI image without Docker (build/image/oci, build/image/rootline.tar; IMAGE_PUSH=ref pushes)"
 	@echo "make bench   run the benchmarks (results go to bench/RESULTS.md by hand)"
@@ -61,6 +63,14 @@ test-unit: web/.stamp
 	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./internal/... ./cmd/... ./web/... | grep -v -e /internal/profiler/kernel -e /internal/kmetrics)
 	$(GO) test -race -count=1 -timeout 15m -p 1 $(ACCURACY_PKGS)
 	cd web && npm test
+
+# The edit-compile-test loop: every Go unit test with -short, which leaves out
+# the tests that need root, BPF, Envoy or a JVM (they say so through
+# internal/bpftest, even where those are present) and the long ones that check
+# testing.Short(); no race detector, UI or end-to-end tests, and never a
+# failure for a missing capability. `make test` stays the full suite.
+test-fast: web/.stamp
+	ROOTLINE_REQUIRE_BPF= $(GO) test -short -count=1 -timeout 10m ./internal/... ./cmd/...
 
 test-e2e: build
 	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m $$($(GO) list ./test/... | grep -v /test/k8s)

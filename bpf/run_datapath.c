@@ -1,6 +1,6 @@
 // The in-kernel datapath of `rootline run`: trace context propagation and
 // the Mirage wait headers for an unmodified service, with no stop of the
-// service on its request path (Rbinder, seed 002 §3.2, without ptrace).
+// service on its request path (Rbinder, "Transparent Tracing of Microservice-based Applications" §3.2, no ptrace).
 //
 // - sock_ops (attached to the run's cgroup v2) sees every TCP connection of
 //   the service established: accepted ones are inbound, connected ones

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // TestKernelMetricsReachTheServer runs an agent with --kmetrics against a
@@ -18,17 +18,17 @@ import (
 // with a service name, shows up as OTLP-pushed on-CPU and run-queue
 // histograms in GET /api/v1/metrics.
 func TestKernelMetricsReachTheServer(t *testing.T) {
-	cputest.RequireBPF(t)
+	bpftest.RequireBPF(t)
 	root := "/sys/fs/cgroup/unified"
 	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
 		root = "/sys/fs/cgroup"
 		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
-			cputest.Missing(t, "no cgroup v2 hierarchy")
+			bpftest.Missing(t, "no cgroup v2 hierarchy")
 		}
 	}
 	dir := filepath.Join(root, fmt.Sprintf("rootline-e2e-km-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "create cgroup: "+err.Error())
+		bpftest.Missing(t, "create cgroup: "+err.Error())
 	}
 	t.Cleanup(func() {
 		for range 100 {

@@ -48,7 +48,8 @@ func TestRunWaitFields(t *testing.T) {
 			[]string{"--service", "mid-cpu", "--server", otlp}, "python3", svc)
 		// One client at a time: with more, requests queue in the starved
 		// leaf's accept backlog, which the Mirage formula counts as network
-		// time (the "artificial network bottleneck" of seed 003 §5.3).
+		// time (the "artificial network bottleneck" of the Mirage dissertation,
+		// "Request Reconstruction in MirageOS Unikernels", §5.3).
 		load(t, midPort, "/base", 1, 20)
 		mustWrite(t, cg+"/cpu.cfs_quota_us", "5000") // 5% of one CPU
 		load(t, midPort, "/slow", 1, 25)

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -32,13 +32,13 @@ type inTestAgent struct {
 	server string
 	srv    *httptest.Server
 	mu     sync.Mutex
-	dumps  []capture.DumpRequest
+	dumps  []agentapi.DumpRequest
 }
 
 func newInTestAgent(t *testing.T, server string, pid int64, service string) *inTestAgent {
 	a := &inTestAgent{server: server}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req capture.DumpRequest
+		var req agentapi.DumpRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -61,8 +61,8 @@ func newInTestAgent(t *testing.T, server string, pid int64, service string) *inT
 		}()
 	}))
 	t.Cleanup(a.srv.Close)
-	reg, _ := json.Marshal(capture.Registration{Host: "node-a", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"},
-		Processes: []capture.Process{{PID: pid, Service: service}}})
+	reg, _ := json.Marshal(agentapi.Registration{Host: "node-a", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"},
+		Processes: []agentapi.Process{{PID: pid, Service: service}}})
 	resp, err := http.Post(server+"/api/v1/agents", "application/json", bytes.NewReader(reg))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestAnomalyTriggersCaptureAndLinksArtifact(t *testing.T) {
 		t.Fatal("no rootline.artifact.ids tag on the anomalous span within 10s")
 	}
 	ag.mu.Lock()
-	dumps := append([]capture.DumpRequest(nil), ag.dumps...)
+	dumps := append([]agentapi.DumpRequest(nil), ag.dumps...)
 	ag.mu.Unlock()
 	if len(dumps) != 1 {
 		t.Fatalf("dump requests = %d, want 1", len(dumps))

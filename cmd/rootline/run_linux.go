@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	runner "github.com/rootline/rootline/internal/run"
 	"github.com/rootline/rootline/internal/run/readtap"
 )
@@ -18,6 +19,7 @@ type runFlags struct {
 	instance  string
 	server    string
 	agent     string
+	agentCA   string
 	tokenFile string
 	token     string
 	logLevel  string
@@ -30,13 +32,15 @@ type runFlags struct {
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	f := runFlags{server: "http://127.0.0.1:4318", agent: "http://127.0.0.1:7070", logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "unix:" + agentapi.DefaultSocket, logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
 	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
 	fs.StringVar(&f.instance, "instance", "", "service.instance.id (default: host:pid)")
 	fs.StringVar(&f.server, "server", f.server, "OTLP/HTTP endpoint of the Rootline server (spans go to <server>/v1/traces); empty: no spans")
-	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it; empty: do not register")
+	fs.StringVar(&f.agent, "agent", f.agent, "local agent's API, told about the process so its profilers record it: unix:PATH (its unix socket, where it checks that the process is yours) "+
+		"or http(s)://host:port (needs the agent's token); empty: do not register")
+	fs.StringVar(&f.agentCA, "agent.tls.ca-file", "", "PEM bundle of the CAs to trust for an https -agent (default: the system's)")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
@@ -88,6 +92,11 @@ Flags:
 	if f.readsBuf < 4096 || f.readsBuf&(f.readsBuf-1) != 0 {
 		return f, fmt.Errorf("-reads.buffer-bytes %d: want a power of two ≥ 4096", f.readsBuf)
 	}
+	if f.agent != "" {
+		if _, err := agentapi.ParseAddress(f.agent); err != nil {
+			return f, fmt.Errorf("-agent: %w", err)
+		}
+	}
 	f.argv = fs.Args()
 	if len(f.argv) == 0 {
 		return f, errors.New("no command: usage is rootline run [flags] -- CMD [ARGS...]")
@@ -119,7 +128,7 @@ func runRun(args []string, stderr io.Writer) int {
 		return code
 	}
 	return runner.Run(runner.Options{
-		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, Token: f.token,
+		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
 		Mode: f.mode, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})

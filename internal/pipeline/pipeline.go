@@ -311,7 +311,8 @@ func (p *Pipeline) key(s *model.Span) string {
 // DetectorKey is the key of a (service, operation) pair under KeyByOperation.
 func DetectorKey(service, operation string) string { return service + "/" + operation }
 
-// Annotate marks a span anomalous with the attributes of DESIGN.md.
+// Annotate marks a span anomalous with the attributes internal/model names
+// (model.AttrAnomaly and the others of docs/api.md).
 func Annotate(s *model.Span, v anomaly.Verdict) {
 	s.SetAttr(model.Bool(model.AttrAnomaly, true))
 	s.SetAttr(model.Float(model.AttrBaselineMs, float64(v.Baseline)/1e6))

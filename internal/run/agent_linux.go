@@ -3,46 +3,53 @@
 package run
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
+	"context"
 	"log/slog"
-	"net/http"
-	"strings"
 	"time"
+
+	"github.com/rootline/rootline/internal/agentapi"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
-func registerWithAgent(o Options, pid int, log *slog.Logger) {
-	body, _ := json.Marshal(map[string]any{"pid": pid, "service": o.Service, "serviceInstanceId": o.Instance})
-	for attempt := 0; attempt < 3; attempt++ {
-		req, _ := http.NewRequest(http.MethodPost, strings.TrimRight(o.Agent, "/")+"/api/v1/processes", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if o.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+o.Token)
-		}
-		resp, err := (&http.Client{Timeout: 3 * time.Second}).Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				log.Debug("registered with the agent", "pid", pid)
-				return
-			}
-			err = fmt.Errorf("agent answered %s", resp.Status)
-		}
-		if attempt == 2 {
-			log.Info("not registered with a local agent (profilers will not record this process)", "agent", o.Agent, "err", err)
-			return
-		}
-		time.Sleep(time.Second)
+// agentClient is the client of the local agent (Options.Agent).
+func agentClient(o Options) (*agentapi.AgentClient, error) {
+	tlsCfg, err := tlsconf.Client{CAFile: o.AgentCAFile}.Config()
+	if err != nil {
+		return nil, err
 	}
+	return agentapi.NewAgentClient(o.Agent, agentapi.ClientOptions{Token: o.Token, TLS: tlsCfg, Timeout: 3 * time.Second})
 }
 
+// registerWithAgent tells the local agent about the process, so that its
+// profilers record it under the run's service name. A refusal (not the
+// caller's process, a wrong token) is final; other failures are retried
+// twice.
+func registerWithAgent(o Options, pid int, log *slog.Logger) {
+	c, err := agentClient(o)
+	for attempt := 0; err == nil && attempt < 3; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Second)
+		}
+		_, err = c.RegisterProcess(context.Background(), agentapi.Process{PID: int64(pid), Service: o.Service, InstanceID: o.Instance})
+		if err == nil {
+			log.Debug("registered with the agent", "pid", pid)
+			return
+		}
+		if st := agentapi.StatusOf(err); st/100 == 4 {
+			break
+		}
+	}
+	log.Info("not registered with a local agent (profilers will not record this process)", "agent", o.Agent, "err", err)
+}
+
+// unregisterFromAgent tells the agent the process is gone.
 func unregisterFromAgent(o Options, pid int) {
-	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/api/v1/processes/%d", strings.TrimRight(o.Agent, "/"), pid), nil)
-	if o.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+o.Token)
+	c, err := agentClient(o)
+	if err != nil {
+		return
 	}
-	if resp, err := (&http.Client{Timeout: time.Second}).Do(req); err == nil {
-		resp.Body.Close()
-	}
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = c.ForgetProcess(ctx, int64(pid))
 }

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/run/datapath"
-	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
@@ -51,7 +51,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stderr i
 	}
 
 	spans := NewKernelSpans(KernelSpansConfig{Service: o.Service, Instance: o.Instance, Sink: sink,
-		Logger: base, MonoOffset: readtap.MonoOffset()})
+		Logger: base, MonoOffset: kclock.Monotonic.Offset()})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {

@@ -68,7 +68,7 @@ type KernelSpansConfig struct {
 	Service, Instance, Host string
 	Sink                    Sink
 	Logger                  *slog.Logger
-	// MonoOffset is wall − CLOCK_MONOTONIC in ns (readtap.MonoOffset).
+	// MonoOffset is wall − CLOCK_MONOTONIC in ns (kclock.Monotonic.Offset).
 	MonoOffset int64
 }
 

@@ -29,9 +29,13 @@ type Options struct {
 	// Server is the OTLP/HTTP endpoint of the Rootline server (spans go to
 	// Server/v1/traces); "" sends no spans.
 	Server string
-	// Agent is the local agent's API, told about the process so that its
+	// Agent is the local agent's API (agentapi.ParseAddress: its unix
+	// socket, or an http(s) URL), told about the process so that its
 	// profilers record it; "" does not register.
 	Agent string
+	// AgentCAFile is a PEM bundle of the CAs to trust for an https Agent
+	// ("": the system's).
+	AgentCAFile string
 	// Token is the bearer token for the server and the agent ("" none).
 	Token string
 	// Mode is how the traffic is traced: "ebpf" (the in-kernel datapath),

@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/kclock"
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
 	"github.com/rootline/rootline/internal/run/supervisor"
@@ -156,7 +158,7 @@ func New(cfg Config) *Tracer {
 		writes:     map[int]*pendingWrite{},
 		schedstat:  map[int]int{},
 		tasks:      map[int]*supervisor.Task{},
-		monoOffset: readtap.MonoOffset(),
+		monoOffset: kclock.Monotonic.Offset(),
 	}
 }
 
@@ -432,7 +434,7 @@ func (tr *Tracer) touch(r *request, pid, tid int) {
 }
 
 // localWait sums the run-queue delay r's threads accumulated since they
-// first worked on it (seed 003: local_wait).
+// first worked on it (the Mirage wait model's local_wait).
 func (tr *Tracer) localWait(r *request) time.Duration {
 	var sum time.Duration
 	for _, t := range r.threads {
@@ -467,17 +469,10 @@ func (tr *Tracer) runDelay(pid, tid int) (time.Duration, bool) {
 	return parseRunDelay(buf[:n])
 }
 
-// parseRunDelay returns the second field of a schedstat line.
+// parseRunDelay returns the run delay (second field) of a schedstat line.
 func parseRunDelay(b []byte) (time.Duration, bool) {
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(f[1], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	return time.Duration(v), true
+	st, err := procfs.ParseSchedstat(b)
+	return st.Wait, err == nil
 }
 
 // ---- reads ----
@@ -1034,5 +1029,5 @@ func (tr *Tracer) tapRead(r *readtap.Read) {
 		}
 		return
 	}
-	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: readtap.MonoToTime(r.Mono, tr.monoOffset), delay: time.Duration(r.RunDelay)})
+	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: kclock.ToTime(r.Mono, tr.monoOffset), delay: time.Duration(r.RunDelay)})
 }

@@ -263,6 +263,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes, at most 3 within any 3/N of a minute; more wait, or are skipped once too late for their window (0: no bound)")
 	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
 	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
+	fs.StringVar(&c.Capture.AgentTLS.CAFile, "capture.agent-tls.ca-file", c.Capture.AgentTLS.CAFile, "PEM bundle of the CAs to trust for agents whose dump URL is https (default: the system's)")
+	fs.StringVar(&c.Capture.AgentTLS.CertFile, "capture.agent-tls.cert-file", c.Capture.AgentTLS.CertFile, "client certificate (PEM) for agents that require mutual TLS")
+	fs.StringVar(&c.Capture.AgentTLS.KeyFile, "capture.agent-tls.key-file", c.Capture.AgentTLS.KeyFile, "its private key (PEM)")
 	fs.Func("capture.kinds", "comma-separated evidence kinds to request (e.g. cpu,jfr,kernel); empty asks for all an agent offers", func(s string) error {
 		c.Capture.Kinds = nil
 		for _, k := range strings.Split(s, ",") {

@@ -322,7 +322,7 @@ func (m *Mutator) addInstaller(pod *corev1.Pod) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
 		},
-		SecurityContext:          restricted(65532),
+		SecurityContext: restricted(65532),
 	}
 	pod.Spec.InitContainers = append([]corev1.Container{init}, pod.Spec.InitContainers...)
 }

@@ -18,6 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // fakeResolver stands in for a registry in these unit tests (the
@@ -269,6 +271,7 @@ func TestEnvoy(t *testing.T) {
 // bootstrap when an Envoy binary is at hand (scripts/deps.sh installs one
 // for the demo).
 func TestEnvoyBootstrapValidates(t *testing.T) {
+	bpftest.SkipShort(t, "Envoy")
 	envoy, err := exec.LookPath("envoy")
 	if err != nil {
 		home, _ := os.UserHomeDir()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -16,7 +17,7 @@ import (
 // the processes listed in cgroup.procs and of the processes they forked in
 // the window, with their real pids; other processes are only wakers.
 func TestDumpCgroupSelectsMembers(t *testing.T) {
-	base := monotonicNow() - 2*time.Second.Nanoseconds()
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
 	at := func(us int64) int64 { return base + us*1000 }
 	// Process 100 (threads 101, 102) is in the cgroup; it forks process 300,
 	// which exits before the dump. Process 200 is not in the cgroup; it wakes 101.

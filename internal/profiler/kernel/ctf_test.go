@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -89,7 +90,7 @@ func countEvents(lines []string) map[string]int {
 }
 
 func TestDumpCTFReadByBabeltrace(t *testing.T) {
-	base := monotonicNow() - 2*time.Second.Nanoseconds()
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
 	at := func(us int64) int64 { return base + us*1000 }
 	events := []Event{
 		{Type: EvFork, TS: at(0), TID: 102, TGID: 100, TID2: 101, TGID2: 100},

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
@@ -141,7 +142,7 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		log:      logger.With("component", "profiler/kernel"),
 		src:      src,
 		ring:     newRing(cfg.MaxBytes),
-		offsetNs: clockOffset(),
+		offsetNs: kclock.Monotonic.Offset(),
 		host:     host,
 		targets:  map[int]uint64{},
 		cgroups:  map[uint64]bool{},
@@ -168,30 +169,6 @@ type sinkFunc func(ev *Event, comm, comm2 *Comm)
 
 func (f sinkFunc) Event(ev *Event, comm, comm2 *Comm) { f(ev, comm, comm2) }
 
-// clockOffset measures realtime − monotonic, the offset turning
-// bpf_ktime_get_ns into Unix time, bracketing the realtime read.
-func clockOffset() int64 {
-	var m1, rt, m2 unix.Timespec
-	best := int64(-1)
-	var off int64
-	for range 5 {
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
-		if d := m2.Nano() - m1.Nano(); best < 0 || d < best {
-			best = d
-			off = rt.Nano() - (m1.Nano()+m2.Nano())/2
-		}
-	}
-	return off
-}
-
-func monotonicNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
-
 // maintain expires old events and forgets targets that exited.
 func (r *Recorder) maintain() {
 	defer r.wg.Done()
@@ -203,7 +180,7 @@ func (r *Recorder) maintain() {
 			return
 		case <-t.C:
 		}
-		r.ring.expire(monotonicNow() - r.cfg.Retention.Nanoseconds())
+		r.ring.expire(kclock.Monotonic.Now() - r.cfg.Retention.Nanoseconds())
 		r.mu.Lock()
 		for pid, st := range r.targets {
 			if st != 0 && !procfs.Alive(pid, st) {
@@ -509,22 +486,14 @@ func (r *Recorder) Stats() map[string]float64 {
 	return m
 }
 
-// threadCPU returns the CPU time of one of this process's threads from
-// /proc/self/task/<tid>/schedstat.
+// threadCPU returns the CPU time of one of this process's threads from its
+// schedstat.
 func threadCPU(tid int32) (time.Duration, bool) {
 	if tid == 0 {
 		return 0, false
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns), err == nil
+	st, err := procfs.ThreadSchedstat(int(tid))
+	return st.Run, err == nil
 }
 
 // Close implements profiler.Profiler.

@@ -15,25 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 )
-
-// requireBPF skips (or fails under ROOTLINE_REQUIRE_BPF=1) when the recorder
-// cannot load here.
-func requireBPF(t *testing.T) {
-	t.Helper()
-	if err := Available(); err != nil {
-		cputest.Missing(t, err.Error())
-	}
-}
 
 // buildWorkload compiles testdata/workload.c.
 func buildWorkload(t *testing.T) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		cputest.Missing(t, "gcc not installed")
+		bpftest.Missing(t, "gcc not installed")
 	}
 	bin := filepath.Join(t.TempDir(), "workload")
 	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/workload.c").CombinedOutput(); err != nil {
@@ -104,26 +96,20 @@ func (w *workload) run(t *testing.T) {
 // schedstat returns the on-CPU ns of every thread of pid.
 func schedstat(t *testing.T, pid int) map[uint32]int64 {
 	t.Helper()
-	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	st, err := procfs.TaskSchedstats(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := map[uint32]int64{}
-	for _, d := range dirs {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
-		if err != nil {
-			continue
-		}
-		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		tid, _ := strconv.Atoi(d.Name())
-		m[uint32(tid)] = ns
+	for tid, s := range st {
+		m[uint32(tid)] = int64(s.Run)
 	}
 	return m
 }
 
 func newTestRecorder(t *testing.T, cfg ...Config) *Recorder {
 	t.Helper()
-	requireBPF(t)
+	bpftest.Require(t, Available()) // the recorder cannot load here
 	var c Config
 	if len(cfg) > 0 {
 		c = cfg[0]
@@ -160,7 +146,7 @@ func TestAccuracyOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := schedstat(t, w.pid())
-	excl0 := cputest.ExcludedTime(t)
+	excl0 := bpftest.ExcludedTime(t)
 	start := time.Now()
 	w.run(t)
 	end := time.Now()
@@ -169,7 +155,7 @@ func TestAccuracyOnCPU(t *testing.T) {
 	// spent while the thread was on a CPU (a VM's host steals up to several
 	// percent here); RUNNING intervals are wall-clock. Allow that time above
 	// schedstat (it is 0 on a quiet machine), plus 2 % either way.
-	excl := int64(cputest.ExcludedTime(t) - excl0)
+	excl := int64(bpftest.ExcludedTime(t) - excl0)
 	snap, _ := dumpSnapshot(t, r, w.pid(), start, end)
 
 	running := map[uint32]int64{}
@@ -315,11 +301,11 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 	r := newTestRecorder(t)
 	perf, err := exec.LookPath("perf")
 	if err != nil {
-		cputest.Missing(t, "perf not installed (linux-perf)")
+		bpftest.Missing(t, "perf not installed (linux-perf)")
 	}
 	taskset, err := exec.LookPath("taskset")
 	if err != nil {
-		cputest.Missing(t, "taskset not installed")
+		bpftest.Missing(t, "taskset not installed")
 	}
 	bin := buildWorkload(t)
 	cpuArg := "1"
@@ -447,7 +433,7 @@ func TestCgroupTarget(t *testing.T) {
 	}
 	dir := filepath.Join(root, fmt.Sprintf("rootline-ktest-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "cannot create a cgroup v2: "+err.Error())
+		bpftest.Missing(t, "cannot create a cgroup v2: "+err.Error())
 	}
 	t.Cleanup(func() { _ = os.Remove(dir) })
 	var st syscall.Stat_t

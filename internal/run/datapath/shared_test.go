@@ -15,7 +15,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // The tests' runs use ring sizes no other run uses, so that their shared
@@ -30,18 +30,16 @@ const (
 // openRun opens a datapath for a fresh cgroup, as `rootline run` does.
 func openRun(t *testing.T, name string, cfg Config) *Datapath {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		cputest.Missing(t, "the datapath needs root")
-	}
+	bpftest.RequireRoot(t, "the datapath")
 	dir, remove, err := NewCgroup(name)
 	if err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	t.Cleanup(func() { _ = remove() })
 	cfg.Cgroup = dir
 	d, err := Open(cfg)
 	if err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	return d
 }
@@ -151,7 +149,7 @@ func TestSweep(t *testing.T) {
 	}
 	removed, err := Sweep()
 	if errors.Is(err, ErrCannotSweep) {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -199,12 +197,10 @@ func TestSweep(t *testing.T) {
 // background children) is left at once, saying so; once they are gone it
 // can be removed.
 func TestCgroupLeftWithRunningProcess(t *testing.T) {
-	if os.Geteuid() != 0 {
-		cputest.Missing(t, "cgroups need root")
-	}
+	bpftest.RequireRoot(t, "cgroups")
 	dir, remove, err := NewCgroup("rootline-test-left")
 	if err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	sleep := exec.Command("sleep", "30")
 	if err := sleep.Start(); err != nil {

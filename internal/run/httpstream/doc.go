@@ -1,10 +1,10 @@
 // Package httpstream is the byte-stream logic of `rootline run`, the syscall
-// supervisor that traces an unmodified service (Rbinder, seed 002 §3.2): it
-// reads the HTTP/1.x messages on a socket's bytes as the service reads and
-// writes them, extracts the trace context of inbound requests and inserts
-// propagation headers into the requests and responses the service writes,
-// so that the wire carries exactly the service's bytes plus added header
-// lines.
+// supervisor that traces an unmodified service (Rbinder: "Transparent Tracing
+// of Microservice-based Applications", §3.2): it reads the HTTP/1.x messages
+// on a socket's bytes as the service reads and writes them, extracts the
+// trace context of inbound requests and inserts propagation headers into the
+// requests and responses the service writes, so that the wire carries exactly
+// the service's bytes plus added header lines.
 //
 // The package is pure: it sees byte slices, never file descriptors, so the
 // supervisor (ptrace/seccomp, Linux only) stays a thin layer above it.

@@ -17,10 +17,7 @@
 // misreading it.
 package readtap
 
-import (
-	"errors"
-	"time"
-)
+import "errors"
 
 // ErrUnavailable: the read tap cannot run here (not root, BPF or syscall
 // tracepoints unavailable). Open wraps it.
@@ -45,7 +42,3 @@ type Read struct {
 	// read was longer than the copy limit, or the buffer was unreadable).
 	Incomplete bool
 }
-
-// MonoToTime converts a CLOCK_MONOTONIC reading to wall time, given
-// offset = wall − monotonic (see MonoOffset).
-func MonoToTime(mono, offset int64) time.Time { return time.Unix(0, mono+offset) }

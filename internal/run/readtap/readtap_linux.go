@@ -231,10 +231,3 @@ func ensureTracefs() {
 	}
 	_ = unix.Mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, "")
 }
-
-// MonoOffset returns wall − CLOCK_MONOTONIC in nanoseconds, now.
-func MonoOffset() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Now().UnixNano() - ts.Nano()
-}

@@ -12,14 +12,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 func openTap(t *testing.T) *Tap {
 	t.Helper()
+	bpftest.SkipShort(t, "root and BPF")
 	tap, err := Open(1 << 20)
 	if errors.Is(err, ErrUnavailable) {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 var traceeBin string
@@ -69,13 +71,9 @@ func requireTrace(t *testing.T) {
 		}
 		traceErr = err
 	})
-	if traceErr == nil {
-		return
+	if traceErr != nil {
+		bpftest.Missing(t, fmt.Sprintf("ptrace+seccomp unavailable: %v", traceErr))
 	}
-	if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-		t.Fatalf("ptrace+seccomp required but unavailable: %v", traceErr)
-	}
-	t.Skipf("ptrace+seccomp unavailable: %v", traceErr)
 }
 
 // runCaptured runs argv traced with stdout captured.

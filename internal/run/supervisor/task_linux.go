@@ -7,7 +7,7 @@ import (
 )
 
 // ThreadState is a thread's position in the Rbinder request cycle
-// (seed 002 §3.2).
+// ("Transparent Tracing of Microservice-based Applications", §3.2).
 type ThreadState int
 
 const (
