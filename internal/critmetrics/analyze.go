@@ -75,6 +75,9 @@ type Options struct {
 	Alpha float64
 	// Rate is the sampling rate set for the critical metrics (default 1).
 	Rate uint32
+	// Progress, when set, is told what is being analysed (one line per
+	// group of containers), for the progress output of long runs.
+	Progress func(msg string)
 }
 
 func (o *Options) defaults() {
@@ -204,12 +207,22 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 	}
 	var ms []member
 	var all []cumulative
+	byMetric := map[kmetrics.Metric][]store.MetricSeries{}
+	for _, s := range series {
+		if mt, ok := byExportName[s.Name]; ok {
+			byMetric[mt] = append(byMetric[mt], s)
+		}
+	}
+	ladders := map[kmetrics.Metric][]float64{}
+	for mt, ss := range byMetric {
+		ladders[mt] = ladder(ss)
+	}
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]
 		if !ok {
 			continue
 		}
-		c := unwrap(s)
+		c := unwrap(s, ladders[mt])
 		if len(c.t) == 0 {
 			continue
 		}
@@ -295,6 +308,9 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 			}
 			ctrs := containers[name][sidecar]
 			sort.Strings(ctrs)
+			if opts.Progress != nil {
+				opts.Progress(fmt.Sprintf("clustering %d metrics of %s (%s, %d containers)", len(s.ivs[role]), name, map[bool]string{false: "app", true: "sidecar"}[sidecar], len(ctrs)))
+			}
 			g, err := analyzeGroup(s.ivs[role], ctrs, sidecar, step, opts)
 			if err != nil {
 				s.Error = err.Error()
@@ -375,7 +391,8 @@ func analyzeGroup(ivs groupData, containers []string, sidecar bool, step time.Du
 					continue
 				}
 				d := res.Dist[i][j]
-				cl.Members = append(cl.Members, Member{Metric: shaped[i].String(), SBD: d})
+				// Rounding leaves a copy of the centroid at −1e-16.
+				cl.Members = append(cl.Members, Member{Metric: shaped[i].String(), SBD: max(d, 0)})
 				// The cheapest member; on equal cost the one nearest the centroid.
 				if c := cost(shaped[i]); c < bestCost || (c == bestCost && d < bestDist) {
 					best, bestCost, bestDist = shaped[i].String(), c, d

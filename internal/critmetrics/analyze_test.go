@@ -51,8 +51,15 @@ func (s *synth) hist(mt kmetrics.Metric, n int, count, mean func(i int) float64)
 			}
 			buckets[b] += c
 		}
+		// As the agent does (kmetrics.Bounds), the point's bounds stop at
+		// its highest non-empty bucket, so they grow as larger values come.
+		top := len(buckets) - 1
+		for top > 0 && buckets[top] == 0 {
+			top--
+		}
+		top = min(top, len(bounds)-1)
 		ser.Points = append(ser.Points, store.MetricPoint{StartTime: s.t0.UnixNano(), Time: s.t0.Add(time.Duration(i) * s.step).UnixNano(),
-			Count: cnt, Sum: sum, Bounds: bounds, Buckets: slices.Clone(buckets)})
+			Count: cnt, Sum: sum, Bounds: slices.Clone(bounds[:top+1]), Buckets: append(slices.Clone(buckets[:top+1]), 0)})
 	}
 	s.out = append(s.out, ser)
 }

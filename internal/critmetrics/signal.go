@@ -39,28 +39,73 @@ type cumulative struct {
 	bounds  []float64
 }
 
-func unwrap(s store.MetricSeries) cumulative {
+// ladder is the longest bucket bounds among the histogram points of ss (one
+// metric's series). The agent sends a log2 histogram only up to its highest
+// non-empty bucket, so the bounds of a point are a prefix of one ladder that
+// grows as larger values arrive; unwrap pads every point to the longest.
+func ladder(ss []store.MetricSeries) []float64 {
+	var ref []float64
+	for _, s := range ss {
+		if s.Kind != store.MetricHistogram {
+			continue
+		}
+		for _, p := range s.Points {
+			if len(p.Bounds) > len(ref) {
+				ref = p.Bounds
+			}
+		}
+	}
+	return ref
+}
+
+// padBuckets maps a point's per-bucket counts onto the bounds ref, of which
+// its own bounds must be a prefix; ok is false when they are not, or when
+// its overflow bucket (values above its last bound) holds counts that ref
+// would split.
+func padBuckets(bounds []float64, buckets []uint64, ref []float64) (row []float64, ok bool) {
+	if len(buckets) != len(bounds)+1 || len(bounds) > len(ref) || !slices.Equal(bounds, ref[:len(bounds)]) {
+		return nil, false
+	}
+	over := buckets[len(bounds)]
+	if over != 0 && len(bounds) < len(ref) {
+		return nil, false
+	}
+	row = make([]float64, len(ref)+1)
+	for b, v := range buckets[:len(bounds)] {
+		row[b] = float64(v)
+	}
+	row[len(ref)] = float64(over)
+	return row, true
+}
+
+// unwrap makes s cumulative without resets; histogram buckets are put on
+// the bounds ref (ladder of the metric's series), and a point whose buckets
+// cannot be is left out (the neighbouring points are interpolated).
+func unwrap(s store.MetricSeries, ref []float64) cumulative {
 	pts := slices.Clone(s.Points)
 	sort.SliceStable(pts, func(i, j int) bool { return pts[i].Time < pts[j].Time })
 	var c cumulative
 	var offC, offS, prevC, prevS float64
 	var offB, prevB []float64
 	var prevStart int64
+	hist := s.Kind == store.MetricHistogram
+	if hist {
+		c.bounds = ref
+	}
 	for i, p := range pts {
-		if i > 0 && p.Time == c.t[len(c.t)-1] {
+		if len(c.t) > 0 && p.Time == c.t[len(c.t)-1] {
 			continue // a duplicate push
 		}
 		cnt, sum := p.Value, p.Value
-		if s.Kind == store.MetricHistogram {
+		var row []float64
+		if hist {
 			cnt, sum = float64(p.Count), p.Sum
-			if c.bounds == nil {
-				c.bounds = slices.Clone(p.Bounds)
-			}
-			if len(p.Buckets) != len(c.bounds)+1 {
-				continue // a point with other bounds cannot be merged; skip it
+			var ok bool
+			if row, ok = padBuckets(p.Bounds, p.Buckets, ref); !ok {
+				continue
 			}
 		}
-		reset := i > 0 && (cnt < prevC || (p.StartTime != 0 && prevStart != 0 && p.StartTime != prevStart))
+		reset := i > 0 && len(c.t) > 0 && (cnt < prevC || (p.StartTime != 0 && prevStart != 0 && p.StartTime != prevStart))
 		if reset {
 			offC += prevC
 			offS += prevS
@@ -71,15 +116,14 @@ func unwrap(s store.MetricSeries) cumulative {
 		c.t = append(c.t, p.Time)
 		c.count = append(c.count, cnt+offC)
 		c.sum = append(c.sum, sum+offS)
-		if s.Kind == store.MetricHistogram {
+		if hist {
 			if offB == nil {
-				offB = make([]float64, len(p.Buckets))
-				prevB = make([]float64, len(p.Buckets))
+				offB = make([]float64, len(row))
+				prevB = make([]float64, len(row))
 			}
-			row := make([]float64, len(p.Buckets))
-			for b, v := range p.Buckets {
-				prevB[b] = float64(v)
-				row[b] = float64(v) + offB[b]
+			copy(prevB, row)
+			for b := range row {
+				row[b] += offB[b]
 			}
 			c.buckets = append(c.buckets, row)
 		}
@@ -132,11 +176,13 @@ func newIntervals(mt kmetrics.Metric, n int) *intervals {
 // An interval the series does not cover adds nothing: no data is no events
 // (a container that started later, a replica stopped earlier).
 func (iv *intervals) add(c cumulative, grid []int64) {
-	if c.bounds != nil && iv.bounds == nil {
+	if c.buckets != nil && iv.buckets == nil {
 		iv.bounds = c.bounds
 		iv.buckets = make([][]float64, len(grid)-1)
 	}
-	sameBounds := c.bounds == nil || slices.Equal(c.bounds, iv.bounds)
+	// Every series of a metric is unwrapped onto one ladder of bounds, so
+	// this holds unless a sender used other bounds altogether.
+	sameBounds := slices.Equal(c.bounds, iv.bounds)
 	for i := range len(grid) - 1 {
 		c0, s0, b0, ok0 := c.at(grid[i])
 		c1, s1, b1, ok1 := c.at(grid[i+1])
@@ -146,7 +192,7 @@ func (iv *intervals) add(c cumulative, grid []int64) {
 		iv.seen[i] = true
 		iv.count[i] += c1 - c0
 		iv.sum[i] += s1 - s0
-		if b0 != nil && sameBounds {
+		if b0 != nil && b1 != nil && sameBounds && len(b0) == len(iv.bounds)+1 {
 			if iv.buckets[i] == nil {
 				iv.buckets[i] = make([]float64, len(b0))
 			}

@@ -155,7 +155,7 @@ func (s APISource) get(ctx context.Context, name, service string, from, to int64
 			msg = msg[:300]
 		}
 		if resp.StatusCode == http.StatusUnauthorized {
-			return nil, fmt.Errorf("critmetrics: the server wants a token (--token or --token-file): %s", msg)
+			return nil, fmt.Errorf("critmetrics: the server wants a token (--auth.token-file or ROOTLINE_AUTH_TOKEN): %s", msg)
 		}
 		return nil, fmt.Errorf("critmetrics: GET /api/v1/metrics: %s: %s", resp.Status, msg)
 	}

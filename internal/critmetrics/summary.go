@@ -66,5 +66,5 @@ func (r *Report) WriteSummary(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	fmt.Fprintf(w, "\nagent config: %d requests (PUT /api/v1/kmetrics/config); --apply sends them, --json prints them\n", len(r.AgentConfig))
+	fmt.Fprintf(w, "\nagent config: %d requests (PUT /api/v1/kmetrics/config); --json prints them\n", len(r.AgentConfig))
 }
