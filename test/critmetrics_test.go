@@ -24,15 +24,36 @@ import (
 // critReport is the part of `rootline analyze critical-metrics --json` the
 // test reads.
 type critReport struct {
-	Intervals   int                 `json:"intervals"`
-	Critical    map[string][]string `json:"critical"`
-	Services    []critService       `json:"services"`
+	Intervals int                 `json:"intervals"`
+	Critical  map[string][]string `json:"critical"`
+	Services  []critService       `json:"services"`
+	Apply     *struct {
+		Applied int `json:"applied"`
+		Agents  []struct {
+			Agent    string `json:"agent"`
+			Accepted int    `json:"accepted"`
+		} `json:"agents"`
+		Refused []struct {
+			Container string   `json:"container"`
+			Errors    []string `json:"errors"`
+		} `json:"refused"`
+		Before       *critCost `json:"before"`
+		After        *critCost `json:"after"`
+		OverheadNote string    `json:"overheadNote"`
+	} `json:"apply"`
 	AgentConfig []struct {
 		Container string   `json:"container"`
 		Metrics   []string `json:"metrics"`
 		Enabled   *bool    `json:"enabled"`
 		Rate      *uint32  `json:"rate"`
 	} `json:"agentConfig"`
+}
+
+type critCost struct {
+	Programs      int     `json:"programs"`
+	RunsPerSecond float64 `json:"runsPerSecond"`
+	NsPerSecond   float64 `json:"nsPerSecond"`
+	NsPerRun      float64 `json:"nsPerRun"`
 }
 
 type critService struct {
@@ -223,30 +244,39 @@ func TestCriticalMetricsOnRecordedKernelMetrics(t *testing.T) {
 		t.Errorf("critical %v does not match the groups' %v and %v", live.Critical, app.Critical, s.Sidecar.Critical)
 	}
 
-	// The config is what the agent takes: after it, each container records
-	// exactly its critical metrics.
-	client := unixHTTP(ag.socket)
-	applied := 0
+	// --apply sends the config to the agent, which takes it: after it, each
+	// container records exactly its critical metrics.
+	ours := 0
 	for _, req := range live.AgentConfig {
-		if req.Container != procs[0].cg && req.Container != procs[1].cg {
-			continue // other containers of the machine, gone by now or not ours
-		}
-		applied++
-		b, _ := json.Marshal(req)
-		r, _ := http.NewRequest(http.MethodPut, "http://agent/api/v1/kmetrics/config", bytes.NewReader(b))
-		resp, err := client.Do(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("PUT /api/v1/kmetrics/config %s: %d %s", b, resp.StatusCode, body)
+		if req.Container == procs[0].cg || req.Container == procs[1].cg {
+			ours++
 		}
 	}
-	if applied != 4 {
-		t.Errorf("%d config requests for the two containers, want 4 (critical on, the rest off, each)", applied)
+	if ours != 4 {
+		t.Errorf("%d config requests for the two containers, want 4 (critical on, the rest off, each)", ours)
 	}
+	applied := analyzeCrit(t, append([]string{"--server", "http://" + srv.query, "--apply", "--agent", "unix:" + ag.socket, "--apply.window", "3s"}, window...)...)
+	a := applied.Apply
+	if a == nil {
+		t.Fatal("no apply section in the report")
+	}
+	for _, rf := range a.Refused {
+		if rf.Container == procs[0].cg || rf.Container == procs[1].cg {
+			t.Errorf("the agent refused the config of %s: %v", rf.Container, rf.Errors)
+		}
+	}
+	if a.Applied < ours || len(a.Agents) != 1 || a.Agents[0].Accepted != a.Applied {
+		t.Errorf("apply: %+v", a)
+	}
+	// The agent's programs ran before and after (every metric stays on by
+	// default for the rest of the machine), measured by the kernel.
+	for _, c := range []*critCost{a.Before, a.After} {
+		if c == nil || c.Programs < 10 || c.RunsPerSecond <= 0 || c.NsPerSecond <= 0 {
+			t.Errorf("BPF cost before %+v after %+v (note %q)", a.Before, a.After, a.OverheadNote)
+			break
+		}
+	}
+	client := unixHTTP(ag.socket)
 	var state struct {
 		Containers []kmContainer `json:"containers"`
 	}
@@ -289,6 +319,9 @@ func TestCriticalMetricsOnRecordedKernelMetrics(t *testing.T) {
 	if offline.Intervals != live.Intervals || fmt.Sprint(offline.Critical) != fmt.Sprint(live.Critical) {
 		t.Errorf("data dir: %d intervals, critical %v; server: %d intervals, critical %v",
 			offline.Intervals, offline.Critical, live.Intervals, live.Critical)
+	}
+	if a.Before != nil && a.After != nil {
+		t.Logf("applied %d requests; kernel metrics' BPF cost before %+v, after %+v", a.Applied, *a.Before, *a.After)
 	}
 	// And the summary for people says the same.
 	out, err := exec.Command(rootlineBin(t), "analyze", "critical-metrics", "--data-dir", dataDir, "--from", from, "--to", to).Output()

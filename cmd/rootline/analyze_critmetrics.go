@@ -53,11 +53,18 @@ The output is a readable summary, or with --json the full report: clusters
 agentConfig (the PUT /api/v1/kmetrics/config requests that turn the chosen
 metrics on and the rest off), the cost table and the KS tests.
 
+--apply sends agentConfig to the agents named by --agent (each request to
+every agent: the one whose node has the container takes it, the others refuse
+it) and, as root on the agents' node, reports the BPF CPU time of the agent's
+kernel-metric programs (km_*, from the kernel's BPF statistics) over
+--apply.window before and after. That time is charged to the tasks whose
+events the programs record, not to the agent process.
+
 Times (--from, --to) are RFC 3339 (2026-11-28T10:00:00Z) or a duration before
 now (30m).
 
 Environment:
-  ROOTLINE_AUTH_TOKEN   bearer token for --server (or --auth.token-file)
+  ROOTLINE_AUTH_TOKEN   bearer token for --server and --agent (or --auth.token-file)
 
 Flags:
 `
@@ -70,6 +77,9 @@ type critFlags struct {
 	sidecar                    string
 	opts                       critmetrics.Options
 	rate                       uint
+	apply                      bool
+	agents                     []string
+	window                     time.Duration
 }
 
 func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
@@ -78,7 +88,7 @@ func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (its SQLite store)")
 	fs.StringVar(&f.server, "server", "", "a running server's query API base URL (http://host:16686) instead of --data-dir")
-	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the server's bearer token for --server (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for --server and --agent (or set ROOTLINE_AUTH_TOKEN)")
 	fs.StringVar(&f.from, "from", "", "start of the window: RFC 3339 or a duration before now (default: the first stored point)")
 	fs.StringVar(&f.to, "to", "", "end of the window: RFC 3339 or a duration before now (default: the last stored point)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the full report as JSON instead of the summary")
@@ -92,6 +102,12 @@ func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
 	fs.StringVar(&f.sidecar, "sidecar", critmetrics.DefaultSidecarPattern, "regular expression matching the container names of sidecars")
 	fs.Float64Var(&f.opts.Alpha, "alpha", 0.05, "significance level of the KS tests")
 	fs.UintVar(&f.rate, "sample", 1, "sampling rate the agent config sets for the chosen metrics: record 1 event in N")
+	fs.BoolVar(&f.apply, "apply", false, "send the agent config to the agents (--agent) and measure the kernel metrics' BPF cost on this host before and after")
+	fs.Func("agent", "an agent to --apply the config to: unix:/run/rootline/agent.sock or http(s)://host:port (repeatable; each request goes to every agent, the one with the container takes it)", func(v string) error {
+		f.agents = append(f.agents, v)
+		return nil
+	})
+	fs.DurationVar(&f.window, "apply.window", 30*time.Second, "how long --apply measures the BPF cost before and after (0: not measured)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), criticalMetricsUsage)
 		fs.PrintDefaults()
@@ -115,6 +131,15 @@ func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
 		return f, fmt.Errorf("--sample %d: want 1…%d", f.rate, 1<<20)
 	}
 	f.opts.Rate = uint32(f.rate)
+	if f.apply && len(f.agents) == 0 {
+		return f, errors.New("--apply needs the agents: --agent unix:/run/rootline/agent.sock or --agent http://host:port")
+	}
+	if !f.apply && len(f.agents) > 0 {
+		return f, errors.New("--agent is for --apply")
+	}
+	if f.window < 0 {
+		return f, errors.New("--apply.window must not be negative")
+	}
 	if f.opts.Step < 0 {
 		return f, errors.New("--step must not be negative")
 	}
@@ -171,6 +196,14 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 	progress := func(msg string) { fmt.Fprintf(stderr, "%s\n", msg) }
 	var src critmetrics.Source
 	var where string
+	token := os.Getenv("ROOTLINE_AUTH_TOKEN")
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			return fail(fmt.Errorf("read token: %w", err))
+		}
+		token = strings.TrimSpace(string(b))
+	}
 	if f.dataDir != "" {
 		st, err := openStoreReadOnly(f.dataDir)
 		if err != nil {
@@ -179,14 +212,6 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 		defer st.Close()
 		src, where = critmetrics.StoreSource{Reader: st}, f.dataDir
 	} else {
-		token := os.Getenv("ROOTLINE_AUTH_TOKEN")
-		if f.tokenFile != "" {
-			b, err := os.ReadFile(f.tokenFile)
-			if err != nil {
-				return fail(fmt.Errorf("read token: %w", err))
-			}
-			token = strings.TrimSpace(string(b))
-		}
 		src, where = critmetrics.APISource{URL: strings.TrimRight(f.server, "/"), Token: token}, f.server
 	}
 	progress("reading kernel metrics from " + where)
@@ -203,6 +228,16 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 	rep, err := critmetrics.Analyze(series, f.opts)
 	if err != nil {
 		return fail(err)
+	}
+	if f.apply {
+		window := f.window
+		if window == 0 {
+			window = -1 // not measured
+		}
+		rep.Apply, err = critmetrics.Apply(ctx, rep.AgentConfig, critmetrics.ApplyOptions{Agents: f.agents, Token: token, Window: window, Progress: progress})
+		if err != nil {
+			return fail(err)
+		}
 	}
 	if f.jsonOut {
 		enc := json.NewEncoder(stdout)

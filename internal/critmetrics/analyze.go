@@ -126,6 +126,8 @@ type Report struct {
 	AgentConfig []kmetrics.ConfigRequest `json:"agentConfig"`
 	Costs       CostTable                `json:"costs"`
 	Notes       []string                 `json:"notes,omitempty"`
+	// Apply is what --apply did (Apply), nil when the config was not sent.
+	Apply *ApplyResult `json:"apply,omitempty"`
 }
 
 // Service is one service's analysis.

@@ -66,5 +66,23 @@ func (r *Report) WriteSummary(w io.Writer) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	fmt.Fprintf(w, "\nagent config: %d requests (PUT /api/v1/kmetrics/config); --json prints them\n", len(r.AgentConfig))
+	fmt.Fprintf(w, "\nagent config: %d requests (PUT /api/v1/kmetrics/config); --json prints them, --apply sends them\n", len(r.AgentConfig))
+	if a := r.Apply; a != nil {
+		fmt.Fprintf(w, "applied: %d of %d requests accepted", a.Applied, len(r.AgentConfig))
+		for _, ag := range a.Agents {
+			fmt.Fprintf(w, "; %s took %d", ag.Agent, ag.Accepted)
+		}
+		fmt.Fprintln(w)
+		for _, rf := range a.Refused {
+			fmt.Fprintf(w, "  refused for %s: %s\n", rf.Container, strings.Join(rf.Errors, "; "))
+		}
+		if a.Before != nil && a.After != nil {
+			fmt.Fprintf(w, "kernel metrics' BPF cost on this host (%d km_* programs, %s each): before %.1f µs/s (%.0f runs/s, %.0f ns/run), after %.1f µs/s (%.0f runs/s, %.0f ns/run)\n",
+				a.After.Programs, a.Before.Window, a.Before.NsPerSecond/1e3, a.Before.RunsPerSecond, a.Before.NsPerRun,
+				a.After.NsPerSecond/1e3, a.After.RunsPerSecond, a.After.NsPerRun)
+		}
+		if a.OverheadNote != "" {
+			fmt.Fprintf(w, "overhead %s\n", a.OverheadNote)
+		}
+	}
 }
