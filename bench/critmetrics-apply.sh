@@ -72,9 +72,13 @@ echo go >"$work/go" &
 echo "# machine: $(nproc) CPUs, $(uname -r), $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
 echo "# record=$record window=$window load=$(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%FT%TZ)"
 sleep "$(secs "$record")"
+# One fixed window for both passes: the same data give the same config, so the
+# second pass changes nothing and is the A/A control.
+to=$(date -u +%FT%TZ)
+from=$(date -u -d "@$(($(date +%s) - $(secs "$record")))" +%FT%TZ)
 for pass in apply aa-control; do
 	echo "## $pass"
-	"$bin" analyze critical-metrics --server "http://$query" --from "$record" --apply --agent "unix:$sock" \
+	"$bin" analyze critical-metrics --server "http://$query" --from "$from" --to "$to" --apply --agent "unix:$sock" \
 		--apply.window "$window" 2>/dev/null | sed -n "/^bench-cm/,/^\$/p; /^applied/,\$p"
 done
 echo "# load=$(cut -d' ' -f1-3 /proc/loadavg) $(date -u +%FT%TZ)"

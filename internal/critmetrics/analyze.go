@@ -156,6 +156,12 @@ type Group struct {
 	Clusters   []Cluster       `json:"clusters"`
 	Critical   []string        `json:"critical"`
 	Off        []string        `json:"off"`
+	// CostAllNsPerSecond and CostCriticalNsPerSecond estimate the BPF time
+	// the group's recorded metrics cost with all of them on and with only
+	// the critical ones (the cost table × the recorded event rates): what
+	// the config saves in these containers by the model, not a measurement.
+	CostAllNsPerSecond      float64 `json:"costAllNsPerSecond"`
+	CostCriticalNsPerSecond float64 `json:"costCriticalNsPerSecond"`
 }
 
 // MetricInfo describes one metric of a group.
@@ -408,6 +414,12 @@ func analyzeGroup(ivs groupData, containers []string, sidecar bool, step time.Du
 	for _, mt := range kmetrics.Metrics() {
 		if !slices.Contains(g.Critical, mt.String()) {
 			g.Off = append(g.Off, mt.String())
+		}
+	}
+	for _, m := range g.Metrics {
+		g.CostAllNsPerSecond += m.CostNsPerSecond
+		if slices.Contains(g.Critical, m.Metric) {
+			g.CostCriticalNsPerSecond += m.CostNsPerSecond
 		}
 	}
 	return g, nil

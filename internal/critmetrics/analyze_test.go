@@ -164,6 +164,15 @@ func TestViperProbeLike(t *testing.T) {
 	if slices.Contains(g.Critical, "runq") || slices.Contains(g.Critical, "tcp_send_bytes") {
 		t.Errorf("critical %v keeps the dearer member of a pair", g.Critical)
 	}
+	// The estimate sums the members' costs: keeping one member per cluster
+	// costs less than keeping them all.
+	var all float64
+	for _, m := range g.Metrics {
+		all += m.CostNsPerSecond
+	}
+	if math.Abs(g.CostAllNsPerSecond-all) > 1e-6*all || g.CostCriticalNsPerSecond <= 0 || g.CostCriticalNsPerSecond >= g.CostAllNsPerSecond {
+		t.Errorf("estimated cost: all %g (sum %g), critical %g", g.CostAllNsPerSecond, all, g.CostCriticalNsPerSecond)
+	}
 	if len(g.Critical)+len(g.Off) != len(kmetrics.Metrics()) {
 		t.Errorf("critical %v + off %v do not cover every metric", g.Critical, g.Off)
 	}

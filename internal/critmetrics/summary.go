@@ -47,6 +47,8 @@ func (r *Report) WriteSummary(w io.Writer) {
 				fmt.Fprintf(w, "    no shape (constant or no events): %s\n", strings.Join(g.Flat, ", "))
 			}
 			fmt.Fprintf(w, "    critical: %s\n", strings.Join(g.Critical, ", "))
+			fmt.Fprintf(w, "    estimated BPF cost (cost table × recorded events): all %.1f µs/s, critical only %.1f µs/s\n",
+				g.CostAllNsPerSecond/1e3, g.CostCriticalNsPerSecond/1e3)
 		}
 		if len(s.KS) > 0 {
 			fmt.Fprintf(w, "  KS service vs sidecar:")
