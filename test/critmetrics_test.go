@@ -123,13 +123,6 @@ func (g *critGrp) clusterOf(metric string) int {
 // sidecar barely runs, so the KS tests must tell them apart.
 func TestCriticalMetricsOnRecordedKernelMetrics(t *testing.T) {
 	bpftest.RequireBPF(t)
-	root := "/sys/fs/cgroup/unified"
-	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-		root = "/sys/fs/cgroup"
-		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
-			bpftest.Missing(t, "no cgroup v2 hierarchy")
-		}
-	}
 	bin := buildTestdata(t, "kphases")
 	const service = "cm-svc"
 	runFor := 30 * time.Second
@@ -144,18 +137,7 @@ func TestCriticalMetricsOnRecordedKernelMetrics(t *testing.T) {
 		if mode == "sidecar" {
 			name += "-sidecar"
 		}
-		dir := filepath.Join(root, name)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			bpftest.Missing(t, "create cgroup: "+err.Error())
-		}
-		t.Cleanup(func() {
-			for range 100 {
-				if os.Remove(dir) == nil {
-					return
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		})
+		dir := testCgroup(t, name)
 		cmd := exec.Command(bin, "-mode", mode, "-duration", runFor.String())
 		in, _ := cmd.StdinPipe()
 		cmd.Stderr = os.Stderr
