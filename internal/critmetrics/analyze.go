@@ -225,6 +225,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 	for mt, ss := range byMetric {
 		ladders[mt] = ladder(ss)
 	}
+	serviceOf := containerServices(series)
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]
 		if !ok {
@@ -235,8 +236,8 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 			continue
 		}
 		ctr := s.Labels[ContainerLabel]
-		svc := s.Service
-		if svc == "" || svc == "unknown" {
+		svc, ok := serviceOf[ctr]
+		if !ok {
 			svc = ctr // a container without a service is analysed on its own
 		}
 		ms = append(ms, member{svc: svc, container: ctr, sidecar: opts.Sidecar.MatchString(ctr), mt: mt, c: c})
@@ -338,6 +339,35 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 		rep.Services = append(rep.Services, *s)
 	}
 	return rep, nil
+}
+
+// containerServices names the service of each container: the one its kernel
+// metric series carry with the most points. A container's series also carry
+// no service (or "unknown") while the agent does not know it yet, and the
+// same container must not be analysed, and configured, twice.
+func containerServices(series []store.MetricSeries) map[string]string {
+	points := map[string]map[string]int{}
+	for _, s := range series {
+		if _, ok := byExportName[s.Name]; !ok || s.Service == "" || s.Service == "unknown" {
+			continue
+		}
+		ctr := s.Labels[ContainerLabel]
+		if points[ctr] == nil {
+			points[ctr] = map[string]int{}
+		}
+		points[ctr][s.Service] += len(s.Points)
+	}
+	out := map[string]string{}
+	for ctr, bySvc := range points {
+		best := ""
+		for svc, n := range bySvc {
+			if best == "" || n > bySvc[best] || (n == bySvc[best] && svc < best) {
+				best = svc
+			}
+		}
+		out[ctr] = best
+	}
+	return out
 }
 
 func analyzeGroup(ivs groupData, containers []string, sidecar bool, step time.Duration, opts Options) (*Group, error) {

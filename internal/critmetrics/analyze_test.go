@@ -296,3 +296,34 @@ func TestCosts(t *testing.T) {
 		}
 	}
 }
+
+// TestContainerUnderOneService: the series a container had before the agent
+// knew its service join the service's, so the container is analysed (and
+// configured) once.
+func TestContainerUnderOneService(t *testing.T) {
+	series := viperProbeLike("cart", "/cart", 60, 4)
+	for i := range series {
+		early := series[i]
+		early.Service = "unknown"
+		early.Points = early.Points[:10]
+		series[i].Points = series[i].Points[9:]
+		series = append(series, early)
+	}
+	rep, err := Analyze(series, Options{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Services) != 1 || rep.Services[0].Name != "cart" {
+		t.Fatalf("services %+v", rep.Services)
+	}
+	if rep.Intervals != 60 {
+		t.Errorf("%d intervals, want 60", rep.Intervals)
+	}
+	seen := map[string]int{}
+	for _, r := range rep.AgentConfig {
+		seen[r.Container]++
+	}
+	if len(seen) != 1 || seen["/cart"] != 2 {
+		t.Errorf("config requests per container: %v", seen)
+	}
+}
