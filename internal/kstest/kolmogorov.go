@@ -221,12 +221,13 @@ func pomeranzCDF(n int, x float64) float64 {
 	v1[0] = 1
 	v0s, v1s := 0, 0
 	expnt := 0
-	j1, j2 := pomeranzBounds(0, n, ll, ceilf, roundf)
+	j1, _ := pomeranzBounds(0, n, ll, ceilf, roundf)
 	for i := 1; i < 2*n+2; i++ {
 		k1 := j1
 		v0, v1 = v1, v0
 		v0s, v1s = v1s, v0s
 		clear(v1)
+		var j2 int
 		j1, j2 = pomeranzBounds(i, n, ll, ceilf, roundf)
 		pw := g12p
 		switch {
