@@ -110,7 +110,11 @@ demo: build
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./internal/run/httpstream:FuzzRewriterSplits \
-	./internal/run/datapath/headparse:FuzzHeadParser
+	./internal/run/datapath/headparse:FuzzHeadParser \
+	./internal/receiver:FuzzOTLPProto \
+	./internal/receiver:FuzzOTLPJSON \
+	./internal/receiver:FuzzZipkin \
+	./internal/query:FuzzQueryParams
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \

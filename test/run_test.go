@@ -26,6 +26,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // End-to-end tests of `rootline run -- CMD` (issue #3): unmodified services
@@ -254,11 +256,7 @@ func checkChain(spans []otlpSpan, root string, hops ...string) (map[string]otlpS
 
 func needTool(t *testing.T, names ...string) {
 	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s is not installed", n)
-		}
-	}
+	bpftest.RequireTools(t, names...)
 }
 
 func buildOut(t *testing.T, dir string, name string, args ...string) {

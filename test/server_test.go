@@ -274,8 +274,21 @@ func TestServerHelpDocumentsEveryFlag(t *testing.T) {
 		"--detector.min-fill", "--detector.key-by", "--capture.pre", "--capture.post", "--capture.budget-bytes-per-minute",
 		"--retention.normal", "--retention.anomalous", "--retention.max-bytes", "--export.otlp.endpoint", "--sqlite.synchronous",
 		"--retention.max-clock-skew", "--retention.max-disk-fraction", "--storage.spans.type", "--storage.artifacts.type", "--storage.metrics.type",
-		"--auth.token-file", "--shutdown-timeout"} {
-		if !strings.Contains(string(out), "  -"+strings.TrimPrefix(f, "--")) {
+		"--auth.token-file", "--shutdown-timeout", "--memory-limit", "--pipeline.queue-bytes",
+		"--receiver.tls.cert-file", "--receiver.tls.key-file", "--receiver.tls.client-ca-file", "--receiver.auth.token-file",
+		"--receiver.allow-unauthenticated", "--receiver.max-concurrent-requests", "--receiver.max-inflight-bytes",
+		"--receiver.max-connections", "--receiver.read-header-timeout", "--receiver.read-timeout", "--receiver.idle-timeout",
+		"--receiver.limits.max-attribute-depth", "--receiver.limits.max-attributes", "--receiver.limits.max-events",
+		"--receiver.limits.max-links", "--receiver.limits.max-value-bytes", "--receiver.limits.max-name-bytes",
+		"--receiver.cardinality.max-services", "--receiver.cardinality.max-new-services-per-minute",
+		"--receiver.cardinality.max-operations-per-service", "--receiver.cardinality.max-operations",
+		"--receiver.cardinality.forget-after", "--query.tls.cert-file", "--query.tls.key-file", "--query.tls.client-ca-file",
+		"ROOTLINE_INGEST_TOKEN", "GOMEMLIMIT", "docs/security.md"} {
+		want := "  -" + strings.TrimPrefix(f, "--")
+		if !strings.HasPrefix(f, "--") {
+			want = f
+		}
+		if !strings.Contains(string(out), want) {
 			t.Errorf("--help does not document %s", f)
 		}
 	}

@@ -91,6 +91,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
 	addKmetricsFlags(fs, &f.km)
+	addKernelFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline agent [flags]
 

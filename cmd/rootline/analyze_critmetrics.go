@@ -7,16 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/critmetrics"
-	"github.com/rootline/rootline/internal/store/factory"
-	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
 func init() {
@@ -196,16 +192,12 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 	progress := func(msg string) { fmt.Fprintf(stderr, "%s\n", msg) }
 	var src critmetrics.Source
 	var where string
-	token := os.Getenv("ROOTLINE_AUTH_TOKEN")
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return fail(fmt.Errorf("read token: %w", err))
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := analyzeToken(f.tokenFile)
+	if err != nil {
+		return fail(err)
 	}
 	if f.dataDir != "" {
-		st, err := openStoreReadOnly(f.dataDir)
+		st, err := openDataDir(f.dataDir)
 		if err != nil {
 			return fail(err)
 		}
@@ -249,20 +241,4 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	rep.WriteSummary(stdout)
 	return 0
-}
-
-// openStoreReadOnly opens a stopped server's store for reading. A directory
-// without a database is an error (opening would create an empty one), and a
-// running server's directory is refused by the store's lock.
-func openStoreReadOnly(dir string) (*factory.Storage, error) {
-	if _, err := os.Stat(filepath.Join(dir, sqlite.DBFile)); err != nil {
-		return nil, fmt.Errorf("%s holds no Rootline store (%s): %w", dir, sqlite.DBFile, err)
-	}
-	var cfg factory.Config
-	cfg.ApplyDefaults(dir)
-	st, err := factory.Open(cfg, factory.Options{})
-	if errors.Is(err, sqlite.ErrDirInUse) {
-		return nil, fmt.Errorf("%w: stop the server first, or use --server with its URL", err)
-	}
-	return st, err
 }

@@ -54,7 +54,7 @@ func TestCriticalMetricsNoStore(t *testing.T) {
 	if code := runCriticalMetrics(context.Background(), []string{"--data-dir", dir}, io.Discard, &stderr); code != 1 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "holds no Rootline store") {
+	if !strings.Contains(stderr.String(), "is not a Rootline data directory") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rootline.db")); err == nil {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -134,8 +136,18 @@ artifacts are stored in SQLite under --data-dir; the query API (Jaeger-compatibl
 /api/*, Rootline /api/v1/*), the web UI, /metrics, /healthz and /readyz are served on
 --query.addr. A request is acknowledged only after its spans are committed.
 
+Every listener is on loopback by default. A receiver bound beyond loopback needs a
+token or a client CA (or --receiver.allow-unauthenticated); the query port needs a
+token. Every listener takes TLS (--receiver.tls.*, --query.tls.*). Requests are held
+to limits (--receiver.limits.*, --receiver.max-*), and the server's memory to
+--memory-limit: docs/security.md lists every limit and what a client sees past it.
+
 Environment:
-  ROOTLINE_AUTH_TOKEN   bearer token required by the agent, capture and artifact API
+  ROOTLINE_AUTH_TOKEN     bearer token of the query API (every /api/ route and /metrics),
+                          the agent and capture API, and, unless set apart, the receivers
+  ROOTLINE_INGEST_TOKEN   bearer token the receivers ask for instead (HTTP Authorization,
+                          gRPC metadata "authorization")
+  GOMEMLIMIT              replaces the default of --memory-limit
 
 Flags:
 `)
@@ -145,6 +157,13 @@ Flags:
 	if logger == nil {
 		return code
 	}
+	// Go's soft limit: the garbage collector works harder as the heap nears
+	// it, so garbage never takes the server past its bounds (0: none).
+	limit := int64(cfg.MemoryLimit)
+	if limit == 0 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
 	srv, err := server.New(cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

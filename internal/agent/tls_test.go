@@ -12,7 +12,7 @@ import (
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/store/storetest"
 	"github.com/rootline/rootline/internal/tlsconf"
-	"github.com/rootline/rootline/internal/tlsconf/tlstest"
+	"github.com/rootline/rootline/internal/tlsconf/tlsconftest"
 )
 
 // tlsServer runs the real capture server (capture.Manager) over TLS with
@@ -51,8 +51,8 @@ func tlsServer(t *testing.T, cert, key string, agentTLS tlsconf.Client) (*captur
 // API.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	srvCert, srvKey := tlstest.WriteCert(t, dir, "server")
-	agCert, agKey := tlstest.WriteCert(t, dir, "agent")
+	srvCert, srvKey := tlsconftest.WriteCert(t, dir, "server")
+	agCert, agKey := tlsconftest.WriteCert(t, dir, "agent")
 	proc := child(t)
 
 	for _, tc := range []struct {

@@ -186,8 +186,20 @@ type Manager struct {
 	// the request times of the last minute (oldest first): the rate limits.
 	lastFired map[procKey]time.Time
 	fired     []time.Time
+	// onFinished are called with each capture an agent completed.
+	onFinished []func(Capture)
 
 	m captureMetrics
+}
+
+// OnFinished registers f to be called, in a goroutine of its own, with a copy
+// of each capture an agent completes (state complete or partial) once its
+// artifacts are stored: analyses of the evidence hook there. Register before
+// Run.
+func (m *Manager) OnFinished(f func(Capture)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onFinished = append(m.onFinished, f)
 }
 
 type captureMetrics struct {
@@ -633,6 +645,14 @@ func (m *Manager) finishLocked(c *Capture, state, reason string) {
 	m.m.captures.WithLabelValues(state).Inc()
 	if reason != "" && state != StateComplete {
 		m.logger.Info("capture ended", "capture", c.ID, "state", state, "pid", c.PID, "host", c.Host, "reason", reason)
+	}
+	if state == StateComplete || state == StatePartial {
+		cp := *c
+		cp.Spans = append([]store.SpanRef(nil), c.Spans...)
+		cp.Artifacts = append([]string{}, c.Artifacts...)
+		for _, f := range m.onFinished {
+			go f(cp)
+		}
 	}
 	m.finished = append(m.finished, c.ID)
 	if len(m.finished) > maxFinished {

@@ -503,3 +503,28 @@ func TestAgentExpiresWithoutHeartbeat(t *testing.T) {
 	}
 	waitUntil(t, "agent expiry", func() bool { return len(f.m.Agents()) == 0 })
 }
+
+// TestOnFinished: a completed capture is handed to the hooks with its
+// artifacts and spans, once.
+func TestOnFinished(t *testing.T) {
+	f := newFixture(t, nil)
+	got := make(chan Capture, 4)
+	f.m.OnFinished(func(c Capture) { got <- c })
+	ag := newTestAgent(t, f.url, "", 100)
+	ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
+	f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, time.Now().Add(-time.Minute), 100*time.Millisecond)})
+	var c Capture
+	select {
+	case c = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no finished capture")
+	}
+	if c.State != StateComplete || len(c.Artifacts) != 1 || len(c.Spans) != 1 || c.Spans[0].TraceID != (model.TraceID{1}) || c.PID != 42 {
+		t.Fatalf("finished capture %+v", c)
+	}
+	select {
+	case c2 := <-got:
+		t.Fatalf("a second call: %+v", c2)
+	case <-time.After(200 * time.Millisecond):
+	}
+}

@@ -37,6 +37,11 @@ const (
 	// OpenTelemetry's semantic conventions name it: the callee when the
 	// callee left no span of its own.
 	AttrServerAddress = "server.address"
+	// AttrThreadIntervals says when a SERVER span's request was active on
+	// each of its threads ("tid:from-to,…", microseconds after the span's
+	// start; see critpath.ThreadIntervals): thread pools and event loops
+	// hand a request between threads, or serve several on one.
+	AttrThreadIntervals = "rootline.thread.intervals"
 
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"
@@ -248,10 +253,13 @@ type Span struct {
 	StatusCode    StatusCode
 	StatusMessage string
 	Attributes    []KeyValue
-	Resource      []KeyValue // resource attributes (service.name included)
-	Scope         string     // instrumentation scope name
-	Events        []Event
-	Links         []Link
+	// Resource holds the resource attributes (service.name included). Spans
+	// of one resource may share this list: it is read-only, and appending
+	// to it must copy it (receivers hand it out clipped).
+	Resource []KeyValue
+	Scope    string // instrumentation scope name
+	Events   []Event
+	Links    []Link
 }
 
 // End returns the span's end time in Unix ns.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/run/httpstream"
 )
@@ -32,16 +33,19 @@ type request struct {
 	done    bool
 	inCall  int // client calls in flight
 	threads []threadDelay
+	goProc  bool // the process is a Go program (goroutines, not threads, carry requests)
 
 	maxNet, maxRemote, local time.Duration
 }
 
 // threadDelay remembers a thread's run-queue delay counter when it first
-// worked on the request.
+// worked on the request, and when it first and last did (zero when not
+// known: the datapath reports threads without times).
 type threadDelay struct {
-	tid   int
-	delay time.Duration
-	ok    bool
+	tid         int
+	delay       time.Duration
+	ok          bool
+	first, last time.Time
 }
 
 // call is one outbound request the service made (a CLIENT span).
@@ -188,7 +192,36 @@ func (rs *resource) serverSpan(r *request) *model.Span {
 	if r.ctx.RequestID != "" {
 		s.Attributes = append(s.Attributes, model.String("http.request.header.x-request-id", r.ctx.RequestID))
 	}
+	if iv := threadIntervals(r); iv != "" {
+		s.Attributes = append(s.Attributes, model.String(model.AttrThreadIntervals, iv))
+	}
+	if r.goProc {
+		s.Attributes = append(s.Attributes, model.String("process.runtime.name", "go"))
+	}
 	return s
+}
+
+// threadIntervals says when the request was active on each of its threads
+// (the kernel analysis's thread ↔ request records for thread pools and
+// event loops): from a thread's first call for it to its last, the thread
+// that worked on it last until the response ended.
+func threadIntervals(r *request) string {
+	acts := make([]critpath.Activity, 0, len(r.threads))
+	last := -1
+	for i, t := range r.threads {
+		if t.first.IsZero() {
+			return ""
+		}
+		if last < 0 || !t.last.Before(r.threads[last].last) {
+			last = i
+		}
+		acts = append(acts, critpath.Activity{TID: uint32(t.tid), Start: t.first.UnixNano(), End: t.last.UnixNano()})
+	}
+	if last < 0 {
+		return ""
+	}
+	acts[last].End = max(acts[last].End, r.end.UnixNano())
+	return critpath.ThreadIntervals(r.start.UnixNano(), acts)
 }
 
 // clientSpan builds the CLIENT span of a finished call.

@@ -422,15 +422,18 @@ func dropRequest[K comparable](m map[K]*request, r *request) {
 	}
 }
 
-// touch records that thread tid worked on r, for its run-queue wait.
+// touch records that thread tid worked on r now, for its run-queue wait
+// and its thread intervals.
 func (tr *Tracer) touch(r *request, pid, tid int) {
-	for _, t := range r.threads {
-		if t.tid == tid {
+	now := tr.cfg.Now()
+	for i := range r.threads {
+		if r.threads[i].tid == tid {
+			r.threads[i].last = now
 			return
 		}
 	}
 	d, ok := tr.runDelay(pid, tid)
-	r.threads = append(r.threads, threadDelay{tid: tid, delay: d, ok: ok})
+	r.threads = append(r.threads, threadDelay{tid: tid, delay: d, ok: ok, first: now, last: now})
 }
 
 // localWait sums the run-queue delay r's threads accumulated since they
@@ -543,12 +546,12 @@ func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m
 	r := &request{
 		ctx: ctx, span: httpstream.NewSpanID(nil), start: at.now,
 		method: m.Method, target: string(m.Target), host: string(m.Headers.Get("host")),
-		peer: c.peer, pid: p.pid,
+		peer: c.peer, pid: p.pid, goProc: p.isGo,
 	}
 	c.reqs = append(c.reqs, r)
 	c.out.ExpectResponse(m.Method)
 	if at.delay >= 0 {
-		r.threads = append(r.threads, threadDelay{tid: t.Tid, delay: at.delay, ok: true})
+		r.threads = append(r.threads, threadDelay{tid: t.Tid, delay: at.delay, ok: true, first: at.now, last: at.now})
 	} else {
 		tr.touch(r, p.pid, t.Tid)
 	}

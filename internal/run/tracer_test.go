@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/run/httpstream"
 )
@@ -109,6 +110,33 @@ func TestServerSpan(t *testing.T) {
 	w := r.waits()
 	if len(w) != 3 || w[2].Duration != 5*time.Millisecond {
 		t.Errorf("waits %+v", w)
+	}
+}
+
+// TestServerSpanThreadIntervals: a request read on one thread and served on
+// another (a pool) says when it was active on each, the server thread until
+// the response ended; Go programs say so.
+func TestServerSpanThreadIntervals(t *testing.T) {
+	rs := resource{service: "svc"}
+	start := time.Unix(100, 0)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	r := &request{span: httpstream.SpanID{3}, start: start, end: at(30), method: "GET", target: "/", pid: 42, goProc: true,
+		threads: []threadDelay{{tid: 43, first: at(0), last: at(1)}, {tid: 44, first: at(5), last: at(20)}}}
+	s := rs.serverSpan(r)
+	if v, _ := s.Attr(model.AttrThreadIntervals); v.String() != "43:0-1000,44:5000-30000" {
+		t.Fatalf("intervals %q", v.String())
+	}
+	if v, _ := s.Attr("process.runtime.name"); v.String() != "go" {
+		t.Fatalf("runtime %q", v.String())
+	}
+	req, ok := critpath.RequestFromSpan(s)
+	if !ok || len(req.Threads) != 2 || req.Threads[1] != (critpath.Activity{TID: 44, Start: at(5).UnixNano(), End: at(30).UnixNano()}) || !req.UserScheduled {
+		t.Fatalf("read back %+v", req)
+	}
+	// Without times (the datapath's threads) the attribute is left out.
+	r.threads = []threadDelay{{tid: 43}}
+	if _, ok := rs.serverSpan(r).Attr(model.AttrThreadIntervals); ok {
+		t.Fatal("intervals without times")
 	}
 }
 

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/export"
+	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/pipeline"
 	"github.com/rootline/rootline/internal/query"
 	"github.com/rootline/rootline/internal/receiver"
@@ -40,10 +43,12 @@ type Server struct {
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
+	critpath *critpathRunner
 	exporter *export.Exporter
 	recv     *receiver.Receivers
 	queryLn  net.Listener
 	queryWeb *http.Server
+	queryTLS *tls.Config // nil: plaintext
 	ready    atomic.Bool
 	// UI is served at / of the query port when set (the embedded web UI).
 	UI http.Handler
@@ -54,6 +59,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDerived()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -95,6 +101,10 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
 		return fail(err)
 	}
+	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.capture.OnFinished(s.critpath.finished)
 	sinks := []pipeline.Sink{s.capture}
 	if cfg.Export.Endpoint != "" {
 		if s.exporter, err = export.New(cfg.Export, logger, s.reg); err != nil {
@@ -105,12 +115,18 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if s.pipeline, err = pipeline.New(cfg.Pipeline, s.store, det, sinks, logger, s.reg); err != nil {
 		return fail(err)
 	}
-	s.recv, err = receiver.New(receiver.Config{
-		GRPCAddr: cfg.OTLPGRPCAddr, HTTPAddr: cfg.OTLPHTTPAddr, ZipkinAddr: cfg.ZipkinAddr,
-		MaxRequestBytes: cfg.MaxRequestBytes,
-	}, s.pipeline, logger, s.reg)
+	s.recv, err = receiver.New(cfg.receiverConfig(), s.pipeline, logger, s.reg)
 	if err != nil {
 		return fail(err)
+	}
+	// Services already stored are not new to the cardinality caps.
+	if services, err := st.GetServices(context.Background()); err != nil {
+		logger.Warn("cannot list stored services; each counts as new once against the cardinality caps", "err", err)
+	} else {
+		s.recv.SetKnownServices(services)
+	}
+	if s.queryTLS, err = cfg.QueryTLS.Config(); err != nil {
+		return fail(fmt.Errorf("query_tls: %w", err))
 	}
 	// Metrics go through the storage like spans: timed, and counted in its
 	// write health.
@@ -139,7 +155,9 @@ func (s *Server) handler() http.Handler {
 	mux.Handle("/api/v1/agents/", capH)
 	mux.Handle("/api/v1/captures", capH)
 	mux.Handle("/api/v1/captures/", capH)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	// /metrics names services and operations: a read endpoint like the
+	// others, behind the token when one is set. Health checks stay open.
+	mux.Handle("GET /metrics", httpjson.RequireBearer(s.cfg.AuthToken, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -170,7 +188,8 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.queryLn = ln
-	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		TLSConfig: s.queryTLS, ErrorLog: slog.NewLogLogger(s.logger.With("component", "query").Handler(), slog.LevelDebug)}
 	return nil
 }
 
@@ -191,6 +210,7 @@ func (s *Server) Run(ctx context.Context) error {
 	pipeDone := make(chan error, 1)
 	go func() { pipeDone <- s.pipeline.Run() }()
 	g.Go(func() error { return s.capture.Run(gctx) })
+	g.Go(func() error { return s.critpath.run(gctx) })
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}
@@ -198,14 +218,19 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { s.writeHealthLoop(gctx); return nil })
 	serveErr := make(chan error, 1)
 	go func() {
-		if err := s.queryWeb.Serve(s.queryLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return s.queryWeb.Serve(s.queryLn) }
+		if s.queryTLS != nil {
+			serve = func() error { return s.queryWeb.ServeTLS(s.queryLn, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("query API: %w", err)
 		}
 	}()
 	s.ready.Store(true)
 	a := s.Addrs()
 	s.logger.Info("rootline server ready", "otlp_grpc", a.OTLPGRPC, "otlp_http", a.OTLPHTTP, "zipkin", a.Zipkin,
-		"query", a.Query, "data_dir", s.cfg.DataDir)
+		"query", a.Query, "query_tls", s.queryTLS != nil, "data_dir", s.cfg.DataDir)
+	s.logMemoryBound()
 
 	var runErr error
 	select {
@@ -254,6 +279,15 @@ func (s *Server) retentionLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// logMemoryBound says, once at start, what bounds the server's memory.
+func (s *Server) logMemoryBound() {
+	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
+	for _, p := range s.cfg.memoryParts() {
+		attrs = append(attrs, strings.ReplaceAll(p.name, " ", "_"), ByteSize(p.bytes/(1<<20)<<20).String())
+	}
+	s.logger.Info("memory bounds", attrs...)
 }
 
 // writeHealthProbe is how often a store that cannot write is probed.

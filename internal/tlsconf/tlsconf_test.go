@@ -6,8 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rootline/rootline/internal/tlsconf/tlstest"
+	"github.com/rootline/rootline/internal/tlsconf/tlsconftest"
 )
+
+// writeCert writes a self-signed certificate for 127.0.0.1 named cn.
+func writeCert(t *testing.T, dir, cn string) (certFile, keyFile string) {
+	return tlsconftest.WriteCert(t, dir, cn)
+}
 
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
@@ -33,8 +38,8 @@ func TestValidate(t *testing.T) {
 // certificate from it and refuses one without.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	sc, sk := tlstest.WriteCert(t, dir, "server")
-	cc, ck := tlstest.WriteCert(t, dir, "client")
+	sc, sk := tlsconftest.WriteCert(t, dir, "server")
+	cc, ck := tlsconftest.WriteCert(t, dir, "client")
 	scfg, err := Server{CertFile: sc, KeyFile: sk, ClientCAFile: cc}.Config()
 	if err != nil {
 		t.Fatal(err)
@@ -82,13 +87,13 @@ func TestMutualTLS(t *testing.T) {
 // TestReload: a replaced certificate is served after its files change.
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
-	c1, k1 := tlstest.WriteCert(t, dir, "one")
+	c1, k1 := tlsconftest.WriteCert(t, dir, "one")
 	kp := &keyPair{cert: c1, key: k1}
 	if err := kp.load(); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := kp.get()
-	c2, k2 := tlstest.WriteCert(t, dir, "two")
+	c2, k2 := tlsconftest.WriteCert(t, dir, "two")
 	for _, p := range [][2]string{{c2, c1}, {k2, k1}} {
 		b, _ := os.ReadFile(p[0])
 		if err := os.WriteFile(p[1], b, 0o600); err != nil {

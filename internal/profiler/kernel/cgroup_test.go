@@ -61,14 +61,15 @@ func TestDumpCgroupSelectsMembers(t *testing.T) {
 	}
 	var targets, others []Thread
 	for _, th := range snap.Threads {
+		th.Since = 0
 		if th.Target {
 			targets = append(targets, th)
 		} else {
 			others = append(others, th)
 		}
 	}
-	want := []Thread{{TID: 101, PID: 100, Comm: "main", Target: true}, {TID: 102, PID: 100, Comm: "worker", Target: true},
-		{TID: 300, PID: 300, Comm: "child", Target: true}}
+	want := []Thread{{TID: 101, PID: 100, Comm: "main", Target: true, Recorded: true}, {TID: 102, PID: 100, Comm: "worker", Target: true, Recorded: true},
+		{TID: 300, PID: 300, Comm: "child", Target: true, Recorded: true}}
 	if snap.PID != 100 || !slices.Equal(targets, want) {
 		t.Errorf("snapshot pid %d, target threads %+v, want %+v", snap.PID, targets, want)
 	}

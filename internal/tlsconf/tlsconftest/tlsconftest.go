@@ -1,6 +1,6 @@
-// Package tlstest writes certificates for the tests of TLS listeners and
-// clients (package tlsconf's settings).
-package tlstest
+// Package tlsconftest writes certificates for tests of TLS listeners and
+// clients.
+package tlsconftest
 
 import (
 	"crypto/ecdsa"
@@ -17,22 +17,22 @@ import (
 	"time"
 )
 
-// WriteCert writes a self-signed certificate for 127.0.0.1 named cn, and
-// its key, as PEM files cn.crt and cn.key in dir. The certificate is its own
-// CA and serves for both server and client authentication, so it can be
-// given as a CA file to whoever must trust it.
-func WriteCert(tb testing.TB, dir, cn string) (certFile, keyFile string) {
-	tb.Helper()
+// WriteCert writes a self-signed certificate for 127.0.0.1 and localhost
+// named cn into dir, good for servers and clients and as its own CA, and
+// returns the certificate and key files.
+func WriteCert(t testing.TB, dir, cn string) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(time.Now().UnixNano()),
 		Subject:               pkix.Name{CommonName: cn},
 		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"},
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -40,18 +40,18 @@ func WriteCert(tb testing.TB, dir, cn string) (certFile, keyFile string) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	kb, err := x509.MarshalECPrivateKey(key)
 	if err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	certFile, keyFile = filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key")
 	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		tb.Fatal(err)
+		t.Fatal(err)
 	}
 	return certFile, keyFile
 }
