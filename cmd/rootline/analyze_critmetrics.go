@@ -7,12 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/critmetrics"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 func init() {
@@ -76,6 +78,7 @@ type critFlags struct {
 	apply                      bool
 	agents                     []string
 	window                     time.Duration
+	tls                        tlsconf.Client
 }
 
 func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
@@ -85,6 +88,7 @@ func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
 	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (its SQLite store)")
 	fs.StringVar(&f.server, "server", "", "a running server's query API base URL (http://host:16686) instead of --data-dir")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for --server and --agent (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "PEM bundle of the CAs to trust for an https --server or --agent (default: the system's)")
 	fs.StringVar(&f.from, "from", "", "start of the window: RFC 3339 or a duration before now (default: the first stored point)")
 	fs.StringVar(&f.to, "to", "", "end of the window: RFC 3339 or a duration before now (default: the last stored point)")
 	fs.BoolVar(&f.jsonOut, "json", false, "print the full report as JSON instead of the summary")
@@ -196,6 +200,10 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return fail(err)
 	}
+	tlsCfg, err := f.tls.Config()
+	if err != nil {
+		return fail(err)
+	}
 	if f.dataDir != "" {
 		st, err := openDataDir(f.dataDir)
 		if err != nil {
@@ -204,7 +212,10 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 		defer st.Close()
 		src, where = critmetrics.StoreSource{Reader: st}, f.dataDir
 	} else {
-		src, where = critmetrics.APISource{URL: strings.TrimRight(f.server, "/"), Token: token}, f.server
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg
+		src, where = critmetrics.APISource{URL: strings.TrimRight(f.server, "/"), Token: token,
+			Client: &http.Client{Timeout: 60 * time.Second, Transport: tr}}, f.server
 	}
 	progress("reading kernel metrics from " + where)
 	series, err := src.KernelMetrics(ctx, f.opts.From, f.opts.To)
@@ -226,7 +237,7 @@ func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Wr
 		if window == 0 {
 			window = -1 // not measured
 		}
-		rep.Apply, err = critmetrics.Apply(ctx, rep.AgentConfig, critmetrics.ApplyOptions{Agents: f.agents, Token: token, Window: window, Progress: progress})
+		rep.Apply, err = critmetrics.Apply(ctx, rep.AgentConfig, critmetrics.ApplyOptions{Agents: f.agents, Token: token, TLS: tlsCfg, Window: window, Progress: progress})
 		if err != nil {
 			return fail(err)
 		}

@@ -3,6 +3,7 @@ package critmetrics
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -64,8 +65,10 @@ type BPFCost struct {
 type ApplyOptions struct {
 	// Agents are the agents' addresses (unix:/path or http(s)://host:port).
 	Agents []string
-	// Token is sent to agents over TCP.
+	// Token is sent to the agents.
 	Token string
+	// TLS configures https agents (nil: the system's roots).
+	TLS *tls.Config
 	// Window is how long the cost is measured before and after (default
 	// 30 s; negative: not measured).
 	Window time.Duration
@@ -92,7 +95,7 @@ func Apply(ctx context.Context, reqs []kmetrics.ConfigRequest, o ApplyOptions) (
 	clients := make([]*agentapi.AgentClient, len(o.Agents))
 	for i, a := range o.Agents {
 		// A socket must be root's or ours: the token goes with every request.
-		c, err := agentapi.NewAgentClient(a, agentapi.ClientOptions{Token: o.Token, Timeout: 30 * time.Second,
+		c, err := agentapi.NewAgentClient(a, agentapi.ClientOptions{Token: o.Token, TLS: o.TLS, Timeout: 30 * time.Second,
 			SocketOwners: []uint32{0, uint32(os.Getuid())}})
 		if err != nil {
 			return nil, fmt.Errorf("critmetrics: agent %s: %w", a, err)
