@@ -10,16 +10,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
-	"github.com/rootline/rootline/internal/store/factory"
-	"github.com/rootline/rootline/internal/store/sqlite"
 	"github.com/rootline/rootline/internal/tlsconf"
 )
 
@@ -117,16 +113,9 @@ func runAnalyzeCritpath(ctx context.Context, args []string, stdout, stderr io.Wr
 }
 
 func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
-	if _, err := os.Stat(filepath.Join(f.dataDir, sqlite.DBFile)); err != nil {
-		return nil, fmt.Errorf("%s is not a Rootline data directory (no %s)", f.dataDir, sqlite.DBFile)
-	}
-	// The embedded layout a server uses by default: the database and the
-	// blobs in the data directory.
-	var cfg factory.Config
-	cfg.ApplyDefaults(f.dataDir)
-	st, err := factory.Open(cfg, factory.Options{})
+	st, err := openDataDir(f.dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("open the store (a running server holds it: use --server): %w", err)
+		return nil, err
 	}
 	defer st.Close()
 	id, _ := model.ParseTraceID(f.trace)
@@ -139,13 +128,9 @@ func critpathRemote(ctx context.Context, f critpathFlags) (*critpath.TraceResult
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("--server %q is not an http(s) URL", f.server)
 	}
-	token := os.Getenv("ROOTLINE_AUTH_TOKEN")
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("read auth token: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := analyzeToken(f.tokenFile)
+	if err != nil {
+		return nil, err
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if u.Scheme == "https" {
