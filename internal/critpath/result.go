@@ -2,6 +2,7 @@ package critpath
 
 import (
 	"math"
+	"time"
 )
 
 // The JSON of critical paths, as GET /api/v1/traces/{traceID}/critical-path
@@ -52,6 +53,14 @@ type SpanPath struct {
 	// Lost is the kernel records the recorder had dropped when it took the
 	// snapshot (0: the snapshot is complete).
 	Lost uint64 `json:"lost,omitempty"`
+}
+
+// LocalWait is the local wait (in the Mirage wait model's sense,
+// internal/mirage) the path measured: the time its own threads were runnable
+// and had no CPU, in the run queue or held off by their cgroup's CPU quota.
+func (p *SpanPath) LocalWait() time.Duration {
+	ms := p.Waits[Runqueue] + p.Waits[Throttled]
+	return time.Duration(ms * float64(time.Millisecond))
 }
 
 // BlockedBy is a request a span's path went through.

@@ -12,7 +12,7 @@
 // It works on model.Spans, so the server can run it on any stored trace
 // (Hops derives the waits a hop's spans do not carry from its callees'
 // spans; HopsWith takes the local wait of services not under `rootline run`
-// from other evidence, such as their kernel critical path: LocalFromPath),
+// from other evidence, such as their kernel critical path: critpath.SpanPath.LocalWait),
 // and on what one `rootline run` sees live (Live, a span sink with a
 // sliding Window and a Prometheus collector: the decentralised mode of §4.1.2,
 // where each service's resource manager decides from its own view). Advise

@@ -256,12 +256,12 @@ func TestHopsWithLocalSource(t *testing.T) {
 		span(1, 4, 3, "mid", model.KindServer, 6, 40, waits(1, 0, 30)...),
 	})
 	path := &critpath.SpanPath{Waits: map[string]float64{critpath.Runqueue: 25, critpath.Throttled: 15, critpath.Running: 40}}
-	if got := LocalFromPath(path); got != 40*ms {
-		t.Fatalf("LocalFromPath = %v, want 40ms", got)
+	if got := path.LocalWait(); got != 40*ms {
+		t.Fatalf("LocalWait = %v, want 40ms", got)
 	}
 	local := func(s *model.Span) (time.Duration, bool) {
 		if s.Service == "gateway" {
-			return LocalFromPath(path), true
+			return path.LocalWait(), true
 		}
 		return 0, false
 	}

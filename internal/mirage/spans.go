@@ -4,7 +4,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -66,17 +65,10 @@ func attrMs(s *model.Span, key string) (time.Duration, bool) {
 
 // LocalSource gives the local wait of a SERVER span that does not carry
 // rootline.wait.local_ms (a service not under `rootline run`), from other
-// evidence: LocalFromPath reads it off the span's kernel critical path. ok
+// evidence: critpath.SpanPath.LocalWait reads it off the span's kernel
+// critical path. ok
 // is false when there is none.
 type LocalSource func(server *model.Span) (local time.Duration, ok bool)
-
-// LocalFromPath is the local wait a span's kernel critical path measured:
-// the time its own threads were runnable and had no CPU, in the run queue
-// or held off by their cgroup's CPU quota (the path's Waits).
-func LocalFromPath(p *critpath.SpanPath) time.Duration {
-	ms := p.Waits[critpath.Runqueue] + p.Waits[critpath.Throttled]
-	return time.Duration(ms * float64(time.Millisecond))
-}
 
 // Hops is HopsWith without a LocalSource.
 func Hops(spans []*model.Span) []Hop { return HopsWith(spans, nil) }
