@@ -16,6 +16,7 @@ import (
 
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/pipeline"
@@ -47,11 +48,14 @@ type Config struct {
 	// its bounded parts add up to more (docs/security.md).
 	MemoryLimit ByteSize `yaml:"memory_limit"`
 
-	Pipeline  pipeline.Config `yaml:"pipeline"`
-	Detector  anomaly.Config  `yaml:"detector"`
-	Capture   capture.Config  `yaml:"capture"`
-	Retention Retention       `yaml:"retention"`
-	Export    export.Config   `yaml:"export"`
+	Pipeline pipeline.Config `yaml:"pipeline"`
+	Detector anomaly.Config  `yaml:"detector"`
+	Capture  capture.Config  `yaml:"capture"`
+	// Diagnosis is the incident rule and the verdicts' bounds
+	// (docs/diagnosis.md).
+	Diagnosis diagnosis.Config `yaml:"diagnosis"`
+	Retention Retention        `yaml:"retention"`
+	Export    export.Config    `yaml:"export"`
 	// Storage chooses a backend per kind of data (storage.spans.type,
 	// storage.artifacts.type, storage.metrics.type); see StorageConfig.
 	Storage factory.Config `yaml:"storage"`
@@ -181,6 +185,7 @@ func DefaultConfig() Config {
 		Pipeline:        pipe,
 		Detector:        det,
 		Capture:         capture.DefaultConfig(),
+		Diagnosis:       diagnosis.DefaultConfig(),
 		Retention: Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute,
 			MaxDiskFraction: DefaultMaxDiskFraction},
 		Export:          export.DefaultConfig(),
@@ -228,6 +233,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--receiver.max-request-bytes must be ≥ 1024, got %d", c.MaxRequestBytes))
 	}
 	errs = append(errs, c.Pipeline.Validate(), c.Detector.Validate(), c.Capture.Validate(), c.Export.Validate())
+	if !c.Diagnosis.Disabled {
+		errs = append(errs, c.Diagnosis.Validate())
+	}
 	if c.Retention.Normal < 0 || c.Retention.Anomalous < 0 {
 		errs = append(errs, errors.New("retention periods must not be negative"))
 	}
