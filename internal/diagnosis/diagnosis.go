@@ -89,10 +89,12 @@ type Verdict struct {
 	Service string `json:"service"`
 	// Cause is one of the Cause* constants.
 	Cause string `json:"cause"`
-	// Confidence in [0, 1]: how clearly the culprit stands out among the
-	// services times the share of its measured slow time the cause
-	// accounts for.
-	Confidence float64 `json:"confidence"`
+	// Confidence in [0, 1] of service and cause together: how clearly the
+	// culprit stands out among the services (ServiceConfidence) times the
+	// share of its measured slow time the cause accounts for; 0 when the
+	// cause is unknown.
+	Confidence        float64 `json:"confidence"`
+	ServiceConfidence float64 `json:"serviceConfidence"`
 	// Evidence are the facts behind the verdict: which artifacts and spans,
 	// and their numbers.
 	Evidence []string `json:"evidence"`

@@ -144,15 +144,22 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
-		shares, total = d.measure(ctx, v, spans, slow)
+		shares, total = d.measure(ctx, v, spans, slow, max(untracedGrowth(traces, start.UnixNano(), v.Service), 0))
 		if v.PathSpans == 0 {
 			shares = d.fallback(ctx, v, top, spans)
 		}
 	}
 	best, runner := pickCause(shares)
 	v.Cause = best.cause
-	v.Confidence = round2(base.Confidence * best.share)
-	if total > 0 && v.PathSpans > 0 {
+	v.ServiceConfidence = round2(base.Confidence)
+	if best.cause != CauseUnknown {
+		v.Confidence = round2(base.Confidence * best.share)
+	}
+	switch {
+	case total > 0 && v.PathSpans > 0 && best.cause == CauseUnknown:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("the kernel could not tell what %s's threads did for %.0f%% of the measured time", v.Service, 100*best.share))
+		v.Missing = append(v.Missing, fmt.Sprintf("what %s's threads waited for: the kernel saw no state it can name (user-space waits such as a Go mutex, timer sleeps, threads the snapshot missed); a CPU profile or the runtime's own events would tell", v.Service))
+	case total > 0 && v.PathSpans > 0:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of the measured time (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
 	}
 	switch {
@@ -240,8 +247,11 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 
 // measure reads the critical paths of the culprit's slow spans (of the
 // newest MaxPaths slow traces with one) and sums what their own threads did
-// in their exclusive time, and their time in calls without spans.
-func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span) ([]causeShare, float64) {
+// in their exclusive time. Calls to dependencies that send no spans count as
+// downstream by how much they grew per trace (untracedMs) against the
+// traces before the onset, since their normal time is no part of the
+// slowdown.
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, untracedPerTrace float64) ([]causeShare, float64) {
 	if d.Paths == nil {
 		v.Missing = append(v.Missing, "kernel critical paths: not read here")
 		return nil, 0
@@ -284,11 +294,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			if err != nil || mine[sid] == nil {
 				continue
 			}
-			st := splitSpan(mine[sid], ch)
-			pathWaits(waits, p, st.own)
-			for _, iv := range st.untraced {
-				untracedMs += float64(iv.b-iv.a) / 1e6
-			}
+			pathWaits(waits, p, splitSpan(mine[sid], ch).own)
 			v.PathSpans++
 			if example == "" {
 				example = res.TraceID
@@ -309,6 +315,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		return nil, 0
 	}
 	v.ExampleTraceID = example
+	untracedMs = untracedPerTrace * float64(read)
 	for k, ms := range waits {
 		waits[k] = round2(ms)
 	}
