@@ -384,6 +384,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Detector.MinFill, "detector.min-fill", c.Detector.MinFill, "durations a key's window needs before any verdict")
 	fs.IntVar(&c.Detector.MaxKeys, "detector.max-keys", c.Detector.MaxKeys, "keys tracked; the least recently seen key is forgotten beyond it")
 
+	fs.BoolVar(&c.Diagnosis.Disabled, "diagnosis.disabled", c.Diagnosis.Disabled, "open no incidents and compute no verdicts")
+	fs.DurationVar(&c.Diagnosis.Window, "diagnosis.window", c.Diagnosis.Window, "window over which an entry point's anomalous root spans are counted to open an incident")
+	fs.IntVar(&c.Diagnosis.MinAnomalies, "diagnosis.min-anomalies", c.Diagnosis.MinAnomalies, "anomalous root spans of an entry point within the window that open an incident (with --diagnosis.min-share)")
+	fs.Float64Var(&c.Diagnosis.MinShare, "diagnosis.min-share", c.Diagnosis.MinShare, "share of the entry point's root spans within the window that must be anomalous to open an incident")
+	fs.Float64Var(&c.Diagnosis.CloseShare, "diagnosis.close-share", c.Diagnosis.CloseShare, "an incident closes once the anomalous share stayed under this for --diagnosis.quiet")
+	fs.DurationVar(&c.Diagnosis.Quiet, "diagnosis.quiet", c.Diagnosis.Quiet, "how long the anomalous share must stay under --diagnosis.close-share to close an incident")
+	fs.DurationVar(&c.Diagnosis.VerdictEvery, "diagnosis.verdict-every", c.Diagnosis.VerdictEvery, "how often an incident's verdict is computed again while evidence may still arrive")
+	fs.DurationVar(&c.Diagnosis.EvidenceWait, "diagnosis.evidence-wait", c.Diagnosis.EvidenceWait, "how long after an incident closes its verdict keeps being updated (snapshots and profiles arrive late)")
+	fs.DurationVar(&c.Diagnosis.Lookback, "diagnosis.lookback", c.Diagnosis.Lookback, "how far before an incident's onset its baseline traces are read")
+
 	fs.DurationVar(&c.Capture.Pre, "capture.pre", c.Capture.Pre, "evidence window starts this long before an anomalous span")
 	fs.DurationVar(&c.Capture.Post, "capture.post", c.Capture.Post, "evidence window ends this long after an anomalous span")
 	fs.DurationVar(&c.Capture.Settle, "capture.settle", c.Capture.Settle, "wait after a window closes before asking the agent (coalesces overlapping anomalies)")
