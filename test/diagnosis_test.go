@@ -55,6 +55,11 @@ func (e *cpEnv) waitVerdict(t *testing.T, svc string, minPaths int) diagnosis.In
 			}
 		}
 		if time.Now().After(deadline) {
+			var anoms []any
+			e.srv.getJSON(t, "/api/v1/anomalies?service="+svc, &anoms)
+			var det any
+			e.srv.getJSON(t, "/api/v1/detector", &det)
+			t.Logf("%d anomalous spans of %s; detector %v", len(anoms), svc, det)
 			t.Fatalf("no incident of %s with a verdict from %d critical paths after 150 s: %+v", svc, minPaths, last)
 		}
 		time.Sleep(time.Second)
@@ -114,7 +119,7 @@ func TestDiagnosisLockC(t *testing.T) {
 }
 
 // TestDiagnosisThrottledC: a CPU-bound C service's cgroup gets a CPU quota
-// of 10 % of a CPU: its requests are held off the CPU by the quota, and the
+// of 5 % of a CPU: its requests are held off the CPU by the quota, and the
 // verdict names the service and cpu-throttle (not CPU work, not run-queue
 // contention).
 func TestDiagnosisThrottledC(t *testing.T) {
@@ -135,8 +140,8 @@ func TestDiagnosisThrottledC(t *testing.T) {
 		dgGet(t, port, "do=spin&ms=15")
 	}
 	time.Sleep(500 * time.Millisecond)
-	mustWrite(t, cg+"/cpu.cfs_quota_us", "10000")
-	for range 15 {
+	mustWrite(t, cg+"/cpu.cfs_quota_us", "5000")
+	for range 25 {
 		dgGet(t, port, "do=spin&ms=15")
 	}
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")

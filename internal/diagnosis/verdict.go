@@ -109,7 +109,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	}
 	v.Service = base.Service
 	top := base.Ranking[0]
-	v.Evidence = append(v.Evidence, base.Evidence[:min(len(base.Evidence), 3)]...)
+	v.Evidence = append(v.Evidence, rankingEvidence(base.Evidence, v.Service)...)
 
 	// The culprit's slow spans: its anomalous spans in slow traces, or, when
 	// none of its spans was flagged, all of its spans there.
@@ -385,3 +385,23 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// rankingEvidence keeps the lines of the ranking's evidence (the surge, the
+// culprit's times, the next suspect) and leaves out the cause it named
+// without kernel evidence: this package names the cause.
+func rankingEvidence(lines []string, culprit string) []string {
+	var out []string
+	for _, l := range lines {
+		out = append(out, l)
+		if strings.HasPrefix(l, "next suspect ") {
+			break
+		}
+		if strings.HasPrefix(l, culprit+": exclusive time") {
+			if i := len(out); i < len(lines) && strings.HasPrefix(lines[i], "next suspect ") {
+				continue
+			}
+			break
+		}
+	}
+	return out
+}
