@@ -1,12 +1,15 @@
 package test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +119,41 @@ func TestDiagnosisLockC(t *testing.T) {
 	}
 	inc := e.waitVerdict(t, "dg-lock", 5)
 	e.checkVerdict(t, inc, "dg-lock", diagnosis.CauseLock)
+
+	// rootline analyze diagnose: the server's incidents, then offline,
+	// where the verdict is computed again from the stopped server's store.
+	remote := diagnoseJSON(t, "--server", "http://"+e.srv.query, "--service", "dg-lock")
+	if err := e.srv.signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("server exit: %v", err)
+	}
+	offline := diagnoseJSON(t, "--data-dir", e.srv.dir, "--service", "dg-lock")
+	for _, got := range [][]diagnosis.Incident{remote, offline} {
+		if len(got) == 0 || got[0].ID != inc.ID || got[0].Verdict == nil || got[0].Verdict.Service != "dg-lock" || got[0].Verdict.Cause != diagnosis.CauseLock {
+			t.Fatalf("rootline analyze diagnose gave %+v, want incident %s with dg-lock / lock", got, inc.ID)
+		}
+	}
+	out, err := exec.Command(rootlineBin(t), "analyze", "diagnose", "--data-dir", e.srv.dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "verdict      dg-lock / lock") {
+		t.Fatalf("text output (%v):\n%s", err, out)
+	}
+}
+
+func diagnoseJSON(t *testing.T, args ...string) []diagnosis.Incident {
+	t.Helper()
+	cmd := exec.Command(rootlineBin(t), append([]string{"analyze", "diagnose", "--json"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("rootline analyze diagnose %v: %v\n%s", args, err, stderr.String())
+	}
+	var res struct {
+		Incidents []diagnosis.Incident `json:"incidents"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return res.Incidents
 }
 
 // TestDiagnosisThrottledC: a CPU-bound C service's cgroup gets a CPU quota

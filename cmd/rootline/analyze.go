@@ -2,10 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
+	"os"
 	"sort"
 	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 // analyzeCommand is one `rootline analyze <name>` subcommand. Each lives in a
@@ -69,4 +76,68 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	return c.Run(ctx, args[1:], stdout, stderr)
+}
+
+// apiClient asks a running server's query API, for the analyses that take
+// --server.
+type apiClient struct {
+	server    string // the query URL
+	tokenFile string // "" : ROOTLINE_AUTH_TOKEN, if set
+	tls       tlsconf.Client
+	timeout   time.Duration
+}
+
+// get GETs path with query q from the server and decodes its JSON into v;
+// an answer other than 200 is an error with the server's message.
+func (c apiClient) get(ctx context.Context, path string, q url.Values, v any) error {
+	u, err := url.Parse(c.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server %q is not an http(s) URL", c.server)
+	}
+	token := os.Getenv("ROOTLINE_AUTH_TOKEN")
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return fmt.Errorf("read auth token: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" {
+		if tr.TLSClientConfig, err = c.tls.Config(); err != nil {
+			return err
+		}
+	}
+	client := &http.Client{Timeout: c.timeout, Transport: tr}
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("server answered %s: %s", resp.Status, e.Error)
+		}
+		return fmt.Errorf("server answered %s", resp.Status)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -117,16 +116,9 @@ func runAnalyzeCritpath(ctx context.Context, args []string, stdout, stderr io.Wr
 }
 
 func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
-	if _, err := os.Stat(filepath.Join(f.dataDir, sqlite.DBFile)); err != nil {
-		return nil, fmt.Errorf("%s is not a Rootline data directory (no %s)", f.dataDir, sqlite.DBFile)
-	}
-	// The embedded layout a server uses by default: the database and the
-	// blobs in the data directory.
-	var cfg factory.Config
-	cfg.ApplyDefaults(f.dataDir)
-	st, err := factory.Open(cfg, factory.Options{})
+	st, err := openDataDir(f.dataDir)
 	if err != nil {
-		return nil, fmt.Errorf("open the store (a running server holds it: use --server): %w", err)
+		return nil, err
 	}
 	defer st.Close()
 	id, _ := model.ParseTraceID(f.trace)
@@ -134,55 +126,26 @@ func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResul
 	return an.Trace(ctx, id)
 }
 
+// openDataDir opens a stopped server's store in the embedded layout a
+// server uses by default: the database and the blobs in the data directory.
+func openDataDir(dir string) (*factory.Storage, error) {
+	if _, err := os.Stat(filepath.Join(dir, sqlite.DBFile)); err != nil {
+		return nil, fmt.Errorf("%s is not a Rootline data directory (no %s)", dir, sqlite.DBFile)
+	}
+	var cfg factory.Config
+	cfg.ApplyDefaults(dir)
+	st, err := factory.Open(cfg, factory.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open the store (a running server holds it: use --server): %w", err)
+	}
+	return st, nil
+}
+
 func critpathRemote(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
-	u, err := url.Parse(f.server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--server %q is not an http(s) URL", f.server)
-	}
-	token := os.Getenv("ROOTLINE_AUTH_TOKEN")
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("read auth token: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if u.Scheme == "https" {
-		if tr.TLSClientConfig, err = f.tls.Config(); err != nil {
-			return nil, err
-		}
-	}
-	client := &http.Client{Timeout: f.timeout, Transport: tr}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/v1/traces/" + url.PathEscape(f.trace) + "/critical-path"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("server answered %s: %s", resp.Status, e.Error)
-		}
-		return nil, fmt.Errorf("server answered %s", resp.Status)
-	}
 	var res critpath.TraceResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return nil, fmt.Errorf("reading the answer: %w", err)
+	c := apiClient{server: f.server, tokenFile: f.tokenFile, tls: f.tls, timeout: f.timeout}
+	if err := c.get(ctx, "/api/v1/traces/"+url.PathEscape(f.trace)+"/critical-path", nil, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
