@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -163,16 +162,7 @@ func diagnoseJSON(t *testing.T, args ...string) []diagnosis.Incident {
 func TestDiagnosisThrottledC(t *testing.T) {
 	e := newCPEnv(t, "kernel")
 	bin := cpBuild(t, e.dir)
-	cg := "/sys/fs/cgroup/cpu/rootline-test-diagnosis"
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cgroup.procs"); err != nil {
-		t.Fatal("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu (this machine kind has one)")
-	}
-	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(cg) })
-	mustWrite(t, cg+"/cpu.cfs_period_us", "100000")
-	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
+	cg := cpuCgroup(t, "rootline-test-diagnosis")
 	port, _ := e.run(t, "dg-quota", "ebpf", nil, "sh", "-c", "echo $$ > "+cg+"/cgroup.procs && exec "+bin)
 	for range 40 {
 		dgGet(t, port, "do=spin&ms=15")

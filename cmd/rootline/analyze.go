@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -76,6 +78,31 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	return c.Run(ctx, args[1:], stdout, stderr)
+}
+
+// sourceFlags are where an analysis reads from: a stopped server's data
+// directory, or a running server's query API.
+type sourceFlags struct {
+	dataDir string
+	apiClient
+}
+
+// register adds --data-dir, --server and the flags of the connection to a
+// server to fs; timeout is --timeout's default.
+func (f *sourceFlags) register(fs *flag.FlagSet, timeout time.Duration) {
+	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
+	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "with --server: how long to wait for the answer")
+}
+
+// check reports a source given twice or not at all.
+func (f *sourceFlags) check() error {
+	if (f.dataDir == "") == (f.server == "") {
+		return errors.New("give one of --data-dir and --server")
+	}
+	return nil
 }
 
 // apiClient asks a running server's query API, for the analyses that take

@@ -19,7 +19,6 @@ import (
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store/factory"
 	"github.com/rootline/rootline/internal/store/sqlite"
-	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 func init() {
@@ -30,24 +29,19 @@ func init() {
 }
 
 type critpathFlags struct {
-	dataDir, server, trace, tokenFile string
-	json, segments                    bool
-	tls                               tlsconf.Client
-	timeout                           time.Duration
+	sourceFlags
+	trace          string
+	json, segments bool
 }
 
 func parseCritpathFlags(args []string, stderr io.Writer) (critpathFlags, error) {
 	var f critpathFlags
 	fs := flag.NewFlagSet("rootline analyze critical-path", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
-	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	f.register(fs, 2*time.Minute)
 	fs.StringVar(&f.trace, "trace", "", "the trace id (hex)")
 	fs.BoolVar(&f.json, "json", false, "print the JSON of GET /api/v1/traces/{id}/critical-path")
 	fs.BoolVar(&f.segments, "segments", false, "list every segment of each path (default: the longest ten)")
-	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
-	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
-	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --server: how long to wait for the answer (a large snapshot takes seconds to analyse)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline analyze critical-path (--data-dir DIR | --server URL) --trace ID [flags]
 
@@ -72,11 +66,11 @@ Flags:
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	switch {
-	case f.trace == "":
+	if f.trace == "" {
 		return f, errors.New("--trace is required")
-	case (f.dataDir == "") == (f.server == ""):
-		return f, errors.New("give one of --data-dir and --server")
+	}
+	if err := f.check(); err != nil {
+		return f, err
 	}
 	if _, err := model.ParseTraceID(f.trace); err != nil {
 		return f, fmt.Errorf("--trace: %w", err)
@@ -143,8 +137,7 @@ func openDataDir(dir string) (*factory.Storage, error) {
 
 func critpathRemote(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
 	var res critpath.TraceResult
-	c := apiClient{server: f.server, tokenFile: f.tokenFile, tls: f.tls, timeout: f.timeout}
-	if err := c.get(ctx, "/api/v1/traces/"+url.PathEscape(f.trace)+"/critical-path", nil, &res); err != nil {
+	if err := f.get(ctx, "/api/v1/traces/"+url.PathEscape(f.trace)+"/critical-path", nil, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

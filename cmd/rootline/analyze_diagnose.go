@@ -16,7 +16,6 @@ import (
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/store"
-	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 func init() {
@@ -27,26 +26,20 @@ func init() {
 }
 
 type diagnoseFlags struct {
-	dataDir, server, service, tokenFile string
-	from, to                            string
-	json                                bool
-	tls                                 tlsconf.Client
-	timeout                             time.Duration
+	sourceFlags
+	service, from, to string
+	json              bool
 }
 
 func parseDiagnoseFlags(args []string, stderr io.Writer) (diagnoseFlags, error) {
 	var f diagnoseFlags
 	fs := flag.NewFlagSet("rootline analyze diagnose", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
-	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	f.register(fs, time.Minute)
 	fs.StringVar(&f.from, "from", "24h", "incidents that ended after this: an RFC 3339 time, Unix nanoseconds, or a duration before now")
 	fs.StringVar(&f.to, "to", "", "incidents that started before this (same forms; default now)")
 	fs.StringVar(&f.service, "service", "", "only incidents whose culprit or entry point is this service")
 	fs.BoolVar(&f.json, "json", false, "print the JSON of GET /api/v1/incidents")
-	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
-	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
-	fs.DurationVar(&f.timeout, "timeout", time.Minute, "with --server: how long to wait for the answer")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline analyze diagnose (--data-dir DIR | --server URL) [--from T] [--to T] [--service S] [--json]
 
@@ -71,10 +64,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
-	if (f.dataDir == "") == (f.server == "") {
-		return f, errors.New("give one of --data-dir and --server")
-	}
-	return f, nil
+	return f, f.check()
 }
 
 // parseWhen reads a time as --from and --to take it; "" is zero.
@@ -146,8 +136,7 @@ func diagnoseRemote(ctx context.Context, f diagnoseFlags, from, to int64) ([]dia
 	var resp struct {
 		Incidents []diagnosis.Incident `json:"incidents"`
 	}
-	c := apiClient{server: f.server, tokenFile: f.tokenFile, tls: f.tls, timeout: f.timeout}
-	if err := c.get(ctx, "/api/v1/incidents", q, &resp); err != nil {
+	if err := f.get(ctx, "/api/v1/incidents", q, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Incidents, nil
