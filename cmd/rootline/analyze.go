@@ -105,6 +105,27 @@ func (f *sourceFlags) check() error {
 	return nil
 }
 
+// parse parses fs's flags; arguments left over are an error.
+func (f *sourceFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return nil
+}
+
+// printJSON writes v indented and returns the exit code.
+func printJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
+	return 0
+}
+
 // apiClient asks a running server's query API, for the analyses that take
 // --server.
 type apiClient struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,11 +59,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return f, err
-	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if f.trace == "" {
 		return f, errors.New("--trace is required")
@@ -98,12 +94,7 @@ func runAnalyzeCritpath(ctx context.Context, args []string, stdout, stderr io.Wr
 		return 1
 	}
 	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return 1
-		}
-		return 0
+		return printJSON(stdout, res)
 	}
 	printCritpath(stdout, res, f.segments)
 	return 0

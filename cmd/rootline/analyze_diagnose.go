@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,11 +57,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return f, err
-	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return f, f.check()
 }
@@ -111,12 +107,7 @@ func runAnalyzeDiagnose(ctx context.Context, args []string, stdout, stderr io.Wr
 		return 1
 	}
 	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"incidents": incs}); err != nil {
-			return 1
-		}
-		return 0
+		return printJSON(stdout, map[string]any{"incidents": incs})
 	}
 	printIncidents(stdout, incs)
 	return 0
