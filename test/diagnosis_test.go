@@ -156,21 +156,24 @@ func diagnoseJSON(t *testing.T, args ...string) []diagnosis.Incident {
 }
 
 // TestDiagnosisThrottledC: a CPU-bound C service's cgroup gets a CPU quota
-// of 5 % of a CPU: its requests are held off the CPU by the quota, and the
-// verdict names the service and cpu-throttle (not CPU work, not run-queue
-// contention).
+// of 2 % of a CPU (5 ms per 250 ms period): its requests are held off the
+// CPU by the quota, and the verdict names the service and cpu-throttle (not
+// CPU work, not run-queue contention). The long period keeps the quota's
+// share of each request well above the run-queue wait that follows each
+// unthrottle on a machine loaded by other work.
 func TestDiagnosisThrottledC(t *testing.T) {
 	e := newCPEnv(t, "kernel")
 	bin := cpBuild(t, e.dir)
 	cg := cpuCgroup(t, "rootline-test-diagnosis")
+	mustWrite(t, cg+"/cpu.cfs_period_us", "250000")
 	port, _ := e.run(t, "dg-quota", "ebpf", nil, "sh", "-c", "echo $$ > "+cg+"/cgroup.procs && exec "+bin)
 	for range 40 {
-		dgGet(t, port, "do=spin&ms=15")
+		dgGet(t, port, "do=spin&ms=10")
 	}
 	time.Sleep(500 * time.Millisecond)
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "5000")
-	for range 25 {
-		dgGet(t, port, "do=spin&ms=15")
+	for range 20 {
+		dgGet(t, port, "do=spin&ms=10")
 	}
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
 	inc := e.waitVerdict(t, "dg-quota", 5)
