@@ -257,25 +257,42 @@ func (t *Tracker) due(now time.Time) []*tracked {
 	return out
 }
 
-// Run applies the rule every second and computes due verdicts until ctx
-// ends. Incidents left open in the store by a previous run are resumed.
+// Run applies the rule every second and, in a goroutine of its own so that
+// a slow verdict (a snapshot analysed on the spot) never delays the rule,
+// computes due verdicts, until ctx ends. Incidents left open in the store
+// by a previous run are resumed.
 func (t *Tracker) Run(ctx context.Context) error {
 	t.resume(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.every(ctx, func(now time.Time) {
+			for _, tr := range t.due(now) {
+				t.verdict(ctx, tr, now)
+			}
+		})
+	}()
+	t.every(ctx, func(now time.Time) {
+		for _, inc := range t.step(now) {
+			t.put(ctx, inc)
+		}
+	})
+	wg.Wait()
+	return nil
+}
+
+// every calls f with the clock's time every second until ctx ends.
+func (t *Tracker) every(ctx context.Context, f func(time.Time)) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
-		now := t.now()
-		for _, inc := range t.step(now) {
-			t.put(ctx, inc)
-		}
-		for _, tr := range t.due(now) {
-			t.verdict(ctx, tr, now)
-		}
+		f(t.now())
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
 )
@@ -154,5 +155,63 @@ func TestConfigValidate(t *testing.T) {
 	c.CloseShare = c.MinShare
 	if err := c.Validate(); err == nil {
 		t.Error("close_share = min_share accepted")
+	}
+}
+
+// TestTrackerRun: Run opens an incident from committed spans and stores its
+// verdict, computed in the background, and stops with its context.
+func TestTrackerRun(t *testing.T) {
+	st := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.VerdictEvery = time.Second
+	// The shop's traffic, normal then slow, stored as the pipeline would.
+	var batch []*model.Span
+	base := time.Now().Add(-2 * time.Minute)
+	for i := range 60 {
+		batch = append(batch, shopTrace(i, base.Add(time.Duration(i)*time.Second), 2, 6, 3, false)...)
+	}
+	var slow []*model.Span
+	for i := range 30 {
+		slow = append(slow, shopTrace(100+i, time.Now().Add(-3*time.Second+time.Duration(i)*50*time.Millisecond), 2, 60, 3, true)...)
+	}
+	if err := st.WriteSpans(ctx, append(batch, slow...)); err != nil {
+		t.Fatal(err)
+	}
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: cfg}
+	tr, err := NewTracker(cfg, st, d, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	tr.OnCommitted(slow)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := st.FindIncidents(ctx, store.IncidentQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 {
+			inc, err := FromStored(list[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inc.Verdict != nil {
+				if inc.Verdict.Service != "cart" || inc.Anomalous != 30 || inc.Requests != 30 {
+					t.Fatalf("incident %+v, verdict %+v", inc, inc.Verdict)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no incident with a verdict after 30 s: %+v", list)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
