@@ -55,7 +55,7 @@ func (e *cpEnv) waitVerdict(t *testing.T, svc string, minPaths int) diagnosis.In
 			if inc.Verdict != nil && inc.Verdict.PathSpans >= minPaths {
 				// Polled every second: an upper bound of the time from the
 				// onset to a verdict from kernel evidence.
-				t.Logf("onset to a verdict from %d critical paths: ≤ %.1f s (first verdict computed %.1f s after the onset)",
+				t.Logf("onset to a verdict from %d critical paths: ≤ %.1f s (this verdict computed %.1f s after the onset)",
 					inc.Verdict.PathSpans, time.Since(time.Unix(0, inc.Start)).Seconds(), float64(inc.Verdict.Updated-inc.Start)/1e9)
 				return inc
 			}
