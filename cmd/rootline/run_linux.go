@@ -8,8 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rootline/rootline/internal/agentapi"
+	"github.com/rootline/rootline/internal/mirage"
 	runner "github.com/rootline/rootline/internal/run"
 	"github.com/rootline/rootline/internal/run/readtap"
 )
@@ -28,6 +30,8 @@ type runFlags struct {
 	ringBytes int
 	reads     string
 	readsBuf  int
+	metrics   runner.MetricsOptions
+	policy    string
 	argv      []string
 }
 
@@ -48,6 +52,15 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
+	fs.StringVar(&f.metrics.Listen, "metrics.listen", "", "serve this service's Mirage decision (rootline_bottleneck, rootline_*_wait_seconds) as Prometheus metrics at http(s)://ADDR/metrics (host:port; port 0 picks one, logged at info); empty: off. Beyond loopback it needs the auth token")
+	fs.StringVar(&f.metrics.TLS.CertFile, "metrics.tls.cert-file", "", "serve -metrics.listen over TLS with this certificate (PEM; reloaded when the file changes)")
+	fs.StringVar(&f.metrics.TLS.KeyFile, "metrics.tls.key-file", "", "private key (PEM) of -metrics.tls.cert-file")
+	fs.StringVar(&f.metrics.TLS.ClientCAFile, "metrics.tls.client-ca-file", "", "require client certificates signed by these CAs (PEM) on -metrics.listen (mutual TLS)")
+	fs.DurationVar(&f.metrics.Window, "metrics.window", 30*time.Second, "sliding window the decision is made on (mean waits per request over it; at least 1s)")
+	fs.StringVar(&f.policy, "metrics.policy", "max", "how waits are aggregated: max (the single largest wait: one allocation step), sum (every wait above -metrics.min-wait on the request's path: several steps), min (the smallest wait above -metrics.min-wait)")
+	fs.DurationVar(&f.metrics.Model.MinWait, "metrics.min-wait", time.Millisecond, "smallest mean wait per request worth a decision; below it rootline_bottleneck is 0 everywhere")
+	fs.DurationVar(&f.metrics.Model.SLA, "metrics.sla", 0, "latency objective: decide only while the mean latency is at least -metrics.sla-fraction of it (0: always decide)")
+	fs.Float64Var(&f.metrics.Model.SLAFraction, "metrics.sla-fraction", 0.8, "share of -metrics.sla at which decisions start")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline run [flags] -- CMD [ARGS...]
 
@@ -59,7 +72,10 @@ Starts CMD and traces it with no change to its code, in any language:
   - responses get rootline-server-time and rootline-wait (Mirage wait model);
     spans carry rootline.wait.local_ms / net_ms / remote_ms;
   - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
-  - the process is registered with the local agent so its profilers record it.
+  - the process is registered with the local agent so its profilers record it;
+  - with -metrics.listen, the service's own decision over a sliding window
+    (its CPU, its link to a peer, or delegate to a peer) as Prometheus metrics,
+    usable by a Kubernetes HPA (docs/run.md).
 Two ways (-mode): the in-kernel datapath (default as root) puts CMD in a cgroup
 of its own where eBPF programs add the header lines as the kernel queues its
 writes (sk_msg) and follow its reads (tracepoints): CMD never waits for the
@@ -97,6 +113,19 @@ Flags:
 			return f, fmt.Errorf("-agent: %w", err)
 		}
 	}
+	if f.metrics.Window < time.Second {
+		return f, fmt.Errorf("-metrics.window %s: want at least 1s", f.metrics.Window)
+	}
+	if f.metrics.Model.SLAFraction <= 0 || f.metrics.Model.SLAFraction > 1 {
+		return f, fmt.Errorf("-metrics.sla-fraction %g: want a share in (0, 1]", f.metrics.Model.SLAFraction)
+	}
+	if f.metrics.Model.MinWait < 0 || f.metrics.Model.SLA < 0 {
+		return f, errors.New("-metrics.min-wait and -metrics.sla must not be negative")
+	}
+	var err error
+	if f.metrics.Model.Policy, err = mirage.ParsePolicy(f.policy); err != nil {
+		return f, fmt.Errorf("-metrics.policy: %w", err)
+	}
 	f.argv = fs.Args()
 	if len(f.argv) == 0 {
 		return f, errors.New("no command: usage is rootline run [flags] -- CMD [ARGS...]")
@@ -115,6 +144,9 @@ Flags:
 		}
 		f.token = strings.TrimSpace(string(b))
 	}
+	if err := f.metrics.Validate(f.token); err != nil {
+		return f, err
+	}
 	return f, nil
 }
 
@@ -129,7 +161,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Argv: f.argv,
+		Mode: f.mode, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

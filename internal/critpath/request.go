@@ -31,56 +31,12 @@ type Request struct {
 }
 
 // Activity is an interval a request was active on a thread.
-type Activity struct {
-	TID        uint32
-	Start, End int64 // Unix ns, [Start, End)
-}
+type Activity = model.ThreadActivity
 
 // ThreadIntervals formats activities as the rootline.thread.intervals span
-// attribute: "tid:from-to" items, comma-separated, from and to in
-// microseconds after the span's start. Written by `rootline run`.
+// attribute (model.FormatThreadIntervals).
 func ThreadIntervals(start int64, acts []Activity) string {
-	b := make([]byte, 0, 24*len(acts))
-	for i, a := range acts {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendUint(b, uint64(a.TID), 10)
-		b = append(b, ':')
-		b = strconv.AppendInt(b, max(0, a.Start-start)/1000, 10)
-		b = append(b, '-')
-		b = strconv.AppendInt(b, max(0, a.End-start+999)/1000, 10)
-	}
-	return string(b)
-}
-
-// maxActivities bounds the thread intervals read from one span attribute.
-const maxActivities = 4096
-
-// parseThreadIntervals reads a rootline.thread.intervals value. Items that
-// do not parse are skipped; the result is clipped to the span.
-func parseThreadIntervals(v string, start, end int64) []Activity {
-	var out []Activity
-	for item := range strings.SplitSeq(v, ",") {
-		if len(out) == maxActivities {
-			break
-		}
-		tidS, rng, ok := strings.Cut(strings.TrimSpace(item), ":")
-		if !ok {
-			continue
-		}
-		fromS, toS, ok := strings.Cut(rng, "-")
-		tid, err1 := strconv.ParseUint(tidS, 10, 32)
-		from, err2 := strconv.ParseInt(fromS, 10, 64)
-		to, err3 := strconv.ParseInt(toS, 10, 64)
-		if !ok || err1 != nil || err2 != nil || err3 != nil || tid == 0 || from < 0 || to < from || to > 1<<40 {
-			continue
-		}
-		a := Activity{TID: uint32(tid), Start: min(end, start+from*1000), End: min(end, start+to*1000)}
-		out = append(out, a)
-	}
-	slices.SortStableFunc(out, func(a, b Activity) int { return compareInt64(a.Start, b.Start) })
-	return out
+	return model.FormatThreadIntervals(start, acts)
 }
 
 // Span attributes the association reads (besides model.AttrThreadID,
@@ -116,12 +72,12 @@ func RequestFromSpan(s *model.Span) (Request, bool) {
 		}
 	}
 	if v, ok := s.Attr(AttrThreadIntervals); ok {
-		r.Threads = parseThreadIntervals(v.String(), r.Start, r.End)
+		r.Threads = model.ParseThreadIntervals(v.String(), r.Start, r.End)
 	}
 	if len(r.Threads) == 0 {
 		if v, ok := s.Attr(model.AttrThreadIDs); ok {
 			for f := range strings.SplitSeq(v.String(), ",") {
-				if tid, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32); err == nil && tid > 0 && len(r.Threads) < maxActivities {
+				if tid, err := strconv.ParseUint(strings.TrimSpace(f), 10, 32); err == nil && tid > 0 && len(r.Threads) < model.MaxThreadActivities {
 					r.Threads = append(r.Threads, Activity{TID: uint32(tid), Start: r.Start, End: r.End})
 				}
 			}

@@ -39,7 +39,7 @@ const (
 	AttrServerAddress = "server.address"
 	// AttrThreadIntervals says when a SERVER span's request was active on
 	// each of its threads ("tid:from-to,…", microseconds after the span's
-	// start; see critpath.ThreadIntervals): thread pools and event loops
+	// start; see FormatThreadIntervals): thread pools and event loops
 	// hand a request between threads, or serve several on one.
 	AttrThreadIntervals = "rootline.thread.intervals"
 

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/run/httpstream"
 )
@@ -206,7 +205,7 @@ func (rs *resource) serverSpan(r *request) *model.Span {
 // event loops): from a thread's first call for it to its last, the thread
 // that worked on it last until the response ended.
 func threadIntervals(r *request) string {
-	acts := make([]critpath.Activity, 0, len(r.threads))
+	acts := make([]model.ThreadActivity, 0, len(r.threads))
 	last := -1
 	for i, t := range r.threads {
 		if t.first.IsZero() {
@@ -215,13 +214,13 @@ func threadIntervals(r *request) string {
 		if last < 0 || !t.last.Before(r.threads[last].last) {
 			last = i
 		}
-		acts = append(acts, critpath.Activity{TID: uint32(t.tid), Start: t.first.UnixNano(), End: t.last.UnixNano()})
+		acts = append(acts, model.ThreadActivity{TID: uint32(t.tid), Start: t.first.UnixNano(), End: t.last.UnixNano()})
 	}
 	if last < 0 {
 		return ""
 	}
 	acts[last].End = max(acts[last].End, r.end.UnixNano())
-	return critpath.ThreadIntervals(r.start.UnixNano(), acts)
+	return model.FormatThreadIntervals(r.start.UnixNano(), acts)
 }
 
 // clientSpan builds the CLIENT span of a finished call.

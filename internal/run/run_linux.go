@@ -47,6 +47,8 @@ type Options struct {
 	// tap), "ptrace" or "auto"; ReadsBuf is the read tap's ring.
 	Reads    string
 	ReadsBuf int
+	// Metrics is the decentralised mode's listener (off when Listen is "").
+	Metrics MetricsOptions
 	// Argv is the command.
 	Argv []string
 	// Logger is the run's logger; Stderr gets the few lines meant for the
@@ -103,6 +105,18 @@ func Run(o Options) int {
 			Endpoint: strings.TrimRight(o.Server, "/") + "/v1/traces", Token: o.Token, Logger: base})
 		go ship.Run(ctx)
 		sink = ship
+	}
+	// The metrics listener is a convenience: if it cannot start, the
+	// command still runs traced, and the reason is logged.
+	if live, _, stop, err := startMetrics(o.Metrics, o.Token, base.With("component", "metrics")); err != nil {
+		log.Error("cannot start the metrics listener; running without it", "err", err)
+	} else if live != nil {
+		defer stop()
+		if sink != nil {
+			sink = teeSink{live, sink}
+		} else {
+			sink = live
+		}
 	}
 	if o.Mode != "ptrace" {
 		code, started, err := runDatapath(o, env, base, sink, stderr)
