@@ -1,6 +1,7 @@
-import { useEffect, useState } from 'react';
+import { useState } from 'react';
 import { Link } from 'react-router';
 import { api } from '../lib/api';
+import { usePoll } from '../lib/usePoll';
 import { shares, stateColor } from '../lib/critpath';
 import { verdictText, type Incident } from '../lib/incidents';
 import { formatTime } from '../lib/timescale';
@@ -14,34 +15,8 @@ const REFRESH_MS = 5000;
  * page). It refreshes every 5 s: verdicts change as evidence arrives.
  */
 export function IncidentsPage() {
-  const [list, setList] = useState<Incident[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
+  const { data: list, error } = usePoll(api.incidents, REFRESH_MS);
   const [open, setOpen] = useState<string | null>(null);
-
-  useEffect(() => {
-    let ctl = new AbortController();
-    const load = () => {
-      ctl.abort();
-      ctl = new AbortController();
-      const c = ctl;
-      api.incidents(c.signal).then(
-        (d) => {
-          if (c.signal.aborted) return;
-          setList(d);
-          setError(null);
-        },
-        (e: unknown) => {
-          if (!c.signal.aborted) setError(e instanceof Error ? e.message : String(e));
-        },
-      );
-    };
-    load();
-    const t = setInterval(load, REFRESH_MS);
-    return () => {
-      clearInterval(t);
-      ctl.abort();
-    };
-  }, []);
 
   const now = Date.now() * 1e6;
   const from = now - 3600e9;
