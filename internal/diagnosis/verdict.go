@@ -405,3 +405,25 @@ func rankingEvidence(lines []string, culprit string) []string {
 	}
 	return out
 }
+
+// StoredPaths reads only the critical paths the server stored when each
+// capture completed (a "critical-path" artifact linked to the trace): a
+// verdict computed every few seconds must not analyse snapshots on the spot
+// (seconds of CPU each), which the server does once per capture anyway. A
+// trace whose paths are not stored yet answers critpath.ErrNoSnapshot.
+type StoredPaths struct {
+	Analyzer  *critpath.Analyzer
+	Artifacts store.ArtifactStore
+}
+
+// Trace implements PathReader.
+func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.TraceResult, error) {
+	arts, err := s.Artifacts.TraceArtifacts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
+		return nil, critpath.ErrNoSnapshot
+	}
+	return s.Analyzer.Trace(ctx, id)
+}

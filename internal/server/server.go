@@ -145,8 +145,8 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 }
 
 // newTracker builds the incident tracker: verdicts read the store, and the
-// critical paths of slow spans through an analyzer of their own that
-// computes one snapshot at a time (stored paths need none).
+// critical paths of slow spans that the critical-path runner stored for
+// each completed capture.
 func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	st := s.store.Incidents()
 	if s.cfg.Diagnosis.Disabled {
@@ -157,7 +157,8 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 		return nil, nil
 	}
 	src := &analysis.StoreSource{Spans: s.store, Artifacts: s.store, CaptureLog: s.captureLog}
-	paths := &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1)}
+	paths := diagnosis.StoredPaths{Artifacts: s.store,
+		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1)}}
 	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Config: s.cfg.Diagnosis}
 	return diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
 }
