@@ -124,8 +124,8 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 			fmt.Fprintf(w, "  (the recorder had dropped %d kernel records)", p.Lost)
 		}
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "  path states  %s\n", shares(p.States, p.Ms))
-		fmt.Fprintf(w, "  own waits    %s\n", shares(p.Waits, p.Ms))
+		fmt.Fprintf(w, "  path states  %s\n", critpath.Shares(p.States, p.Ms))
+		fmt.Fprintf(w, "  own waits    %s\n", critpath.Shares(p.Waits, p.Ms))
 		for _, b := range p.BlockedBy {
 			wait := ""
 			if b.Wait != "" {
@@ -185,32 +185,3 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 	}
 }
 
-// shares renders a state map as "running 62.0 ms (62%), lock 38.0 ms (38%)",
-// largest first, zero states left out.
-func shares(m map[string]float64, total float64) string {
-	names := slices.Clone(critpath.States)
-	slices.SortStableFunc(names, func(a, b string) int {
-		switch {
-		case m[a] > m[b]:
-			return -1
-		case m[a] < m[b]:
-			return 1
-		}
-		return 0
-	})
-	var parts []string
-	for _, n := range names {
-		if m[n] <= 0 {
-			continue
-		}
-		pct := 0.0
-		if total > 0 {
-			pct = 100 * m[n] / total
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f%%)", n, m[n], pct))
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, ", ")
-}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
@@ -58,10 +59,14 @@ type FaultResult struct {
 	// opened); Verdict is its verdict.
 	Incident *diagnosis.Incident `json:"incident,omitempty"`
 	Verdict  diagnosis.Verdict   `json:"verdict"`
-	Evidence map[string]int      `json:"evidenceArtifacts"`
-	Load     LoadSummary         `json:"load"`
-	Correct  bool                `json:"correct"`
-	Error    string              `json:"error,omitempty"`
+	// CriticalPath is the kernel critical path of the culprit's slowest
+	// span in the verdict's example trace (without its segments), when the
+	// server has one.
+	CriticalPath *critpath.SpanPath `json:"criticalPath,omitempty"`
+	Evidence     map[string]int     `json:"evidenceArtifacts"`
+	Load         LoadSummary        `json:"load"`
+	Correct      bool               `json:"correct"`
+	Error        string             `json:"error,omitempty"`
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -412,8 +417,32 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		fr.Verdict = diagnosis.Verdict{Cause: diagnosis.CauseUnknown, Missing: []string{"the server opened no incident with a verdict for the fault's window"}}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
+	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict)
 	printFault(out, fr)
 	return fr
+}
+
+// culpritPath reads the critical paths of the verdict's example trace and
+// returns the one of the culprit's slowest span, its segments left out; nil
+// when the server has none.
+func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict) *critpath.SpanPath {
+	if v.ExampleTraceID == "" || v.Service == "" {
+		return nil
+	}
+	var res critpath.TraceResult
+	if err := getJSONAuth(ctx, fmt.Sprintf("%s/api/v1/traces/%s/critical-path", api, v.ExampleTraceID), token, &res); err != nil {
+		return nil
+	}
+	var best *critpath.SpanPath
+	for i, p := range res.Spans {
+		if p.Service == v.Service && (best == nil || p.Ms > best.Ms) {
+			best = &res.Spans[i]
+		}
+	}
+	if best != nil {
+		best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	}
+	return best
 }
 
 // serverVerdict waits for the server's incident that overlaps [onset, to]
@@ -546,6 +575,19 @@ func printFault(out io.Writer, fr FaultResult) {
 		fmt.Fprintf(out, "    missing: %s\n", e)
 	}
 	fmt.Fprintf(out, "  server's verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	if p := fr.CriticalPath; p != nil {
+		fmt.Fprintf(out, "  critical path of %s %s in trace %s (%.1f ms):\n", p.Service, p.Operation, p.TraceID, p.Ms)
+		fmt.Fprintf(out, "    own threads: %s\n", critpath.Shares(p.Waits, p.Ms))
+		for i, b := range p.BlockedBy {
+			if i == 3 {
+				fmt.Fprintf(out, "    … blocked by %d more requests\n", len(p.BlockedBy)-i)
+				break
+			}
+			fmt.Fprintf(out, "    blocked by %s %s (trace %s) for %.1f ms\n", b.Service, b.Operation, b.TraceID, b.Ms)
+		}
+	} else if fr.Verdict.ExampleTraceID != "" {
+		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
+	}
 	if fr.Correct {
 		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
 	} else {
