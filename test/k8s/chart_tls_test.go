@@ -1,0 +1,229 @@
+package k8s
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// serverTLSWant is what a chart case's server TLS wiring must render.
+type serverTLSWant struct {
+	secret    string // server.tls.existingSecret; "": no TLS anywhere
+	caKey     string // the Secret key the agents mount as the server's CA
+	receivers bool   // the receivers serve TLS too
+}
+
+const (
+	serverHost  = "rl-rootline-server.rootline.svc"
+	tlsCertPath = "/etc/rootline/tls/tls.crt"
+	tlsKeyPath  = "/etc/rootline/tls/tls.key"
+	agentCAFile = "/etc/rootline/server-ca/ca.crt"
+)
+
+// checkServerTLS asserts the server's and the agents' TLS fields of the
+// rendered objects present in objs: the server's configuration (query_tls,
+// receiver.tls), its Secret volume and mount, its probes' scheme; the agents'
+// server URL, CA file, CA volume and kernel-metrics URL; the webhook's
+// receiver URL for the sidecars.
+func checkServerTLS(t *testing.T, objs []*unstructured.Unstructured, want serverTLSWant) {
+	t.Helper()
+	on := want.secret != ""
+	query, recv := "http", "http"
+	if on {
+		query = "https"
+	}
+	if on && want.receivers {
+		recv = "https"
+	}
+
+	if cm := find(objs, "ConfigMap", "rl-rootline-server"); cm != nil {
+		raw, _, _ := unstructured.NestedString(cm.Object, "data", "server.yaml")
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(raw), &cfg); err != nil {
+			t.Fatalf("server.yaml: %v\n%s", err, raw)
+		}
+		checkTLSFiles(t, "query_tls", cfg["query_tls"], on)
+		receiver, _ := cfg["receiver"].(map[string]any)
+		checkTLSFiles(t, "receiver.tls", receiver["tls"], on && want.receivers)
+	}
+
+	if srv := serverWorkload(objs); srv != nil {
+		spec, _, _ := unstructured.NestedMap(srv.Object, "spec", "template", "spec")
+		c := container(t, spec, "server")
+		vol := volume(spec, "tls")
+		mount := volumeMount(c, "tls")
+		if !on {
+			if vol != nil || mount != nil {
+				t.Errorf("server: TLS volume %v / mount %v without server.tls.existingSecret", vol, mount)
+			}
+		} else {
+			if name, _, _ := unstructured.NestedString(vol, "secret", "secretName"); name != want.secret {
+				t.Errorf("server: tls volume's secret %q, want %q (volume %v)", name, want.secret, vol)
+			}
+			if mount["mountPath"] != "/etc/rootline/tls" || mount["readOnly"] != true {
+				t.Errorf("server: tls mount %v, want /etc/rootline/tls read-only", mount)
+			}
+		}
+		for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+			scheme, _, _ := unstructured.NestedString(c, probe, "httpGet", "scheme")
+			if scheme == "" {
+				scheme = "HTTP"
+			}
+			if scheme != strings.ToUpper(query) {
+				t.Errorf("server: %s scheme %q, want %q", probe, scheme, strings.ToUpper(query))
+			}
+		}
+	}
+
+	if ds := find(objs, "DaemonSet", "rl-rootline-agent"); ds != nil {
+		spec, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+		c := container(t, spec, "agent")
+		args := stringArgs(c)
+		if a := "--server=" + query + "://" + serverHost + ":16686"; !slices.Contains(args, a) {
+			t.Errorf("agent: no %s in %q", a, args)
+		}
+		hasCA := slices.Contains(args, "--server.tls.ca-file="+agentCAFile)
+		if hasCA != on {
+			t.Errorf("agent: --server.tls.ca-file=%s present %v, want %v: %q", agentCAFile, hasCA, on, args)
+		}
+		for _, a := range args {
+			if u, ok := strings.CutPrefix(a, "--kmetrics.otlp-url="); ok && u != recv+"://"+serverHost+":4318/v1/metrics" {
+				t.Errorf("agent: --kmetrics.otlp-url=%s, want the %s receiver", u, recv)
+			}
+		}
+		vol := volume(spec, "server-ca")
+		mount := volumeMount(c, "server-ca")
+		if !on {
+			if vol != nil || mount != nil {
+				t.Errorf("agent: CA volume %v / mount %v without server.tls.existingSecret", vol, mount)
+			}
+		} else {
+			if name, _, _ := unstructured.NestedString(vol, "secret", "secretName"); name != want.secret {
+				t.Errorf("agent: server-ca volume's secret %q, want %q", name, want.secret)
+			}
+			// Only the CA is projected: the agents never see the server's key.
+			items, _, _ := unstructured.NestedSlice(vol, "secret", "items")
+			if len(items) != 1 || items[0].(map[string]any)["key"] != want.caKey || items[0].(map[string]any)["path"] != "ca.crt" {
+				t.Errorf("agent: server-ca items %v, want only %s as ca.crt", items, want.caKey)
+			}
+			if mount["mountPath"] != "/etc/rootline/server-ca" || mount["readOnly"] != true {
+				t.Errorf("agent: server-ca mount %v, want /etc/rootline/server-ca read-only", mount)
+			}
+		}
+	}
+
+	if d := find(objs, "Deployment", "rl-rootline-webhook"); d != nil && find(objs, "ConfigMap", "rl-rootline-server") != nil {
+		spec, _, _ := unstructured.NestedMap(d.Object, "spec", "template", "spec")
+		args := stringArgs(container(t, spec, "webhook"))
+		if a := "--server=" + recv + "://" + serverHost + ":4318"; !slices.Contains(args, a) {
+			t.Errorf("webhook: no %s in %q", a, args)
+		}
+	}
+}
+
+// checkTLSFiles asserts a tlsconf.Server block of the server's configuration.
+func checkTLSFiles(t *testing.T, key string, v any, want bool) {
+	t.Helper()
+	m, _ := v.(map[string]any)
+	if !want {
+		if v != nil {
+			t.Errorf("server.yaml: %s %v, want none", key, v)
+		}
+		return
+	}
+	if m["cert_file"] != tlsCertPath || m["key_file"] != tlsKeyPath {
+		t.Errorf("server.yaml: %s %v, want cert_file %s and key_file %s", key, v, tlsCertPath, tlsKeyPath)
+	}
+	if _, ok := m["client_ca_file"]; ok {
+		// The kubelet's probes present no client certificate.
+		t.Errorf("server.yaml: %s asks for client certificates: %v", key, v)
+	}
+}
+
+func serverWorkload(objs []*unstructured.Unstructured) *unstructured.Unstructured {
+	if o := find(objs, "StatefulSet", "rl-rootline-server"); o != nil {
+		return o
+	}
+	return find(objs, "Deployment", "rl-rootline-server")
+}
+
+func container(t *testing.T, podSpec map[string]any, name string) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(podSpec, "containers")
+	for _, c := range cs {
+		if c := c.(map[string]any); c["name"] == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return nil
+}
+
+func volume(podSpec map[string]any, name string) map[string]any {
+	vs, _, _ := unstructured.NestedSlice(podSpec, "volumes")
+	for _, v := range vs {
+		if v := v.(map[string]any); v["name"] == name {
+			return v
+		}
+	}
+	return nil
+}
+
+func volumeMount(c map[string]any, name string) map[string]any {
+	ms, _, _ := unstructured.NestedSlice(c, "volumeMounts")
+	for _, m := range ms {
+		if m := m.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func stringArgs(c map[string]any) []string {
+	raw, _ := c["args"].([]any)
+	out := make([]string, 0, len(raw))
+	for _, a := range raw {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
+// TestChartServerCAKey renders the chart as `helm install` does (its lookup
+// reads the API server) with server.tls.existingSecret naming Secrets stored
+// there: the agents trust ca.crt when the Secret has one, tls.crt when it has
+// not, and server.tls.caKey overrides both.
+func TestChartServerCAKey(t *testing.T) {
+	ctx := needCluster(t)
+	createNamespace(ctx, t, releaseNS, nil)
+	pem := []byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n")
+	for name, data := range map[string]map[string][]byte{
+		"rl-tls-with-ca":     {"tls.crt": pem, "tls.key": pem, "ca.crt": pem},
+		"rl-tls-self-signed": {"tls.crt": pem, "tls.key": pem},
+	} {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: releaseNS}, Type: corev1.SecretTypeTLS, Data: data}
+		if _, err := cluster.client.CoreV1().Secrets(releaseNS).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cluster.client.CoreV1().Secrets(releaseNS).Delete(context.Background(), name, metav1.DeleteOptions{})
+		})
+	}
+	for _, tc := range []struct{ secret, caKey, want string }{
+		{"rl-tls-with-ca", "", "ca.crt"},
+		{"rl-tls-self-signed", "", "tls.crt"},
+		{"rl-tls-not-there-yet", "", "ca.crt"},
+		{"rl-tls-with-ca", "tls.crt", "tls.crt"},
+	} {
+		objs, err := renderWith(t, map[string]any{"server": map[string]any{"tls": map[string]any{"existingSecret": tc.secret, "caKey": tc.caKey}}}, cluster.cfg)
+		if err != nil {
+			t.Fatalf("render: %v", err)
+		}
+		checkServerTLS(t, objs, serverTLSWant{secret: tc.secret, caKey: tc.want})
+	}
+}
