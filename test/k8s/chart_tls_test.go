@@ -1,10 +1,20 @@
 package k8s
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -225,5 +235,160 @@ func TestChartServerCAKey(t *testing.T) {
 			t.Fatalf("render: %v", err)
 		}
 		checkServerTLS(t, objs, serverTLSWant{secret: tc.secret, caKey: tc.want})
+	}
+}
+
+// TestChartServerTLSRuns runs what the chart renders with server TLS on the
+// query port and the receivers: the server with the rendered server.yaml (the
+// Secret's mount, the token, the data directory and the listen addresses
+// moved to this machine), and the agent with the DaemonSet's arguments. The
+// server must serve both ports over TLS only, and the agent must register
+// with it over https, trusting the CA the chart mounts.
+func TestChartServerTLSRuns(t *testing.T) {
+	needCluster(t)
+	dir := t.TempDir()
+	pki := newPKI(t, dir)
+	caFile := filepath.Join(dir, "ca.crt")
+	tokenFile := filepath.Join(dir, "token")
+	for f, b := range map[string][]byte{caFile: pki.caPEM, tokenFile: []byte("chart-tls-token")} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := mustRender(t, map[string]any{"server": map[string]any{"tls": map[string]any{"existingSecret": "rl-server-tls", "receivers": true}}})
+	checkServerTLS(t, objs, serverTLSWant{secret: "rl-server-tls", caKey: "ca.crt", receivers: true})
+
+	// The server, as its Pod runs it but on this machine.
+	raw, _, _ := unstructured.NestedString(find(objs, "ConfigMap", "rl-rootline-server").Object, "data", "server.yaml")
+	raw = strings.NewReplacer("/etc/rootline/tls/", dir+"/", "/etc/rootline/token/token", tokenFile,
+		"/var/lib/rootline/data", filepath.Join(dir, "data")).Replace(raw)
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"query_addr", "otlp_grpc_addr", "otlp_http_addr", "zipkin_addr"} {
+		cfg[k] = "127.0.0.1:0"
+	}
+	cfg["log_format"] = "json"
+	b, _ := yaml.Marshal(cfg)
+	cfgFile := filepath.Join(dir, "server.yaml")
+	if err := os.WriteFile(cfgFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command(os.Getenv("ROOTLINE_BIN"), "server", "--config="+cfgFile)
+	logs := &syncBuffer{}
+	srv.Stderr, srv.Stdout = logs, logs
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	var ready map[string]any
+	waitFor(t, 30*time.Second, "the server's ready line", logs, func() bool {
+		ready = logLine(logs.String(), "rootline server ready")
+		return ready != nil
+	})
+	query, _ := ready["query"].(string)
+	otlpHTTP, _ := ready["otlp_http"].(string)
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pki.caPEM)
+	tlsClient := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsClientConfig(pool)}}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	for _, u := range []string{"https://" + query + "/healthz", "https://" + otlpHTTP + "/v1/traces"} {
+		resp, err := tlsClient.Get(u)
+		if err != nil {
+			t.Fatalf("GET %s with the Secret's CA: %v\n%s", u, err, logs)
+		}
+		resp.Body.Close()
+		if strings.HasSuffix(u, "/healthz") && resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %s", u, resp.Status)
+		}
+		// A plain-HTTP client gets the TLS listener's 400 answer, never the API.
+		if resp, err := plain.Get(strings.Replace(u, "https://", "http://", 1)); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("plain GET %s: %s, want 400 (the port serves TLS only)", u, resp.Status)
+			}
+		}
+	}
+
+	// The agent, with the DaemonSet's arguments: the rendered https URL to
+	// this server, the mounted CA file and token moved to this machine.
+	spec, _, _ := unstructured.NestedMap(find(objs, "DaemonSet", "rl-rootline-agent").Object, "spec", "template", "spec")
+	var args []string
+	for _, a := range stringArgs(container(t, spec, "agent")) {
+		switch {
+		case strings.HasPrefix(a, "--server="):
+			a = strings.Replace(a, serverHost+":16686", query, 1)
+		case a == "--server.tls.ca-file="+agentCAFile:
+			a = "--server.tls.ca-file=" + caFile
+		case strings.HasPrefix(a, "--auth.token-file="):
+			a = "--auth.token-file=" + tokenFile
+		case strings.HasPrefix(a, "--listen="), strings.HasPrefix(a, "--advertise-url="):
+			continue
+		case strings.HasPrefix(a, "--host="):
+			a = "--host=chart-tls-node"
+		case strings.HasPrefix(a, "--profilers="):
+			// JFR alone needs no BPF: what is tested here is the server link.
+			a = "--profilers=jfr"
+		}
+		args = append(args, a)
+	}
+	if !slices.Contains(args, "--server=https://"+query) {
+		t.Fatalf("agent args %q do not call https://%s", args, query)
+	}
+	// No discovery: the agent must not attach to this machine's other JVMs.
+	args = append(args, "--listen=127.0.0.1:0", "--discover=false")
+	agent := exec.Command(os.Getenv("ROOTLINE_BIN"), args...)
+	agentLogs := &syncBuffer{}
+	agent.Stderr, agent.Stdout = agentLogs, agentLogs
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
+	waitFor(t, 60*time.Second, "the agent's registration over https", agentLogs, func() bool {
+		l := logLine(logs.String(), "agent registered")
+		return l != nil && l["host"] == "chart-tls-node"
+	})
+}
+
+// syncBuffer is a bytes.Buffer written by a process and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// logLine returns the last JSON log line of logs whose msg is msg.
+func logLine(logs, msg string) map[string]any {
+	var found map[string]any
+	for _, l := range strings.Split(logs, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == msg {
+			found = m
+		}
+	}
+	return found
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, logs fmt.Stringer, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s\n%s", d, what, lastLines(logs.String(), 30))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
