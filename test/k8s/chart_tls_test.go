@@ -165,31 +165,27 @@ func serverWorkload(objs []*unstructured.Unstructured) *unstructured.Unstructure
 
 func container(t *testing.T, podSpec map[string]any, name string) map[string]any {
 	t.Helper()
-	cs, _, _ := unstructured.NestedSlice(podSpec, "containers")
-	for _, c := range cs {
-		if c := c.(map[string]any); c["name"] == name {
-			return c
-		}
+	c := named(podSpec, "containers", name)
+	if c == nil {
+		t.Fatalf("no container %q", name)
 	}
-	t.Fatalf("no container %q", name)
-	return nil
+	return c
 }
 
 func volume(podSpec map[string]any, name string) map[string]any {
-	vs, _, _ := unstructured.NestedSlice(podSpec, "volumes")
-	for _, v := range vs {
-		if v := v.(map[string]any); v["name"] == name {
-			return v
-		}
-	}
-	return nil
+	return named(podSpec, "volumes", name)
 }
 
 func volumeMount(c map[string]any, name string) map[string]any {
-	ms, _, _ := unstructured.NestedSlice(c, "volumeMounts")
-	for _, m := range ms {
-		if m := m.(map[string]any); m["name"] == name {
-			return m
+	return named(c, "volumeMounts", name)
+}
+
+// named returns the element of obj's list field whose name is name, or nil.
+func named(obj map[string]any, field, name string) map[string]any {
+	list, _, _ := unstructured.NestedSlice(obj, field)
+	for _, e := range list {
+		if e := e.(map[string]any); e["name"] == name {
+			return e
 		}
 	}
 	return nil
