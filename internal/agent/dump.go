@@ -79,6 +79,10 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, http.StatusBadRequest, "maxBytes must not be negative")
 		return
 	}
+	if u, err := url.Parse(req.UploadURL); req.UploadURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		a.reject(w, http.StatusBadRequest, "uploadUrl must be an absolute http(s) URL")
+		return
+	}
 	job := &dumpJob{req: req, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
 
 	a.mu.Lock()
@@ -178,7 +182,17 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 		a.dump(ctx, job, t, cg)
 	}
 	outcome, msg := a.upload(ctx, job, log)
-	a.complete(ctx, job.req.CaptureID, outcome, msg, log)
+	a.complete(ctx, a.uploadBase(job.req), job.req.CaptureID, outcome, msg, log)
+}
+
+// uploadBase is where a capture's artifacts and completion go: the server
+// that asked for it when it said so (a detector of a scale-out deployment),
+// else the server the agent registered with.
+func (a *Agent) uploadBase(req capture.DumpRequest) string {
+	if req.UploadURL != "" {
+		return strings.TrimRight(req.UploadURL, "/")
+	}
+	return a.cfg.ServerURL
 }
 
 // dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs
@@ -329,7 +343,7 @@ func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifa
 	if mt == "" {
 		mt = "application/octet-stream"
 	}
-	u := a.cfg.ServerURL + "/api/v1/captures/" + url.PathEscape(job.req.CaptureID) + "/artifacts?" + q.Encode()
+	u := a.uploadBase(job.req) + "/api/v1/captures/" + url.PathEscape(job.req.CaptureID) + "/artifacts?" + q.Encode()
 	resp, err := a.call(ctx, http.MethodPost, u, mt, bytes.NewReader(art.Data))
 	if err != nil {
 		return 0, err
@@ -343,12 +357,12 @@ func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifa
 
 // complete ends the capture on the server; it still runs when the dump was
 // cancelled by shutdown, so the server learns why.
-func (a *Agent) complete(ctx context.Context, id, status, msg string, log *slog.Logger) {
+func (a *Agent) complete(ctx context.Context, base, id, status, msg string, log *slog.Logger) {
 	a.metrics.dumps.WithLabelValues(status).Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	body, _ := json.Marshal(capture.Completion{Status: status, Error: msg})
-	resp, err := a.call(ctx, http.MethodPost, a.cfg.ServerURL+"/api/v1/captures/"+url.PathEscape(id)+"/complete", "application/json", bytes.NewReader(body))
+	resp, err := a.call(ctx, http.MethodPost, base+"/api/v1/captures/"+url.PathEscape(id)+"/complete", "application/json", bytes.NewReader(body))
 	if err != nil {
 		log.Warn("complete capture", "status", status, "err", err)
 		return

@@ -59,6 +59,7 @@ func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
 	}
 	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: m.now()}
 	m.mu.Unlock()
+	m.mirrored(reg, false)
 	m.logger.Info("agent registered", "agent", reg.AgentID, "host", reg.Host, "processes", len(reg.Processes), "kinds", reg.Kinds)
 	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
@@ -86,13 +87,16 @@ func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "unknown agent "+id+": register again")
 		return
 	}
+	m.mirrored(reg, false)
 	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
 
 func (m *Manager) deregister(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	m.mu.Lock()
-	delete(m.agents, r.PathValue("id"))
+	delete(m.agents, id)
 	m.mu.Unlock()
+	m.mirrored(Registration{AgentID: id}, true)
 	w.WriteHeader(http.StatusNoContent)
 }
 

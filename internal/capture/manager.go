@@ -165,6 +165,12 @@ type Manager struct {
 	lastFired map[procKey]time.Time
 	fired     []time.Time
 
+	// uploadURL goes into dump requests (DumpRequest.UploadURL); mirror
+	// is told of every registration, heartbeat and deregistration this
+	// Manager serves, so that other processes can apply them (ApplyAgent).
+	uploadURL string
+	mirror    func(reg Registration, gone bool)
+
 	m captureMetrics
 }
 
@@ -482,7 +488,7 @@ func (m *Manager) fireDue(ctx context.Context) {
 		}
 		c.State = StateRequested
 		c.Requested = now
-		req := DumpRequest{CaptureID: c.ID, PID: c.PID, Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left}
+		req := DumpRequest{CaptureID: c.ID, PID: c.PID, Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left, UploadURL: m.uploadURL}
 		for _, r := range c.Spans {
 			req.Spans = append(req.Spans, SpanRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String()})
 		}
@@ -657,6 +663,44 @@ func (m *Manager) usedLocked(key string, now time.Time) int64 {
 		n += e.bytes
 	}
 	return n
+}
+
+// SetUploadURL makes dump requests ask agents to upload to base (the URL of
+// this process's capture API) instead of the server they registered with.
+// Call it before Run.
+func (m *Manager) SetUploadURL(base string) { m.uploadURL = base }
+
+// Mirror makes the Manager call fn after every registration, heartbeat
+// (gone false) and deregistration (gone true) it serves. fn MUST NOT block
+// for long. Call it before serving.
+func (m *Manager) Mirror(fn func(reg Registration, gone bool)) { m.mirror = fn }
+
+func (m *Manager) mirrored(reg Registration, gone bool) {
+	if m.mirror != nil {
+		m.mirror(reg, gone)
+	}
+}
+
+// ApplyAgent applies a registration or heartbeat another process served,
+// seen at the time given (an agent silent since then for three heartbeats
+// is not added, or is expired as usual).
+func (m *Manager) ApplyAgent(reg Registration, seen time.Time) {
+	if reg.AgentID == "" || validateRegistration(reg) != nil || m.now().Sub(seen) > 3*m.cfg.Heartbeat {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a, ok := m.agents[reg.AgentID]; ok && a.lastSeen.After(seen) {
+		return
+	}
+	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: seen}
+}
+
+// RemoveAgent applies a deregistration another process served.
+func (m *Manager) RemoveAgent(id string) {
+	m.mu.Lock()
+	delete(m.agents, id)
+	m.mu.Unlock()
 }
 
 // Captures returns the known captures, newest first, at most limit.

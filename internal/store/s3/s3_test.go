@@ -66,7 +66,7 @@ func TestArtifactsOnS3(t *testing.T) {
 	}
 	storetest.ArtifactSuite{Open: func(t *testing.T) storetest.ArtifactStore { return open(t) }}.Run(t)
 	storetest.RetentionSuite{
-		Open:  func(t *testing.T) storetest.RetentionStore { return open(t) },
+		Open: func(t *testing.T) storetest.RetentionStore { return open(t) },
 		Blobs: func(st storetest.RetentionStore) store.BlobStore {
 			mu.Lock()
 			defer mu.Unlock()
