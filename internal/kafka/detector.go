@@ -52,9 +52,9 @@ type Detector struct {
 
 type detectorMetrics struct {
 	records, spans, anomalies, corrupt, storeRetries, commitFailures prometheus.Counter
-	rebuildSeconds                                                  prometheus.Histogram
-	rebuildRecords                                                  prometheus.Counter
-	partitions                                                      prometheus.GaugeFunc
+	rebuildSeconds                                                   prometheus.Histogram
+	rebuildRecords                                                   prometheus.Counter
+	partitions                                                       prometheus.GaugeFunc
 }
 
 // NewDetector builds a detector member of cfg.Group. keyBy and detCfg are
