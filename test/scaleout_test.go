@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -235,7 +236,7 @@ func waitStored(t *testing.T, st store.SpanReader, acks *ackLog, within time.Dur
 // detectorOwns reports whether a detector owns the detector key.
 func detectorOwns(t *testing.T, d *serverProc, key string) bool {
 	t.Helper()
-	return d.getJSON(t, "/api/v1/detector?key="+key, nil) == 200
+	return d.getJSON(t, "/api/v1/detector?key="+url.QueryEscape(key), nil) == 200
 }
 
 // TestScaleOutDetectorKill: one ingester and two detectors over Kafka,
@@ -277,10 +278,17 @@ func TestScaleOutDetectorKill(t *testing.T) {
 	wg := sendLoad(t, ing.http, 4, &next, pid, acks, stop)
 	const key = "svc-07/GET /work"
 	var victim, survivor *serverProc
+	lastLog := time.Now()
 	waitFor(t, 3*time.Minute, "svc-07's window to fill on one detector while both own partitions", func() bool {
 		var s1, s2 []struct{ Key string }
 		d1.getJSON(t, "/api/v1/detector", &s1)
 		d2.getJSON(t, "/api/v1/detector", &s2)
+		if time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			acks.mu.Lock()
+			t.Logf("%d traces acknowledged (answers %v); detectors hold %d and %d keys", len(acks.traces), acks.codes, len(s1), len(s2))
+			acks.mu.Unlock()
+		}
 		if acks.acked() < 400 || len(s1) == 0 || len(s2) == 0 {
 			return false
 		}
