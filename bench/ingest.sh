@@ -5,7 +5,7 @@
 #   bench/ingest.sh --target jaeger|rootline|jaeger-cassandra|rootline-cassandra|rootline-scaleout
 #                   [--duration 30s] [--generators 2] [--workers 4]
 #                   [--rate 5000] [--child-spans 4] [--batch-size 2048] [--traces N]
-#                   [--port-offset N] [--verify-api] [--keep] [--engines DIR] [--detectors N]
+#                   [--port-offset N] [--verify-api] [--keep] [--engines DIR] [--detectors N] [--services]
 #
 # Needs bench/tools.sh run first (telemetrygen, jaeger), curl, ss (iproute2), awk; optional: GNU
 # time (/usr/bin/time, for gen_cpu_s), jq (for --verify-api).
@@ -49,6 +49,9 @@
 #   --engines DIR     the engines' directory (scale-out targets)
 #   --detectors N     detectors of rootline-scaleout (default 1); they take the query ports after
 #                     the ingester's (16687, 16688, ... plus the offset)
+#   --services        generator g sends as service telemetrygen-g instead of all as telemetrygen:
+#                     the Kafka stage keys records by service, so one service is one partition
+#                     and one detector; several let detectors share the load
 #   --port-offset N   add N to every port (default 0: OTLP 4317/4318, query 16686, jaeger query
 #                     gRPC 16685, health 13133, metrics 8888, rootline zipkin 9411); the machine
 #                     is shared, so use an offset when another server already holds these ports
@@ -76,7 +79,7 @@ ROOTLINE_BIN="${ROOTLINE_BIN:-./bin/rootline}"
 # Defaults: the load that saturates Jaeger+Badger on a 2-core machine (see bench notes in the
 # header): 2 generators x 4 workers, ~12k spans/s actually offered.
 target="" duration="30s" workers=4 rate=5000 child_spans=4 batch_size=2048 traces=""
-drain_timeout=180 settle=5 verify_api=0 keep=0 port_offset=0 generators=2 engines="" detectors=1
+drain_timeout=180 settle=5 verify_api=0 keep=0 port_offset=0 generators=2 engines="" detectors=1 services=0
 
 usage() { sed -n '2,56p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
@@ -96,6 +99,7 @@ while [[ $# -gt 0 ]]; do
 	--port-offset) port_offset="$2"; shift 2 ;;
 	--engines) engines="$2"; shift 2 ;;
 	--detectors) detectors="$2"; shift 2 ;;
+	--services) services=1; shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "unknown option: $1" >&2; usage ;;
 	esac
@@ -103,6 +107,9 @@ done
 case "$target" in
 jaeger | rootline) ;;
 jaeger-cassandra | rootline-cassandra | rootline-scaleout)
+	# Cassandra-backed targets store in batches that a loaded node may time out and the writer
+	# retries: give them longer to show progress before calling the run settled.
+	((settle >= 30)) || settle=30
 	[[ -f "$engines/env" ]] || { echo "--target $target needs --engines DIR (scripts/scaleout.sh start DIR)" >&2; usage; }
 	set -a
 	# shellcheck disable=SC1091
@@ -262,11 +269,12 @@ read_counts() { # sets STORED RECEIVED REFUSED FAILED from the target's metrics
 		RECEIVED=$((acc + REFUSED))
 		;;
 	rootline-scaleout)
-		local d
-		STORED=0
+		local d n
+		STORED=0 STORED_SPLIT=""
 		for d in $(seq 1 "$detectors"); do
-			STORED=$((STORED + $(metric_sum "$(curl -fsS --max-time 5 "http://127.0.0.1:$((P_QUERY + d))/metrics" 2>/dev/null || true)" \
-				rootline_detector_spans_stored_total)))
+			n="$(metric_sum "$(curl -fsS --max-time 5 "http://127.0.0.1:$((P_QUERY + d))/metrics" 2>/dev/null || true)" \
+				rootline_detector_spans_stored_total)"
+			STORED=$((STORED + n)) STORED_SPLIT+="${STORED_SPLIT:+/}$n"
 		done
 		RECEIVED="$(metric_sum "$m" rootline_receiver_spans_received_total)"
 		REFUSED="$(metric_sum "$m" rootline_receiver_spans_refused_total)"
@@ -350,14 +358,16 @@ done
 gen_args=(traces --otlp-insecure --otlp-endpoint "127.0.0.1:$P_OTLP_GRPC" --workers "$workers" --rate "$rate"
 	--child-spans "$child_spans" --batch-size "$batch_size" --allow-export-failures)
 if [[ -n "$traces" ]]; then gen_args+=(--traces "$traces"); else gen_args+=(--duration "$duration"); fi
-log "$generators x telemetrygen ${gen_args[*]}"
+log "$generators x telemetrygen ${gen_args[*]}$( ((services)) && echo " --service telemetrygen-G")"
 t_start="$(now)"
 busy0="$(machine_busy_seconds)" cpu0="$(targets_cpu)" ecpu0="$(engines_cpu)"
 for g in $(seq 1 "$generators"); do
+	svc_args=()
+	((services)) && svc_args=(--service "telemetrygen-$g")
 	if [[ -x /usr/bin/time ]]; then # GNU time (Debian package "time") records the generator's CPU
-		/usr/bin/time -f '%U %S' -o "$work/gen$g.time" "$TELEMETRYGEN" "${gen_args[@]}" >"$work/gen$g.log" 2>&1 &
+		/usr/bin/time -f '%U %S' -o "$work/gen$g.time" "$TELEMETRYGEN" "${gen_args[@]}" "${svc_args[@]}" >"$work/gen$g.log" 2>&1 &
 	else
-		"$TELEMETRYGEN" "${gen_args[@]}" >"$work/gen$g.log" 2>&1 &
+		"$TELEMETRYGEN" "${gen_args[@]}" "${svc_args[@]}" >"$work/gen$g.log" 2>&1 &
 	fi
 	gen_pids+=($!)
 done
@@ -386,7 +396,9 @@ while :; do
 	fi
 	if [[ -n "$t_gen_end" ]]; then
 		if [[ "$RECEIVED" != "-" ]] && ((STORED + FAILED + REFUSED >= RECEIVED)); then break; fi
-		awk -v a="$t" -v b="$t_last" -v s="$settle" 'BEGIN { exit !(a - b >= s) }' && break
+		# Settled: stored has not risen for $settle seconds since the later of its last rise and
+		# the load's end (a detector may store nothing for a while behind Kafka, then a batch).
+		awk -v a="$t" -v b="$t_last" -v e="$t_gen_end" -v s="$settle" 'BEGIN { if (e > b) b = e; exit !(a - b >= s) }' && break
 		awk -v a="$t" -v b="$t_gen_end" -v s="$drain_timeout" 'BEGIN { exit !(a - b >= s) }' && {
 			log "drain timeout (${drain_timeout}s) reached"
 			break
@@ -426,5 +438,6 @@ rate_stored="$(awk -v s="$STORED" -v d="$ingest_s" 'BEGIN { printf "%.0f", (d > 
 line="target=$target sent=$sent received=$RECEIVED stored=$STORED refused=$REFUSED failed=$FAILED"
 line+=" rpc_ms=$rpc_ms load_s=$load_s ingest_s=$ingest_s stored_per_s=$rate_stored peak_rss_mb=$((peak_kb / 1024))"
 line+=" cpu_s=$cpu engine_cpu_s=$engine_cpu gen_cpu_s=$gen_cpu other_cpu_s=$other_cpu generators=$generators workers=$workers rate=$rate child_spans=$child_spans batch_size=$batch_size"
+[[ "$target" == rootline-scaleout ]] && line+=" detectors=$detectors stored_by_detector=$STORED_SPLIT"
 ((verify_api)) && line+=" api_spans=$api_spans"
 echo "$line"
