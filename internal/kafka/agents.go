@@ -28,9 +28,6 @@ type AgentLog struct {
 // NewAgentLog connects to the brokers; it reads the agents topic from its
 // start, so the last registration of every agent is applied.
 func NewAgentLog(cfg Config, logger *slog.Logger) (*AgentLog, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	opts, err := cfg.clientOpts()
 	if err != nil {
 		return nil, err

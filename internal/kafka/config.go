@@ -174,9 +174,12 @@ var codecs = map[string]kgo.CompressionCodec{
 	"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
 }
 
-// clientOpts are the options every client of the stage shares: brokers,
-// identity, TLS and SASL.
+// clientOpts validates the configuration and returns the options every
+// client of the stage shares: brokers, identity, TLS and SASL.
 func (c Config) clientOpts() ([]kgo.Opt, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ClientID),

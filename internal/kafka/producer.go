@@ -52,9 +52,6 @@ var _ pipeline.Consumer = (*Producer)(nil)
 // settings). maxSkew is the server's clock-skew bound (store.FlagClockSkew),
 // applied here, where spans are received. reg may be nil.
 func NewProducer(cfg Config, maxSkew time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Producer, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	opts, err := cfg.clientOpts()
 	if err != nil {
 		return nil, err
