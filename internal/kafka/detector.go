@@ -153,7 +153,6 @@ func (d *Detector) Run(ctx context.Context) error {
 		}
 		cancel()
 		d.m.records.Add(float64(len(recs)))
-		d.m.spans.Add(float64(len(spans)))
 		if len(spans) > 0 {
 			for _, s := range d.sinks {
 				s.OnCommitted(spans)
@@ -191,20 +190,46 @@ func (d *Detector) detector(p int32) *anomaly.Median {
 	return det
 }
 
+// storeChunk is the most spans one store write takes. A batch of records
+// is written in chunks so that a store that times out now and then (a
+// loaded node) makes progress chunk by chunk, instead of retrying a whole
+// batch that any one slow statement fails.
+const storeChunk = 1024
+
+// chunkEnd returns where the first chunk of spans ends: after at most limit
+// spans, extended to the end of the trace the limit falls in, so that a
+// trace's consecutive spans (a record holds a request's spans together) are
+// written together.
+func chunkEnd(spans []*model.Span, limit int) int {
+	if len(spans) <= limit {
+		return len(spans)
+	}
+	end := limit
+	for end < len(spans) && spans[end].TraceID == spans[end-1].TraceID {
+		end++
+	}
+	return end
+}
+
 // store writes until the store takes the spans or ctx ends (false): a
 // batch is never skipped, so nothing Kafka holds is lost to a store outage.
+// A failed chunk is written again; chunks already stored are not (they
+// would be if the batch were consumed again, and writes are idempotent).
 func (d *Detector) store(ctx context.Context, spans []*model.Span) bool {
 	backoff := 100 * time.Millisecond
-	for {
-		err := d.w.WriteFlaggedSpans(ctx, spans)
+	for len(spans) > 0 {
+		n := chunkEnd(spans, storeChunk)
+		err := d.w.WriteFlaggedSpans(ctx, spans[:n])
 		if err == nil {
-			return true
+			d.m.spans.Add(float64(n))
+			spans, backoff = spans[n:], 100*time.Millisecond
+			continue
 		}
 		if ctx.Err() != nil {
 			return false
 		}
 		d.m.storeRetries.Inc()
-		d.logFailure("span store write failed; retrying the batch until it is stored", err, "spans", len(spans), "backoff", backoff)
+		d.logFailure("span store write failed; retrying the chunk until it is stored", err, "spans", n, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return false
@@ -212,6 +237,7 @@ func (d *Detector) store(ctx context.Context, spans []*model.Span) bool {
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+	return true
 }
 
 // logFailure logs at most once every 10 s.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"reflect"
@@ -13,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -316,3 +319,61 @@ func (f *flakyWriter) WriteFlaggedSpans(_ context.Context, spans []*model.Span) 
 
 func (f *flakyWriter) stored() int   { f.mu.Lock(); defer f.mu.Unlock(); return len(f.spans) }
 func (f *flakyWriter) failures() int { f.mu.Lock(); defer f.mu.Unlock(); return f.fails }
+
+// TestStoreChunks: a batch is written in chunks of whole traces; a chunk
+// the store fails is written again, and the chunks it already took are not.
+func TestStoreChunks(t *testing.T) {
+	var spans []*model.Span
+	for i := range 2500 {
+		s := span("a", i, time.Millisecond)
+		s.TraceID = model.TraceID{byte(i / 3 >> 8), byte(i / 3), 9} // traces of three spans
+		spans = append(spans, s)
+	}
+	w := &chunkWriter{failCall: 2}
+	d := &Detector{w: w, log: slog.New(slog.DiscardHandler), m: detectorMetrics{
+		spans:        prometheus.NewCounter(prometheus.CounterOpts{Name: "s"}),
+		storeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}),
+	}}
+	if !d.store(context.Background(), spans) {
+		t.Fatal("store gave up")
+	}
+	// 2500 spans, chunks of 1024 extended to a trace's end: [0,1026),
+	// [1026,2052) failed once and written again, [2052,2500).
+	wantCalls := [][2]int{{0, 1026}, {1026, 2052}, {1026, 2052}, {2052, 2500}}
+	if !reflect.DeepEqual(w.calls, wantCalls) {
+		t.Errorf("writes %v, want %v", w.calls, wantCalls)
+	}
+	if got := counterValue(d.m.spans); got != 2500 {
+		t.Errorf("spans stored counter %v, want 2500", got)
+	}
+	if got := counterValue(d.m.storeRetries); got != 1 {
+		t.Errorf("store retries %v, want 1", got)
+	}
+	for _, tc := range []struct{ n, limit, want int }{{5, 10, 5}, {10, 10, 10}, {11, 10, 11}, {13, 10, 12}, {12, 9, 9}} {
+		if got := chunkEnd(spans[:tc.n], tc.limit); got != tc.want {
+			t.Errorf("chunkEnd(%d spans, %d) = %d, want %d", tc.n, tc.limit, got, tc.want)
+		}
+	}
+}
+
+// chunkWriter records the span ranges it is asked to write (by the index
+// in the span id) and fails its failCall-th write.
+type chunkWriter struct {
+	failCall int
+	calls    [][2]int
+}
+
+func (c *chunkWriter) WriteFlaggedSpans(_ context.Context, spans []*model.Span) error {
+	first := int(spans[0].SpanID[0])<<8 | int(spans[0].SpanID[1])
+	c.calls = append(c.calls, [2]int{first, first + len(spans)})
+	if len(c.calls) == c.failCall {
+		return store.ErrUnavailable
+	}
+	return nil
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	_ = c.Write(&m)
+	return m.GetCounter().GetValue()
+}
