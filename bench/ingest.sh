@@ -438,6 +438,9 @@ rate_stored="$(awk -v s="$STORED" -v d="$ingest_s" 'BEGIN { printf "%.0f", (d > 
 line="target=$target sent=$sent received=$RECEIVED stored=$STORED refused=$REFUSED failed=$FAILED"
 line+=" rpc_ms=$rpc_ms load_s=$load_s ingest_s=$ingest_s stored_per_s=$rate_stored peak_rss_mb=$((peak_kb / 1024))"
 line+=" cpu_s=$cpu engine_cpu_s=$engine_cpu gen_cpu_s=$gen_cpu other_cpu_s=$other_cpu generators=$generators workers=$workers rate=$rate child_spans=$child_spans batch_size=$batch_size"
-[[ "$target" == rootline-scaleout ]] && line+=" detectors=$detectors stored_by_detector=$STORED_SPLIT"
+if [[ "$target" == rootline-scaleout ]]; then
+	cpu_split="$(for pid in $target_pid "${extra_pids[@]}"; do cpu_seconds "$pid"; done | paste -sd/)"
+	line+=" detectors=$detectors stored_by_detector=$STORED_SPLIT cpu_s_ingester_detectors=$cpu_split"
+fi
 ((verify_api)) && line+=" api_spans=$api_spans"
 echo "$line"
