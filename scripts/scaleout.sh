@@ -231,11 +231,14 @@ start_s3() {
   "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
 EOF
 	fi
+	# The gateway's Iceberg and Lance listeners default to fixed ports (8181, 9101): they are
+	# turned off, so that two runs on one machine do not collide.
 	spawn s3 "$dir" "$weed" server -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$s/data" \
 		-master.port="$S3_MASTER_PORT" -master.port.grpc="$S3_MASTER_GRPC_PORT" \
 		-volume.port="$S3_VOLUME_PORT" -volume.port.grpc="$S3_VOLUME_GRPC_PORT" -volume.max=0 \
 		-filer -filer.port="$S3_FILER_PORT" -filer.port.grpc="$S3_FILER_GRPC_PORT" \
 		-s3 -s3.port="$S3_PORT" -s3.port.grpc="$S3_GRPC_PORT" -s3.config="$s/s3.json" \
+		-s3.port.iceberg=0 -s3.port.lance=0 \
 		-master.volumeSizeLimitMB=256
 }
 
