@@ -110,6 +110,9 @@ jaeger-cassandra | rootline-cassandra | rootline-scaleout)
 	# Cassandra-backed targets store in batches that a loaded node may time out and the writer
 	# retries: give them longer to show progress before calling the run settled.
 	((settle >= 30)) || settle=30
+	# Jaeger's exporter counts a batch (8192 spans, its batch processor's default) only when its
+	# Cassandra writer has written every span of it, one after the other.
+	[[ "$target" == jaeger-cassandra ]] && ((settle < 150)) && settle=150
 	[[ -f "$engines/env" ]] || { echo "--target $target needs --engines DIR (scripts/scaleout.sh start DIR)" >&2; usage; }
 	set -a
 	# shellcheck disable=SC1091
