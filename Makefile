@@ -9,14 +9,17 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build demo-services test test-fuzz test-cross test-unit test-e2e test-ui-e2e test-scaleout demo bench bench-go bench-ingest bench-scaleout lint check-generated clean help
+.PHONY: all deps web build demo-services test test-fast test-fuzz test-cross test-unit test-e2e test-ui-e2e test-k8s image test-scaleout demo bench bench-go bench-ingest bench-scaleout lint check-generated clean help
 
 all: build
 
 help:
 	@echo "make demo    install what is needed, build, run the demo scenario and print what Rootline found"
 	@echo "make test    install what is needed and run every test (unit, race, end-to-end)"
+	@echo "make test-fast  the Go unit tests with -short, for the edit-compile-test loop: no root, BPF,"
+	@echo "             Envoy, JVM, race detector, UI or end-to-end tests (a couple of minutes)"
 	@echo "make build   build $(BIN)"
+	@echo "make image   build the OCI image without Docker (build/image/oci, build/image/rootline.tar; IMAGE_PUSH=ref pushes)"
 	@echo "make bench   run the benchmarks (results go to bench/RESULTS.md by hand)"
 	@echo "make lint    go vet + staticcheck"
 
@@ -44,7 +47,7 @@ build/demo/java/Svc.class: demo/services/java/Svc.java
 	@mkdir -p build/demo/java
 	javac -encoding UTF-8 -d build/demo/java $<
 
-test: deps build test-cross test-unit test-fuzz test-e2e test-ui-e2e test-scaleout
+test: deps build test-cross test-unit test-fuzz test-e2e test-ui-e2e test-k8s test-scaleout
 
 # The server, the agent's JFR profiler and the UI build off Linux too (for
 # development); `rootline run` and the eBPF profilers are Linux-only.
@@ -61,8 +64,36 @@ test-unit: web/.stamp
 	$(GO) test -race -count=1 -timeout 15m -p 1 $(ACCURACY_PKGS)
 	cd web && npm test
 
+# The edit-compile-test loop: every Go unit test with -short, which leaves out
+# the tests that need root, BPF, Envoy or a JVM (they say so through
+# internal/bpftest, even where those are present) and the long ones that check
+# testing.Short(); no race detector, UI or end-to-end tests, and never a
+# failure for a missing capability. `make test` stays the full suite.
+test-fast: web/.stamp
+	ROOTLINE_REQUIRE_BPF= $(GO) test -short -count=1 -timeout 10m ./internal/... ./cmd/...
+
 test-e2e: build
-	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 15m ./test/...
+	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m $$($(GO) list ./test/... | grep -v /test/k8s)
+
+# The OCI image, built without Docker (cmd/rootline-image): one layer with a
+# statically linked binary, reproducible (file and image times from
+# SOURCE_DATE_EPOCH, the last commit's time by default).
+IMAGE_DIR ?= build/image
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image: deps web/.stamp
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/rootline ./cmd/rootline
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./cmd/rootline-image --binary $(IMAGE_DIR)/rootline \
+	  --version $(VERSION) --oci-layout $(IMAGE_DIR)/oci --tarball $(IMAGE_DIR)/rootline.tar \
+	  $(if $(IMAGE_PUSH),--push $(IMAGE_PUSH))
+
+# Kubernetes: the chart, the webhook and the image against a real
+# kube-apiserver and etcd, built from their Go modules on first use and
+# cached in ~/.cache/rootline/k8s (scripts/k8s-tools.sh). No kubelet: Pods
+# are admitted and stored, never run (docs/kubernetes.md).
+test-k8s: build image
+	assets=$$(scripts/k8s-tools.sh) && \
+	KUBEBUILDER_ASSETS=$$assets ROOTLINE_REQUIRE_K8S=1 ROOTLINE_BIN=$(CURDIR)/$(BIN) \
+	ROOTLINE_IMAGE_LAYOUT=$(CURDIR)/$(IMAGE_DIR)/oci $(GO) test -count=1 -timeout 15m -v ./test/k8s/
 
 # Scale-out on real engines (docs/deployment.md): scripts/scaleout.sh installs
 # Kafka, Cassandra and SeaweedFS's S3 gateway (cached under
@@ -96,13 +127,20 @@ demo: build
 # input is left in testdata/fuzz to become a regression test.
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
-	./internal/httpstream:FuzzRewriterSplits
+	./internal/run/httpstream:FuzzRewriterSplits \
+	./internal/run/datapath/headparse:FuzzHeadParser \
+	./internal/run/h2stream:FuzzPassThrough \
+	./internal/run/h2stream:FuzzRewriter \
+	./internal/receiver:FuzzOTLPProto \
+	./internal/receiver:FuzzOTLPJSON \
+	./internal/receiver:FuzzZipkin \
+	./internal/query:FuzzQueryParams
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
 	  pkg=$${t%%:*}; name=$${t##*:}; \
 	  echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  GO=$(GO) scripts/fuzz-one.sh $$pkg $$name $(FUZZTIME); \
 	done
 
 bench: bench-go bench-ingest
@@ -126,9 +164,9 @@ check-generated: deps
 	$(GO) generate ./internal/profiler/cpu/
 	$(GO) generate ./internal/profiler/kernel/
 	$(GO) generate ./internal/kmetrics/
-	$(GO) generate ./internal/rbinder/readtap/
-	$(GO) generate ./internal/rbinder/datapath/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/rbinder/readtap/ internal/rbinder/datapath/ bpf/
+	$(GO) generate ./internal/run/readtap/
+	$(GO) generate ./internal/run/datapath/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/run/readtap/ internal/run/datapath/ bpf/
 
 clean:
 	rm -rf bin

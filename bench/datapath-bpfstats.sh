@@ -4,7 +4,7 @@
 # bpf_stats is on meanwhile, and each program's time is attributed to its
 # build through the program descriptors its `rootline run` processes hold
 # (/proc/<pid>/fdinfo). Builds with the same BPF object share one datapath
-# (see internal/rbinder/datapath), so compare builds whose objects differ.
+# (see internal/run/datapath), so compare builds whose objects differ.
 #
 #   bench/datapath-bpfstats.sh [-s SECONDS] [-h HOPS] [-r RATE] BINARY...
 #

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where the in-kernel datapath's BPF time goes, checkpoint by checkpoint
-# (bench/RESULTS.md, `rootline run`): builds rootline with
-# bench/datapath-prof.patch applied in a git worktree (bpf_ktime_get_ns
-# checkpoints in rd_recv, rd_msg and the functions that finish a head, summed
-# per CPU in the map rd_prof; ~0.1-0.15 µs each), runs the 3-hop chain under
+# (bench/RESULTS.md, `rootline run`): builds rootline with -DRD_PROF in a
+# git worktree (bpf/run/prof.h: bpf_ktime_get_ns checkpoints in rd_recv,
+# rd_msg and the functions that finish a head, summed per CPU in the map
+# rd_prof; ~0.1-0.15 µs each), runs the 3-hop chain under
 # it alone at spin 0, reads the map near the end and prints the mean time of
 # each part per call.
 #
@@ -11,8 +11,7 @@
 #
 # Needs root, bpftool, python3, clang and libbpf-dev (scripts/deps.sh),
 # bin/rootline and web/dist (make build) and the chain service
-# (go build -C bench/chain -o /tmp/rl/chain .; CHAIN= elsewhere). The patch
-# follows bpf/run_datapath.c; when it no longer applies, redo its checkpoints.
+# (go build -C bench/chain -o /tmp/rl/chain .; CHAIN= elsewhere).
 set -euo pipefail
 rate=40 secs=25
 while getopts r:s: o; do
@@ -24,7 +23,7 @@ chain=${CHAIN:-/tmp/rl/chain}
 [ -d web/dist ] || { echo "build the UI first: make build" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-bench/datapath-variant.sh bench/datapath-prof.patch -DRD_PROF "$tmp/rootline-prof" >/dev/null
+bench/datapath-variant.sh -DRD_PROF "$tmp/rootline-prof" >/dev/null
 go build -o "$tmp/runoverhead" ./bench/runoverhead
 echo "running the chain at $rate req/s for ${secs}s…" >&2
 "$tmp/runoverhead" --interleave --rootline bin/rootline --chain "$chain" --modes "run@$tmp/rootline-prof" \
@@ -37,7 +36,7 @@ import json, sys
 maps = json.load(open(sys.argv[1]))
 if isinstance(maps, dict):
     maps = [maps]
-tot = [0] * 128  # sums at i, counts at 64 + i (bench/datapath-prof.patch)
+tot = [0] * 128  # sums at i, counts at 64 + i (bpf/run/prof.h)
 for m in maps:
     for e in m.get("elements", []):
         k = e["formatted"]["key"]

@@ -20,6 +20,16 @@
 #   targeted-hooks, untargeted-hooks
 #               the same with Config.SyscallHooks (syscalls tracked with
 #               raw_syscalls sys_enter/sys_exit instead of saved registers)
+#   targeted-nofollow
+#               targeted, wakers not followed (Config.FollowDepth -1: the
+#               recorder before it followed wakers)
+#   waker       only the benchmark's first process is the target (no
+#               following of forks); the processes it forks are recorded as
+#               followed wakers once they wake it (pipe: the other end)
+#   waker-nofollow
+#               the same without following: the other processes unrecorded
+#   all         every task on the machine recorded (Config.All: what a
+#               whole-machine switch/wakeup recording would cost)
 #   recorder    = targeted
 #   metrics     the kernel metrics loaded (internal/kmetrics, what the agent's
 #               --kmetrics loads), all 14 metrics enabled 1-in-1 for the
@@ -104,6 +114,10 @@ mode_prefix() {
 	# Syscalls tracked with raw_syscalls sys_enter/sys_exit (Config.SyscallHooks).
 	targeted-hooks | untargeted-hooks) echo "$work/krecord -syscall-hooks -mode ${1%-hooks} --" ;;
 	recorder) echo "$work/krecord -mode targeted --" ;;
+	targeted-nofollow) echo "$work/krecord -mode targeted -follow-depth -1 --" ;;
+	waker) echo "$work/krecord -mode targeted -no-follow-forks --" ;;
+	waker-nofollow) echo "$work/krecord -mode targeted -no-follow-forks -follow-depth -1 --" ;;
+	all) echo "$work/krecord -mode targeted -all --" ;;
 	# Kernel metrics: all metrics 1-in-1 for the benchmark's cgroup (or another).
 	metrics) echo "$work/krecord -mode off -kmetrics targeted --" ;;
 	both) echo "$work/krecord -mode targeted -kmetrics targeted --" ;;
@@ -209,7 +223,22 @@ if ((rate)); then
 	# if "both" is a mode, recorder + metrics (no dump).
 	echo "# rate pass $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 	"$work/krecord" -mode targeted -dump -- "$work/workload" pingpong 34000 10 2>&1 >/dev/null |
-		grep -E 'krecord (stats|dump)' | sed 's/^krecord /rate mode=recorder /'
+		grep -E 'krecord (stats|dump|follow)' | sed 's/^krecord /rate mode=recorder /'
+	# The same ping-pong between two processes, one the target: the other
+	# end followed as a waker, or not; and idle (10 s with the target
+	# asleep) as targeted and with every task recorded.
+	for m in waker waker-nofollow; do
+		echo "# rate pass ($m) $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		# shellcheck disable=SC2046
+		$(mode_prefix $m) "$work/workload" pingpong 34000 10 fork 2>&1 >/dev/null |
+			grep -E 'krecord (stats|follow)' | sed "s/^krecord /rate mode=$m /"
+	done
+	for m in targeted all; do
+		echo "# idle pass ($m) $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
+		# shellcheck disable=SC2046
+		$(mode_prefix $m | sed 's/ --$//') -idle 10s -- true 2>&1 >/dev/null |
+			grep -E 'krecord idle' | sed "s/^krecord /idle mode=$m /"
+	done
 	if [[ " $modes " == *" both "* ]]; then
 		echo "# rate pass (both) $(date -u +%TZ) load $(cut -d' ' -f1-3 /proc/loadavg)"
 		"$work/krecord" -mode targeted -kmetrics targeted -- "$work/workload" pingpong 34000 10 2>&1 >/dev/null |

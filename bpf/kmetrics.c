@@ -1,4 +1,4 @@
-// Per-container kernel metrics (ViperProbe, seed 004, §4, Table 2,
+// Per-container kernel metrics (ViperProbe, Brown 2020, §4, Table 2,
 // Algorithm 1): tp_btf programs on scheduler, page-fault, block, socket, TCP,
 // skb and TLB tracepoints that add each event to a log2 histogram or counter
 // keyed by (container, metric). Every program first looks up the config of

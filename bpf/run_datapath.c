@@ -1,6 +1,6 @@
 // The in-kernel datapath of `rootline run`: trace context propagation and
 // the Mirage wait headers for an unmodified service, with no stop of the
-// service on its request path (Rbinder, seed 002 §3.2, without ptrace).
+// service on its request path (Rbinder, "Transparent Tracing of Microservice-based Applications" §3.2, no ptrace).
 //
 // - sock_ops (attached to the run's cgroup v2) sees every TCP connection of
 //   the service established: accepted ones are inbound, connected ones
@@ -33,7 +33,7 @@
 // closes. Anything that does not start like HTTP/1.x makes the connection
 // opaque: it passes untouched.
 //
-// Build: go generate ./internal/rbinder/datapath/ (bpf2go).
+// Build: go generate ./internal/run/datapath/ (bpf2go).
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -76,1860 +76,16 @@ volatile __s32 rt_m1 = -1;
 #define ZERO rt_zero
 #define M1 rt_m1
 
-// ---- kernel types (CO-RE) ----
-
-struct pt_regs {
-	unsigned long r14;
-	unsigned long bx;
-	unsigned long ax;
-	unsigned long dx;
-	unsigned long si;
-	unsigned long orig_ax;
-} __attribute__((preserve_access_index));
-
-struct sched_info {
-	unsigned long long run_delay;
-} __attribute__((preserve_access_index));
-
-struct task_struct {
-	int pid;
-	int tgid;
-	struct sched_info sched_info;
-} __attribute__((preserve_access_index));
-
-struct linux_binprm {
-	const char *filename;
-} __attribute__((preserve_access_index));
-
-struct sock_common {
-	unsigned short skc_family;
-} __attribute__((preserve_access_index));
-
-struct sock {
-	struct sock_common __sk_common;
-	int sk_sndbuf;
-	int sk_wmem_queued;
-	void *sk_user_data;
-} __attribute__((preserve_access_index));
-
-struct tcp_sock {
-	__u32 write_seq;
-} __attribute__((preserve_access_index));
-
-struct iovec_u {
-	__u64 base;
-	__u64 len;
-};
-
-struct user_msghdr_u {
-	__u64 name;
-	__s32 namelen;
-	__s32 _pad;
-	__u64 iov;
-	__u64 iovlen;
-};
-
-#define AF_INET 2
-#define AF_INET6 10
-#define MSG_PEEK 2
-
-// ---- per-connection state ----
-
-// Half states: what the next byte of one direction is.
-#define H_IDLE 0    // the start of a message (a head)
-#define H_HEAD 1    // inside a head
-#define H_BODY 2    // inside a body of known length (body bytes left)
-#define H_CHUNK 4   // inside a chunked body (struct half's chunk parser)
-#define H_CLOSE 5   // inside a body that ends with the connection
-#define H_OPAQUE 6  // not HTTP/1.x: pass through
-
-#define DIR_IN 1
-#define DIR_OUT 2
-
-// MAX_STEPS bounds the steps (a head piece, a body skip, a chunk size
-// line) that follow one read or write.
-#define MAX_STEPS 16384
-
-// HSTEP: head bytes copied and scanned per step; most heads end within one.
-#define HSTEP 1024
-// Messages that got lines inserted are made linear again up to this size
-// (an order-2 allocation at most).
-#define PULL_MAX 16384
-
-// SCR: bytes scanned per step (a power of two).
-#define SCR 4096
-#define SCR_MASK (SCR - 1)
-#define HEAD_MASK (RD_HEAD - 1)
-// A head longer than this (or a first line longer than the kept head)
-// makes the connection opaque rather than be scanned forever.
-#define MAX_HEAD (64 * 1024)
-
-// What a head says, classified line by line (head_feed).
-#define HD_TRACEPARENT 0x1
-#define HD_TRACESTATE 0x2
-#define HD_B3 0x4
-#define HD_B3TRACE 0x8
-#define HD_B3SPAN 0x10
-#define HD_B3PARENT 0x20
-#define HD_B3SAMPLED 0x40
-#define HD_B3FLAGS 0x80
-#define HD_RID 0x100
-#define HD_CL 0x200
-#define HD_CHUNKED 0x400
-#define HD_SERVERTIME 0x800
-#define HD_WAIT 0x1000
-#define HD_TP_MANY 0x2000
-#define HD_CL_BAD 0x4000
-#define HD_BAD 0x8000 // a malformed field line: the head is not followed
-
-// Header fields a head's parse records (value offsets, first occurrence).
-#define HX_TP 0
-#define HX_TS 1
-#define HX_B3 2
-#define HX_XTRACE 3
-#define HX_XSPAN 4
-#define HX_XSAMPLED 5
-#define HX_XFLAGS 6
-#define HX_RID 7
-#define HX_CL 8
-#define HX_TE 9
-#define HX_ST 10
-#define HX_WAIT 11
-#define HX_N 12
-
-struct hinfo {
-	__u32 has;     // HD_* bits
-	__u32 status;  // a response's status code
-	__u32 tp_count;
-	__u32 _pad;
-	__u16 off[HX_N];
-	__u16 len[HX_N];
-	// decoded
-	__u64 cl;
-	__u64 server_us;
-	__u64 wait_us;
-	__u8 trace[16]; // the context found (ctx_ok)
-	__u64 span;
-	__u8 sampled;
-	__u8 ctx_ok;
-	__u8 _pad2[6];
-	__u8 tmp[16];
-};
-
-struct half {
-	__u8 state;
-	__u8 cut;      // the head is longer than kept
-	__u8 last;     // the head's last byte so far
-	__u8 _pad;
-	// 32 bits, so that the verifier sees them as any value: a counter
-	// with a bounded range starting a bpf_loop would make every
-	// iteration a new state to verify.
-	__u32 len;     // head bytes so far
-	__u32 kept;    // of which in the head buffer
-	__u32 ls;      // head offset where the current line starts
-	__u32 lines;   // head lines completed
-	__u32 finals;  // heads completed on this side (final ones for responses)
-	__u64 body;    // body bytes left (H_BODY)
-	__u64 start;   // when the current head began (ns)
-	// chunked body parser
-	__u32 cstate;  // CS_*
-	__u32 cdigits; // hex digits of the size line so far
-	__u64 csize;   // the chunk's size, then its data bytes left
-	struct hinfo hi; // the head's fields, classified line by line
-};
-
-// Requests (or calls) a connection holds awaiting their responses.
-#define RQ 32
-
-// An outbound request written and not yet answered: a CLIENT span.
-struct callrec {
-	__u64 span;    // 0: none
-	__u64 parent;  // the SERVER span it is part of (0: unbound)
-	__u64 start;
-	__u64 server;  // the downstream's rootline-server-time (µs)
-	__u64 wait;    // the largest wait it reported (µs)
-	__u32 tid;
-	__u32 flags;   // RD_F_*; RD_F_CUT is reused for "HEAD request"
-	__u32 status;
-	__u32 _pad;
-	__u8 trace[16];
-};
-#define CALL_HEAD RD_F_CUT
-
-// A head buffer; its own type so that global functions can take it whole.
-struct head_buf {
-	__u8 b[RD_HEAD + 8]; // + 8: a word read at the last offsets
-};
-
-struct conn {
-	__u64 addr;      // the struct sock's address (the key), as a number
-	__u32 slot;      // the run that follows it (rd_slot, rd_gen of its sock_ops)
-	__u32 gen;
-	__u32 wseq;      // the TCP write sequence up to which writes were followed
-	__u8 wseq_ok;
-	__u8 dir;
-	__u8 family;
-	__u8 head_req;   // the last request head was HEAD
-	__u8 _pad;
-	__u16 rport;
-	__u16 lport;
-	__u32 raddr[4];
-	struct half rd;
-	struct half wr;
-	// inbound: requests read whose responses are not written yet (HTTP/1.1
-	// pipelining: answered in order), and the one being answered
-	__u64 rq[RQ];
-	__u8 rq_head[RQ];  // it is a HEAD request: its response has no body
-	__u32 rq_first;
-	__u32 rq_next;
-	__u64 req;
-	__u32 rsp_status;
-	// outbound: calls written whose responses are not read yet, and the one
-	// whose response is being read
-	__u32 cq_first;
-	__u32 cq_next;
-	__u32 _pad2;
-	struct callrec cq[RQ];
-	struct callrec call;
-	struct head_buf qhead; // a request head (inbound: read; outbound: written)
-	struct head_buf shead; // a response head (inbound: written; outbound: read)
-};
-
-// A request being serviced: a SERVER span.
-struct req {
-	__u8 trace[16];
-	__u64 parent;
-	__u64 span;
-	__u64 sk;
-	__u64 start;
-	__u64 local_ns;
-	__u64 max_net;
-	__u64 max_remote;
-	__u64 seg_rd;   // run_delay of seg_tid at the request's last event on it
-	__u64 g;        // Go: the goroutine bound
-	__u32 seg_tid;
-	__u32 tgid;
-	__u32 bound;    // the thread bound (non-Go)
-	__u32 flags;    // RD_F_SAMPLED | RD_F_CTX
-	__u32 ntids;
-	__u32 tids[RD_MAX_TIDS];
-	__u16 ts_len;
-	__u16 rid_len;
-	__u8 ts[RD_TS];
-	__u8 rid[RD_RID];
-};
-
-struct gkey {
-	__u32 tgid;
-	__u32 _pad;
-	__u64 g;
-};
-
-
-// ---- maps ----
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64);
-	__type(value, struct conn);
-} rd_conns SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SOCKHASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, __u64);
-} rd_socks SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, __u64);
-	__type(value, struct req);
-} rd_reqs SEC(".maps");
-
-// thread → the request it services (non-Go processes)
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, __u64);
-} rd_threads SEC(".maps");
-
-// Go: goroutine → the request it services
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct gkey);
-	__type(value, __u64);
-} rd_goroutines SEC(".maps");
-
-// Go: *http.Request → the request that made it (roundTrip); consumed by
-// (*Request).write
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct gkey);
-	__type(value, __u64);
-} rd_goreqs SEC(".maps");
-
-// Go: writeLoop goroutine → the request whose client request it writes
-// next; consumed by the write
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, struct gkey);
-	__type(value, __u64);
-} rd_gowrites SEC(".maps");
-
-// Go processes of the run (set by user space)
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
-	__type(key, __u32);
-	__type(value, __u8);
-} rd_gopids SEC(".maps");
-
-
-
-// Each run's events ring, by slot. One datapath serves every `rootline run`
-// of the node (see internal/rbinder/datapath): each reads its own ring.
-struct rd_ring {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, RD_SLOTS);
-	__type(key, __u32);
-	__array(values, struct rd_ring);
-} rd_rings SEC(".maps");
-
-// The generation of the run that holds each slot (0: none). A connection
-// of a run that is gone (killed: its slot later taken by another) carries
-// an older generation, and its events go nowhere.
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, RD_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} rd_gens SEC(".maps");
-
-// Bytes each CPU sent to each slot's ring since it last woke the reader.
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RD_SLOTS);
-	__type(key, __u32);
-	__type(value, __u64);
-} rd_unread SEC(".maps");
-
-// The process of each run (its tgid → its slot): when it exits, however it
-// dies, rd_runexit clears its slot's generation, and its connections pass
-// through untouched from then on.
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 2 * RD_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} rd_runpids SEC(".maps");
-
-// Counters, indexes RD_STAT_* (read by user space).
-#define RD_STAT_LOST 0     // events the ring buffer could not take
-#define RD_STAT_NOCONN 1   // conn state could not be made
-#define RD_STAT_INJECT 2   // heads that got lines
-#define RD_STAT_SKIP 3     // heads left unchanged that should have had lines
-#define RD_STAT_OPAQUE 4   // connections found not to be HTTP/1.x
-#define RD_STAT_NOREQ 5    // request state could not be made
-#define RD_STAT_GO_RT 6    // Go roundTrip calls made while servicing a request
-#define RD_STAT_GO_WR 7    // Go client requests handed over to their writeLoop
-#define RD_STAT_N 8
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RD_SLOTS * RD_STAT_N);
-	__type(key, __u32);
-	__type(value, __u64);
-} rd_stats SEC(".maps");
-
-
-struct call_ids {
-	__u8 trace[16];
-	__u64 span;
-	__u64 parent;
-	__u8 sampled;
-};
-
-#define TEXT 2048
-#define TEXT_MASK (TEXT - 1)
-struct scratch {
-	__u64 l; // opaque()
-	__u8 data[SCR + RD_HEAD + 8]; // SCR bytes; the rest lets a head be copied from any offset
-	__u8 text[TEXT + 8]; // + 8: put8 at the last offsets
-	struct hinfo hi;
-	struct call_ids ci;
-	struct scan_out {
-		__s32 brk;  // index of the head's final line break in data (-1: not there)
-		__s32 done; // the head ended in data
-		__s32 bad;  // not HTTP/1.x
-	} so;
-	struct rd_event ev;
-	struct req zreq;   // stays zero
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, struct scratch);
-} rd_scratch SEC(".maps");
-
-// The initial value of a new conn: stays zero. Not in the per-CPU scratch,
-// whose values the kernel limits to 32 KiB.
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct conn);
-} rd_zconn SEC(".maps");
-
-// Force bpf2go to emit Go types for the shared structs.
-const struct rd_event *_rd_event __attribute__((unused));
-
-// ---- helpers ----
-
-// stat counts one event of counter i for the run in slot.
-static __always_inline void stat(__u32 slot, __u32 i)
-{
-	__u32 k = slot * RD_STAT_N + i;
-	__u64 *v = bpf_map_lookup_elem(&rd_stats, &k);
-	if (v)
-		*v += 1;
-}
-
-// Scratch space: slot 0 for programs that run in process context, slot 1
-// for sock_ops, which may run in a softirq that interrupts one of them.
-static __always_inline struct scratch *scratch_at(__u32 slot)
-{
-	return bpf_map_lookup_elem(&rd_scratch, &slot);
-}
-#define scratch() scratch_at(0)
-
-// opaque returns v as a value the verifier does not know (it does not track
-// map memory). What starts a bpf_loop callback's state goes through it, so
-// that the callback is verified for any value rather than once per value
-// reaching it.
-static __always_inline __u64 opaque(__u64 v)
-{
-	struct scratch *s = scratch();
-	if (!s)
-		return 0;
-	s->l = v;
-	return *(volatile __u64 *)&s->l;
-}
-#define OPQ(v) ((__typeof__(v))opaque(v))
-
-static __always_inline int ours(void)
-{
-	return bpf_get_current_cgroup_id() == rd_cgroup;
-}
-
-static __always_inline __u64 run_delay(void)
-{
-	struct task_struct *t = bpf_get_current_task_btf();
-	return BPF_CORE_READ(t, sched_info.run_delay);
-}
-
-static __always_inline __u64 cur_g(void)
-{
-	struct task_struct *t = bpf_get_current_task_btf();
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(t);
-	return BPF_CORE_READ(regs, r14);
-}
-
-static __always_inline __u64 rand64(void)
-{
-	__u64 v = ((__u64)bpf_get_prandom_u32() << 32) | bpf_get_prandom_u32();
-	return v ? v : 1; // ids are never zero
-}
-
-static __always_inline int hexval(__u8 c, int upper_ok)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (upper_ok && c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-
-// emit_to sends ev (head_len bytes of head) to the run in slot, if it is
-// still the run of generation gen.
-static __always_inline void emit_to(struct rd_event *ev, __u32 slot, __u32 gen)
-{
-	__u32 *g = bpf_map_lookup_elem(&rd_gens, &slot);
-	if (!g || *g != gen)
-		return;
-	void *ring = bpf_map_lookup_elem(&rd_rings, &slot);
-	if (!ring) {
-		stat(slot, RD_STAT_LOST);
-		return;
-	}
-	__u32 n = ev->head_len;
-	if (n > RD_HEAD)
-		n = RD_HEAD;
-	__u64 sz = __builtin_offsetof(struct rd_event, head) + n;
-	asm volatile("" : "+r"(sz));
-	if (sz > sizeof(struct rd_event))
-		sz = sizeof(struct rd_event);
-	// User space reads the ring on a timer (datapath.Read, every second in
-	// `rootline run`); it is woken early once this CPU alone has sent an
-	// rd_wake_bytes share of a quarter of the ring since it last woke it (a
-	// count of its own: asking the ring how full it is reads cache lines
-	// the reader writes), so a burst cannot fill the ring between two reads.
-	__u64 flags = BPF_RB_NO_WAKEUP;
-	__u64 *unread = bpf_map_lookup_elem(&rd_unread, &slot);
-	if (unread) {
-		*unread += sz;
-		if (*unread >= rd_wake_bytes) {
-			*unread = 0;
-			flags = BPF_RB_FORCE_WAKEUP;
-		}
-	}
-	if (bpf_ringbuf_output(ring, ev, sz, flags) < 0)
-		stat(slot, RD_STAT_LOST);
-}
-
-// emit sends ev to the run that follows connection c.
-#define emit(ev, c) emit_to((ev), (c)->slot, (c)->gen)
-
-// live reports whether the run that follows c is still there. A connection
-// of a run that is gone is forgotten: it passes through from then on.
-static __always_inline int live(struct conn *c, __u64 key)
-{
-	__u32 slot = c->slot;
-	__u32 *g = bpf_map_lookup_elem(&rd_gens, &slot);
-	if (g && *g == c->gen)
-		return 1;
-	bpf_map_delete_elem(&rd_conns, &key);
-	return 0;
-}
-
-static __always_inline void ev_reset(struct rd_event *ev, __u32 type, struct conn *c, __u64 sk)
-{
-	__builtin_memset(ev, 0, __builtin_offsetof(struct rd_event, head));
-	__u64 id = bpf_get_current_pid_tgid();
-	ev->type = type;
-	ev->tgid = id >> 32;
-	ev->tid = (__u32)id;
-	ev->ts = bpf_ktime_get_ns();
-	ev->sk = sk;
-	if (c) {
-		ev->raddr[0] = c->raddr[0];
-		ev->raddr[1] = c->raddr[1];
-		ev->raddr[2] = c->raddr[2];
-		ev->raddr[3] = c->raddr[3];
-		ev->rport = c->rport;
-		ev->lport = c->lport;
-		if (c->family == AF_INET6)
-			ev->flags |= RD_F_IPV6;
-	}
-}
-
-static __always_inline void make_opaque(struct conn *c, __u64 sk, struct scratch *s)
-{
-	dbg("opaque dir=%d rd=%d wr=%d", c->dir, c->rd.state, c->wr.state);
-	if (c->rd.state == H_OPAQUE)
-		return;
-	c->rd.state = H_OPAQUE;
-	c->wr.state = H_OPAQUE;
-	stat(c->slot, RD_STAT_OPAQUE);
-	ev_reset(&s->ev, RD_EV_OPAQUE, c, sk);
-	emit(&s->ev, c);
-}
-
-// touch charges a request's run-queue wait on the calling thread since its
-// last event there, and records the thread.
-static __always_inline void touch(struct req *r)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u64 rd = run_delay();
-	if (r->seg_tid == tid) {
-		if (rd > r->seg_rd)
-			r->local_ns += rd - r->seg_rd;
-	} else {
-		int known = 0;
-		for (int i = 0; i < RD_MAX_TIDS; i++) {
-			if (i < r->ntids && r->tids[i] == tid)
-				known = 1;
-		}
-		if (!known && r->ntids < RD_MAX_TIDS) {
-			__u32 k = r->ntids;
-			if (k < RD_MAX_TIDS)
-				r->tids[k] = tid;
-			r->ntids = k + 1;
-		}
-		r->seg_tid = tid;
-	}
-	r->seg_rd = rd;
-}
-
-// ---- head scanning ----
-
-// name_is compares h[at:at+n] with the lower-case literal lit ignoring
-// case, eight bytes at a time: each word of the head, with bit 5 set in the
-// bytes where lit has a letter, must equal lit's word (other bytes compare
-// exactly: 'A' | 0x20 is 'a', but '\r' | 0x20 would be '-'). The words of
-// lit and their masks are constants the compiler folds. (h has 8 bytes of
-// slack after RD_HEAD, so a word at any masked offset is in bounds.)
-#define NAME_IS(h, at, lit) name_is((h), (at), lit, sizeof(lit) - 1)
-static __always_inline __u64 lit_byte(const char *lit, __u32 n, __u32 i, int letters)
-{
-	if (i >= n)
-		return 0;
-	__u8 c = lit[i];
-	if (letters)
-		return c >= 'a' && c <= 'z' ? 0x20 : 0;
-	return c;
-}
-
-static __always_inline __u64 lit_word(const char *lit, __u32 n, __u32 k, int letters)
-{
-	__u64 w = 0;
-#pragma unroll
-	for (__u32 j = 0; j < 8; j++)
-		w |= lit_byte(lit, n, k + j, letters) << (8 * j);
-	return w;
-}
-
-static __always_inline int name_is(__u8 *h, __u32 at, const char *lit, __u32 n)
-{
-#pragma unroll
-	for (__u32 k = 0; k < n; k += 8) {
-		__u64 keep = n - k >= 8 ? ~0ULL : (1ULL << (8 * (n - k))) - 1;
-		__u64 w = *(__u64 *)(h + ((at + k) & HEAD_MASK));
-		if (((w | lit_word(lit, n, k, 1)) & keep) != lit_word(lit, n, k, 0))
-			return 0;
-	}
-	return 1;
-}
-
-static __always_inline void field(struct hinfo *hi, __u32 x, __u32 bit, __u32 vs, __u32 ve)
-{
-	if (!(hi->has & bit) && x < HX_N) {
-		hi->off[x] = vs;
-		hi->len[x] = ve - vs;
-	}
-	hi->has |= bit;
-}
-
-// classify records a header field (name h[ls:colon], value h[vs:ve]) that
-// Rootline reads; values are decoded after the whole head is classified.
-__noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 colon, __u64 vse)
-{
-	if (!hb || !hi)
-		return 0;
-	__u8 *h = hb->b;
-	__u32 vs = vse >> 32, ve = (__u32)vse;
-	switch (colon - ls) {
-	case 2:
-		if (NAME_IS(h, ls, "b3"))
-			field(hi, HX_B3, HD_B3, vs, ve);
-		break;
-	case 10:
-		if (NAME_IS(h, ls, "tracestate"))
-			field(hi, HX_TS, HD_TRACESTATE, vs, ve);
-		else if (NAME_IS(h, ls, "x-b3-flags"))
-			field(hi, HX_XFLAGS, HD_B3FLAGS, vs, ve);
-		break;
-	case 11:
-		if (NAME_IS(h, ls, "traceparent")) {
-			field(hi, HX_TP, HD_TRACEPARENT, vs, ve);
-			hi->tp_count++;
-		} else if (NAME_IS(h, ls, "x-b3-spanid"))
-			field(hi, HX_XSPAN, HD_B3SPAN, vs, ve);
-		break;
-	case 12:
-		if (NAME_IS(h, ls, "x-b3-traceid"))
-			field(hi, HX_XTRACE, HD_B3TRACE, vs, ve);
-		else if (NAME_IS(h, ls, "x-b3-sampled"))
-			field(hi, HX_XSAMPLED, HD_B3SAMPLED, vs, ve);
-		else if (NAME_IS(h, ls, "x-request-id"))
-			field(hi, HX_RID, HD_RID, vs, ve);
-		break;
-	case 13:
-		if (NAME_IS(h, ls, "rootline-wait"))
-			field(hi, HX_WAIT, HD_WAIT, vs, ve);
-		break;
-	case 14:
-		if (NAME_IS(h, ls, "content-length"))
-			field(hi, HX_CL, HD_CL, vs, ve);
-		break;
-	case 17:
-		if (NAME_IS(h, ls, "transfer-encoding"))
-			field(hi, HX_TE, HD_CHUNKED, vs, ve);
-		else if (NAME_IS(h, ls, "x-b3-parentspanid"))
-			hi->has |= HD_B3PARENT;
-		break;
-	case 20:
-		if (NAME_IS(h, ls, "rootline-server-time"))
-			field(hi, HX_ST, HD_SERVERTIME, vs, ve);
-		break;
-	}
-	return 0;
-}
-
-struct hex_ctx {
-	__u8 *h;
-	__u32 at;
-	__u32 upper_ok;
-	__u8 *out;
-	__u32 bad;
-	__u32 nz;
-};
-
-static long hex_cb(__u32 i, struct hex_ctx *x)
-{
-	int hi = hexval(x->h[(x->at + 2 * i) & HEAD_MASK], x->upper_ok);
-	int lo = hexval(x->h[(x->at + 2 * i + 1) & HEAD_MASK], x->upper_ok);
-	if (hi < 0 || lo < 0) {
-		x->bad = 1;
-		return 1;
-	}
-	__u8 v = (hi << 4) | lo;
-	x->out[i & 15] = v;
-	x->nz |= v;
-	return 0;
-}
-
-// hex_into decodes 2*n hex digits at h[at] into out[0:n] (n ≤ 16): 1 if
-// valid, -1 if all zeros, 0 if not hex.
-static __noinline int hex_into(__u8 *h, __u32 at, __u8 *out, __u32 n, __u32 upper_ok)
-{
-	if (!h || !out || n > 16)
-		return 0;
-	struct hex_ctx x = {.h = h, .at = OPQ(at), .upper_ok = OPQ(upper_ok), .out = out, .bad = ZERO, .nz = ZERO};
-	bpf_loop(n, hex_cb, &x, 0);
-	if (x.bad)
-		return 0;
-	return x.nz ? 1 : -1;
-}
-
-static __always_inline __u64 span_from(__u8 *b)
-{
-	__u64 v = 0;
-	for (int k = 0; k < 8; k++)
-		v = (v << 8) | b[k];
-	return v;
-}
-
-struct num_ctx {
-	__u8 *h;
-	__u32 at;
-	__u32 n;
-	__u64 v;
-	__u64 best; // rootline-wait: the largest number that starts a list element
-	__u32 digits;
-	__u32 want;
-	__u32 in;
-};
-
-static long num_cb(__u32 i, struct num_ctx *x)
-{
-	if (i >= x->n)
-		return 1;
-	__u8 c = x->h[(x->at + i) & HEAD_MASK];
-	if (c >= '0' && c <= '9' && x->want) {
-		x->v = x->v * 10 + (c - '0');
-		x->digits++;
-		x->in = 1;
-		return 0;
-	}
-	if (x->in) {
-		if (x->v > x->best)
-			x->best = x->v;
-		x->in = 0;
-		x->v = 0;
-	}
-	if (c == ',')
-		x->want = 1;
-	else if (c != ' ' && c != '\t')
-		x->want = 0;
-	return 0;
-}
-
-// number reads the leading decimal digits of h[at:at+n] (list: the largest
-// number starting an element of a comma-separated list).
-static __noinline __u64 number(__u8 *h, __u32 at, __u32 n, __u32 list)
-{
-	if (!h)
-		return 0;
-	struct num_ctx x = {.h = h, .at = OPQ(at), .n = OPQ(n > 256 ? 256 : n), .v = ZERO, .best = ZERO, .digits = ZERO, .want = 1, .in = ZERO};
-	bpf_loop(256, num_cb, &x, 0);
-	if (x.in && x.v > x.best)
-		x.best = x.v;
-	if (!list && x.digits > 19)
-		return 0;
-	return x.best;
-}
-
-// The trace context of a request head: W3C first (exactly one
-// traceparent), then the b3 header, then X-B3-* (httpstream.ExtractContext).
-// Three functions, called in turn until one finds a context, each small
-// enough for the stack the call chain above it leaves.
-
-// decode_tp reads traceparent: VV-{32 hex}-{16 hex}-FF, lower case.
-__noinline int decode_tp(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb || !hi || !(hi->has & HD_TRACEPARENT) || hi->tp_count != 1)
-		return 0;
-	__u8 *h = hb->b;
-	__u32 vs = hi->off[HX_TP], vl = hi->len[HX_TP];
-	if (vl < 55 || h[(vs + 2) & HEAD_MASK] != '-' || h[(vs + 35) & HEAD_MASK] != '-' ||
-	    h[(vs + 52) & HEAD_MASK] != '-' || (vl > 55 && h[(vs + 55) & HEAD_MASK] != '-'))
-		return 0;
-	int ver = hexval(h[vs & HEAD_MASK], 0) * 16 + hexval(h[(vs + 1) & HEAD_MASK], 0);
-	int fl = hexval(h[(vs + 53) & HEAD_MASK], 0) * 16 + hexval(h[(vs + 54) & HEAD_MASK], 0);
-	if (ver < 0 || ver == 0xff || (ver == 0 && vl != 55) || fl < 0)
-		return 0;
-	if (hex_into(h, vs + 3, hi->trace, 16, 0) != 1 || hex_into(h, vs + 36, hi->tmp, 8, 0) != 1)
-		return 0;
-	hi->span = span_from(hi->tmp);
-	hi->sampled = fl & 1;
-	hi->ctx_ok = 1;
-	return 1;
-}
-
-// decode_b3 reads b3: {trace}-{span}[-{sampling}[-{parent}]].
-__noinline int decode_b3(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb || !hi || !(hi->has & HD_B3))
-		return 0;
-	__u8 *h = hb->b;
-	__u32 vs = hi->off[HX_B3], ve = vs + hi->len[HX_B3], tl;
-	if (ve >= vs + 49 && h[(vs + 32) & HEAD_MASK] == '-')
-		tl = 32;
-	else if (ve >= vs + 33 && h[(vs + 16) & HEAD_MASK] == '-')
-		tl = 16;
-	else
-		return 0;
-	__builtin_memset(hi->trace, 0, 16);
-	if ((tl == 32 ? hex_into(h, vs, hi->trace, 16, 1) : hex_into(h, vs, hi->trace + 8, 8, 1)) != 1)
-		return 0;
-	__u32 ss = vs + tl + 1;
-	if (hex_into(h, ss, hi->tmp, 8, 1) != 1)
-		return 0;
-	hi->sampled = 1;
-	if (ss + 16 < ve) {
-		__u8 sc = h[(ss + 17) & HEAD_MASK];
-		if (h[(ss + 16) & HEAD_MASK] != '-' || ss + 17 >= ve)
-			return 0;
-		if (sc == '0')
-			hi->sampled = 0;
-		else if (sc != '1' && sc != 'd')
-			return 0;
-	}
-	hi->span = span_from(hi->tmp);
-	hi->ctx_ok = 1;
-	return 1;
-}
-
-// xb3_unsampled: the head has X-B3-Sampled: 0 (or false).
-static __always_inline int xb3_unsampled(__u8 *h, struct hinfo *hi)
-{
-	if (!(hi->has & HD_B3SAMPLED))
-		return 0;
-	__u32 o = hi->off[HX_XSAMPLED], l = hi->len[HX_XSAMPLED];
-	return (l == 1 && h[o & HEAD_MASK] == '0') || (l == 5 && NAME_IS(h, o, "false"));
-}
-
-// sampling_denied: a head without a context says not to sample (`b3: 0`, or
-// X-B3-Sampled 0 without ids), as httpstream.SamplingDenied.
-static __always_inline int sampling_denied(struct head_buf *hb, struct hinfo *hi)
-{
-	__u8 *h = hb->b;
-	if (hi->has & HD_B3)
-		return hi->len[HX_B3] == 1 && h[hi->off[HX_B3] & HEAD_MASK] == '0';
-	return !(hi->has & (HD_B3TRACE | HD_B3SPAN)) && xb3_unsampled(h, hi);
-}
-
-// decode_xb3 reads X-B3-TraceId, X-B3-SpanId, X-B3-Sampled and X-B3-Flags.
-__noinline int decode_xb3(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb || !hi || !(hi->has & HD_B3TRACE) || !(hi->has & HD_B3SPAN) || hi->len[HX_XSPAN] != 16)
-		return 0;
-	__u8 *h = hb->b;
-	__u32 vl = hi->len[HX_XTRACE];
-	__builtin_memset(hi->trace, 0, 16);
-	if (vl == 32) {
-		if (hex_into(h, hi->off[HX_XTRACE], hi->trace, 16, 1) != 1)
-			return 0;
-	} else if (vl != 16 || hex_into(h, hi->off[HX_XTRACE], hi->trace + 8, 8, 1) != 1) {
-		return 0;
-	}
-	if (hex_into(h, hi->off[HX_XSPAN], hi->tmp, 8, 1) != 1)
-		return 0;
-	hi->span = span_from(hi->tmp);
-	hi->sampled = !xb3_unsampled(h, hi);
-	if ((hi->has & HD_B3FLAGS) && hi->len[HX_XFLAGS] == 1 && h[hi->off[HX_XFLAGS] & HEAD_MASK] == '1')
-		hi->sampled = 1;
-	hi->ctx_ok = 1;
-	return 1;
-}
-
-struct digit_ctx {
-	__u8 *h;
-	__u32 at;
-	__u32 n;
-	__u32 bad;
-};
-
-static long digit_cb(__u32 i, struct digit_ctx *x)
-{
-	if (i >= x->n)
-		return 1;
-	__u8 c = x->h[(x->at + i) & HEAD_MASK];
-	if (c < '0' || c > '9') {
-		x->bad = 1;
-		return 1;
-	}
-	return 0;
-}
-
-// digits_only reports whether h[at:at+n] is all decimal digits.
-static __always_inline int digits_only(__u8 *h, __u32 at, __u32 n)
-{
-	struct digit_ctx x = {.h = h, .at = OPQ(at), .n = OPQ(n), .bad = ZERO};
-	bpf_loop(32, digit_cb, &x, 0);
-	return !x.bad;
-}
-
-// decode_framing reads Content-Length and Transfer-Encoding.
-__noinline int decode_framing(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb)
-		return 0;
-	__u8 *h = hb->b;
-	if (!hi)
-		return 0;
-	if (hi->has & HD_CL) {
-		__u32 o = hi->off[HX_CL], l = hi->len[HX_CL];
-		hi->cl = number(h, o, l, 0);
-		// Digits only: anything else is a framing the kernel side does not
-		// follow (RFC 9112 §6.3: a bad Content-Length is an error).
-		if (l == 0 || l > 19 || !digits_only(h, o, l))
-			hi->has |= HD_CL_BAD;
-	}
-	if (hi->has & HD_CHUNKED) {
-		// chunked must be the last coding
-		__u32 o = hi->off[HX_TE], l = hi->len[HX_TE];
-		if (l < 7 || !NAME_IS(h, o + l - 7, "chunked"))
-			hi->has &= ~HD_CHUNKED;
-	}
-	return 0;
-}
-
-// decode_timing reads a downstream's rootline-server-time and rootline-wait.
-__noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb)
-		return 0;
-	__u8 *h = hb->b;
-	if (!hi)
-		return 0;
-	if (hi->has & HD_SERVERTIME)
-		hi->server_us = number(h, hi->off[HX_ST], hi->len[HX_ST], 0);
-	if (hi->has & HD_WAIT)
-		hi->wait_us = number(h, hi->off[HX_WAIT], hi->len[HX_WAIT], 1);
-	return 0;
-}
-
-// first_line_ok checks a complete first line h[0:n) (n counts its '\n'):
-// a request line "METHOD SP target SP HTTP/1.x" or a status line
-// "HTTP/1.x NNN ...".
-#define ONES 0x0101010101010101ULL
-#define HIGHS 0x8080808080808080ULL
-
-// has_byte is nonzero when a byte of w is c (exact for "any", RFC-free
-// bit trick; the caller checks the bytes of a flagged word one by one).
-static __always_inline __u64 has_byte(__u64 w, __u8 c)
-{
-	__u64 t = w ^ (ONES * c);
-	return (t - ONES) & ~t & HIGHS;
-}
-
-struct ctl_ctx {
-	__u8 *h;
-	__u32 n;
-	__u32 bad;
-};
-
-// ctl_cb checks 8 bytes: a byte below 0x20 or 0x7f (DEL) is a control
-// byte. (w - 0x20..) & ~w & 0x80.. is nonzero exactly when a byte of w is
-// below 0x20.
-static long ctl_cb(__u32 i, struct ctl_ctx *x)
-{
-	__u32 k = 8 * i;
-	if (k >= x->n)
-		return 1;
-	__u64 w = *(__u64 *)(x->h + (k & HEAD_MASK));
-	if (x->n - k < 8)
-		w |= ~0ULL << (8 * (x->n - k)); // past the line: not control bytes
-	if (((w - 0x2020202020202020ULL) & ~w & HIGHS) || has_byte(w, 0x7f)) {
-		x->bad = 1;
-		return 1;
-	}
-	return 0;
-}
-
-static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head);
-
-// first_line checks a complete first line hb[0:n) (n counts its '\n'): a
-// request line "METHOD SP target SP HTTP/1.x" or a status line "HTTP/1.x
-// NNN ...". Returns 0 if it is neither, 1 if fine, 3 for a HEAD request. A
-// global function: verified once, not at every line of every head.
-__noinline int first_line(struct head_buf *hb, __u32 n, __u32 request)
-{
-	if (!hb)
-		return 0;
-	__u8 is_head = 0;
-	int ok = first_line_ok(hb->b, n, request, &is_head);
-	return ok ? 1 | (is_head << 1) : 0;
-}
-
-static __always_inline int first_line_ok(__u8 *h, __u32 n, int request, __u8 *is_head)
-{
-	if (n < 2)
-		return 0;
-	// No control bytes before the line break.
-	struct ctl_ctx x = {.h = h, .n = OPQ(n - 1), .bad = ZERO};
-	if (h[(n - 2) & HEAD_MASK] == '\r')
-		x.n--;
-	bpf_loop(RD_HEAD / 8 + 1, ctl_cb, &x, 0);
-	if (x.bad)
-		return 0;
-	__u32 e = n - 1;
-	if (h[(e - 1) & HEAD_MASK] == '\r')
-		e--;
-	if (!request)
-		return e >= 12 && name_is(h, 0, "http/1.", 7) && h[8 & HEAD_MASK] == ' ';
-	if (e < 14)
-		return 0;
-	// method: upper-case letters up to the first space
-	__u32 m = 0;
-	for (__u32 k = 0; k < 24; k++) {
-		__u8 c = h[k & HEAD_MASK];
-		if (c == ' ') {
-			m = k;
-			break;
-		}
-		if (!(c >= 'A' && c <= 'Z') && c != '-' && c != '_')
-			return 0;
-	}
-	if (m == 0)
-		return 0;
-	if (m == 4 && h[0] == 'H' && h[1] == 'E' && h[2] == 'A' && h[3] == 'D')
-		*is_head = 1;
-	// " HTTP/1.0" or " HTTP/1.1" at the end
-	if (!name_is(h, e - 9, " http/1.", 8))
-		return 0;
-	__u8 v = h[(e - 1) & HEAD_MASK];
-	return v == '0' || v == '1';
-}
-
-// ---- building inserted lines ----
-
-struct text {
-	__u8 *b;
-	__u32 n;
-};
-
-// put writes n bytes of s, eight at a time: for a literal, each word is a
-// constant the compiler folds into one store. The bytes past n in the last
-// word are overwritten by what follows (text has 8 bytes of slack).
-static __always_inline void put(struct text *t, const char *s, __u32 n)
-{
-#pragma unroll
-	for (__u32 k = 0; k < n; k += 8) {
-		__u64 w = 0;
-		__builtin_memcpy(&w, s + k, n - k < 8 ? n - k : 8);
-		*(__u64 *)(t->b + ((t->n + k) & TEXT_MASK)) = w;
-	}
-	t->n += n;
-}
-#define PUT(t, lit) put((t), lit, sizeof(lit) - 1)
-
-// hex8 spells v as 8 lower-case hex digits, most significant first, in
-// the bytes of a little-endian u64: no branch and no loop, so that writing
-// ids costs the verifier nothing per digit.
-static __always_inline __u64 hex8(__u32 v)
-{
-	__u64 z = __builtin_bswap32(v);
-	z = (z | (z << 16)) & 0x0000FFFF0000FFFFULL;
-	z = (z | (z << 8)) & 0x00FF00FF00FF00FFULL;
-	__u64 w = ((z >> 4) & 0x000F000F000F000FULL) | ((z & 0x000F000F000F000FULL) << 8);
-	__u64 letters = ((w + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
-	return w + 0x3030303030303030ULL + letters * 39;
-}
-
-static __always_inline void put8(struct text *t, __u64 w)
-{
-	*(__u64 *)(t->b + (t->n & TEXT_MASK)) = w;
-	t->n += 8;
-}
-
-// put_hex writes the n bytes at v (n a multiple of 4) in hex.
-static __always_inline void put_hex(struct text *t, __u8 *v, __u32 n)
-{
-	for (__u32 k = 0; k < n; k += 4)
-		put8(t, hex8((__u32)v[k] << 24 | (__u32)v[k + 1] << 16 | (__u32)v[k + 2] << 8 | v[k + 3]));
-}
-
-static __always_inline void put_span(struct text *t, __u64 s)
-{
-	put8(t, hex8(s >> 32));
-	put8(t, hex8((__u32)s));
-}
-
-struct num_put {
-	__u8 *b;
-	__u32 at;  // where the last digit goes
-	__u64 v;
-	__u32 n;   // digits written
-};
-
-static long put_num_cb(__u32 i, struct num_put *x)
-{
-	x->b[(x->at - i) & TEXT_MASK] = '0' + x->v % 10;
-	x->v /= 10;
-	x->n = i + 1;
-	return x->v == 0;
-}
-
-static long digits_cb(__u32 i, __u64 *v)
-{
-	*v /= 10;
-	return *v == 0;
-}
-
-// put_num writes v in decimal.
-static __always_inline void put_num(struct text *t, __u64 v)
-{
-	__u64 w = v;
-	__u32 n = bpf_loop(20, digits_cb, &w, 0); // iterations made: the digit count
-	struct num_put x = {.b = t->b, .at = OPQ(t->n + n - 1), .v = OPQ(v), .n = ZERO};
-	bpf_loop(20, put_num_cb, &x, 0);
-	t->n += x.n;
-}
-
-struct copy_ctx {
-	__u8 *dst;
-	__u32 doff;
-	__u8 *src;
-	__u32 soff;
-	__u32 n;
-};
-
-// copy_in_cb copies scratch data (SCR bytes) into a head buffer.
-static long copy_in_cb(__u32 i, struct copy_ctx *c)
-{
-	if (i >= c->n)
-		return 1;
-	c->dst[(c->doff + i) & HEAD_MASK] = c->src[(c->soff + i) & SCR_MASK];
-	return 0;
-}
-
-// copy_head puts the first n bytes of a head buffer into an event.
-static __always_inline void copy_head(struct rd_event *ev, struct head_buf *hb, __u32 n)
-{
-	__u64 sz = n;
-	asm volatile("" : "+r"(sz));
-	sz &= RD_HEAD | (RD_HEAD - 1);
-	if (sz > RD_HEAD)
-		sz = RD_HEAD;
-	if (bpf_probe_read_kernel(ev->head, sz, hb->b) < 0)
-		sz = 0;
-	ev->head_len = sz;
-}
-
-// A header value copied into a request's state (tracestate, x-request-id),
-// checked to be printable so that it can be written back into a header.
-struct val_ctx {
-	__u8 *src; // a head
-	__u32 off;
-	__u32 n;
-	__u8 *dst;
-	__u32 bad;
-};
-
-static long copy_ts_cb(__u32 i, struct val_ctx *v)
-{
-	if (i >= v->n)
-		return 1;
-	__u8 ch = v->src[(v->off + i) & HEAD_MASK];
-	if ((ch < 0x20 && ch != '\t') || ch > 0x7e)
-		v->bad = 1;
-	v->dst[i & (RD_TS - 1)] = ch;
-	return 0;
-}
-
-static long copy_rid_cb(__u32 i, struct val_ctx *v)
-{
-	if (i >= v->n)
-		return 1;
-	__u8 ch = v->src[(v->off + i) & HEAD_MASK];
-	if (ch < 0x20 || ch > 0x7e)
-		v->bad = 1;
-	v->dst[i & (RD_RID - 1)] = ch;
-	return 0;
-}
-
-// A request's tracestate or x-request-id written into inserted lines.
-struct put_ctx {
-	__u8 *src;
-	__u32 n;
-	__u8 *text;
-	__u32 at;
-};
-
-static long put_ts_cb(__u32 i, struct put_ctx *p)
-{
-	if (i >= p->n)
-		return 1;
-	p->text[(p->at + i) & TEXT_MASK] = p->src[i & (RD_TS - 1)];
-	return 0;
-}
-
-static long put_rid_cb(__u32 i, struct put_ctx *p)
-{
-	if (i >= p->n)
-		return 1;
-	p->text[(p->at + i) & TEXT_MASK] = p->src[i & (RD_RID - 1)];
-	return 0;
-}
-
-// put_uuid writes the trace id as a version 4 UUID (httpstream.RequestIDFor):
-// 8-4-4-4-12 hex digits. put8 writes 8 digits and keeps n of them; the
-// rest is overwritten by what follows.
-static __always_inline void put_uuid(struct text *t, __u8 *tr)
-{
-	__u8 u6 = (tr[6] & 0x0f) | 0x40, u8v = (tr[8] & 0x3f) | 0x80;
-	put8(t, hex8((__u32)tr[0] << 24 | (__u32)tr[1] << 16 | (__u32)tr[2] << 8 | tr[3]));
-	PUT(t, "-");
-	put8(t, hex8((__u32)tr[4] << 24 | (__u32)tr[5] << 16));
-	t->n -= 4;
-	PUT(t, "-");
-	put8(t, hex8((__u32)u6 << 24 | (__u32)tr[7] << 16));
-	t->n -= 4;
-	PUT(t, "-");
-	put8(t, hex8((__u32)u8v << 24 | (__u32)tr[9] << 16));
-	t->n -= 4;
-	PUT(t, "-");
-	put8(t, hex8((__u32)tr[10] << 24 | (__u32)tr[11] << 16 | (__u32)tr[12] << 8 | tr[13]));
-	put8(t, hex8((__u32)tr[14] << 24 | (__u32)tr[15] << 16));
-	t->n -= 4;
-}
-
-// ---- reading ----
-
-
-static __always_inline void bind_request(struct conn *c, struct req *r)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (bpf_map_lookup_elem(&rd_gopids, &tgid)) {
-		struct gkey k = {.tgid = tgid, .g = cur_g()};
-		r->g = k.g;
-		bpf_map_update_elem(&rd_goroutines, &k, &r->span, BPF_ANY);
-	} else {
-		r->bound = tid;
-		bpf_map_update_elem(&rd_threads, &tid, &r->span, BPF_ANY);
-	}
-}
-
-static __always_inline void unbind_request(struct req *r)
-{
-	if (r->g) {
-		struct gkey k = {.tgid = r->tgid, .g = r->g};
-		__u64 *v = bpf_map_lookup_elem(&rd_goroutines, &k);
-		if (v && *v == r->span)
-			bpf_map_delete_elem(&rd_goroutines, &k);
-		r->g = 0;
-	}
-	if (r->bound) {
-		__u32 tid = r->bound;
-		__u64 *v = bpf_map_lookup_elem(&rd_threads, &tid);
-		if (v && *v == r->span)
-			bpf_map_delete_elem(&rd_threads, &tid);
-		r->bound = 0;
-	}
-}
-
-// Chunked body parser states (RFC 9112 §7.1): size lines and the line
-// breaks after data are scanned byte by byte, data is skipped by count.
-#define CS_SIZE 0    // in the chunk-size digits
-#define CS_EXT 1     // in chunk extensions, up to the line's end
-#define CS_SLF 2     // after the size line's CR
-#define CS_DATA 3    // in chunk data (csize bytes left)
-#define CS_DCR 4     // after chunk data: CR
-#define CS_DLF 5     // after chunk data: LF
-#define CS_TRAILER 6 // at the start of a trailer line (or the final empty line)
-#define CS_TLINE 7   // in a trailer line
-#define CS_TLF 8     // after the final CR
-
-// Chunk window: bytes copied to scan a size line.
-#define CW 64
-
-struct chunk_ctx {
-	struct half *h;
-	__u8 *b;   // CW bytes
-	__u32 n;
-	__u32 pos; // bytes consumed
-	__s32 res; // 1: the body ended at pos; -1: malformed; 0: more
-};
-
-static long chunk_cb(__u32 i, struct chunk_ctx *x)
-{
-	struct half *h = x->h;
-	if (x->pos >= x->n || h->cstate == CS_DATA)
-		return 1;
-	__u8 c = x->b[x->pos & (CW - 1)];
-	x->pos++;
-	int hv = hexval(c, 1);
-	switch (h->cstate) {
-	case CS_SIZE:
-		if (hv >= 0 && h->cdigits < 15) {
-			h->csize = h->csize * 16 + hv;
-			h->cdigits++;
-			return 0;
-		}
-		if (h->cdigits == 0) {
-			x->res = -1;
-			return 1;
-		}
-		if (c == ';' || c == ' ' || c == '\t')
-			h->cstate = CS_EXT;
-		else if (c == '\r')
-			h->cstate = CS_SLF;
-		else if (c == '\n')
-			goto size_done;
-		else {
-			x->res = -1;
-			return 1;
-		}
-		return 0;
-	case CS_EXT:
-		if (c == '\n')
-			goto size_done;
-		return 0;
-	case CS_SLF:
-		if (c != '\n') {
-			x->res = -1;
-			return 1;
-		}
-		goto size_done;
-	case CS_DCR:
-		if (c == '\r') {
-			h->cstate = CS_DLF;
-			return 0;
-		}
-		if (c != '\n') {
-			x->res = -1;
-			return 1;
-		}
-		h->cstate = CS_SIZE;
-		return 0;
-	case CS_DLF:
-		if (c != '\n') {
-			x->res = -1;
-			return 1;
-		}
-		h->cstate = CS_SIZE;
-		return 0;
-	case CS_TRAILER:
-		if (c == '\r')
-			h->cstate = CS_TLF;
-		else if (c == '\n')
-			goto body_done;
-		else
-			h->cstate = CS_TLINE;
-		return 0;
-	case CS_TLINE:
-		if (c == '\n')
-			h->cstate = CS_TRAILER;
-		return 0;
-	case CS_TLF:
-		if (c != '\n') {
-			x->res = -1;
-			return 1;
-		}
-		goto body_done;
-	}
-	return 0;
-size_done:
-	h->cdigits = ZERO;
-	if (h->csize == 0) {
-		h->cstate = CS_TRAILER;
-		return 0;
-	}
-	h->cstate = CS_DATA;
-	return 1; // data is skipped by the caller
-body_done:
-	x->res = 1;
-	return 1;
-}
-
-// chunk_scan runs the chunk parser over b[0:n): it returns the bytes it
-// consumed and in *res whether the body ended there (1) or is malformed
-// (-1). It stops where chunk data starts, for the caller to skip.
-static __always_inline __u32 chunk_scan(struct half *h, __u8 *b, __u32 n, __s32 *res)
-{
-	struct chunk_ctx x = {.h = h, .b = b, .n = OPQ(n), .pos = ZERO, .res = ZERO};
-	bpf_loop(CW, chunk_cb, &x, 0);
-	*res = x.res;
-	return x.pos;
-}
-
-static __always_inline void chunk_start(struct half *h)
-{
-	h->state = H_CHUNK;
-	h->cstate = CS_SIZE;
-	h->cdigits = ZERO;
-	h->csize = 0;
-}
-
-// end_span sends REQ_END for a request of an inbound connection (the one
-// being answered, with its status, or one still queued: status 0) and
-// forgets it.
-__noinline int end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struct scratch *s)
-{
-	if (!span || !c)
-		return 0;
-	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
-	if (!r)
-		return 0;
-	unbind_request(r);
-	if (s) {
-		struct rd_event *ev = &s->ev;
-		ev_reset(ev, RD_EV_REQ_END, c, sk);
-		ev->flags |= flags | (r->flags & (RD_F_SAMPLED | RD_F_CTX));
-		__builtin_memcpy(ev->trace, r->trace, 16);
-		ev->span = r->span;
-		ev->parent = r->parent;
-		ev->start = r->start;
-		ev->local_ns = r->local_ns;
-		ev->net_ns = r->max_net;
-		ev->remote_ns = r->max_remote;
-		ev->status = span == c->req ? c->rsp_status : 0;
-		__u32 nt = r->ntids;
-		if (nt > RD_MAX_TIDS)
-			nt = RD_MAX_TIDS;
-		ev->ntids = nt;
-		for (int i = 0; i < RD_MAX_TIDS; i++)
-			ev->tids[i] = r->tids[i];
-		emit(ev, c);
-	}
-	bpf_map_delete_elem(&rd_reqs, &span);
-	return 0;
-}
-
-// end_request ends the request whose response was being written.
-static __always_inline void end_request(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
-{
-	__u64 span = c->req;
-	end_span(c, sk, span, flags, s);
-	c->req = 0;
-}
-
-// end_callrec sends CALL_END for a call of an outbound connection and
-// folds its waits into the request that made it (Mirage §4.2).
-__noinline int end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 flags, struct scratch *s)
-{
-	if (!c || !q || !q->span)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 client = now > q->start ? now - q->start : 0;
-	__u64 server = q->server * 1000;
-	__u64 net = 0, remote = q->wait * 1000;
-	if (q->flags & RD_F_TIMED)
-		net = client > server ? client - server : 0;
-	else
-		remote = 0;
-	if (q->parent) {
-		__u64 p = q->parent;
-		struct req *r = bpf_map_lookup_elem(&rd_reqs, &p);
-		if (r) {
-			if (net > r->max_net)
-				r->max_net = net;
-			if (remote > r->max_remote)
-				r->max_remote = remote;
-			if (!(flags & RD_F_CLOSED))
-				touch(r);
-		}
-	}
-	if (!(q->flags & RD_F_OWN) && s) { // else the application reports its own span
-		struct rd_event *ev = &s->ev;
-		ev_reset(ev, RD_EV_CALL_END, c, sk);
-		ev->flags |= flags | (q->flags & (RD_F_TIMED | RD_F_SAMPLED | RD_F_UNBOUND));
-		__builtin_memcpy(ev->trace, q->trace, 16);
-		ev->span = q->span;
-		ev->parent = q->parent;
-		ev->start = q->start;
-		ev->net_ns = net;
-		ev->remote_ns = remote;
-		ev->server_ns = server;
-		ev->status = q->status;
-		ev->tids[0] = q->tid;
-		emit(ev, c);
-	}
-	q->span = 0;
-	return 0;
-}
-
-// end_call ends the call whose response was being read.
-static __always_inline void end_call(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
-{
-	end_callrec(c, sk, &c->call, flags, s);
-}
-
-// end_all ends everything a closing connection still holds.
-__noinline int end_all(struct conn *c, __u64 sk, __u32 flags, struct scratch *s)
-{
-	if (!c)
-		return 0;
-	if (c->dir == DIR_IN) {
-		end_request(c, sk, flags, s);
-		for (int i = 0; i < RQ; i++) {
-			if (c->rq_first == c->rq_next)
-				break;
-			__u64 span = c->rq[c->rq_first & (RQ - 1)];
-			c->rq_first++;
-			end_span(c, sk, span, RD_F_CLOSED, s);
-		}
-	} else {
-		end_call(c, sk, flags, s);
-		for (int i = 0; i < RQ; i++) {
-			if (c->cq_first == c->cq_next)
-				break;
-			struct callrec *q = &c->cq[c->cq_first & (RQ - 1)];
-			c->cq_first++;
-			end_callrec(c, sk, q, RD_F_CLOSED, s);
-		}
-	}
-	return 0;
-}
-
-// Complete request head read on an inbound connection: a SERVER span starts.
-__noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 hlen)
-{
-	if (!c || !s)
-		return 0;
-	struct hinfo *hi = &c->rd.hi;
-	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
-	decode_framing(&c->qhead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
-		make_opaque(c, sk, s); // malformed: the service will answer it, or not, untouched
-		return 0;
-	}
-	if (!decode_tp(&c->qhead, hi) && !decode_b3(&c->qhead, hi))
-		decode_xb3(&c->qhead, hi);
-	if (c->rq_next - c->rq_first >= RQ) {
-		// More requests awaiting answers than kept: the oldest is given up.
-		__u64 old = c->rq[c->rq_first & (RQ - 1)];
-		c->rq_first++;
-		end_span(c, sk, old, RD_F_CLOSED, s);
-	}
-	__u64 span = rand64();
-	if (bpf_map_update_elem(&rd_reqs, &span, &s->zreq, BPF_NOEXIST) < 0) {
-		stat(c->slot, RD_STAT_NOREQ);
-		return 0;
-	}
-	struct req *r = bpf_map_lookup_elem(&rd_reqs, &span);
-	if (!r)
-		return 0;
-	__u64 id = bpf_get_current_pid_tgid();
-	r->span = span;
-	r->sk = sk;
-	r->tgid = id >> 32;
-	r->start = c->rd.start;
-	r->seg_tid = (__u32)id;
-	r->seg_rd = run_delay();
-	r->tids[0] = (__u32)id;
-	r->ntids = 1;
-	if (hi->ctx_ok) {
-		__builtin_memcpy(r->trace, hi->trace, 16);
-		r->parent = hi->span;
-		r->flags = RD_F_CTX | (hi->sampled ? RD_F_SAMPLED : 0);
-		// tracestate goes with a W3C context only; a longer list than
-		// kept is not propagated.
-		__u32 n = hi->len[HX_TS];
-		if ((hi->has & HD_TRACEPARENT) && (hi->has & HD_TRACESTATE) && n > 0 && n <= RD_TS) {
-			struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_TS]), .n = OPQ(n), .dst = r->ts, .bad = ZERO};
-			bpf_loop(RD_TS, copy_ts_cb, &v, 0);
-			if (!v.bad)
-				r->ts_len = n;
-		}
-	} else {
-		__u64 a = rand64(), b = rand64();
-		__builtin_memcpy(r->trace, &a, 8);
-		__builtin_memcpy(r->trace + 8, &b, 8);
-		r->flags = sampling_denied(&c->qhead, hi) ? 0 : RD_F_SAMPLED;
-	}
-	__u32 n = hi->len[HX_RID];
-	if ((hi->has & HD_RID) && n > 0 && n <= RD_RID) {
-		struct val_ctx v = {.src = c->qhead.b, .off = OPQ(hi->off[HX_RID]), .n = OPQ(n), .dst = r->rid, .bad = ZERO};
-		bpf_loop(RD_RID, copy_rid_cb, &v, 0);
-		if (!v.bad)
-			r->rid_len = n;
-	}
-	dbg("request read span=%x queued=%d", span, c->rq_next - c->rq_first);
-	c->rq[c->rq_next & (RQ - 1)] = span;
-	c->rq_head[c->rq_next & (RQ - 1)] = c->head_req;
-	c->rq_next++;
-	c->rd.finals++;
-	bind_request(c, r);
-
-	struct rd_event *ev = &s->ev;
-	ev_reset(ev, RD_EV_REQ, c, sk);
-	ev->flags |= r->flags;
-	if (hlen > RD_HEAD)
-		ev->flags |= RD_F_CUT;
-	__builtin_memcpy(ev->trace, r->trace, 16);
-	ev->span = span;
-	ev->parent = r->parent;
-	ev->start = r->start;
-	copy_head(ev, &c->qhead, kept);
-	emit(ev, c);
-
-	// The request body: counted, or chunked.
-	c->rd.state = H_IDLE;
-	if (hi->has & HD_CHUNKED) {
-		chunk_start(&c->rd);
-	} else if ((hi->has & HD_CL) && hi->cl > 0) {
-		c->rd.state = H_BODY;
-		c->rd.body = hi->cl;
-	}
-	return 0;
-}
-
-// Complete response head read on an outbound connection.
-__noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
-{
-	if (!c || !s)
-		return 0;
-	struct hinfo *hi = &c->rd.hi;
-	decode_framing(&c->shead, hi);
-	decode_timing(&c->shead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
-		make_opaque(c, sk, s);
-		return 0;
-	}
-	c->rd.state = H_IDLE;
-	if (hi->status >= 100 && hi->status < 200)
-		return 0; // an interim response: another head follows
-	c->rd.finals++;
-	// The oldest call awaiting an answer gets it.
-	if (c->call.span)
-		end_call(c, sk, RD_F_CLOSED, s); // its body was not followed to the end
-	if (c->cq_first != c->cq_next) {
-		c->call = c->cq[c->cq_first & (RQ - 1)];
-		c->cq_first++;
-	}
-	c->call.status = hi->status;
-	if (hi->has & HD_SERVERTIME) {
-		c->call.flags |= RD_F_TIMED;
-		c->call.server = hi->server_us;
-		c->call.wait = hi->wait_us;
-	}
-	if ((c->call.flags & CALL_HEAD) || hi->status == 204 || hi->status == 304) {
-		end_call(c, sk, 0, s);
-	} else if (hi->has & HD_CHUNKED) {
-		chunk_start(&c->rd);
-	} else if (hi->has & HD_CL) {
-		if (hi->cl == 0) {
-			end_call(c, sk, 0, s);
-		} else {
-			c->rd.state = H_BODY;
-			c->rd.body = hi->cl;
-		}
-	} else {
-		c->rd.state = H_CLOSE;
-	}
-	return 0;
-}
-
-// Body of one direction finished (a counted, chunked or close-delimited body).
-static __always_inline void body_done(struct conn *c, __u64 sk, int is_write, __u32 flags, struct scratch *s)
-{
-	if (is_write) {
-		if (c->dir == DIR_IN)
-			end_request(c, sk, flags, s);
-	} else {
-		if (c->dir == DIR_OUT)
-			end_call(c, sk, flags, s);
-	}
-}
-
+#include "run/kernel.h"
+#include "run/state.h"
+#include "run/maps.h"
+#include "run/prof.h"
+#include "run/parse.h"
+#include "run/context.h"
+#include "run/timing.h"
+#include "run/spans.h"
 
 // ---- heads: one pass, a word at a time ----
-//
-// A head is copied into its connection's head buffer as it arrives (at
-// most RD_HEAD bytes are kept), and scanned there for line breaks eight
-// bytes at a time; each complete line is classified at once, so the head
-// is parsed by the time its end is found. Bytes past the kept part are
-// only scanned for the end.
-
-
-// Finding the next byte c in buf[pos:end): a word per iteration.
-struct find_ctx {
-	__u8 *buf;
-	__u32 pos;
-	__u32 end;
-	__u32 c;
-	__s32 at; // where it is (-1: not there)
-};
-
-static __always_inline long find_word(struct find_ctx *x, __u32 k, __u64 w)
-{
-	if (!has_byte(w, x->c))
-		return 0;
-	for (int j = 0; j < 8; j++) {
-		if (k + j < x->end && x->buf[(k + j) & HEAD_MASK] == x->c) {
-			x->at = k + j;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-static long find_head_cb(__u32 i, struct find_ctx *x)
-{
-	__u32 k = x->pos + 8 * i;
-	if (k >= x->end)
-		return 1;
-	return find_word(x, k, *(__u64 *)(x->buf + (k & HEAD_MASK)));
-}
-
-static long find_data_cb(__u32 i, struct find_ctx *x)
-{
-	__u32 k = x->pos + 8 * i;
-	if (k >= x->end)
-		return 1;
-	__u64 w = *(__u64 *)(x->buf + (k & SCR_MASK));
-	if (!has_byte(w, x->c))
-		return 0;
-	for (int j = 0; j < 8; j++) {
-		if (k + j < x->end && x->buf[(k + j) & SCR_MASK] == x->c) {
-			x->at = k + j;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-// find returns the index of the first c in a head buffer's [pos, end)
-// (data: in scratch data instead), or -1.
-static __always_inline __s32 find(__u8 *buf, __u32 pos, __u32 end, __u8 c, int data)
-{
-	struct find_ctx x = {.buf = buf, .pos = OPQ(pos), .end = OPQ(end), .c = c, .at = M1};
-	if (data)
-		bpf_loop(SCR / 8 + 1, find_data_cb, &x, 0);
-	else
-		bpf_loop(RD_HEAD / 8 + 1, find_head_cb, &x, 0);
-	return x.at;
-}
-
-// field_line classifies the field line h[ls:e) (without its line break).
-__noinline int field_line(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 e)
-{
-	if (!hb || !hi)
-		return 0;
-	__u8 *h = hb->b;
-	__s32 colon = find(h, ls, e, ':', 0);
-	if (colon <= (__s32)ls || h[ls & HEAD_MASK] == ' ' || h[ls & HEAD_MASK] == '\t' ||
-	    h[(colon - 1) & HEAD_MASK] == ' ') {
-		// no name and colon, an obsolete folded line, or space before
-		// the colon: not something to add lines to
-		hi->has |= HD_BAD;
-		return 0;
-	}
-	__u32 vs = colon + 1, ve = e;
-	for (int k = 0; k < 4; k++) {
-		if (vs < ve && (h[vs & HEAD_MASK] == ' ' || h[vs & HEAD_MASK] == '\t'))
-			vs++;
-	}
-	for (int k = 0; k < 4; k++) {
-		if (ve > vs && (h[(ve - 1) & HEAD_MASK] == ' ' || h[(ve - 1) & HEAD_MASK] == '\t'))
-			ve--;
-	}
-	classify(hb, hi, ls, colon, (__u64)vs << 32 | ve);
-	return 0;
-}
-
-// status_line records a status line's code: "HTTP/1.x NNN".
-static __always_inline void status_line(__u8 *h, struct hinfo *hi, __u32 e)
-{
-	if (e < 12 || h[8] != ' ')
-		return;
-	__u8 a = h[9], b = h[10], c = h[11];
-	if (a >= '0' && a <= '9' && b >= '0' && b <= '9' && c >= '0' && c <= '9')
-		hi->status = (a - '0') * 100 + (b - '0') * 10 + (c - '0');
-}
-
-// The lines of the kept part of a head, one per iteration.
-struct lines_ctx {
-	struct conn *c;
-	struct half *h;
-	struct head_buf *hb;
-	__u32 end;     // kept bytes to scan up to
-	__u32 pos;     // where to look for the next line break
-	__s32 eoh;     // head offset after the head's final line break (-1: not yet)
-	__s32 brk;     // head offset where the final line break starts
-	__u32 bad;
-	__u32 request;
-};
-
-static long lines_cb(__u32 i, struct lines_ctx *x)
-{
-	struct half *h = x->h;
-	__u8 *hb = x->hb->b;
-	__s32 p = find(hb, x->pos, x->end, '\n', 0);
-	if (p < 0)
-		return 1;
-	__u32 P = p, ls = h->ls;
-	x->pos = P + 1;
-	// the line is h[ls:e), e before a CR
-	__u32 e = P;
-	if (P > ls && hb[(P - 1) & HEAD_MASK] == '\r')
-		e = P - 1;
-	h->ls = P + 1;
-	if (h->lines == 0) {
-		h->lines = 1;
-		int fl = first_line(x->hb, P + 1, x->request);
-		if (!fl) {
-			x->bad = 1;
-			return 1;
-		}
-		if (x->request)
-			x->c->head_req = fl >> 1;
-		else
-			status_line(hb, &h->hi, e);
-		return 0;
-	}
-	h->lines++;
-	if (e == ls) {
-		// the empty line: the head ends here
-		x->eoh = P + 1;
-		x->brk = P > ls ? P - 1 : P;
-		return 1;
-	}
-	field_line(x->hb, &h->hi, ls, e);
-	return 0;
-}
 
 // The end of a head past its kept part, one line break per iteration.
 struct tail_ctx {
@@ -1962,24 +118,6 @@ static long tail_cb(__u32 i, struct tail_ctx *x)
 	}
 	x->prev = '\n';
 	return 0;
-}
-
-// scan_kept scans the kept head bytes [from, to) of h: -1 when the head
-// goes on, -2 when it is not HTTP/1.x, else its end and final line break
-// (head offsets) as end << 32 | brk.
-static __noinline __s64 scan_kept(struct conn *c, struct half *h, struct head_buf *hb, __u32 from, __u64 to_req)
-{
-	if (!c || !h || !hb)
-		return -2;
-	__u32 to = (__u32)to_req;
-	struct lines_ctx lx = {.c = c, .h = h, .hb = hb, .end = OPQ(to), .pos = OPQ(from),
-			       .eoh = M1, .brk = M1, .bad = ZERO, .request = OPQ(to_req >> 32)};
-	bpf_loop(RD_HEAD, lines_cb, &lx, 0);
-	if (lx.bad)
-		return -2;
-	if (lx.eoh < 0)
-		return -1;
-	return (__s64)((__u64)(__u32)lx.eoh << 32 | (__u32)lx.brk);
 }
 
 // scan_tail looks for the end of a head in s->data[from:to), past its kept
@@ -2199,11 +337,14 @@ static long read_step(__u32 i, struct read_ctx *x)
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
 	__u64 sz = copy_len(m, SCR_MASK, SCR);
+	PROF(2);
 	if (bpf_probe_read_user(s->data, sz, (void *)(x->ubuf + x->off)) < 0)
 		return 1;
+	PROF(3);
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		int b = head_begin(c, h, sk, s, c->dir == DIR_IN, m, x->ts);
+		PROF(4);
 		if (b < 0)
 			return 1;
 		if ((__u32)b >= m) {
@@ -2213,6 +354,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 		p = b;
 	}
 	__u32 end = head_feed(c, 0, s, p, m);
+	PROF(5);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;
@@ -2224,9 +366,9 @@ static long read_step(__u32 i, struct read_ctx *x)
 		request_read(c, sk, s, h->len);
 	else
 		response_read(c, sk, s);
+	PROF(6);
 	return 0;
 }
-
 
 // The buffers of one read: a flat buffer (iovcnt 0) or up to 4 iovecs.
 struct iov_ctx {
@@ -2277,6 +419,9 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 {
 	if (ret < 0 || (flags & MSG_PEEK))
 		return 0; // errors; peeked bytes will be read again
+#ifdef RD_FLOOR
+	return 0;
+#endif
 	// This runs for every socket read of every process on the node, once
 	// per `rootline run`. Ours are in the rd_socks sockhash (sockops drops
 	// a connection that cannot join it), so they hold a psock in
@@ -2284,10 +429,12 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 	// before the hash lookup.
 	if (!sock->sk_user_data)
 		return 0;
+	PROF_START();
 	__u64 key = (__u64)sock;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
 	if (!c || !live(c, key))
 		return 0;
+	PROF(0);
 	struct scratch *s = scratch();
 	if (!s)
 		return 0;
@@ -2326,7 +473,9 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 	}
 	struct iov_ctx x = {.c = c, .s = s, .sk = sk, .buf = buf, .iovcnt = OPQ(iovcnt), .left = OPQ(ret),
 			    .ts = bpf_ktime_get_ns()};
+	PROF(1);
 	bpf_loop(4, iov_cb, &x, 0);
+	PROF(7);
 	if (x.left)
 		make_opaque(c, sk, s); // more iovecs than followed: the stream is lost
 	return 0;
@@ -2500,7 +649,8 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 	__u32 hlen = c->wr.len;
 	__u32 kept = hlen > RD_HEAD ? RD_HEAD : hlen;
 	decode_framing(&c->qhead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	PROF(40);
+	if (hi->has & (HD_BAD | HD_CL_BAD | HD_TE_OTHER)) {
 		make_opaque(c, sk, s);
 		return 0;
 	}
@@ -2534,7 +684,9 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 		flags |= RD_F_OWN;
 
 	struct text t = {.b = s->text};
+	PROF(41);
 	request_lines(&t, r, ci, hi);
+	PROF(42);
 	if (t.n > 0) {
 		if (c->wr.cut)
 			skip(c, sk, RD_SKIP_LONG); // its own context may be past what was kept: never send two
@@ -2549,6 +701,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 			stat(c->slot, RD_STAT_INJECT);
 		}
 	}
+	PROF(43);
 	if (c->cq_next - c->cq_first >= RQ) {
 		// More calls awaiting answers than kept: the oldest is given up.
 		struct callrec *o = &c->cq[c->cq_first & (RQ - 1)];
@@ -2578,8 +731,10 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 		ev->parent = parent;
 		ev->start = c->wr.start;
 		copy_head(ev, &c->qhead, kept);
+		PROF(44);
 		emit(ev, c);
 	}
+	PROF(45);
 	// The body: counted, none, or (chunked) until a final response head is read.
 	c->wr.finals++;
 	c->wr.state = H_IDLE;
@@ -2599,7 +754,8 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 		return 0;
 	struct hinfo *hi = &c->wr.hi;
 	decode_framing(&c->shead, hi);
-	if (hi->has & (HD_BAD | HD_CL_BAD)) {
+	PROF(46);
+	if (hi->has & HD_BAD) {
 		make_opaque(c, sk, s);
 		return 0;
 	}
@@ -2616,10 +772,16 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 		head_req = c->rq_head[c->rq_first & (RQ - 1)];
 		c->rq_first++;
 	}
+	int rb = response_framing(hi, head_req);
+	if (rb == RB_OPAQUE) {
+		make_opaque(c, sk, s); // a Content-Length it cannot follow: no lines either
+		return 0;
+	}
 	c->rsp_status = hi->status;
 	dbg("response head req=%x queued=%d brk=%d", c->req, c->rq_next - c->rq_first, brk);
 	__u64 span = c->req;
 	struct req *r = span ? bpf_map_lookup_elem(&rd_reqs, &span) : 0;
+	PROF(47);
 	if (r) {
 		touch(r);
 		unbind_request(r);
@@ -2635,6 +797,7 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 			PUT(&t, ";kind=net, ");
 			put_num(&t, r->max_remote / 1000);
 			PUT(&t, ";kind=remote\r\n");
+			PROF(48);
 			if (brk < 0)
 				skip(c, sk, RD_SKIP_SPLIT);
 			else if (!room_for(c, brk + t.n))
@@ -2643,20 +806,21 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 				skip(c, sk, RD_SKIP_PUSH);
 			else
 				stat(c->slot, RD_STAT_INJECT);
+			PROF(49);
 		}
 	}
-	if (head_req || hi->status == 204 || hi->status == 304) {
+	switch (rb) {
+	case RB_NONE:
 		end_request(c, sk, 0, s);
-	} else if (hi->has & HD_CHUNKED) {
+		break;
+	case RB_CHUNKED:
 		chunk_start(&c->wr);
-	} else if (hi->has & HD_CL) {
-		if (hi->cl == 0) {
-			end_request(c, sk, 0, s);
-		} else {
-			c->wr.state = H_BODY;
-			c->wr.body = hi->cl;
-		}
-	} else {
+		break;
+	case RB_LENGTH:
+		c->wr.state = H_BODY;
+		c->wr.body = hi->cl;
+		break;
+	default:
 		c->wr.state = H_CLOSE;
 	}
 	return 0;
@@ -2731,8 +895,10 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		return chunk_step(c, h, sk, 1, s, wz, &x->off);
 	}
 	__u32 m = left < HSTEP ? left : HSTEP;
+	PROF(12);
 	if (bpf_msg_pull_data(msg, x->off, x->off + m, 0) < 0)
 		return 1;
+	PROF(13);
 	__u8 *d = msg->data, *e = msg->data_end;
 	__u64 avail = (__u64)(e - d);
 	if (avail < m)
@@ -2741,9 +907,11 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	if (sz == 0 || bpf_probe_read_kernel(s->data, sz, d) < 0)
 		return 1;
 	m = sz;
+	PROF(14);
 	__u32 p = 0;
 	if (h->state == H_IDLE) {
 		int b = head_begin(c, h, sk, s, c->dir == DIR_OUT, m, x->ts);
+		PROF(15);
 		if (b < 0)
 			return 1;
 		if ((__u32)b >= m) {
@@ -2753,6 +921,7 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		p = b;
 	}
 	__u32 end = head_feed(c, 1, s, p, m);
+	PROF(16);
 	if (s->so.bad) {
 		make_opaque(c, sk, s);
 		return 1;
@@ -2770,6 +939,7 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 		request_written(msg, c, sk, s, at);
 	else
 		response_written(msg, c, sk, s, at);
+	PROF(17);
 	// What was inserted shifts the rest of the message.
 	__u32 grown = msg->size - x->size;
 	x->size = msg->size;
@@ -2777,17 +947,67 @@ static long msg_step(__u32 i, struct msg_ctx *x)
 	return 0;
 }
 
+#ifdef RD_FLOOR
+// The mechanism's floor (bench/RESULTS.md, built with -DRD_FLOOR by
+// bench/datapath-variant.sh): a fixed text of the real lines' length
+// inserted after the first line of every request and response head
+// written, and the message made linear again; nothing parsed, nothing
+// recorded.
+static __always_inline int floor_msg(struct sk_msg_md *msg, struct scratch *s)
+{
+	void *d = (void *)(long)msg->data, *e = (void *)(long)msg->data_end;
+	if (d + 4 > e)
+		return SK_PASS;
+	__u32 w = *(__u32 *)d;
+	int rsp = w == 0x50545448, req = w == 0x20544547;
+	if (!rsp && !req)
+		return SK_PASS;
+	__u32 at = 0;
+	for (int i = 4; i < 128; i++) {
+		if (d + i + 1 > e)
+			break;
+		if (*(__u8 *)(d + i) == '\n') {
+			at = i + 1;
+			break;
+		}
+	}
+	if (!at)
+		return SK_PASS;
+	struct text t = {.b = s->text};
+	if (req) {
+		PUT(&t, "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\n");
+		PUT(&t, "b3: 4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1-00f067aa0ba902b7\r\n");
+		PUT(&t, "x-b3-traceid: 4bf92f3577b34da6a3ce929d0e0e4736\r\nx-b3-spanid: 00f067aa0ba902b7\r\n");
+		PUT(&t, "x-b3-parentspanid: 00f067aa0ba902b7\r\nx-b3-sampled: 1\r\n");
+		PUT(&t, "x-request-id: 4bf92f35-77b3-4da6-a3ce-929d0e0e4736\r\n");
+	} else {
+		PUT(&t, "rootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net, 456;kind=remote\r\n");
+	}
+	__u32 n = t.n;
+	__u32 size = msg->size;
+	insert(msg, at, s->text, n);
+	if (msg->size != size && msg->size <= PULL_MAX)
+		bpf_msg_pull_data(msg, 0, msg->size, 0);
+	return SK_PASS;
+}
+#endif
+
 SEC("sk_msg")
 int rd_msg(struct sk_msg_md *msg)
 {
+	PROF_START();
 	__u64 sk = (__u64)msg->sk;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &sk);
 	if (!c || c->wr.state == H_OPAQUE || !live(c, sk))
 		return SK_PASS;
+	PROF(10);
 	sk = c->addr; // the same value, as a number the verifier lets functions take
 	struct scratch *s = scratch();
 	if (!s)
 		return SK_PASS;
+#ifdef RD_FLOOR
+	return floor_msg(msg, s);
+#endif
 	// The kernel runs this program on what a write copied in, before it is
 	// sent. After a partial send the application writes the unsent bytes
 	// again, and the program sees them again (skip them); and the next
@@ -2808,6 +1028,7 @@ int rd_msg(struct sk_msg_md *msg)
 	__u32 size = msg->size;
 	struct msg_ctx x = {.msg = msg, .c = c, .s = s, .sk = sk, .ts = bpf_ktime_get_ns(), .size = OPQ(size),
 			    .off = OPQ(skipn < size ? skipn : size)};
+	PROF(11);
 	// Steps cost only what they do; the bound is for messages of many
 	// tiny chunks. A message not followed to its end loses the stream.
 	bpf_loop(MAX_STEPS, msg_step, &x, 0);
@@ -2818,8 +1039,10 @@ int rd_msg(struct sk_msg_md *msg)
 	// piece by itself without MSG_MORE: with Nagle on (Java's and Python's
 	// servers and clients leave it on) the pieces after the first wait for
 	// an ACK from the peer. One linear piece goes out as the write would have.
+	PROF(18);
 	if (msg->size != size && msg->size <= PULL_MAX)
 		bpf_msg_pull_data(msg, 0, msg->size, 0);
+	PROF(19);
 	__u32 end = seq0 + msg->size;
 	if (!c->wseq_ok || (__s32)(end - c->wseq) > 0)
 		c->wseq = end;

@@ -1,5 +1,5 @@
 // The in-kernel datapath of `rootline run` (bpf/run_datapath.c), shared with
-// internal/rbinder/datapath, which reads these structs from raw bytes: keep
+// internal/run/datapath, which reads these structs from raw bytes: keep
 // the Go offsets there in step with any change here.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Inbound bytes of `rootline run` without ptrace stops: tracepoints on
 // read(2) and recvfrom(2) copy what a supervised process reads from a
-// watched socket into a ring buffer. internal/rbinder watches the sockets
+// watched socket into a ring buffer. internal/run watches the sockets
 // it has classified (accepted or connected) and drains the ring buffer at
 // its next ptrace stop, before it acts on any later call of the process:
 // a record is submitted at the read's exit, so it is in the ring buffer
@@ -8,7 +8,7 @@
 // leaves read and recvfrom untraced; writes still stop, as only ptrace can
 // rewrite them.
 //
-// Build: go generate ./internal/rbinder/readtap/ (bpf2go).
+// Build: go generate ./internal/run/readtap/ (bpf2go).
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

@@ -1,4 +1,4 @@
-// Shared with internal/rbinder/readtap (Go reads these from raw bytes).
+// Shared with internal/run/readtap (Go reads these from raw bytes).
 #pragma once
 
 #include <linux/types.h>

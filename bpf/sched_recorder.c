@@ -2,12 +2,28 @@
 // (internal/profiler/kernel loads it). tp_btf programs on the sched
 // tracepoints emit struct sr_event records into per-CPU ring buffers for
 // tasks whose process (tgid) is in sr_targets or whose cgroup v2 id is in
-// sr_cgroups, or for every task when sr_config.all is set.
+// sr_cgroups, or for every task when sr_config.all is set, and for the
+// threads that woke them (followed wakers, below).
 //
-// Cost model: nothing is emitted for untargeted tasks; what runs for them is
-// one or two bitmap loads per context switch and wakeup (plus a hash lookup
+// Cost model: nothing is emitted for untracked tasks; what runs for them is
+// two or three bitmap loads per context switch and wakeup (plus a hash lookup
 // of the cgroup id while cgroups are targeted), and a per-CPU array write per
 // irq/softirq/hrtimer entry and exit.
+//
+// Followed wakers: the path of a blocked target leads to whoever woke it —
+// another process (a database, a sidecar) or a kernel thread (a journal
+// commit, a worker). When a thread wakes a target from its own context, or
+// from a network softirq it raised itself (a local send), it becomes
+// followed: its tid goes into sr_follow (with its distance from the targets)
+// and the sr_follow_bits bitmap, and from then on its own switches and
+// wakeups are recorded like a target's (flagged SR_F_FOLLOWED when no target
+// is involved), so that its states can be followed back in turn; a waker of
+// a followed thread is followed one hop further, up to
+// sr_config.follow_depth hops. sr_follow's size bounds how many are followed
+// at once (a full map is reported as SR_WF_CUT_COUNT on the wakeup). User
+// space stops following a thread that has woken no tracked thread for a
+// while; an exiting thread stops being followed here, since tids are reused.
+// A followed thread's history starts when it is first followed.
 //
 // Why a blocked task blocks: syscalls produce no records. When a target
 // blocks, sched_switch reads the syscall it is in from the user registers
@@ -54,8 +70,14 @@ struct css_set {
 	struct cgroup *dfl_cgrp;
 } __attribute__((preserve_access_index));
 
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
 struct inode {
 	unsigned short i_mode;
+	__u32 i_rdev;
+	struct super_block *i_sb;
 } __attribute__((preserve_access_index));
 
 struct file {
@@ -82,6 +104,14 @@ struct rq {
 
 struct cfs_rq {
 	struct rq *rq; // CONFIG_FAIR_GROUP_SCHED
+	// CONFIG_CFS_BANDWIDTH: how many levels of the hierarchy above (and at)
+	// this cfs_rq are throttled; throttled_clock_self is the run-queue clock
+	// when the current throttling began (0 when not throttled) and
+	// throttled_clock_self_time the total throttled time so far (6.5+,
+	// cpu.stat.local).
+	int throttle_count;
+	__u64 throttled_clock_self;
+	__u64 throttled_clock_self_time;
 } __attribute__((preserve_access_index));
 
 struct sched_entity {
@@ -98,6 +128,9 @@ struct task_struct {
 	struct css_set *cgroups;
 	struct sched_entity se;
 	void *stack;
+	unsigned int in_iowait : 1;
+	unsigned int in_memstall : 1;
+	_Bool throttled; // task-based CFS throttling (6.18+): dequeued at return to user
 } __attribute__((preserve_access_index));
 
 struct pt_regs {
@@ -109,12 +142,22 @@ struct pt_regs {
 	unsigned long flags;
 } __attribute__((preserve_access_index));
 
-struct request {
-	unsigned int __data_len;
+struct block_device {
+	__u32 bd_dev;
 } __attribute__((preserve_access_index));
 
+struct request {
+	unsigned int __data_len;
+	struct block_device *part;
+} __attribute__((preserve_access_index));
+
+#define PF_MEMALLOC 0x00000800
 #define PF_KTHREAD 0x00200000
 #define TASK_REPORT 0x7f
+#define TASK_DEAD 0x80
+#define TASK_RTLOCK_WAIT 0x1000
+#define NET_TX_SOFTIRQ 2
+#define NET_RX_SOFTIRQ 3
 
 // sr_targets: tgid -> 1 (registered by user space) or 2 (followed child);
 // sr_target_bits below is what the programs test per event.
@@ -125,13 +168,20 @@ struct {
 	__type(value, __u8);
 } sr_targets SEC(".maps");
 
-// sr_target_bits mirrors sr_targets as a bitmap: bit tgid % 64 of word
-// tgid / 64 is set while tgid is a target. Every context switch and wakeup
-// asks "is this a target?" of two tasks, most of them not: one array load
-// answers it, where a hash lookup cost a helper call and a hash. User space
-// maps it (mmapable) and sets and clears bits with atomic operations, as the
-// programs do for the children they follow.
-#define SR_TGID_WORDS (1 << 16) // 2^22 tgids: PID_MAX_LIMIT on 64-bit
+// sr_target_bits mirrors sr_targets as a bitmap, two bits per tgid in word
+// tgid / 32: bit 2*(tgid % 32) is set while tgid is a target
+// (TGID_TARGET), the next one once a thread of tgid has been followed
+// (TGID_FOLLOWED; cleared when the process exits). Every context switch and
+// wakeup asks "is this tracked?" of two tasks, most of them not: one array
+// load answers it for both bits, where a hash lookup cost a helper call and
+// a hash, and where a lookup in the tid-indexed sr_follow_bits for every
+// task cost a cache miss. User space maps it (mmapable) and sets and clears
+// target bits with atomic operations, as the programs do for the children
+// they follow.
+#define SR_TGID_WORDS (1 << 17) // 2 bits for each of 2^22 tgids: PID_MAX_LIMIT on 64-bit
+#define SR_TID_WORDS (1 << 16)  // 1 bit for each of 2^22 tids
+#define TGID_TARGET(tgid) (1ULL << (((tgid) & 31) * 2))
+#define TGID_FOLLOWED(tgid) (2ULL << (((tgid) & 31) * 2))
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -139,6 +189,56 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } sr_target_bits SEC(".maps");
+
+// sr_follow: tid of a followed waker -> its distance from the targets (1: it
+// woke a target). User space sizes it (Config.FollowThreads): the bound on
+// how many threads are followed at once.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+} sr_follow SEC(".maps");
+
+// sr_follow_bits mirrors sr_follow as a bitmap of tids (bit tid % 64 of word
+// tid / 64), tested for the tasks of processes whose TGID_FOLLOWED bit is
+// set; user space clears the bits of the threads it stops following.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, SR_TID_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} sr_follow_bits SEC(".maps");
+
+// struct sr_thr is a tracked thread throttled by its cgroup's CPU quota,
+// waiting to be switched in again: the throttling of its cfs_rq then, so
+// that the switch-in can tell when the unthrottle happened.
+struct sr_thr {
+	__u64 cfs_rq; // address of the cfs_rq it was dequeued from
+	__u64 out;    // run-queue clock of its switch-out
+	__u64 start;  // cfs_rq->throttled_clock_self at the switch-out
+	__u64 total;  // cfs_rq->throttled_clock_self_time at the switch-out
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct sr_thr);
+} sr_throttled SEC(".maps");
+
+// struct sr_glob is machine-wide state (element 0 of sr_globs).
+struct sr_glob {
+	__s64 throttled; // entries in sr_throttled: switch-ins look them up only then
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sr_glob);
+} sr_globs SEC(".maps");
 
 // sr_cgroups: cgroup v2 id -> 1.
 struct {
@@ -191,6 +291,12 @@ struct sr_cpuctx {
 	__u64 paired;  // run-queue clock of this CPU's last SR_EV_CLOCK pair
 	__u32 regs;    // how to find a task's user registers (REGS_*)
 	__u32 unread;  // bytes written to this CPU's ring since the reader was woken
+	__u32 blockdev; // device of the block request the current irq/softirq completed
+	__u32 raiser;   // thread that raised NET_RX/NET_TX from its own context, until
+	                // the softirq runs
+	__u32 netowner; // while a NET softirq runs in the context of the thread that
+	                // raised it (a local send): that thread
+	__u32 _pad;
 };
 
 struct {
@@ -214,13 +320,15 @@ struct {
 	__type(value, struct sr_task);
 } sr_tasks SEC(".maps");
 
-// struct sr_inflight is a block request issued by a target thread.
+// struct sr_inflight is a block request submitted by a tracked thread.
 struct sr_inflight {
-	__u64 ts;
-	__u32 tid;
+	__u64 ts;      // issue to the device (0: inserted, not issued yet)
+	__u32 tid;     // the submitter
 	__u32 tgid;
 	__u32 bytes;
-	__u32 _pad;
+	__u32 dev;
+	__u16 flags;   // SR_F_FOLLOWED
+	__u16 _pad[3];
 	char comm[SR_COMM_LEN];
 };
 
@@ -250,26 +358,52 @@ static __always_inline struct sr_cpuctx *cpuctx(void)
 
 static __always_inline __u64 *tgid_word(__u32 tgid)
 {
-	__u32 w = tgid >> 6;
+	__u32 w = tgid >> 5;
 	return bpf_map_lookup_elem(&sr_target_bits, &w);
+}
+
+static __always_inline int is_followed(__u32 tid)
+{
+	__u32 w = tid >> 6;
+	__u64 *p = bpf_map_lookup_elem(&sr_follow_bits, &w);
+	return p && (*p >> (tid & 63)) & 1;
+}
+
+// Tracking of a task: what its events are recorded for.
+#define TR_NONE 0
+#define TR_TARGET 1
+#define TR_FOLLOWED 2
+
+static __always_inline int track(struct task_struct *t, struct sr_config *cfg)
+{
+	__u32 tgid = t->tgid;
+	if (tgid == 0 || tgid == cfg->self_tgid) // idle, the agent
+		return TR_NONE;
+	if (cfg->all)
+		return TR_TARGET;
+	__u64 *w = tgid_word(tgid);
+	__u64 bits = w ? *w : 0;
+	if (bits & TGID_TARGET(tgid))
+		return TR_TARGET;
+	if (cfg->cgroups) {
+		__u64 id = t->cgroups->dfl_cgrp->kn->id;
+		if (bpf_map_lookup_elem(&sr_cgroups, &id))
+			return TR_TARGET;
+	}
+	__u32 tid = t->pid;
+	if ((bits & TGID_FOLLOWED(tgid)) && is_followed(tid))
+		return TR_FOLLOWED;
+	return TR_NONE;
 }
 
 static __always_inline int is_target(struct task_struct *t, struct sr_config *cfg)
 {
-	__u32 tgid = t->tgid;
-	if (tgid == 0 || tgid == cfg->self_tgid) // idle, the agent
-		return 0;
-	if (cfg->all)
-		return 1;
-	__u64 *w = tgid_word(tgid);
-	if (w && (*w >> (tgid & 63)) & 1)
-		return 1;
-	if (cfg->cgroups) {
-		__u64 id = t->cgroups->dfl_cgrp->kn->id;
-		if (bpf_map_lookup_elem(&sr_cgroups, &id))
-			return 1;
-	}
-	return 0;
+	return track(t, cfg) == TR_TARGET;
+}
+
+static __always_inline struct sr_glob *glob(void)
+{
+	return bpf_map_lookup_elem(&sr_globs, &zero);
 }
 
 // reserve reserves a record in this CPU's ring, or counts it lost.
@@ -293,7 +427,7 @@ static __always_inline struct sr_event *reserve(void)
 	e->prio = 0;
 	e->prio2 = 0;
 	e->target_cpu = 0;
-	e->_pad = 0;
+	e->dev = 0;
 	e->tid2 = 0;
 	e->tgid2 = 0;
 	return e;
@@ -334,8 +468,10 @@ static __always_inline void task_ids(struct task_struct *t, __u32 *tid, __u32 *t
 	copy_comm(comm, t);
 }
 
-// fd_kind returns S_IFMT >> 12 of fd in the current task, 0 if unknown.
-static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd)
+// fd_kind returns S_IFMT >> 12 of fd in the current task, 0 if unknown, and
+// sets *dev to the device of the filesystem the file is on (of the device
+// itself for a block device file).
+static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd, __u32 *dev)
 {
 	struct fdtable *fdt = t->files->fdt;
 	if (fd >= fdt->max_fds)
@@ -353,10 +489,17 @@ static __always_inline __u32 fd_kind(struct task_struct *t, __u64 fd)
 	if (!f)
 		return 0;
 	f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
-	return (f->f_inode->i_mode & 0170000) >> 12;
+	struct inode *ino = f->f_inode;
+	__u32 kind = (ino->i_mode & 0170000) >> 12;
+	if (kind == 0x6) // S_IFBLK
+		*dev = ino->i_rdev;
+	else if (kind == 0x8 || kind == 0x4) // S_IFREG, S_IFDIR
+		*dev = ino->i_sb->s_dev;
+	return kind;
 }
 
-// x86-64 syscalls whose first argument is an fd worth classifying.
+// x86-64 syscalls whose first argument is an fd worth classifying (by its
+// type, and for files by their device).
 static __always_inline int fd_syscall(__s32 nr)
 {
 	switch (nr) {
@@ -366,8 +509,14 @@ static __always_inline int fd_syscall(__s32 nr)
 	case 18:  // pwrite64
 	case 19:  // readv
 	case 20:  // writev
+	case 74:  // fsync
+	case 75:  // fdatasync
+	case 77:  // ftruncate
+	case 277: // sync_file_range
+	case 285: // fallocate
 	case 295: // preadv
 	case 296: // pwritev
+	case 306: // syncfs
 	case 327: // preadv2
 	case 328: // pwritev2
 		return 1;
@@ -441,6 +590,87 @@ static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_cp
 	return clock;
 }
 
+// throttled reports whether prev, switched out while runnable, leaves the
+// CPU because its cgroup's CFS quota ran out (CONFIG_CFS_BANDWIDTH). With
+// task-based throttling (6.18+) a throttled task dequeues itself on its way
+// back to user space and is marked throttled; before that, a throttled
+// cfs_rq is taken off the CPU whole, its throttle_count set.
+static __always_inline int throttled(struct task_struct *prev)
+{
+	if (bpf_core_field_exists(prev->throttled))
+		return prev->throttled;
+	if (!bpf_core_field_exists(struct cfs_rq, throttle_count) || !bpf_core_field_exists(struct cfs_rq, rq))
+		return 0;
+	struct cfs_rq *cr = prev->se.cfs_rq;
+	return cr && cr->throttle_count > 0;
+}
+
+// note_throttled remembers the throttling of prev's cfs_rq at its
+// switch-out at run-queue clock out.
+static __always_inline void note_throttled(struct task_struct *prev, __u64 out)
+{
+	if (!out || !bpf_core_field_exists(struct cfs_rq, throttled_clock_self_time))
+		return;
+	struct cfs_rq *cr = prev->se.cfs_rq;
+	if (!cr)
+		return;
+	struct sr_thr th = {.cfs_rq = (__u64)cr, .out = out, .start = cr->throttled_clock_self,
+			    .total = cr->throttled_clock_self_time};
+	__u32 tid = prev->pid;
+	struct sr_glob *g = glob();
+	if (!g || !th.start)
+		return;
+	if (bpf_map_update_elem(&sr_throttled, &tid, &th, BPF_NOEXIST) == 0)
+		__sync_fetch_and_add(&g->throttled, 1);
+	else
+		bpf_map_update_elem(&sr_throttled, &tid, &th, BPF_EXIST);
+}
+
+// forget_throttled drops tid's sr_throttled entry.
+static __always_inline void forget_throttled(__u32 tid, struct sr_glob *g)
+{
+	if (bpf_map_delete_elem(&sr_throttled, &tid) == 0)
+		__sync_fetch_and_add(&g->throttled, -1);
+}
+
+// unthrottled emits, for next (being switched in at run-queue clock now)
+// after a throttled switch-out, when its cfs_rq was unthrottled: the
+// throttling began at throttled_clock_self and lasted what
+// throttled_clock_self_time grew by since. The rest of the wait, from the
+// unthrottle to now, was for a CPU.
+static __always_inline void unthrottled(struct task_struct *next, __u64 now, __u16 flags)
+{
+	struct sr_glob *g = glob();
+	if (!g || g->throttled <= 0)
+		return;
+	__u32 tid = next->pid;
+	struct sr_thr *th = bpf_map_lookup_elem(&sr_throttled, &tid);
+	if (!th)
+		return;
+	// The cfs_rq it was throttled on (another CPU's, had it migrated
+	// since): read through an untrusted pointer, since it may be gone.
+	struct cfs_rq *cr = bpf_rdonly_cast((void *)th->cfs_rq, bpf_core_type_id_kernel(struct cfs_rq));
+	__u64 u = th->start + (cr->throttled_clock_self_time - th->total);
+	__u32 cpu = cr->rq->cpu;
+	__u64 out = th->out;
+	forget_throttled(tid, g);
+	// Unthrottled after the switch-out and, on this CPU, before now.
+	if (u < out || (cpu == bpf_get_smp_processor_id() && u > now))
+		return;
+	struct sr_event *e = reserve();
+	if (!e)
+		return;
+	e->ts = u;
+	e->cpu = cpu; // a run-queue clock time of that CPU
+	e->type = SR_EV_UNTHROTTLE;
+	e->flags = SR_F_RQCLOCK | flags;
+	e->tid = tid;
+	e->tgid = next->tgid;
+	__builtin_memset(e->comm, 0, sizeof(e->comm));
+	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -448,19 +678,25 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	struct sr_config *cfg = config();
 	if (!cfg)
 		return 0;
-	int tprev = is_target(prev, cfg);
-	int tnext = is_target(next, cfg);
+	int tprev = track(prev, cfg);
+	int tnext = track(next, cfg);
 	if (!tprev && !tnext)
 		return 0;
+	// Records that concern followed wakers only go to their own share of
+	// user space's memory (Config.FollowShare).
+	__u16 followed = tprev != TR_TARGET && tnext != TR_TARGET ? SR_F_FOLLOWED : 0;
 
 	struct sr_cpuctx *c = cpuctx();
 	__u64 rqclock = switch_clock(prev, c);
+	if (tnext && rqclock)
+		unthrottled(next, rqclock, followed);
 	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
+	e->flags = followed;
 	if (rqclock) {
 		e->ts = rqclock;
-		e->flags = SR_F_RQCLOCK;
+		e->flags |= SR_F_RQCLOCK;
 	} else {
 		e->ts = bpf_ktime_get_ns();
 	}
@@ -474,10 +710,26 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	e->prio2 = next->prio;
 	if (preempt)
 		e->flags |= SR_F_PREEMPT;
+	if (!tprev)
+		e->flags |= SR_F_PREV_UNTRACKED;
+	if (!tnext)
+		e->flags |= SR_F_NEXT_UNTRACKED;
 	e->syscall = SR_SYS_UNKNOWN;
+	int blocks = !preempt && (prev_state & (TASK_REPORT | TASK_DEAD | TASK_RTLOCK_WAIT));
+	if (tprev && blocks) {
+		// Blocked in io_schedule (block I/O, a page being read in) or in
+		// a memory stall (reclaim, compaction, refaults, memory.high).
+		if (BPF_CORE_READ_BITFIELD(prev, in_iowait))
+			e->flags |= SR_F_IOWAIT;
+		if (BPF_CORE_READ_BITFIELD(prev, in_memstall) || (prev->flags & PF_MEMALLOC))
+			e->flags |= SR_F_MEMSTALL;
+	} else if (tprev && !blocks && throttled(prev)) {
+		e->flags |= SR_F_THROTTLED;
+		note_throttled(prev, rqclock);
+	}
 	if (prev->flags & PF_KTHREAD) {
 		e->flags |= SR_F_KTHREAD;
-	} else if (tprev && !preempt && (prev_state & TASK_REPORT)) {
+	} else if (tprev && blocks && (prev_state & TASK_REPORT)) {
 		// prev (current) blocks: which syscall is it in?
 		struct task_struct *cur = bpf_get_current_task_btf();
 		__u64 arg0 = 0;
@@ -496,7 +748,7 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 			arg0 = regs->di;
 		}
 		if (fd_syscall(e->syscall))
-			e->detail = fd_kind(cur, arg0);
+			e->detail = fd_kind(cur, arg0, &e->dev);
 	}
 	// With syscall hooks, track a target's syscalls from its first
 	// switch-in on (task storage exists for targets only).
@@ -529,20 +781,70 @@ int BPF_PROG(sr_sys_exit, struct pt_regs *regs, long ret)
 	return 0;
 }
 
+// follow makes cur, which woke p (tracked as tp) from its own context, a
+// followed thread one hop further from the targets than p, unless it is
+// tracked already or the bounds say no; it sets the SR_WF_* flags of e.
+static __always_inline void follow(struct task_struct *cur, struct task_struct *p, int tp, struct sr_config *cfg,
+				   struct sr_event *e)
+{
+	__u32 wt = cur->pid;
+	if (!wt || cur->tgid == cfg->self_tgid || is_target(cur, cfg))
+		return;
+	__u32 depth = 1;
+	if (tp == TR_FOLLOWED) {
+		__u32 tid = p->pid;
+		__u32 *pd = bpf_map_lookup_elem(&sr_follow, &tid);
+		depth = pd ? *pd + 1 : cfg->follow_depth + 1;
+	}
+	__u32 *wd = bpf_map_lookup_elem(&sr_follow, &wt);
+	if (wd) {
+		if (*wd > depth)
+			*wd = depth;
+		e->flags |= SR_WF_FOLLOWED;
+		return;
+	}
+	if (depth > cfg->follow_depth) {
+		e->flags |= SR_WF_CUT_DEPTH;
+		return;
+	}
+	long err = bpf_map_update_elem(&sr_follow, &wt, &depth, BPF_NOEXIST);
+	if (err && err != -17) { // -EEXIST: another CPU followed it meanwhile
+		e->flags |= SR_WF_CUT_COUNT;
+		return;
+	}
+	__u32 w = wt >> 6;
+	__u64 *word = bpf_map_lookup_elem(&sr_follow_bits, &w);
+	if (word)
+		__sync_fetch_and_or(word, 1ULL << (wt & 63));
+	__u32 tgid = cur->tgid;
+	word = tgid_word(tgid);
+	if (word && !(*word & TGID_FOLLOWED(tgid)))
+		__sync_fetch_and_or(word, TGID_FOLLOWED(tgid));
+	e->flags |= SR_WF_FOLLOWED | (err ? 0 : SR_WF_NEW);
+}
+
 static __always_inline int wake(struct task_struct *p, __u32 type)
 {
 	struct sr_config *cfg = config();
-	if (!cfg || !is_target(p, cfg))
+	if (!cfg)
+		return 0;
+	int tp = track(p, cfg);
+	if (!tp)
 		return 0;
 	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = type;
+	e->flags = tp == TR_FOLLOWED ? SR_F_FOLLOWED : 0;
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	e->prio = p->prio;
 	if (type == SR_EV_WAKING) {
-		task_ids(bpf_get_current_task_btf(), &e->tid2, &e->tgid2, e->comm2);
+		struct task_struct *cur = bpf_get_current_task_btf();
+		task_ids(cur, &e->tid2, &e->tgid2, e->comm2);
+		if (cur->flags & PF_KTHREAD)
+			e->flags |= SR_WF_KTHREAD;
+		int causal = 1; // woken from cur's own context
 		struct sr_cpuctx *c = cpuctx();
 		if (c) {
 			if (c->hrtimer) {
@@ -554,6 +856,25 @@ static __always_inline int wake(struct task_struct *p, __u32 type)
 				e->ctx = SR_CTX_SOFTIRQ;
 				e->detail = c->softirq - 1;
 			}
+			if (e->ctx != SR_CTX_THREAD) {
+				causal = 0;
+				if (c->block)
+					e->dev = c->blockdev;
+				if (e->ctx == SR_CTX_SOFTIRQ && c->netowner && c->netowner == (__u32)cur->pid) {
+					e->flags |= SR_WF_RAISER;
+					causal = 1;
+				}
+			}
+		}
+		if (causal && cfg->follow_depth)
+			follow(cur, p, tp, cfg, e);
+		// Before task-based throttling, a task woken into a throttled
+		// cfs_rq waits there for the unthrottle.
+		if (!bpf_core_field_exists(p->throttled) && bpf_core_field_exists(struct cfs_rq, throttle_count) &&
+		    bpf_core_field_exists(struct cfs_rq, rq)) {
+			struct cfs_rq *cr = p->se.cfs_rq;
+			if (cr && cr->throttle_count > 0)
+				e->flags |= SR_WF_THROTTLED;
 		}
 	} else {
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
@@ -593,7 +914,7 @@ int BPF_PROG(sr_fork, struct task_struct *parent, struct task_struct *child)
 		if (bpf_map_update_elem(&sr_targets, &ctgid, &followed, BPF_NOEXIST) == 0) {
 			__u64 *w = tgid_word(ctgid);
 			if (w)
-				__sync_fetch_and_or(w, 1ULL << (ctgid & 63));
+				__sync_fetch_and_or(w, TGID_TARGET(ctgid));
 		}
 	}
 	if (!tparent && !is_target(child, cfg))
@@ -613,13 +934,17 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(sr_exec, struct task_struct *p)
 {
 	struct sr_config *cfg = config();
-	if (!cfg || !is_target(p, cfg))
+	if (!cfg)
+		return 0;
+	int tp = track(p, cfg);
+	if (!tp)
 		return 0;
 	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_EXEC;
+	e->flags = tp == TR_FOLLOWED ? SR_F_FOLLOWED : 0;
 	task_ids(p, &e->tid, &e->tgid, e->comm);
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
 	submit(e, cfg);
@@ -630,16 +955,33 @@ SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 {
 	struct sr_config *cfg = config();
-	if (!cfg || !is_target(p, cfg))
+	if (!cfg)
 		return 0;
+	int tp = track(p, cfg);
+	if (!tp)
+		return 0;
+	__u32 tid = p->pid;
+	struct sr_glob *g = glob();
+	if (g && g->throttled > 0)
+		forget_throttled(tid, g);
+	if (tp == TR_FOLLOWED) {
+		// Its tid will be reused: stop following it now.
+		bpf_map_delete_elem(&sr_follow, &tid);
+		__u32 w = tid >> 6;
+		__u64 *word = bpf_map_lookup_elem(&sr_follow_bits, &w);
+		if (word)
+			__sync_fetch_and_and(word, ~(1ULL << (tid & 63)));
+	}
 	__u32 tgid = p->tgid;
 	if (group_dead) {
+		__u64 *w = tgid_word(tgid);
+		if (w && (*w & TGID_FOLLOWED(tgid)))
+			__sync_fetch_and_and(w, ~TGID_FOLLOWED(tgid));
 		__u8 *v = bpf_map_lookup_elem(&sr_targets, &tgid);
 		if (v && *v == 2) {
 			bpf_map_delete_elem(&sr_targets, &tgid);
-			__u64 *w = tgid_word(tgid);
 			if (w)
-				__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
+				__sync_fetch_and_and(w, ~TGID_TARGET(tgid));
 		}
 	}
 	struct sr_event *e = reserve();
@@ -648,29 +990,70 @@ int BPF_PROG(sr_exit, struct task_struct *p, _Bool group_dead)
 	e->ts = bpf_ktime_get_ns();
 	e->type = SR_EV_EXIT;
 	task_ids(p, &e->tid, &e->tgid, e->comm);
-	e->flags = group_dead ? 1 : 0;
+	e->flags = (group_dead ? 1 : 0) | (tp == TR_FOLLOWED ? SR_F_FOLLOWED : 0);
 	__builtin_memset(e->comm2, 0, sizeof(e->comm2));
 	submit(e, cfg);
+	return 0;
+}
+
+// A block request is the submitter's: a request that went through the I/O
+// scheduler or a plug is issued to the device later by whichever task runs
+// the queue (a kblockd worker, another application), so the submitter is
+// taken at its first insertion, in its context, and kept until it
+// completes; a request issued without insertion is issued by its submitter.
+static __always_inline int rq_owner(struct request *rq, struct sr_config *cfg, struct sr_inflight *in)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	int tc = track(cur, cfg);
+	if (!tc)
+		return 0;
+	in->tid = cur->pid;
+	in->tgid = cur->tgid;
+	in->bytes = rq->__data_len;
+	struct block_device *part = rq->part;
+	in->dev = part ? part->bd_dev : 0;
+	in->flags = tc == TR_FOLLOWED ? SR_F_FOLLOWED : 0;
+	copy_comm(in->comm, cur);
+	return 1;
+}
+
+SEC("tp_btf/block_rq_insert")
+int BPF_PROG(sr_rq_insert, struct request *rq)
+{
+	struct sr_config *cfg = config();
+	struct sr_inflight in = {};
+	if (!cfg || !rq_owner(rq, cfg, &in))
+		return 0;
+	__u64 key = (__u64)rq;
+	bpf_map_update_elem(&sr_rqs, &key, &in, BPF_NOEXIST);
+	return 0;
+}
+
+// A request merged into another is freed without completing.
+SEC("tp_btf/block_rq_merge")
+int BPF_PROG(sr_rq_merge, struct request *rq)
+{
+	__u64 key = (__u64)rq;
+	bpf_map_delete_elem(&sr_rqs, &key);
 	return 0;
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(sr_rq_issue, struct request *rq)
 {
-	struct sr_config *cfg = config();
-	if (!cfg)
-		return 0;
-	struct task_struct *cur = bpf_get_current_task_btf();
-	if (!is_target(cur, cfg))
-		return 0;
-	struct sr_inflight in = {};
-	in.ts = bpf_ktime_get_ns();
-	__u64 id = bpf_get_current_pid_tgid();
-	in.tid = (__u32)id;
-	in.tgid = id >> 32;
-	in.bytes = rq->__data_len;
-	bpf_get_current_comm(in.comm, sizeof(in.comm));
 	__u64 key = (__u64)rq;
+	struct sr_inflight *owned = bpf_map_lookup_elem(&sr_rqs, &key);
+	if (owned) {
+		if (!owned->ts) // a request the driver hands back keeps its first issue
+			owned->ts = bpf_ktime_get_ns();
+		owned->bytes = rq->__data_len;
+		return 0;
+	}
+	struct sr_config *cfg = config();
+	struct sr_inflight in = {};
+	if (!cfg || !rq_owner(rq, cfg, &in))
+		return 0;
+	in.ts = bpf_ktime_get_ns();
 	bpf_map_update_elem(&sr_rqs, &key, &in, BPF_ANY);
 	return 0;
 }
@@ -679,21 +1062,26 @@ SEC("tp_btf/block_rq_complete")
 int BPF_PROG(sr_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
 	struct sr_cpuctx *c = cpuctx();
-	if (c)
+	if (c) {
 		c->block = 1;
+		struct block_device *part = rq->part;
+		c->blockdev = part ? part->bd_dev : 0;
+	}
 	__u64 key = (__u64)rq;
 	struct sr_inflight *in = bpf_map_lookup_elem(&sr_rqs, &key);
 	if (!in)
 		return 0;
 	struct sr_config *cfg = config();
-	struct sr_event *e = cfg ? reserve() : 0;
+	struct sr_event *e = cfg && in->ts ? reserve() : 0;
 	if (e) {
 		e->ts = bpf_ktime_get_ns();
 		e->type = SR_EV_BLOCK_RQ;
+		e->flags = in->flags;
 		e->tid = in->tid;
 		e->tgid = in->tgid;
 		e->arg = in->ts;
 		e->detail = in->bytes;
+		e->dev = in->dev;
 		__builtin_memcpy(e->comm, in->comm, sizeof(e->comm));
 		__builtin_memset(e->comm2, 0, sizeof(e->comm2));
 		submit(e, cfg);
@@ -724,6 +1112,22 @@ int BPF_PROG(sr_irq_exit, int irq)
 	return 0;
 }
 
+// A thread that sends on a local socket (loopback, a veth pair) raises
+// NET_RX itself, and the softirq then runs in its context when it re-enables
+// bottom halves: that thread caused the wakeups the softirq does. The same
+// softirq run from an irq's exit or by ksoftirqd interrupts a thread that
+// did not raise it.
+SEC("tp_btf/softirq_raise")
+int BPF_PROG(sr_softirq_raise, unsigned int vec)
+{
+	if (vec != NET_RX_SOFTIRQ && vec != NET_TX_SOFTIRQ)
+		return 0;
+	struct sr_cpuctx *c = cpuctx();
+	if (c && !c->hardirq && !c->softirq)
+		c->raiser = (__u32)bpf_get_current_pid_tgid();
+	return 0;
+}
+
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(sr_softirq_entry, unsigned int vec)
 {
@@ -731,6 +1135,10 @@ int BPF_PROG(sr_softirq_entry, unsigned int vec)
 	if (c) {
 		c->softirq = vec + 1;
 		c->block = 0;
+		c->netowner = 0;
+		if ((vec == NET_RX_SOFTIRQ || vec == NET_TX_SOFTIRQ) && c->raiser &&
+		    c->raiser == (__u32)bpf_get_current_pid_tgid())
+			c->netowner = c->raiser;
 	}
 	return 0;
 }
@@ -742,6 +1150,9 @@ int BPF_PROG(sr_softirq_exit, unsigned int vec)
 	if (c) {
 		c->softirq = 0;
 		c->block = 0;
+		c->netowner = 0;
+		if (vec == NET_RX_SOFTIRQ)
+			c->raiser = 0;
 	}
 	return 0;
 }

@@ -22,6 +22,9 @@
 #define SR_EV_BLOCK_RQ 8   // tid=issuer; arg=issue ktime; detail=bytes; ts=completion
 #define SR_EV_CLOCK 9      // clock pair of cpu: ts=bpf_ktime_get_ns, arg=the run queue's
                            // clock read just before (see SR_F_RQCLOCK)
+#define SR_EV_UNTHROTTLE 10 // tid=task whose cgroup's CPU quota throttled it; ts=when
+                            // its cfs_rq was unthrottled (run-queue clock of cpu,
+                            // SR_F_RQCLOCK), emitted at its next switch-in
 
 // Context of a wakeup (sr_event.ctx for SR_EV_WAKING).
 #define SR_CTX_THREAD 0
@@ -36,6 +39,29 @@
 #define SR_F_RQCLOCK 4   // ts is the CPU's run-queue clock (sched_clock_cpu, read at
                          // the switch), not bpf_ktime_get_ns: user space maps it with
                          // the SR_EV_CLOCK pairs of that CPU (emitted first)
+#define SR_F_THROTTLED 8 // prev is runnable but its cgroup's CFS quota ran out:
+                         // dequeued until the period timer unthrottles it
+#define SR_F_IOWAIT 16   // prev blocks in io_schedule (task_struct.in_iowait)
+#define SR_F_MEMSTALL 32 // prev blocks in a memory stall: reclaim, compaction,
+                         // thrashing, memory.high (in_memstall or PF_MEMALLOC)
+#define SR_F_PREV_UNTRACKED 64  // prev is neither a target nor followed: the record
+#define SR_F_NEXT_UNTRACKED 128 // says nothing of its state (next: the same)
+
+// Flags of every record type.
+#define SR_F_FOLLOWED 0x8000 // the record concerns followed wakers only, no target
+
+// SR_EV_WAKING flags.
+#define SR_WF_RAISER 0x100    // softirq context (NET_RX/NET_TX) that the interrupted
+                              // thread raised itself (a local send: loopback): that
+                              // thread caused the wakeup
+#define SR_WF_FOLLOWED 0x200  // the waker (tid2) is followed (now or already)
+#define SR_WF_NEW 0x400       // ... and this wakeup started following it
+#define SR_WF_CUT_DEPTH 0x800 // the waker was not followed: beyond follow_depth
+#define SR_WF_CUT_COUNT 0x1000 // the waker was not followed: sr_follow was full
+#define SR_WF_KTHREAD 0x2000  // the waker (tid2) is a kernel thread
+#define SR_WF_THROTTLED 0x4000 // the wakee joins a throttled cfs_rq and waits for its
+                               // unthrottle (kernels that throttle whole cfs_rqs,
+                               // before task-based throttling)
 
 // A CPU's clock pair is renewed when its run-queue clock has advanced this
 // much since the last one.
@@ -54,6 +80,9 @@ struct sr_config {
 	__u32 self_tgid;      // never record this process (the agent), even with all
 	__u32 syscall_hooks;  // non-zero: sys_enter/sys_exit track syscalls in task
 	                      // storage (else: read from the saved user registers)
+	__u32 follow_depth;   // follow the wakers of targets up to this many hops
+	                      // (0: do not follow)
+	__u32 _pad;
 };
 
 // struct sr_event is one record of a CPU's ring buffer (sr_rings; 96 bytes).
@@ -70,12 +99,16 @@ struct sr_event {
 	__s32 syscall; // SWITCH: prev's syscall number or SR_SYS_*
 	__u32 detail;  // SWITCH: S_IFMT>>12 of the fd of a read/write-like call (0: n/a);
 	               // WAKING: irq number / softirq vector; BLOCK_RQ: bytes
-	__u16 flags;   // SR_F_* (SWITCH), group_dead (EXIT)
+	__u16 flags;   // SR_F_* (SWITCH), SR_WF_* (WAKING), group_dead (EXIT);
+	               // SR_F_FOLLOWED (any)
 	__u16 ctx;     // SR_CTX_* (WAKING)
 	__s16 prio;    // tid's prio (SWITCH/WAKING)
 	__s16 prio2;   // tid2's prio (SWITCH)
 	__u32 target_cpu; // WAKING: CPU the wakee will run on
-	__u32 _pad;
+	__u32 dev;        // kernel dev_t (major << 20 | minor), 0 if none. SWITCH: the
+	                  // filesystem of the fd a blocked prev waits on; WAKING: the
+	                  // device whose request completion did the wakeup; BLOCK_RQ:
+	                  // the request's device
 	char comm[SR_COMM_LEN];  // tid's comm
 	char comm2[SR_COMM_LEN]; // tid2's comm
 };

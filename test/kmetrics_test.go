@@ -10,25 +10,24 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
-// TestKernelMetricsReachTheServer runs an agent with --kmetrics against a
-// real server: a busy workload in its own cgroup v2, registered as a target
-// with a service name, shows up as OTLP-pushed on-CPU and run-queue
-// histograms in GET /api/v1/metrics.
-func TestKernelMetricsReachTheServer(t *testing.T) {
-	cputest.RequireBPF(t)
+// testCgroup creates a cgroup v2 named name (skipping the test, or failing
+// it under ROOTLINE_REQUIRE_BPF=1, when there is no cgroup v2 hierarchy to
+// create it in) and removes it at the end, once its processes are gone.
+func testCgroup(t *testing.T, name string) string {
+	t.Helper()
 	root := "/sys/fs/cgroup/unified"
 	if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
 		root = "/sys/fs/cgroup"
 		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
-			cputest.Missing(t, "no cgroup v2 hierarchy")
+			bpftest.Missing(t, "no cgroup v2 hierarchy")
 		}
 	}
-	dir := filepath.Join(root, fmt.Sprintf("rootline-e2e-km-%d", os.Getpid()))
+	dir := filepath.Join(root, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "create cgroup: "+err.Error())
+		bpftest.Missing(t, "create cgroup: "+err.Error())
 	}
 	t.Cleanup(func() {
 		for range 100 {
@@ -38,6 +37,16 @@ func TestKernelMetricsReachTheServer(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
+	return dir
+}
+
+// TestKernelMetricsReachTheServer runs an agent with --kmetrics against a
+// real server: a busy workload in its own cgroup v2, registered as a target
+// with a service name, shows up as OTLP-pushed on-CPU and run-queue
+// histograms in GET /api/v1/metrics.
+func TestKernelMetricsReachTheServer(t *testing.T) {
+	bpftest.RequireBPF(t)
+	dir := testCgroup(t, fmt.Sprintf("rootline-e2e-km-%d", os.Getpid()))
 
 	// A shell that moves into the cgroup before it loops (never spinning
 	// anywhere else), then burns CPU in short bursts.

@@ -14,7 +14,7 @@ import (
 // TestRunGoAssociation measures how often `rootline run` gives a Go net/http
 // service's outbound request the wrong inbound request's context under
 // concurrent load (net/http writes client requests from a writeLoop
-// goroutine; see internal/rbinder's package doc). The leaf, outside the
+// goroutine; see internal/run's package doc). The leaf, outside the
 // supervisor, checks the trace id it receives against the one the client
 // sent for that request id.
 func TestRunGoAssociation(t *testing.T) {

@@ -26,14 +26,16 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace"
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // End-to-end tests of `rootline run -- CMD` (issue #3): unmodified services
-// in Go, Java, Python and C (internal/rbinder/testdata: no tracing code, no
+// in Go, Java, Python and C (internal/run/testdata: no tracing code, no
 // header forwarding) run under the supervisor, with an in-test OTLP/HTTP
 // collector as --server.
 
-const svcData = "../internal/rbinder/testdata"
+const svcData = "../internal/run/testdata"
 
 // traceWait bounds how long spans may take to reach the collector.
 var traceWait = 30 * time.Second
@@ -254,11 +256,7 @@ func checkChain(spans []otlpSpan, root string, hops ...string) (map[string]otlpS
 
 func needTool(t *testing.T, names ...string) {
 	t.Helper()
-	for _, n := range names {
-		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s is not installed", n)
-		}
-	}
+	bpftest.RequireTools(t, names...)
 }
 
 func buildOut(t *testing.T, dir string, name string, args ...string) {

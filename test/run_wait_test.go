@@ -22,7 +22,7 @@ import (
 // network case raises the mid's net wait and not the leaf's local wait.
 func TestRunWaitFields(t *testing.T) {
 	requireTracing(t)
-	svc, err := filepath.Abs("../internal/rbinder/testdata/svc.py")
+	svc, err := filepath.Abs("../internal/run/testdata/svc.py")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,8 @@ func TestRunWaitFields(t *testing.T) {
 			[]string{"--service", "mid-cpu", "--server", otlp}, "python3", svc)
 		// One client at a time: with more, requests queue in the starved
 		// leaf's accept backlog, which the Mirage formula counts as network
-		// time (the "artificial network bottleneck" of seed 003 §5.3).
+		// time (the "artificial network bottleneck" of the Mirage dissertation,
+		// "Request Reconstruction in MirageOS Unikernels", §5.3).
 		load(t, midPort, "/base", 1, 20)
 		mustWrite(t, cg+"/cpu.cfs_quota_us", "5000") // 5% of one CPU
 		load(t, midPort, "/slow", 1, 25)
@@ -215,7 +216,7 @@ func TestRunRegistersWithAgent(t *testing.T) {
 	}
 	srv.getJSON(t, "/api/v1/agents", &agents)
 	agentURL := strings.TrimSuffix(agents[0].DumpURL, "/api/v1/dump")
-	svc, _ := filepath.Abs("../internal/rbinder/testdata/svc.py")
+	svc, _ := filepath.Abs("../internal/run/testdata/svc.py")
 	cmd, _ := startTraced(t, []string{"LISTEN=127.0.0.1:0"}, true,
 		[]string{"--service", "registered-svc", "--server", "http://" + srv.http, "--agent", agentURL}, "python3", svc)
 	find := func() (int64, bool) {

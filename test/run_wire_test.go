@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
-	"github.com/rootline/rootline/internal/rbinder/readtap"
+	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/run/readtap"
 )
 
 func wirePeer(t *testing.T) string { return buildTestdata(t, "wire") }
@@ -259,7 +259,7 @@ func forEachMode(t *testing.T, f func(*testing.T)) {
 			if m.name == "ptrace+readtap" {
 				tap, err := readtap.Open(4096)
 				if err != nil {
-					cputest.Missing(t, err.Error())
+					bpftest.Missing(t, err.Error())
 				}
 				tap.Close()
 			}
@@ -274,13 +274,7 @@ func forEachMode(t *testing.T, f func(*testing.T)) {
 // ROOTLINE_REQUIRE_BPF=1, where the whole stack is expected to work).
 func requireTracing(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-		t.Fatal("rootline run needs root (ptrace of arbitrary commands) and ROOTLINE_REQUIRE_BPF=1 is set")
-	}
-	t.Skip("rootline run tests need root")
+	bpftest.RequireRoot(t, "rootline run (ptrace of arbitrary commands)")
 }
 
 // TestRunTLSPassThrough: HTTPS (HTTP/1.1 and HTTP/2 over TLS) to a traced
@@ -321,7 +315,7 @@ func TestRunTLSPassThrough(t *testing.T) {
 func TestRunReadTapOverflow(t *testing.T) {
 	requireTracing(t)
 	if tap, err := readtap.Open(4096); err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	} else {
 		tap.Close()
 	}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/ptrace"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/engines"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
@@ -249,7 +250,7 @@ func detectorOwns(t *testing.T, d *serverProc, key string) bool {
 // capture of the anomaly reaches the real agent, whose profile is stored in
 // S3 and linked to the slow trace.
 func TestScaleOutDetectorKill(t *testing.T) {
-	requireBPF(t)
+	bpftest.RequireBPF(t)
 	so := newScaleOut(t, "")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "spin")

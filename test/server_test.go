@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -32,13 +32,13 @@ type inTestAgent struct {
 	server string
 	srv    *httptest.Server
 	mu     sync.Mutex
-	dumps  []capture.DumpRequest
+	dumps  []agentapi.DumpRequest
 }
 
 func newInTestAgent(t *testing.T, server string, pid int64, service string) *inTestAgent {
 	a := &inTestAgent{server: server}
 	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req capture.DumpRequest
+		var req agentapi.DumpRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			http.Error(w, err.Error(), 400)
 			return
@@ -61,8 +61,8 @@ func newInTestAgent(t *testing.T, server string, pid int64, service string) *inT
 		}()
 	}))
 	t.Cleanup(a.srv.Close)
-	reg, _ := json.Marshal(capture.Registration{Host: "node-a", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"},
-		Processes: []capture.Process{{PID: pid, Service: service}}})
+	reg, _ := json.Marshal(agentapi.Registration{Host: "node-a", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"},
+		Processes: []agentapi.Process{{PID: pid, Service: service}}})
 	resp, err := http.Post(server+"/api/v1/agents", "application/json", bytes.NewReader(reg))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestAnomalyTriggersCaptureAndLinksArtifact(t *testing.T) {
 		t.Fatal("no rootline.artifact.ids tag on the anomalous span within 10s")
 	}
 	ag.mu.Lock()
-	dumps := append([]capture.DumpRequest(nil), ag.dumps...)
+	dumps := append([]agentapi.DumpRequest(nil), ag.dumps...)
 	ag.mu.Unlock()
 	if len(dumps) != 1 {
 		t.Fatalf("dump requests = %d, want 1", len(dumps))
@@ -274,8 +274,21 @@ func TestServerHelpDocumentsEveryFlag(t *testing.T) {
 		"--detector.min-fill", "--detector.key-by", "--capture.pre", "--capture.post", "--capture.budget-bytes-per-minute",
 		"--retention.normal", "--retention.anomalous", "--retention.max-bytes", "--export.otlp.endpoint", "--sqlite.synchronous",
 		"--retention.max-clock-skew", "--retention.max-disk-fraction", "--storage.spans.type", "--storage.artifacts.type", "--storage.metrics.type",
-		"--auth.token-file", "--shutdown-timeout"} {
-		if !strings.Contains(string(out), "  -"+strings.TrimPrefix(f, "--")) {
+		"--auth.token-file", "--shutdown-timeout", "--memory-limit", "--pipeline.queue-bytes",
+		"--receiver.tls.cert-file", "--receiver.tls.key-file", "--receiver.tls.client-ca-file", "--receiver.auth.token-file",
+		"--receiver.allow-unauthenticated", "--receiver.max-concurrent-requests", "--receiver.max-inflight-bytes",
+		"--receiver.max-connections", "--receiver.read-header-timeout", "--receiver.read-timeout", "--receiver.idle-timeout",
+		"--receiver.limits.max-attribute-depth", "--receiver.limits.max-attributes", "--receiver.limits.max-events",
+		"--receiver.limits.max-links", "--receiver.limits.max-value-bytes", "--receiver.limits.max-name-bytes",
+		"--receiver.cardinality.max-services", "--receiver.cardinality.max-new-services-per-minute",
+		"--receiver.cardinality.max-operations-per-service", "--receiver.cardinality.max-operations",
+		"--receiver.cardinality.forget-after", "--query.tls.cert-file", "--query.tls.key-file", "--query.tls.client-ca-file",
+		"ROOTLINE_INGEST_TOKEN", "GOMEMLIMIT", "docs/security.md"} {
+		want := "  -" + strings.TrimPrefix(f, "--")
+		if !strings.HasPrefix(f, "--") {
+			want = f
+		}
+		if !strings.Contains(string(out), want) {
 			t.Errorf("--help does not document %s", f)
 		}
 	}

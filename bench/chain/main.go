@@ -3,7 +3,8 @@
 // request and calls CALL (if set). With OTEL=1 it is instrumented in code with
 // the OpenTelemetry Go SDK instead (otelhttp on server and client, a batch
 // span processor exporting OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT) — the
-// comparison Rbinder (seed 002) made against code instrumentation.
+// comparison the Rbinder paper ("Transparent Tracing of Microservice-based Applications") made
+// against code instrumentation.
 //
 // It is its own module so that the OpenTelemetry SDK stays out of Rootline's
 // dependencies.

@@ -1,4 +1,5 @@
-// Command meshoverhead reproduces Protractor's Table 6.3 (seed 000 §6.2) on
+// Command meshoverhead reproduces Protractor's Table 6.3 (the Protractor
+// thesis, KTH 2018, §6.2) on
 // this machine: latency percentiles and error rates of the demo mesh at
 // several request rates, (a) with Envoy sidecars and no tracing, and (b) the
 // same plus all of Rootline — server (detection, captures, store), agent with

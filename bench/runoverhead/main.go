@@ -1,7 +1,8 @@
 // Command runoverhead measures what `rootline run` costs a 3-hop chain of Go
 // services (bench/chain), against the same chain plain and instrumented in
-// code with the OpenTelemetry Go SDK (Rbinder, seed 002 §5: 1.097× for the
-// supervisor vs 1.052× for code instrumentation).
+// code with the OpenTelemetry Go SDK (Rbinder: "Transparent Tracing of
+// Microservice-based Applications", §5: 1.097× for the supervisor vs 1.052×
+// for code instrumentation).
 //
 // Each (round, rate) runs every mode back to back in a rotating order on the
 // same machine, with an open-loop load (internal/loadgen, latency from the

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/rootline/rootline/internal/agent"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/jfr"
 	"github.com/rootline/rootline/internal/version"
@@ -32,9 +34,27 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs := flag.NewFlagSet("rootline agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &f.cfg
-	fs.StringVar(&c.ServerURL, "server", c.ServerURL, "Rootline server's query/agent API base URL")
-	fs.StringVar(&c.ListenAddr, "listen", c.ListenAddr, "address of the agent's dump API (beyond loopback it needs an auth token)")
-	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "dump URL the server should call (default: derived from --listen)")
+	fs.StringVar(&c.ServerURL, "server", c.ServerURL, "Rootline server's query/agent API base URL (https: see --server.tls.*)")
+	fs.StringVar(&c.ServerTLS.CAFile, "server.tls.ca-file", "", "PEM bundle of the CAs to trust for an https --server (default: the system's)")
+	fs.StringVar(&c.ServerTLS.CertFile, "server.tls.cert-file", "", "client certificate (PEM) for a server that requires mutual TLS")
+	fs.StringVar(&c.ServerTLS.KeyFile, "server.tls.key-file", "", "its private key (PEM)")
+	fs.StringVar(&c.ServerTLS.ServerName, "server.tls.server-name", "", "name to verify in the server's certificate (default: the --server host)")
+	fs.StringVar(&c.ListenAddr, "listen", c.ListenAddr, "TCP address of the agent's API: /metrics and /healthz for anyone, the /api/ routes (dumps, registrations) only with the token; beyond loopback it needs a token")
+	fs.StringVar(&c.TLS.CertFile, "tls.cert-file", "", "serve --listen over TLS with this certificate (PEM; reloaded when the file changes); the dump URL is then https")
+	fs.StringVar(&c.TLS.KeyFile, "tls.key-file", "", "private key (PEM) of --tls.cert-file")
+	fs.StringVar(&c.TLS.ClientCAFile, "tls.client-ca-file", "", "require client certificates signed by these CAs (PEM) on --listen (mutual TLS)")
+	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket of the agent's API for callers on this machine (rootline run, and the server without a token); "+
+		"each request is allowed by its caller's uid: root may do everything, another user only register, dump and list its own processes; empty: none (needs a token)")
+	fs.Func("socket.mode", fmt.Sprintf("permission bits of --socket, octal (default %#o: every local user may connect, the uid check does the rest; 0600: root only, 0660: --socket.group)", c.SocketMode), func(s string) error {
+		m, err := strconv.ParseUint(s, 8, 32)
+		if err != nil || m > 0o777 {
+			return fmt.Errorf("want octal permission bits such as 0660, got %q", s)
+		}
+		c.SocketMode = os.FileMode(m)
+		return nil
+	})
+	fs.StringVar(&c.SocketGroup, "socket.group", "", "group of --socket (with --socket.mode 0660, only its members and root may connect)")
+	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "base URL the server should send dump requests to, with a token (default: derived from --listen; without a token the server uses --socket)")
 	fs.StringVar(&c.Host, "host", c.Host, "host name reported to the server (default: this machine's host name)")
 	fs.Func("target", "process to record: pid=1234, or service=name,cmd=substring[,instance=id] (repeatable)", func(s string) error {
 		t, err := agent.ParseTargetSpec(s)
@@ -71,6 +91,7 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.StringVar(&f.logLevel, "log.level", f.logLevel, "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log.format", f.logFormat, "text or json")
 	addKmetricsFlags(fs, &f.km)
+	addKernelFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline agent [flags]
 
@@ -79,8 +100,18 @@ targets — continuous JFR for JVMs, eBPF CPU sampling for any process — regis
 the server and heartbeats, and when the server reports an anomalous span, dumps the
 window around it and uploads the artifacts, linked to the span.
 
+Who may ask what: the agent's API (dumps, process registrations, containers,
+kernel metrics) answers a holder of the shared token (over TCP, --listen, or the
+socket), and local users on its unix socket (--socket, default `+agentapi.DefaultSocket+`):
+root may do everything there, another user may only register, dump, list and
+forget processes it owns (the kernel tells the caller's uid: SO_PEERCRED). Without
+a token the TCP listener serves only /metrics and /healthz, and the server sends
+its dump requests to the socket (so it must run on this machine, as root or as
+the owner of the processes it captures). The server only asks for processes
+this agent registered under the span's service.
+
 Environment:
-  ROOTLINE_AUTH_TOKEN   bearer token shared with the server
+  ROOTLINE_AUTH_TOKEN   bearer token shared with the server (and rootline run over TCP)
 
 Flags:
 `)

@@ -2,10 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/rootline/rootline/internal/store/factory"
+	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
 // analyzeCommand is one `rootline analyze <name>` subcommand. Each lives in a
@@ -69,4 +75,37 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	return c.Run(ctx, args[1:], stdout, stderr)
+}
+
+// openDataDir opens the store of a stopped server's data directory, in the
+// embedded layout a server uses by default (the database and the blobs in
+// the directory). A directory without a database is refused, not given an
+// empty one; a running server holds the directory's lock.
+func openDataDir(dir string) (*factory.Storage, error) {
+	if _, err := os.Stat(filepath.Join(dir, sqlite.DBFile)); err != nil {
+		return nil, fmt.Errorf("%s is not a Rootline data directory (no %s)", dir, sqlite.DBFile)
+	}
+	var cfg factory.Config
+	cfg.ApplyDefaults(dir)
+	st, err := factory.Open(cfg, factory.Options{})
+	if errors.Is(err, sqlite.ErrDirInUse) {
+		return nil, fmt.Errorf("%w: stop the server first, or use --server with its URL", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open the store in %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// analyzeToken is the bearer token for a server or agent: the content of
+// file (--auth.token-file) when given, else ROOTLINE_AUTH_TOKEN.
+func analyzeToken(file string) (string, error) {
+	if file == "" {
+		return os.Getenv("ROOTLINE_AUTH_TOKEN"), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read auth token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }

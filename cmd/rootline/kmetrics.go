@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -70,7 +71,14 @@ func startKmetrics(a *agent.Agent, k kmetricsFlags, cfg agent.Config, logger *sl
 				return err
 			}
 		}
-		c.Pusher = &kmetrics.Pusher{URL: u, Token: cfg.AuthToken, Host: cfg.Host}
+		tlsCfg, err := cfg.ServerTLS.Config()
+		if err != nil {
+			m.Close()
+			return err
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = tlsCfg
+		c.Pusher = &kmetrics.Pusher{URL: u, Token: cfg.AuthToken, Host: cfg.Host, Client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	}
 	if err := a.AddComponent(c); err != nil {
 		m.Close()

@@ -8,14 +8,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
 	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/run/supervisor"
 	"github.com/rootline/rootline/internal/server"
-	"github.com/rootline/rootline/internal/supervisor"
 	"github.com/rootline/rootline/internal/version"
 	"github.com/rootline/rootline/web"
 )
@@ -35,6 +37,7 @@ Commands:
   demo      a self-contained scenario: server, generated traffic, an injected slowdown,
             and what Rootline found
   analyze   offline analyses of stored data (rootline analyze --help)
+  webhook   Kubernetes admission webhook that wraps opted-in Pods in 'rootline run'
   storage   storage init: create or upgrade the Cassandra keyspace and the S3 bucket
   version   print the version
 
@@ -66,6 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return demo.Main(ctx, args[1:], stdout, stderr)
 	case "analyze":
 		return runAnalyze(ctx, args[1:], stdout, stderr)
+	case "webhook":
+		return runWebhook(ctx, args[1:], os.Stdin, stdout, stderr)
+	case "install-binary": // the webhook's init container
+		return runInstallBinary(args[1:], stderr)
 	case "storage":
 		return runStorage(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
@@ -142,11 +149,21 @@ deployment puts Kafka between receivers and detectors (docs/deployment.md):
                     detector, which detects, stores them (idempotently, offsets committed
                     after the store) and triggers captures; add detectors to scale
 
+Every listener is on loopback by default. A receiver bound beyond loopback needs a
+token or a client CA (or --receiver.allow-unauthenticated); the query port needs a
+token. Every listener takes TLS (--receiver.tls.*, --query.tls.*). Requests are held
+to limits (--receiver.limits.*, --receiver.max-*), and the server's memory to
+--memory-limit: docs/security.md lists every limit and what a client sees past it.
+
 Environment:
-  ROOTLINE_AUTH_TOKEN          bearer token required by the agent, capture and artifact API
+  ROOTLINE_AUTH_TOKEN          bearer token of the query API (every /api/ route and /metrics),
+                               the agent and capture API, and, unless set apart, the receivers
+  ROOTLINE_INGEST_TOKEN        bearer token the receivers ask for instead (HTTP Authorization,
+                               gRPC metadata "authorization")
   ROOTLINE_CASSANDRA_PASSWORD  Cassandra password (or storage.spans.cassandra.password_file)
   ROOTLINE_KAFKA_PASSWORD      Kafka SASL password (or kafka.sasl.password_file)
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  S3 credentials (or the *_file settings)
+  GOMEMLIMIT                   replaces the default of --memory-limit
 
 Flags:
 `)
@@ -156,6 +173,13 @@ Flags:
 	if logger == nil {
 		return code
 	}
+	// Go's soft limit: the garbage collector works harder as the heap nears
+	// it, so garbage never takes the server past its bounds (0: none).
+	limit := int64(cfg.MemoryLimit)
+	if limit == 0 {
+		limit = math.MaxInt64
+	}
+	debug.SetMemoryLimit(limit)
 	srv, err := server.New(cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

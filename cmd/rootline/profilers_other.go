@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 
@@ -17,3 +18,6 @@ func enableBPFStats() (io.Closer, error) {
 
 // addDatapathSweeper: `rootline run`'s datapath is Linux's.
 func addDatapathSweeper(*agent.Agent, *slog.Logger) error { return nil }
+
+// addKernelFlags: no kernel flight recorder on this platform.
+func addKernelFlags(*flag.FlagSet) {}

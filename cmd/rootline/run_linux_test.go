@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A command that cannot be run gets the shell's status and a plain reason,
@@ -31,5 +32,44 @@ func TestRunMissingCommand(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr.String(), tc.says) || strings.Contains(stderr.String(), "datapath") {
 			t.Errorf("run %s: status %d, stderr %q; want %d and %q", tc.argv0, code, stderr.String(), tc.code, tc.says)
 		}
+	}
+}
+
+// The metrics listener's flags: off by default, a token needed beyond
+// loopback, thresholds checked before anything starts.
+func TestRunMetricsFlags(t *testing.T) {
+	t.Setenv("ROOTLINE_AUTH_TOKEN", "")
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		token string
+		fails string
+	}{
+		{"off", nil, "", ""},
+		{"loopback", []string{"-metrics.listen", "127.0.0.1:0"}, "", ""},
+		{"beyond loopback without a token", []string{"-metrics.listen", "0.0.0.0:9464"}, "", "beyond loopback"},
+		{"beyond loopback with a token", []string{"-metrics.listen", ":9464"}, "s3cret", ""},
+		{"not an address", []string{"-metrics.listen", "9464"}, "", "-metrics.listen"},
+		{"half TLS", []string{"-metrics.listen", "127.0.0.1:0", "-metrics.tls.cert-file", "c.pem"}, "", "key"},
+		{"policy", []string{"-metrics.policy", "avg"}, "", "unknown aggregation policy"},
+		{"window", []string{"-metrics.window", "10ms"}, "", "at least 1s"},
+		{"sla fraction", []string{"-metrics.sla-fraction", "1.5"}, "", "sla-fraction"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("ROOTLINE_AUTH_TOKEN", tc.token)
+			f, err := parseRunFlags(append(tc.args, "--", "true"), io.Discard)
+			if tc.fails == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(tc.args) == 0 && (f.metrics.Listen != "" || f.metrics.Model.MinWait != time.Millisecond || f.metrics.Window != 30*time.Second) {
+					t.Fatalf("defaults %+v", f.metrics)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.fails) {
+				t.Fatalf("error %v, want one saying %q", err, tc.fails)
+			}
+		})
 	}
 }

@@ -6,7 +6,9 @@
 // server, and answers the server's dump requests by uploading the
 // profilers' artifacts (docs/api.md, "Capture protocol").
 //
-// The agent serves its own HTTP API (see Handler) on Config.ListenAddr.
+// The agent serves its own HTTP API (see Handler) on Config.ListenAddr and on
+// a unix socket (Config.Socket), and decides for each request what its
+// caller may do (access.go).
 package agent
 
 import (
@@ -25,7 +27,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -35,10 +37,12 @@ type Agent struct {
 	cfg       Config
 	profilers []profiler.Profiler
 	logger    *slog.Logger
-	client    *http.Client
+	server    *agentapi.ServerClient
 	procRoot  string
 	self      int
 	ln        net.Listener
+	sock      *socketListener // nil without Config.Socket
+	tls       bool            // ln serves TLS
 	dumpURL   string
 	srv       *http.Server
 
@@ -62,6 +66,7 @@ type Agent struct {
 	dumpSem    chan struct{}
 
 	changed chan struct{} // the target set changed: heartbeat early
+	agentID string        // the server's id for this agent ("": not registered)
 
 	// retryMin and retryMax bound the backoff after failed server calls.
 	retryMin, retryMax time.Duration
@@ -94,6 +99,9 @@ type target struct {
 type apiProcess struct {
 	service, instanceID string
 	start               uint64
+	// by is the uid of the local caller that registered it, -1 for a
+	// trusted caller: it may forget it too.
+	by int64
 }
 
 // New validates cfg, binds cfg.ListenAddr (so Addr is known before Run) and
@@ -115,20 +123,50 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 	}
 	cfg.Host = hostname(cfg.Host)
 	cfg.ServerURL = strings.TrimRight(cfg.ServerURL, "/")
+	serverTLS, err := cfg.ServerTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("agent: server TLS: %w", err)
+	}
+	server, err := agentapi.NewServerClient(cfg.ServerURL, cfg.AuthToken, serverTLS)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	tlsCfg, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("agent: listener TLS: %w", err)
+	}
 	ln, err := net.Listen("tcp", cfg.ListenAddr)
 	if err != nil {
 		return nil, fmt.Errorf("agent: listen: %w", err)
 	}
-	base := strings.TrimRight(cfg.AdvertiseURL, "/")
-	if base == "" {
-		base = "http://" + advertiseAddr(ln.Addr().(*net.TCPAddr), cfg.Host)
+	var sock *socketListener
+	if cfg.Socket != "" {
+		if sock, err = listenSocket(cfg.Socket, cfg.SocketMode, cfg.SocketGroup); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+	}
+	// The server reaches the dump API over TCP when it has the token to
+	// show there, else through the unix socket (it runs on this machine
+	// then: without a token neither side listens beyond loopback).
+	dumpURL := "unix:" + cfg.Socket
+	if cfg.AuthToken != "" {
+		base := strings.TrimRight(cfg.AdvertiseURL, "/")
+		if base == "" {
+			scheme := "http://"
+			if tlsCfg != nil {
+				scheme = "https://"
+			}
+			base = scheme + advertiseAddr(ln.Addr().(*net.TCPAddr), cfg.Host)
+		}
+		dumpURL = base + agentapi.DumpPath
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Agent{
 		cfg: cfg, profilers: profilers, logger: logger.With("component", "agent"),
-		client:   &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+		server:   server,
 		procRoot: "/proc", self: os.Getpid(),
-		ln: ln, dumpURL: base + "/api/v1/dump",
+		ln: ln, sock: sock, tls: tlsCfg != nil, dumpURL: dumpURL,
 		ctx: ctx, cancel: cancel,
 		seen:       map[procKey]procInfo{},
 		targets:    map[int]*target{},
@@ -143,6 +181,9 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 	}
 	fail := func(err error) (*Agent, error) {
 		ln.Close()
+		if sock != nil {
+			sock.Close()
+		}
 		cancel()
 		return nil, err
 	}
@@ -157,7 +198,10 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 	if err := a.registerMetrics(); err != nil {
 		return fail(err)
 	}
-	a.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
+		TLSConfig: tlsCfg, ConnContext: connContext,
+		// Failed handshakes and the like: whoever sends them, not the agent, is at fault.
+		ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelDebug)}
 	return a, nil
 }
 
@@ -173,8 +217,12 @@ func advertiseAddr(addr *net.TCPAddr, host string) string {
 // Addr is the address the agent's API listens on.
 func (a *Agent) Addr() net.Addr { return a.ln.Addr() }
 
-// DumpURL is the dump URL the agent registers.
+// DumpURL is the dump URL the agent registers: "unix:" + Config.Socket
+// without a token, else its TCP address + agentapi.DumpPath.
 func (a *Agent) DumpURL() string { return a.dumpURL }
+
+// Socket is the path of the agent's unix socket ("" for none).
+func (a *Agent) Socket() string { return a.cfg.Socket }
 
 // Run serves the API, discovers targets, registers and heartbeats with the
 // server until ctx ends; then it deregisters, waits for running dumps
@@ -183,10 +231,19 @@ func (a *Agent) DumpURL() string { return a.dumpURL }
 func (a *Agent) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- a.srv.Serve(a.ln) }()
-	a.logger.Info("agent started", "listen", a.ln.Addr().String(), "dumpUrl", a.dumpURL, "server", a.cfg.ServerURL,
-		"profilers", a.kinds(), "discover", a.cfg.Discover)
+	serveErr := make(chan error, 2)
+	go func() {
+		if a.tls {
+			serveErr <- a.srv.ServeTLS(a.ln, "", "")
+		} else {
+			serveErr <- a.srv.Serve(a.ln)
+		}
+	}()
+	if a.sock != nil {
+		go func() { serveErr <- a.srv.Serve(a.sock) }()
+	}
+	a.logger.Info("agent started", "listen", a.ln.Addr().String(), "tls", a.tls, "socket", a.cfg.Socket, "dumpUrl", a.dumpURL,
+		"server", a.cfg.ServerURL, "profilers", a.kinds(), "discover", a.cfg.Discover)
 
 	a.reconcile()
 	waitComponents := a.runComponents(ctx)
@@ -225,7 +282,10 @@ func (a *Agent) Close() error {
 	a.cancel()
 	a.dumps.Wait()
 	a.ln.Close() // already closed after Serve; a no-op then
-	defer a.client.CloseIdleConnections()
+	if a.sock != nil {
+		a.sock.Close() // removes the socket file
+	}
+	defer a.server.CloseIdleConnections()
 	a.scanMu.Lock()
 	defer a.scanMu.Unlock()
 	a.mu.Lock()
@@ -514,10 +574,10 @@ func baseName(p string) string {
 }
 
 // processes returns the current targets as protocol processes, by pid.
-func (a *Agent) processes() []capture.Process {
+func (a *Agent) processes() []agentapi.Process {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]capture.Process, 0, len(a.targets))
+	out := make([]agentapi.Process, 0, len(a.targets))
 	for _, t := range a.targets {
 		out = append(out, t.process())
 	}
@@ -525,7 +585,7 @@ func (a *Agent) processes() []capture.Process {
 	return out
 }
 
-func (t *target) process() capture.Process {
-	return capture.Process{PID: int64(t.PID), Service: t.Service, InstanceID: t.instanceID, Command: t.Command,
+func (t *target) process() agentapi.Process {
+	return agentapi.Process{PID: int64(t.PID), Service: t.Service, InstanceID: t.instanceID, Command: t.Command,
 		Kinds: append([]string{}, t.kinds...)}
 }

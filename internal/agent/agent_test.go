@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,13 +22,19 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(socketClientEnv) != "" {
+		os.Exit(socketClientMain()) // a child of TestSocketChecksTheCallersUID
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // fakeProfiler is a profiler for this unit test of the agent logic: it
 // records Start/Stop calls and dumps what dumpFn returns (by default one
@@ -212,6 +221,9 @@ func child(t *testing.T, env ...string) *exec.Cmd {
 // startAgent runs an agent until the test ends.
 func startAgent(t *testing.T, cfg Config, profs ...profiler.Profiler) *Agent {
 	t.Helper()
+	if cfg.Socket == DefaultSocket {
+		cfg.Socket = testSocket(t)
+	}
 	a, err := New(cfg, profs, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -229,6 +241,11 @@ func startAgent(t *testing.T, cfg Config, profs ...profiler.Profiler) *Agent {
 	return a
 }
 
+// testSocket is a path for an agent's socket in a directory of the test's.
+func testSocket(t *testing.T) string {
+	return filepath.Join(t.TempDir(), "agent.sock")
+}
+
 func testConfig(serverURL string) Config {
 	cfg := DefaultConfig()
 	cfg.ServerURL = serverURL
@@ -239,7 +256,7 @@ func testConfig(serverURL string) Config {
 	return cfg
 }
 
-func (s *server) agents() []capture.Registration {
+func (s *server) agents() []agentapi.Registration {
 	return s.m.Agents()
 }
 
@@ -256,7 +273,7 @@ func TestRegistrationHeartbeatAndReregister(t *testing.T) {
 
 	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 })
 	reg := srv.agents()[0]
-	want := capture.Process{PID: int64(proc.Process.Pid), Service: "svc-reg", InstanceID: "svc-reg-1", Command: "sleep 30", Kinds: []string{"cpu"}}
+	want := agentapi.Process{PID: int64(proc.Process.Pid), Service: "svc-reg", InstanceID: "svc-reg-1", Command: "sleep 30", Kinds: []string{"cpu"}}
 	if reg.Host != "node-1" || reg.DumpURL != a.DumpURL() || !slices.Equal(reg.Kinds, []string{"cpu", "jfr"}) ||
 		len(reg.Processes) != 1 || fmt.Sprint(reg.Processes[0]) != fmt.Sprint(want) {
 		t.Fatalf("registration = %+v, want process %+v", reg, want)
@@ -334,7 +351,8 @@ func TestDumpUploadsArtifacts(t *testing.T) {
 
 func get(t *testing.T, u string) string {
 	t.Helper()
-	resp, err := http.Get(u)
+	hc, u := testClient(u)
+	resp, err := hc.Get(u)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,17 +433,17 @@ func TestTargetExitsMidDump(t *testing.T) {
 type recorder struct {
 	mu        sync.Mutex
 	uploads   map[string][]string // capture → file names
-	completed map[string]capture.Completion
+	completed map[string]agentapi.Completion
 }
 
 func newRecorder(t *testing.T) (*recorder, string) {
-	r := &recorder{uploads: map[string][]string{}, completed: map[string]capture.Completion{}}
+	r := &recorder{uploads: map[string][]string{}, completed: map[string]agentapi.Completion{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/agents", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, capture.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
+		writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
 	})
 	mux.HandleFunc("PUT /api/v1/agents/{id}", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, capture.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
+		writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
 	})
 	mux.HandleFunc("DELETE /api/v1/agents/{id}", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	mux.HandleFunc("POST /api/v1/captures/{id}/artifacts", func(w http.ResponseWriter, req *http.Request) {
@@ -436,7 +454,7 @@ func newRecorder(t *testing.T) (*recorder, string) {
 		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
 	})
 	mux.HandleFunc("POST /api/v1/captures/{id}/complete", func(w http.ResponseWriter, req *http.Request) {
-		var c capture.Completion
+		var c agentapi.Completion
 		_ = json.NewDecoder(req.Body).Decode(&c)
 		r.mu.Lock()
 		r.completed[req.PathValue("id")] = c
@@ -448,22 +466,41 @@ func newRecorder(t *testing.T) (*recorder, string) {
 	return r, srv.URL
 }
 
-func (r *recorder) done(id string) (capture.Completion, []string, bool) {
+func (r *recorder) done(id string) (agentapi.Completion, []string, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.completed[id]
 	return c, append([]string(nil), r.uploads[id]...), ok
 }
 
+// apiURL names path on a's API through its unix socket, for the helpers
+// below (testClient): the test calls as its own user, root or the owner of
+// the test's child processes.
+func apiURL(a *Agent, path string) string { return "unix:" + a.Socket() + "!" + path }
+
+// testClient returns the client and URL for u: an http(s) URL as it is, or
+// an apiURL through the agent's socket.
+func testClient(u string) (*http.Client, string) {
+	sock, path, ok := strings.Cut(strings.TrimPrefix(u, "unix:"), "!")
+	if !strings.HasPrefix(u, "unix:") || !ok {
+		return http.DefaultClient, u
+	}
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}, "http://agent" + path
+}
+
 func postJSON(t *testing.T, u, token string, v any) (int, string) {
 	t.Helper()
+	hc, u := testClient(u)
 	b, _ := json.Marshal(v)
 	req, _ := http.NewRequest(http.MethodPost, u, bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,11 +521,14 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 	cfg := testConfig(url)
 	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
 	a := startAgent(t, cfg, cpu)
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll) // before the agent's: a failed test must not leave dumps waiting
 	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
-	dumpURL := a.DumpURL()
+	dumpURL := apiURL(a, agentapi.DumpPath)
 	pid := int64(proc.Process.Pid)
 	s := int64(1_000 * time.Second)
-	for _, r := range []capture.DumpRequest{
+	for _, r := range []agentapi.DumpRequest{
 		{CaptureID: "first", PID: pid, Start: s, End: s + int64(10*time.Second)},
 		{CaptureID: "inside", PID: pid, Start: s + int64(2*time.Second), End: s + int64(5*time.Second)},  // covered: reuses "first"
 		{CaptureID: "beyond", PID: pid, Start: s + int64(5*time.Second), End: s + int64(20*time.Second)}, // overlaps, not covered: runs after
@@ -497,11 +537,12 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 			t.Fatalf("%s: %d %s", r.CaptureID, code, body)
 		}
 	}
+	waitUntil(t, "the first dump", func() bool { return cpu.dumpCount() >= 1 })
 	time.Sleep(50 * time.Millisecond)
 	if n := cpu.dumpCount(); n != 1 {
 		t.Fatalf("dumps while the first runs = %d, want 1 (the others wait)", n)
 	}
-	close(release)
+	releaseAll()
 	for id, want := range map[string]string{"first": "cpu-1000-1010", "inside": "cpu-1000-1010", "beyond": "cpu-1005-1020"} {
 		waitUntil(t, id, func() bool { _, _, ok := rec.done(id); return ok })
 		c, files, _ := rec.done(id)
@@ -524,22 +565,24 @@ func TestDumpRequestValidation(t *testing.T) {
 	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
 	pid := int64(proc.Process.Pid)
 	now := time.Now().UnixNano()
-	ok := capture.DumpRequest{CaptureID: "c1", PID: pid, Start: now - int64(time.Second), End: now}
+	ok := agentapi.DumpRequest{CaptureID: "c1", PID: pid, Start: now - int64(time.Second), End: now}
 	for _, tc := range []struct {
 		name   string
 		token  string
-		mod    func(*capture.DumpRequest)
+		mod    func(*agentapi.DumpRequest)
 		status int
 		msg    string
 	}{
 		{name: "no token", status: http.StatusUnauthorized, msg: "bearer token"},
 		{name: "wrong token", token: "nope", status: http.StatusUnauthorized, msg: "bearer token"},
-		{name: "unknown pid", token: "tok", mod: func(r *capture.DumpRequest) { r.PID = 1 << 30 }, status: http.StatusNotFound, msg: "is not a target"},
-		{name: "end before start", token: "tok", mod: func(r *capture.DumpRequest) { r.End = r.Start - 1 }, status: http.StatusBadRequest, msg: "start before end"},
-		{name: "no start", token: "tok", mod: func(r *capture.DumpRequest) { r.Start = 0 }, status: http.StatusBadRequest, msg: "start before end"},
-		{name: "window too long", token: "tok", mod: func(r *capture.DumpRequest) { r.Start = r.End - int64(time.Hour) }, status: http.StatusBadRequest, msg: "longer than"},
-		{name: "no capture id", token: "tok", mod: func(r *capture.DumpRequest) { r.CaptureID = "" }, status: http.StatusBadRequest, msg: "captureId"},
-		{name: "unknown kind", token: "tok", mod: func(r *capture.DumpRequest) { r.Kinds = []string{"jfr"} }, status: http.StatusNotFound, msg: "no recording of kinds [jfr]"},
+		{name: "unknown pid", token: "tok", mod: func(r *agentapi.DumpRequest) { r.PID = 1 << 30 }, status: http.StatusNotFound, msg: "is not a target"},
+		{name: "end before start", token: "tok", mod: func(r *agentapi.DumpRequest) { r.End = r.Start - 1 }, status: http.StatusBadRequest, msg: "start before end"},
+		{name: "no start", token: "tok", mod: func(r *agentapi.DumpRequest) { r.Start = 0 }, status: http.StatusBadRequest, msg: "start before end"},
+		{name: "window too long", token: "tok", mod: func(r *agentapi.DumpRequest) { r.Start = r.End - int64(time.Hour) }, status: http.StatusBadRequest, msg: "longer than"},
+		{name: "no capture id", token: "tok", mod: func(r *agentapi.DumpRequest) { r.CaptureID = "" }, status: http.StatusBadRequest, msg: "captureId"},
+		{name: "unknown kind", token: "tok", mod: func(r *agentapi.DumpRequest) { r.Kinds = []string{"jfr"} }, status: http.StatusNotFound, msg: "no recording of kinds [jfr]"},
+		{name: "relative upload URL", token: "tok", mod: func(r *agentapi.DumpRequest) { r.UploadURL = "/elsewhere" }, status: http.StatusBadRequest, msg: "absolute http(s) URL"},
+		{name: "upload URL not http", token: "tok", mod: func(r *agentapi.DumpRequest) { r.UploadURL = "file:///tmp/x" }, status: http.StatusBadRequest, msg: "absolute http(s) URL"},
 		{name: "accepted", token: "tok", status: http.StatusAccepted, msg: `"kinds":["cpu"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -555,15 +598,65 @@ func TestDumpRequestValidation(t *testing.T) {
 	}
 }
 
+// TestDumpUploadsToUploadURL: a dump request naming an upload URL (a
+// scale-out detector's) sends the capture's artifacts and completion there,
+// with the agent's token, and nothing to the server it registered with.
+func TestDumpUploadsToUploadURL(t *testing.T) {
+	registered, url := newRecorder(t)
+	var (
+		mu    sync.Mutex
+		calls []string // method path authorization
+	)
+	det := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		if strings.HasSuffix(r.URL.Path, "/complete") {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
+	}))
+	t.Cleanup(det.Close)
+	proc := child(t)
+	cfg := testConfig(url)
+	cfg.AuthToken = "tok"
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
+	a := startAgent(t, cfg, &fakeProfiler{name: "cpu"})
+	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	now := time.Now().UnixNano()
+	req := agentapi.DumpRequest{CaptureID: "c-det", PID: int64(proc.Process.Pid), Start: now - int64(time.Second), End: now,
+		UploadURL: det.URL + "/"}
+	if code, body := postJSON(t, a.DumpURL(), "tok", req); code != http.StatusAccepted {
+		t.Fatalf("dump = %d %s", code, body)
+	}
+	waitUntil(t, "completion at the upload URL", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) > 0 && strings.HasPrefix(calls[len(calls)-1], "POST /api/v1/captures/c-det/complete ")
+	})
+	mu.Lock()
+	got := append([]string(nil), calls...)
+	mu.Unlock()
+	want := []string{"POST /api/v1/captures/c-det/artifacts Bearer tok", "POST /api/v1/captures/c-det/complete Bearer tok"}
+	if !slices.Equal(got, want) {
+		t.Errorf("upload URL got %q, want %q", got, want)
+	}
+	if _, ups, ok := registered.done("c-det"); ok || len(ups) != 0 {
+		t.Errorf("the registration server got uploads %v (completed %v)", ups, ok)
+	}
+}
+
 func TestProcessAPI(t *testing.T) {
 	_, url := newRecorder(t)
 	proc := child(t)
 	cpu := &fakeProfiler{name: "cpu"}
 	a := startAgent(t, testConfig(url), cpu)
-	base := "http://" + a.Addr().String() + "/api/v1/processes"
+	base := apiURL(a, "/api/v1/processes")
 
-	code, body := postJSON(t, base, "", capture.Process{PID: int64(proc.Process.Pid), Service: "svc-run", InstanceID: "i-1"})
-	var got capture.Process
+	code, body := postJSON(t, base, "", agentapi.Process{PID: int64(proc.Process.Pid), Service: "svc-run", InstanceID: "i-1"})
+	var got agentapi.Process
 	_ = json.Unmarshal([]byte(body), &got)
 	if code != http.StatusCreated || got.Service != "svc-run" || got.InstanceID != "i-1" || !slices.Equal(got.Kinds, []string{"cpu"}) {
 		t.Fatalf("POST = %d %s", code, body)
@@ -571,17 +664,11 @@ func TestProcessAPI(t *testing.T) {
 	if !slices.Equal(cpu.startedPIDs(), []int{proc.Process.Pid}) {
 		t.Fatalf("started = %v", cpu.startedPIDs())
 	}
-	if code, body := postJSON(t, base, "", capture.Process{PID: 1 << 21}); code != http.StatusNotFound {
+	if code, body := postJSON(t, base, "", agentapi.Process{PID: 1 << 21}); code != http.StatusNotFound {
 		t.Errorf("POST unknown pid = %d %s", code, body)
 	}
-	req, _ := http.NewRequest(http.MethodDelete, fmt.Sprintf("%s/%d", base, proc.Process.Pid), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent || !slices.Equal(cpu.stoppedPIDs(), []int{proc.Process.Pid}) || len(a.processes()) != 0 {
-		t.Fatalf("DELETE = %s, stopped %v, targets %v", resp.Status, cpu.stoppedPIDs(), a.processes())
+	if code, msg := deleteReq(t, fmt.Sprintf("%s/%d", base, proc.Process.Pid)); code != http.StatusNoContent || !slices.Equal(cpu.stoppedPIDs(), []int{proc.Process.Pid}) || len(a.processes()) != 0 {
+		t.Fatalf("DELETE = %d %s, stopped %v, targets %v", code, msg, cpu.stoppedPIDs(), a.processes())
 	}
 }
 
@@ -596,7 +683,7 @@ func TestDiscoversOTelProcess(t *testing.T) {
 	cfg.Discover = true
 	a := startAgent(t, cfg, cpu, failing)
 
-	var found *capture.Process
+	var found *agentapi.Process
 	// The profiler starts before the target joins the agent's process list:
 	// wait for both.
 	waitUntil(t, "discovery", func() bool {
@@ -644,8 +731,8 @@ func TestBoundsConcurrentDumps(t *testing.T) {
 	waitUntil(t, "targets", func() bool { return len(a.processes()) == 3 })
 	now := time.Now().UnixNano()
 	for i, p := range procs {
-		r := capture.DumpRequest{CaptureID: fmt.Sprint("c", i), PID: int64(p.Process.Pid), Start: now - int64(time.Second), End: now}
-		if code, body := postJSON(t, a.DumpURL(), "", r); code != http.StatusAccepted {
+		r := agentapi.DumpRequest{CaptureID: fmt.Sprint("c", i), PID: int64(p.Process.Pid), Start: now - int64(time.Second), End: now}
+		if code, body := postJSON(t, apiURL(a, agentapi.DumpPath), "", r); code != http.StatusAccepted {
 			t.Fatalf("%d %s", code, body)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 )
 
 // Component is an optional part of the agent that lives as long as it (the
@@ -71,7 +71,7 @@ func (a *Agent) closeComponents() error {
 }
 
 // Processes returns the current targets, by pid.
-func (a *Agent) Processes() []capture.Process { return a.processes() }
+func (a *Agent) Processes() []agentapi.Process { return a.processes() }
 
 // Config is the agent's configuration with defaults resolved (host name,
 // trimmed server URL).

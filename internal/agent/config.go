@@ -6,28 +6,58 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/httpjson"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
+
+// maxSocketPath is the longest unix socket path (sun_path holds 108 bytes
+// with the terminating NUL).
+const maxSocketPath = 107
 
 // Config configures an agent.
 type Config struct {
 	// ServerURL is the Rootline server's base URL (e.g. http://127.0.0.1:16686).
 	ServerURL string `yaml:"server_url"`
-	// ListenAddr is where the agent serves its dump, process and metrics API.
+	// ListenAddr is where the agent serves its API over TCP: /metrics and
+	// /healthz to anyone, the /api/ routes only to callers with the token
+	// (see Socket for callers on this machine).
 	ListenAddr string `yaml:"listen_addr"`
+	// TLS serves ListenAddr over TLS (certificate and key, and a client CA
+	// for mutual TLS); the dump URL registered is then https.
+	TLS tlsconf.Server `yaml:"tls"`
+	// Socket is the unix socket of the agent's API for callers on this
+	// machine ("" for none). Each request on it is authorized by its
+	// caller's uid (SO_PEERCRED): root may use every route; another user
+	// may register, dump and list only processes it owns. Without a token
+	// it is the only way into the /api/ routes, and the dump URL the agent
+	// registers.
+	Socket string `yaml:"socket"`
+	// SocketMode is the socket file's permission bits. Any local user must
+	// be able to connect for `rootline run` to register the processes it
+	// starts as that user (the uid check does the rest); 0600 limits the
+	// socket to root, 0660 to SocketGroup.
+	SocketMode os.FileMode `yaml:"socket_mode"`
+	// SocketGroup, when set, is the group the socket file belongs to.
+	SocketGroup string `yaml:"socket_group"`
 	// AdvertiseURL is the base URL the server reaches the agent at; the dump
 	// URL registered is AdvertiseURL + "/api/v1/dump". Empty derives it from
 	// the bound listen address.
 	AdvertiseURL string `yaml:"advertise_url"`
+	// ServerTLS configures the connections to an https ServerURL (a CA
+	// bundle to trust, a client certificate for mutual TLS).
+	ServerTLS tlsconf.Client `yaml:"server_tls"`
 	// Host names this node (host.name of its spans); empty uses os.Hostname.
 	Host string `yaml:"host"`
 	// AuthToken, when set, is sent to the server as a bearer token and
-	// required on the agent's API. It is required when ListenAddr is reachable
-	// beyond loopback.
+	// required on the agent's API over TCP; a caller with it may use every
+	// route. It is required when ListenAddr is reachable beyond loopback,
+	// and for the server's dump requests to come over TCP.
 	AuthToken string `yaml:"-"`
 	// Targets are processes to record besides the discovered ones.
 	Targets []TargetSpec `yaml:"targets"`
@@ -55,11 +85,17 @@ type Config struct {
 	Version string `yaml:"-"`
 }
 
+// DefaultSocket is where the agent's unix socket is by default, and where
+// `rootline run` looks for it.
+const DefaultSocket = agentapi.DefaultSocket
+
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
 		ServerURL:          "http://127.0.0.1:16686",
 		ListenAddr:         "127.0.0.1:7070",
+		Socket:             DefaultSocket,
+		SocketMode:         0o666,
 		Discover:           true,
 		DiscoverInterval:   5 * time.Second,
 		MaxWindow:          10 * time.Minute,
@@ -84,7 +120,27 @@ func (c Config) Validate() error {
 	if c.AdvertiseURL != "" {
 		if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			errs = append(errs, fmt.Errorf("agent advertise URL %q must be an absolute http(s) URL", c.AdvertiseURL))
+		} else if c.AuthToken == "" {
+			errs = append(errs, fmt.Errorf("agent advertise URL %q: without a token the agent takes dump requests only on its unix socket (--socket); "+
+				"set a token with ROOTLINE_AUTH_TOKEN or --auth.token-file", c.AdvertiseURL))
 		}
+	}
+	if c.Socket == "" && c.AuthToken == "" {
+		errs = append(errs, errors.New("the agent needs a token (ROOTLINE_AUTH_TOKEN or --auth.token-file) or a unix socket (--socket): "+
+			"without either nobody could register processes or request dumps"))
+	}
+	if c.Socket != "" {
+		if !filepath.IsAbs(c.Socket) {
+			errs = append(errs, fmt.Errorf("agent socket %q must be an absolute path", c.Socket))
+		} else if len(c.Socket) > maxSocketPath {
+			errs = append(errs, fmt.Errorf("agent socket %q is longer than the %d bytes a unix socket path may have", c.Socket, maxSocketPath))
+		}
+		if c.SocketMode&^0o777 != 0 {
+			errs = append(errs, fmt.Errorf("agent socket mode %#o: only permission bits (0–0777)", c.SocketMode))
+		}
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("agent listener: %w", err))
 	}
 	if c.Discover && c.DiscoverInterval <= 0 {
 		errs = append(errs, errors.New("agent discover interval must be positive"))

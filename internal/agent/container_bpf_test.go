@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
@@ -72,7 +72,7 @@ func (g *gated) run(t *testing.T) {
 type artifactServer struct {
 	mu        sync.Mutex
 	arts      map[string][]capturedArtifact
-	completed map[string]capture.Completion
+	completed map[string]agentapi.Completion
 }
 
 type capturedArtifact struct {
@@ -82,10 +82,10 @@ type capturedArtifact struct {
 }
 
 func newArtifactServer(t *testing.T) (*artifactServer, string) {
-	s := &artifactServer{arts: map[string][]capturedArtifact{}, completed: map[string]capture.Completion{}}
+	s := &artifactServer{arts: map[string][]capturedArtifact{}, completed: map[string]agentapi.Completion{}}
 	mux := http.NewServeMux()
 	reply := func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, capture.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
+		writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: "a1", HeartbeatSeconds: 10})
 	}
 	mux.HandleFunc("POST /api/v1/agents", reply)
 	mux.HandleFunc("PUT /api/v1/agents/{id}", reply)
@@ -99,7 +99,7 @@ func newArtifactServer(t *testing.T) (*artifactServer, string) {
 		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
 	})
 	mux.HandleFunc("POST /api/v1/captures/{id}/complete", func(w http.ResponseWriter, r *http.Request) {
-		var c capture.Completion
+		var c agentapi.Completion
 		_ = decodeJSON(w, r, &c, false)
 		s.mu.Lock()
 		s.completed[r.PathValue("id")] = c
@@ -111,7 +111,7 @@ func newArtifactServer(t *testing.T) (*artifactServer, string) {
 	return s, srv.URL
 }
 
-func (s *artifactServer) done(id string) (capture.Completion, []capturedArtifact, bool) {
+func (s *artifactServer) done(id string) (agentapi.Completion, []capturedArtifact, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.completed[id]
@@ -124,19 +124,17 @@ func (s *artifactServer) done(id string) (capture.Completion, []capturedArtifact
 // those of the child it forked), while a process outside the cgroup is not
 // recorded. Root and BPF needed (fails under ROOTLINE_REQUIRE_BPF=1).
 func TestContainerKernelRecording(t *testing.T) {
-	if err := kernel.Available(); err != nil {
-		cputest.Missing(t, err.Error())
-	}
+	bpftest.Require(t, kernel.Available())
 	if _, err := exec.LookPath("sh"); err != nil {
-		cputest.Missing(t, "sh not installed")
+		bpftest.Missing(t, "sh not installed")
 	}
 	root := cgroup2Root()
 	if root == "" {
-		cputest.Missing(t, "no cgroup v2 hierarchy mounted")
+		bpftest.Missing(t, "no cgroup v2 hierarchy mounted")
 	}
 	dir := filepath.Join(root, fmt.Sprintf("rootline-agent-bpf-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "cannot create a cgroup v2: "+err.Error())
+		bpftest.Missing(t, "cannot create a cgroup v2: "+err.Error())
 	}
 	t.Cleanup(func() { // last: after the processes are killed (cleanups run last-in first-out)
 		if err := os.Remove(dir); err != nil {
@@ -155,7 +153,7 @@ func TestContainerKernelRecording(t *testing.T) {
 	joinCgroup(t, dir, member.pid()) // before it does anything
 	outsider := startGated(t)        // in the test's own cgroup, never registered
 
-	code, body := postJSON(t, "http://"+a.Addr().String()+"/api/v1/containers", "",
+	code, body := postJSON(t, apiURL(a, "/api/v1/containers"), "",
 		ContainerSpec{Cgroup: strings.TrimPrefix(dir, root), Service: "svc-container"})
 	if code != http.StatusCreated {
 		t.Fatalf("register container: %d %s", code, body)
@@ -175,12 +173,12 @@ func TestContainerKernelRecording(t *testing.T) {
 	wg.Wait()
 	end := time.Now()
 
-	req := capture.DumpRequest{CaptureID: "ctr-1", PID: int64(member.pid()), Start: start.UnixNano(), End: end.UnixNano(), Kinds: []string{"kernel"}}
-	if code, body := postJSON(t, a.DumpURL(), "", req); code != http.StatusAccepted {
+	req := agentapi.DumpRequest{CaptureID: "ctr-1", PID: int64(member.pid()), Start: start.UnixNano(), End: end.UnixNano(), Kinds: []string{"kernel"}}
+	if code, body := postJSON(t, apiURL(a, agentapi.DumpPath), "", req); code != http.StatusAccepted {
 		t.Fatalf("dump: %d %s", code, body)
 	}
 	deadline := time.Now().Add(time.Minute)
-	var c capture.Completion
+	var c agentapi.Completion
 	var arts []capturedArtifact
 	for ok := false; !ok; c, arts, ok = srv.done("ctr-1") {
 		if time.Now().After(deadline) {
@@ -188,7 +186,7 @@ func TestContainerKernelRecording(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if c.Status != capture.StateComplete || len(arts) != 2 || arts[0].kind != "kernel" {
+	if c.Status != agentapi.StatusComplete || len(arts) != 2 || arts[0].kind != "kernel" {
 		t.Fatalf("completion %+v, %d artifacts", c, len(arts))
 	}
 	wantFile := fmt.Sprintf("kernel-svc-container-cgroup-%d.json.gz", cts[0].CgroupID)
@@ -253,7 +251,7 @@ func TestContainerKernelRecording(t *testing.T) {
 	}
 
 	// Unregistered: no longer recorded, no longer a target.
-	if code, msg := deleteReq(t, fmt.Sprintf("http://%s/api/v1/containers/%d", a.Addr(), cts[0].CgroupID)); code != http.StatusNoContent {
+	if code, msg := deleteReq(t, apiURL(a, fmt.Sprintf("/api/v1/containers/%d", cts[0].CgroupID))); code != http.StatusNoContent {
 		t.Fatalf("unregister: %d %s", code, msg)
 	}
 	if got := rec.Stats()["cgroups"]; got != 0 || len(a.processes()) != 0 {

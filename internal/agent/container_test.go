@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -69,8 +69,9 @@ func (f *fakeCgroupProfiler) state() (on []uint64, started []uint64, dumps []str
 
 func deleteReq(t *testing.T, u string) (int, string) {
 	t.Helper()
+	hc, u := testClient(u)
 	req, _ := http.NewRequest(http.MethodDelete, u, nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestContainerAPIValidation(t *testing.T) {
 	_, url := newRecorder(t)
 	kern := newFakeCgroupProfiler("kernel", nil)
 	a := startAgent(t, testConfig(url), kern)
-	base := "http://" + a.Addr().String() + "/api/v1/containers"
+	base := apiURL(a, "/api/v1/containers")
 	if a.cgroupRoot == "" {
 		t.Skip("no cgroup v2 hierarchy mounted")
 	}
@@ -174,7 +175,7 @@ func TestContainerAPIValidation(t *testing.T) {
 	}
 	_, url2 := newRecorder(t)
 	b := startAgent(t, testConfig(url2), &fakeProfiler{name: "cpu"})
-	code, body := postJSON(t, "http://"+b.Addr().String()+"/api/v1/containers", "", ContainerSpec{Cgroup: "/x"})
+	code, body := postJSON(t, apiURL(b, "/api/v1/containers"), "", ContainerSpec{Cgroup: "/x"})
 	if code != http.StatusNotImplemented || !strings.Contains(body, "no profiler of this agent records cgroups") {
 		t.Errorf("no cgroup profiler: %d %s", code, body)
 	}
@@ -199,7 +200,7 @@ func TestProcessCgroupNotFollowed(t *testing.T) {
 	}
 	kern := newFakeCgroupProfiler("kernel", func(tg profiler.Target) bool { return tg.PID == proc.Process.Pid })
 	a := startAgent(t, testConfig(url), kern)
-	code, body := postJSON(t, "http://"+a.Addr().String()+"/api/v1/processes", "", capture.Process{PID: int64(proc.Process.Pid)})
+	code, body := postJSON(t, apiURL(a, "/api/v1/processes"), "", agentapi.Process{PID: int64(proc.Process.Pid)})
 	if code != http.StatusCreated {
 		t.Fatalf("POST = %d %s", code, body)
 	}
@@ -253,7 +254,7 @@ func TestContainerLifecycle(t *testing.T) {
 	kern := newFakeCgroupProfiler("kernel", nil)
 	cpu := &fakeProfiler{name: "cpu"}
 	a := startAgent(t, testConfig(url), kern, cpu)
-	base := "http://" + a.Addr().String() + "/api/v1/containers"
+	base := apiURL(a, "/api/v1/containers")
 
 	rel := strings.TrimPrefix(dir, root)
 	code, body := postJSON(t, base, "", ContainerSpec{Cgroup: rel, Service: "svc-ctr", InstanceID: "ctr-1"})
@@ -271,7 +272,7 @@ func TestContainerLifecycle(t *testing.T) {
 		t.Errorf("POST with the wrong id = %d %s", code, body)
 	}
 	procs := a.processes()
-	want := capture.Process{PID: int64(pid), Service: "svc-ctr", InstanceID: "ctr-1", Command: "sleep 30", Kinds: []string{"kernel"}}
+	want := agentapi.Process{PID: int64(pid), Service: "svc-ctr", InstanceID: "ctr-1", Command: "sleep 30", Kinds: []string{"kernel"}}
 	if len(procs) != 1 || fmt.Sprint(procs[0]) != fmt.Sprint(want) {
 		t.Fatalf("processes = %+v, want %+v", procs, want)
 	}
@@ -281,13 +282,13 @@ func TestContainerLifecycle(t *testing.T) {
 
 	// A dump of the process is the container's.
 	now := int64(1_000_000_000_000)
-	if code, body := postJSON(t, a.DumpURL(), "", capture.DumpRequest{CaptureID: "c1", PID: int64(pid), Start: now, End: now + 1e9}); code != http.StatusAccepted {
+	if code, body := postJSON(t, apiURL(a, agentapi.DumpPath), "", agentapi.DumpRequest{CaptureID: "c1", PID: int64(pid), Start: now, End: now + 1e9}); code != http.StatusAccepted {
 		t.Fatalf("dump = %d %s", code, body)
 	}
 	waitUntil(t, "dump", func() bool { _, _, ok := rec.done("c1"); return ok })
 	c, files, _ := rec.done("c1")
 	_, _, dumps := kern.state()
-	if c.Status != capture.StateComplete || !slices.Equal(files, []string{fmt.Sprintf("kernel-cgroup-%d", id)}) ||
+	if c.Status != agentapi.StatusComplete || !slices.Equal(files, []string{fmt.Sprintf("kernel-cgroup-%d", id)}) ||
 		!slices.Equal(dumps, []string{fmt.Sprintf("%d %s %d", id, dir, pid)}) || kern.dumpCount() != 0 {
 		t.Errorf("completion %+v, uploads %v, cgroup dumps %v, pid dumps %d", c, files, dumps, kern.dumpCount())
 	}
@@ -305,7 +306,7 @@ func TestContainerLifecycle(t *testing.T) {
 	kern2 := newFakeCgroupProfiler("kernel", nil)
 	b := startAgent(t, cfg, kern2)
 	waitUntil(t, "configured container", func() bool { return len(b.Containers()) == 1 && len(b.processes()) == 1 })
-	if code, msg := deleteReq(t, fmt.Sprintf("http://%s/api/v1/containers/%d", b.Addr(), id)); code != http.StatusConflict || !strings.Contains(msg, "--kernel.cgroup") {
+	if code, msg := deleteReq(t, apiURL(b, fmt.Sprintf("/api/v1/containers/%d", id))); code != http.StatusConflict || !strings.Contains(msg, "--kernel.cgroup") {
 		t.Errorf("DELETE configured = %d %s", code, msg)
 	}
 	_ = proc.Process.Kill()

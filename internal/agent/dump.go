@@ -3,20 +3,17 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -24,7 +21,8 @@ import (
 // overlap run one after the other; a job whose window and kinds a finished
 // earlier job covers reuses its artifacts instead of dumping again.
 type dumpJob struct {
-	req    capture.DumpRequest
+	req    agentapi.DumpRequest
+	server *agentapi.ServerClient // where artifacts and the completion go (req.UploadURL)
 	w      profiler.Window
 	kinds  []string
 	notes  []string // requested kinds this pid has no recording of
@@ -58,7 +56,7 @@ func (j *dumpJob) overlaps(o *dumpJob) bool {
 // handleDump validates a dump request, answers 202 at once and dumps in the
 // background.
 func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
-	var req capture.DumpRequest
+	var req agentapi.DumpRequest
 	if err := decodeJSON(w, r, &req, false); err != nil {
 		a.reject(w, http.StatusBadRequest, err.Error())
 		return
@@ -79,11 +77,25 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, http.StatusBadRequest, "maxBytes must not be negative")
 		return
 	}
-	if u, err := url.Parse(req.UploadURL); req.UploadURL != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-		a.reject(w, http.StatusBadRequest, "uploadUrl must be an absolute http(s) URL")
+	if c := callerOf(r); !c.trusted {
+		if err := a.mayAct(c, int(req.PID)); err != nil {
+			a.metrics.refused.WithLabelValues("dump").Inc()
+			if errors.Is(err, errNoProcess) {
+				a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d is not a target of this agent", req.PID))
+			} else {
+				a.reject(w, http.StatusForbidden, err.Error())
+			}
+			return
+		}
+	}
+	// A scale-out detector asks for the capture's evidence at its own URL;
+	// the agent's token and connections go with it.
+	srv, err := a.server.At(req.UploadURL)
+	if err != nil {
+		a.reject(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	job := &dumpJob{req: req, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
+	job := &dumpJob{req: req, server: srv, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
 
 	a.mu.Lock()
 	if a.closed {
@@ -91,10 +103,25 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, http.StatusServiceUnavailable, "agent is shutting down")
 		return
 	}
+	if req.AgentID != "" && req.AgentID != a.agentID {
+		// A registration that names this agent's dump URL but is not this
+		// agent's: whoever made it must not choose what the agent dumps.
+		id := a.agentID
+		a.mu.Unlock()
+		a.metrics.refused.WithLabelValues("dump").Inc()
+		a.reject(w, http.StatusConflict, fmt.Sprintf("dump request for agent %q, but this agent is registered as %q", req.AgentID, id))
+		return
+	}
 	t, ok := a.targets[int(req.PID)]
 	if !ok {
 		a.mu.Unlock()
 		a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d is not a target of this agent", req.PID))
+		return
+	}
+	if req.Service != "" && req.Service != t.Service {
+		a.mu.Unlock()
+		a.metrics.refused.WithLabelValues("dump").Inc()
+		a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d is a target of service %q, not %q", req.PID, t.Service, req.Service))
 		return
 	}
 	if len(req.Kinds) == 0 {
@@ -131,7 +158,7 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 	a.mu.Unlock()
 
 	go a.runDump(job, tgt, cg, prior)
-	writeJSON(w, http.StatusAccepted, map[string]any{"captureId": req.CaptureID, "kinds": job.kinds})
+	writeJSON(w, http.StatusAccepted, agentapi.DumpAccepted{CaptureID: req.CaptureID, Kinds: job.kinds})
 }
 
 func (a *Agent) reject(w http.ResponseWriter, status int, msg string) {
@@ -182,17 +209,7 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 		a.dump(ctx, job, t, cg)
 	}
 	outcome, msg := a.upload(ctx, job, log)
-	a.complete(ctx, a.uploadBase(job.req), job.req.CaptureID, outcome, msg, log)
-}
-
-// uploadBase is where a capture's artifacts and completion go: the server
-// that asked for it when it said so (a detector of a scale-out deployment),
-// else the server the agent registered with.
-func (a *Agent) uploadBase(req capture.DumpRequest) string {
-	if req.UploadURL != "" {
-		return strings.TrimRight(req.UploadURL, "/")
-	}
-	return a.cfg.ServerURL
+	a.complete(ctx, job.server, job.req.CaptureID, outcome, msg, log)
 }
 
 // dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs
@@ -248,7 +265,7 @@ func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (str
 	problems := append([]string(nil), job.notes...)
 	if ctx.Err() != nil {
 		problems = append(problems, "dump cancelled: "+cause(ctx))
-		return capture.StateFailed, strings.Join(problems, "; ")
+		return agentapi.StatusFailed, strings.Join(problems, "; ")
 	}
 	var used int64
 	uploaded, partial, stop := 0, false, false
@@ -303,11 +320,11 @@ func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (str
 		if msg == "" {
 			msg = "the profilers returned no artifacts for the window"
 		}
-		return capture.StateFailed, msg
+		return agentapi.StatusFailed, msg
 	case partial || len(problems) > 0:
-		return capture.StatePartial, msg
+		return agentapi.StatusPartial, msg
 	default:
-		return capture.StateComplete, ""
+		return agentapi.StatusComplete, ""
 	}
 }
 
@@ -320,55 +337,28 @@ func cause(ctx context.Context) string {
 
 // uploadOne posts one artifact; it returns the HTTP status when the server answered.
 func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifact) (int, error) {
-	q := url.Values{}
-	q.Set("kind", art.Kind)
-	if art.FileName != "" {
-		q.Set("fileName", art.FileName)
-	}
-	start, end := job.req.Start, job.req.End
+	u := agentapi.Upload{Kind: art.Kind, FileName: art.FileName, MediaType: art.MediaType,
+		Start: job.req.Start, End: job.req.End, Partial: art.Partial, Attributes: art.Attributes}
 	if !art.Start.IsZero() {
-		start = art.Start.UnixNano()
+		u.Start = art.Start.UnixNano()
 	}
 	if !art.End.IsZero() {
-		end = art.End.UnixNano()
+		u.End = art.End.UnixNano()
 	}
-	q.Set("start", strconv.FormatInt(start, 10))
-	q.Set("end", strconv.FormatInt(end, 10))
-	q.Set("partial", strconv.FormatBool(art.Partial))
-	if len(art.Attributes) > 0 {
-		b, _ := json.Marshal(art.Attributes)
-		q.Set("attrs", string(b))
-	}
-	mt := art.MediaType
-	if mt == "" {
-		mt = "application/octet-stream"
-	}
-	u := a.uploadBase(job.req) + "/api/v1/captures/" + url.PathEscape(job.req.CaptureID) + "/artifacts?" + q.Encode()
-	resp, err := a.call(ctx, http.MethodPost, u, mt, bytes.NewReader(art.Data))
+	_, err := job.server.Upload(ctx, job.req.CaptureID, u, bytes.NewReader(art.Data))
 	if err != nil {
-		return 0, err
+		return agentapi.StatusOf(err), err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return resp.StatusCode, serverError(resp)
-	}
-	return resp.StatusCode, nil
+	return http.StatusCreated, nil
 }
 
 // complete ends the capture on the server; it still runs when the dump was
 // cancelled by shutdown, so the server learns why.
-func (a *Agent) complete(ctx context.Context, base, id, status, msg string, log *slog.Logger) {
+func (a *Agent) complete(ctx context.Context, srv *agentapi.ServerClient, id, status, msg string, log *slog.Logger) {
 	a.metrics.dumps.WithLabelValues(status).Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	body, _ := json.Marshal(capture.Completion{Status: status, Error: msg})
-	resp, err := a.call(ctx, http.MethodPost, base+"/api/v1/captures/"+url.PathEscape(id)+"/complete", "application/json", bytes.NewReader(body))
-	if err != nil {
+	if err := srv.Complete(ctx, id, agentapi.Completion{Status: status, Error: msg}); err != nil {
 		log.Warn("complete capture", "status", status, "err", err)
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		log.Warn("complete capture", "status", status, "err", serverError(resp))
 	}
 }

@@ -8,14 +8,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/httpjson"
 )
 
 // Handler serves the agent's API:
 //
-//	POST   /api/v1/dump              dump request from the server (capture.DumpRequest) → 202
-//	GET    /api/v1/processes         current targets ([]capture.Process)
+//	POST   /api/v1/dump              dump request from the server (agentapi.DumpRequest) → 202
+//	GET    /api/v1/processes         current targets ([]agentapi.Process)
 //	POST   /api/v1/processes         register a process {pid, service, serviceInstanceId} → 201
 //	DELETE /api/v1/processes/{pid}   forget a registered process → 204
 //	GET    /api/v1/containers        registered containers ([]Container)
@@ -26,24 +26,28 @@ import (
 //	GET    /metrics                  Prometheus metrics
 //	GET    /healthz                  liveness
 //
-// With an AuthToken configured the /api/ routes require
-// "Authorization: Bearer <token>"; /metrics and /healthz stay open.
+// The /api/ routes answer only callers authorize identifies: a holder of
+// the token (over TCP or the socket) or a local user on the unix socket.
+// Root and token holders may use every route; another local user may
+// dump, register, forget and list only the processes it owns, and none of
+// the node-wide routes (containers, components). /metrics and /healthz stay
+// open.
 func (a *Agent) Handler() http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("POST /api/v1/dump", a.handleDump)
-	api.HandleFunc("GET /api/v1/processes", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, a.processes())
-	})
+	api.HandleFunc("GET /api/v1/processes", a.handleListProcesses)
 	api.HandleFunc("POST /api/v1/processes", a.handleAddProcess)
 	api.HandleFunc("DELETE /api/v1/processes/{pid}", a.handleRemoveProcess)
-	api.HandleFunc("GET /api/v1/containers", func(w http.ResponseWriter, _ *http.Request) {
+	node := http.NewServeMux()
+	node.HandleFunc("GET /api/v1/containers", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, a.containerList())
 	})
-	api.HandleFunc("POST /api/v1/containers", a.handleAddContainer)
-	api.HandleFunc("DELETE /api/v1/containers/{id}", a.handleRemoveContainer)
+	node.HandleFunc("POST /api/v1/containers", a.handleAddContainer)
+	node.HandleFunc("DELETE /api/v1/containers/{id}", a.handleRemoveContainer)
 	for _, c := range a.componentList() { // e.g. /api/v1/kmetrics (component.go)
-		c.Routes(api)
+		c.Routes(node)
 	}
+	api.Handle("/api/", requireTrusted(node))
 
 	mux := http.NewServeMux()
 	mux.Handle("/api/", a.authorize(api))
@@ -52,15 +56,29 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
-func (a *Agent) authorize(next http.Handler) http.Handler {
-	return httpjson.RequireBearer(a.cfg.AuthToken, next)
+// handleListProcesses lists the targets the caller may see: all of them
+// for a trusted caller, its own for another local user.
+func (a *Agent) handleListProcesses(w http.ResponseWriter, r *http.Request) {
+	c := callerOf(r)
+	out := a.processes()
+	if !c.trusted {
+		mine := out[:0]
+		for _, p := range out {
+			if uid, err := procOwner(a.procRoot, int(p.PID)); err == nil && uid == c.uid {
+				mine = append(mine, p)
+			}
+		}
+		out = mine
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // handleAddProcess registers a process (`rootline run` does so for the
 // process it starts). It becomes a target at once and stays one until it
 // exits or is deleted; its service and instance id override discovery.
+// Only a trusted caller or the process's owner may register it.
 func (a *Agent) handleAddProcess(w http.ResponseWriter, r *http.Request) {
-	var p capture.Process
+	var p agentapi.Process
 	if err := decodeJSON(w, r, &p, true); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -70,17 +88,36 @@ func (a *Agent) handleAddProcess(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pid := int(p.PID)
+	c := callerOf(r)
 	st, err := readStat(a.procRoot, pid)
+	if err == nil {
+		err = a.mayAct(c, pid)
+	}
+	if err == nil {
+		// The pid must not have been reused between the two reads.
+		if again, serr := readStat(a.procRoot, pid); serr != nil || again.start != st.start {
+			err = errNoProcess
+		}
+	}
 	if err != nil {
-		if errors.Is(err, errNoProcess) {
+		a.metrics.refused.WithLabelValues("register").Inc()
+		switch {
+		case errors.Is(err, errNoProcess):
 			writeError(w, http.StatusNotFound, fmt.Sprintf("no process %d on this host", pid))
-		} else {
+		case errors.Is(err, errNotOwner):
+			a.logger.Info("process registration refused", "pid", pid, "uid", c.uid, "err", err)
+			writeError(w, http.StatusForbidden, err.Error())
+		default:
 			writeError(w, http.StatusInternalServerError, err.Error())
 		}
 		return
 	}
+	by := int64(-1)
+	if !c.trusted {
+		by = int64(c.uid)
+	}
 	a.mu.Lock()
-	a.registered[pid] = apiProcess{service: p.Service, instanceID: p.InstanceID, start: st.start}
+	a.registered[pid] = apiProcess{service: p.Service, instanceID: p.InstanceID, start: st.start, by: by}
 	// A target known under another name is restarted with the registered one.
 	if t, ok := a.targets[pid]; ok && t.start == st.start && (p.Service != "" && t.Service != p.Service || p.InstanceID != "" && t.instanceID != p.InstanceID) {
 		t.start = 0 // forces reconcile to stop and start it again
@@ -89,7 +126,7 @@ func (a *Agent) handleAddProcess(w http.ResponseWriter, r *http.Request) {
 	a.reconcile()
 	a.mu.Lock()
 	t, ok := a.targets[pid]
-	var out capture.Process
+	var out agentapi.Process
 	if ok {
 		out = t.process()
 	}
@@ -102,19 +139,29 @@ func (a *Agent) handleAddProcess(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleRemoveProcess forgets a registered process and stops recording it
-// (discovery may find it again if its environment names a service).
+// (discovery may find it again if its environment names a service). A
+// trusted caller may forget any; a local user those it registered.
 func (a *Agent) handleRemoveProcess(w http.ResponseWriter, r *http.Request) {
 	pid, err := strconv.Atoi(r.PathValue("pid"))
 	if err != nil || pid <= 0 {
 		writeError(w, http.StatusBadRequest, "pid must be a positive integer")
 		return
 	}
+	c := callerOf(r)
 	a.mu.Lock()
-	_, ok := a.registered[pid]
-	delete(a.registered, pid)
+	reg, ok := a.registered[pid]
+	allowed := ok && (c.trusted || reg.by == int64(c.uid))
+	if allowed {
+		delete(a.registered, pid)
+	}
 	a.mu.Unlock()
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("process %d is not registered", pid))
+		return
+	}
+	if !allowed {
+		a.metrics.refused.WithLabelValues("forget").Inc()
+		writeError(w, http.StatusForbidden, fmt.Sprintf("uid %d did not register process %d: only root, a holder of the agent's token or the user that registered it may forget it", c.uid, pid))
 		return
 	}
 	a.reconcile()

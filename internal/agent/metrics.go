@@ -11,6 +11,7 @@ type metrics struct {
 	coalesced    prometheus.Counter
 	uploadBytes  prometheus.Counter
 	serverErrors prometheus.Counter
+	refused      *prometheus.CounterVec
 }
 
 func (a *Agent) registerMetrics() error {
@@ -23,13 +24,16 @@ func (a *Agent) registerMetrics() error {
 			Help: "Artifact bytes the server accepted."}),
 		serverErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_agent_server_errors_total",
 			Help: "Failed registrations and heartbeats."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_agent_refused_total",
+			Help: "API requests refused for their caller or target: a local user acting on a process it does not own (register, forget, dump), a dump request for another registration or service (dump)."},
+			[]string{"request"}),
 	}
 	targets := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agent_targets", Help: "Processes being recorded."}, func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return float64(len(a.targets))
 	})
-	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, targets, profilerStats{a}} {
+	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, a.metrics.refused, targets, profilerStats{a}} {
 		if err := a.reg.Register(c); err != nil {
 			return fmt.Errorf("agent: register metrics: %w", err)
 		}

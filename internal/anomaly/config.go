@@ -32,7 +32,7 @@ type Config struct {
 const maxWindow = 1 << 24
 
 // DefaultConfig returns the defaults. Window 500 and Threshold 3 are the values
-// Protractor found to work well (seed 000, §5.2.3).
+// Protractor found to work well (the Protractor thesis, §5.2.3).
 func DefaultConfig() Config {
 	return Config{Window: 500, Threshold: 3, MinFill: 20, MaxKeys: 100_000}
 }

@@ -1,7 +1,8 @@
 // Package anomaly holds Rootline's span anomaly detectors. The default is
-// Protractor's sliding-window median (seed 000, §5.2.3): a span is anomalous
-// when its duration exceeds threshold × the median of the last W durations of
-// its key; every span then enters the window, pushing out the oldest.
+// Protractor's sliding-window median (the Protractor thesis, KTH 2018,
+// §5.2.3): a span is anomalous when its duration exceeds threshold × the
+// median of the last W durations of its key; every span then enters the
+// window, pushing out the oldest.
 package anomaly
 
 // Verdict is a detector's answer for one observed duration.

@@ -9,7 +9,7 @@ import (
 
 var _ Detector = (*Median)(nil)
 
-// Median is Protractor's sliding-window median detector (seed 000, §5.2.3,
+// Median is Protractor's sliding-window median detector (its thesis, §5.2.3,
 // Figure 5.3): a duration is anomalous when it exceeds Threshold × the median
 // of its key's last Window durations, taken before the duration enters.
 //

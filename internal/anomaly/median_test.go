@@ -36,11 +36,12 @@ func mustNew(t testing.TB, newDet func(Config, func() int64) (Detector, error), 
 	return d
 }
 
-// TestFigure53 replays the example of Protractor's Figure 5.3 (seed 000,
-// §5.2.3): window 5, threshold 3. The window first holds 62 5 12 34 8 (oldest
-// first, median 12); 43 > 3×12 is anomalous and pushes out 62. The sequence
-// then continues until the median is 34, as in the figure's second panel, where
-// 90 ≤ 3×34 = 102 is normal and 103 > 102 is anomalous.
+// TestFigure53 replays the example of Protractor's Figure 5.3 (the
+// Protractor thesis, §5.2.3): window 5, threshold 3. The window first holds
+// 62 5 12 34 8 (oldest first, median 12); 43 > 3×12 is anomalous and pushes
+// out 62. The sequence then continues until the median is 34, as in the
+// figure's second panel, where 90 ≤ 3×34 = 102 is normal and 103 > 102 is
+// anomalous.
 func TestFigure53(t *testing.T) {
 	cfg := Config{Window: 5, Threshold: 3, MinFill: 5, MaxKeys: 10}
 	steps := []struct {

@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/rootline/rootline/internal/bpfring"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // producer is a ring buffer and a socket filter that writes one 8-byte
@@ -71,10 +71,10 @@ const noWakeup = 1 // BPF_RB_NO_WAKEUP
 
 func newRing(t *testing.T) *ebpf.Map {
 	t.Helper()
-	cputest.RequireBPF(t)
+	bpftest.RequireBPF(t)
 	ring, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.RingBuf, MaxEntries: uint32(os.Getpagesize())})
 	if err != nil {
-		cputest.Missing(t, "ring buffer map: "+err.Error())
+		bpftest.Missing(t, "ring buffer map: "+err.Error())
 	}
 	t.Cleanup(func() { ring.Close() })
 	return ring

@@ -1,15 +1,14 @@
 package capture
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/store"
 )
@@ -44,12 +43,13 @@ func (m *Manager) authorize(next http.Handler) http.Handler {
 }
 
 func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
-	var reg Registration
+	var reg agentapi.Registration
 	if err := decodeJSON(w, r, &reg); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := validateRegistration(reg); err != nil {
+	client, err := m.validateRegistration(reg)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -57,29 +57,38 @@ func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
 	if reg.AgentID == "" {
 		reg.AgentID = newID()
 	}
-	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: m.now()}
+	if old := m.agents[reg.AgentID]; old != nil {
+		old.client.CloseIdleConnections()
+	}
+	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: m.now(), client: client}
 	m.mu.Unlock()
 	m.mirrored(reg, false)
 	m.logger.Info("agent registered", "agent", reg.AgentID, "host", reg.Host, "processes", len(reg.Processes), "kinds", reg.Kinds)
-	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
 
 func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var reg Registration
+	var reg agentapi.Registration
 	if err := decodeJSON(w, r, &reg); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	reg.AgentID = id
-	if err := validateRegistration(reg); err != nil {
+	client, err := m.validateRegistration(reg)
+	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	m.mu.Lock()
 	a, ok := m.agents[id]
 	if ok {
-		a.Registration = reg
+		if a.DumpURL == reg.DumpURL {
+			client = a.client // keeps its connections
+		} else {
+			a.client.CloseIdleConnections()
+		}
+		a.Registration, a.client = reg, client
 		a.lastSeen = m.now()
 	}
 	m.mu.Unlock()
@@ -88,32 +97,37 @@ func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.mirrored(reg, false)
-	writeJSON(w, http.StatusOK, RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
 
 func (m *Manager) deregister(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	m.mu.Lock()
-	delete(m.agents, id)
+	if a := m.agents[id]; a != nil {
+		a.client.CloseIdleConnections()
+		delete(m.agents, id)
+	}
 	m.mu.Unlock()
-	m.mirrored(Registration{AgentID: id}, true)
+	m.mirrored(agentapi.Registration{AgentID: id}, true)
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func validateRegistration(reg Registration) error {
+// validateRegistration checks a registration and returns the client of its
+// dump URL.
+func (m *Manager) validateRegistration(reg agentapi.Registration) (*agentapi.AgentClient, error) {
 	if reg.Host == "" {
-		return errors.New("registration: host is required")
-	}
-	u, err := url.Parse(reg.DumpURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("registration: dumpUrl %q must be an absolute http(s) URL", reg.DumpURL)
+		return nil, errors.New("registration: host is required")
 	}
 	for i, p := range reg.Processes {
 		if p.PID <= 0 {
-			return fmt.Errorf("registration: processes[%d].pid must be positive", i)
+			return nil, fmt.Errorf("registration: processes[%d].pid must be positive", i)
 		}
 	}
-	return nil
+	client, err := agentapi.NewDumpClient(reg.DumpURL, m.dumpOpts)
+	if err != nil {
+		return nil, fmt.Errorf("registration: dumpUrl: %w", err)
+	}
+	return client, nil
 }
 
 func (m *Manager) listCaptures(w http.ResponseWriter, r *http.Request) {
@@ -151,25 +165,18 @@ func (m *Manager) getCapture(w http.ResponseWriter, r *http.Request) {
 // Content-Type header; the body is the raw artifact.
 func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	q := r.URL.Query()
-	kind := q.Get("kind")
-	if kind == "" {
-		writeError(w, http.StatusBadRequest, "kind is required")
+	up, err := agentapi.ParseUpload(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	kind := up.Kind
 	mediaType := r.Header.Get("Content-Type")
 	if mediaType == "" {
 		mediaType = "application/octet-stream"
 	} else if _, _, err := mime.ParseMediaType(mediaType); err != nil {
 		writeError(w, http.StatusBadRequest, "bad Content-Type: "+err.Error())
 		return
-	}
-	var attrs map[string]string
-	if s := q.Get("attrs"); s != "" {
-		if err := json.Unmarshal([]byte(s), &attrs); err != nil {
-			writeError(w, http.StatusBadRequest, "attrs must be a JSON object of strings: "+err.Error())
-			return
-		}
 	}
 	m.mu.Lock()
 	c, ok := m.captures[id]
@@ -183,24 +190,17 @@ func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	meta := store.Artifact{
-		Kind: kind, MediaType: mediaType, FileName: q.Get("fileName"), Host: c.Host, Service: c.Service,
-		PID: c.PID, Start: c.Start, End: c.End, Partial: q.Get("partial") == "true", CaptureID: c.ID,
-		Attributes: attrs, Spans: append([]store.SpanRef(nil), c.Spans...),
+		Kind: kind, MediaType: mediaType, FileName: up.FileName, Host: c.Host, Service: c.Service,
+		PID: c.PID, Start: c.Start, End: c.End, Partial: up.Partial, CaptureID: c.ID,
+		Attributes: up.Attributes, Spans: append([]store.SpanRef(nil), c.Spans...),
 	}
 	left := m.cfg.BudgetBytesPerMinute - m.usedLocked(budgetKey(c.Host, c.PID), m.now())
 	m.mu.Unlock()
-	for _, p := range []struct {
-		name string
-		dst  *int64
-	}{{"start", &meta.Start}, {"end", &meta.End}} {
-		if s := q.Get(p.name); s != "" {
-			v, err := strconv.ParseInt(s, 10, 64)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, p.name+" must be Unix nanoseconds")
-				return
-			}
-			*p.dst = v
-		}
+	if up.Start != 0 {
+		meta.Start = up.Start
+	}
+	if up.End != 0 {
+		meta.End = up.End
 	}
 	if meta.FileName == "" {
 		meta.FileName = kind + "-" + id
@@ -236,16 +236,16 @@ func (m *Manager) upload(w http.ResponseWriter, r *http.Request) {
 			m.logger.Warn("link artifact to late spans", "artifact", art.ID, "err", err)
 		}
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"id": art.ID, "sha256": art.SHA256, "size": art.Size})
+	writeJSON(w, http.StatusCreated, agentapi.UploadReply{ID: art.ID, SHA256: art.SHA256, Size: art.Size})
 }
 
 func (m *Manager) complete(w http.ResponseWriter, r *http.Request) {
-	var cm Completion
+	var cm agentapi.Completion
 	if err := decodeJSON(w, r, &cm); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	state := map[string]string{"complete": StateComplete, "partial": StatePartial, "failed": StateFailed}[cm.Status]
+	state := map[string]string{agentapi.StatusComplete: StateComplete, agentapi.StatusPartial: StatePartial, agentapi.StatusFailed: StateFailed}[cm.Status]
 	if state == "" {
 		writeError(w, http.StatusBadRequest, `status must be "complete", "partial" or "failed"`)
 		return

@@ -1,16 +1,19 @@
+// Package capture turns anomalous spans into evidence: it keeps the registry of
+// agents, maps a span to a process an agent registered for the span's
+// service, coalesces overlapping windows per process, asks the agent to dump
+// its flight recorders for the window, and stores what the agent uploads as
+// artifacts linked to the spans. The wire protocol is internal/agentapi's
+// (docs/api.md, "Capture protocol").
 package capture
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
+	"os"
 	"sort"
 	"strconv"
 	"sync"
@@ -18,8 +21,21 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/tlsconf"
+)
+
+// Capture states.
+const (
+	StatePending   = "pending"   // waiting for its window to close
+	StateRequested = "requested" // sent to the agent, uploads expected
+	StateComplete  = agentapi.StatusComplete
+	StatePartial   = agentapi.StatusPartial
+	StateFailed    = agentapi.StatusFailed
+	StateExpired   = "expired" // the agent never completed it
+	StateSkipped   = "skipped" // budget exhausted, or held by the rate limits past its window
 )
 
 // Config sets capture windows, budgets and timeouts.
@@ -64,6 +80,9 @@ type Config struct {
 	Kinds []string `yaml:"kinds"`
 	// AuthToken, when set, is required from agents and sent to them.
 	AuthToken string `yaml:"-"`
+	// AgentTLS configures the dump requests sent to agents at https dump
+	// URLs (a CA bundle to trust, a client certificate for mutual TLS).
+	AgentTLS tlsconf.Client `yaml:"agent_tls"`
 }
 
 // DefaultConfig returns the defaults.
@@ -127,8 +146,10 @@ type Capture struct {
 }
 
 type agent struct {
-	Registration
+	agentapi.Registration
 	lastSeen time.Time
+	// client sends dump requests to the registration's DumpURL.
+	client *agentapi.AgentClient
 }
 
 type procKey struct {
@@ -146,8 +167,9 @@ type Manager struct {
 	cfg       Config
 	artifacts store.ArtifactStore
 	logger    *slog.Logger
-	client    *http.Client
-	now       func() time.Time
+	// dumpOpts configure the clients of the agents' dump URLs.
+	dumpOpts agentapi.ClientOptions
+	now      func() time.Time
 
 	anomalies chan *model.Span
 	wake      chan struct{}
@@ -164,18 +186,31 @@ type Manager struct {
 	// the request times of the last minute (oldest first): the rate limits.
 	lastFired map[procKey]time.Time
 	fired     []time.Time
+	// onFinished are called with each capture an agent completed.
+	onFinished []func(Capture)
 
 	// uploadURL goes into dump requests (DumpRequest.UploadURL); mirror
 	// is told of every registration, heartbeat and deregistration this
 	// Manager serves, so that other processes can apply them (ApplyAgent).
 	uploadURL string
-	mirror    func(reg Registration, gone bool)
+	mirror    func(reg agentapi.Registration, gone bool)
 
 	m captureMetrics
 }
 
+// OnFinished registers f to be called, in a goroutine of its own, with a copy
+// of each capture an agent completes (state complete or partial) once its
+// artifacts are stored: analyses of the evidence hook there. Register before
+// Run.
+func (m *Manager) OnFinished(f func(Capture)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onFinished = append(m.onFinished, f)
+}
+
 type captureMetrics struct {
 	anomalies, dropped, unrouted, coalesced *prometheus.CounterVec
+	unregistered                            *prometheus.CounterVec
 	captures                                *prometheus.CounterVec
 	uploadBytes                             prometheus.Counter
 	agents                                  prometheus.GaugeFunc
@@ -192,9 +227,17 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	tlsCfg, err := cfg.AgentTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("capture agent_tls: %w", err)
+	}
 	m := &Manager{
 		cfg: cfg, artifacts: artifacts, logger: logger.With("component", "capture"),
-		client:    &http.Client{Timeout: cfg.RequestTimeout},
+		// A dump URL on a unix socket is dialed only when the socket is
+		// root's or this server's own: a registration must not make the
+		// server talk to some other program's socket.
+		dumpOpts: agentapi.ClientOptions{Token: cfg.AuthToken, TLS: tlsCfg, Timeout: cfg.RequestTimeout,
+			SocketOwners: []uint32{0, uint32(os.Geteuid())}},
 		now:       time.Now,
 		anomalies: make(chan *model.Span, cfg.Queue),
 		wake:      make(chan struct{}, 1),
@@ -206,9 +249,11 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		lastFired: map[procKey]time.Time{},
 	}
 	m.m = captureMetrics{
-		anomalies:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_total", Help: "Anomalous spans handed to the capture trigger."}, nil),
-		dropped:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_dropped_total", Help: "Anomalous spans dropped because the capture queue was full."}, nil),
-		unrouted:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_unrouted_total", Help: "Anomalous spans no registered agent serves."}, nil),
+		anomalies: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_total", Help: "Anomalous spans handed to the capture trigger."}, nil),
+		dropped:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_anomalies_dropped_total", Help: "Anomalous spans dropped because the capture queue was full."}, nil),
+		unrouted:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_unrouted_total", Help: "Anomalous spans no registered agent serves."}, nil),
+		unregistered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_unregistered_pid_total",
+			Help: "Anomalous spans whose process.pid no agent registered for their service: no capture is requested."}, nil),
 		coalesced:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_coalesced_total", Help: "Anomalous spans folded into an existing capture."}, nil),
 		captures:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_captures_total", Help: "Captures by final state."}, []string{"state"}),
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_capture_artifact_bytes_total", Help: "Artifact bytes accepted from agents."}),
@@ -219,7 +264,7 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.m.anomalies, m.m.dropped, m.m.unrouted, m.m.coalesced, m.m.captures, m.m.uploadBytes, m.m.agents} {
+		for _, c := range []prometheus.Collector{m.m.anomalies, m.m.dropped, m.m.unrouted, m.m.unregistered, m.m.coalesced, m.m.captures, m.m.uploadBytes, m.m.agents} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register capture metrics: %w", err)
 			}
@@ -289,20 +334,27 @@ func (m *Manager) resetTimer(t *time.Timer) {
 // target is a process an anomalous span maps to.
 type target struct {
 	agent *agent
-	proc  Process
+	proc  agentapi.Process
 }
 
-// resolve maps a span to the processes that served it, using its resource
-// attributes in order of precision: service.instance.id; host.name with
-// process.pid; process.pid alone when only one agent has it; service.name
-// (restricted to host.name when present).
-func (m *Manager) resolve(s *model.Span) []target {
+// resolve maps a span to the processes that served it. Only processes an
+// agent registered under the span's service.name are candidates: a span's
+// attributes choose among them, never beyond them, so that whoever can send
+// spans cannot have an arbitrary process profiled. In order of precision:
+// service.instance.id; process.pid with host.name; process.pid alone;
+// service.name (every replica, at most MaxTargets), restricted to host.name
+// when present. A span that names a process.pid no agent registered for its
+// service resolves to nothing and unregistered is true.
+func (m *Manager) resolve(s *model.Span) (targets []target, unregistered bool) {
 	str := func(k string) string {
 		v, ok := s.ResourceAttr(k)
 		if !ok {
 			return ""
 		}
 		return v.String()
+	}
+	if s.Service == "" {
+		return nil, false
 	}
 	inst, host := str(model.AttrServiceInstanceID), str(model.AttrHostName)
 	var pid int64
@@ -317,35 +369,43 @@ func (m *Manager) resolve(s *model.Span) []target {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	match := func(ok func(a *agent, p Process) bool, limit int) []target {
+	// The service's registered processes, in a stable order.
+	var registered []target
+	for _, id := range ids {
+		a := m.agents[id]
+		if host != "" && a.Host != host {
+			continue
+		}
+		for _, p := range a.Processes {
+			if p.Service == s.Service {
+				registered = append(registered, target{a, p})
+			}
+		}
+	}
+	pick := func(ok func(p agentapi.Process) bool, limit int) []target {
 		var out []target
-		for _, id := range ids {
-			a := m.agents[id]
-			for _, p := range a.Processes {
-				if ok(a, p) {
-					out = append(out, target{a, p})
-					if len(out) == limit {
-						return out
-					}
+		for _, t := range registered {
+			if ok(t.proc) {
+				out = append(out, t)
+				if len(out) == limit {
+					break
 				}
 			}
 		}
 		return out
 	}
 	if inst != "" {
-		if t := match(func(_ *agent, p Process) bool { return p.InstanceID == inst }, 1); len(t) > 0 {
-			return t
+		if t := pick(func(p agentapi.Process) bool { return p.InstanceID == inst }, 1); len(t) > 0 {
+			return t, false
 		}
 	}
 	if pid != 0 {
-		t := match(func(a *agent, p Process) bool { return p.PID == pid && (host == "" || a.Host == host) }, 2)
-		if len(t) == 1 {
-			return t
-		}
+		// One pid on several hosts (no host.name to tell them apart): each
+		// of them served the service, so each is captured.
+		t := pick(func(p agentapi.Process) bool { return p.PID == pid }, m.cfg.MaxTargets)
+		return t, len(t) == 0
 	}
-	return match(func(a *agent, p Process) bool {
-		return p.Service == s.Service && (host == "" || a.Host == host)
-	}, m.cfg.MaxTargets)
+	return pick(func(agentapi.Process) bool { return true }, m.cfg.MaxTargets), false
 }
 
 // route folds an anomalous span into a pending or in-flight capture of its
@@ -353,7 +413,13 @@ func (m *Manager) resolve(s *model.Span) []target {
 func (m *Manager) route(s *model.Span) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	targets := m.resolve(s)
+	targets, unregistered := m.resolve(s)
+	if unregistered {
+		m.m.unregistered.WithLabelValues().Inc()
+		m.logger.Debug("anomalous span names a process not registered for its service: no capture",
+			"service", s.Service, "trace", s.TraceID.String(), "span", s.SpanID.String())
+		return
+	}
 	if len(targets) == 0 {
 		m.m.unrouted.WithLabelValues().Inc()
 		return
@@ -368,7 +434,7 @@ func (m *Manager) route(s *model.Span) {
 		}
 		c := &Capture{
 			ID: newID(), AgentID: t.agent.AgentID, Host: t.agent.Host, PID: t.proc.PID,
-			Service: s.Service, Start: start, End: end, Kinds: m.kindsFor(t),
+			Service: t.proc.Service, Start: start, End: end, Kinds: m.kindsFor(t),
 			Spans: []store.SpanRef{ref}, State: StatePending, Created: m.now(),
 			Artifacts: []string{},
 		}
@@ -488,20 +554,18 @@ func (m *Manager) fireDue(ctx context.Context) {
 		}
 		c.State = StateRequested
 		c.Requested = now
-		req := DumpRequest{CaptureID: c.ID, PID: c.PID, Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left, UploadURL: m.uploadURL}
+		req := agentapi.DumpRequest{CaptureID: c.ID, AgentID: c.AgentID, PID: c.PID, Service: c.Service,
+			Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left, UploadURL: m.uploadURL}
 		for _, r := range c.Spans {
-			req.Spans = append(req.Spans, SpanRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String()})
+			req.Spans = append(req.Spans, agentapi.SpanRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String()})
 		}
-		url := ""
-		if a := m.agents[c.AgentID]; a != nil {
-			url = a.DumpURL
-		}
-		if url == "" {
+		a := m.agents[c.AgentID]
+		if a == nil {
 			m.finishLocked(c, StateFailed, "agent is gone")
 			continue
 		}
 		m.wg.Add(1)
-		go m.send(ctx, c.ID, url, req)
+		go m.send(ctx, c.ID, a.client, req)
 	}
 	m.mu.Unlock()
 }
@@ -554,7 +618,7 @@ func (m *Manager) nextSlotLocked(key procKey, now time.Time) time.Time {
 const captureBurst = 3
 
 // send posts a dump request; on failure the capture fails with the reason.
-func (m *Manager) send(ctx context.Context, id, url string, req DumpRequest) {
+func (m *Manager) send(ctx context.Context, id string, client *agentapi.AgentClient, req agentapi.DumpRequest) {
 	defer m.wg.Done()
 	select {
 	case m.sem <- struct{}{}:
@@ -563,25 +627,12 @@ func (m *Manager) send(ctx context.Context, id, url string, req DumpRequest) {
 		return
 	}
 	defer func() { <-m.sem }()
-	body, _ := json.Marshal(req)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		m.fail(id, fmt.Sprintf("bad dump url %q: %v", url, err))
-		return
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	if m.cfg.AuthToken != "" {
-		hr.Header.Set("Authorization", "Bearer "+m.cfg.AuthToken)
-	}
-	resp, err := m.client.Do(hr)
-	if err != nil {
-		m.fail(id, fmt.Sprintf("dump request to agent failed: %v", err))
-		return
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode/100 != 2 {
-		m.fail(id, fmt.Sprintf("agent answered %s: %s", resp.Status, bytes.TrimSpace(msg)))
+	if _, err := client.Dump(ctx, req); err != nil {
+		if agentapi.StatusOf(err) != 0 {
+			m.fail(id, err.Error())
+		} else {
+			m.fail(id, fmt.Sprintf("dump request to agent failed: %v", err))
+		}
 	}
 }
 
@@ -601,6 +652,14 @@ func (m *Manager) finishLocked(c *Capture, state, reason string) {
 	if reason != "" && state != StateComplete {
 		m.logger.Info("capture ended", "capture", c.ID, "state", state, "pid", c.PID, "host", c.Host, "reason", reason)
 	}
+	if state == StateComplete || state == StatePartial {
+		cp := *c
+		cp.Spans = append([]store.SpanRef(nil), c.Spans...)
+		cp.Artifacts = append([]string{}, c.Artifacts...)
+		for _, f := range m.onFinished {
+			go f(cp)
+		}
+	}
 	m.finished = append(m.finished, c.ID)
 	if len(m.finished) > maxFinished {
 		delete(m.captures, m.finished[0])
@@ -617,6 +676,7 @@ func (m *Manager) expire() {
 	for id, a := range m.agents {
 		if now.Sub(a.lastSeen) > 3*m.cfg.Heartbeat {
 			m.logger.Warn("agent expired (no heartbeat)", "agent", id, "host", a.Host)
+			a.client.CloseIdleConnections()
 			delete(m.agents, id)
 		}
 	}
@@ -673,9 +733,9 @@ func (m *Manager) SetUploadURL(base string) { m.uploadURL = base }
 // Mirror makes the Manager call fn after every registration, heartbeat
 // (gone false) and deregistration (gone true) it serves. fn MUST NOT block
 // for long. Call it before serving.
-func (m *Manager) Mirror(fn func(reg Registration, gone bool)) { m.mirror = fn }
+func (m *Manager) Mirror(fn func(reg agentapi.Registration, gone bool)) { m.mirror = fn }
 
-func (m *Manager) mirrored(reg Registration, gone bool) {
+func (m *Manager) mirrored(reg agentapi.Registration, gone bool) {
 	if m.mirror != nil {
 		m.mirror(reg, gone)
 	}
@@ -684,22 +744,37 @@ func (m *Manager) mirrored(reg Registration, gone bool) {
 // ApplyAgent applies a registration or heartbeat another process served,
 // seen at the time given (an agent silent since then for three heartbeats
 // is not added, or is expired as usual).
-func (m *Manager) ApplyAgent(reg Registration, seen time.Time) {
-	if reg.AgentID == "" || validateRegistration(reg) != nil || m.now().Sub(seen) > 3*m.cfg.Heartbeat {
+func (m *Manager) ApplyAgent(reg agentapi.Registration, seen time.Time) {
+	if reg.AgentID == "" || m.now().Sub(seen) > 3*m.cfg.Heartbeat {
+		return
+	}
+	client, err := m.validateRegistration(reg)
+	if err != nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if a, ok := m.agents[reg.AgentID]; ok && a.lastSeen.After(seen) {
+	a, ok := m.agents[reg.AgentID]
+	switch {
+	case ok && a.lastSeen.After(seen):
+		client.CloseIdleConnections()
 		return
+	case ok && a.DumpURL == reg.DumpURL:
+		client.CloseIdleConnections()
+		client = a.client // keeps its connections
+	case ok:
+		a.client.CloseIdleConnections()
 	}
-	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: seen}
+	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: seen, client: client}
 }
 
 // RemoveAgent applies a deregistration another process served.
 func (m *Manager) RemoveAgent(id string) {
 	m.mu.Lock()
-	delete(m.agents, id)
+	if a := m.agents[id]; a != nil {
+		a.client.CloseIdleConnections()
+		delete(m.agents, id)
+	}
 	m.mu.Unlock()
 }
 
@@ -722,10 +797,10 @@ func (m *Manager) Captures(limit int) []Capture {
 }
 
 // Agents returns the registered agents sorted by id.
-func (m *Manager) Agents() []Registration {
+func (m *Manager) Agents() []agentapi.Registration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]Registration, 0, len(m.agents))
+	out := make([]agentapi.Registration, 0, len(m.agents))
 	for _, a := range m.agents {
 		out = append(out, a.Registration)
 	}

@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store/storetest"
 )
@@ -30,7 +33,7 @@ type testAgent struct {
 	size     int
 	status   int // HTTP status for dump requests; 0 → 202
 	mu       sync.Mutex
-	requests []DumpRequest
+	requests []agentapi.DumpRequest
 	uploads  []int // HTTP status of each upload
 }
 
@@ -49,7 +52,7 @@ func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no token", http.StatusUnauthorized)
 		return
 	}
-	var req DumpRequest
+	var req agentapi.DumpRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -63,15 +66,19 @@ func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
+	server := a.server
+	if req.UploadURL != "" {
+		server = req.UploadURL
+	}
 	go func() {
 		for _, k := range req.Kinds {
-			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", a.server, req.CaptureID, k, k)
+			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", server, req.CaptureID, k, k)
 			code := a.post(u, "application/octet-stream", bytes.Repeat([]byte{'x'}, size))
 			a.mu.Lock()
 			a.uploads = append(a.uploads, code)
 			a.mu.Unlock()
 		}
-		a.post(a.server+"/api/v1/captures/"+req.CaptureID+"/complete", "application/json", []byte(`{"status":"complete"}`))
+		a.post(server+"/api/v1/captures/"+req.CaptureID+"/complete", "application/json", []byte(`{"status":"complete"}`))
 	}()
 }
 
@@ -90,9 +97,9 @@ func (a *testAgent) post(u, ct string, body []byte) int {
 	return resp.StatusCode
 }
 
-func (a *testAgent) register(t *testing.T, procs ...Process) string {
+func (a *testAgent) register(t *testing.T, procs ...agentapi.Process) string {
 	t.Helper()
-	b, _ := json.Marshal(Registration{Host: "node-1", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"}, Processes: procs})
+	b, _ := json.Marshal(agentapi.Registration{Host: "node-1", DumpURL: a.srv.URL + "/api/v1/dump", Kinds: []string{"cpu"}, Processes: procs})
 	req, _ := http.NewRequest(http.MethodPost, a.server+"/api/v1/agents", bytes.NewReader(b))
 	req.Header.Set("Content-Type", "application/json")
 	if a.token != "" {
@@ -103,7 +110,7 @@ func (a *testAgent) register(t *testing.T, procs ...Process) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var rep RegistrationReply
+	var rep agentapi.RegistrationReply
 	if resp.StatusCode != 200 {
 		t.Fatalf("register: %s", resp.Status)
 	}
@@ -111,19 +118,26 @@ func (a *testAgent) register(t *testing.T, procs ...Process) string {
 	return rep.AgentID
 }
 
-func (a *testAgent) dumps() []DumpRequest {
+func (a *testAgent) dumps() []agentapi.DumpRequest {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]DumpRequest(nil), a.requests...)
+	return append([]agentapi.DumpRequest(nil), a.requests...)
 }
 
 type fixture struct {
 	m    *Manager
 	arts *storetest.MemArtifacts
 	url  string
+	reg  *prometheus.Registry
 }
 
 func newFixture(t *testing.T, mod func(*Config)) *fixture {
+	t.Helper()
+	return newFixtureWith(t, mod, nil)
+}
+
+// newFixtureWith calls setup with the Manager and its URL before it runs.
+func newFixtureWith(t *testing.T, mod func(*Config), setup func(m *Manager, url string)) *fixture {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 50*time.Millisecond
@@ -132,16 +146,20 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 		mod(&cfg)
 	}
 	arts := &storetest.MemArtifacts{}
-	m, err := New(cfg, arts, nil, nil)
+	reg := prometheus.NewRegistry()
+	m, err := New(cfg, arts, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(m.Handler())
+	if setup != nil {
+		setup(m, srv.URL)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = m.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done; srv.Close() })
-	return &fixture{m: m, arts: arts, url: srv.URL}
+	return &fixture{m: m, arts: arts, url: srv.URL, reg: reg}
 }
 
 // waitComplete waits until every capture is complete.
@@ -183,7 +201,7 @@ func TestRateLimits(t *testing.T) {
 	t.Run("min interval", func(t *testing.T) {
 		f := newFixture(t, func(c *Config) { c.MinInterval = 400 * time.Millisecond })
 		ag := newTestAgent(t, f.url, "", 100)
-		ag.register(t, Process{PID: 42, Service: "checkout"})
+		ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
 		t0 := time.Now().Add(-time.Minute)
 		f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, t0, 100*time.Millisecond)})
 		waitUntil(t, "the first dump", func() bool { return len(ag.dumps()) == 1 })
@@ -212,7 +230,7 @@ func TestRateLimits(t *testing.T) {
 	t.Run("max per minute", func(t *testing.T) {
 		f := newFixture(t, func(c *Config) { c.MaxPerMinute, c.MaxWindow = 1, 2*time.Second })
 		ag := newTestAgent(t, f.url, "", 100)
-		ag.register(t, Process{PID: 42, Service: "checkout"}, Process{PID: 43, Service: "cart"})
+		ag.register(t, agentapi.Process{PID: 42, Service: "checkout"}, agentapi.Process{PID: 43, Service: "cart"})
 		t0 := time.Now().Add(-time.Second)
 		f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, t0, 100*time.Millisecond), anomalous("cart", 2, t0, 100*time.Millisecond)})
 		waitUntil(t, "one complete and one skipped capture", func() bool {
@@ -232,11 +250,11 @@ func TestRateLimits(t *testing.T) {
 		// 60 a minute: at most 3 within any 3 s.
 		f := newFixture(t, func(c *Config) { c.MaxPerMinute = 60 })
 		ag := newTestAgent(t, f.url, "", 100)
-		var procs []Process
+		var procs []agentapi.Process
 		var spans []*model.Span
 		t0 := time.Now().Add(-time.Second)
 		for i := range 5 {
-			procs = append(procs, Process{PID: int64(40 + i), Service: fmt.Sprint("svc", i)})
+			procs = append(procs, agentapi.Process{PID: int64(40 + i), Service: fmt.Sprint("svc", i)})
 			spans = append(spans, anomalous(fmt.Sprint("svc", i), byte(i+1), t0, 100*time.Millisecond))
 		}
 		ag.register(t, procs...)
@@ -266,7 +284,7 @@ func TestRateLimits(t *testing.T) {
 func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
 	f := newFixture(t, nil)
 	ag := newTestAgent(t, f.url, "", 100)
-	ag.register(t, Process{PID: 42, Service: "checkout"})
+	ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
 	now := time.Now().Add(-time.Minute)
 	f.m.OnCommitted([]*model.Span{
 		anomalous("checkout", 1, now, 100*time.Millisecond),
@@ -277,7 +295,7 @@ func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
 	waitUntil(t, "two dump requests", func() bool { return len(ag.dumps()) == 2 })
 	f.waitComplete(t)
 	reqs := ag.dumps()
-	byLen := map[int]DumpRequest{}
+	byLen := map[int]agentapi.DumpRequest{}
 	for _, r := range reqs {
 		byLen[len(r.Spans)] = r
 	}
@@ -303,41 +321,101 @@ func TestCoalescesOverlappingWindowsAndLinksArtifacts(t *testing.T) {
 	}
 }
 
+// TestRouting: a span's resource attributes choose among the processes
+// registered for its service, most precise first, and never beyond them: a
+// span that names a pid not registered for its service (another service's
+// process, or a process no agent registered) resolves to nothing.
 func TestRouting(t *testing.T) {
 	f := newFixture(t, nil)
 	ag := newTestAgent(t, f.url, "", 10)
-	ag.register(t, Process{PID: 7, Service: "a", InstanceID: "a-1"}, Process{PID: 8, Service: "a", InstanceID: "a-2"}, Process{PID: 9, Service: "b"})
+	ag.register(t, agentapi.Process{PID: 7, Service: "a", InstanceID: "a-1"}, agentapi.Process{PID: 8, Service: "a", InstanceID: "a-2"}, agentapi.Process{PID: 9, Service: "b"})
 	base := time.Now().Add(-time.Minute)
 	for _, tc := range []struct {
-		name string
-		span *model.Span
-		want []int64
+		name         string
+		span         *model.Span
+		want         []int64
+		unregistered bool
 	}{
-		{"instance id", anomalous("a", 1, base, time.Millisecond, model.String("service.instance.id", "a-2")), []int64{8}},
-		{"host and pid", anomalous("b", 2, base.Add(10*time.Second), time.Millisecond, model.String("host.name", "node-1"), model.Int("process.pid", 9)), []int64{9}},
-		{"service only: every replica", anomalous("a", 3, base.Add(20*time.Second), time.Millisecond), []int64{7, 8}},
-		{"other host", anomalous("a", 4, base.Add(30*time.Second), time.Millisecond, model.String("host.name", "node-2")), nil},
-		{"unknown service", anomalous("zzz", 5, base.Add(40*time.Second), time.Millisecond), nil},
+		{name: "instance id", span: anomalous("a", 1, base, time.Millisecond, model.String("service.instance.id", "a-2")), want: []int64{8}},
+		{name: "host and pid", span: anomalous("b", 2, base.Add(10*time.Second), time.Millisecond, model.String("host.name", "node-1"), model.Int("process.pid", 9)), want: []int64{9}},
+		{name: "pid alone", span: anomalous("a", 2, base.Add(10*time.Second), time.Millisecond, model.Int("process.pid", 7)), want: []int64{7}},
+		{name: "pid as a string", span: anomalous("a", 2, base.Add(10*time.Second), time.Millisecond, model.String("process.pid", "8")), want: []int64{8}},
+		{name: "service only: every replica", span: anomalous("a", 3, base.Add(20*time.Second), time.Millisecond), want: []int64{7, 8}},
+		{name: "unknown instance id falls back to the service", span: anomalous("a", 3, base, time.Millisecond, model.String("service.instance.id", "zzz")), want: []int64{7, 8}},
+		{name: "other host", span: anomalous("a", 4, base.Add(30*time.Second), time.Millisecond, model.String("host.name", "node-2")), want: nil},
+		{name: "unknown service", span: anomalous("zzz", 5, base.Add(40*time.Second), time.Millisecond), want: nil},
+		{name: "registered service, unregistered pid", span: anomalous("a", 6, base, time.Millisecond, model.Int("process.pid", 4242)), unregistered: true},
+		{name: "registered service, another service's pid", span: anomalous("a", 6, base, time.Millisecond, model.Int("process.pid", 9)), unregistered: true},
+		{name: "registered service, another service's pid on its host", span: anomalous("a", 6, base, time.Millisecond, model.String("host.name", "node-1"), model.Int("process.pid", 9)), unregistered: true},
+		{name: "unregistered service, registered pid", span: anomalous("victim", 7, base, time.Millisecond, model.Int("process.pid", 7)), unregistered: true},
+		{name: "another service's instance id", span: anomalous("b", 8, base, time.Millisecond, model.String("service.instance.id", "a-1"), model.Int("process.pid", 7)), unregistered: true},
+		{name: "empty service does not match processes without one", span: anomalous("", 9, base, time.Millisecond), want: nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f.m.mu.Lock()
-			got := f.m.resolve(tc.span)
+			got, unregistered := f.m.resolve(tc.span)
 			f.m.mu.Unlock()
 			var pids []int64
 			for _, g := range got {
 				pids = append(pids, g.proc.PID)
 			}
-			if fmt.Sprint(pids) != fmt.Sprint(tc.want) {
-				t.Fatalf("targets = %v, want %v", pids, tc.want)
+			if fmt.Sprint(pids) != fmt.Sprint(tc.want) || unregistered != tc.unregistered {
+				t.Fatalf("targets = %v (unregistered %v), want %v (%v)", pids, unregistered, tc.want, tc.unregistered)
 			}
 		})
 	}
 }
 
+// TestForgedSpansTriggerNoDump: anomalous spans that name a process not
+// registered for their service reach no agent and are counted; the
+// legitimate anomaly after them is captured, and its dump request names the
+// registration and service it was resolved to.
+func TestForgedSpansTriggerNoDump(t *testing.T) {
+	f := newFixture(t, nil)
+	m := f.m
+	ag := newTestAgent(t, f.url, "", 10)
+	id := ag.register(t, agentapi.Process{PID: 4242, Service: "victim"}, agentapi.Process{PID: 77, Service: "bystander"})
+	base := time.Now().Add(-time.Minute)
+	m.OnCommitted([]*model.Span{
+		anomalous("victim", 1, base, time.Millisecond, model.Int("process.pid", 1)),
+		anomalous("victim", 2, base, time.Millisecond, model.Int("process.pid", 77)),
+		anomalous("intruder", 3, base, time.Millisecond, model.Int("process.pid", 4242)),
+		anomalous("bystander", 4, base, time.Millisecond, model.String("host.name", "node-1"), model.Int("process.pid", 4242)),
+	})
+	m.OnCommitted([]*model.Span{anomalous("victim", 5, base, time.Millisecond, model.Int("process.pid", 4242))})
+	waitUntil(t, "the legitimate capture", func() bool { c := m.Captures(0); return len(c) == 1 && c[0].State == StateComplete })
+	if c := m.Captures(0)[0]; c.PID != 4242 || c.SpanCount != 1 || c.Service != "victim" {
+		t.Fatalf("capture = %+v, want pid 4242 for the one legitimate span", c)
+	}
+	d := ag.dumps()
+	if len(d) != 1 || d[0].PID != 4242 || d[0].AgentID != id || d[0].Service != "victim" || len(d[0].Spans) != 1 || d[0].Spans[0].TraceID[:2] != "05" {
+		t.Fatalf("dump requests = %+v, want one for pid 4242 of agent %s (service victim, trace 05…)", d, id)
+	}
+	if got := counter(t, f.reg, "rootline_capture_unregistered_pid_total"); got != 4 {
+		t.Errorf("rootline_capture_unregistered_pid_total = %v, want 4", got)
+	}
+}
+
+// counter returns the value of an unlabelled counter of reg.
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
+}
+
 func TestBudgetBoundsBytesPerProcess(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.BudgetBytesPerMinute = 1000 })
 	ag := newTestAgent(t, f.url, "", 600)
-	ag.register(t, Process{PID: 5, Service: "s"})
+	ag.register(t, agentapi.Process{PID: 5, Service: "s"})
 	base := time.Now().Add(-time.Minute)
 	f.m.OnCommitted([]*model.Span{anomalous("s", 1, base, time.Millisecond)})
 	waitUntil(t, "first capture", func() bool { c := f.m.Captures(0); return len(c) == 1 && c[0].State == StateComplete })
@@ -378,7 +456,7 @@ func TestAgentErrorFailsCapture(t *testing.T) {
 	f := newFixture(t, nil)
 	ag := newTestAgent(t, f.url, "", 10)
 	ag.status = http.StatusServiceUnavailable
-	ag.register(t, Process{PID: 5, Service: "s"})
+	ag.register(t, agentapi.Process{PID: 5, Service: "s"})
 	f.m.OnCommitted([]*model.Span{anomalous("s", 1, time.Now().Add(-time.Second), time.Millisecond)})
 	waitUntil(t, "failed capture", func() bool { c := f.m.Captures(0); return len(c) == 1 && c[0].State == StateFailed })
 	if c := f.m.Captures(0)[0]; !strings.Contains(c.Error, "503") || !strings.Contains(c.Error, "profiler not running") {
@@ -433,9 +511,92 @@ func TestAPIErrorsAndAuth(t *testing.T) {
 func TestAgentExpiresWithoutHeartbeat(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Heartbeat = 10 * time.Millisecond })
 	ag := newTestAgent(t, f.url, "", 10)
-	ag.register(t, Process{PID: 5, Service: "s"})
+	ag.register(t, agentapi.Process{PID: 5, Service: "s"})
 	if len(f.m.Agents()) != 1 {
 		t.Fatal("agent not registered")
 	}
 	waitUntil(t, "agent expiry", func() bool { return len(f.m.Agents()) == 0 })
+}
+
+// TestOnFinished: a completed capture is handed to the hooks with its
+// artifacts and spans, once.
+func TestOnFinished(t *testing.T) {
+	f := newFixture(t, nil)
+	got := make(chan Capture, 4)
+	f.m.OnFinished(func(c Capture) { got <- c })
+	ag := newTestAgent(t, f.url, "", 100)
+	ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
+	f.m.OnCommitted([]*model.Span{anomalous("checkout", 1, time.Now().Add(-time.Minute), 100*time.Millisecond)})
+	var c Capture
+	select {
+	case c = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no finished capture")
+	}
+	if c.State != StateComplete || len(c.Artifacts) != 1 || len(c.Spans) != 1 || c.Spans[0].TraceID != (model.TraceID{1}) || c.PID != 42 {
+		t.Fatalf("finished capture %+v", c)
+	}
+	select {
+	case c2 := <-got:
+		t.Fatalf("a second call: %+v", c2)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestMirroredAgentsAndUploadURL: in a scale-out deployment the process an
+// agent registers with (an ingester) mirrors its registration, heartbeats
+// and deregistration to the others (Mirror → ApplyAgent, RemoveAgent), and
+// a detector's dump requests name the detector as the upload URL.
+func TestMirroredAgentsAndUploadURL(t *testing.T) {
+	det := newFixtureWith(t, nil, func(m *Manager, url string) { m.SetUploadURL(url) })
+	var mu sync.Mutex
+	var events []string
+	ing := newFixtureWith(t, nil, func(m *Manager, _ string) {
+		m.Mirror(func(reg agentapi.Registration, gone bool) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("%s gone=%v", reg.AgentID, gone))
+			mu.Unlock()
+			if gone {
+				det.m.RemoveAgent(reg.AgentID)
+			} else {
+				det.m.ApplyAgent(reg, time.Now())
+			}
+		})
+	})
+	// The agent registered with the ingester; like the real agent it
+	// uploads where the dump request tells it (DumpRequest.UploadURL).
+	ag := newTestAgent(t, ing.url, "", 100)
+	id := ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
+	if got := det.m.Agents(); len(got) != 1 || got[0].AgentID != id {
+		t.Fatalf("detector's agents = %+v, want the mirrored %s", got, id)
+	}
+	det.m.OnCommitted([]*model.Span{anomalous("checkout", 1, time.Now().Add(-time.Minute), 100*time.Millisecond)})
+	waitUntil(t, "the detector's capture to complete", func() bool {
+		cs := det.m.Captures(0)
+		return len(cs) == 1 && cs[0].State == StateComplete
+	})
+	if d := ag.dumps(); len(d) != 1 || d[0].UploadURL != det.url || d[0].AgentID != id {
+		t.Fatalf("dump requests = %+v, want one for agent %s uploading to %s", d, id, det.url)
+	}
+	if cs := det.m.Captures(0); len(cs) != 1 || len(cs[0].Artifacts) != 1 {
+		t.Fatalf("detector's captures = %+v", cs)
+	}
+	if len(ing.m.Captures(0)) != 0 {
+		t.Errorf("the ingester holds captures: %+v", ing.m.Captures(0))
+	}
+
+	req, _ := http.NewRequest(http.MethodDelete, ing.url+"/api/v1/agents/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || len(det.m.Agents()) != 0 || len(ing.m.Agents()) != 0 {
+		t.Fatalf("deregister = %d; agents left: detector %+v, ingester %+v", resp.StatusCode, det.m.Agents(), ing.m.Agents())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{id + " gone=false", id + " gone=true"}; !slices.Equal(events, want) {
+		t.Errorf("mirrored %q, want %q", events, want)
+	}
 }

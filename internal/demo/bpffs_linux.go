@@ -3,7 +3,7 @@ package demo
 import (
 	"errors"
 
-	"github.com/rootline/rootline/internal/rbinder/datapath"
+	"github.com/rootline/rootline/internal/run/datapath"
 )
 
 // ShareDatapath mounts the BPF file system where the `rootline run`s of the

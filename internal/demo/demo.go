@@ -7,6 +7,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/mesh"
 	"github.com/rootline/rootline/internal/server"
 	"github.com/rootline/rootline/web"
@@ -53,6 +54,7 @@ type Summary struct {
 	Anomalies      int            `json:"anomalies"`
 	ByService      map[string]int `json:"anomaliesByService"`
 	Verdict        string         `json:"verdict"`
+	Cause          string         `json:"cause"`
 	Injected       string         `json:"injected"`
 	Correct        bool           `json:"correct"`
 	ExampleTraceID string         `json:"exampleTraceId,omitempty"`
@@ -196,6 +198,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 	defer conn.Close()
 	client := ptraceotlp.NewGRPCClient(conn)
 	rng := rand.New(rand.NewPCG(1, 2))
+	// Every trace starts after sentFrom: each batch ends now, n × 50 ms long.
+	sentFrom := time.Now().Add(-time.Duration(o.Traces+o.SlowTraces)*50*time.Millisecond - time.Second)
 	send := func(n int, slow string) error {
 		start := time.Now().Add(-time.Duration(n) * 50 * time.Millisecond)
 		for i := 0; i < n; i += 50 {
@@ -234,16 +238,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 	for _, a := range anomalies {
 		sum.ByService[a.Service]++
 	}
-	// Verdict: the service with anomalous spans whose own time grew most is
-	// the deepest anomalous service on the anomalous traces' paths; callers
-	// are anomalous only because they wait for it.
-	sum.Verdict = verdict(anomalies, sum.ByService)
-	for _, a := range anomalies {
-		if a.Service == sum.Verdict {
-			sum.ExampleTraceID = a.TraceID
-			break
-		}
+	// Verdict: the service whose own time per trace grew most between the
+	// normal and the slow traces, as any caller of the analysis gets it.
+	v, err := analysis.Diagnose(ctx, NewAPISource(api, ""), sentFrom, time.Now())
+	if err != nil {
+		return sum, err
 	}
+	sum.Verdict, sum.Cause, sum.ExampleTraceID = cmp.Or(v.Service, analysis.CauseNone), v.Cause, v.ExampleTraceID
 	sum.Correct = sum.Verdict == o.SlowService
 
 	fmt.Fprintf(out, "\nWhat Rootline found\n")
@@ -257,7 +258,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 		fmt.Fprintf(out, "    %-9s %-22s %8.1f ms  (baseline %.1f ms, ×%.1f)  trace %s\n", a.Service, a.Operation,
 			float64(a.DurationNs)/1e6, float64(a.BaselineNs)/1e6, float64(a.DurationNs)/float64(max(a.BaselineNs, 1)), a.TraceID)
 	}
-	fmt.Fprintf(out, "  verdict: the slowdown starts in %q\n", sum.Verdict)
+	for _, e := range v.Evidence {
+		fmt.Fprintf(out, "    · %s\n", e)
+	}
+	fmt.Fprintf(out, "  verdict: the slowdown starts in %q, cause %s (confidence %.2f)\n", sum.Verdict, v.Cause, v.Confidence)
 	fmt.Fprintf(out, "  evidence: this scenario runs no agent, so no profiles were captured (see `rootline agent --help`)\n")
 	if sum.ExampleTraceID != "" {
 		fmt.Fprintf(out, "  see it: %s/#/trace/%s (UI) or %s/api/traces/%s (API)\n", api, sum.ExampleTraceID, api, sum.ExampleTraceID)
@@ -322,22 +326,6 @@ type anomalyRow struct {
 	} `json:"artifacts"`
 }
 
-// verdict names the deepest service with anomalies: a service whose anomalous
-// spans are not explained by an anomalous callee below it.
-func verdict(anoms []anomalyRow, by map[string]int) string {
-	if len(anoms) == 0 {
-		return "none"
-	}
-	var names []string
-	for s := range by {
-		names = append(names, s)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		return depth[names[i]] > depth[names[j]] || (depth[names[i]] == depth[names[j]] && names[i] < names[j])
-	})
-	return names[0]
-}
-
 // shop is the demo's topology: service → (operation, callees, mean ms).
 var shop = map[string]struct {
 	op      string
@@ -349,9 +337,6 @@ var shop = map[string]struct {
 	"payment":  {"POST /charge", []string{"db"}, 8},
 	"db":       {"SELECT orders", nil, 3},
 }
-
-// depth of each service in the call tree (callees are deeper).
-var depth = map[string]int{"frontend": 0, "cart": 1, "payment": 1, "db": 2}
 
 // addTrace appends one trace's spans to td, returns the span count. Each
 // service span lasts its own work plus its callees (called in sequence).

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
 )
@@ -44,17 +45,17 @@ type MeshOptions struct {
 
 // FaultResult is what the demo found about one injected fault.
 type FaultResult struct {
-	Injected  string         `json:"injected"`
-	Service   string         `json:"service"`
-	From      time.Time      `json:"from"`
-	To        time.Time      `json:"to"`
-	Anomalies int            `json:"anomalies"`
-	ByService map[string]int `json:"anomaliesByService"`
-	Verdict   Verdict        `json:"verdict"`
-	Evidence  map[string]int `json:"evidenceArtifacts"`
-	Load      LoadSummary    `json:"load"`
-	Correct   bool           `json:"correct"`
-	Error     string         `json:"error,omitempty"`
+	Injected  string           `json:"injected"`
+	Service   string           `json:"service"`
+	From      time.Time        `json:"from"`
+	To        time.Time        `json:"to"`
+	Anomalies int              `json:"anomalies"`
+	ByService map[string]int   `json:"anomaliesByService"`
+	Verdict   analysis.Verdict `json:"verdict"`
+	Evidence  map[string]int   `json:"evidenceArtifacts"`
+	Load      LoadSummary      `json:"load"`
+	Correct   bool             `json:"correct"`
+	Error     string           `json:"error,omitempty"`
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -82,9 +83,11 @@ type MeshSummary struct {
 }
 
 func summarize(r loadgen.PhaseResult) LoadSummary {
-	msf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	return LoadSummary{Rate: r.Rate, Sent: r.Sent, Errors: r.Errors, P50Ms: msf(r.P50()), P95Ms: msf(r.P95()), P99Ms: msf(r.P99())}
+	return LoadSummary{Rate: r.Rate, Sent: r.Sent, Errors: r.Errors, P50Ms: msOf(r.P50()), P95Ms: msOf(r.P95()), P99Ms: msOf(r.P99())}
 }
+
+// msOf is d in milliseconds, to the microsecond.
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // RunMesh runs the mesh scenario: server, agent, the topology's services
 // (each under `rootline run` and with an Envoy sidecar when available), load
@@ -244,7 +247,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 				return
 			}
 			fmt.Fprintf(out, "  %-22s %3.0fs  target %4.0f/s  done %5.1f/s  p50 %6.1f ms  p99 %7.1f ms  errors %d  anomalies %d\n",
-				label, p.Elapsed.Seconds(), p.Target, p.Rate, ms(float64(p.P50)), ms(float64(p.P99)), p.Errors, anomalies.get())
+				label, p.Elapsed.Seconds(), p.Target, p.Rate, msOf(p.P50), msOf(p.P99), p.Errors, anomalies.get())
 		}
 	}
 	stopCount := anomalies.poll(ctx)
@@ -381,7 +384,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		}
 	}
 	fr.Anomalies = len(anoms)
-	v, err := Diagnose(ctx, api, token, fr.From, fr.To)
+	v, err := analysis.Diagnose(ctx, NewAPISource(api, token), fr.From, fr.To)
 	if err != nil {
 		fr.Error = err.Error()
 	}
@@ -550,7 +553,9 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (stri
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--discover=false", "--auth.token-file", tokenFile)
+	// The pods and the server reach the agent over TCP with the token: no
+	// unix socket, which would clash with a node's own agent's.
+	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--socket=", "--discover=false", "--auth.token-file", tokenFile)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	// The thread that forks the agent stays until the agent ends: its end

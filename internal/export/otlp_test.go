@@ -69,7 +69,7 @@ func TestAppendOTLPMatchesPdata(t *testing.T) {
 }
 
 // BenchmarkShipEncode: a second of `rootline run`'s spans (100 SERVER spans
-// as rbinder makes them) encoded for OTLP/HTTP.
+// as internal/run makes them) encoded for OTLP/HTTP.
 func BenchmarkShipEncode(b *testing.B) {
 	res := []model.KeyValue{model.String(model.AttrServiceName, "checkout"), model.Int(model.AttrProcessPID, 4242),
 		model.String("telemetry.sdk.name", "rootline-run"), model.String(model.AttrHostName, "node-1"),

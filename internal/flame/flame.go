@@ -60,13 +60,30 @@ type Stats struct {
 // FromPprof parses a pprof profile (gzipped or not) and builds the flame
 // graph of the samples f keeps. The root is named "root".
 func FromPprof(data []byte, f Filter) (*Node, Stats, error) {
+	p, err := Parse(data)
+	if err != nil {
+		return nil, Stats{}, err
+	}
+	return FromProfile(p, f)
+}
+
+// Parse parses a pprof profile, gzipped or not. A caller that builds several
+// trees of one profile (one per request's threads and window) parses it once.
+func Parse(data []byte) (*profile.Profile, error) {
 	if len(data) == 0 {
-		return nil, Stats{}, errors.New("flame: empty profile")
+		return nil, errors.New("flame: empty profile")
 	}
 	p, err := profile.ParseData(data)
 	if err != nil {
-		return nil, Stats{}, fmt.Errorf("flame: parse pprof: %w", err)
+		return nil, fmt.Errorf("flame: parse pprof: %w", err)
 	}
+	return p, nil
+}
+
+// FromProfile builds the flame graph of the samples of p that f keeps. It
+// does not modify p, so trees of one parsed profile may be built
+// concurrently.
+func FromProfile(p *profile.Profile, f Filter) (*Node, Stats, error) {
 	idx, err := sampleIndex(p, f.Type)
 	if err != nil {
 		return nil, Stats{}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/capture"
 )
 
@@ -53,7 +54,7 @@ func NewAgentLog(cfg Config, logger *slog.Logger) (*AgentLog, error) {
 // Publish sends a registration (gone false) or a deregistration without
 // waiting for it; a failure is logged (the agent's next heartbeat, every
 // few seconds, publishes it again).
-func (a *AgentLog) Publish(reg capture.Registration, gone bool) {
+func (a *AgentLog) Publish(reg agentapi.Registration, gone bool) {
 	r := &kgo.Record{Key: []byte(reg.AgentID), Timestamp: time.Now()}
 	if !gone {
 		r.Value, _ = json.Marshal(reg) // a Registration always marshals
@@ -82,7 +83,7 @@ func (a *AgentLog) Follow(ctx context.Context, m *capture.Manager) error {
 				m.RemoveAgent(string(r.Key))
 				return
 			}
-			var reg capture.Registration
+			var reg agentapi.Registration
 			if err := json.Unmarshal(r.Value, &reg); err != nil || reg.AgentID != string(r.Key) {
 				a.log.Warn("skipping a malformed agent registration", "offset", r.Offset)
 				return

@@ -19,7 +19,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // These tests load bpf/kmetrics.c and run real workloads in cgroups they
@@ -28,10 +29,10 @@ import (
 
 func newBPFManager(t *testing.T) *Manager {
 	t.Helper()
-	cputest.RequireBPF(t)
+	bpftest.RequireBPF(t)
 	k, err := LoadKernel()
 	if err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	m, err := New(k, Options{})
 	if err != nil {
@@ -53,12 +54,12 @@ func newCgroup(t *testing.T, cg Cgroups, v1 bool) Container {
 		root = cg.V1CPURoot
 	}
 	if root == "" {
-		cputest.Missing(t, fmt.Sprintf("no cgroup hierarchy (v1=%v) mounted", v1))
+		bpftest.Missing(t, fmt.Sprintf("no cgroup hierarchy (v1=%v) mounted", v1))
 	}
 	name := fmt.Sprintf("rootline-kmtest-%d-%d", os.Getpid(), cgroupSeq.Add(1))
 	dir := filepath.Join(root, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "create cgroup: "+err.Error())
+		bpftest.Missing(t, "create cgroup: "+err.Error())
 	}
 	t.Cleanup(func() {
 		for range 50 {
@@ -167,18 +168,13 @@ func schedstat(t *testing.T, pid int, field ...int) map[string]uint64 {
 	if len(field) > 0 {
 		f = field[0]
 	}
-	dirs, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(dirs) == 0 {
+	st, err := procfs.TaskSchedstats(pid)
+	if err != nil || len(st) == 0 {
 		t.Fatalf("schedstat of %d: %v", pid, err)
 	}
 	out := map[string]uint64{}
-	for _, p := range dirs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		v, _ := strconv.ParseUint(strings.Fields(string(b))[f], 10, 64)
-		out[p] = v
+	for tid, s := range st {
+		out[strconv.Itoa(tid)] = uint64([]time.Duration{s.Run, s.Wait}[f])
 	}
 	return out
 }
@@ -230,13 +226,13 @@ func TestBPFOnCPUMatchesSchedstat(t *testing.T) {
 			enable(t, m, c, 1, OnCPU, OffCPU)
 			ch := startChild(t, m.cg, c)
 			before := schedstat(t, ch.pid)
-			excl0 := cputest.ExcludedTime(t)
+			excl0 := bpftest.ExcludedTime(t)
 			base := series(t, m, c, OnCPU)
 			ch.do("burn 300")
 			time.Sleep(50 * time.Millisecond) // every thread is switched out: intervals closed
 			want := delta(before, schedstat(t, ch.pid))
 			got := series(t, m, c, OnCPU)
-			excl := cputest.ExcludedTime(t) - excl0
+			excl := bpftest.ExcludedTime(t) - excl0
 			bpf := got.Sum - base.Sum
 			t.Logf("on-CPU: BPF %d ns in %d intervals, schedstat %d ns (%.2f%%); irq+softirq+steal time on the host meanwhile %v",
 				bpf, got.Count-base.Count, want, 100*(float64(bpf)-float64(want))/float64(want), excl)
@@ -263,7 +259,7 @@ func TestBPFOnCPUMatchesSchedstat(t *testing.T) {
 func TestBPFRunqLatencyWithTwoHogsOnOneCPU(t *testing.T) {
 	m := newBPFManager(t)
 	if _, err := exec.LookPath("taskset"); err != nil {
-		cputest.Missing(t, "taskset not installed")
+		bpftest.Missing(t, "taskset not installed")
 	}
 	c := newCgroup(t, m.cg, false)
 	enable(t, m, c, 1, RunqLatency)
@@ -311,7 +307,7 @@ func testBPFDiskIO(t *testing.T, others int) {
 	dir := t.TempDir()
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil || st.Type == 0x01021994 /* tmpfs */ {
-		cputest.Missing(t, "the temp dir is not on a block device")
+		bpftest.Missing(t, "the temp dir is not on a block device")
 	}
 	c := newCgroup(t, m.cg, false)
 	enable(t, m, c, 1, DiskIOBytes, DiskIOLatency)
@@ -531,7 +527,7 @@ func TestBPFPageFaultsAndDNS(t *testing.T) {
 	enable(t, m, c, 1, PageFaultsUser, DNSLatency)
 	ln, err := net.ListenPacket("udp", "127.0.0.1:53")
 	if err != nil {
-		cputest.Missing(t, "cannot listen on 127.0.0.1:53: "+err.Error())
+		bpftest.Missing(t, "cannot listen on 127.0.0.1:53: "+err.Error())
 	}
 	defer ln.Close()
 	const delay = 30 * time.Millisecond

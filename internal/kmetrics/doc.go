@@ -1,7 +1,8 @@
 // Package kmetrics collects per-container kernel metrics with eBPF, after
-// ViperProbe (seed 004, §4, Table 2, Algorithm 1): log2 histograms and
-// counters keyed by (metric, container), switched on, off and sampled per
-// container and per metric at run time without reloading programs.
+// ViperProbe (Brown honors thesis, 2020, §4, Table 2, Algorithm 1): log2
+// histograms and counters keyed by (metric, container), switched on, off
+// and sampled per container and per metric at run time without reloading
+// programs.
 //
 // # Kernel side
 //

@@ -22,27 +22,22 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
+	"github.com/rootline/rootline/internal/bpftest"
 )
 
 // requireRoot skips (or fails under ROOTLINE_REQUIRE_BPF=1) without root.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		cputest.Missing(t, "pod mode needs root")
-	}
-	for _, c := range []string{"ip", "tc", "iptables-restore"} {
-		if _, err := exec.LookPath(c); err != nil {
-			cputest.Missing(t, c+" not installed (scripts/deps.sh)")
-		}
-	}
+	bpftest.RequireRoot(t, "pod mode")
+	bpftest.RequireTools(t, "ip", "tc", "iptables-restore")
 }
 
 func requireEnvoy(t *testing.T) string {
 	t.Helper()
+	bpftest.SkipShort(t, "Envoy")
 	bin, err := FindEnvoy()
 	if err != nil {
-		cputest.Missing(t, err.Error())
+		bpftest.Missing(t, err.Error())
 	}
 	return bin
 }

@@ -9,11 +9,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 )
 
 // Attribute keys Rootline sets on spans. They are part of the public contract
-// (DESIGN.md): stock Jaeger and Grafana filters find anomalous spans through them.
+// (docs/api.md): stock Jaeger and Grafana filters find anomalous spans through them.
 const (
 	AttrAnomaly     = "rootline.anomaly"
 	AttrBaselineMs  = "rootline.baseline_ms"
@@ -21,8 +22,9 @@ const (
 	AttrArtifactIDs = "rootline.artifact.ids"
 	AttrError       = "error"
 
-	// Mirage wait model (seed 003 §4): what a request waited on, in
-	// milliseconds, as `rootline run` measured it at this hop.
+	// Mirage wait model ("Request Reconstruction in MirageOS Unikernels",
+	// §4): what a request waited on, in milliseconds, as `rootline run`
+	// measured it at this hop.
 	AttrWaitLocalMs  = "rootline.wait.local_ms"  // run-queue wait of the servicing threads
 	AttrWaitNetMs    = "rootline.wait.net_ms"    // client time − downstream server time
 	AttrWaitRemoteMs = "rootline.wait.remote_ms" // largest wait reported from below this hop
@@ -31,6 +33,15 @@ const (
 	// these are the thread↔request records the kernel analysis joins on.
 	AttrThreadIDs = "rootline.thread.ids"
 	AttrThreadID  = "thread.id" // OpenTelemetry semantic convention
+	// AttrServerAddress is the host (and port) a CLIENT span called, as
+	// OpenTelemetry's semantic conventions name it: the callee when the
+	// callee left no span of its own.
+	AttrServerAddress = "server.address"
+	// AttrThreadIntervals says when a SERVER span's request was active on
+	// each of its threads ("tid:from-to,…", microseconds after the span's
+	// start; see FormatThreadIntervals): thread pools and event loops
+	// hand a request between threads, or serve several on one.
+	AttrThreadIntervals = "rootline.thread.intervals"
 
 	AttrServiceName       = "service.name"
 	AttrServiceInstanceID = "service.instance.id"
@@ -169,6 +180,29 @@ func (v Value) String() string {
 	return v.Str
 }
 
+// Number reads a numeric value whatever its producer chose to store it as: an
+// int, a float or a decimal string. ok is false for anything else, and for
+// NaN and infinities, which no measurement is.
+func (v Value) Number() (f float64, ok bool) {
+	switch v.Type {
+	case TypeInt:
+		f = float64(v.Int)
+	case TypeFloat:
+		f = v.Float
+	case TypeString:
+		var err error
+		if f, err = strconv.ParseFloat(v.Str, 64); err != nil {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
 // KeyValue is one attribute.
 type KeyValue struct {
 	Key   string `json:"k"`
@@ -219,10 +253,13 @@ type Span struct {
 	StatusCode    StatusCode
 	StatusMessage string
 	Attributes    []KeyValue
-	Resource      []KeyValue // resource attributes (service.name included)
-	Scope         string     // instrumentation scope name
-	Events        []Event
-	Links         []Link
+	// Resource holds the resource attributes (service.name included). Spans
+	// of one resource may share this list: it is read-only, and appending
+	// to it must copy it (receivers hand it out clipped).
+	Resource []KeyValue
+	Scope    string // instrumentation scope name
+	Events   []Event
+	Links    []Link
 }
 
 // End returns the span's end time in Unix ns.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -65,5 +66,30 @@ func TestAttributesAndFlags(t *testing.T) {
 		if v.String() != want {
 			t.Errorf("%+v.String() = %q, want %q", v, v.String(), want)
 		}
+	}
+}
+
+func TestValueNumber(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    Value
+		want float64
+		ok   bool
+	}{
+		{"int", Int("k", -7).Value, -7, true},
+		{"float", Float("k", 2.5).Value, 2.5, true},
+		{"decimal string", String("k", " 12.25").Value, 0, false}, // no trimming: a space is not a number
+		{"string", String("k", "12.25").Value, 12.25, true},
+		{"word", String("k", "fast").Value, 0, false},
+		{"bool", Bool("k", true).Value, 0, false},
+		{"NaN", Float("k", math.NaN()).Value, 0, false},
+		{"Inf string", String("k", "+Inf").Value, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := tc.v.Number()
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("Number() = %v, %v; want %v, %v", got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }

@@ -32,10 +32,12 @@ const (
 
 // Config sets the pipeline's bounds.
 type Config struct {
-	// QueueSpans bounds the spans waiting for commit; beyond it ConsumeSpans
-	// returns ErrQueueFull. A single request larger than the bound is still
-	// admitted when the queue is empty, so no valid request is refused forever.
-	QueueSpans int `yaml:"queue_spans"`
+	// QueueSpans and QueueBytes bound the spans waiting for commit, in number
+	// and in memory (SpanBytes); beyond either ConsumeSpans returns
+	// ErrQueueFull. A single request larger than a bound is still admitted
+	// when the queue is empty, so no valid request is refused forever.
+	QueueSpans int   `yaml:"queue_spans"`
+	QueueBytes int64 `yaml:"queue_bytes"`
 	// MaxBatchSpans bounds the spans committed in one transaction.
 	MaxBatchSpans int `yaml:"max_batch_spans"`
 	// CommitDelay: while a commit would hold fewer than CommitDelaySpans
@@ -55,7 +57,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{QueueSpans: 200_000, MaxBatchSpans: 20_000, KeyBy: KeyByOperation,
+	return Config{QueueSpans: 200_000, QueueBytes: 128 << 20, MaxBatchSpans: 20_000, KeyBy: KeyByOperation,
 		CommitDelay: 100 * time.Millisecond, CommitDelaySpans: 256}
 }
 
@@ -64,6 +66,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.QueueSpans < 1 {
 		errs = append(errs, fmt.Errorf("pipeline queue_spans must be ≥ 1, got %d", c.QueueSpans))
+	}
+	if c.QueueBytes < 1 {
+		errs = append(errs, fmt.Errorf("pipeline queue_bytes must be ≥ 1, got %d", c.QueueBytes))
 	}
 	if c.MaxBatchSpans < 1 {
 		errs = append(errs, fmt.Errorf("pipeline max_batch_spans must be ≥ 1, got %d", c.MaxBatchSpans))
@@ -89,6 +94,7 @@ type Sink interface {
 
 type request struct {
 	spans []*model.Span
+	bytes int64      // SpanBytes of spans
 	done  chan error // buffered, capacity 1
 }
 
@@ -104,6 +110,7 @@ type Pipeline struct {
 	closing bool
 	queue   chan *request
 	queued  atomic.Int64 // spans admitted and not yet committed
+	qbytes  atomic.Int64 // their SpanBytes
 	stopped chan struct{}
 	now     func() time.Time
 
@@ -113,7 +120,7 @@ type Pipeline struct {
 type metrics struct {
 	received, accepted, refusedFull, refusedClosed, failed prometheus.Counter
 	stored, anomalies                                      prometheus.Counter
-	queueDepth                                             prometheus.GaugeFunc
+	queueDepth, queueBytes                                 prometheus.GaugeFunc
 	batchSpans                                             prometheus.Histogram
 }
 
@@ -148,12 +155,14 @@ func New(cfg Config, w store.SpanWriter, det anomaly.Detector, sinks []Sink, log
 		anomalies:     prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_pipeline_anomalies_total", Help: "Spans the detector marked anomalous."}),
 		queueDepth: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_pipeline_queue_spans", Help: "Spans waiting in the intake queue."},
 			func() float64 { return float64(p.queued.Load()) }),
+		queueBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_pipeline_queue_bytes", Help: "Memory of the spans waiting in the intake queue (estimated), of pipeline.queue_bytes."},
+			func() float64 { return float64(p.qbytes.Load()) }),
 		batchSpans: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_pipeline_commit_spans", Help: "Spans per group commit.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 9)}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{p.m.received, p.m.accepted, p.m.refusedFull, p.m.refusedClosed, p.m.failed,
-			p.m.stored, p.m.anomalies, p.m.queueDepth, p.m.batchSpans} {
+			p.m.stored, p.m.anomalies, p.m.queueDepth, p.m.queueBytes, p.m.batchSpans} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register pipeline metrics: %w", err)
 			}
@@ -169,23 +178,26 @@ func (p *Pipeline) ConsumeSpans(ctx context.Context, spans []*model.Span) error 
 	if n == 0 {
 		return nil
 	}
-	req := &request{spans: spans, done: make(chan error, 1)}
+	size := SpanBytes(spans)
+	req := &request{spans: spans, bytes: size, done: make(chan error, 1)}
 	p.mu.RLock()
 	if p.closing {
 		p.mu.RUnlock()
 		p.m.refusedClosed.Add(float64(n))
 		return ErrShuttingDown
 	}
-	if after := p.queued.Add(n); after > int64(p.cfg.QueueSpans) && after != n {
-		p.queued.Add(-n)
-		p.mu.RUnlock()
-		p.m.refusedFull.Add(float64(n))
-		return ErrQueueFull
+	after, afterBytes := p.queued.Add(n), p.qbytes.Add(size)
+	full := after != n && (after > int64(p.cfg.QueueSpans) || afterBytes > p.cfg.QueueBytes)
+	if !full {
+		select {
+		case p.queue <- req:
+		default:
+			full = true
+		}
 	}
-	select {
-	case p.queue <- req:
-	default:
+	if full {
 		p.queued.Add(-n)
+		p.qbytes.Add(-size)
 		p.mu.RUnlock()
 		p.m.refusedFull.Add(float64(n))
 		return ErrQueueFull
@@ -264,6 +276,11 @@ func (p *Pipeline) commit(batch []*request, spans []*model.Span) {
 	err := p.writer.WriteSpans(context.Background(), spans)
 	p.m.batchSpans.Observe(float64(len(spans)))
 	p.queued.Add(-int64(len(spans)))
+	var size int64
+	for _, r := range batch {
+		size += r.bytes
+	}
+	p.qbytes.Add(-size)
 	if err != nil {
 		p.m.failed.Add(float64(len(spans)))
 		p.logger.Error("store write failed; requests answered with an error", "spans", len(spans), "requests", len(batch), "err", err)
@@ -320,7 +337,8 @@ func KeyOf(keyBy string, s *model.Span) string {
 // DetectorKey is the key of a (service, operation) pair under KeyByOperation.
 func DetectorKey(service, operation string) string { return service + "/" + operation }
 
-// Annotate marks a span anomalous with the attributes of DESIGN.md.
+// Annotate marks a span anomalous with the attributes internal/model names
+// (model.AttrAnomaly and the others of docs/api.md).
 func Annotate(s *model.Span, v anomaly.Verdict) {
 	s.SetAttr(model.Bool(model.AttrAnomaly, true))
 	s.SetAttr(model.Float(model.AttrBaselineMs, float64(v.Baseline)/1e6))

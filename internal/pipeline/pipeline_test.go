@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,57 @@ func TestBackpressure(t *testing.T) {
 	}
 }
 
+// TestBackpressureInBytes: a queue bounded in bytes refuses what would take
+// it over, however few spans that is, and admits an oversized request when
+// it is empty.
+func TestBackpressureInBytes(t *testing.T) {
+	w := newGateWriter()
+	cfg := DefaultConfig()
+	small := spans(2, "a", "op", 1)
+	cfg.QueueBytes = SpanBytes(small) * 3
+	p := start(t, cfg, w, nil)
+
+	a := consumeAsync(p, small)
+	<-w.entered
+	b := consumeAsync(p, spans(2, "a", "op", 1))
+	waitFor(t, func() bool { return p.QueuedSpans() == 4 })
+	fat := spans(1, "a", "op", 1)
+	fat[0].SetAttr(model.String("payload", strings.Repeat("x", 10_000)))
+	if err := p.ConsumeSpans(context.Background(), fat); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("a 10 KB span past a %d B queue: err = %v, want ErrQueueFull", cfg.QueueBytes, err)
+	}
+	w.gate <- struct{}{}
+	<-w.entered
+	w.gate <- struct{}{}
+	if err := errors.Join(<-a, <-b); err != nil {
+		t.Fatal(err)
+	}
+	c := consumeAsync(p, fat)
+	<-w.entered
+	w.gate <- struct{}{}
+	if err := <-c; err != nil {
+		t.Fatalf("oversized request on an empty queue: %v", err)
+	}
+	waitFor(t, func() bool { return p.qbytes.Load() == 0 })
+}
+
+func TestSpanBytes(t *testing.T) {
+	res := []model.KeyValue{model.String("service.name", "svc"), model.String("host.name", "h")}
+	mk := func(attr string) *model.Span {
+		s := &model.Span{Service: "svc", Name: "op", Resource: res[:2:2]}
+		s.SetAttr(model.String("k", attr))
+		return s
+	}
+	one := SpanBytes([]*model.Span{mk("")})
+	two := SpanBytes([]*model.Span{mk(""), mk("")})
+	if two >= 2*one {
+		t.Errorf("two spans sharing a resource cost %d, one %d: the resource counted twice", two, one)
+	}
+	if d := SpanBytes([]*model.Span{mk(strings.Repeat("x", 1000))}) - one; d != 1000 {
+		t.Errorf("1000 more bytes of value cost %d", d)
+	}
+}
+
 func TestDetectionAnnotatesAndFeedsSinks(t *testing.T) {
 	w := newGateWriter()
 	w.open()
@@ -196,6 +248,12 @@ func TestDetectionAnnotatesAndFeedsSinks(t *testing.T) {
 			}
 		})
 	}
+	// Requests are answered before the sinks see the commit.
+	waitFor(t, func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return len(rec.spans) >= 33
+	})
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	if len(rec.spans) != 33 {
@@ -267,6 +325,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"default", func(*Config) {}, true},
 		{"zero queue", func(c *Config) { c.QueueSpans = 0 }, false},
+		{"zero queue bytes", func(c *Config) { c.QueueBytes = 0 }, false},
 		{"zero batch", func(c *Config) { c.MaxBatchSpans = 0 }, false},
 		{"bad key", func(c *Config) { c.KeyBy = "trace" }, false},
 		{"service key", func(c *Config) { c.KeyBy = KeyByService }, true},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // StartTime is when process pid started, in clock ticks since boot (field 22
@@ -54,3 +55,68 @@ func Running(pid int) bool {
 
 // notExited: any state but zombie (Z) and dead (X).
 func notExited(state string) bool { return state != "Z" && state != "X" }
+
+// Schedstat is a thread's scheduler statistics, from
+// /proc/<pid>/task/<tid>/schedstat (kernels with CONFIG_SCHED_INFO).
+type Schedstat struct {
+	// Run is the time the thread ran on a CPU, Wait the time it waited on a
+	// run queue while runnable (run delay).
+	Run, Wait time.Duration
+	// Slices counts the times it was given a CPU.
+	Slices uint64
+}
+
+// ParseSchedstat parses the content of a schedstat file: three decimal
+// fields, nanoseconds, nanoseconds and a count.
+func ParseSchedstat(b []byte) (Schedstat, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return Schedstat{}, fmt.Errorf("schedstat %q: want 3 fields", b)
+	}
+	var v [3]uint64
+	for i := range v {
+		n, err := strconv.ParseUint(f[i], 10, 63)
+		if err != nil {
+			return Schedstat{}, fmt.Errorf("schedstat %q: %w", b, err)
+		}
+		v[i] = n
+	}
+	return Schedstat{Run: time.Duration(v[0]), Wait: time.Duration(v[1]), Slices: v[2]}, nil
+}
+
+// ThreadSchedstat reads the scheduler statistics of thread tid of this
+// process.
+func ThreadSchedstat(tid int) (Schedstat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
+	if err != nil {
+		return Schedstat{}, err
+	}
+	return ParseSchedstat(b)
+}
+
+// TaskSchedstats reads the scheduler statistics of every thread of process
+// pid, by thread id; a thread that exits meanwhile is left out.
+func TaskSchedstats(pid int) (map[int]Schedstat, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]Schedstat, len(ents))
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue // exited since the listing
+		}
+		st, err := ParseSchedstat(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", dir, e.Name(), err)
+		}
+		out[tid] = st
+	}
+	return out, nil
+}

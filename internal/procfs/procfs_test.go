@@ -3,8 +3,11 @@ package procfs
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestStartTime(t *testing.T) {
@@ -59,5 +62,61 @@ func TestAliveZombie(t *testing.T) {
 	}
 	if !Running(os.Getpid()) {
 		t.Error("this process does not count as running")
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Schedstat
+		err  bool
+	}{
+		{"123 4567 89\n", Schedstat{Run: 123, Wait: 4567, Slices: 89}, false},
+		{"0 0 0", Schedstat{}, false},
+		{"123", Schedstat{}, true},
+		{"123 4567", Schedstat{}, true},
+		{"123 -4 5", Schedstat{}, true},
+		{"123 x 5", Schedstat{}, true},
+		{"99999999999999999999 1 1", Schedstat{}, true}, // beyond a Duration
+		{"", Schedstat{}, true},
+	} {
+		got, err := ParseSchedstat([]byte(tc.in))
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("ParseSchedstat(%q) = %+v, %v; want %+v, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// A thread that spins has run, and has been given a CPU at least once, as
+// the listing of all this process's threads says too (a Go test process has
+// several); a thread or process that does not exist has no statistics.
+func TestThreadSchedstat(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := unix.Gettid()
+	for deadline := time.Now().Add(20 * time.Millisecond); time.Now().Before(deadline); {
+	}
+	st, err := ThreadSchedstat(tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Run <= 0 || st.Slices == 0 {
+		t.Errorf("a spinning thread's schedstat %+v", st)
+	}
+	if _, err := ThreadSchedstat(1 << 30); err == nil {
+		t.Error("schedstat of a thread that does not exist")
+	}
+	all, err := TaskSchedstats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 2 || all[tid].Run < st.Run || all[tid].Slices < st.Slices {
+		t.Errorf("TaskSchedstats(self) = %d threads, this one %+v (read before: %+v)", len(all), all[tid], st)
+	}
+	if _, err := TaskSchedstats(1 << 30); err == nil {
+		t.Error("schedstat of a process that does not exist")
 	}
 }

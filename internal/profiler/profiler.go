@@ -35,6 +35,21 @@ type Target struct {
 // Window is the time range of a dump.
 type Window struct {
 	Start, End time.Time
+	// Spans are the requests the dump explains, when the caller knows them
+	// (optional). A profiler MAY mark them in its artifacts (the kernel
+	// recorder writes their begin and end on the threads that served them
+	// into its CTF export); it MUST NOT need them.
+	Spans []Span
+}
+
+// Span is a request a dump explains.
+type Span struct {
+	TraceID, SpanID, ParentSpanID string // hex
+	Service, Operation            string
+	Start, End                    time.Time
+	// TIDs are the threads that served it (the span's thread.id and
+	// rootline.thread.ids attributes), if known.
+	TIDs []uint32
 }
 
 // Artifact is one piece of evidence a dump produced.

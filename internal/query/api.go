@@ -5,7 +5,8 @@
 //     service), so the Jaeger UI and Grafana's Jaeger data source can read
 //     Rootline unchanged;
 //   - under /api/v1/ Rootline's own API: the anomaly feed, captured artifacts
-//     (metadata and content) and the anomaly detector's state.
+//     (metadata and content), the critical paths of traces and the anomaly
+//     detector's state.
 //
 // Everything else is handed to the web UI.
 package query
@@ -19,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/anomaly"
@@ -28,8 +30,10 @@ import (
 
 // Config configures the query API.
 type Config struct {
-	// AuthToken, when set, is the bearer token required to read artifacts
-	// (they may hold heap contents, command lines and other secrets).
+	// AuthToken, when set, is the bearer token every API request needs:
+	// artifacts may hold heap contents, command lines and other secrets, and
+	// traces, services and metrics tell how the system is built. The web UI
+	// (everything outside /api/) stays open: it asks for the token.
 	AuthToken string `yaml:"auth_token"`
 	// DefaultLimit is the number of traces a search returns without a limit
 	// parameter; 0 means 20.
@@ -58,6 +62,8 @@ type API struct {
 	now func() time.Time
 	// token is cfg.AuthToken, compared in constant time.
 	token bearer.Token
+	// critpathSlot lets one critical-path computation run at a time.
+	critpathSlot chan struct{}
 }
 
 // New returns the query API over spans and artifacts. detector returns the
@@ -86,6 +92,8 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 		logger:    logger.With("component", "query"),
 		now:       time.Now,
 		token:     bearer.New(cfg.AuthToken),
+
+		critpathSlot: make(chan struct{}, 1),
 	}
 	return a
 }
@@ -93,6 +101,18 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 // Handler returns the HTTP handler of the query port. It does not serve
 // /healthz; the caller mounts that.
 func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/api/", a.authorized(a.apiHandler()))
+	ui := a.cfg.UI
+	if ui == nil {
+		ui = http.HandlerFunc(noUI)
+	}
+	mux.Handle("/", ui)
+	return mux
+}
+
+// apiHandler serves everything under /api/.
+func (a *API) apiHandler() http.Handler {
 	mux := http.NewServeMux()
 
 	// Jaeger-compatible API.
@@ -108,22 +128,17 @@ func (a *API) Handler() http.Handler {
 
 	// Rootline API.
 	mux.HandleFunc("GET /api/v1/anomalies", a.getAnomalies)
-	mux.Handle("GET /api/v1/traces/{traceID}/artifacts", a.authorized(a.getTraceArtifacts))
-	mux.Handle("GET /api/v1/artifacts/{id}/meta", a.authorized(a.getArtifactMeta))
-	mux.Handle("GET /api/v1/artifacts/{id}", a.authorized(a.getArtifactContent))
-	mux.Handle("GET /api/v1/artifacts/{id}/flamegraph", a.authorized(a.getFlameGraph))
+	mux.HandleFunc("GET /api/v1/traces/{traceID}/artifacts", a.getTraceArtifacts)
+	mux.HandleFunc("GET /api/v1/artifacts/{id}/meta", a.getArtifactMeta)
+	mux.HandleFunc("GET /api/v1/artifacts/{id}", a.getArtifactContent)
+	mux.HandleFunc("GET /api/v1/artifacts/{id}/flamegraph", a.getFlameGraph)
+	mux.HandleFunc("GET /api/v1/traces/{traceID}/critical-path", a.getCriticalPath)
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
 	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
 	mux.HandleFunc("GET /api/v1/metrics", a.getMetrics)
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		a.v1Error(w, r, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})
-
-	ui := a.cfg.UI
-	if ui == nil {
-		ui = http.HandlerFunc(noUI)
-	}
-	mux.Handle("/", ui)
 	return mux
 }
 
@@ -140,19 +155,24 @@ func noUI(w http.ResponseWriter, r *http.Request) {
 		"The Jaeger-compatible API is served under /api/ and Rootline's API under /api/v1/.\n")
 }
 
-// authorized wraps h with the bearer-token check when a token is configured.
+// authorized wraps h with the bearer-token check when a token is configured;
+// a refusal is in the envelope of the API asked (Jaeger's or Rootline's).
 // The Authorization header is never logged.
-func (a *API) authorized(h http.HandlerFunc) http.Handler {
-	if a.cfg.AuthToken == "" {
+func (a *API) authorized(h http.Handler) http.Handler {
+	if !a.token.Required() {
 		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if res := a.token.Check(r.Header.Get("Authorization")); res != bearer.OK {
 			w.Header().Set("WWW-Authenticate", res.Challenge())
-			a.v1Error(w, r, http.StatusUnauthorized, errors.New(res.Message()))
+			if strings.HasPrefix(r.URL.Path, "/api/v1/") {
+				a.v1Error(w, r, http.StatusUnauthorized, errors.New(res.Message()))
+			} else {
+				a.jaegerError(w, r, http.StatusUnauthorized, errors.New(res.Message()))
+			}
 			return
 		}
-		h(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 

@@ -172,38 +172,16 @@ func toAnomalyJSON(s *model.Span, arts []artifactRef) anomalyJSON {
 		out.Evidence = evidenceCaptured
 	}
 	if v, ok := s.Attr(model.AttrBaselineMs); ok {
-		if ms, ok := number(v); ok {
+		if ms, ok := v.Number(); ok {
 			out.BaselineNs = int64(math.Round(ms * 1e6))
 		}
 	}
 	if v, ok := s.Attr(model.AttrThreshold); ok {
-		if t, ok := number(v); ok {
+		if t, ok := v.Number(); ok {
 			out.Threshold = t
 		}
 	}
 	return out
-}
-
-// number reads a numeric attribute whatever its producer chose to store it as.
-func number(v model.Value) (float64, bool) {
-	var f float64
-	switch v.Type {
-	case model.TypeInt:
-		f = float64(v.Int)
-	case model.TypeFloat:
-		f = v.Float
-	case model.TypeString:
-		var err error
-		if f, err = strconv.ParseFloat(v.Str, 64); err != nil {
-			return 0, false
-		}
-	default:
-		return 0, false
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return f, true
 }
 
 // getTraceArtifacts implements GET /api/v1/traces/{traceID}/artifacts.

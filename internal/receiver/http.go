@@ -1,7 +1,6 @@
 package receiver
 
 import (
-	"bytes"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -9,14 +8,16 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
-	"google.golang.org/grpc/codes"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/rootline/rootline/internal/pipeline"
 )
@@ -31,17 +32,6 @@ const (
 // seconds (at least 1).
 var retryAfter = strconv.Itoa(max(1, int(math.Ceil(pipeline.RetryAfter.Seconds()))))
 
-// httpError is a request refused before its spans reach the consumer.
-type httpError struct {
-	status  int
-	outcome outcome
-	msg     string // for the client
-	spans   int    // decoded spans refused with the request
-	// invalid, when set, is logged: Rootline's own description of the problem.
-	// Decoders' messages are not, as they quote the payload.
-	invalid *InvalidError
-}
-
 func (r *Receivers) otlpHTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/traces", r.handleOTLPHTTP)
@@ -53,68 +43,75 @@ func (r *Receivers) otlpHTTPHandler() http.Handler {
 // the response, success or Status, is in the request's encoding.
 func (r *Receivers) handleOTLPHTTP(w http.ResponseWriter, req *http.Request) {
 	const rcv = receiverOTLPHTTP
+	res := r.budget.reserve(req.Context())
+	defer res.release()
 	exp := ptraceotlp.NewExportRequest()
-	mt, ok := r.readOTLPHTTP(w, req, "/v1/traces", "ExportTraceServiceRequest", exp)
+	mt, done, ok := r.readOTLPHTTP(w, req, tracesSignal, res, exp)
 	if !ok {
 		return
 	}
-	td := exp.Traces()
-	spans, err := FromPdata(td)
-	if err != nil {
-		r.refuse(w, rcv, mt, invalidRequest(err, td.SpanCount()))
+	defer done()
+	rej, o, err := r.exportTraces(req.Context(), rcv, exp.Traces())
+	if rej != nil {
+		r.refuse(w, rcv, mt, rej)
 		return
 	}
-	if o, err := r.consume(req.Context(), rcv, spans); o != outcomeAccepted {
+	if o != outcomeAccepted {
 		writeRefused(w, mt, o, err)
 		return
 	}
 	r.writeOTLPHTTP(w, mt, ptraceotlp.NewExportResponse())
 }
 
-// otlpRequest is an OTLP export request of pdata (ptraceotlp, pmetricotlp).
-type otlpRequest interface {
-	UnmarshalProto(data []byte) error
-	UnmarshalJSON(data []byte) error
-}
-
-// otlpResponse is an OTLP export response of pdata.
-type otlpResponse interface {
-	MarshalProto() ([]byte, error)
-	MarshalJSON() ([]byte, error)
-}
-
-// readOTLPHTTP decodes the body of an OTLP/HTTP export to path (POST,
-// protobuf or JSON, maybe gzipped) into exp; message is exp's protobuf
-// message name, for the error text. It returns the request's media type, the
-// encoding of the answer, or answers the request itself and returns false.
-func (r *Receivers) readOTLPHTTP(w http.ResponseWriter, req *http.Request, path, message string, exp otlpRequest) (string, bool) {
+// readOTLPHTTP checks and decodes the body of an OTLP/HTTP export of sig
+// (POST, protobuf or JSON, maybe gzipped, with credentials when required)
+// into exp, reserving its memory from res. It returns the request's media
+// type, the encoding of the answer, and done, which gives back the
+// receiver's slot; or it answers the request itself and returns false.
+func (r *Receivers) readOTLPHTTP(w http.ResponseWriter, req *http.Request, sig signal, res *reservation, exp otlpRequest) (string, func(), bool) {
 	const rcv = receiverOTLPHTTP
 	if req.Method != http.MethodPost {
-		r.refuse(w, rcv, "", refusal(http.StatusMethodNotAllowed, outcomeUnsupported, "only POST is allowed on "+path))
-		return "", false
+		r.refuse(w, rcv, "", refusal(http.StatusMethodNotAllowed, outcomeUnsupported, "only POST is allowed on "+sig.path))
+		return "", nil, false
 	}
 	mt := mediaType(req)
 	if mt != mediaProto && mt != mediaJSON {
 		r.refuse(w, rcv, "", refusal(http.StatusUnsupportedMediaType, outcomeUnsupported,
 			fmt.Sprintf("Content-Type %q is not supported: use %s or %s", req.Header.Get("Content-Type"), mediaProto, mediaJSON)))
-		return "", false
+		return "", nil, false
 	}
-	body, herr := readBody(w, req, r.cfg.MaxRequestBytes)
-	if herr != nil {
-		r.refuse(w, rcv, mt, herr)
-		return "", false
+	body, rej := r.readRequest(w, req, rcv, res)
+	if rej != nil {
+		r.refuse(w, rcv, mt, rej)
+		return "", nil, false
 	}
-	var err error
-	if mt == mediaJSON {
-		err = exp.UnmarshalJSON(body)
-	} else {
-		err = exp.UnmarshalProto(body)
+	s := r.slots[rcv]
+	if !s.tryTake() {
+		r.refuse(w, rcv, mt, r.busy(rcv))
+		return "", nil, false
+	}
+	if rej := r.decodeOTLP(body, mt, sig, res, exp); rej != nil {
+		s.give()
+		r.refuse(w, rcv, mt, rej)
+		return "", nil, false
+	}
+	return mt, s.give, true
+}
+
+// readRequest checks the request's credentials, then reads its body.
+func (r *Receivers) readRequest(w http.ResponseWriter, req *http.Request, receiver string, res *reservation) ([]byte, *rejection) {
+	verified := req.TLS != nil && len(req.TLS.VerifiedChains) > 0
+	if rej := r.authenticate(req.Header.Get("Authorization"), verified); rej != nil {
+		return nil, rej
+	}
+	body, err := readBody(w, req, r.cfg.MaxRequestBytes, res)
+	if errors.Is(err, errOverBudget) || errors.Is(err, errExceedsBudget) {
+		return nil, r.budgetRejection(err, res.held+max(req.ContentLength, 0))
 	}
 	if err != nil {
-		r.refuse(w, rcv, mt, refusal(http.StatusBadRequest, outcomeInvalid, "cannot decode "+message+": "+err.Error()))
-		return "", false
+		return nil, err.(*rejection)
 	}
-	return mt, true
+	return body, nil
 }
 
 // writeOTLPHTTP answers an accepted OTLP/HTTP export with resp in encoding mt.
@@ -163,16 +160,34 @@ func (r *Receivers) handleZipkin(w http.ResponseWriter, req *http.Request) {
 			fmt.Sprintf("Content-Type %q is not supported: send Zipkin v2 JSON (application/json)", req.Header.Get("Content-Type"))))
 		return
 	}
-	body, herr := readBody(w, req, r.cfg.MaxRequestBytes)
-	if herr != nil {
-		r.refuse(w, rcv, "", herr)
+	res := r.budget.reserve(req.Context())
+	defer res.release()
+	body, rej := r.readRequest(w, req, rcv, res)
+	if rej != nil {
+		r.refuse(w, rcv, "", rej)
 		return
 	}
-	spans, err := FromZipkin(body)
+	s := r.slots[rcv]
+	if !s.tryTake() {
+		r.refuse(w, rcv, "", r.busy(rcv))
+		return
+	}
+	defer s.give()
+	scan, err := scanJSON(body, zipkinJSONNesting, zipkinJSONCosts, "")
+	if err != nil {
+		r.refuse(w, rcv, "", invalidRequest(&InvalidError{Reason: err.Error()}, 0))
+		return
+	}
+	if rej := r.reserveDecoding(res, scan.estimate); rej != nil {
+		r.refuse(w, rcv, "", rej)
+		return
+	}
+	spans, err := FromZipkin(body, r.cfg.Limits)
 	if err != nil {
 		r.refuse(w, rcv, "", invalidRequest(err, 0))
 		return
 	}
+	r.card.apply(spans)
 	if o, err := r.consume(req.Context(), rcv, spans); o != outcomeAccepted {
 		writeRefused(w, "", o, err)
 		return
@@ -180,34 +195,36 @@ func (r *Receivers) handleZipkin(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusAccepted)
 }
 
-func refusal(status int, o outcome, msg string) *httpError {
-	return &httpError{status: status, outcome: o, msg: msg}
-}
-
-// invalidRequest is the answer to spans a translation refused.
-func invalidRequest(err error, spans int) *httpError {
-	e := &httpError{status: http.StatusBadRequest, outcome: outcomeInvalid, msg: err.Error(), spans: spans}
-	errors.As(err, &e.invalid)
-	return e
-}
-
 // refuse records, logs and answers a request refused before the consumer saw
 // it. mt is the OTLP encoding of the answer, or "" for plain text.
-func (r *Receivers) refuse(w http.ResponseWriter, receiver, mt string, e *httpError) {
+func (r *Receivers) refuse(w http.ResponseWriter, receiver, mt string, e *rejection) {
 	r.metrics.observe(receiver, e.outcome, e.spans)
 	r.logRefused(receiver, e.outcome, e.status, e.invalid)
-	if e.status == http.StatusMethodNotAllowed {
+	switch {
+	case e.status == http.StatusMethodNotAllowed:
 		w.Header().Set("Allow", http.MethodPost)
+	case e.challenge != "":
+		w.Header().Set("WWW-Authenticate", e.challenge)
+	case e.retry:
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	if mt == "" {
 		http.Error(w, e.msg, e.status)
 		return
 	}
-	code := codes.InvalidArgument
-	if e.status == http.StatusRequestEntityTooLarge {
-		code = codes.ResourceExhausted
+	writeStatus(w, mt, e.status, e.grpcStatus())
+}
+
+// grpcStatus is e as a gRPC status, with RetryInfo when the client should
+// retry.
+func (e *rejection) grpcStatus() *status.Status {
+	st := status.New(e.code, e.msg)
+	if e.retry {
+		if d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(pipeline.RetryAfter)}); err == nil {
+			return d
+		}
 	}
-	writeStatus(w, mt, e.status, status.New(code, e.msg))
+	return st
 }
 
 // writeRefused answers a request whose spans the consumer refused.
@@ -258,12 +275,17 @@ func mediaType(req *http.Request) string {
 	return mt
 }
 
-// readBody reads the whole body, gunzipped if Content-Encoding says gzip. Both
-// the body and its decompressed form are bounded by limit, so a small gzip
-// bomb cannot take the memory a large body may not.
-func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, *httpError) {
+// readBody reads the whole body, gunzipped if Content-Encoding says gzip, as
+// it arrives: memory is reserved from res chunk by chunk, never for the
+// length the request claims. Both the body and its decompressed form are
+// bounded by limit, so a small gzip bomb cannot take the memory a large body
+// may not. A body that does not arrive within the server's read timeout is
+// answered 408, and the connection closed.
+//
+// Its error is a *rejection, or one of res.grow's.
+func readBody(w http.ResponseWriter, req *http.Request, limit int64, res *reservation) ([]byte, error) {
 	tooLarge := refusal(http.StatusRequestEntityTooLarge, outcomeTooLarge,
-		fmt.Sprintf("request body is larger than the limit of %d bytes", limit))
+		fmt.Sprintf("request body is larger than the limit of %d bytes (receiver.max_request_bytes)", limit))
 	if req.ContentLength > limit {
 		return nil, tooLarge
 	}
@@ -278,28 +300,30 @@ func readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, *h
 			return nil, bodyError(err, true, tooLarge)
 		}
 		defer zr.Close()
-		rd, gzipped = io.LimitReader(zr, limit+1), true
+		rd, gzipped = zr, true
 	default:
 		return nil, refusal(http.StatusUnsupportedMediaType, outcomeUnsupported,
 			fmt.Sprintf("Content-Encoding %q is not supported: use gzip or none", enc))
 	}
-	var buf bytes.Buffer
-	if n := req.ContentLength; n > 0 {
-		buf.Grow(int(n))
-	}
-	if _, err := buf.ReadFrom(rd); err != nil {
+	b, err := readAll(rd, limit, res)
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		return nil, tooLarge
+	case errors.Is(err, errOverBudget), errors.Is(err, errExceedsBudget):
+		return nil, err
+	case err != nil:
 		return nil, bodyError(err, gzipped, tooLarge)
 	}
-	if int64(buf.Len()) > limit {
-		return nil, tooLarge
-	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
 // bodyError is the answer to a body that could not be read (or gunzipped).
-func bodyError(err error, gzipped bool, tooLarge *httpError) *httpError {
+func bodyError(err error, gzipped bool, tooLarge *rejection) *rejection {
 	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		return tooLarge
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return refusal(http.StatusRequestTimeout, outcomeTimeout, "request body did not arrive within the read timeout (receiver.read_timeout)")
 	}
 	if gzipped {
 		return refusal(http.StatusBadRequest, outcomeInvalid, "cannot gunzip request body: "+err.Error())

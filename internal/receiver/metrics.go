@@ -30,12 +30,16 @@ const (
 	outcomeCanceled     outcome = "canceled"      // the client went away
 	outcomeUnavailable  outcome = "unavailable"   // store.ErrUnavailable: full disk, I/O error
 	outcomeError        outcome = "error"         // any other consumer error
+	// Admission (admission.go): refused before decoding.
+	outcomeOverloaded      outcome = "overloaded"      // no slot or no memory left for it
+	outcomeUnauthenticated outcome = "unauthenticated" // no or wrong credentials
+	outcomeTimeout         outcome = "timeout"         // its body did not arrive in time
 )
 
 // refusedReason is the reason label of refused spans for an outcome.
 func (o outcome) refusedReason() string {
 	switch o {
-	case outcomeInvalid, outcomeTooLarge, outcomeQueueFull, outcomeShuttingDown, outcomeUnavailable:
+	case outcomeInvalid, outcomeTooLarge, outcomeQueueFull, outcomeShuttingDown, outcomeUnavailable, outcomeOverloaded:
 		return string(o)
 	}
 	return "error"
@@ -63,9 +67,16 @@ type metrics struct {
 	received *prometheus.CounterVec
 	accepted *prometheus.CounterVec
 	refused  *prometheus.CounterVec
+	// overflow counts spans renamed by the cardinality caps, by kind
+	// (service, operation).
+	overflow *prometheus.CounterVec
+	inflight prometheus.Collector
+	active   prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics builds the receivers' metrics; the gauges read r's budget and
+// slots.
+func newMetrics(reg prometheus.Registerer, r *Receivers) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rootline_receiver_requests_total",
@@ -84,11 +95,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Decoded spans the receivers refused, by reason (invalid, queue_full, shutting_down, error). " +
 				"Bodies over the size limit are refused unread and counted only in rootline_receiver_requests_total.",
 		}, []string{"receiver", "reason"}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rootline_receiver_cardinality_overflow_spans_total",
+			Help: "Spans stored under the overflow service or operation name because a cardinality cap was reached, by kind (service, operation).",
+		}, []string{"kind"}),
+		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rootline_receiver_inflight_bytes",
+			Help: "Memory reserved by the requests in flight (bodies and decoding estimates), of receiver.max_inflight_bytes.",
+		}, func() float64 { return float64(r.budget.used.Load()) }),
+		active: activeRequests{r},
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.received, m.accepted, m.refused} {
+	for _, c := range []prometheus.Collector{m.requests, m.received, m.accepted, m.refused, m.overflow, m.inflight, m.active} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -108,5 +128,19 @@ func (m *metrics) observe(receiver string, o outcome, spans int) {
 		m.accepted.WithLabelValues(receiver).Add(float64(spans))
 	} else {
 		m.refused.WithLabelValues(receiver, o.refusedReason()).Add(float64(spans))
+	}
+}
+
+// activeRequests reports each receiver's requests being decoded or stored.
+type activeRequests struct{ r *Receivers }
+
+var activeDesc = prometheus.NewDesc("rootline_receiver_active_requests",
+	"Requests each receiver is decoding or storing, of receiver.max_concurrent_requests.", []string{"receiver"}, nil)
+
+func (a activeRequests) Describe(ch chan<- *prometheus.Desc) { ch <- activeDesc }
+
+func (a activeRequests) Collect(ch chan<- prometheus.Metric) {
+	for name, s := range a.r.slots {
+		ch <- prometheus.MustNewConstMetric(activeDesc, prometheus.GaugeValue, float64(len(s)), name)
 	}
 }

@@ -3,14 +3,15 @@ package receiver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
 )
 
@@ -34,83 +35,106 @@ func (r *Receivers) metricSink() store.MetricWriter {
 }
 
 // handleOTLPMetrics serves POST /v1/metrics like /v1/traces: protobuf or
-// JSON, answered in the request's encoding.
+// JSON, answered in the request's encoding, through the same admission.
 func (r *Receivers) handleOTLPMetrics(w http.ResponseWriter, req *http.Request) {
 	const rcv = receiverOTLPHTTP
-	sink := r.metricSink()
-	if sink == nil {
+	if r.metricSink() == nil {
 		http.Error(w, "this server does not store metrics", http.StatusNotFound)
 		return
 	}
+	res := r.budget.reserve(req.Context())
+	defer res.release()
 	exp := pmetricotlp.NewExportRequest()
-	mt, ok := r.readOTLPHTTP(w, req, "/v1/metrics", "ExportMetricsServiceRequest", exp)
+	mt, done, ok := r.readOTLPHTTP(w, req, metricsSignal, res, exp)
 	if !ok {
 		return
 	}
-	if err := sink.WriteMetrics(req.Context(), FromPdataMetrics(exp.Metrics())); err != nil {
-		r.logger.Warn("storing metrics failed", "receiver", rcv, "err", err)
-		if errors.Is(err, store.ErrUnavailable) { // a full disk: retry later
-			w.Header().Set("Retry-After", retryAfter)
-		}
-		writeStatus(w, mt, http.StatusServiceUnavailable, status.New(codes.Unavailable, "cannot store metrics"))
+	defer done()
+	if rej := r.exportMetrics(req.Context(), rcv, exp.Metrics()); rej != nil {
+		r.refuse(w, rcv, mt, rej)
 		return
 	}
 	r.writeOTLPHTTP(w, mt, pmetricotlp.NewExportResponse())
 }
 
-var _ pmetricotlp.GRPCServer = (*otlpMetricsGRPC)(nil)
-
-// otlpMetricsGRPC serves the OTLP MetricsService.
-type otlpMetricsGRPC struct {
-	pmetricotlp.UnimplementedGRPCServer
-	r *Receivers
-}
-
-func (s *otlpMetricsGRPC) Export(ctx context.Context, req pmetricotlp.ExportRequest) (pmetricotlp.ExportResponse, error) {
-	sink := s.r.metricSink()
+// exportMetrics translates and stores the points of one decoded export.
+func (r *Receivers) exportMetrics(ctx context.Context, receiver string, md pmetric.Metrics) *rejection {
+	sink := r.metricSink()
 	if sink == nil {
-		return pmetricotlp.NewExportResponse(), status.Error(codes.Unimplemented, "this server does not store metrics")
+		return refusal(http.StatusNotFound, outcomeUnsupported, "this server does not store metrics")
 	}
-	if err := sink.WriteMetrics(ctx, FromPdataMetrics(req.Metrics())); err != nil {
-		return pmetricotlp.NewExportResponse(), status.Error(codes.Unavailable, "cannot store metrics")
+	points, err := FromPdataMetrics(md, r.cfg.Limits)
+	if err != nil {
+		return invalidRequest(err, 0)
 	}
-	return pmetricotlp.NewExportResponse(), nil
+	if err := sink.WriteMetrics(ctx, points); err != nil {
+		r.logger.Warn("storing metrics failed", "receiver", receiver, "err", err)
+		rej := refusal(http.StatusServiceUnavailable, outcomeError, "cannot store metrics")
+		rej.code = codes.Unavailable
+		// A full disk: retry later.
+		rej.retry = errors.Is(err, store.ErrUnavailable)
+		return rej
+	}
+	r.metrics.observe(receiver, outcomeAccepted, 0)
+	return nil
 }
 
 // FromPdataMetrics flattens OTLP metrics into store points: gauges, sums and
 // explicit-bucket histograms (exponential histograms and summaries are
 // skipped). Resource attributes other than service.name and point attributes
-// become labels.
-func FromPdataMetrics(md pmetric.Metrics) []store.MetricPoint {
+// become labels, held to lim like span attributes (MaxAttributes labels per
+// point, values cut to MaxValueBytes, names to MaxNameBytes). A label value
+// nested deeper than lim.MaxAttributeDepth refuses the whole request with an
+// *InvalidError.
+func FromPdataMetrics(md pmetric.Metrics, lim Limits) ([]store.MetricPoint, error) {
+	lim = lim.withDefaults()
 	var out []store.MetricPoint
+	var tooDeep string
+	// label adds one attribute to l, unless l is full or the key too long.
+	label := func(l map[string]string, k string, v pcommon.Value) {
+		if len(l) >= lim.MaxAttributes || len(k) > lim.MaxNameBytes {
+			return
+		}
+		s, ok := lim.AttrString(v)
+		if !ok {
+			tooDeep = depthError(lim.MaxAttributeDepth)
+			return
+		}
+		l[k] = s
+	}
 	rms := md.ResourceMetrics()
 	for i := range rms.Len() {
 		rm := rms.At(i)
 		service := ""
 		resLabels := map[string]string{}
-		rm.Resource().Attributes().Range(func(k string, v pcommon.Value) bool {
-			if k == "service.name" {
-				service = v.AsString()
+		for k, v := range rm.Resource().Attributes().All() {
+			if k == model.AttrServiceName {
+				service, _ = lim.AttrString(v)
+				service = truncate(service, lim.MaxNameBytes)
 			} else {
-				resLabels[k] = v.AsString()
+				label(resLabels, k, v)
 			}
-			return true
-		})
+		}
+		if tooDeep != "" {
+			return nil, invalidf(fmt.Sprintf("resourceMetrics[%d].resource", i), "%s", tooDeep)
+		}
 		sms := rm.ScopeMetrics()
 		for j := range sms.Len() {
 			ms := sms.At(j).Metrics()
 			for k := range ms.Len() {
 				m := ms.At(k)
-				base := store.MetricPoint{Name: m.Name(), Service: service, Unit: m.Unit()}
+				base := store.MetricPoint{Name: truncate(m.Name(), lim.MaxNameBytes), Service: service, Unit: truncate(m.Unit(), lim.MaxNameBytes)}
 				labels := func(attrs pcommon.Map) map[string]string {
-					l := make(map[string]string, len(resLabels)+attrs.Len())
-					for k, v := range resLabels {
-						l[k] = v
+					l := make(map[string]string, min(len(resLabels)+attrs.Len(), lim.MaxAttributes))
+					for k, v := range attrs.All() {
+						label(l, k, v)
 					}
-					attrs.Range(func(k string, v pcommon.Value) bool {
-						l[k] = v.AsString()
-						return true
-					})
+					// Resource labels fill what the point's own leave.
+					for k, v := range resLabels {
+						if _, ok := l[k]; !ok && len(l) < lim.MaxAttributes {
+							l[k] = v
+						}
+					}
 					return l
 				}
 				switch m.Type() {
@@ -151,8 +175,11 @@ func FromPdataMetrics(md pmetric.Metrics) []store.MetricPoint {
 						out = append(out, p)
 					}
 				}
+				if tooDeep != "" {
+					return nil, invalidf(fmt.Sprintf("resourceMetrics[%d].scopeMetrics[%d].metrics[%d]", i, j, k), "%s", tooDeep)
+				}
 			}
 		}
 	}
-	return out
+	return out, nil
 }

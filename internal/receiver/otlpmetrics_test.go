@@ -88,7 +88,11 @@ func checkSamplePoints(t *testing.T, got []store.MetricPoint) {
 }
 
 func TestFromPdataMetrics(t *testing.T) {
-	checkSamplePoints(t, FromPdataMetrics(sampleMetrics()))
+	points, err := FromPdataMetrics(sampleMetrics(), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSamplePoints(t, points)
 }
 
 func TestOTLPMetricsHTTPAndGRPC(t *testing.T) {

@@ -8,6 +8,7 @@ package receiver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,32 +18,151 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	_ "google.golang.org/grpc/encoding/gzip" // registers the gzip decompressor OTLP exporters use
 
+	"github.com/rootline/rootline/internal/bearer"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/pipeline"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 // DefaultMaxRequestBytes bounds a request body (and its decompressed form).
 const DefaultMaxRequestBytes = 8 << 20
 
-// Config says where the receivers listen. An empty address disables that
-// receiver; at least one must be set.
+// Defaults of the connection and concurrency bounds (see Config).
+const (
+	DefaultMaxConcurrentRequests = 16
+	DefaultMaxInflightBytes      = 256 << 20
+	DefaultMaxConnections        = 1024
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultReadTimeout           = 30 * time.Second
+	DefaultIdleTimeout           = 2 * time.Minute
+)
+
+// Config says where the receivers listen and what they admit. An empty
+// address disables that receiver; at least one must be set. Zero bounds take
+// the defaults above.
 type Config struct {
-	GRPCAddr   string `yaml:"grpc_addr"`   // OTLP/gRPC, e.g. ":4317"
-	HTTPAddr   string `yaml:"http_addr"`   // OTLP/HTTP, POST /v1/traces, e.g. ":4318"
-	ZipkinAddr string `yaml:"zipkin_addr"` // Zipkin, POST /api/v2/spans, e.g. ":9411"
+	GRPCAddr   string `yaml:"grpc_addr"`   // OTLP/gRPC, e.g. "127.0.0.1:4317"
+	HTTPAddr   string `yaml:"http_addr"`   // OTLP/HTTP, POST /v1/traces and /v1/metrics
+	ZipkinAddr string `yaml:"zipkin_addr"` // Zipkin, POST /api/v2/spans
 	// MaxRequestBytes bounds one request, compressed and decompressed; 0 means
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// Limits bound what one span may carry (limits.go).
+	Limits Limits `yaml:"limits"`
+	// Cardinality bounds the services and operations spans may name
+	// (cardinality.go).
+	Cardinality CardinalityConfig `yaml:"cardinality"`
+
+	// Admission bounds connections, concurrency and the memory of requests
+	// in flight.
+	Admission `yaml:",inline"`
+
+	// TLS, when enabled, serves every receiver over TLS; with a client CA,
+	// clients must present a certificate it signed, and that certificate
+	// authenticates them in place of the token.
+	TLS tlsconf.Server `yaml:"tls"`
+	// AuthToken, when set, is the bearer token every request must carry
+	// (HTTP Authorization, gRPC metadata "authorization").
+	AuthToken string `yaml:"-"`
 }
 
-// DefaultConfig returns the standard ports of the three protocols on all
-// interfaces.
+// Admission bounds what the receivers take on at once. Zero fields take the
+// defaults above.
+type Admission struct {
+	// MaxConcurrentRequests bounds the requests each receiver decodes and
+	// stores at once; beyond it requests get 429 / RESOURCE_EXHAUSTED with a
+	// retry delay. On gRPC it counts RPCs from the moment their message
+	// starts to arrive, and is also each connection's stream limit.
+	MaxConcurrentRequests int `yaml:"max_concurrent_requests"`
+	// MaxInflightBytes is the memory all receivers' requests in flight may
+	// hold: bodies as they arrive and the estimate of what decoding takes.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// MaxConnections bounds each receiver's open connections; more wait in
+	// the kernel's accept queue.
+	MaxConnections int `yaml:"max_connections"`
+	// ReadHeaderTimeout bounds the TLS handshake and a request's headers;
+	// ReadTimeout a whole request, body included (for gRPC: a message,
+	// from its first byte); IdleTimeout a connection with no request.
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+}
+
+// DefaultAdmission returns the default bounds.
+func DefaultAdmission() Admission {
+	return Admission{MaxConcurrentRequests: DefaultMaxConcurrentRequests, MaxInflightBytes: DefaultMaxInflightBytes,
+		MaxConnections: DefaultMaxConnections, ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout: DefaultReadTimeout, IdleTimeout: DefaultIdleTimeout}
+}
+
+// DefaultConfig returns the standard ports of the three protocols on
+// loopback, and the default bounds.
 func DefaultConfig() Config {
-	return Config{GRPCAddr: ":4317", HTTPAddr: ":4318", ZipkinAddr: ":9411", MaxRequestBytes: DefaultMaxRequestBytes}
+	return Config{GRPCAddr: "127.0.0.1:4317", HTTPAddr: "127.0.0.1:4318", ZipkinAddr: "127.0.0.1:9411",
+		MaxRequestBytes: DefaultMaxRequestBytes, Limits: DefaultLimits(), Cardinality: DefaultCardinality(),
+		Admission: DefaultAdmission()}
+}
+
+// withDefaults fills the zero bounds.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	orDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
+	a := &c.Admission
+	orDefault(&a.MaxConcurrentRequests, d.MaxConcurrentRequests)
+	orDefault(&a.MaxInflightBytes, d.MaxInflightBytes)
+	orDefault(&a.MaxConnections, d.MaxConnections)
+	orDefault(&a.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	orDefault(&a.ReadTimeout, d.ReadTimeout)
+	orDefault(&a.IdleTimeout, d.IdleTimeout)
+	c.Limits = c.Limits.withDefaults()
+	c.Cardinality = c.Cardinality.withDefaults()
+	return c
+}
+
+// orDefault sets *v to def when it is the zero value.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Validate checks the configuration (zero bounds mean their defaults).
+func (c Config) Validate() error {
+	var errs []error
+	if c.GRPCAddr == "" && c.HTTPAddr == "" && c.ZipkinAddr == "" {
+		errs = append(errs, errors.New("receiver: no address configured (grpc_addr, http_addr, zipkin_addr)"))
+	}
+	if c.MaxRequestBytes < 0 || c.MaxRequestBytes > 1<<30 {
+		errs = append(errs, fmt.Errorf("receiver: max_request_bytes %d is not in 1..1GiB", c.MaxRequestBytes))
+	}
+	if c.MaxConcurrentRequests < 0 || c.MaxConcurrentRequests > 1<<16 {
+		errs = append(errs, fmt.Errorf("receiver: max_concurrent_requests %d is not in 1..65536", c.MaxConcurrentRequests))
+	}
+	if c.MaxInflightBytes < 0 {
+		errs = append(errs, fmt.Errorf("receiver: max_inflight_bytes %d is negative", c.MaxInflightBytes))
+	}
+	if c.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("receiver: max_connections %d is negative", c.MaxConnections))
+	}
+	if c.ReadHeaderTimeout < 0 || c.ReadTimeout < 0 || c.IdleTimeout < 0 {
+		errs = append(errs, errors.New("receiver: timeouts must not be negative"))
+	}
+	// A request of max_request_bytes is held twice while it is read (its
+	// chunks, then one slice) and decodes into a few times its size.
+	if d := c.withDefaults(); d.MaxInflightBytes < 4*d.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("receiver: max_inflight_bytes (%d) must be at least 4 × max_request_bytes (%d)", d.MaxInflightBytes, d.MaxRequestBytes))
+	}
+	if err := c.TLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("receiver: %w", err))
+	}
+	errs = append(errs, c.Limits.Validate(), c.Cardinality.Validate())
+	return errors.Join(errs...)
 }
 
 // Addresses are the addresses the receivers are bound to; empty for a receiver
@@ -60,6 +180,11 @@ type Receivers struct {
 	consumer pipeline.Consumer
 	logger   *slog.Logger
 	metrics  *metrics
+	token    bearer.Token
+	tls      *tls.Config // nil: plaintext
+	budget   *budget
+	slots    map[string]slots // by receiver label
+	card     *cardinality
 
 	mu      sync.Mutex
 	started bool
@@ -79,28 +204,35 @@ func New(cfg Config, c pipeline.Consumer, logger *slog.Logger, reg prometheus.Re
 	if c == nil {
 		return nil, errors.New("receiver: nil consumer")
 	}
-	if cfg.GRPCAddr == "" && cfg.HTTPAddr == "" && cfg.ZipkinAddr == "" {
-		return nil, errors.New("receiver: no address configured (grpc_addr, http_addr, zipkin_addr)")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	switch {
-	case cfg.MaxRequestBytes == 0:
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	case cfg.MaxRequestBytes < 0 || cfg.MaxRequestBytes > 1<<30:
-		return nil, fmt.Errorf("receiver: max_request_bytes %d is not in 1..1GiB", cfg.MaxRequestBytes)
+	cfg = cfg.withDefaults()
+	tlsCfg, err := cfg.TLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("receiver: register metrics: %w", err)
-	}
-	return &Receivers{
+	logger = logger.With("component", "receiver")
+	r := &Receivers{
 		cfg:      cfg,
 		consumer: c,
-		logger:   logger.With("component", "receiver"),
-		metrics:  m,
-	}, nil
+		logger:   logger,
+		token:    bearer.New(cfg.AuthToken),
+		tls:      tlsCfg,
+		budget:   newBudget(cfg.MaxInflightBytes),
+		slots:    map[string]slots{},
+	}
+	for _, name := range []string{receiverOTLPGRPC, receiverOTLPHTTP, receiverZipkin} {
+		r.slots[name] = newSlots(cfg.MaxConcurrentRequests)
+	}
+	if r.metrics, err = newMetrics(reg, r); err != nil {
+		return nil, fmt.Errorf("receiver: register metrics: %w", err)
+	}
+	r.card = newCardinality(cfg.Cardinality, time.Now, logger, r.metrics.overflow)
+	return r, nil
 }
 
 // Start binds every configured address and serves in the background; ctx
@@ -137,13 +269,16 @@ func (r *Receivers) Start(ctx context.Context) error {
 			closeAll()
 			return fmt.Errorf("receiver: %s: listen on %q: %w", a.name, a.addr, err)
 		}
-		lns = append(lns, bound{a.name, ln})
+		// Connections past the bound wait in the kernel's accept queue;
+		// each one accepted costs buffers and goroutines whatever it sends.
+		lns = append(lns, bound{a.name, netutil.LimitListener(ln, r.cfg.MaxConnections)})
 	}
 
 	r.started = true
 	for _, b := range lns {
 		addr := b.ln.Addr().String()
-		r.logger.Info("receiver listening", "receiver", b.name, "addr", addr)
+		r.logger.Info("receiver listening", "receiver", b.name, "addr", addr, "tls", r.tls != nil,
+			"client_certificates", r.tls != nil && r.tls.ClientCAs != nil, "token", r.token.Required())
 		switch b.name {
 		case receiverOTLPGRPC:
 			r.addrs.GRPC = addr
@@ -163,13 +298,41 @@ func (r *Receivers) Start(ctx context.Context) error {
 func (r *Receivers) serveHTTP(name string, ln net.Listener, h http.Handler) {
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(r.logger.With("receiver", name).Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: r.cfg.ReadHeaderTimeout,
+		// A body must arrive within ReadTimeout: a client that announces
+		// megabytes and sends a byte holds its connection no longer.
+		ReadTimeout: r.cfg.ReadTimeout,
+		// The answer waits for the commit, so the write deadline (which
+		// starts with the request) leaves room for it.
+		WriteTimeout:   r.cfg.ReadTimeout + writeGrace,
+		IdleTimeout:    r.cfg.IdleTimeout,
+		MaxHeaderBytes: maxHeaderBytes,
+		TLSConfig:      r.tls.Clone(), // ServeTLS changes it
+
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: r.cfg.MaxConcurrentRequests,
+			// What an HTTP/2 connection buffers of bodies its handlers
+			// have not read yet.
+			MaxReceiveBufferPerConnection: 1 << 20,
+			MaxReceiveBufferPerStream:     1 << 20,
+		},
+		ErrorLog: slog.NewLogLogger(r.logger.With("receiver", name).Handler(), slog.LevelDebug),
 	}
 	r.http = append(r.http, srv)
+	if r.tls != nil {
+		r.serve(name, func() error { return srv.ServeTLS(ln, "", "") })
+		return
+	}
 	r.serve(name, func() error { return srv.Serve(ln) })
 }
+
+// Connection bounds that are not configurable: headers (OTLP sends a few
+// short ones), and the time an answer may take past the request's read
+// timeout (one commit, normally milliseconds).
+const (
+	maxHeaderBytes = 64 << 10
+	writeGrace     = time.Minute
+)
 
 func (r *Receivers) serve(name string, serve func() error) {
 	r.serving.Add(1)

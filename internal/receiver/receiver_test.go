@@ -66,26 +66,7 @@ func (r *recorder) got() []*model.Span {
 // down when the test ends.
 func startReceivers(t *testing.T, c pipeline.Consumer, maxBytes int64, reg prometheus.Registerer) *Receivers {
 	t.Helper()
-	r, err := New(Config{
-		GRPCAddr:        "127.0.0.1:0",
-		HTTPAddr:        "127.0.0.1:0",
-		ZipkinAddr:      "127.0.0.1:0",
-		MaxRequestBytes: maxBytes,
-	}, c, nil, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := r.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
-	return r
+	return startWithRegistry(t, Config{MaxRequestBytes: maxBytes}, c, reg)
 }
 
 func grpcClient(t *testing.T, addr string) ptraceotlp.GRPCClient {

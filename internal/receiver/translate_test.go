@@ -14,7 +14,7 @@ import (
 	"github.com/rootline/rootline/internal/model"
 )
 
-func readTestdata(t *testing.T, name string) []byte {
+func readTestdata(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
 	if err != nil {
@@ -144,10 +144,12 @@ func TestFromPdataFiles(t *testing.T) {
 					child.Duration != 0 || child.Attributes != nil {
 					t.Errorf("child = %+v", *child)
 				}
-				// Spans of one resource must not share its attribute slice.
-				child.Resource[0].Value.Str = "changed"
-				if s.Resource[0].Value.Str != "checkout" {
-					t.Error("spans of one resource share their Resource slice")
+				// Spans of one resource share its attribute list, clipped: an
+				// append to one span's list leaves the other's alone.
+				n := len(s.Resource)
+				child.Resource = append(child.Resource, model.String("added", "x"))
+				if len(s.Resource) != n || cap(s.Resource) != n {
+					t.Errorf("appending to one span's resource changed another's: %v", s.Resource)
 				}
 
 				anon := spans[2]
@@ -162,7 +164,7 @@ func TestFromPdataFiles(t *testing.T) {
 		{file: "otlp_bad_no_start.json", wantErr: "resourceSpans[0].scopeSpans[1].spans[3]: startTimeUnixNano is missing"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			spans, err := FromPdata(otlpJSON(t, tc.file))
+			spans, err := FromPdata(otlpJSON(t, tc.file), Limits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -192,7 +194,7 @@ func TestFromPdataKindsAndCodesOutOfRange(t *testing.T) {
 	s.SetEndTimestamp(2)
 	s.SetKind(ptrace.SpanKind(42))
 	s.Status().SetCode(ptrace.StatusCode(9))
-	spans, err := FromPdata(td)
+	spans, err := FromPdata(td, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +317,7 @@ func TestFromZipkinFiles(t *testing.T) {
 		{file: "zipkin_bad_tag_type.json", wantErr: "spans[0]: json: cannot unmarshal number"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
-			spans, err := FromZipkin(readTestdata(t, tc.file))
+			spans, err := FromZipkin(readTestdata(t, tc.file), Limits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -353,7 +355,7 @@ func TestFromZipkinInline(t *testing.T) {
 		{name: "shared client keeps its id", body: `[{"traceId":"1","id":"2","kind":"CLIENT","shared":true,"timestamp":3}]`, wantSpans: 1, wantSpanID: "2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			spans, err := FromZipkin([]byte(tc.body))
+			spans, err := FromZipkin([]byte(tc.body), Limits{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)

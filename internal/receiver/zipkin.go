@@ -75,11 +75,15 @@ const maxMicros = math.MaxInt64 / 1000
 // ids and becomes a child of the client span, with zipkin.shared=true: the
 // same shape Jaeger's query-time span id deduplication gives.
 //
+// Tags and annotations are held to lim as OTLP attributes and events are
+// (tags are kept in key order up to MaxAttributes; see Limits).
+//
 // It refuses the whole batch, with an *InvalidError naming the first bad span
 // as "spans[i]", when the body is not a JSON list of spans or a span has a
 // missing, malformed or all-zero trace or span id, a malformed parent id, an
 // unknown kind or no timestamp.
-func FromZipkin(body []byte) ([]*model.Span, error) {
+func FromZipkin(body []byte, lim Limits) ([]*model.Span, error) {
+	lim = lim.withDefaults()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	tok, err := dec.Token()
 	if err != nil {
@@ -95,7 +99,7 @@ func FromZipkin(body []byte) ([]*model.Span, error) {
 		if err := dec.Decode(&zs); err != nil {
 			return nil, &InvalidError{Path: path, Reason: err.Error()}
 		}
-		s, err := fromZipkinSpan(&zs)
+		s, err := fromZipkinSpan(&zs, lim)
 		if err != nil {
 			return nil, &InvalidError{Path: path, Reason: err.Error()}
 		}
@@ -110,7 +114,7 @@ func FromZipkin(body []byte) ([]*model.Span, error) {
 	return out, nil
 }
 
-func fromZipkinSpan(zs *zipkinSpan) (*model.Span, error) {
+func fromZipkinSpan(zs *zipkinSpan, lim Limits) (*model.Span, error) {
 	if zs.TraceID == "" {
 		return nil, errors.New("traceId is missing")
 	}
@@ -153,7 +157,7 @@ func fromZipkinSpan(zs *zipkinSpan) (*model.Span, error) {
 		SpanID:       spanID,
 		ParentSpanID: parentID,
 		Service:      UnknownService,
-		Name:         zs.Name,
+		Name:         truncate(zs.Name, lim.MaxNameBytes),
 		Kind:         kind,
 		Start:        int64(zs.Timestamp) * 1000,
 		Duration:     int64(zs.Duration) * 1000,
@@ -164,20 +168,30 @@ func fromZipkinSpan(zs *zipkinSpan) (*model.Span, error) {
 	}
 
 	keys := make([]string, 0, len(zs.Tags))
+	dropped := int64(0)
 	for k := range zs.Tags {
+		if len(k) > lim.MaxNameBytes {
+			dropped++
+			continue
+		}
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // a stable order, as Zipkin's map has none
-	s.Attributes = make([]model.KeyValue, 0, len(keys)+4)
+	if len(keys) > lim.MaxAttributes {
+		dropped += int64(len(keys) - lim.MaxAttributes)
+		keys = keys[:lim.MaxAttributes]
+	}
+	s.Attributes = make([]model.KeyValue, 0, len(keys)+5)
 	for _, k := range keys {
-		s.Attributes = append(s.Attributes, model.String(k, zs.Tags[k]))
+		s.Attributes = append(s.Attributes, model.String(k, truncate(zs.Tags[k], lim.MaxValueBytes)))
 	}
 	s.StatusCode, s.StatusMessage = zipkinStatus(zs.Tags)
+	s.StatusMessage = truncate(s.StatusMessage, lim.MaxValueBytes)
 
 	if ep := zs.LocalEndpoint; ep != nil {
 		if ep.ServiceName != "" {
-			s.Service = ep.ServiceName
-			s.Resource = append(s.Resource, model.String(model.AttrServiceName, ep.ServiceName))
+			s.Service = truncate(ep.ServiceName, lim.MaxNameBytes)
+			s.Resource = append(s.Resource, model.String(model.AttrServiceName, s.Service))
 		}
 		if ip := cmp.Or(ep.IPv4, ep.IPv6); ip != "" {
 			s.Resource = append(s.Resource, model.String(AttrHostIP, ip))
@@ -188,7 +202,7 @@ func fromZipkinSpan(zs *zipkinSpan) (*model.Span, error) {
 	}
 	if ep := zs.RemoteEndpoint; ep != nil {
 		if ep.ServiceName != "" {
-			s.SetAttr(model.String(AttrPeerService, ep.ServiceName))
+			s.SetAttr(model.String(AttrPeerService, truncate(ep.ServiceName, lim.MaxNameBytes)))
 		}
 		if ip := cmp.Or(ep.IPv4, ep.IPv6); ip != "" {
 			s.SetAttr(model.String(AttrNetPeerIP, ip))
@@ -200,17 +214,23 @@ func fromZipkinSpan(zs *zipkinSpan) (*model.Span, error) {
 	if zs.Shared {
 		s.SetAttr(model.Bool(AttrZipkinShared, true))
 	}
+	s.Attributes = appendDropped(s.Attributes, AttrDroppedAttributes, dropped)
+	if n := len(zs.Annotations) - lim.MaxEvents; n > 0 {
+		s.Attributes = appendDropped(s.Attributes, AttrDroppedEvents, int64(n))
+	}
 	if len(s.Attributes) == 0 {
 		s.Attributes = nil
 	}
 
-	if len(zs.Annotations) > 0 {
-		s.Events = make([]model.Event, 0, len(zs.Annotations))
-		for i, a := range zs.Annotations {
+	if n := min(len(zs.Annotations), lim.MaxEvents); n > 0 {
+		s.Events = make([]model.Event, 0, n)
+		for i, a := range zs.Annotations[:n] {
 			if a.Timestamp > maxMicros {
 				return nil, fmt.Errorf("annotations[%d].timestamp is past the year 2262", i)
 			}
-			s.Events = append(s.Events, model.Event{Time: int64(a.Timestamp) * 1000, Name: a.Value})
+			// An annotation's value is its name: an event name, held to
+			// MaxNameBytes.
+			s.Events = append(s.Events, model.Event{Time: int64(a.Timestamp) * 1000, Name: truncate(a.Value, lim.MaxNameBytes)})
 		}
 	}
 	return s, nil

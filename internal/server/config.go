@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -19,9 +20,11 @@ import (
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/kafka"
 	"github.com/rootline/rootline/internal/pipeline"
+	"github.com/rootline/rootline/internal/receiver"
 	"github.com/rootline/rootline/internal/store/cassandra"
 	"github.com/rootline/rootline/internal/store/factory"
 	"github.com/rootline/rootline/internal/store/s3"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 // Config is the whole server configuration. It loads from YAML (--config) and
@@ -49,6 +52,16 @@ type Config struct {
 	QueryAddr    string `yaml:"query_addr"`
 	// MaxRequestBytes bounds one receiver request (decompressed for HTTP).
 	MaxRequestBytes int64 `yaml:"max_request_bytes"`
+	// Receiver holds the receivers' security and bounds.
+	Receiver ReceiverConfig `yaml:"receiver"`
+	// QueryTLS serves the query port over TLS (a client CA makes it ask for
+	// client certificates).
+	QueryTLS tlsconf.Server `yaml:"query_tls"`
+	// MemoryLimit is the process's soft memory limit (Go's GOMEMLIMIT); 0
+	// sets none. The receivers' memory for requests in flight and the intake
+	// queue default to shares of it, and the server refuses to start when
+	// its bounded parts add up to more (docs/security.md).
+	MemoryLimit ByteSize `yaml:"memory_limit"`
 
 	Pipeline  pipeline.Config `yaml:"pipeline"`
 	Detector  anomaly.Config  `yaml:"detector"`
@@ -84,6 +97,26 @@ type Retention struct {
 	// time. 0 means store.DefaultMaxClockSkew (1h); negative disables it.
 	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
 	Interval     time.Duration `yaml:"interval"`
+}
+
+// ReceiverConfig is what the three receivers share beyond their addresses
+// (receiver.Config has the meaning of each bound). Zero bounds take the
+// receivers' defaults; MaxInflightBytes defaults to a quarter of MemoryLimit.
+type ReceiverConfig struct {
+	TLS tlsconf.Server `yaml:"tls"`
+	// AuthTokenFile holds the bearer token spans must come with; without
+	// it (and without ROOTLINE_INGEST_TOKEN) the server's auth token is
+	// asked for, as Rootline's own senders (rootline run, the agent) send it.
+	AuthTokenFile string `yaml:"auth_token_file"`
+	AuthToken     string `yaml:"-"`
+	// AllowUnauthenticated takes spans without a token or client
+	// certificate, even beyond loopback: for networks where only trusted
+	// senders can reach the receivers.
+	AllowUnauthenticated bool `yaml:"allow_unauthenticated"`
+
+	receiver.Admission `yaml:",inline"`
+	Limits             receiver.Limits            `yaml:"limits"`
+	Cardinality        receiver.CardinalityConfig `yaml:"cardinality"`
 }
 
 // SQLite is the embedded store's section of the layout before Storage; it
@@ -161,21 +194,32 @@ func DefaultMaxBytes(fsBytes int64, fraction float64) int64 {
 	return min(c, int64(float64(fsBytes)*maxBytesCeiling))
 }
 
-// DefaultConfig returns the defaults: everything embedded under ./rootline-data.
+// DefaultConfig returns the defaults: everything embedded under
+// ./rootline-data, every listener on loopback.
 func DefaultConfig() Config {
 	k := kafka.Config{}
 	k.ApplyDefaults()
+	rd := receiver.DefaultConfig()
+	rd.MaxInflightBytes = 0 // a share of MemoryLimit
+	pipe := pipeline.DefaultConfig()
+	pipe.QueueBytes = 0 // a share of MemoryLimit
+	det := anomaly.DefaultConfig()
+	// A full window costs 20 B × 500 per key: 20,000 keys keep the
+	// detector within 200 MB, inside the default memory limit.
+	det.MaxKeys = 20_000
 	return Config{
 		Role:            RoleAll,
 		Kafka:           k,
 		DataDir:         "rootline-data",
-		OTLPGRPCAddr:    ":4317",
-		OTLPHTTPAddr:    ":4318",
-		ZipkinAddr:      ":9411",
+		OTLPGRPCAddr:    rd.GRPCAddr,
+		OTLPHTTPAddr:    rd.HTTPAddr,
+		ZipkinAddr:      rd.ZipkinAddr,
 		QueryAddr:       "127.0.0.1:16686",
-		MaxRequestBytes: 8 << 20,
-		Pipeline:        pipeline.DefaultConfig(),
-		Detector:        anomaly.DefaultConfig(),
+		MaxRequestBytes: rd.MaxRequestBytes,
+		Receiver:        ReceiverConfig{Admission: rd.Admission, Limits: rd.Limits, Cardinality: rd.Cardinality},
+		MemoryLimit:     1 << 30,
+		Pipeline:        pipe,
+		Detector:        det,
 		Capture:         capture.DefaultConfig(),
 		Retention: Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute,
 			MaxDiskFraction: DefaultMaxDiskFraction},
@@ -186,8 +230,36 @@ func DefaultConfig() Config {
 	}
 }
 
+// withDerived returns c with the bounds left at 0 set from MemoryLimit: a
+// quarter of it for the receivers' requests in flight, an eighth for the
+// intake queue (256 MiB and 128 MiB without a limit).
+func (c Config) withDerived() Config {
+	limit := int64(c.MemoryLimit)
+	if limit == 0 {
+		limit = 1 << 30
+	}
+	if c.Receiver.MaxInflightBytes == 0 {
+		c.Receiver.MaxInflightBytes = limit / 4
+	}
+	if c.Pipeline.QueueBytes == 0 {
+		c.Pipeline.QueueBytes = limit / 8
+	}
+	return c
+}
+
+// receiverConfig is the receiver package's configuration.
+func (c Config) receiverConfig() receiver.Config {
+	r := c.Receiver
+	return receiver.Config{
+		GRPCAddr: c.OTLPGRPCAddr, HTTPAddr: c.OTLPHTTPAddr, ZipkinAddr: c.ZipkinAddr,
+		MaxRequestBytes: c.MaxRequestBytes, Limits: r.Limits, Cardinality: r.Cardinality,
+		Admission: r.Admission, TLS: r.TLS, AuthToken: r.AuthToken,
+	}
+}
+
 // Validate checks the configuration as a whole.
 func (c Config) Validate() error {
+	c = c.withDerived()
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
@@ -228,6 +300,31 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("the query/agent API on %q is reachable beyond loopback and can read artifacts and trigger dumps: "+
 			"set a token with ROOTLINE_AUTH_TOKEN or --auth.token-file, or bind it to 127.0.0.1", c.QueryAddr))
 	}
+	if err := c.QueryTLS.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("query_tls: %w", err))
+	}
+	if err := c.receiverConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Receiver.AuthToken == "" && c.Receiver.TLS.ClientCAFile == "" && !c.Receiver.AllowUnauthenticated {
+		for _, a := range []struct{ flag, addr string }{{"--otlp.grpc.addr", c.OTLPGRPCAddr}, {"--otlp.http.addr", c.OTLPHTTPAddr}, {"--zipkin.addr", c.ZipkinAddr}} {
+			if a.addr != "" && !isLoopback(a.addr) {
+				errs = append(errs, fmt.Errorf("the receiver on %q (%s) takes spans from beyond loopback, and spans decide which processes get profiled: "+
+					"set a token with ROOTLINE_INGEST_TOKEN, --receiver.auth.token-file or ROOTLINE_AUTH_TOKEN, or a client CA with --receiver.tls.client-ca-file, "+
+					"or bind it to 127.0.0.1, or take unauthenticated spans with --receiver.allow-unauthenticated", a.addr, a.flag))
+			}
+		}
+	}
+	if c.MemoryLimit < 0 {
+		errs = append(errs, fmt.Errorf("--memory-limit must not be negative, got %d", c.MemoryLimit))
+	} else if bound := c.memoryBound(); c.MemoryLimit > 0 && bound > int64(c.MemoryLimit) {
+		var parts []string
+		for _, p := range c.memoryParts() {
+			parts = append(parts, fmt.Sprintf("%s %s", p.name, ByteSize(p.bytes/(1<<20)<<20)))
+		}
+		errs = append(errs, fmt.Errorf("the server's bounded memory adds up to %s (%s), more than --memory-limit %s: "+
+			"raise the limit or lower those bounds", ByteSize(bound/(1<<20)<<20), strings.Join(parts, ", "), c.MemoryLimit))
+	}
 	return errors.Join(errs...)
 }
 
@@ -238,6 +335,11 @@ func isLoopback(addr string) bool { return httpjson.IsLoopback(addr) }
 // --config, flags, and ROOTLINE_AUTH_TOKEN. It returns flag.ErrHelp for -h.
 func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 	cfg := DefaultConfig()
+	if os.Getenv("GOMEMLIMIT") != "" {
+		// The runtime has read it already; it replaces the default, and
+		// the configuration file and flags may still change it.
+		cfg.MemoryLimit = ByteSize(debug.SetMemoryLimit(-1))
+	}
 	if path := findConfigArg(args); path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -269,6 +371,20 @@ func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 		cfg.AuthToken = strings.TrimSpace(string(b))
 	}
 	cfg.Capture.AuthToken = cfg.AuthToken
+	cfg.Receiver.AuthToken = os.Getenv("ROOTLINE_INGEST_TOKEN")
+	if cfg.Receiver.AuthTokenFile != "" {
+		b, err := os.ReadFile(cfg.Receiver.AuthTokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("read receiver auth token: %w", err)
+		}
+		cfg.Receiver.AuthToken = strings.TrimSpace(string(b))
+	}
+	if cfg.Receiver.AuthToken == "" {
+		cfg.Receiver.AuthToken = cfg.AuthToken
+	}
+	if cfg.Receiver.AllowUnauthenticated {
+		cfg.Receiver.AuthToken = ""
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -308,7 +424,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	})
 	fs.StringVar(&c.Kafka.Topic, "kafka.topic", c.Kafka.Topic, "Kafka topic of spans (created when missing)")
 	fs.StringVar(&c.Kafka.Group, "kafka.group", c.Kafka.Group, "consumer group of the detectors")
-	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "detector: base URL agents upload evidence to (default: http:// and --query.addr)")
+	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "detector: base URL agents upload evidence to (default: --query.addr, https when --query.tls.* is set)")
 	fs.Func("storage.cassandra.servers", "comma-separated Cassandra nodes (storage.spans.type cassandra)", func(v string) error {
 		if c.Storage.Spans.Cassandra == nil {
 			c.Storage.Spans.Cassandra = &cassandra.Config{}
@@ -346,8 +462,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ZipkinAddr, "zipkin.addr", c.ZipkinAddr, "Zipkin v2 JSON receiver address, POST /api/v2/spans (empty disables)")
 	fs.StringVar(&c.QueryAddr, "query.addr", c.QueryAddr, "query API, agent API, UI, /metrics, /healthz address; beyond loopback it needs an auth token")
 	fs.Int64Var(&c.MaxRequestBytes, "receiver.max-request-bytes", c.MaxRequestBytes, "largest accepted receiver request in bytes (after decompression); larger ones get 413 / RESOURCE_EXHAUSTED")
+	c.registerReceiverFlags(fs)
+	fs.Var(&c.MemoryLimit, "memory-limit", "soft memory limit of the process (Go's GOMEMLIMIT, e.g. 1GiB; 0: none); the receivers' in-flight memory and the intake queue default to 1/4 and 1/8 of it, and the server refuses to start when its bounds add up to more")
+	fs.StringVar(&c.QueryTLS.CertFile, "query.tls.cert-file", c.QueryTLS.CertFile, "serve the query port over TLS with this PEM certificate (chain)")
+	fs.StringVar(&c.QueryTLS.KeyFile, "query.tls.key-file", c.QueryTLS.KeyFile, "PEM private key of --query.tls.cert-file")
+	fs.StringVar(&c.QueryTLS.ClientCAFile, "query.tls.client-ca-file", c.QueryTLS.ClientCAFile, "require query clients to present a certificate signed by a CA in this PEM file (mutual TLS)")
 
 	fs.IntVar(&c.Pipeline.QueueSpans, "pipeline.queue-spans", c.Pipeline.QueueSpans, "spans waiting for commit before receivers push back (HTTP 429 / gRPC RESOURCE_EXHAUSTED)")
+	fs.Int64Var(&c.Pipeline.QueueBytes, "pipeline.queue-bytes", c.Pipeline.QueueBytes, "memory of the spans waiting for commit before receivers push back (0: 1/8 of --memory-limit)")
 	fs.IntVar(&c.Pipeline.MaxBatchSpans, "pipeline.max-batch-spans", c.Pipeline.MaxBatchSpans, "most spans committed in one group commit")
 	fs.DurationVar(&c.Pipeline.CommitDelay, "pipeline.commit-delay", c.Pipeline.CommitDelay, "how long a small commit waits for more requests to join it (0: none); acknowledgements of small exports wait that much longer")
 	fs.IntVar(&c.Pipeline.CommitDelaySpans, "pipeline.commit-delay-spans", c.Pipeline.CommitDelaySpans, "a commit with at least this many spans does not wait (see -pipeline.commit-delay)")
@@ -366,6 +488,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes, at most 3 within any 3/N of a minute; more wait, or are skipped once too late for their window (0: no bound)")
 	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
 	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
+	fs.StringVar(&c.Capture.AgentTLS.CAFile, "capture.agent-tls.ca-file", c.Capture.AgentTLS.CAFile, "PEM bundle of the CAs to trust for agents whose dump URL is https (default: the system's)")
+	fs.StringVar(&c.Capture.AgentTLS.CertFile, "capture.agent-tls.cert-file", c.Capture.AgentTLS.CertFile, "client certificate (PEM) for agents that require mutual TLS")
+	fs.StringVar(&c.Capture.AgentTLS.KeyFile, "capture.agent-tls.key-file", c.Capture.AgentTLS.KeyFile, "its private key (PEM)")
 	fs.Func("capture.kinds", "comma-separated evidence kinds to request (e.g. cpu,jfr,kernel); empty asks for all an agent offers", func(s string) error {
 		c.Capture.Kinds = splitList(s)
 		return nil
@@ -380,8 +505,37 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.StringVar(&c.Export.Endpoint, "export.otlp.endpoint", c.Export.Endpoint, "also send enriched spans to this OTLP/gRPC endpoint (host:port, plaintext)")
 	fs.StringVar(&c.SQLite.Synchronous, "sqlite.synchronous", c.SQLite.Synchronous, "storage.spans.sqlite.synchronous: FULL (default): acknowledged spans survive power loss; NORMAL: they survive a server crash (faster)")
-	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token for the agent/artifact API (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&c.AuthTokenFile, "auth.token-file", c.AuthTokenFile, "file holding the bearer token of every /api/ route, /metrics and the agent API, and of the receivers unless they have their own (or set ROOTLINE_AUTH_TOKEN)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGTERM, time allowed to drain receivers and commit queued spans")
 	fs.StringVar(&c.LogLevel, "log.level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log.format", c.LogFormat, "text or json")
+}
+
+// registerReceiverFlags binds the receivers' security and bounds.
+func (c *Config) registerReceiverFlags(fs *flag.FlagSet) {
+	r := &c.Receiver
+	fs.StringVar(&r.TLS.CertFile, "receiver.tls.cert-file", r.TLS.CertFile, "serve the three receivers over TLS with this PEM certificate (chain)")
+	fs.StringVar(&r.TLS.KeyFile, "receiver.tls.key-file", r.TLS.KeyFile, "PEM private key of --receiver.tls.cert-file")
+	fs.StringVar(&r.TLS.ClientCAFile, "receiver.tls.client-ca-file", r.TLS.ClientCAFile, "require senders to present a certificate signed by a CA in this PEM file (mutual TLS); it authenticates them in place of a token")
+	fs.StringVar(&r.AuthTokenFile, "receiver.auth.token-file", r.AuthTokenFile, "file holding the bearer token spans and metrics must come with (or set ROOTLINE_INGEST_TOKEN; default: the server's auth token)")
+	fs.BoolVar(&r.AllowUnauthenticated, "receiver.allow-unauthenticated", r.AllowUnauthenticated, "take spans without a token or client certificate, even on addresses beyond loopback (trusted networks only)")
+	fs.IntVar(&r.MaxConcurrentRequests, "receiver.max-concurrent-requests", r.MaxConcurrentRequests, "requests each receiver decodes and stores at once; more get 429 / RESOURCE_EXHAUSTED to retry")
+	fs.Int64Var(&r.MaxInflightBytes, "receiver.max-inflight-bytes", r.MaxInflightBytes, "memory all requests in flight may hold, bodies and decoding (0: 1/4 of --memory-limit); past it 429 / RESOURCE_EXHAUSTED to retry")
+	fs.IntVar(&r.MaxConnections, "receiver.max-connections", r.MaxConnections, "open connections per receiver; more wait to be accepted")
+	fs.DurationVar(&r.ReadHeaderTimeout, "receiver.read-header-timeout", r.ReadHeaderTimeout, "time for a TLS handshake and a request's headers")
+	fs.DurationVar(&r.ReadTimeout, "receiver.read-timeout", r.ReadTimeout, "time for a whole request, body included (gRPC: a message); then the connection or stream is closed")
+	fs.DurationVar(&r.IdleTimeout, "receiver.idle-timeout", r.IdleTimeout, "a connection without requests is closed after this long")
+	l := &r.Limits
+	fs.IntVar(&l.MaxAttributeDepth, "receiver.limits.max-attribute-depth", l.MaxAttributeDepth, "deepest nesting of array and map attribute values; deeper requests get 400 / INVALID_ARGUMENT")
+	fs.IntVar(&l.MaxAttributes, "receiver.limits.max-attributes", l.MaxAttributes, "attributes kept per span, event, link, resource and scope; the rest are counted in rootline.dropped_attributes")
+	fs.IntVar(&l.MaxEvents, "receiver.limits.max-events", l.MaxEvents, "events kept per span; the rest are counted in rootline.dropped_events")
+	fs.IntVar(&l.MaxLinks, "receiver.limits.max-links", l.MaxLinks, "links kept per span; the rest are counted in rootline.dropped_links")
+	fs.IntVar(&l.MaxValueBytes, "receiver.limits.max-value-bytes", l.MaxValueBytes, "attribute values and status messages are cut to this many bytes")
+	fs.IntVar(&l.MaxNameBytes, "receiver.limits.max-name-bytes", l.MaxNameBytes, "service, span, event and metric names are cut to this many bytes; longer attribute keys are dropped")
+	cd := &r.Cardinality
+	fs.IntVar(&cd.MaxServices, "receiver.cardinality.max-services", cd.MaxServices, "services known at once; spans of more go under the service rootline-overflow")
+	fs.IntVar(&cd.MaxNewServicesPerMinute, "receiver.cardinality.max-new-services-per-minute", cd.MaxNewServicesPerMinute, "services first seen per minute; more go under rootline-overflow")
+	fs.IntVar(&cd.MaxOperationsPerService, "receiver.cardinality.max-operations-per-service", cd.MaxOperationsPerService, "span names known per service; more go under the operation rootline-overflow")
+	fs.IntVar(&cd.MaxOperations, "receiver.cardinality.max-operations", cd.MaxOperations, "span names known over all services; more go under rootline-overflow")
+	fs.DurationVar(&cd.ForgetAfter, "receiver.cardinality.forget-after", cd.ForgetAfter, "a service or span name without spans for this long stops counting against the caps")
 }

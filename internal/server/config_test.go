@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -79,19 +80,28 @@ func TestLoad(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ROOTLINE_AUTH_TOKEN", tc.env)
-			c, err := Load(tc.args, func(fs *flag.FlagSet) {})
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want it to mention %q", err, tc.wantErr)
-				}
-				return
+			if c, ok := load(t, tc.args, tc.wantErr); ok {
+				tc.check(t, c)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			tc.check(t, c)
 		})
 	}
+}
+
+// load runs Load on args: when wantErr is set it checks the error mentions
+// it and returns false; otherwise it fails on any error.
+func load(t *testing.T, args []string, wantErr string) (Config, bool) {
+	t.Helper()
+	c, err := Load(args, func(fs *flag.FlagSet) {})
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("err = %v, want it to mention %q", err, wantErr)
+		}
+		return c, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, true
 }
 
 func synchronous(t *testing.T, c Config) string {
@@ -145,6 +155,128 @@ func TestIsLoopback(t *testing.T) {
 		":16686": false, "0.0.0.0:1": false, "10.0.0.1:1": false, "bad": false} {
 		if got := isLoopback(addr); got != want {
 			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
+
+func TestReceiverAuthentication(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "ingest")
+	if err := os.WriteFile(tokenFile, []byte("ingest-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	public := []string{"--otlp.grpc.addr", "0.0.0.0:4317"}
+	for _, tc := range []struct {
+		name             string
+		args             []string
+		authEnv, ingest  string
+		wantErr          string
+		wantToken        string
+		wantOpenReceiver bool
+	}{
+		{name: "loopback needs nothing", args: nil},
+		{name: "beyond loopback without credentials", args: public, wantErr: "ROOTLINE_INGEST_TOKEN"},
+		{name: "zipkin beyond loopback", args: []string{"--zipkin.addr", ":9411"}, wantErr: "--zipkin.addr"},
+		{name: "the server's token", args: public, authEnv: "server-token", wantToken: "server-token"},
+		{name: "an ingest token", args: public, authEnv: "server-token", ingest: "ingest-env", wantToken: "ingest-env"},
+		{name: "an ingest token file", args: append([]string{"--receiver.auth.token-file", tokenFile}, public...), ingest: "ingest-env", wantToken: "ingest-token"},
+		{name: "a client CA", args: append([]string{"--receiver.tls.cert-file", "c", "--receiver.tls.key-file", "k", "--receiver.tls.client-ca-file", "ca"}, public...)},
+		{name: "unauthenticated on purpose", args: append([]string{"--receiver.allow-unauthenticated"}, public...), authEnv: "server-token", wantOpenReceiver: true},
+		{name: "client CA without a certificate", args: []string{"--receiver.tls.client-ca-file", "ca"}, wantErr: "client_ca_file needs cert_file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("ROOTLINE_AUTH_TOKEN", tc.authEnv)
+			t.Setenv("ROOTLINE_INGEST_TOKEN", tc.ingest)
+			c, ok := load(t, tc.args, tc.wantErr)
+			if !ok {
+				return
+			}
+			if c.Receiver.AuthToken != tc.wantToken {
+				t.Errorf("receiver token %q, want %q", c.Receiver.AuthToken, tc.wantToken)
+			}
+			if tc.wantOpenReceiver && c.Receiver.AuthToken != "" {
+				t.Error("allow-unauthenticated kept a token")
+			}
+		})
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	t.Setenv("ROOTLINE_AUTH_TOKEN", "")
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "default", check: func(t *testing.T, c Config) {
+			d := c.withDerived()
+			if c.MemoryLimit != 1<<30 || d.Receiver.MaxInflightBytes != 256<<20 || d.Pipeline.QueueBytes != 128<<20 {
+				t.Errorf("limit %v in flight %d queue %d", c.MemoryLimit, d.Receiver.MaxInflightBytes, d.Pipeline.QueueBytes)
+			}
+			if b := c.withDerived().memoryBound(); b > int64(c.MemoryLimit) {
+				t.Errorf("the default bounds add up to %d, over the default limit", b)
+			}
+		}},
+		{name: "derived shares", args: []string{"--memory-limit", "2GiB"}, check: func(t *testing.T, c Config) {
+			if d := c.withDerived(); d.Receiver.MaxInflightBytes != 512<<20 || d.Pipeline.QueueBytes != 256<<20 {
+				t.Errorf("in flight %d queue %d", d.Receiver.MaxInflightBytes, d.Pipeline.QueueBytes)
+			}
+		}},
+		{name: "set bounds are kept", args: []string{"--memory-limit", "2GiB", "--receiver.max-inflight-bytes", "100000000", "--pipeline.queue-bytes", "1000"},
+			check: func(t *testing.T, c Config) {
+				if d := c.withDerived(); d.Receiver.MaxInflightBytes != 100000000 || d.Pipeline.QueueBytes != 1000 {
+					t.Errorf("in flight %d queue %d", d.Receiver.MaxInflightBytes, d.Pipeline.QueueBytes)
+				}
+			}},
+		{name: "GOMEMLIMIT replaces the default", env: "3GiB", check: func(t *testing.T, c Config) {
+			if c.MemoryLimit != 3<<30 {
+				t.Errorf("limit %v", c.MemoryLimit)
+			}
+		}},
+		{name: "the flag wins over GOMEMLIMIT", env: "3GiB", args: []string{"--memory-limit=1500MiB"}, check: func(t *testing.T, c Config) {
+			if c.MemoryLimit != 1500<<20 {
+				t.Errorf("limit %v", c.MemoryLimit)
+			}
+		}},
+		{name: "no limit", args: []string{"--memory-limit", "0"}, check: func(t *testing.T, c Config) {
+			if c.MemoryLimit != 0 {
+				t.Errorf("limit %v", c.MemoryLimit)
+			}
+		}},
+		{name: "bounds over the limit", args: []string{"--memory-limit", "512MiB"}, wantErr: "more than --memory-limit 512MiB"},
+		{name: "not a size", args: []string{"--memory-limit", "lots"}, wantErr: "not a size"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("GOMEMLIMIT", tc.env)
+				defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+				v, _ := ParseByteSize(tc.env)
+				debug.SetMemoryLimit(int64(v)) // as the runtime does at start
+			}
+			if c, ok := load(t, tc.args, tc.wantErr); ok {
+				tc.check(t, c)
+			}
+		})
+	}
+}
+
+func TestByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"1GiB": 1 << 30, "512 MiB": 512 << 20, "2GB": 2e9, "65536": 65536, "1.5KiB": 1536, "0": 0} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("ParseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "1XB", "GiB", "1e30"} {
+		if _, err := ParseByteSize(bad); err == nil {
+			t.Errorf("ParseByteSize(%q) succeeded", bad)
+		}
+	}
+	for v, want := range map[ByteSize]string{1 << 30: "1GiB", 1536 << 20: "1536MiB", 1000: "1000", 0: "0", 3 << 10: "3KiB"} {
+		if got := v.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", v, got, want)
 		}
 	}
 }

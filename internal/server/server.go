@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
 	"github.com/rootline/rootline/internal/export"
+	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/kafka"
 	"github.com/rootline/rootline/internal/pipeline"
 	"github.com/rootline/rootline/internal/query"
@@ -44,6 +46,7 @@ type Server struct {
 	detector anomaly.Detector
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
+	critpath *critpathRunner
 	exporter *export.Exporter
 	recv     *receiver.Receivers
 	// Kafka stage (roles ingester and detector).
@@ -52,6 +55,7 @@ type Server struct {
 	agents   *kafka.AgentLog
 	queryLn  net.Listener
 	queryWeb *http.Server
+	queryTLS *tls.Config // nil: plaintext
 	ready    atomic.Bool
 	// UI is served at / of the query port when set (the embedded web UI).
 	UI http.Handler
@@ -62,6 +66,7 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDerived()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -101,6 +106,15 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 		}))
 	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
 		return fail(err)
+	}
+	// Captures complete where agents upload them: the all-in-one server, or
+	// the detector that asked (DumpRequest.UploadURL).
+	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.capture.OnFinished(s.critpath.finished)
+	if s.queryTLS, err = cfg.QueryTLS.Config(); err != nil {
+		return fail(fmt.Errorf("query_tls: %w", err))
 	}
 	if cfg.Role != RoleAll {
 		if err := s.newKafkaStage(); err != nil {
@@ -142,12 +156,14 @@ func (s *Server) sinks() ([]pipeline.Sink, error) {
 
 func (s *Server) newReceivers(c pipeline.Consumer) error {
 	var err error
-	s.recv, err = receiver.New(receiver.Config{
-		GRPCAddr: s.cfg.OTLPGRPCAddr, HTTPAddr: s.cfg.OTLPHTTPAddr, ZipkinAddr: s.cfg.ZipkinAddr,
-		MaxRequestBytes: s.cfg.MaxRequestBytes,
-	}, c, s.logger, s.reg)
-	if err != nil {
+	if s.recv, err = receiver.New(s.cfg.receiverConfig(), c, s.logger, s.reg); err != nil {
 		return err
+	}
+	// Services already stored are not new to the cardinality caps.
+	if services, err := s.store.GetServices(context.Background()); err != nil {
+		s.logger.Warn("cannot list stored services; each counts as new once against the cardinality caps", "err", err)
+	} else {
+		s.recv.SetKnownServices(services)
 	}
 	// Metrics go through the storage like spans: timed, and counted in its
 	// write health.
@@ -213,7 +229,9 @@ func (s *Server) handler() http.Handler {
 	mux.Handle("/api/v1/agents/", capH)
 	mux.Handle("/api/v1/captures", capH)
 	mux.Handle("/api/v1/captures/", capH)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg}))
+	// /metrics names services and operations: a read endpoint like the
+	// others, behind the token when one is set. Health checks stay open.
+	mux.Handle("GET /metrics", httpjson.RequireBearer(s.cfg.AuthToken, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {
@@ -247,7 +265,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.queryLn = ln
 	if s.kdet != nil {
-		u, err := advertiseURL(s.cfg.AdvertiseURL, ln.Addr())
+		u, err := advertiseURL(s.cfg.AdvertiseURL, ln.Addr(), s.queryTLS != nil)
 		if err != nil {
 			ln.Close()
 			return err
@@ -255,13 +273,15 @@ func (s *Server) Start(ctx context.Context) error {
 		s.capture.SetUploadURL(u)
 		s.logger.Info("agents upload evidence of this detector's captures here", "advertise_url", u)
 	}
-	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		TLSConfig: s.queryTLS, ErrorLog: slog.NewLogLogger(s.logger.With("component", "query").Handler(), slog.LevelDebug)}
 	return nil
 }
 
-// advertiseURL is configured, or http:// and the bound address with the
-// host name in place of an unspecified host.
-func advertiseURL(configured string, addr net.Addr) (string, error) {
+// advertiseURL is configured, or http:// (https:// with TLS on the query
+// port) and the bound address with the host name in place of an
+// unspecified host.
+func advertiseURL(configured string, addr net.Addr, useTLS bool) (string, error) {
 	if configured != "" {
 		u, err := url.Parse(configured)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -278,7 +298,11 @@ func advertiseURL(configured string, addr net.Addr) (string, error) {
 			return "", fmt.Errorf("no --advertise-url and no host name: %w", err)
 		}
 	}
-	return "http://" + net.JoinHostPort(host, port), nil
+	scheme := "http://"
+	if useTLS {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port), nil
 }
 
 // Addrs returns the bound addresses; valid after Start.
@@ -306,6 +330,7 @@ func (s *Server) Run(ctx context.Context) error {
 		pipeDone <- nil
 	}
 	g.Go(func() error { return s.capture.Run(gctx) })
+	g.Go(func() error { return s.critpath.run(gctx) })
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}
@@ -334,14 +359,19 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() {
-		if err := s.queryWeb.Serve(s.queryLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := func() error { return s.queryWeb.Serve(s.queryLn) }
+		if s.queryTLS != nil {
+			serve = func() error { return s.queryWeb.ServeTLS(s.queryLn, "", "") }
+		}
+		if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- fmt.Errorf("query API: %w", err)
 		}
 	}()
 	s.ready.Store(true)
 	a := s.Addrs()
 	s.logger.Info("rootline server ready", "role", s.cfg.Role, "otlp_grpc", a.OTLPGRPC, "otlp_http", a.OTLPHTTP, "zipkin", a.Zipkin,
-		"query", a.Query, "data_dir", s.cfg.DataDir)
+		"query", a.Query, "query_tls", s.queryTLS != nil, "data_dir", s.cfg.DataDir)
+	s.logMemoryBound()
 
 	var runErr error
 	select {
@@ -435,6 +465,15 @@ func (s *Server) retentionLoop(ctx context.Context, mine func() bool) {
 		case <-t.C:
 		}
 	}
+}
+
+// logMemoryBound says, once at start, what bounds the server's memory.
+func (s *Server) logMemoryBound() {
+	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
+	for _, p := range s.cfg.memoryParts() {
+		attrs = append(attrs, strings.ReplaceAll(p.name, " ", "_"), ByteSize(p.bytes/(1<<20)<<20).String())
+	}
+	s.logger.Info("memory bounds", attrs...)
 }
 
 // writeHealthProbe is how often a store that cannot write is probed.

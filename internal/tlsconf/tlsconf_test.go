@@ -1,55 +1,17 @@
 package tlsconf
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/rootline/rootline/internal/tlsconf/tlsconftest"
 )
 
 // writeCert writes a self-signed certificate for 127.0.0.1 named cn.
 func writeCert(t *testing.T, dir, cn string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return certFile, keyFile
+	return tlsconftest.WriteCert(t, dir, cn)
 }
 
 func TestValidate(t *testing.T) {
@@ -76,8 +38,8 @@ func TestValidate(t *testing.T) {
 // certificate from it and refuses one without.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	sc, sk := writeCert(t, dir, "server")
-	cc, ck := writeCert(t, dir, "client")
+	sc, sk := tlsconftest.WriteCert(t, dir, "server")
+	cc, ck := tlsconftest.WriteCert(t, dir, "client")
 	scfg, err := Server{CertFile: sc, KeyFile: sk, ClientCAFile: cc}.Config()
 	if err != nil {
 		t.Fatal(err)
@@ -125,13 +87,13 @@ func TestMutualTLS(t *testing.T) {
 // TestReload: a replaced certificate is served after its files change.
 func TestReload(t *testing.T) {
 	dir := t.TempDir()
-	c1, k1 := writeCert(t, dir, "one")
+	c1, k1 := tlsconftest.WriteCert(t, dir, "one")
 	kp := &keyPair{cert: c1, key: k1}
 	if err := kp.load(); err != nil {
 		t.Fatal(err)
 	}
 	first, _ := kp.get()
-	c2, k2 := writeCert(t, dir, "two")
+	c2, k2 := tlsconftest.WriteCert(t, dir, "two")
 	for _, p := range [][2]string{{c2, c1}, {k2, k1}} {
 		b, _ := os.ReadFile(p[0])
 		if err := os.WriteFile(p[1], b, 0o600); err != nil {

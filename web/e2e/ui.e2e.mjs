@@ -1,7 +1,13 @@
 // End-to-end test of the web UI in a real browser: a rootline server and
 // agent profile a CPU-burning Go program, an anomalous trace gets captured
 // evidence, and Chromium (driven by playwright-core, never downloaded:
-// /usr/bin/chromium) walks Search → Trace → span panel → flame graph.
+// /usr/bin/chromium) walks Search → Trace → span panel → flame graph. Then
+// two requests contend for a mutex in a C service under `rootline run`
+// (test/testdata/cpsvc), and the waiter's trace page shows its kernel
+// critical path: per-thread timeline, wakeup arrow, summary bars and the link
+// to the request that blocked it.
+// The server runs with an API token, as it must when reachable from other
+// machines: the UI asks for it once and sends it on every call.
 //
 //   ROOTLINE_BIN=/path/to/rootline npm run e2e
 //
@@ -11,6 +17,7 @@
 // any failure. Every process it starts is killed on the way out.
 import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync, existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -57,8 +64,8 @@ const tmp = mkdtempSync(join(tmpdir(), 'rootline-ui-e2e-'));
 let browser;
 
 /** start runs a command, keeps its output (for failure reports) and records it for cleanup. */
-function start(name, cmd, args) {
-  const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+function start(name, cmd, args, env = {}) {
+  const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   const out = [];
   const keep = (b) => {
     out.push(b.toString());
@@ -140,9 +147,14 @@ async function waitFor(what, ms, fn) {
 }
 
 let server, query, otlpHTTP, hotPid, slowTrace;
+let cpPort, holderTrace, waiterTrace;
+
+// The server's API token: every API call and every export needs it.
+const TOKEN = `ui-e2e-${randomBytes(8).toString('hex')}`;
+const bearer = { Authorization: `Bearer ${TOKEN}` };
 
 async function getJSON(path) {
-  const res = await fetch(`http://${query}${path}`);
+  const res = await fetch(`http://${query}${path}`, { headers: bearer });
   if (!res.ok) throw new Error(`GET ${path}: ${res.status}`);
   return res.json();
 }
@@ -186,7 +198,7 @@ async function sendTrace(traceId, startNs, durNs, hotRes) {
   };
   const res = await fetch(`http://${otlpHTTP}/v1/traces`, {
     method: 'POST',
-    headers: { 'Content-Type': 'application/json' },
+    headers: { 'Content-Type': 'application/json', ...bearer },
     body: JSON.stringify(body),
   });
   if (res.status !== 200) throw new Error(`OTLP POST: ${res.status} ${await res.text()}`);
@@ -205,7 +217,7 @@ async function main() {
       '--otlp.grpc.addr', '127.0.0.1:0', '--otlp.http.addr', '127.0.0.1:0',
       '--zipkin.addr', '127.0.0.1:0', '--query.addr', '127.0.0.1:0',
       '--detector.min-fill', '10', '--capture.pre', '3s', '--capture.post', '0s', '--capture.settle', '500ms',
-    ]);
+    ], { ROOTLINE_AUTH_TOKEN: TOKEN });
     const ready = await waitFor('"rootline server ready"', 30_000, () => {
       if (server.exited) throw new Error(`server exited:\n${server.out.join('')}`);
       for (const line of server.out.join('').split('\n')) {
@@ -224,13 +236,22 @@ async function main() {
     log(`server: query ${query}, otlp http ${otlpHTTP}`);
   });
 
+  await check('the API refuses calls without the token', async () => {
+    for (const path of ['/api/services', '/api/traces?service=x', '/api/v1/anomalies', '/metrics']) {
+      const res = await fetch(`http://${query}${path}`);
+      if (res.status !== 401) throw new Error(`GET ${path} without the token: ${res.status}, want 401`);
+    }
+    const res = await fetch(`http://${otlpHTTP}/v1/traces`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
+    if (res.status !== 401) throw new Error(`OTLP export without the token: ${res.status}, want 401`);
+  });
+
   await check('agent registers the hot-svc process', async () => {
     const hot = start('hotgo', join(tmp, 'hotgo'), ['--duration', '2m']);
     hotPid = hot.p.pid;
     const agent = start('agent', BIN, [
       'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--discover=false', '--log.format', 'json',
-      '--profilers', 'cpu', '--target', `pid=${hotPid},service=hot-svc`,
-    ]);
+      '--profilers', 'cpu,kernel', '--target', `pid=${hotPid},service=hot-svc`,
+    ], { ROOTLINE_AUTH_TOKEN: TOKEN });
     await waitFor('the agent to register pid ' + hotPid, 30_000, async () => {
       if (agent.exited) throw new Error(`agent exited:\n${agent.out.join('')}`);
       const agents = (await getJSON('/api/v1/agents')) ?? [];
@@ -266,6 +287,16 @@ async function main() {
     page.on('pageerror', (e) => console.log('page error:', e.message));
     await page.goto(`http://${query}/`);
     await page.waitForURL(/#\/search/);
+    // The first API call is refused: the UI asks for the token, once.
+    const prompt = page.getByRole('dialog', { name: 'API token' });
+    await prompt.waitFor();
+    await page.screenshot({ path: join(shots, 'token-prompt.png') });
+    await prompt.getByLabel('API token').fill('not-the-token');
+    await prompt.getByRole('button', { name: 'Use token' }).click();
+    await prompt.getByText('The server refused that token').waitFor();
+    await prompt.getByLabel('API token').fill(TOKEN);
+    await prompt.getByRole('button', { name: 'Use token' }).click();
+    await prompt.waitFor({ state: 'detached' });
     const svc = page.getByLabel('Service');
     await page.locator('select option', { hasText: 'hot-svc' }).first().waitFor({ state: 'attached' });
     await svc.selectOption('hot-svc');
@@ -310,19 +341,24 @@ async function main() {
     await page.waitForFunction(() => document.querySelector('.flamepage .flamechart')?.textContent?.includes('main.hotLoop'));
     await sleep(500);
     await page.screenshot({ path: join(shots, 'flame-page.png'), fullPage: true });
+    // The download link cannot carry the token: the UI fetches with it.
+    const [download] = await Promise.all([page.waitForEvent('download'), page.locator('.flametools a', { hasText: 'download' }).click()]);
+    const size = (await readFile(await download.path())).byteLength;
+    if (size === 0) throw new Error(`download ${download.suggestedFilename()} is empty`);
     const dl = await page.locator('.flametools a', { hasText: 'download' }).getAttribute('href');
-    const res = await fetch(new URL(dl, `http://${query}/`));
-    if (!res.ok || (await res.arrayBuffer()).byteLength === 0) throw new Error(`download ${dl}: ${res.status}`);
+    if ((await fetch(new URL(dl, `http://${query}/`))).status !== 401) throw new Error(`${dl} without the token is not refused`);
   });
 
   await soft('speedscope opens the artifact', async () => {
-    const href = await page.locator('.flametools a', { hasText: 'speedscope' }).getAttribute('href');
-    const sp = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    // Speedscope fetches the profile itself, without the token: the link
+    // hands it the content fetched with the token, as a blob: URL.
+    const [sp] = await Promise.all([page.waitForEvent('popup'), page.locator('.flametools a', { hasText: 'speedscope' }).click()]);
+    await sp.setViewportSize({ width: 1400, height: 900 });
     const consoleLines = [];
     sp.on('console', (m) => consoleLines.push(`${m.type()}: ${m.text()}`));
     sp.on('pageerror', (e) => consoleLines.push(`pageerror: ${e.message}`));
     try {
-      await sp.goto(new URL(href, `http://${query}/`).toString());
+      await sp.waitForURL(/speedscope\/view\.html#profileURL=blob/, { timeout: 20_000 });
       await sp.waitForFunction(() => document.title.endsWith(' - speedscope'), undefined, { timeout: 20_000 });
       if (await sp.getByText('Something went wrong').count()) throw new Error('speedscope could not read the profile');
       await sleep(500);
@@ -348,6 +384,69 @@ async function main() {
     await page.locator('.resultlist li').first().waitFor();
     const n = await page.locator('.resultlist li').count();
     if (n !== 1) throw new Error(`want 1 anomalous result, got ${n}`);
+  });
+
+  await soft('critical path: two requests contend for a mutex in a C service', async () => {
+    execFileSync('gcc', ['-O2', '-pthread', '-o', join(tmp, 'cpsvc'), join(repo, 'test/testdata/cpsvc/cpsvc.c')], { stdio: 'inherit' });
+    const agents = await getJSON('/api/v1/agents');
+    const agentURL = agents[0].dumpUrl.replace(/\/api\/v1\/dump$/, '');
+    const svc = start('cpsvc', BIN, ['run', '--mode', 'ebpf', '--service', 'cp-ui', '--server', `http://${otlpHTTP}`, '--agent', agentURL, '--', join(tmp, 'cpsvc')], { ROOTLINE_AUTH_TOKEN: TOKEN });
+    cpPort = await waitFor('cpsvc to listen', 30_000, () => {
+      if (svc.exited) throw new Error(`rootline run exited:\n${svc.out.join('')}`);
+      const m = svc.out.join('').match(/listening (\d+)/);
+      return m ? Number(m[1]) : undefined;
+    });
+    await waitFor('cp-ui to register with the agent', 30_000, async () =>
+      ((await getJSON('/api/v1/agents')) ?? []).some((a) => (a.processes ?? []).some((p) => p.service === 'cp-ui')),
+    );
+    const work = async (q) => {
+      const trace = hex(16);
+      const res = await fetch(`http://127.0.0.1:${cpPort}/work?${q}`, { headers: { traceparent: `00-${trace}-${hex(8)}-01` } });
+      return { trace, body: await res.text() };
+    };
+    for (let i = 0; i < 20; i++) await work('do=fast');
+    await sleep(500);
+    for (let attempt = 0; ; attempt++) {
+      const holder = work('do=lock&hold=600');
+      await sleep(150);
+      const waiter = await work('do=lock&hold=1');
+      const h = await holder;
+      const waited = Number((waiter.body.match(/lock_wait_ns=(\d+)/) ?? [])[1] ?? 0);
+      if (waited > 150e6) {
+        holderTrace = h.trace;
+        waiterTrace = waiter.trace;
+        log(`waiter ${waiterTrace} waited ${(waited / 1e6).toFixed(1)} ms for holder ${holderTrace}`);
+        break;
+      }
+      if (attempt === 2) throw new Error(`the requests never contended (last wait ${waited} ns)`);
+    }
+    await waitFor("the waiter's stored critical path", 120_000, async () => {
+      const arts = (await getJSON(`/api/v1/traces/${waiterTrace}/artifacts`)) ?? [];
+      if (!arts.some((a) => a.kind === 'critical-path')) return undefined;
+      const cp = await getJSON(`/api/v1/traces/${waiterTrace}/critical-path`);
+      return cp.spans.some((p) => p.service === 'cp-ui' && p.blockedBy.length > 0);
+    });
+  });
+
+  await soft('trace page shows the critical path and links the blocking request', async () => {
+    await page.goto(`http://${query}/#/trace/${waiterTrace}`);
+    const idx = page.locator('.cpindex button', { hasText: 'cp-ui' }).first();
+    await idx.click();
+    const cp = page.locator('aside.spanpanel .critpath');
+    await cp.waitFor();
+    const rows = await cp.locator('svg.cptimeline g.cprow').count();
+    if (rows < 2) throw new Error(`want the waiter's and the holder's threads, got ${rows} rows`);
+    if ((await cp.locator('svg.cptimeline line.cparrow').count()) < 1) throw new Error('no wakeup arrow');
+    if ((await cp.locator('svg.cptimeline rect.cpseg.blocking').count()) < 1) throw new Error('no segment on the blocking request');
+    const bars = await cp.locator('.cpbar').evaluateAll((els) => els.map((e) => e.getAttribute('aria-label')));
+    if (!bars.some((b) => /lock \d+%/.test(b ?? ''))) throw new Error(`no lock share in the summary bars: ${bars}`);
+    await sleep(300);
+    await page.screenshot({ path: join(shots, 'critical-path.png'), fullPage: true });
+    const link = cp.locator('a.blockedby').first();
+    if (!(await link.textContent())?.includes('cp-ui: GET /work')) throw new Error(`blocked-by link: ${await link.textContent()}`);
+    await link.click();
+    await page.waitForURL(new RegExp(`#/trace/${holderTrace}\\?span=`));
+    await page.locator('aside.spanpanel h2', { hasText: 'cp-ui' }).waitFor();
   });
 
   await soft('anomalies page lists the trace', async () => {

@@ -4,6 +4,7 @@ import { TracePage } from './pages/TracePage';
 import { AnomaliesPage } from './pages/AnomaliesPage';
 import { FlamePage } from './pages/FlamePage';
 import { ServiceMapPage } from './pages/ServiceMapPage';
+import { TokenPrompt } from './components/TokenPrompt';
 
 // A HashRouter keeps every page at the server's "/" so the relative asset
 // paths of the build resolve the same from any route.
@@ -28,6 +29,7 @@ export function App() {
           <Route path="*" element={<p className="notice">No such page. Use the links above.</p>} />
         </Routes>
       </main>
+      <TokenPrompt />
     </HashRouter>
   );
 }

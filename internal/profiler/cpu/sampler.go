@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpfring"
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
@@ -157,7 +158,7 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 	if err := s.objs.CpuConfig.Put(uint32(0), cpuSampleCpuSampleConfig{All: all, WakeupBytes: uint32(cfg.RingBufferBytes / 4)}); err != nil {
 		return nil, fmt.Errorf("cpu: write config: %w", err)
 	}
-	s.offsetNs = clockOffset()
+	s.offsetNs = kclock.Monotonic.Offset()
 	if s.rd, err = bpfring.NewReader(s.objs.CpuEvents); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
 	}
@@ -179,24 +180,6 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 	s.log.Info("cpu sampler started", "cpus", len(cpus), "hz", cfg.FrequencyHz,
 		"ring_buffer_bytes", cfg.RingBufferBytes)
 	return s, nil
-}
-
-// clockOffset measures realtime − monotonic, the offset turning
-// bpf_ktime_get_ns into Unix time, bracketing the realtime read.
-func clockOffset() int64 {
-	var m1, r, m2 unix.Timespec
-	best := int64(-1)
-	var off int64
-	for range 5 {
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &r)
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
-		if d := m2.Nano() - m1.Nano(); best < 0 || d < best {
-			best = d
-			off = r.Nano() - (m1.Nano()+m2.Nano())/2
-		}
-	}
-	return off
 }
 
 // release frees kernel resources; used by New on failure and by Close.
@@ -260,22 +243,14 @@ func (s *Sampler) read() {
 }
 
 // readerCPU returns the CPU time of the reader's OS thread so far, from
-// /proc/self/task/<tid>/schedstat (no cost in the reader itself).
+// its schedstat (no cost in the reader itself).
 func (s *Sampler) readerCPU() (time.Duration, bool) {
 	tid := s.readerTID.Load()
 	if tid == 0 {
 		return 0, false
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns), err == nil
+	st, err := procfs.ThreadSchedstat(int(tid))
+	return st.Run, err == nil
 }
 
 // drain makes the reader empty the ring buffer and waits (up to one flush

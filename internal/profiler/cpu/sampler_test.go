@@ -18,9 +18,9 @@ import (
 	"github.com/google/pprof/profile"
 	"go.uber.org/goleak"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/cpu"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 )
 
 // binDir holds the fixtures built once per test binary run.
@@ -70,7 +70,7 @@ func build(t testing.TB, name string, cmd func(out string) *exec.Cmd) string {
 
 func buildC(t testing.TB) string {
 	if _, err := exec.LookPath("gcc"); err != nil {
-		cputest.Missing(t, "gcc not installed (scripts/deps.sh)")
+		bpftest.Missing(t, "gcc not installed (scripts/deps.sh)")
 	}
 	return build(t, "hot", func(out string) *exec.Cmd {
 		return exec.Command("gcc", "-O1", "-fno-omit-frame-pointer", "-pthread", "-o", out, "testdata/hot.c")
@@ -125,7 +125,7 @@ func newSampler(t testing.TB) *cpu.Sampler { return newSamplerHz(t, testHz) }
 
 func newSamplerHz(t testing.TB, hz int) *cpu.Sampler {
 	t.Helper()
-	cputest.RequireBPF(t)
+	bpftest.Require(t, cpu.Available())
 	s, err := cpu.New(cpu.Config{FrequencyHz: hz}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +198,7 @@ func topLeaf(p *profile.Profile) string {
 func perfRecord(t *testing.T, pid int, d time.Duration) func() (string, string) {
 	t.Helper()
 	if _, err := exec.LookPath("perf"); err != nil {
-		cputest.Missing(t, "perf not installed (linux-perf, scripts/deps.sh)")
+		bpftest.Missing(t, "perf not installed (linux-perf, scripts/deps.sh)")
 	}
 	data := filepath.Join(t.TempDir(), "perf.data")
 	rec := exec.Command("perf", "record", "-q", "-F", strconv.Itoa(testHz), "-g", "-p", strconv.Itoa(pid),

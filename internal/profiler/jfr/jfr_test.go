@@ -25,6 +25,7 @@ import (
 	"github.com/grafana/jfr-parser/parser"
 	"go.uber.org/goleak"
 
+	"github.com/rootline/rootline/internal/bpftest"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -53,6 +54,7 @@ func TestMain(m *testing.M) {
 // ROOTLINE_REQUIRE_JDK is set (CI machines that have a JDK).
 func requireJDK(t testing.TB) {
 	t.Helper()
+	bpftest.SkipShort(t, "a JVM")
 	for _, tool := range []string{"java", "javac", "jcmd", "jfr"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			if os.Getenv("ROOTLINE_REQUIRE_JDK") != "" {

@@ -2,7 +2,9 @@ package kernel
 
 import (
 	"io"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // pingPong returns n switch/waking/wakeup rounds between threads 101 and 102
@@ -31,11 +33,11 @@ func BenchmarkDump(b *testing.B) {
 	comm := func(uint32) string { return "pipe" }
 	b.ReportAllocs()
 	for b.Loop() {
-		s, raw := build(evs, buildInput{pid: 100, start: 0, end: end, comm: comm})
+		s := build(evs, buildInput{pid: 100, start: 0, end: end, comm: comm})
 		if err := s.Encode(io.Discard); err != nil {
 			b.Fatal(err)
 		}
-		if err := writeCTF(io.Discard, s, raw, 0, comm, "h"); err != nil {
+		if err := writeCTF(io.Discard, s, sliceIntervals(s.Intervals), evs, rawFilter(s, 0, end), nil, 0, comm, "h"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +47,7 @@ func BenchmarkDump(b *testing.B) {
 // BenchmarkIngest measures the reader's per-event cost (ring append and
 // comm bookkeeping).
 func BenchmarkIngest(b *testing.B) {
-	r := newRing(128 << 20)
+	r := newRing(128<<20, 0)
 	evs := pingPong(1000)
 	var c Comm
 	copy(c[:], "pipe")
@@ -64,7 +66,7 @@ func BenchmarkIngest(b *testing.B) {
 //
 //	go test -run '^$' -bench DumpOneOfTen ./internal/profiler/kernel/
 func BenchmarkDumpOneOfTen(b *testing.B) {
-	r := newRing(1 << 30)
+	r := newRing(1<<30, 0)
 	one := pingPong(20_000)
 	var c Comm
 	copy(c[:], "svc")
@@ -91,19 +93,120 @@ func BenchmarkDumpOneOfTen(b *testing.B) {
 				if variant == "all" {
 					evs = r.window(0, end)
 				} else {
-					evs, _ = r.windowOf(0, end, map[uint32]bool{3100: true}, false)
+					evs = r.windowOf(0, end, map[uint32]bool{3100: true}, false, 0).events
 				}
-				s, raw := build(evs, buildInput{pid: 3100, start: 0, end: end, comm: comm})
+				s := build(evs, buildInput{pid: 3100, start: 0, end: end, comm: comm})
 				if len(s.Threads) != 2 {
 					b.Fatalf("%d threads", len(s.Threads))
 				}
 				if err := s.Encode(io.Discard); err != nil {
 					b.Fatal(err)
 				}
-				if err := writeCTF(io.Discard, s, raw, 0, comm, "h"); err != nil {
+				if err := writeCTF(io.Discard, s, sliceIntervals(s.Intervals), evs, rawFilter(s, 0, end), nil, 0, comm, "h"); err != nil {
 					b.Fatal(err)
 				}
 			}
 		})
 	}
 }
+
+// BenchmarkBuild measures the interval builder: "timelines" replays the
+// records into every thread's intervals and wakeups (the builder's compact
+// form), "snapshot" also chooses the threads and turns them into the
+// snapshot's Go values (what Encode writes and critpath reads). In records
+// per second, of wall time and of the process's CPU time (the builder and
+// the garbage collector: the figure that holds on a machine whose other
+// work takes CPUs away). The records: ping-pong between two threads of the
+// target, every tenth wakeup by a thread of another process, followed.
+//
+//	go test -run '^$' -bench 'Build$' -benchtime 20x ./internal/profiler/kernel/
+func BenchmarkBuild(b *testing.B) {
+	evs := followedPingPong(1_000_000)
+	end := evs[len(evs)-1].TS
+	in := buildInput{pid: 100, start: 0, end: end, comm: func(uint32) string { return "t" }}
+	for _, phase := range []string{"timelines", "snapshot"} {
+		b.Run(phase, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				if phase == "timelines" {
+					replay(evs, in)
+				} else {
+					build(evs, in)
+				}
+			}
+			n := float64(len(evs)) * float64(b.N)
+			b.ReportMetric(n/b.Elapsed().Seconds()/1e6, "Mevents/s")
+			b.ReportMetric(n/(processCPU()-cpu0).Seconds()/1e6, "Mevents/cpu-s")
+		})
+	}
+}
+
+// processCPU is this process's user+system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// followedPingPong is pingPong where every tenth round the wakeup comes
+// from thread 301 of process 300 (a followed waker), which runs in between.
+func followedPingPong(n int) []Event {
+	evs := pingPong(n)
+	out := make([]Event, 0, len(evs)+len(evs)/10)
+	for i, ev := range evs {
+		if ev.Type == EvWaking && i%30 == 0 {
+			ev.TID2, ev.TGID2, ev.Flags = 301, 300, FlagWakerFollowed
+			out = append(out, ev,
+				Event{Type: EvSwitch, TS: ev.TS + 1, CPU: 1, TID: 301, TGID: 300, Arg: 1, Syscall: 202, Flags: FlagFollowed | FlagNextUntracked})
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// BenchmarkDump500MB builds and encodes the snapshot of 500 MB of buffered
+// records (9.4 M events of 56 bytes: what a recorder with MaxBytes of 500
+// MB holds when full), then its CTF export, reporting each phase's time
+// and the process's peak RSS.
+//
+//	go test -run '^$' -bench 'Dump500MB' -benchtime 1x ./internal/profiler/kernel/
+func BenchmarkDump500MB(b *testing.B) {
+	evs := followedPingPong(3_050_000) // 9.4 M records
+	mb := float64(len(evs)) * float64(eventBytes) / 1e6
+	end := evs[len(evs)-1].TS
+	in := buildInput{pid: 100, start: 0, end: end, comm: func(uint32) string { return "t" }}
+	for b.Loop() {
+		// As a dump does it (Recorder.snapshot): the intervals stay in
+		// the builder's form and are named as they are written.
+		cpu0, t0 := processCPU(), time.Now()
+		s, ivs := replay(evs, in).snapshot(len(evs))
+		tBuild, cBuild := time.Since(t0), processCPU()-cpu0
+		var js countWriter
+		if err := s.encode(&js, ivs); err != nil {
+			b.Fatal(err)
+		}
+		tEnc := time.Since(t0) - tBuild
+		var ctf countWriter
+		if err := writeCTF(&ctf, s, ivs, evs, rawFilter(s, 0, end), nil, 0, in.comm, "h"); err != nil {
+			b.Fatal(err)
+		}
+		tCTF := time.Since(t0) - tBuild - tEnc
+		b.ReportMetric(mb, "MB-records")
+		b.ReportMetric(float64(len(evs))/1e6, "Mevents")
+		b.ReportMetric(tBuild.Seconds(), "build-s")
+		b.ReportMetric(cBuild.Seconds(), "build-cpu-s")
+		b.ReportMetric(tEnc.Seconds(), "encode-s")
+		b.ReportMetric(tCTF.Seconds(), "ctf-s")
+		b.ReportMetric(float64(js.n)/1e6, "json.gz-MB")
+		b.ReportMetric(float64(ctf.n)/1e6, "ctf.tar.gz-MB")
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		b.ReportMetric(float64(ru.Maxrss)/1024, "maxrss-MiB")
+	}
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }

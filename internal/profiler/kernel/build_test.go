@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -206,7 +208,7 @@ func TestBuild(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, _ := build(tc.events, buildInput{pid: 100, start: tc.start, end: tc.end, comm: func(uint32) string { return "x" }})
+			s := build(tc.events, buildInput{pid: 100, start: tc.start, end: tc.end, comm: func(uint32) string { return "x" }})
 			got := render(s)
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("intervals:\n got %q\nwant %q", got, tc.want)
@@ -226,8 +228,10 @@ func TestBuildThreadsAndEdges(t *testing.T) {
 		{Type: EvBlockRq, TS: 28, Arg: 26, TID: 101, TGID: 100, Detail: 4096},
 	}
 	comms := map[uint32]string{101: "worker", 200: "holder"}
-	s, raw := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
-	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true}, {TID: 200, PID: 200, Comm: "holder"}}; !slices.Equal(s.Threads, want) {
+	s := build(events, buildInput{pid: 100, start: 0, end: 30, offset: 1000, comm: func(tid uint32) string { return comms[tid] }})
+	raw := rawEvents(events, s, 0, 30)
+	if want := []Thread{{TID: 101, PID: 100, Comm: "worker", Target: true, Recorded: true, Since: 1000},
+		{TID: 200, PID: 200, Comm: "holder", Depth: 1, Recorded: true, Since: 1010}}; !slices.Equal(s.Threads, want) {
 		t.Errorf("threads = %+v, want %+v", s.Threads, want)
 	}
 	if len(s.Wakeups) != 1 {
@@ -271,11 +275,18 @@ func TestReportedState(t *testing.T) {
 // TestSnapshotRoundTrip: Encode's hand-written JSON decodes to the same
 // snapshot.
 func TestSnapshotRoundTrip(t *testing.T) {
-	in := &Snapshot{Version: 1, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
-		Threads:   []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true}},
-		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonLock, Syscall: "futex", Start: 1, End: 5, CPU: -1, Wakeup: 0}, {TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1}},
-		Wakeups:   []Wakeup{{TS: 5, Wakee: 7, Waker: 8, Context: "softirq", Detail: "NET_RX", CPU: 1, Enqueued: 6}},
-		DiskIOs:   []DiskIO{{TID: 7, Issue: 2, Complete: 3, Bytes: 4096}},
+	in := &Snapshot{Version: 2, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
+		Threads: []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true, Recorded: true, Since: 1},
+			{TID: 8, PID: 8, Comm: "jbd2/vda1-8", Kernel: true, Depth: 1, Recorded: true, Since: 2},
+			{TID: 9, PID: 9, Comm: "x", Depth: 2, Unrecorded: UnrecordedDepth}},
+		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonDisk, Syscall: "fsync", Device: `v"da1`, Start: 1, End: 5, CPU: -1, Wakeup: 0},
+			{TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1},
+			{TID: 8, State: StateRunqueue, Reason: ReasonThrottled, Start: 2, End: 9, CPU: -1, Wakeup: 1}},
+		Wakeups: []Wakeup{{TS: 5, Wakee: 7, Waker: 8, Context: "softirq", Detail: "NET_RX", Causal: true, Device: "vda", CPU: 1, Enqueued: 6},
+			{TS: 9, Wakee: 8, Context: CtxNameUnthrottle, CPU: 0}},
+		DiskIOs:   []DiskIO{{TID: 7, Issue: 2, Complete: 3, Bytes: 4096, Device: "vda1"}},
+		Follow:    &Follow{MaxDepth: 1, MaxThreads: 5, Recording: true},
+		Truncated: &Truncation{Depth: 1},
 	}
 	var buf bytes.Buffer
 	if err := in.Encode(&buf); err != nil {
@@ -293,7 +304,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 // TestRingBounds: the ring keeps at most its byte budget, evicting the
 // oldest chunks, and window returns the events of a time range in order.
 func TestRingBounds(t *testing.T) {
-	r := newRing(3 * chunkLen * eventBytes)
+	r := newRing(3*chunkLen*eventBytes, 0)
 	var c Comm
 	copy(c[:], "t")
 	total := 5*chunkLen + 10
@@ -301,7 +312,8 @@ func TestRingBounds(t *testing.T) {
 		ev := Event{Type: EvSwitch, TS: int64(i), TID: 101, TID2: 102}
 		r.add(&ev, &c, &c)
 	}
-	bytes, evicted, added := r.stats()
+	st := r.stats()
+	bytes, evicted, added := st.bytes, st.evicted, st.total
 	if bytes > 3*chunkLen*eventBytes || added != uint64(total) || evicted != uint64(3*chunkLen) {
 		t.Errorf("bytes %d (max %d), evicted %d, added %d", bytes, 3*chunkLen*eventBytes, evicted, added)
 	}
@@ -316,7 +328,7 @@ func TestRingBounds(t *testing.T) {
 		t.Errorf("comms %q %q", r.comm(101), r.comm(7))
 	}
 	r.expire(int64(total))
-	if b, _, _ := r.stats(); b != chunkLen*eventBytes {
+	if b := r.stats().bytes; b != chunkLen*eventBytes {
 		t.Errorf("after expiry %d bytes buffered, want the newest chunk only", b)
 	}
 }
@@ -326,7 +338,7 @@ func TestRingBounds(t *testing.T) {
 // a window finds them wherever they sit, and expiry keeps a chunk while
 // any of its events is recent.
 func TestRingOutOfOrder(t *testing.T) {
-	r := newRing(4 * chunkLen * eventBytes)
+	r := newRing(4*chunkLen*eventBytes, 0)
 	add := func(ts int64) {
 		ev := Event{Type: EvSwitch, TS: ts, TID: 101, TID2: 102}
 		r.add(&ev, nil, nil)
@@ -356,11 +368,11 @@ func TestRingOutOfOrder(t *testing.T) {
 // each other.
 func TestWindowOfSameSnapshot(t *testing.T) {
 	procOf := func(tid uint32) uint32 { return tid / 100 * 100 }
-	threads := []uint32{0, 101, 102, 103, 201, 202, 301, 302, 401}
+	threads := []uint32{0, 101, 102, 103, 201, 202, 301, 302, 401, 501, 601, 701}
 	pick := func(rng *rand.Rand) uint32 { return threads[rng.IntN(len(threads))] }
 	for seed := range uint64(30) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		r := newRing(64 << 20)
+		r := newRing(64<<20, 0)
 		var c Comm
 		ts := int64(1_000_000)
 		for range 3000 {
@@ -373,8 +385,10 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 				if rng.IntN(3) == 0 {
 					ev.Flags = FlagPreempt
 				}
+				ev.Flags |= []uint16{0, 0, FlagPrevUntracked, FlagNextUntracked, FlagThrottled}[rng.IntN(5)]
 			case 3:
 				ev.Type, ev.Ctx = EvWaking, uint8(rng.IntN(3))
+				ev.Flags = []uint16{0, FlagRaiser, FlagWakerFollowed | FlagWakerNew, FlagCutDepth}[rng.IntN(4)]
 			case 4:
 				ev.Type, ev.TID2, ev.TGID2 = EvWakeup, 0, 0
 			case 5:
@@ -405,7 +419,8 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			if tc.follow || tc.name == "cgroup" {
 				in.pids = procs
 			}
-			got, n := r.windowOf(from, end, procs, tc.follow)
+			w := r.windowOf(from, end, procs, tc.follow, defaultFollowDepth)
+			got, n := w.events, w.total
 			if n != len(all) {
 				t.Fatalf("seed %d %s: windowOf counted %d events, window has %d", seed, tc.name, n, len(all))
 			}
@@ -416,8 +431,14 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			if in.pids != nil {
 				want.pids = maps.Clone(procs) // with the followed children
 			}
-			s1, raw1 := build(all, want)
-			s2, raw2 := build(got, in)
+			s1, s2 := build(all, want), build(got, in)
+			sameEncoding(t, s1, all, want)
+			for _, w := range s1.Wakeups { // every causal waker is listed
+				if _, ok := s1.Thread(w.Waker); w.Causal && w.Waker != 0 && !ok {
+					t.Fatalf("seed %d %s: waker %d of %+v not in the threads", seed, tc.name, w.Waker, w)
+				}
+			}
+			raw1, raw2 := rawEvents(all, s1, start, end), rawEvents(got, s2, start, end)
 			s1.Events, s2.Events = 0, 0
 			if !reflect.DeepEqual(s1, s2) || !slices.Equal(raw1, raw2) {
 				t.Fatalf("seed %d %s: snapshot from %d of %d events differs:\n got %+v\nwant %+v", seed, tc.name, len(got), len(all), s2, s1)
@@ -427,4 +448,23 @@ func TestWindowOfSameSnapshot(t *testing.T) {
 			}
 		}
 	}
+}
+
+func mkfile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+// rawEvents returns the events rawFilter selects.
+func rawEvents(events []Event, s *Snapshot, start, end int64) []Event {
+	keep := rawFilter(s, start, end)
+	var raw []Event
+	for i := range events {
+		if keep(&events[i]) {
+			raw = append(raw, events[i])
+		}
+	}
+	return raw
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -16,7 +17,7 @@ import (
 // the processes listed in cgroup.procs and of the processes they forked in
 // the window, with their real pids; other processes are only wakers.
 func TestDumpCgroupSelectsMembers(t *testing.T) {
-	base := monotonicNow() - 2*time.Second.Nanoseconds()
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
 	at := func(us int64) int64 { return base + us*1000 }
 	// Process 100 (threads 101, 102) is in the cgroup; it forks process 300,
 	// which exits before the dump. Process 200 is not in the cgroup; it wakes 101.
@@ -60,14 +61,15 @@ func TestDumpCgroupSelectsMembers(t *testing.T) {
 	}
 	var targets, others []Thread
 	for _, th := range snap.Threads {
+		th.Since = 0
 		if th.Target {
 			targets = append(targets, th)
 		} else {
 			others = append(others, th)
 		}
 	}
-	want := []Thread{{TID: 101, PID: 100, Comm: "main", Target: true}, {TID: 102, PID: 100, Comm: "worker", Target: true},
-		{TID: 300, PID: 300, Comm: "child", Target: true}}
+	want := []Thread{{TID: 101, PID: 100, Comm: "main", Target: true, Recorded: true}, {TID: 102, PID: 100, Comm: "worker", Target: true, Recorded: true},
+		{TID: 300, PID: 300, Comm: "child", Target: true, Recorded: true}}
 	if snap.PID != 100 || !slices.Equal(targets, want) {
 		t.Errorf("snapshot pid %d, target threads %+v, want %+v", snap.PID, targets, want)
 	}

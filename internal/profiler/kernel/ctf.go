@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/rootline/rootline/internal/profiler"
 )
 
 // The CTF 1.8 export ("kernel-ctf" artifact): a tar.gz of one directory
@@ -19,9 +21,11 @@ import (
 // scheduler events of the snapshot's threads with LTTng's kernel event and
 // field names (one stream per CPU, cpu_id in the packet context, env
 // domain "kernel"), so Trace Compass can apply its kernel analyses; stream
-// class 1 carries Rootline's derived data: rootline_thread_state (one per
-// interval, at its start), rootline_wakeup (one per edge) and
-// rootline_disk_io. Each stream file is one packet. Timestamps are
+// class 1 carries Rootline's derived data: rootline_thread (one per
+// snapshot thread, at the window's start: the target's and the followed
+// wakers, with their depth), rootline_thread_state (one per interval, at
+// its start), rootline_wakeup (one per edge) and rootline_disk_io. Each
+// stream file is one packet. Timestamps are
 // CLOCK_MONOTONIC ns; the clock's offset makes them Unix time.
 
 const ctfMagic = 0xC1FC1FC1
@@ -38,6 +42,9 @@ const (
 	ctfThreadState    = 100
 	ctfWakeup         = 101
 	ctfDiskIO         = 102
+	ctfThread         = 103
+	ctfSpanBegin      = 104
+	ctfSpanEnd        = 105
 )
 
 // ctfMetadata is the TSDL metadata up to the stream and event classes
@@ -177,13 +184,31 @@ var ctfEvents = []ctfEventClass{
 		{"comm", ctfComm}, {"tid", ctfInt32}, {"prio", ctfInt32}}},
 	{ctfThreadState, "rootline_thread_state", 1, []ctfField{
 		{"tid", ctfInt32}, {"pid", ctfInt32}, {"state", ctfString}, {"reason", ctfString},
-		{"syscall", ctfString}, {"duration_ns", ctfUint64}, {"cpu", ctfInt32}, {"wakeup_id", ctfInt32}}},
+		{"syscall", ctfString}, {"device", ctfString}, {"duration_ns", ctfUint64}, {"cpu", ctfInt32}, {"wakeup_id", ctfInt32}}},
 	{ctfWakeup, "rootline_wakeup", 1, []ctfField{
 		{"wakeup_id", ctfInt32}, {"wakee_tid", ctfInt32}, {"waker_tid", ctfInt32}, {"waker_comm", ctfString},
-		{"context", ctfString}, {"detail", ctfString}, {"cpu", ctfInt32}, {"enqueue_delay_ns", ctfInt64}}},
+		{"context", ctfString}, {"detail", ctfString}, {"causal", ctfUint32}, {"device", ctfString},
+		{"cpu", ctfInt32}, {"enqueue_delay_ns", ctfInt64}}},
 	{ctfDiskIO, "rootline_disk_io", 1, []ctfField{
-		{"tid", ctfInt32}, {"bytes", ctfUint32}, {"latency_ns", ctfUint64}}},
+		{"tid", ctfInt32}, {"bytes", ctfUint32}, {"latency_ns", ctfUint64}, {"device", ctfString}}},
+	// One per snapshot thread, at the window's start: which threads are the
+	// target's and which are (followed) wakers.
+	{ctfThread, "rootline_thread", 1, []ctfField{
+		{"tid", ctfInt32}, {"pid", ctfInt32}, {"comm", ctfString}, {"target", ctfUint32}, {"depth", ctfInt32},
+		{"recorded", ctfUint32}, {"unrecorded", ctfString}, {"kernel", ctfUint32}}},
+	// The requests the dump explains, begun and ended on each thread that
+	// served them (tid 0: the thread is not known): the user-space
+	// synchronization events of "Combining distributed and kernel tracing"
+	// (Gelle et al.), so that a trace viewer shows which request each
+	// thread served. partial = 1: the span began before or ended after the
+	// window, and the event is at the window's edge.
+	{ctfSpanBegin, "rootline_span_begin", 1, ctfSpanFields},
+	{ctfSpanEnd, "rootline_span_end", 1, ctfSpanFields},
 }
+
+// ctfSpanFields are the fields of rootline_span_begin and rootline_span_end.
+var ctfSpanFields = []ctfField{{"tid", ctfInt32}, {"trace_id", ctfString}, {"span_id", ctfString},
+	{"parent_span_id", ctfString}, {"service", ctfString}, {"operation", ctfString}, {"partial", ctfUint32}}
 
 // ctfEventByID indexes ctfEvents by id.
 var ctfEventByID = func() map[uint32]*ctfEventClass {
@@ -297,13 +322,23 @@ func (s *ctfStream) packet(uuid [16]byte, instance uint64, begin, end int64, cpu
 	return h
 }
 
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func formatUUID(u [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
-// writeCTF writes the CTF export of snap (built from raw, whose times are
-// CLOCK_MONOTONIC; offset turns them into Unix ns) as a tar.gz to w.
-func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(uint32) string, hostname string) error {
+// writeCTF writes the CTF export of snap (built from events, whose times are
+// CLOCK_MONOTONIC; offset turns them into Unix ns; raw selects those the
+// export carries), with the begin and end of spans on their threads, as a
+// tar.gz to w.
+func writeCTF(w io.Writer, snap *Snapshot, ivs intervalSource, events []Event, raw func(*Event) bool, spans []profiler.Span, offset int64,
+	comm func(uint32) string, hostname string) error {
 	var uuid [16]byte
 	_, _ = rand.Read(uuid[:])
 	uuid[6] = uuid[6]&0x0f | 0x40
@@ -317,11 +352,14 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 	for _, th := range snap.Threads {
 		tgid[th.TID] = th.PID
 	}
-	for i := range raw {
-		ev := &raw[i]
+	for i := range events {
+		ev := &events[i]
+		if !raw(ev) {
+			continue
+		}
 		s := perCPU[int(ev.CPU)]
 		if s == nil {
-			s = &ctfStream{id: 0, buf: make([]byte, 0, 64*len(raw)/max(1, runtime.NumCPU()))}
+			s = &ctfStream{id: 0, buf: make([]byte, 0, 64*len(events)/max(1, runtime.NumCPU()))}
 			perCPU[int(ev.CPU)] = s
 		}
 		switch ev.Type {
@@ -349,8 +387,11 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 		index int
 	}
 	var ds []derived
-	for i, iv := range snap.Intervals {
-		ds = append(ds, derived{iv.Start - offset, ctfThreadState, i})
+	for i := range snap.Threads {
+		ds = append(ds, derived{begin, ctfThread, i})
+	}
+	for i, n := 0, ivs.Len(); i < n; i++ {
+		ds = append(ds, derived{ivs.At(i).Start - offset, ctfThreadState, i})
 	}
 	for i, wk := range snap.Wakeups {
 		ds = append(ds, derived{max(wk.TS-offset, begin), ctfWakeup, i})
@@ -358,23 +399,54 @@ func writeCTF(w io.Writer, snap *Snapshot, raw []Event, offset int64, comm func(
 	for i, d := range snap.DiskIOs {
 		ds = append(ds, derived{max(d.Issue-offset, begin), ctfDiskIO, i})
 	}
+	// Span marks: a begin and an end per span and thread.
+	type mark struct {
+		span int
+		tid  uint32
+	}
+	var marks []mark
+	for i, sp := range spans {
+		st, en := sp.Start.UnixNano()-offset, sp.End.UnixNano()-offset
+		if en < begin || st > end {
+			continue
+		}
+		tids := sp.TIDs
+		if len(tids) == 0 {
+			tids = []uint32{0}
+		}
+		for _, tid := range tids {
+			ds = append(ds, derived{max(st, begin), ctfSpanBegin, len(marks)}, derived{min(en, end), ctfSpanEnd, len(marks)})
+			marks = append(marks, mark{i, tid})
+		}
+	}
 	slices.SortStableFunc(ds, func(a, b derived) int { return int(a.ts - b.ts) })
 	rs := &ctfStream{id: 1, buf: make([]byte, 0, 64*len(ds))}
 	for _, d := range ds {
 		switch d.kind {
 		case ctfThreadState:
-			iv := snap.Intervals[d.index]
-			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.End-iv.Start, iv.CPU, iv.Wakeup)
+			iv := ivs.At(d.index)
+			rs.event(ctfThreadState, d.ts, iv.TID, tgid[iv.TID], iv.State, iv.Reason, iv.Syscall, iv.Device, iv.End-iv.Start, iv.CPU, iv.Wakeup)
 		case ctfWakeup:
 			wk := snap.Wakeups[d.index]
 			delay := int64(-1)
 			if wk.Enqueued != 0 {
 				delay = wk.Enqueued - wk.TS
 			}
-			rs.event(ctfWakeup, d.ts, d.index, wk.Wakee, wk.Waker, comm(wk.Waker), wk.Context, wk.Detail, wk.CPU, delay)
+			rs.event(ctfWakeup, d.ts, d.index, wk.Wakee, wk.Waker, comm(wk.Waker), wk.Context, wk.Detail, b2u(wk.Causal), wk.Device, wk.CPU, delay)
 		case ctfDiskIO:
 			io := snap.DiskIOs[d.index]
-			rs.event(ctfDiskIO, d.ts, io.TID, io.Bytes, io.Complete-io.Issue)
+			rs.event(ctfDiskIO, d.ts, io.TID, io.Bytes, io.Complete-io.Issue, io.Device)
+		case ctfThread:
+			th := snap.Threads[d.index]
+			rs.event(ctfThread, d.ts, th.TID, th.PID, th.Comm, b2u(th.Target), th.Depth, b2u(th.Recorded), th.Unrecorded, b2u(th.Kernel))
+		case ctfSpanBegin, ctfSpanEnd:
+			m := marks[d.index]
+			sp := spans[m.span]
+			partial := sp.Start.UnixNano()-offset < begin
+			if d.kind == ctfSpanEnd {
+				partial = sp.End.UnixNano()-offset > end
+			}
+			rs.event(uint32(d.kind), d.ts, m.tid, sp.TraceID, sp.SpanID, sp.ParentSpanID, sp.Service, sp.Operation, b2u(partial))
 		}
 	}
 

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/profiler"
 )
 
@@ -89,7 +90,7 @@ func countEvents(lines []string) map[string]int {
 }
 
 func TestDumpCTFReadByBabeltrace(t *testing.T) {
-	base := monotonicNow() - 2*time.Second.Nanoseconds()
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
 	at := func(us int64) int64 { return base + us*1000 }
 	events := []Event{
 		{Type: EvFork, TS: at(0), TID: 102, TGID: 100, TID2: 101, TGID2: 100},
@@ -126,6 +127,14 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	r.mu.Lock()
 	r.targets[100] = 1 // pretend pid 100 was started (and has exited)
 	r.mu.Unlock()
+	// The requests the window explains: one served by both threads, one
+	// by an unknown thread that began before the window.
+	win.Spans = []profiler.Span{
+		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", Service: "svc", Operation: "GET /x",
+			Start: time.Unix(0, at(5)+r.offsetNs), End: time.Unix(0, at(80)+r.offsetNs), TIDs: []uint32{101, 102}},
+		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4737", SpanID: "00f067aa0ba902b8", ParentSpanID: "00f067aa0ba902b7", Service: "svc",
+			Operation: "db", Start: time.Unix(0, at(-50)+r.offsetNs), End: time.Unix(0, at(20)+r.offsetNs)},
+	}
 	arts, err = r.Dump(context.Background(), profiler.Target{PID: 100, Service: "svc"}, win)
 	if !errors.Is(err, profiler.ErrTargetGone) {
 		t.Errorf("dump of an exited target: %v, want an error wrapping ErrTargetGone", err)
@@ -149,7 +158,8 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	want := map[string]int{
 		"sched_switch": 8, "sched_waking": 2, "sched_wakeup": 1, "sched_wakeup_new": 1,
 		"sched_process_fork": 1, "sched_process_exec": 1, "sched_process_exit": 1,
-		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 2,
+		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 2, "rootline_thread": len(snap.Threads),
+		"rootline_span_begin": 3, "rootline_span_end": 3,
 	}
 	for name, n := range want {
 		if got[name] != n {
@@ -161,10 +171,13 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 		`prev_comm = "main", prev_tid = 101, prev_prio = 120, prev_state = 1, next_comm = "", next_tid = 0`,
 		`prev_tid = 101, prev_prio = 120, prev_state = 256, next_comm = "other", next_tid = 200`, // preempted: TASK_REPORT_MAX
 		`cpu_id = 1`,
-		`state = "blocked", reason = "lock", syscall = "futex", duration_ns = 20000`,
+		`state = "blocked", reason = "lock", syscall = "futex", device = "", duration_ns = 20000`,
 		`state = "blocked", reason = "network", syscall = "read"`,
-		`wakee_tid = 101, waker_tid = 102, waker_comm = "worker", context = "thread"`,
-		`context = "network", detail = "NET_RX"`,
+		`wakee_tid = 101, waker_tid = 102, waker_comm = "worker", context = "thread", detail = "", causal = 1`,
+		`context = "network", detail = "NET_RX", causal = 0`,
+		`tid = 101, pid = 100, comm = "main", target = 1, depth = 0, recorded = 1`,
+		`rootline_span_begin: { tid = 102, trace_id = "4bf92f3577b34da6a3ce929d0e0e4736", span_id = "00f067aa0ba902b7", parent_span_id = "", service = "svc", operation = "GET /x", partial = 0 }`,
+		`rootline_span_begin: { tid = 0, trace_id = "4bf92f3577b34da6a3ce929d0e0e4737", span_id = "00f067aa0ba902b8", parent_span_id = "00f067aa0ba902b7", service = "svc", operation = "db", partial = 1 }`,
 	} {
 		if !strings.Contains(text, s) {
 			t.Errorf("babeltrace2 output lacks %q", s)

@@ -1,15 +1,17 @@
 // Package kernel is Rootline's scheduler flight recorder, the "kernel"
-// profiler: it records, for target processes only, when each thread runs,
-// waits for a CPU or blocks, why it blocked and who woke it, and dumps a
-// window of it as a snapshot and as a CTF trace.
+// profiler: it records, for target processes and the threads that wake
+// them, when each thread runs, waits for a CPU (or for its cgroup's CPU
+// quota) or blocks, why it blocked and who woke it, and dumps a window of it
+// as a snapshot and as a CTF trace.
 //
 // # Kernel side
 //
 // bpf/sched_recorder.c attaches tp_btf programs (BTF-typed raw tracepoints:
 // no argument copying, CO-RE field access) to sched_switch, sched_waking,
-// sched_wakeup_new, sched_process_fork/exec/exit, block_rq_issue/complete,
-// irq_handler_entry/exit, softirq_entry/exit and hrtimer_expire_entry/exit
-// (and optionally sched_wakeup and raw_syscalls sys_enter/sys_exit, below).
+// sched_wakeup_new, sched_process_fork/exec/exit,
+// block_rq_insert/merge/issue/complete, irq_handler_entry/exit,
+// softirq_raise/entry/exit and hrtimer_expire_entry/exit (and optionally
+// sched_wakeup and raw_syscalls sys_enter/sys_exit, below).
 // kprobes and fentry are not used (not available on every kernel Rootline
 // runs on). A record (struct sr_event, 96 bytes) goes to the BPF ring buffer
 // of the CPU it happens on (one per CPU, in the array of maps sr_rings:
@@ -58,6 +60,67 @@
 // kind (hrtimer → timer, NET_RX/NET_TX → network, BLOCK or an irq that
 // completed a block request → disk) rather than to the thread it interrupted.
 //
+// # Followed wakers
+//
+// The critical path of a blocked target thread leads to whoever woke it: a
+// thread of another process (a database, a sidecar), a kernel worker (a
+// journal commit), and from there to whoever woke that one. When a thread
+// wakes a tracked thread from its own context — or from a NET_RX/NET_TX
+// softirq it raised itself, which is how a send on a loopback or veth
+// socket wakes its reader (softirq_raise outside interrupt context, then the
+// softirq run in the raiser's context) — sched_waking makes it a followed
+// thread: its tid goes into the sr_follow hash (with its distance from the
+// targets) and the mmapable bitmap sr_follow_bits, which every program tests
+// beside the target bitmap (one more load per event), and from then on its
+// switches, wakings, exit and block requests are recorded like a target's.
+// A waker of a followed thread is followed one hop further, up to
+// Config.FollowDepth hops (default 3); sr_follow holds at most
+// Config.FollowThreads threads (default 512). A waker that could not be
+// followed is flagged on the wakeup (beyond the depth, or the map full). A
+// followed thread is followed until it has woken no tracked thread for
+// Config.FollowTTL (the reader removes it and tells the builder, EvUnfollow)
+// or exits (BPF removes it: tids are reused). Each switch record says which
+// of its sides is tracked, so the builder never gives an untracked thread
+// made-up intervals. A followed thread's history starts when it is first
+// followed: the first wait of a target on a new waker finds the waker with
+// no intervals before that wakeup (Thread.Since says from when). Records that
+// involve no target go to their own share of the memory
+// (Config.FollowShare of MaxBytes, default a quarter), so that a busy waker
+// cannot push the targets' history out; Stats reports that share
+// (followed_bytes_buffered, followed_events). Config.All records every task
+// instead (no following needed), at the cost of a record per context switch
+// of the machine (bench/RESULTS.md compares the two).
+//
+// # CPU quota throttling
+//
+// A thread whose cgroup ran out of its CFS quota (cpu.max, or v1's
+// cpu.cfs_quota_us) is not waiting for a CPU but for the next period: its
+// run-queue time is "throttled", not contention. On kernels with task-based
+// throttling (6.18+: a throttled task dequeues itself on its way back to user
+// space and is marked task_struct.throttled) the switch-out says so; on older
+// kernels the task's cfs_rq->throttle_count does (and a wakeup into a
+// throttled cfs_rq is flagged). The switch-out also notes its cfs_rq's
+// throttled_clock_self (when the throttling began, run-queue clock) and
+// throttled_clock_self_time (total throttled time so far, the cpu.stat.local
+// accounting); at the thread's next switch-in the total has grown by the
+// throttling's length, which gives the unthrottle's time: an EvUnthrottle
+// record, after which the wait is for a CPU again (RUNQUEUE "wakeup" with an
+// "unthrottle" wakeup). The accuracy test finds the throttled time within
+// 0.1 % of the cgroup's cpu.stat.
+//
+// # Why a wait ended on a device or in memory
+//
+// A blocked switch also records task_struct.in_iowait (io_schedule: block
+// I/O, a page being read in) and in_memstall or PF_MEMALLOC (a memory stall:
+// direct reclaim, compaction, thrashing, memory.high): "memory" whatever the
+// syscall, "disk" where the syscall says no better, and for kernel threads
+// "disk"/"memory" instead of "kernel". For a file syscall (read/write-like,
+// fsync, fdatasync, sync_file_range, ftruncate, fallocate, syncfs) the file's
+// filesystem device (i_sb->s_dev) is recorded: Interval.Device. Block
+// requests are charged to the thread that submitted them (taken at their
+// first insertion, block_rq_insert), with their device; the completion of a
+// request records its device on the wakeups it does.
+//
 // # prev_state
 //
 // The tp_btf sched_switch passes the raw __state and a preempt flag, not the
@@ -82,26 +145,46 @@
 // states at the window's start are known, and builds per-thread intervals:
 //
 //   - RUNNING (with the CPU),
-//   - RUNQUEUE, reason "preempted", "wakeup" (waking → switch-in) or "new",
-//   - BLOCKED, reason "lock" (futex), "network" (sockets, poll/select/epoll),
-//     "disk" (file I/O, fsync…), "timer" (sleeps), "syscall" (another
-//     syscall: wait4, pipes, ttys…), "pagefault", "kernel" (kernel threads)
-//     or "unknown" (the thread was first seen inside its syscall),
+//   - RUNQUEUE, reason "preempted", "wakeup" (waking or unthrottle →
+//     switch-in), "new" or "throttled" (CPU quota),
+//   - BLOCKED, reason "lock" (futex, flock, semaphores), "network" (sockets,
+//     poll/select/epoll), "disk" (file I/O, fsync, io_schedule; with the
+//     device), "timer" (sleeps), "syscall" (another syscall: wait4, pipes,
+//     ttys…), "pagefault", "memory" (memory stalls), "kernel" (kernel
+//     threads) or "unknown" (the thread was first seen inside its syscall),
 //
 // and wakeup edges: the waker thread (context "thread"), or the interrupt
-// context ("timer", "network", "disk", "hardirq", "softirq"). Time before a
-// thread's first record is unknown and has no interval. Syscall numbers are
-// classified with the x86-64 table (syscalls.go).
+// context ("timer", "network", "disk", "hardirq", "softirq", "unthrottle"),
+// Causal when the waker caused it (its own context, or a softirq it raised).
+// Time before a thread's first record, and while it was not followed, is
+// unknown and has no interval. Syscall numbers are classified with the
+// x86-64 table (syscalls.go).
+//
+// The builder keeps intervals and wakeups as small codes (no strings) while
+// it replays the records (replay: ~11 M records per CPU second,
+// bench/RESULTS.md), then chooses the snapshot's threads (the target's, and
+// breadth first the causal wakers of chosen threads in the window, bounded
+// by FollowDepth and FollowThreads) and names what it keeps.
+//
+// Runtimes that wait in user space hide it from the kernel: a goroutine
+// parked on a sync.Mutex or a channel while its thread runs other
+// goroutines, a Java virtual thread, a task of an event loop. The recorder
+// sees the thread running (or waiting in epoll/futex for whatever comes
+// next), not the request's wait: an analysis of such a wait must say
+// unknown, or take it from the runtime (JFR's park and monitor events) or
+// the spans.
 //
 // # Artifacts
 //
 // Dump returns two artifacts for the window:
 //
 //   - kind "kernel", media type application/vnd.rootline.kernel-snapshot+json+gzip:
-//     a gzipped JSON Snapshot (version 1) of the process's threads and of the
-//     threads that woke them (by tid and comm, even outside the process):
-//     threads, intervals, wakeups (with the sched_wakeup enqueue time) and
-//     the block requests the process issued. Times are Unix nanoseconds.
+//     a gzipped JSON Snapshot (version 2, see its type and docs/agent.md) of
+//     the process's threads and, transitively, of the threads that woke
+//     them (with their intervals where they were followed): threads,
+//     intervals, wakeups (with the sched_wakeup enqueue time), the block
+//     requests they submitted, the bounds and what they cut. Times are Unix
+//     nanoseconds.
 //   - kind "kernel-ctf", media type application/gzip: a tar.gz of one
 //     directory holding a CTF 1.8 trace (TSDL `metadata` plus stream files)
 //     that babeltrace2 and Trace Compass open. Stream class 0 holds the raw

@@ -15,6 +15,14 @@ const (
 	// EvClock is a CPU's clock pair (TS=monotonic, Arg=run-queue clock);
 	// the source consumes it (see clockPairs), sinks never see it.
 	EvClock = 9
+	// EvUnthrottle: TID, throttled by its cgroup's CPU quota (a switch with
+	// FlagThrottled), was put back on a run queue at TS by the unthrottle
+	// of its cfs_rq.
+	EvUnthrottle = 10
+	// EvUnfollow (made by the source, not BPF): TID, a followed waker, is
+	// no longer followed from TS on; its states after TS are unknown until
+	// a wakeup follows it again (FlagWakerNew).
+	EvUnfollow = 11
 )
 
 // Wakeup contexts (SR_CTX_*).
@@ -33,6 +41,41 @@ const (
 	// FlagRQClock: TS is the CPU's run-queue clock (mapped and cleared by
 	// the source before the event reaches a sink).
 	FlagRQClock = 4
+	// FlagThrottled: prev is runnable but was taken off the CPU because its
+	// cgroup's CFS quota ran out.
+	FlagThrottled = 8
+	// FlagIOWait: prev blocks in io_schedule (block I/O, a page read in).
+	FlagIOWait = 16
+	// FlagMemStall: prev blocks in a memory stall (reclaim, compaction,
+	// thrashing, memory.high).
+	FlagMemStall = 32
+	// FlagPrevUntracked, FlagNextUntracked: that side of a switch is neither
+	// a target nor followed (its state is unknown: the record is there for
+	// the other side).
+	FlagPrevUntracked = 64
+	FlagNextUntracked = 128
+	// FlagFollowed (any type): the record concerns followed wakers only.
+	FlagFollowed = 0x8000
+)
+
+// Waking flags (SR_WF_*).
+const (
+	// FlagRaiser: a network softirq run in the context of the thread that
+	// raised it (a local send): that thread caused the wakeup.
+	FlagRaiser = 0x100
+	// FlagWakerFollowed: the waker (TID2) is followed.
+	FlagWakerFollowed = 0x200
+	// FlagWakerNew: this wakeup started following the waker.
+	FlagWakerNew = 0x400
+	// FlagCutDepth, FlagCutCount: the waker was not followed: it was beyond
+	// the follow depth, or the followed-thread map was full.
+	FlagCutDepth = 0x800
+	FlagCutCount = 0x1000
+	// FlagWakerKthread: the waker is a kernel thread.
+	FlagWakerKthread = 0x2000
+	// FlagWakeThrottled: the wakee joins a throttled cfs_rq and waits for
+	// its unthrottle (kernels before task-based throttling).
+	FlagWakeThrottled = 0x4000
 )
 
 // Syscall values that are not syscall numbers (SR_SYS_*).
@@ -51,7 +94,11 @@ type Event struct {
 	TID2, TGID2 uint32
 	Syscall     int32
 	Detail      uint32
-	TargetCPU   uint32
+	// Dev is a kernel dev_t (major<<20 | minor), 0 if none: the filesystem
+	// a blocked thread's file is on (switch), the device whose request
+	// completion woke a thread (waking), a block request's device.
+	Dev         uint32
+	TargetCPU   uint16
 	CPU         uint16
 	Flags       uint16
 	Type        uint8

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
 )
@@ -55,6 +56,22 @@ type Config struct {
 	// per wakeup, and run-queue waits are measured from sched_waking (as
 	// perf sched does when the kernel has it).
 	Enqueue bool `yaml:"enqueue"`
+	// FollowDepth is how many hops back from the targets wakers are
+	// followed: a thread that wakes a target (another process's, a kernel
+	// worker) is recorded from then on, and so is a thread that wakes it,
+	// up to this many hops (default 3; -1: wakers are not followed). It
+	// also bounds the wakers a snapshot gives intervals.
+	FollowDepth int `yaml:"follow_depth"`
+	// FollowThreads bounds the threads followed at once (default 512), and
+	// the wakers a snapshot gives intervals.
+	FollowThreads int `yaml:"follow_threads"`
+	// FollowTTL: a followed thread that has woken no tracked thread for this
+	// long stops being followed (default 60s).
+	FollowTTL time.Duration `yaml:"follow_ttl"`
+	// FollowShare is the share of MaxBytes that holds the records of
+	// followed wakers (those that involve no target), so that a busy waker
+	// cannot push the targets' own history out (default 0.25).
+	FollowShare float64 `yaml:"follow_share"`
 }
 
 // DefaultConfig returns the defaults.
@@ -65,6 +82,10 @@ func DefaultConfig() Config {
 		Preroll:         5 * time.Second,
 		RingBufferBytes: 8 << 20,
 		FlushInterval:   200 * time.Millisecond,
+		FollowDepth:     defaultFollowDepth,
+		FollowThreads:   defaultFollowThreads,
+		FollowTTL:       60 * time.Second,
+		FollowShare:     0.25,
 	}
 }
 
@@ -87,7 +108,31 @@ func (c Config) withDefaults() Config {
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = d.FlushInterval
 	}
+	if c.FollowDepth == 0 {
+		c.FollowDepth = d.FollowDepth
+	}
+	if c.FollowThreads <= 0 {
+		c.FollowThreads = d.FollowThreads
+	}
+	if c.FollowTTL <= 0 {
+		c.FollowTTL = d.FollowTTL
+	}
+	if c.FollowShare <= 0 || c.FollowShare >= 1 {
+		c.FollowShare = d.FollowShare
+	}
 	return c
+}
+
+// following reports whether the recorder follows wakers (with All, every
+// thread is recorded and none needs following).
+func (c Config) following() bool { return c.FollowDepth > 0 && !c.All }
+
+// followBytes is the share of MaxBytes kept for followed wakers' records.
+func (c Config) followBytes() int64 {
+	if !c.following() {
+		return 0
+	}
+	return int64(float64(c.MaxBytes) * c.FollowShare)
 }
 
 // Recorder is the "kernel" profiler: a flight recorder of thread states and
@@ -97,6 +142,7 @@ type Recorder struct {
 	log      *slog.Logger
 	src      Source
 	ring     *ring
+	devs     *devNames
 	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
 	host     string
 
@@ -120,8 +166,12 @@ var _ profiler.Profiler = (*Recorder)(nil)
 // used here. A nil logger discards.
 func New(cfg Config, logger *slog.Logger) (*Recorder, error) {
 	cfg = cfg.withDefaults()
-	src, err := newBPFSource(sourceConfig{ringBytes: cfg.RingBufferBytes, all: cfg.All,
-		followForks: !cfg.NoFollowForks, syscallHooks: cfg.SyscallHooks, enqueue: cfg.Enqueue, flush: cfg.FlushInterval})
+	sc := sourceConfig{ringBytes: cfg.RingBufferBytes, all: cfg.All,
+		followForks: !cfg.NoFollowForks, syscallHooks: cfg.SyscallHooks, enqueue: cfg.Enqueue, flush: cfg.FlushInterval}
+	if cfg.following() {
+		sc.followDepth, sc.followThreads, sc.followTTL = cfg.FollowDepth, cfg.FollowThreads, cfg.FollowTTL
+	}
+	src, err := newBPFSource(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -140,8 +190,9 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		cfg:      cfg,
 		log:      logger.With("component", "profiler/kernel"),
 		src:      src,
-		ring:     newRing(cfg.MaxBytes),
-		offsetNs: clockOffset(),
+		ring:     newRing(cfg.MaxBytes, cfg.followBytes()),
+		devs:     newDevNames(),
+		offsetNs: kclock.Monotonic.Offset(),
 		host:     host,
 		targets:  map[int]uint64{},
 		cgroups:  map[uint64]bool{},
@@ -168,30 +219,6 @@ type sinkFunc func(ev *Event, comm, comm2 *Comm)
 
 func (f sinkFunc) Event(ev *Event, comm, comm2 *Comm) { f(ev, comm, comm2) }
 
-// clockOffset measures realtime − monotonic, the offset turning
-// bpf_ktime_get_ns into Unix time, bracketing the realtime read.
-func clockOffset() int64 {
-	var m1, rt, m2 unix.Timespec
-	best := int64(-1)
-	var off int64
-	for range 5 {
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
-		_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
-		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
-		if d := m2.Nano() - m1.Nano(); best < 0 || d < best {
-			best = d
-			off = rt.Nano() - (m1.Nano()+m2.Nano())/2
-		}
-	}
-	return off
-}
-
-func monotonicNow() int64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return ts.Nano()
-}
-
 // maintain expires old events and forgets targets that exited.
 func (r *Recorder) maintain() {
 	defer r.wg.Done()
@@ -203,7 +230,7 @@ func (r *Recorder) maintain() {
 			return
 		case <-t.C:
 		}
-		r.ring.expire(monotonicNow() - r.cfg.Retention.Nanoseconds())
+		r.ring.expire(kclock.Monotonic.Now() - r.cfg.Retention.Nanoseconds())
 		r.mu.Lock()
 		for pid, st := range r.targets {
 			if st != 0 && !procfs.Alive(pid, st) {
@@ -420,35 +447,50 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		return nil, err
 	}
 	mStart, mEnd := start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
-	in := buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm}
+	in := buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm,
+		devName: r.devs.name, maxDepth: max(r.cfg.FollowDepth, 1), maxThreads: r.cfg.FollowThreads,
+		recording: r.cfg.following() || r.cfg.All}
 	procs := map[uint32]bool{in.pid: true}
 	if sel != nil {
 		procs, in.pids = sel.members, sel.members
 	}
-	events, nEvents := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil)
-	snap, raw := build(events, in)
-	snap.Events = nEvents
-	events = nil // raw holds what the CTF export needs: let the GC have the rest
+	win := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil, in.maxDepth)
+	in.complete = win.complete
+	// The intervals stay in the builder's compact form (ivs), named as the
+	// encoders write them.
+	snap, ivs := replay(win.events, in).snapshot(win.total)
+	nEvents := win.total
 	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
 	snap.Lost = r.src.Lost()
 	var js, ctf bytes.Buffer
-	if err := snap.Encode(&js); err != nil {
+	if err := snap.encode(&js, ivs); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, raw, r.offsetNs, r.ring.comm, r.host); err != nil {
+	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, mStart, mEnd), w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
 		"events":    strconv.Itoa(nEvents),
 		"threads":   strconv.Itoa(len(snap.Threads)),
-		"intervals": strconv.Itoa(len(snap.Intervals)),
+		"intervals": strconv.Itoa(ivs.Len()),
 		"wakeups":   strconv.Itoa(len(snap.Wakeups)),
 		"lost":      strconv.FormatUint(snap.Lost, 10),
 	}
-	_, evicted, _ := r.ring.stats()
-	attrs["evicted"] = strconv.FormatUint(evicted, 10)
+	rs := r.ring.stats()
+	attrs["evicted"] = strconv.FormatUint(rs.evicted, 10)
+	others, recorded := 0, 0
+	for _, th := range snap.Threads {
+		if !th.Target {
+			others++
+			if th.Recorded {
+				recorded++
+			}
+		}
+	}
+	attrs["wakers"] = strconv.Itoa(others)
+	attrs["wakers_recorded"] = strconv.Itoa(recorded)
 	service := t.Service
 	if service == "" {
 		service = "unknown"
@@ -470,7 +512,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
-			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"]}},
+			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
+				"spans": strconv.Itoa(len(w.Spans))}},
 	}, nil
 }
 
@@ -487,18 +530,23 @@ func sanitize(s string) string {
 
 // Stats implements profiler.Profiler.
 func (r *Recorder) Stats() map[string]float64 {
-	buffered, evicted, total := r.ring.stats()
+	rs := r.ring.stats()
 	r.mu.Lock()
 	targets, cgroups := len(r.targets), len(r.cgroups)
 	r.mu.Unlock()
 	m := map[string]float64{
-		"events":         float64(total),
-		"events_evicted": float64(evicted),
-		"bytes_buffered": float64(buffered),
-		"targets":        float64(targets),
-		"cgroups":        float64(cgroups),
-		"dumps":          float64(r.dumps.Load()),
-		"dump_errors":    float64(r.dumpErrs.Load()),
+		"events":         float64(rs.total),
+		"events_evicted": float64(rs.evicted),
+		"bytes_buffered": float64(rs.bytes),
+		// The followed wakers' share of the memory (Config.FollowShare of
+		// MaxBytes at most) and of the records.
+		"followed_bytes_buffered":  float64(rs.followedBytes),
+		"followed_events_buffered": float64(rs.followedEvents),
+		"followed_events":          float64(rs.followed),
+		"targets":                  float64(targets),
+		"cgroups":                  float64(cgroups),
+		"dumps":                    float64(r.dumps.Load()),
+		"dump_errors":              float64(r.dumpErrs.Load()),
 	}
 	if d, ok := threadCPU(r.readerTID.Load()); ok {
 		m["reader_cpu_seconds"] = d.Seconds()
@@ -509,22 +557,14 @@ func (r *Recorder) Stats() map[string]float64 {
 	return m
 }
 
-// threadCPU returns the CPU time of one of this process's threads from
-// /proc/self/task/<tid>/schedstat.
+// threadCPU returns the CPU time of one of this process's threads from its
+// schedstat.
 func threadCPU(tid int32) (time.Duration, bool) {
 	if tid == 0 {
 		return 0, false
 	}
-	data, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/schedstat", tid))
-	if err != nil {
-		return 0, false
-	}
-	f := strings.Fields(string(data))
-	if len(f) == 0 {
-		return 0, false
-	}
-	ns, err := strconv.ParseInt(f[0], 10, 64)
-	return time.Duration(ns), err == nil
+	st, err := procfs.ThreadSchedstat(int(tid))
+	return st.Run, err == nil
 }
 
 // Close implements profiler.Profiler.

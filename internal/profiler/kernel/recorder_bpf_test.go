@@ -15,39 +15,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
-	"github.com/rootline/rootline/internal/profiler/cpu/cputest"
 )
-
-// requireBPF skips (or fails under ROOTLINE_REQUIRE_BPF=1) when the recorder
-// cannot load here.
-func requireBPF(t *testing.T) {
-	t.Helper()
-	if err := Available(); err != nil {
-		cputest.Missing(t, err.Error())
-	}
-}
 
 // buildWorkload compiles testdata/workload.c.
 func buildWorkload(t *testing.T) string {
 	t.Helper()
+	return buildC(t, "workload")
+}
+
+// buildC compiles testdata/<name>.c.
+func buildC(t *testing.T, name string) string {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		cputest.Missing(t, "gcc not installed")
+		bpftest.Missing(t, "gcc not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "workload")
-	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/workload.c").CombinedOutput(); err != nil {
+	bin := filepath.Join(t.TempDir(), name)
+	if out, err := exec.Command(gcc, "-O1", "-Wall", "-pthread", "-o", bin, "testdata/"+name+".c").CombinedOutput(); err != nil {
 		t.Fatalf("gcc: %v\n%s", err, out)
 	}
 	return bin
 }
 
-// workload is a running testdata/workload.c.
+// workload is a running testdata/workload.c or testdata/critpath.c.
 type workload struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	out   *bufio.Scanner
 	tids  map[string]uint32
+	// calls are the "call <start> <end>" lines (CLOCK_MONOTONIC ns): what
+	// the program measured itself.
+	calls [][2]int64
+	marks []int64 // "mark <ts>" lines (CLOCK_MONOTONIC ns)
+	port  int     // from a "port <p>" line
 }
 
 func startWorkload(t *testing.T, name string, args ...string) *workload {
@@ -75,21 +78,40 @@ func startWorkload(t *testing.T, name string, args ...string) *workload {
 	return w
 }
 
-// waitFor reads lines until want, collecting "tid <label> <tid>" lines.
+// waitFor reads lines until want, collecting what they say (parse).
 func (w *workload) waitFor(t *testing.T, want string) {
 	t.Helper()
 	for w.out.Scan() {
 		line := w.out.Text()
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "tid" {
-			n, _ := strconv.Atoi(f[2])
-			w.tids[f[1]] = uint32(n)
-		}
+		w.parse(line)
 		if line == want {
 			return
 		}
 	}
 	t.Fatalf("workload ended before %q: %v", want, w.out.Err())
 }
+
+// parse collects a "tid <label> <tid>", "call <start> <end>", "mark <ts>"
+// or "port <p>" line.
+func (w *workload) parse(line string) {
+	f := strings.Fields(line)
+	switch {
+	case len(f) == 3 && f[0] == "tid":
+		n, _ := strconv.Atoi(f[2])
+		w.tids[f[1]] = uint32(n)
+	case len(f) == 3 && f[0] == "call":
+		a, _ := strconv.ParseInt(f[1], 10, 64)
+		b, _ := strconv.ParseInt(f[2], 10, 64)
+		w.calls = append(w.calls, [2]int64{a, b})
+	case len(f) == 2 && f[0] == "port":
+		w.port, _ = strconv.Atoi(f[1])
+	case len(f) == 2 && f[0] == "mark":
+		n, _ := strconv.ParseInt(f[1], 10, 64)
+		w.marks = append(w.marks, n)
+	}
+}
+
+func newScanner(r io.Reader) *bufio.Scanner { return bufio.NewScanner(r) }
 
 func (w *workload) pid() int { return w.cmd.Process.Pid }
 
@@ -102,28 +124,36 @@ func (w *workload) run(t *testing.T) {
 }
 
 // schedstat returns the on-CPU ns of every thread of pid.
-func schedstat(t *testing.T, pid int) map[uint32]int64 {
+func schedstat(t *testing.T, pid int) map[uint32]int64 { return schedstatField(t, pid, 0) }
+
+// schedDelay returns the run-queue wait (run_delay, ns) of every thread of pid.
+func schedDelay(t *testing.T, pid int) map[uint32]int64 { return schedstatField(t, pid, 1) }
+
+// schedstatField returns a field of /proc/PID/task/TID/schedstat (on-CPU
+// ns, run-queue ns, time slices) of every thread of pid.
+func schedstatField(t *testing.T, pid, field int) map[uint32]int64 {
 	t.Helper()
-	dirs, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	st, err := procfs.TaskSchedstats(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := map[uint32]int64{}
-	for _, d := range dirs {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, d.Name()))
-		if err != nil {
-			continue
+	for tid, s := range st {
+		switch field {
+		case 0:
+			m[uint32(tid)] = int64(s.Run)
+		case 1:
+			m[uint32(tid)] = int64(s.Wait)
+		default:
+			m[uint32(tid)] = int64(s.Slices)
 		}
-		ns, _ := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
-		tid, _ := strconv.Atoi(d.Name())
-		m[uint32(tid)] = ns
 	}
 	return m
 }
 
 func newTestRecorder(t *testing.T, cfg ...Config) *Recorder {
 	t.Helper()
-	requireBPF(t)
+	bpftest.Require(t, Available()) // the recorder cannot load here
 	var c Config
 	if len(cfg) > 0 {
 		c = cfg[0]
@@ -160,7 +190,7 @@ func TestAccuracyOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := schedstat(t, w.pid())
-	excl0 := cputest.ExcludedTime(t)
+	excl0 := bpftest.ExcludedTime(t)
 	start := time.Now()
 	w.run(t)
 	end := time.Now()
@@ -169,7 +199,7 @@ func TestAccuracyOnCPU(t *testing.T) {
 	// spent while the thread was on a CPU (a VM's host steals up to several
 	// percent here); RUNNING intervals are wall-clock. Allow that time above
 	// schedstat (it is 0 on a quiet machine), plus 2 % either way.
-	excl := int64(cputest.ExcludedTime(t) - excl0)
+	excl := int64(bpftest.ExcludedTime(t) - excl0)
 	snap, _ := dumpSnapshot(t, r, w.pid(), start, end)
 
 	running := map[uint32]int64{}
@@ -212,16 +242,36 @@ func TestAccuracyOnCPU(t *testing.T) {
 	}
 }
 
-// findBlocked returns the longest BLOCKED interval of tid with reason.
-func findBlocked(s *Snapshot, tid uint32, reason string) (Interval, bool) {
+// findBlocked returns the longest BLOCKED interval of tid with reason (and,
+// if given, in that syscall).
+func findBlocked(s *Snapshot, tid uint32, reason string, syscall ...string) (Interval, bool) {
 	var best Interval
 	ok := false
 	for _, iv := range s.Intervals {
+		if len(syscall) > 0 && iv.Syscall != syscall[0] {
+			continue
+		}
 		if iv.TID == tid && iv.State == StateBlocked && iv.Reason == reason && (!ok || iv.End-iv.Start > best.End-best.Start) {
 			best, ok = iv, true
 		}
 	}
 	return best, ok
+}
+
+// firstAfter returns tid's first BLOCKED interval with reason that follows
+// one with reason after.
+func firstAfter(s *Snapshot, tid uint32, after, reason string) (Interval, bool) {
+	seen := false
+	for _, iv := range s.Intervals {
+		if iv.TID != tid || iv.State != StateBlocked {
+			continue
+		}
+		if seen && iv.Reason == reason {
+			return iv, true
+		}
+		seen = seen || iv.Reason == after
+	}
+	return Interval{}, false
 }
 
 func describe(s *Snapshot, tid uint32) string {
@@ -271,7 +321,15 @@ func testBlockingReasons(t *testing.T, cfg Config) {
 	} {
 		t.Run(tc.label+"/"+tc.reason, func(t *testing.T) {
 			tid := w.tids[tc.label]
-			iv, ok := findBlocked(snap, tid, tc.reason)
+			// The longest wait with the reason in that syscall (a TCP read
+			// waits after an accept, which under load may wait longer).
+			iv, ok := findBlocked(snap, tid, tc.reason, tc.syscall)
+			if tc.label == "waiter" {
+				// The mutex wait is the first futex wait after its 10 ms
+				// sleep; the end barrier's (woken by the last thread to
+				// finish, under I/O load the fsyncer) may be longer.
+				iv, ok = firstAfter(snap, tid, ReasonTimer, tc.reason)
+			}
 			if !ok {
 				t.Fatalf("no BLOCKED(%s) interval for %s (tid %d):\n%s", tc.reason, tc.label, tid, describe(snap, tid))
 			}
@@ -315,11 +373,11 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 	r := newTestRecorder(t)
 	perf, err := exec.LookPath("perf")
 	if err != nil {
-		cputest.Missing(t, "perf not installed (linux-perf)")
+		bpftest.Missing(t, "perf not installed (linux-perf)")
 	}
 	taskset, err := exec.LookPath("taskset")
 	if err != nil {
-		cputest.Missing(t, "taskset not installed")
+		bpftest.Missing(t, "taskset not installed")
 	}
 	bin := buildWorkload(t)
 	cpuArg := "1"
@@ -327,17 +385,47 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 		cpuArg = "0"
 	}
 	// perf first, on idle CPUs: it must be recording before the workload
-	// starts (it needs a while to start on a loaded machine).
-	data := filepath.Join(t.TempDir(), "perf.data")
-	rec := exec.Command(perf, "sched", "record", "-o", data, "--", "sleep", "5")
-	if out, err := rec.StdoutPipe(); err == nil {
-		go func() { _, _ = io.Copy(io.Discard, out) }()
+	// starts, however long it takes to start on a loaded machine. It starts
+	// with its events disabled and enables them on its control FIFO, which
+	// acknowledges once they are; its buffers are large enough not to lose
+	// events to a busy machine's scheduling of its reader.
+	dir := t.TempDir()
+	data := filepath.Join(dir, "perf.data")
+	ctlPath, ackPath := filepath.Join(dir, "ctl"), filepath.Join(dir, "ack")
+	for _, p := range []string{ctlPath, ackPath} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	rec := exec.Command(perf, "sched", "record", "-m", "16M", "--control", "fifo:"+ctlPath+","+ackPath, "-D", "-1",
+		"-o", data, "--", "sleep", "600")
+	var perfOut strings.Builder
+	rec.Stdout, rec.Stderr = &perfOut, &perfOut
 	if err := rec.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rec.Process.Kill() })
-	time.Sleep(time.Second)
+	ctl, err := os.OpenFile(ctlPath, os.O_WRONLY, 0) // blocks until perf opens it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.Close()
+	ack, err := os.Open(ackPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ack.Close()
+	perfCtl := func(cmd string) {
+		t.Helper()
+		if _, err := io.WriteString(ctl, cmd+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		if n, err := ack.Read(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "ack") {
+			t.Fatalf("perf control %q: %q, %v (perf: %s)", cmd, buf[:n], err, perfOut.String())
+		}
+	}
+	perfCtl("enable")
 	for range 2 {
 		hog := exec.Command(taskset, "-c", cpuArg, bin, "hog")
 		if err := hog.Start(); err != nil {
@@ -352,8 +440,14 @@ func TestAccuracyRunqueueVsPerf(t *testing.T) {
 	start := time.Now()
 	w.run(t)
 	end := time.Now()
-	if err := rec.Wait(); err != nil {
-		t.Fatalf("perf sched record: %v", err)
+	perfCtl("disable")
+	// Interrupted, perf writes its data and exits (with the status of the
+	// signal it passed on to its command): timehist reading the file is
+	// what says whether it recorded.
+	_ = rec.Process.Signal(os.Interrupt)
+	_ = rec.Wait()
+	if strings.Contains(perfOut.String(), "lost") {
+		t.Logf("perf: %s", perfOut.String())
 	}
 	snap, _ := dumpSnapshot(t, r, w.pid(), start.Add(-100*time.Millisecond), end)
 
@@ -447,7 +541,7 @@ func TestCgroupTarget(t *testing.T) {
 	}
 	dir := filepath.Join(root, fmt.Sprintf("rootline-ktest-%d", os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		cputest.Missing(t, "cannot create a cgroup v2: "+err.Error())
+		bpftest.Missing(t, "cannot create a cgroup v2: "+err.Error())
 	}
 	t.Cleanup(func() { _ = os.Remove(dir) })
 	var st syscall.Stat_t

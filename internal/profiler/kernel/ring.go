@@ -7,24 +7,46 @@ import (
 )
 
 // chunkLen is the number of events per chunk of the ring: eviction drops a
-// whole chunk (≈ 200 KiB), so the ring holds between max−1 and max chunks.
+// whole chunk (≈ 200 KiB), so a list holds between max−1 and max chunks.
 const chunkLen = 4096
 
 // eventBytes is the memory one buffered event costs.
 const eventBytes = int64(unsafe.Sizeof(Event{}))
 
-// ring is the bounded in-memory recording: the most recent events of every
-// target, oldest chunk dropped first when it exceeds its byte budget or
+// EventBytes is the memory one buffered record costs (Config.MaxBytes
+// holds MaxBytes/EventBytes records).
+const EventBytes = eventBytes
+
+// Lists of the ring: the records that concern a target, and those that
+// concern followed wakers only (FlagFollowed). Each has its own byte
+// budget, so that a busy waker (a database, a sidecar) cannot push the
+// targets' own history out.
+const (
+	listTargets = iota
+	listFollowed
+	nLists
+)
+
+// ring is the bounded in-memory recording: the most recent events, oldest
+// chunk of a list dropped first when the list exceeds its byte budget or
 // holds only events older than the retention. Comms are kept per thread
 // beside it. Safe for concurrent use.
 type ring struct {
-	mu        sync.Mutex
+	mu    sync.Mutex
+	lists [nLists]chunkList
+	comms map[uint32]*commEntry
+}
+
+// chunkList is one list of the ring.
+type chunkList struct {
 	chunks    [][]Event
 	spans     []span // spans[i]: the TS range of chunks[i]
 	maxChunks int
 	evicted   uint64
 	total     uint64
-	comms     map[uint32]*commEntry
+	// evictedHi is the newest TS of an evicted chunk: the list's records
+	// are complete only after it.
+	evictedHi int64
 }
 
 // span is the range of TS in a chunk: records of different CPUs' ring
@@ -36,41 +58,62 @@ type commEntry struct {
 	seen int64 // TS of the last event naming the thread
 }
 
-func newRing(maxBytes int64) *ring {
-	n := int(maxBytes / (eventBytes * chunkLen))
-	return &ring{maxChunks: max(n, 2), comms: map[uint32]*commEntry{}}
+// newRing returns a ring of maxBytes in all, followBytes of which hold the
+// followed wakers' records (0: they share the targets' list).
+func newRing(maxBytes, followBytes int64) *ring {
+	r := &ring{comms: map[uint32]*commEntry{}}
+	chunks := func(b int64) int { return max(int(b/(eventBytes*chunkLen)), 2) }
+	if followBytes > 0 {
+		r.lists[listFollowed].maxChunks = chunks(followBytes)
+		maxBytes -= followBytes
+	}
+	r.lists[listTargets].maxChunks = chunks(maxBytes)
+	return r
 }
 
 // add appends ev and remembers the comms of its threads (nil comm: none).
 func (r *ring) add(ev *Event, comm, comm2 *Comm) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	last := len(r.chunks) - 1
-	if last < 0 || len(r.chunks[last]) == chunkLen {
-		var c []Event
-		if len(r.chunks) >= r.maxChunks {
-			// Full: the oldest chunk's memory becomes the newest chunk.
-			c = r.chunks[0][:0]
-			r.evicted += uint64(len(r.chunks[0]))
-			r.chunks[0] = nil
-			r.chunks, r.spans = r.chunks[1:], r.spans[1:]
-		} else {
-			c = make([]Event, 0, chunkLen)
-		}
-		r.chunks = append(r.chunks, c)
-		r.spans = append(r.spans, span{ev.TS, ev.TS})
-		last = len(r.chunks) - 1
+	l := &r.lists[listTargets]
+	if ev.Flags&FlagFollowed != 0 && r.lists[listFollowed].maxChunks > 0 {
+		l = &r.lists[listFollowed]
 	}
-	r.chunks[last] = append(r.chunks[last], *ev)
-	sp := &r.spans[last]
-	sp.lo, sp.hi = min(sp.lo, ev.TS), max(sp.hi, ev.TS)
-	r.total++
+	l.add(ev)
 	if comm != nil && ev.TID != 0 {
 		r.setComm(ev.TID, comm, ev.TS)
 	}
 	if t2 := ev.task2(); comm2 != nil && t2 != 0 {
 		r.setComm(t2, comm2, ev.TS)
 	}
+}
+
+func (l *chunkList) add(ev *Event) {
+	last := len(l.chunks) - 1
+	if last < 0 || len(l.chunks[last]) == chunkLen {
+		var c []Event
+		if len(l.chunks) >= l.maxChunks {
+			// Full: the oldest chunk's memory becomes the newest chunk.
+			c = l.chunks[0][:0]
+			l.dropOldest()
+		} else {
+			c = make([]Event, 0, chunkLen)
+		}
+		l.chunks = append(l.chunks, c)
+		l.spans = append(l.spans, span{ev.TS, ev.TS})
+		last = len(l.chunks) - 1
+	}
+	l.chunks[last] = append(l.chunks[last], *ev)
+	sp := &l.spans[last]
+	sp.lo, sp.hi = min(sp.lo, ev.TS), max(sp.hi, ev.TS)
+	l.total++
+}
+
+func (l *chunkList) dropOldest() {
+	l.evicted += uint64(len(l.chunks[0]))
+	l.evictedHi = max(l.evictedHi, l.spans[0].hi)
+	l.chunks[0] = nil
+	l.chunks, l.spans = l.chunks[1:], l.spans[1:]
 }
 
 func (r *ring) setComm(tid uint32, c *Comm, ts int64) {
@@ -86,13 +129,11 @@ func (r *ring) setComm(tid uint32, c *Comm, ts int64) {
 func (r *ring) expire(before int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for len(r.chunks) > 1 {
-		if r.spans[0].hi >= before {
-			break
+	for i := range r.lists {
+		l := &r.lists[i]
+		for len(l.chunks) > 1 && l.spans[0].hi < before {
+			l.dropOldest()
 		}
-		r.evicted += uint64(len(r.chunks[0]))
-		r.chunks[0] = nil
-		r.chunks, r.spans = r.chunks[1:], r.spans[1:]
 	}
 	for tid, e := range r.comms {
 		if e.seen < before {
@@ -103,28 +144,44 @@ func (r *ring) expire(before int64) {
 
 // window copies the events with from ≤ TS ≤ to, sorted by TS.
 func (r *ring) window(from, to int64) []Event {
-	out, _ := r.windowOf(from, to, nil, false)
-	return out
+	w := r.windowOf(from, to, nil, false, 0)
+	return w.events
+}
+
+// windowEvents is what windowOf returns.
+type windowEvents struct {
+	events []Event // sorted by TS
+	total  int     // events of every process in the range
+	// complete is the time after which every list's records are complete
+	// (none evicted): a thread outside the snapshot's processes is known
+	// only after it, since its records may sit in either list.
+	complete int64
 }
 
 // windowOf copies the events with from ≤ TS ≤ to that a snapshot of the
 // processes procs needs, sorted by TS, and counts all events in the range.
 // Needed are the events that name a thread of procs or a thread that woke
-// one of them (as TID, or as TID2 of a switch, fork or waking): a thread's
-// intervals depend only on those, so build gives the same snapshot as from
-// every event of the window, while a dump of one service among many copies
-// and replays only its share. With follow, children forked by procs in the
-// range join procs (procs is updated). nil procs: every event.
-func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]Event, int) {
+// one of them, directly or through up to depth other wakers (as TID, or as
+// TID2 of a switch, fork or waking): a thread's intervals depend only on
+// those, so build gives the same snapshot as from every event of the
+// window, while a dump of one service among many copies and replays only
+// its share. With follow, children forked by procs in the range join procs
+// (procs is updated). nil procs: every event.
+func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool, depth int) windowEvents {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	var chunks [][]Event
-	for i, c := range r.chunks {
-		if sp := r.spans[i]; sp.hi >= from && sp.lo <= to {
-			chunks = append(chunks, c)
+	var w windowEvents
+	for i := range r.lists {
+		l := &r.lists[i]
+		w.complete = max(w.complete, l.evictedHi)
+		for j, c := range l.chunks {
+			if sp := l.spans[j]; sp.hi >= from && sp.lo <= to {
+				chunks = append(chunks, c)
+			}
 		}
 	}
 	inRange := func(ev *Event) bool { return ev.TS >= from && ev.TS <= to }
-	total := 0
 	var tids map[uint32]bool
 	if procs != nil {
 		if follow {
@@ -137,6 +194,7 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]E
 			}
 		}
 		tids = map[uint32]bool{}
+		var edges []wakeEdge // wakee → causal waker, for the wakers' wakers
 		for _, c := range chunks {
 			for i := range c {
 				ev := &c[i]
@@ -145,33 +203,57 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool) ([]E
 				}
 				if procs[ev.TGID] {
 					tids[ev.TID] = true
-					if ev.Type == EvWaking && ev.Ctx == CtxThread && ev.TID2 != 0 {
-						tids[ev.TID2] = true // the waker
-					}
 				}
 				if t2 := ev.task2(); t2 != 0 && procs[ev.TGID2] {
 					tids[t2] = true
 				}
+				if ev.Type == EvWaking && ev.TID2 != 0 && causal(ev) {
+					edges = append(edges, wakeEdge{ev.TID, ev.TID2})
+				}
+			}
+		}
+		// Each pass adds the wakers of the threads found so far: depth+1
+		// passes reach the wakers one hop beyond the bound, whose records
+		// say what they are (a kernel thread) although they get no
+		// intervals.
+		for range depth + 1 {
+			grown := false
+			for _, e := range edges {
+				if tids[e.wakee] && !tids[e.waker] {
+					tids[e.waker] = true
+					grown = true
+				}
+			}
+			if !grown {
+				break
 			}
 		}
 	}
-	var out []Event
 	for _, c := range chunks {
 		for i := range c {
 			ev := &c[i]
 			if !inRange(ev) {
 				continue
 			}
-			total++
+			w.total++
 			if t2 := ev.task2(); tids == nil || tids[ev.TID] || t2 != 0 && tids[t2] {
-				out = append(out, *ev)
+				w.events = append(w.events, *ev)
 			}
 		}
 	}
-	r.mu.Unlock()
-	// Records of different CPUs arrive out of order.
-	sort.SliceStable(out, func(i, j int) bool { return out[i].TS < out[j].TS })
-	return out, total
+	// Records of different CPUs, and of the two lists, arrive out of order.
+	sort.SliceStable(w.events, func(i, j int) bool { return w.events[i].TS < w.events[j].TS })
+	return w
+}
+
+// wakeEdge is a causal wakeup: waker woke wakee.
+type wakeEdge struct{ wakee, waker uint32 }
+
+// causal reports whether a waking record's current task (TID2) caused the
+// wakeup: it woke the wakee from its own context, or from a network softirq
+// it raised itself.
+func causal(ev *Event) bool {
+	return ev.Ctx == CtxThread || ev.Ctx == CtxSoftirq && ev.Flags&FlagRaiser != 0
 }
 
 func (r *ring) comm(tid uint32) string {
@@ -190,9 +272,30 @@ func (r *ring) comm(tid uint32) string {
 	return string(c)
 }
 
-// stats returns the buffered bytes, events evicted and events added.
-func (r *ring) stats() (bytes int64, evicted, total uint64) {
+// ringStats are a ring's counters.
+type ringStats struct {
+	bytes, followedBytes     int64  // buffered (all lists; the followed list's)
+	evicted, total           uint64 // events (all lists)
+	followedEvents, followed uint64 // events buffered, added to the followed list
+}
+
+func (r *ring) stats() ringStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return int64(len(r.chunks)) * chunkLen * eventBytes, r.evicted, r.total
+	var s ringStats
+	for i := range r.lists {
+		l := &r.lists[i]
+		b := int64(len(l.chunks)) * chunkLen * eventBytes
+		s.bytes += b
+		s.evicted += l.evicted
+		s.total += l.total
+		if i == listFollowed {
+			s.followedBytes = b
+			s.followed = l.total
+			for _, c := range l.chunks {
+				s.followedEvents += uint64(len(c))
+			}
+		}
+	}
+	return s
 }

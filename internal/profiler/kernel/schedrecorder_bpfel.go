@@ -21,17 +21,23 @@ type schedRecorderSrConfig struct {
 	WakeupBytes  uint32
 	SelfTgid     uint32
 	SyscallHooks uint32
+	FollowDepth  uint32
+	Pad          uint32
 }
 
 type schedRecorderSrCpuctx struct {
-	_       structs.HostLayout
-	Hardirq uint32
-	Softirq uint32
-	Hrtimer uint32
-	Block   uint32
-	Paired  uint64
-	Regs    uint32
-	Unread  uint32
+	_        structs.HostLayout
+	Hardirq  uint32
+	Softirq  uint32
+	Hrtimer  uint32
+	Block    uint32
+	Paired   uint64
+	Regs     uint32
+	Unread   uint32
+	Blockdev uint32
+	Raiser   uint32
+	Netowner uint32
+	Pad      uint32
 }
 
 type schedRecorderSrEvent struct {
@@ -51,9 +57,14 @@ type schedRecorderSrEvent struct {
 	Prio      int16
 	Prio2     int16
 	TargetCpu uint32
-	Pad       uint32
+	Dev       uint32
 	Comm      [16]int8
 	Comm2     [16]int8
+}
+
+type schedRecorderSrGlob struct {
+	_         structs.HostLayout
+	Throttled int64
 }
 
 type schedRecorderSrInflight struct {
@@ -62,7 +73,9 @@ type schedRecorderSrInflight struct {
 	Tid   uint32
 	Tgid  uint32
 	Bytes uint32
-	Pad   uint32
+	Dev   uint32
+	Flags uint16
+	Pad   [3]uint16
 	Comm  [16]int8
 }
 
@@ -73,6 +86,14 @@ type schedRecorderSrTask struct {
 	Arg0  uint64
 }
 
+type schedRecorderSrThr struct {
+	_     structs.HostLayout
+	CfsRq uint64
+	Out   uint64
+	Start uint64
+	Total uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -80,12 +101,16 @@ const (
 	schedRecorderMapSrCfg           = "sr_cfg"
 	schedRecorderMapSrCgroups       = "sr_cgroups"
 	schedRecorderMapSrCtx           = "sr_ctx"
+	schedRecorderMapSrFollow        = "sr_follow"
+	schedRecorderMapSrFollowBits    = "sr_follow_bits"
+	schedRecorderMapSrGlobs         = "sr_globs"
 	schedRecorderMapSrLost          = "sr_lost"
 	schedRecorderMapSrRings         = "sr_rings"
 	schedRecorderMapSrRqs           = "sr_rqs"
 	schedRecorderMapSrTargetBits    = "sr_target_bits"
 	schedRecorderMapSrTargets       = "sr_targets"
 	schedRecorderMapSrTasks         = "sr_tasks"
+	schedRecorderMapSrThrottled     = "sr_throttled"
 	schedRecorderProgSrExec         = "sr_exec"
 	schedRecorderProgSrExit         = "sr_exit"
 	schedRecorderProgSrFork         = "sr_fork"
@@ -94,9 +119,12 @@ const (
 	schedRecorderProgSrIrqEntry     = "sr_irq_entry"
 	schedRecorderProgSrIrqExit      = "sr_irq_exit"
 	schedRecorderProgSrRqComplete   = "sr_rq_complete"
+	schedRecorderProgSrRqInsert     = "sr_rq_insert"
 	schedRecorderProgSrRqIssue      = "sr_rq_issue"
+	schedRecorderProgSrRqMerge      = "sr_rq_merge"
 	schedRecorderProgSrSoftirqEntry = "sr_softirq_entry"
 	schedRecorderProgSrSoftirqExit  = "sr_softirq_exit"
+	schedRecorderProgSrSoftirqRaise = "sr_softirq_raise"
 	schedRecorderProgSrSwitch       = "sr_switch"
 	schedRecorderProgSrSysEnter     = "sr_sys_enter"
 	schedRecorderProgSrSysExit      = "sr_sys_exit"
@@ -157,9 +185,12 @@ type schedRecorderProgramSpecs struct {
 	SrIrqEntry     *ebpf.ProgramSpec `ebpf:"sr_irq_entry"`
 	SrIrqExit      *ebpf.ProgramSpec `ebpf:"sr_irq_exit"`
 	SrRqComplete   *ebpf.ProgramSpec `ebpf:"sr_rq_complete"`
+	SrRqInsert     *ebpf.ProgramSpec `ebpf:"sr_rq_insert"`
 	SrRqIssue      *ebpf.ProgramSpec `ebpf:"sr_rq_issue"`
+	SrRqMerge      *ebpf.ProgramSpec `ebpf:"sr_rq_merge"`
 	SrSoftirqEntry *ebpf.ProgramSpec `ebpf:"sr_softirq_entry"`
 	SrSoftirqExit  *ebpf.ProgramSpec `ebpf:"sr_softirq_exit"`
+	SrSoftirqRaise *ebpf.ProgramSpec `ebpf:"sr_softirq_raise"`
 	SrSwitch       *ebpf.ProgramSpec `ebpf:"sr_switch"`
 	SrSysEnter     *ebpf.ProgramSpec `ebpf:"sr_sys_enter"`
 	SrSysExit      *ebpf.ProgramSpec `ebpf:"sr_sys_exit"`
@@ -175,12 +206,16 @@ type schedRecorderMapSpecs struct {
 	SrCfg        *ebpf.MapSpec `ebpf:"sr_cfg"`
 	SrCgroups    *ebpf.MapSpec `ebpf:"sr_cgroups"`
 	SrCtx        *ebpf.MapSpec `ebpf:"sr_ctx"`
+	SrFollow     *ebpf.MapSpec `ebpf:"sr_follow"`
+	SrFollowBits *ebpf.MapSpec `ebpf:"sr_follow_bits"`
+	SrGlobs      *ebpf.MapSpec `ebpf:"sr_globs"`
 	SrLost       *ebpf.MapSpec `ebpf:"sr_lost"`
 	SrRings      *ebpf.MapSpec `ebpf:"sr_rings"`
 	SrRqs        *ebpf.MapSpec `ebpf:"sr_rqs"`
 	SrTargetBits *ebpf.MapSpec `ebpf:"sr_target_bits"`
 	SrTargets    *ebpf.MapSpec `ebpf:"sr_targets"`
 	SrTasks      *ebpf.MapSpec `ebpf:"sr_tasks"`
+	SrThrottled  *ebpf.MapSpec `ebpf:"sr_throttled"`
 }
 
 // schedRecorderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -214,12 +249,16 @@ type schedRecorderMaps struct {
 	SrCfg        *ebpf.Map `ebpf:"sr_cfg"`
 	SrCgroups    *ebpf.Map `ebpf:"sr_cgroups"`
 	SrCtx        *ebpf.Map `ebpf:"sr_ctx"`
+	SrFollow     *ebpf.Map `ebpf:"sr_follow"`
+	SrFollowBits *ebpf.Map `ebpf:"sr_follow_bits"`
+	SrGlobs      *ebpf.Map `ebpf:"sr_globs"`
 	SrLost       *ebpf.Map `ebpf:"sr_lost"`
 	SrRings      *ebpf.Map `ebpf:"sr_rings"`
 	SrRqs        *ebpf.Map `ebpf:"sr_rqs"`
 	SrTargetBits *ebpf.Map `ebpf:"sr_target_bits"`
 	SrTargets    *ebpf.Map `ebpf:"sr_targets"`
 	SrTasks      *ebpf.Map `ebpf:"sr_tasks"`
+	SrThrottled  *ebpf.Map `ebpf:"sr_throttled"`
 }
 
 func (m *schedRecorderMaps) Close() error {
@@ -227,12 +266,16 @@ func (m *schedRecorderMaps) Close() error {
 		m.SrCfg,
 		m.SrCgroups,
 		m.SrCtx,
+		m.SrFollow,
+		m.SrFollowBits,
+		m.SrGlobs,
 		m.SrLost,
 		m.SrRings,
 		m.SrRqs,
 		m.SrTargetBits,
 		m.SrTargets,
 		m.SrTasks,
+		m.SrThrottled,
 	)
 }
 
@@ -256,9 +299,12 @@ type schedRecorderPrograms struct {
 	SrIrqEntry     *ebpf.Program `ebpf:"sr_irq_entry"`
 	SrIrqExit      *ebpf.Program `ebpf:"sr_irq_exit"`
 	SrRqComplete   *ebpf.Program `ebpf:"sr_rq_complete"`
+	SrRqInsert     *ebpf.Program `ebpf:"sr_rq_insert"`
 	SrRqIssue      *ebpf.Program `ebpf:"sr_rq_issue"`
+	SrRqMerge      *ebpf.Program `ebpf:"sr_rq_merge"`
 	SrSoftirqEntry *ebpf.Program `ebpf:"sr_softirq_entry"`
 	SrSoftirqExit  *ebpf.Program `ebpf:"sr_softirq_exit"`
+	SrSoftirqRaise *ebpf.Program `ebpf:"sr_softirq_raise"`
 	SrSwitch       *ebpf.Program `ebpf:"sr_switch"`
 	SrSysEnter     *ebpf.Program `ebpf:"sr_sys_enter"`
 	SrSysExit      *ebpf.Program `ebpf:"sr_sys_exit"`
@@ -277,9 +323,12 @@ func (p *schedRecorderPrograms) Close() error {
 		p.SrIrqEntry,
 		p.SrIrqExit,
 		p.SrRqComplete,
+		p.SrRqInsert,
 		p.SrRqIssue,
+		p.SrRqMerge,
 		p.SrSoftirqEntry,
 		p.SrSoftirqExit,
+		p.SrSoftirqRaise,
 		p.SrSwitch,
 		p.SrSysEnter,
 		p.SrSysExit,

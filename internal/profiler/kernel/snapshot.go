@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,12 +17,27 @@ const (
 	StateBlocked  = "blocked"
 )
 
-// SnapshotVersion is the version of the snapshot format.
-const SnapshotVersion = 1
+// SnapshotVersion is the version of the snapshot format Encode writes.
+// Version 2 added the followed wakers (Thread.Depth, Recorded, Unrecorded,
+// Since, Kernel; Snapshot.Follow and Truncated), the throttled and memory
+// reasons, devices (Interval.Device, Wakeup.Device, DiskIO.Device),
+// Wakeup.Causal and the "unthrottle" wakeup context. DecodeSnapshot reads
+// versions 1 and 2.
+const SnapshotVersion = 2
 
 // Snapshot is the "kernel" artifact: thread intervals and wakeup edges of a
 // process in a window. Encoded as gzipped JSON (MediaType); times are Unix
 // nanoseconds.
+//
+// Threads holds the target's threads (Target, Depth 0) and, transitively,
+// the threads that woke them: a thread that woke a target thread in the
+// window has Depth 1, one that woke a Depth 1 thread Depth 2, and so on up
+// to Follow.MaxDepth, at most Follow.MaxThreads of them. Such a waker has
+// intervals (Recorded) when the recorder followed it; one it did not follow
+// is listed without intervals (Unrecorded says why), its states unknown —
+// never made up. Wakers beyond the bounds are listed without intervals too
+// (Unrecorded "depth" or "count"), and counted in Truncated, so that every
+// Wakeup.Waker of the snapshot is in Threads.
 type Snapshot struct {
 	Version int    `json:"version"`
 	PID     uint32 `json:"pid"`
@@ -36,34 +52,116 @@ type Snapshot struct {
 	Intervals []Interval `json:"intervals"`
 	Wakeups   []Wakeup   `json:"wakeups"`
 	DiskIOs   []DiskIO   `json:"disk_ios,omitempty"`
+	// Follow gives the bounds the wakers were chosen with (version 2).
+	Follow *Follow `json:"follow,omitempty"`
+	// Truncated counts the wakers the bounds cut (version 2; nil: none).
+	Truncated *Truncation `json:"truncated,omitempty"`
 }
 
+// Follow is how a snapshot's wakers were chosen.
+type Follow struct {
+	// MaxDepth is the largest Thread.Depth with intervals: wakers are
+	// followed this many hops back from the target's threads.
+	MaxDepth int `json:"max_depth"`
+	// MaxThreads bounds the number of non-target threads with intervals.
+	MaxThreads int `json:"max_threads"`
+	// Recording is whether the recorder was following wakers at all
+	// (Config.FollowDepth ≥ 1 or Config.All); false: only the target's own
+	// threads have intervals.
+	Recording bool `json:"recording"`
+}
+
+// Truncation counts the wakers a snapshot's bounds left without intervals.
+type Truncation struct {
+	// Depth: wakers one hop beyond Follow.MaxDepth (listed, Unrecorded "depth").
+	Depth int `json:"depth"`
+	// Count: wakers left out because Follow.MaxThreads was reached (listed,
+	// Unrecorded "count").
+	Count int `json:"count"`
+}
+
+// Reasons a non-target thread of a snapshot has no intervals (Thread.Unrecorded).
+const (
+	// UnrecordedDepth: beyond the follow depth (the snapshot's, or the
+	// recorder's when it declined to follow the thread).
+	UnrecordedDepth = "depth"
+	// UnrecordedCount: the snapshot's thread bound, or the recorder's
+	// followed-thread map, was full.
+	UnrecordedCount = "count"
+	// UnrecordedNotFollowed: the recorder was not following the thread in
+	// the window (following is off, or the thread woke the target from a
+	// context that does not name it as the cause, or it was followed only
+	// after the window, or it recorded no state change in the window).
+	UnrecordedNotFollowed = "not-followed"
+)
+
 // Thread is a thread that appears in the snapshot: one of the process
-// (Target) or a thread that woke one of them.
+// (Target) or a thread that woke one of them, directly or through others.
 type Thread struct {
 	TID    uint32 `json:"tid"`
 	PID    uint32 `json:"pid"`
 	Comm   string `json:"comm"`
 	Target bool   `json:"target"`
+	// Kernel is set for a kernel thread (a worker, a journal commit thread,
+	// ksoftirqd…) when a record said so.
+	Kernel bool `json:"kernel,omitempty"`
+	// Depth is the thread's distance, in wakeup edges of the window, from
+	// the target's threads: 0 for them, 1 for a thread that woke one of
+	// them, 2 for a thread that woke a Depth 1 thread…
+	Depth int `json:"depth"`
+	// Recorded: the thread's intervals are in the snapshot, from Since on
+	// (states before Since are unknown: a followed waker is recorded from
+	// the first time it woke a tracked thread, not before). False: it has
+	// no intervals, and Unrecorded says why.
+	Recorded bool `json:"recorded"`
+	// Since is the start of the thread's first interval (Unix ns), 0 if it
+	// has none.
+	Since int64 `json:"since_ns,omitempty"`
+	// Unrecorded is why a thread has no intervals: UnrecordedDepth,
+	// UnrecordedCount or UnrecordedNotFollowed; empty when Recorded.
+	Unrecorded string `json:"unrecorded,omitempty"`
 }
 
 // Interval is a span of time a thread spent in one state. Intervals of a
-// thread do not overlap; time before a thread's first recorded event is
-// absent (unknown), not an interval.
+// thread do not overlap; time before a thread's first recorded event, and
+// time it was not followed, is absent (unknown), not an interval.
 type Interval struct {
-	TID    uint32 `json:"tid"`
-	State  string `json:"state"`            // StateRunning, StateRunqueue, StateBlocked
-	Reason string `json:"reason,omitempty"` // Reason*; RUNQUEUE: preempted/wakeup/new
+	TID uint32 `json:"tid"`
+	// State is StateRunning, StateRunqueue or StateBlocked.
+	State string `json:"state"`
+	// Reason qualifies the state (Reason* constants). RUNQUEUE: preempted
+	// (CPU contention after a preemption), wakeup (CPU contention after a
+	// wakeup or an unthrottle), new (a new thread's first wait), throttled
+	// (its cgroup's CFS quota ran out: not contention, it would not have run
+	// on an idle CPU either). BLOCKED: lock, disk, network, timer,
+	// pagefault, memory, syscall, kernel, unknown.
+	Reason string `json:"reason,omitempty"`
 	// Syscall is the syscall a BLOCKED thread was in.
 	Syscall string `json:"syscall,omitempty"`
-	Start   int64  `json:"start_ns"`
-	End     int64  `json:"end_ns"`
+	// Device is the block device (its name, e.g. "vda1", else "major:minor")
+	// of a BLOCKED "disk" interval: the filesystem of the file the syscall
+	// waited on, else the device whose request completion ended the wait.
+	Device string `json:"device,omitempty"`
+	Start  int64  `json:"start_ns"`
+	End    int64  `json:"end_ns"`
 	// CPU is the CPU of a RUNNING interval (-1 otherwise).
 	CPU int `json:"cpu"`
 	// Wakeup is the index in Snapshot.Wakeups of the wakeup that ended a
-	// BLOCKED interval or started a RUNQUEUE(wakeup) one; -1 if none.
+	// BLOCKED interval or a RUNQUEUE "throttled" one (Context "unthrottle"),
+	// or started a RUNQUEUE "wakeup" one; -1 if none.
 	Wakeup int `json:"wakeup"`
 }
+
+// Wakeup contexts (Wakeup.Context).
+const (
+	CtxNameThread     = "thread"     // Waker woke Wakee from its own context
+	CtxNameTimer      = "timer"      // an hrtimer, the TIMER or HRTIMER softirq
+	CtxNameNetwork    = "network"    // the NET_RX or NET_TX softirq
+	CtxNameDisk       = "disk"       // a block request's completion (irq or BLOCK softirq)
+	CtxNameHardirq    = "hardirq"    // another device interrupt
+	CtxNameSoftirq    = "softirq"    // another softirq
+	CtxNameUnthrottle = "unthrottle" // the CFS bandwidth timer unthrottled Wakee's cgroup
+)
 
 // Wakeup is a wakeup edge: Waker (Context "thread") or an interrupt context
 // woke Wakee at TS.
@@ -71,28 +169,44 @@ type Wakeup struct {
 	TS    int64  `json:"ts_ns"`
 	Wakee uint32 `json:"wakee"`
 	// Waker is the thread that woke Wakee (Context "thread"), else the thread
-	// the interrupt happened to interrupt (informational).
+	// the interrupt happened to interrupt (0 for "unthrottle").
 	Waker uint32 `json:"waker"`
-	// Context is "thread", "timer", "network", "disk", "hardirq" or "softirq".
+	// Context is one of the CtxName* constants.
 	Context string `json:"context"`
 	Detail  string `json:"detail,omitempty"` // softirq vector name, "irq N"
-	CPU     int    `json:"cpu"`
+	// Causal: Waker caused the wakeup, and a critical path continues on
+	// it: always for Context "thread"; for "network" when the softirq ran
+	// in the context of the thread that raised it (a send on a local
+	// socket, loopback). False for other interrupt contexts, whose Waker
+	// merely ran when the interrupt came. Version 1 snapshots lack it
+	// (DecodeSnapshot sets it for "thread").
+	Causal bool `json:"causal,omitempty"`
+	// Device is the block device whose request completion did a "disk"
+	// wakeup, when known.
+	Device string `json:"device,omitempty"`
+	CPU    int    `json:"cpu"`
 	// Enqueued is when Wakee was put on a run queue (sched_wakeup), 0 if not seen.
 	Enqueued int64 `json:"enqueued_ns,omitempty"`
 }
 
-// DiskIO is a block request a thread of the process issued.
+// DiskIO is a block request a thread of the snapshot submitted, issued to
+// the device at Issue and completed at Complete.
 type DiskIO struct {
 	TID      uint32 `json:"tid"`
 	Issue    int64  `json:"issue_ns"`
 	Complete int64  `json:"complete_ns"`
 	Bytes    uint32 `json:"bytes"`
+	// Device is the request's block device (name or "major:minor").
+	Device string `json:"device,omitempty"`
 }
 
 // Encode writes s as gzipped JSON. Intervals and wakeups, the bulk of a
 // snapshot, are written without reflection (their strings are identifiers
 // from this package that need no escaping, except Detail which is quoted).
-func (s *Snapshot) Encode(w io.Writer) error {
+func (s *Snapshot) Encode(w io.Writer) error { return s.encode(w, sliceIntervals(s.Intervals)) }
+
+// encode writes s with the intervals of ivs (s.Intervals is not read).
+func (s *Snapshot) encode(w io.Writer, ivs intervalSource) error {
 	zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return err
@@ -116,7 +230,8 @@ func (s *Snapshot) Encode(w io.Writer) error {
 		b = b[:0]
 		return err
 	}
-	for i, iv := range s.Intervals {
+	for i, n := 0, ivs.Len(); i < n; i++ {
+		iv := ivs.At(i)
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -132,7 +247,12 @@ func (s *Snapshot) Encode(w io.Writer) error {
 			b = append(b, `","syscall":"`...)
 			b = append(b, iv.Syscall...)
 		}
-		b = append(b, `","start_ns":`...)
+		b = append(b, '"')
+		if iv.Device != "" {
+			b = append(b, `,"device":`...)
+			b = strconv.AppendQuote(b, iv.Device)
+		}
+		b = append(b, `,"start_ns":`...)
 		b = strconv.AppendInt(b, iv.Start, 10)
 		b = append(b, `,"end_ns":`...)
 		b = strconv.AppendInt(b, iv.End, 10)
@@ -163,6 +283,13 @@ func (s *Snapshot) Encode(w io.Writer) error {
 			b = append(b, `,"detail":`...)
 			b = strconv.AppendQuote(b, wk.Detail)
 		}
+		if wk.Causal {
+			b = append(b, `,"causal":true`...)
+		}
+		if wk.Device != "" {
+			b = append(b, `,"device":`...)
+			b = strconv.AppendQuote(b, wk.Device)
+		}
 		b = append(b, `,"cpu":`...)
 		b = strconv.AppendInt(b, int64(wk.CPU), 10)
 		if wk.Enqueued != 0 {
@@ -179,6 +306,16 @@ func (s *Snapshot) Encode(w io.Writer) error {
 		b = append(b, `,"disk_ios":`...)
 		b = append(b, disk...)
 	}
+	if s.Follow != nil {
+		f, _ := json.Marshal(s.Follow)
+		b = append(b, `,"follow":`...)
+		b = append(b, f...)
+	}
+	if s.Truncated != nil {
+		t, _ := json.Marshal(s.Truncated)
+		b = append(b, `,"truncated":`...)
+		b = append(b, t...)
+	}
 	b = append(b, "}\n"...)
 	if _, err := zw.Write(b); err != nil {
 		return err
@@ -186,17 +323,66 @@ func (s *Snapshot) Encode(w io.Writer) error {
 	return zw.Close()
 }
 
-// DecodeSnapshot reads a snapshot written by Encode.
+// MaxSnapshotBytes bounds the decompressed size DecodeSnapshot accepts:
+// far above what a recorder's memory budget can produce, low enough that a
+// corrupt or hostile artifact cannot exhaust the reader's memory.
+const MaxSnapshotBytes = 4 << 30
+
+// ErrSnapshotVersion is returned for a snapshot of a version this build
+// does not read.
+var ErrSnapshotVersion = errors.New("unsupported kernel snapshot version")
+
+// DecodeSnapshot reads a snapshot written by Encode, of version 1 or 2. A
+// version 1 snapshot is returned with the version 2 fields it implies
+// (Version stays 1): its target threads have Depth 0 and are Recorded, its
+// other threads (direct wakers) Depth 1, Recorded when they have intervals
+// (else Unrecorded "not-followed"), and its "thread" wakeups are Causal.
 func DecodeSnapshot(data []byte) (*Snapshot, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kernel snapshot: %w", err)
 	}
+	lr := &io.LimitedReader{R: zr, N: MaxSnapshotBytes + 1}
 	var s Snapshot
-	if err := json.NewDecoder(zr).Decode(&s); err != nil {
-		return nil, err
+	if err := json.NewDecoder(lr).Decode(&s); err != nil {
+		if lr.N <= 0 {
+			return nil, fmt.Errorf("kernel snapshot: larger than %d bytes decompressed", int64(MaxSnapshotBytes))
+		}
+		return nil, fmt.Errorf("kernel snapshot: %w", err)
+	}
+	switch s.Version {
+	case 1:
+		upgradeV1(&s)
+	case 2:
+	default:
+		return nil, fmt.Errorf("%w %d (this build reads 1 and 2)", ErrSnapshotVersion, s.Version)
 	}
 	return &s, nil
+}
+
+// upgradeV1 fills the version 2 fields a version 1 snapshot implies.
+func upgradeV1(s *Snapshot) {
+	since := map[uint32]int64{}
+	for _, iv := range s.Intervals {
+		if t, ok := since[iv.TID]; !ok || iv.Start < t {
+			since[iv.TID] = iv.Start
+		}
+	}
+	for i := range s.Threads {
+		th := &s.Threads[i]
+		if !th.Target {
+			th.Depth = 1
+		}
+		var ok bool
+		th.Since, ok = since[th.TID]
+		th.Recorded = ok || th.Target
+		if !th.Recorded {
+			th.Unrecorded = UnrecordedNotFollowed
+		}
+	}
+	for i := range s.Wakeups {
+		s.Wakeups[i].Causal = s.Wakeups[i].Context == CtxNameThread
+	}
 }
 
 // Thread returns the thread tid of s, if present.

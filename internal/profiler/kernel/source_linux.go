@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rootline/rootline/internal/bpfring"
+	"github.com/rootline/rootline/internal/kclock"
 )
 
 // ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
@@ -27,11 +28,16 @@ var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
 // bpfSource is the Source backed by bpf/sched_recorder.c.
 type bpfSource struct {
 	objs schedRecorderObjects
-	// bits is sr_target_bits mapped into this process (tgidWords words):
-	// SetTarget sets and clears bits with atomic operations, as the BPF
-	// programs do for followed children.
-	bits  []uint64
-	mem   []byte
+	// bits is sr_target_bits mapped into this process (tgidWords words, two
+	// bits per tgid: target, has followed threads): SetTarget sets and
+	// clears target bits with atomic operations, as the BPF programs do for
+	// followed children.
+	bits []uint64
+	mem  []byte
+	// fbits is sr_follow_bits mapped likewise: Run clears the bits of the
+	// wakers it stops following.
+	fbits []uint64
+	fmem  []byte
 	links []link.Link
 	rings []*ebpf.Map     // one per CPU, in sr_rings
 	rd    *bpfring.Reader // reads every ring; waits in the netpoller (see package bpfring)
@@ -51,6 +57,13 @@ type bpfSource struct {
 	readErrs atomic.Uint64
 	unpaired atomic.Uint64 // switches dropped: no clock pair (clockPairs)
 	pairs    atomic.Uint64 // clock pairs read (0: switches timed by the helper)
+
+	// Following wakers (sourceConfig.followDepth > 0).
+	followTTL   time.Duration
+	followed    atomic.Int64  // threads followed now (as Run knows them)
+	followCuts  atomic.Uint64 // wakers not followed: beyond the depth or the map full
+	unfollowed  atomic.Uint64 // threads Run stopped following (TTL)
+	unthrottles atomic.Uint64 // unthrottle records
 }
 
 // sourceConfig is what newBPFSource needs from Config.
@@ -63,10 +76,25 @@ type sourceConfig struct {
 	// enqueue attaches sched_wakeup (Config.Enqueue).
 	enqueue bool
 	flush   time.Duration
+	// followDepth > 0 follows wakers that many hops back, at most
+	// followThreads at once, each until it has woken no tracked thread
+	// for followTTL (Config.Follow*).
+	followDepth, followThreads int
+	followTTL                  time.Duration
 }
 
-// tgidWords is sr_target_bits' size in 64-bit words (SR_TGID_WORDS).
-const tgidWords = 1 << 16
+// tgidWords is sr_target_bits' size in 64-bit words (SR_TGID_WORDS: two
+// bits per tgid), tidWords sr_follow_bits' (SR_TID_WORDS).
+const (
+	tgidWords = 1 << 17
+	tidWords  = 1 << 16
+)
+
+// tgidTarget is tgid's word in sr_target_bits and its target bit
+// (TGID_TARGET).
+func tgidTarget(tgid uint32) (word int, bit uint64) {
+	return int(tgid >> 5), 1 << ((tgid & 31) * 2)
+}
 
 // newBPFSource loads and attaches the programs. The error wraps
 // ErrUnavailable when BPF cannot be used here.
@@ -81,7 +109,10 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	}
 	perCPU := ringBytesPerCPU(sc.ringBytes, cpus)
 	sizeRings(spec, cpus, perCPU)
-	s := &bpfSource{flush: sc.flush, done: make(chan struct{}), targets: map[uint32]bool{}}
+	if sc.followDepth > 0 {
+		spec.Maps[schedRecorderMapSrFollow].MaxEntries = uint32(max(sc.followThreads, 1))
+	}
+	s := &bpfSource{flush: sc.flush, done: make(chan struct{}), targets: map[uint32]bool{}, followTTL: sc.followTTL}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, fmt.Errorf("%w: load BPF (root or CAP_BPF+CAP_PERFMON needed): %w", ErrUnavailable, err)
 	}
@@ -95,6 +126,10 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 		return nil, fmt.Errorf("%w: map the target bitmap: %w", ErrUnavailable, err)
 	}
 	s.bits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.mem[0])), tgidWords)
+	if s.fmem, err = unix.Mmap(s.objs.SrFollowBits.FD(), 0, tidWords*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("%w: map the followed-thread bitmap: %w", ErrUnavailable, err)
+	}
+	s.fbits = unsafe.Slice((*uint64)(unsafe.Pointer(&s.fmem[0])), tidWords)
 	if s.rings, err = addRings(spec, s.objs.SrRings, cpus); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -107,6 +142,9 @@ func newBPFSource(sc sourceConfig) (*bpfSource, error) {
 	}
 	if sc.syscallHooks {
 		cfg.SyscallHooks = 1
+	}
+	if sc.followDepth > 0 {
+		cfg.FollowDepth = uint32(sc.followDepth)
 	}
 	s.syscallHooks = sc.syscallHooks
 	s.enqueue = sc.enqueue
@@ -177,6 +215,8 @@ func (s *bpfSource) programs() []namedProg {
 		{"irq_handler_entry", o.SrIrqEntry}, {"irq_handler_exit", o.SrIrqExit},
 		{"softirq_entry", o.SrSoftirqEntry}, {"softirq_exit", o.SrSoftirqExit},
 		{"hrtimer_expire_entry", o.SrHrtimerEntry}, {"hrtimer_expire_exit", o.SrHrtimerExit},
+		{"softirq_raise", o.SrSoftirqRaise},
+		{"block_rq_insert", o.SrRqInsert}, {"block_rq_merge", o.SrRqMerge},
 		{"block_rq_issue", o.SrRqIssue}, {"block_rq_complete", o.SrRqComplete},
 		{"sched_process_fork", o.SrFork}, {"sched_process_exec", o.SrExec}, {"sched_process_exit", o.SrExit},
 		{"sched_waking", o.SrWaking}, {"sched_wakeup_new", o.SrWakeupNew},
@@ -208,6 +248,11 @@ func (s *bpfSource) release() error {
 		errs = append(errs, unix.Munmap(s.mem))
 		s.mem = nil
 	}
+	if s.fmem != nil {
+		s.fbits = nil
+		errs = append(errs, unix.Munmap(s.fmem))
+		s.fmem = nil
+	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
 }
@@ -215,12 +260,15 @@ func (s *bpfSource) release() error {
 // Run implements Source (records it cannot read are counted as
 // read_errors in Stats). It runs on its own OS thread (never unlocked, so
 // its tid is not reused by other goroutines) so that its CPU time can be
-// read from /proc.
+// read from /proc. It also stops following the wakers that have woken no
+// tracked thread for followTTL (see followSet).
 func (s *bpfSource) Run(sink Sink) error {
 	runtime.LockOSThread()
 	var rec ringbuf.Record
 	var ev Event
 	var clocks clockPairs
+	fs := followSet{src: s, last: map[uint32]int64{}, ttl: s.followTTL.Nanoseconds()}
+	n := 0
 	const size = int(unsafe.Sizeof(schedRecorderSrEvent{}))
 	s.rd.SetDeadline(time.Now().Add(s.flush))
 	for {
@@ -230,6 +278,7 @@ func (s *bpfSource) Run(sink Sink) error {
 				return nil
 			case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
 				s.rd.SetDeadline(time.Now().Add(s.flush))
+				fs.sweep(sink)
 				continue
 			default:
 				s.readErrs.Add(1)
@@ -259,10 +308,99 @@ func (s *bpfSource) Run(sink Sink) error {
 		}
 		ev = Event{
 			TS: ts, Arg: r.Arg, TID: r.Tid, TGID: r.Tgid, TID2: r.Tid2, TGID2: r.Tgid2,
-			Syscall: r.Syscall, Detail: r.Detail, TargetCPU: r.TargetCpu, CPU: uint16(r.Cpu),
+			Syscall: r.Syscall, Detail: r.Detail, Dev: r.Dev, TargetCPU: uint16(r.TargetCpu), CPU: uint16(r.Cpu),
 			Flags: r.Flags, Type: uint8(r.Type), Ctx: uint8(r.Ctx), Prio: r.Prio, Prio2: r.Prio2,
 		}
+		switch ev.Type {
+		case EvWaking:
+			if ev.Flags&(FlagWakerFollowed|FlagCutDepth|FlagCutCount) != 0 {
+				fs.waking(&ev)
+			}
+		case EvExit:
+			if ev.Flags&FlagFollowed != 0 {
+				fs.exited(ev.TID)
+			}
+		case EvUnthrottle:
+			s.unthrottles.Add(1)
+		}
 		sink.Event(&ev, (*Comm)(unsafe.Pointer(&r.Comm)), (*Comm)(unsafe.Pointer(&r.Comm2)))
+		// A busy reader may not see a deadline for a while: look at the
+		// clock every few thousand records, not at each.
+		if n++; n%4096 == 0 {
+			fs.sweep(sink)
+		}
+	}
+}
+
+// followSet is Run's view of the followed wakers: when each last woke a
+// tracked thread. A waker that has not done so for ttl stops being
+// followed: its entry leaves sr_follow and its bit sr_follow_bits, and an
+// EvUnfollow tells the builder that its states are unknown from then on.
+// Owned by Run's goroutine.
+type followSet struct {
+	src       *bpfSource
+	last      map[uint32]int64 // tid → monotonic ns of its last wakeup of a tracked thread
+	ttl       int64
+	nextSweep int64
+	sweeps    int
+}
+
+func (f *followSet) waking(ev *Event) {
+	if ev.Flags&(FlagCutDepth|FlagCutCount) != 0 {
+		f.src.followCuts.Add(1)
+	}
+	if ev.Flags&FlagWakerFollowed != 0 {
+		if _, ok := f.last[ev.TID2]; !ok {
+			f.src.followed.Add(1)
+		}
+		f.last[ev.TID2] = ev.TS
+	}
+}
+
+func (f *followSet) exited(tid uint32) {
+	if _, ok := f.last[tid]; ok {
+		delete(f.last, tid)
+		f.src.followed.Add(-1)
+	}
+}
+
+// sweep, at most once a second, stops following the wakers idle for ttl.
+// Every tenth sweep it also adopts the entries of sr_follow it has no
+// record of (their wakeup record was lost), so that they expire too.
+func (f *followSet) sweep(sink Sink) {
+	if f.ttl <= 0 {
+		return
+	}
+	now := kclock.Monotonic.Now()
+	if now < f.nextSweep {
+		return
+	}
+	f.nextSweep = now + time.Second.Nanoseconds()
+	f.sweeps++
+	if f.sweeps%10 == 0 {
+		var tid, depth uint32
+		it := f.src.objs.SrFollow.Iterate()
+		for it.Next(&tid, &depth) {
+			if _, ok := f.last[tid]; !ok {
+				f.last[tid] = now
+				f.src.followed.Add(1)
+			}
+		}
+	}
+	for tid, last := range f.last {
+		if now-last < f.ttl {
+			continue
+		}
+		// The bit first: from now on BPF records nothing of tid.
+		if int(tid>>6) < len(f.src.fbits) {
+			atomic.AndUint64(&f.src.fbits[tid>>6], ^(uint64(1) << (tid & 63)))
+		}
+		_ = f.src.objs.SrFollow.Delete(tid)
+		delete(f.last, tid)
+		f.src.followed.Add(-1)
+		f.src.unfollowed.Add(1)
+		ev := Event{Type: EvUnfollow, TS: kclock.Monotonic.Now(), TID: tid, Flags: FlagFollowed}
+		sink.Event(&ev, nil, nil)
 	}
 }
 
@@ -280,10 +418,11 @@ func (s *bpfSource) SetTarget(tgid uint32, on bool) error {
 	if s.closed {
 		return errors.New("kernel: source closed")
 	}
-	if int(tgid>>6) >= len(s.bits) {
-		return fmt.Errorf("kernel: pid %d beyond the target bitmap (%d pids)", tgid, 64*len(s.bits))
+	w, bit := tgidTarget(tgid)
+	if w >= len(s.bits) {
+		return fmt.Errorf("kernel: pid %d beyond the target bitmap (%d pids)", tgid, 32*len(s.bits))
 	}
-	word, bit := &s.bits[tgid>>6], uint64(1)<<(tgid&63)
+	word := &s.bits[w]
 	if on {
 		if err := s.objs.SrTargets.Put(tgid, uint8(1)); err != nil {
 			return err
@@ -365,6 +504,10 @@ func (s *bpfSource) Stats() map[string]float64 {
 	m["read_errors"] = float64(s.readErrs.Load())
 	m["clock_pairs"] = float64(s.pairs.Load())
 	m["clock_unpaired"] = float64(s.unpaired.Load())
+	m["followed_threads"] = float64(s.followed.Load())
+	m["follow_cuts"] = float64(s.followCuts.Load())
+	m["unfollowed_threads"] = float64(s.unfollowed.Load())
+	m["unthrottles"] = float64(s.unthrottles.Load())
 	var rt time.Duration
 	var n uint64
 	for _, p := range s.programs() {

@@ -5,16 +5,18 @@ import "strconv"
 // Reasons of a BLOCKED interval, and sub-states of RUNQUEUE. The strings are
 // the snapshot format (see the package doc).
 const (
-	ReasonPreempted = "preempted" // RUNQUEUE: preempted while runnable
-	ReasonWakeup    = "wakeup"    // RUNQUEUE: woken, waiting for a CPU
+	ReasonPreempted = "preempted" // RUNQUEUE: preempted while runnable (CPU contention)
+	ReasonWakeup    = "wakeup"    // RUNQUEUE: woken or unthrottled, waiting for a CPU (contention)
 	ReasonNew       = "new"       // RUNQUEUE: a new thread's first wait
-	ReasonLock      = "lock"      // BLOCKED: futex (mutexes, condition variables)
+	ReasonThrottled = "throttled" // RUNQUEUE: its cgroup's CFS quota ran out, until the unthrottle
+	ReasonLock      = "lock"      // BLOCKED: futex (mutexes, condition variables), flock, semaphores
 	ReasonNetwork   = "network"   // BLOCKED: socket I/O, poll/select/epoll
-	ReasonDisk      = "disk"      // BLOCKED: file I/O, fsync
+	ReasonDisk      = "disk"      // BLOCKED: file I/O, fsync, io_schedule (with Interval.Device)
 	ReasonTimer     = "timer"     // BLOCKED: sleeps
 	ReasonSyscall   = "syscall"   // BLOCKED: another syscall (wait4, pipes, ttys…)
-	ReasonPageFault = "pagefault" // BLOCKED: outside any syscall: a page fault
-	ReasonKernel    = "kernel"    // BLOCKED: a kernel thread waiting
+	ReasonPageFault = "pagefault" // BLOCKED: outside any syscall: a page fault (file read, swap-in)
+	ReasonMemory    = "memory"    // BLOCKED: a memory stall: reclaim, compaction, thrashing, memory.high
+	ReasonKernel    = "kernel"    // BLOCKED: a kernel thread waiting (not for I/O)
 	ReasonUnknown   = "unknown"   // BLOCKED: the syscall was not seen
 )
 
@@ -31,119 +33,173 @@ const (
 // sysInfo names an x86-64 syscall and gives the reason a thread blocked in it.
 type sysInfo struct {
 	name   string
-	reason string
+	reason uint8
 	fdArg  bool // reason depends on the fd's type (read/write-like calls)
 }
 
 // syscallsAMD64 lists the x86-64 syscalls threads commonly block in. Others
 // block with ReasonSyscall and their number as name.
 var syscallsAMD64 = map[int32]sysInfo{
-	0:   {"read", ReasonSyscall, true},
-	1:   {"write", ReasonSyscall, true},
-	7:   {"poll", ReasonNetwork, false},
-	17:  {"pread64", ReasonDisk, true},
-	18:  {"pwrite64", ReasonDisk, true},
-	19:  {"readv", ReasonSyscall, true},
-	20:  {"writev", ReasonSyscall, true},
-	23:  {"select", ReasonNetwork, false},
-	34:  {"pause", ReasonSyscall, false},
-	35:  {"nanosleep", ReasonTimer, false},
-	42:  {"connect", ReasonNetwork, false},
-	43:  {"accept", ReasonNetwork, false},
-	44:  {"sendto", ReasonNetwork, false},
-	45:  {"recvfrom", ReasonNetwork, false},
-	46:  {"sendmsg", ReasonNetwork, false},
-	47:  {"recvmsg", ReasonNetwork, false},
-	61:  {"wait4", ReasonSyscall, false},
-	74:  {"fsync", ReasonDisk, false},
-	75:  {"fdatasync", ReasonDisk, false},
-	76:  {"truncate", ReasonDisk, false},
-	77:  {"ftruncate", ReasonDisk, false},
-	162: {"sync", ReasonDisk, false},
-	202: {"futex", ReasonLock, false},
-	208: {"io_getevents", ReasonDisk, false},
-	230: {"clock_nanosleep", ReasonTimer, false},
-	232: {"epoll_wait", ReasonNetwork, false},
-	247: {"waitid", ReasonSyscall, false},
-	257: {"openat", ReasonDisk, false},
-	270: {"pselect6", ReasonNetwork, false},
-	271: {"ppoll", ReasonNetwork, false},
-	277: {"sync_file_range", ReasonDisk, false},
-	281: {"epoll_pwait", ReasonNetwork, false},
-	288: {"accept4", ReasonNetwork, false},
-	295: {"preadv", ReasonDisk, true},
-	296: {"pwritev", ReasonDisk, true},
-	299: {"recvmmsg", ReasonNetwork, false},
-	306: {"syncfs", ReasonDisk, false},
-	307: {"sendmmsg", ReasonNetwork, false},
-	327: {"preadv2", ReasonDisk, true},
-	328: {"pwritev2", ReasonDisk, true},
-	426: {"io_uring_enter", ReasonSyscall, false},
-	441: {"epoll_pwait2", ReasonNetwork, false},
-	449: {"futex_waitv", ReasonLock, false},
-	455: {"futex_wait", ReasonLock, false},
+	0:   {"read", rSyscall, true},
+	1:   {"write", rSyscall, true},
+	7:   {"poll", rNetwork, false},
+	17:  {"pread64", rDisk, true},
+	18:  {"pwrite64", rDisk, true},
+	19:  {"readv", rSyscall, true},
+	20:  {"writev", rSyscall, true},
+	23:  {"select", rNetwork, false},
+	34:  {"pause", rSyscall, false},
+	35:  {"nanosleep", rTimer, false},
+	42:  {"connect", rNetwork, false},
+	43:  {"accept", rNetwork, false},
+	44:  {"sendto", rNetwork, false},
+	45:  {"recvfrom", rNetwork, false},
+	46:  {"sendmsg", rNetwork, false},
+	47:  {"recvmsg", rNetwork, false},
+	61:  {"wait4", rSyscall, false},
+	65:  {"semop", rLock, false},
+	72:  {"fcntl", rLock, false},
+	73:  {"flock", rLock, false},
+	74:  {"fsync", rDisk, false},
+	75:  {"fdatasync", rDisk, false},
+	76:  {"truncate", rDisk, false},
+	77:  {"ftruncate", rDisk, false},
+	162: {"sync", rDisk, false},
+	202: {"futex", rLock, false},
+	220: {"semtimedop", rLock, false},
+	208: {"io_getevents", rDisk, false},
+	230: {"clock_nanosleep", rTimer, false},
+	232: {"epoll_wait", rNetwork, false},
+	247: {"waitid", rSyscall, false},
+	257: {"openat", rDisk, false},
+	270: {"pselect6", rNetwork, false},
+	271: {"ppoll", rNetwork, false},
+	277: {"sync_file_range", rDisk, false},
+	285: {"fallocate", rDisk, false},
+	281: {"epoll_pwait", rNetwork, false},
+	288: {"accept4", rNetwork, false},
+	295: {"preadv", rDisk, true},
+	296: {"pwritev", rDisk, true},
+	299: {"recvmmsg", rNetwork, false},
+	306: {"syncfs", rDisk, false},
+	307: {"sendmmsg", rNetwork, false},
+	327: {"preadv2", rDisk, true},
+	328: {"pwritev2", rDisk, true},
+	426: {"io_uring_enter", rSyscall, false},
+	441: {"epoll_pwait2", rNetwork, false},
+	449: {"futex_waitv", rLock, false},
+	455: {"futex_wait", rLock, false},
 }
 
+// maxSyscall bounds the syscall numbers kept in sysTable (x86-64 has ~460).
+const maxSyscall = 1024
+
+// sysTable is syscallsAMD64 indexed by number, with the name "syscall_N"
+// of the others: the builder looks a syscall up per blocking switch.
+var sysTable = func() []sysInfo {
+	t := make([]sysInfo, maxSyscall)
+	for nr := range t {
+		t[nr] = sysInfo{name: "syscall_" + itoa(int64(nr)), reason: rSyscall}
+	}
+	for nr, info := range syscallsAMD64 {
+		t[nr] = info
+	}
+	return t
+}()
+
+func sysInfoOf(nr int32) sysInfo {
+	if nr >= 0 && nr < maxSyscall {
+		return sysTable[nr]
+	}
+	return sysInfo{name: "syscall_" + itoa(int64(nr)), reason: rSyscall}
+}
+
+// syscallName names a syscall number.
+func syscallName(nr int32) string { return sysInfoOf(nr).name }
+
 // blockReason maps the switch record of a thread that blocked to a reason
-// and the syscall's name ("" outside syscalls).
-func blockReason(ev *Event) (reason, syscall string) {
+// and the syscall it is in (noSyscall outside syscalls). A memory stall
+// (reclaim, compaction, thrashing) is "memory" whatever the syscall or
+// fault it happened in; io_schedule is "disk" where the syscall says no
+// better.
+func blockReason(ev *Event) (reason uint8, sys int32) {
+	mem, io := ev.Flags&FlagMemStall != 0, ev.Flags&FlagIOWait != 0
 	if ev.Flags&FlagKthread != 0 {
-		return ReasonKernel, ""
+		switch {
+		case mem:
+			return rMemory, noSyscall
+		case io:
+			return rDisk, noSyscall
+		}
+		return rKernel, noSyscall
 	}
 	switch ev.Syscall {
 	case SysNone:
-		return ReasonPageFault, ""
+		if mem {
+			return rMemory, noSyscall
+		}
+		return rPageFault, noSyscall
 	case SysUnknown:
-		return ReasonUnknown, ""
+		switch {
+		case mem:
+			return rMemory, noSyscall
+		case io:
+			return rDisk, noSyscall
+		}
+		return rUnknown, noSyscall
 	}
-	info, ok := syscallsAMD64[ev.Syscall]
-	if !ok {
-		return ReasonSyscall, "syscall_" + itoa(int64(ev.Syscall))
-	}
+	info := sysInfoOf(ev.Syscall)
 	reason = info.reason
 	if info.fdArg {
 		switch ev.Detail {
 		case fileSock:
-			reason = ReasonNetwork
+			reason = rNetwork
 		case fileReg, fileBlk, fileDir:
-			reason = ReasonDisk
+			reason = rDisk
 		case fileFIFO, fileChr:
-			reason = ReasonSyscall
+			reason = rSyscall
 		}
 	}
-	return reason, info.name
+	switch {
+	case mem:
+		reason = rMemory
+	case io && (reason == rSyscall || reason == rUnknown):
+		reason = rDisk
+	}
+	return reason, ev.Syscall
 }
 
 // softirqNames are the softirq vectors (softirq_entry's print fmt).
 var softirqNames = [...]string{"HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU"}
 
-// wakeContext names the context a wakeup ran in: "thread" (an edge from the
-// waker thread), "timer", "network", "disk", "hardirq" or "softirq", with a
-// detail (softirq vector name, irq number).
-func wakeContext(ev *Event) (ctx, detail string) {
-	switch ev.Ctx {
+// wakeContext names the context a wakeup ran in (a waking record's Ctx and
+// Detail): "thread" (an edge from the waker thread), "timer", "network",
+// "disk", "hardirq" or "softirq", with a detail (softirq vector name, irq
+// number).
+func wakeContext(ctx uint8, det uint32) (string, string) {
+	switch ctx {
 	case CtxHrtimer:
-		return "timer", "hrtimer"
+		return CtxNameTimer, "hrtimer"
 	case CtxBlockIRQ:
-		return "disk", "irq " + itoa(int64(ev.Detail))
+		return CtxNameDisk, "irq " + itoa(int64(det))
 	case CtxHardirq:
-		return "hardirq", "irq " + itoa(int64(ev.Detail))
+		return CtxNameHardirq, "irq " + itoa(int64(det))
 	case CtxSoftirq:
-		name := "vec " + itoa(int64(ev.Detail))
-		if int(ev.Detail) < len(softirqNames) {
-			name = softirqNames[ev.Detail]
+		name := "vec " + itoa(int64(det))
+		if int(det) < len(softirqNames) {
+			name = softirqNames[det]
 		}
-		switch ev.Detail {
+		switch det {
 		case 1, 8: // TIMER, HRTIMER
-			return "timer", name
+			return CtxNameTimer, name
 		case 2, 3: // NET_TX, NET_RX
-			return "network", name
+			return CtxNameNetwork, name
 		case 4, 5: // BLOCK, IRQ_POLL
-			return "disk", name
+			return CtxNameDisk, name
 		}
-		return "softirq", name
+		return CtxNameSoftirq, name
 	}
-	return "thread", ""
+	return CtxNameThread, ""
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,8 +1,11 @@
+import { ArtifactLink } from './ArtifactLink';
 import { isPprof, spanThreadIds } from '../lib/flame';
 import type { SpanNode } from '../lib/spantree';
 import { formatBytes, formatDuration, formatTime } from '../lib/timescale';
 import type { Artifact, JaegerProcess, KeyValue } from '../lib/types';
 import type { FetchState } from '../lib/useFetch';
+import type { CPSpanPath } from '../lib/critpath';
+import { CriticalPath } from './CriticalPath';
 import { ArtifactFlame } from './FlameGraph';
 
 function KVTable({ items }: { items: KeyValue[] | null | undefined }) {
@@ -30,11 +33,14 @@ interface Props {
   process: JaegerProcess | undefined;
   traceStartUs: number;
   artifacts: FetchState<Artifact[]>;
+  /** critpath is the span's critical path, when a kernel snapshot explains it. */
+  critpath?: CPSpanPath;
+  critpathError?: string;
   onClose: () => void;
 }
 
 /** SpanPanel shows one span: tags, process, logs and its captured evidence. */
-export function SpanPanel({ node, process, traceStartUs, artifacts, onClose }: Props) {
+export function SpanPanel({ node, process, traceStartUs, artifacts, critpath, critpathError, onClose }: Props) {
   const s = node.span;
   const mine = artifacts.status === 'ok' ? artifacts.data.filter((a) => (a.spans ?? []).some((r) => r.spanID === s.spanID)) : [];
   return (
@@ -55,6 +61,13 @@ export function SpanPanel({ node, process, traceStartUs, artifacts, onClose }: P
         {node.error && <span className="badge error">error</span>}
         {node.orphan && <span className="badge">parent missing</span>}
       </p>
+      {critpath && (
+        <>
+          <h3>Critical path</h3>
+          <CriticalPath path={critpath} />
+        </>
+      )}
+      {critpathError && <p className="error">Critical path unavailable: {critpathError}</p>}
       <h3>Evidence</h3>
       {artifacts.status === 'loading' && <p className="muted">Loading artifacts…</p>}
       {artifacts.status === 'error' && <p className="error">Artifacts unavailable: {artifacts.error}</p>}
@@ -67,9 +80,9 @@ export function SpanPanel({ node, process, traceStartUs, artifacts, onClose }: P
             <strong>{a.kind}</strong> {a.partial && <span className="badge">partial</span>} {a.fileName} · {formatBytes(a.size)} · {a.host} pid {a.pid}
             <br />
             <span className="muted">window</span> {formatTime(nsToUs(a.start))} → {formatDuration(nsToUs(a.end - a.start))} ·{' '}
-            <a href={a.url || `/api/v1/artifacts/${encodeURIComponent(a.id)}`} download={a.fileName || undefined}>
+            <ArtifactLink href={a.url || `/api/v1/artifacts/${encodeURIComponent(a.id)}`} fileName={a.fileName}>
               download
-            </a>
+            </ArtifactLink>
           </p>
           {isPprof(a.mediaType, a.fileName) && <ArtifactFlame artifactId={a.id} spanStartUs={s.startTime} spanDurationUs={s.duration} spanThreads={spanThreadIds(s.tags)} />}
         </div>

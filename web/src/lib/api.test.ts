@@ -20,9 +20,9 @@ describe('getJSON', () => {
     vi.stubGlobal('fetch', answer(422, { code: 422, error: 'artifact x is application/x-jfr, not a pprof profile' }));
     await expect(getJSON('/x')).rejects.toThrow('422 artifact x is application/x-jfr, not a pprof profile');
   });
-  it('hints at the token on 401', async () => {
+  it('says a token is needed when none is given on 401', async () => {
     vi.stubGlobal('fetch', answer(401, 'unauthorized'));
-    await expect(getJSON('/x')).rejects.toThrow(/401 unauthorized — this route needs a token/);
+    await expect(getJSON('/x')).rejects.toThrow(/401 unauthorized — this server needs its API token/);
   });
   it('says when the server cannot be reached', async () => {
     vi.stubGlobal('fetch', vi.fn(async () => Promise.reject(new TypeError('Failed to fetch'))));

@@ -1,3 +1,5 @@
+import { fetchAuthorized } from './auth';
+import type { CPTrace } from './critpath';
 import type { DependencyLink, ServiceLatency } from './servicemap';
 import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
 
@@ -9,19 +11,6 @@ export class APIError extends Error {
   ) {
     super(message);
     this.name = 'APIError';
-  }
-}
-
-/**
- * authHeaders adds a bearer token when one is saved in localStorage under
- * "rootline.token" (artifact routes need it when the server has a token).
- */
-function authHeaders(): HeadersInit {
-  try {
-    const t = globalThis.localStorage?.getItem('rootline.token');
-    return t ? { Authorization: `Bearer ${t}` } : {};
-  } catch {
-    return {};
   }
 }
 
@@ -38,7 +27,8 @@ export function errorMessage(body: unknown): string | undefined {
 export async function getJSON<T>(url: string, signal?: AbortSignal): Promise<T> {
   let res: Response;
   try {
-    res = await fetch(url, { signal, headers: authHeaders() });
+    // With a server token, the first 401 asks for it (auth.ts).
+    res = await fetchAuthorized(url, { signal });
   } catch (e) {
     if (e instanceof DOMException && e.name === 'AbortError') throw e;
     throw new APIError(`cannot reach the server (${(e as Error).message})`, 0);
@@ -52,7 +42,7 @@ export async function getJSON<T>(url: string, signal?: AbortSignal): Promise<T> 
   }
   if (!res.ok) {
     const msg = errorMessage(body) ?? (text.trim().slice(0, 200) || res.statusText);
-    const hint = res.status === 401 ? ' — this route needs a token: set localStorage "rootline.token"' : '';
+    const hint = res.status === 401 ? ' — this server needs its API token (ROOTLINE_AUTH_TOKEN): reload the page to enter it' : '';
     throw new APIError(`${res.status} ${msg}${hint}`, res.status);
   }
   if (body === undefined) throw new APIError(`unreadable answer from ${url}`, res.status);
@@ -92,4 +82,10 @@ export const api = {
     jaeger<DependencyLink[] | null>(`/api/dependencies?endTs=${Math.floor(endTs)}&lookback=${Math.floor(lookbackMs)}`, signal).then((d) => d ?? []),
   flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),
   artifactMeta: (id: string, signal?: AbortSignal) => getJSON<Artifact>(`/api/v1/artifacts/${encodeURIComponent(id)}/meta`, signal),
+  /** criticalPath is null when no kernel snapshot explains the trace (404). */
+  criticalPath: (id: string, signal?: AbortSignal) =>
+    getJSON<CPTrace>(`/api/v1/traces/${encodeURIComponent(id)}/critical-path`, signal).catch((e: unknown) => {
+      if (e instanceof APIError && e.status === 404) return null;
+      throw e;
+    }),
 };

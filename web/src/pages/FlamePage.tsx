@@ -1,5 +1,6 @@
 import { useMemo, useState } from 'react';
 import { useParams, useSearchParams } from 'react-router';
+import { ArtifactLink, SpeedscopeLink } from '../components/ArtifactLink';
 import { FlameChart } from '../components/FlameGraph';
 import { api } from '../lib/api';
 import { artifactURL, flameFilterFromParams, flameFilterURL, flameMatches, topFrames } from '../lib/flame';
@@ -23,7 +24,6 @@ export function FlamePage() {
   const root = res.status === 'ok' ? res.data.root : null;
   const matches = useMemo(() => flameMatches(root, search), [root, search]);
   const download = meta.status === 'ok' && meta.data.url ? meta.data.url : artifactURL(artifactId);
-  const speedscope = `./speedscope/view.html#profileURL=${encodeURIComponent(new URL(download, window.location.href).toString())}`;
 
   return (
     <div className="flamepage">
@@ -52,12 +52,10 @@ export function FlamePage() {
             <input type="checkbox" checked={inverted} onChange={(e) => setInverted(e.target.checked)} /> Inverted (icicle)
           </label>
           <button onClick={() => setChartKey((k) => k + 1)}>Reset zoom</button>
-          <a href={download} download>
+          <ArtifactLink href={download} fileName={meta.status === 'ok' ? meta.data.fileName : undefined}>
             download
-          </a>
-          <a href={speedscope} target="_blank" rel="noreferrer">
-            open in speedscope
-          </a>
+          </ArtifactLink>
+          <SpeedscopeLink artifactURL={download}>open in speedscope</SpeedscopeLink>
         </p>
       </header>
       {res.status === 'loading' && <p className="notice">Loading the flame graph…</p>}

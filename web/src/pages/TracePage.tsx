@@ -11,6 +11,7 @@ export function TracePage() {
   const { traceId = '' } = useParams();
   const trace = useFetch(`trace:${traceId}`, (s) => api.trace(traceId, s));
   const artifacts = useFetch(`artifacts:${traceId}`, (s) => api.traceArtifacts(traceId, s));
+  const critpaths = useFetch(`critpath:${traceId}`, (s) => api.criticalPath(traceId, s));
   const tree = useMemo(() => (trace.status === 'ok' ? buildSpanTree(trace.data) : null), [trace]);
   // The selected span is mirrored in the URL (?span=…) so a link can point at
   // it. Local state leads: keys arrive faster than navigations, so the URL is
@@ -73,6 +74,16 @@ export function TracePage() {
           {tree.roots.length > 1 && <span className="badge">{tree.roots.length} roots</span>}
         </p>
         {trace.data.warnings && trace.data.warnings.length > 0 && <p className="error">{trace.data.warnings.join('; ')}</p>}
+        {critpaths.status === 'ok' && critpaths.data && critpaths.data.spans.length > 0 && (
+          <p className="cpindex">
+            Critical path:{' '}
+            {critpaths.data.spans.map((p) => (
+              <button key={p.spanId} className="linkish" onClick={() => onSelect(p.spanId)}>
+                {p.service}: {p.operation} ({p.ms.toFixed(1)} ms)
+              </button>
+            ))}
+          </p>
+        )}
       </header>
       <div className={selected ? 'split' : ''}>
         <Timeline key={trace.data.traceID} tree={tree} selectedId={selectedId} onSelect={onSelect} />
@@ -82,6 +93,8 @@ export function TracePage() {
             process={trace.data.processes[selected.span.processID]}
             traceStartUs={tree.start}
             artifacts={artifacts}
+            critpath={critpaths.status === 'ok' ? critpaths.data?.spans.find((p) => p.spanId === selected.span.spanID) : undefined}
+            critpathError={critpaths.status === 'error' ? critpaths.error : undefined}
             onClose={() => onSelect(null)}
           />
         )}

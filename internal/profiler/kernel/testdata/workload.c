@@ -8,9 +8,10 @@
 //                             TCP read, fsync); prints "tid <label> <tid>"
 //   workload hog              spin until killed
 //   workload lat <ms>         sleep 2 ms, spin 200 us, for <ms> milliseconds
-//   workload pingpong <rate> <s>  two threads ping-pong over pipes, <rate>
-//                             round trips per second for <s> seconds (no
-//                             stdin protocol; bench/kernel-overhead.sh)
+//   workload pingpong <rate> <s> [fork]  two threads (with fork: two
+//                             processes) ping-pong over pipes, <rate> round
+//                             trips per second for <s> seconds (no stdin
+//                             protocol; bench/kernel-overhead.sh)
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -22,47 +23,16 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "testprog.h"
 
 static pthread_barrier_t start_b, end_b;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static const char *dir;
 static int lsock;
-
-static long long now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void spin_ns(long long ns)
-{
-	long long end = now_ns() + ns;
-	while (now_ns() < end)
-		;
-}
-
-static void sleep_ns(long long ns)
-{
-	struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
-	clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
-}
-
-static void wait_line(void)
-{
-	char buf[64];
-	if (!fgets(buf, sizeof(buf), stdin))
-		exit(0);
-}
-
-static void announce(const char *label)
-{
-	pthread_setname_np(pthread_self(), label);
-	printf("tid %s %ld\n", label, (long)syscall(SYS_gettid));
-	fflush(stdout);
-}
 
 static void *oncpu(void *arg)
 {
@@ -183,12 +153,23 @@ static void *ponger(void *arg)
 	return NULL;
 }
 
-static int pingpong(long rate, long secs)
+static int pingpong(long rate, long secs, int use_fork)
 {
 	pthread_t t;
+	pid_t child = 0;
 	if (pipe(ping) || pipe(pong))
 		return 1;
-	pthread_create(&t, NULL, ponger, NULL);
+	if (use_fork) {
+		child = fork();
+		if (child == 0) {
+			close(ping[1]);
+			ponger(NULL);
+			_exit(0);
+		}
+		close(ping[0]);
+	} else {
+		pthread_create(&t, NULL, ponger, NULL);
+	}
 	long per_tick = rate / 100; // 10 ms ticks
 	long long start = now_ns(), next = start;
 	char c = 'x';
@@ -202,7 +183,10 @@ static int pingpong(long rate, long secs)
 			sleep_ns(d);
 	}
 	close(ping[1]);
-	pthread_join(t, NULL);
+	if (use_fork)
+		waitpid(child, NULL, 0);
+	else
+		pthread_join(t, NULL);
 	printf("pingpong: %ld round trips in %.3f s\n", per_tick * secs * 100, (now_ns() - start) / 1e9);
 	return 0;
 }
@@ -217,7 +201,7 @@ int main(int argc, char **argv)
 			;
 	}
 	if (!strcmp(argv[1], "pingpong") && argc > 3)
-		return pingpong(atol(argv[2]), atol(argv[3]));
+		return pingpong(atol(argv[2]), atol(argv[3]), argc > 4 && !strcmp(argv[4], "fork"));
 	if (!strcmp(argv[1], "lat")) {
 		long long end;
 		printf("ready\n");

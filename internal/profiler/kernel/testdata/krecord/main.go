@@ -3,7 +3,8 @@
 // ./internal/profiler/kernel/testdata/krecord).
 //
 //	krecord -mode off|targeted|untargeted|empty [-kmetrics off|targeted|untargeted]
-//	        [-syscall-hooks] [-dump] [-cgroup=false] -- command args…
+//	        [-syscall-hooks] [-follow-depth N] [-no-follow-forks] [-all] [-idle D]
+//	        [-dump] [-cgroup=false] -- command args…
 //
 // -mode is the recorder (internal/profiler/kernel). off: not loaded.
 // targeted: the command's process (and the processes it forks) are targets.
@@ -15,7 +16,12 @@
 // `rootline agent --kmetrics` loads). off: not loaded. targeted: every metric
 // enabled, 1-in-1, for the command's cgroup (every km_* program attached, every
 // event of the command recorded). untargeted: the same for another, empty
-// cgroup. While the command runs the metrics are read once a second (an
+// cgroup. -follow-depth is the recorder's Config.FollowDepth (0: its default,
+// -1: wakers not followed); -no-follow-forks makes the command's own process
+// the only target, so that the processes it forks are recorded only as
+// followed wakers (when they wake it); -all records every task (Config.All);
+// -idle D records for D before releasing the command (the recorder's cost
+// while its target sleeps, and what the machine's other work costs it). While the command runs the metrics are read once a second (an
 // eager scraper; the agent pushes every 15 s by default).
 //
 // The command runs in a fresh cgroup v2 of its own in every mode (unless
@@ -56,6 +62,10 @@ func main() {
 	kmMode := flag.String("kmetrics", "off", "kernel metrics: off, targeted or untargeted")
 	dump := flag.Bool("dump", false, "dump the command's window at the end (measures Dump)")
 	hooks := flag.Bool("syscall-hooks", false, "track syscalls with sys_enter/sys_exit (Config.SyscallHooks)")
+	followDepth := flag.Int("follow-depth", 0, "Config.FollowDepth (0: the default; -1: do not follow wakers)")
+	noForks := flag.Bool("no-follow-forks", false, "record only the command's own process as a target (its children are followed wakers)")
+	all := flag.Bool("all", false, "record every task (Config.All)")
+	idleFor := flag.Duration("idle", 0, "record this long with the command started but not released")
 	inCgroup := flag.Bool("cgroup", true, "run the command in a cgroup v2 of its own")
 	flag.Parse()
 	args := flag.Args()
@@ -94,7 +104,8 @@ func main() {
 		defer detach()
 	} else if *mode != "off" {
 		var err error
-		if rec, err = kernel.New(kernel.Config{SyscallHooks: *hooks}, nil); err != nil {
+		cfg := kernel.Config{SyscallHooks: *hooks, FollowDepth: *followDepth, NoFollowForks: *noForks, All: *all}
+		if rec, err = kernel.New(cfg, nil); err != nil {
 			fail(err)
 		}
 	}
@@ -162,6 +173,25 @@ func main() {
 		}
 		readsDone <- n
 	}()
+	if *idleFor > 0 && rec != nil {
+		// The target exists but waits on its stdin: what the recorder
+		// records meanwhile is the machine's other work that involves it
+		// (none unless it is woken) and, with -all, everything.
+		rec.Flush(context.Background())
+		st0 := rec.Stats()
+		var ru0 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		time.Sleep(*idleFor)
+		rec.Flush(context.Background())
+		st := rec.Stats()
+		var ru syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+		secs := idleFor.Seconds()
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+		fmt.Fprintf(os.Stderr, "krecord idle seconds=%.1f events_per_s=%.1f bytes_per_s=%.0f followed_events_per_s=%.1f lost=%.0f process_cpu_pct=%.3f\n",
+			secs, (st["events"]-st0["events"])/secs, (st["events"]-st0["events"])*float64(kernel.EventBytes)/secs,
+			(st["followed_events"]-st0["followed_events"])/secs, st["lost"], 100*cpu.Seconds()/secs)
+	}
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	start := time.Now()
@@ -300,6 +330,12 @@ func report(rec *kernel.Recorder, km *kmetrics.Manager, pid int, start, end time
 	fmt.Fprintf(os.Stderr, "krecord stats seconds=%.3f events=%.0f events_per_s=%.0f lost=%.0f reader_cpu_s=%.3f process_cpu_s=%.3f cpu_pct=%.2f window_cpu_s=%.3f window_cpu_pct=%.2f maxrss_mib=%.1f\n",
 		secs, st["events"], st["events"]/secs, st["lost"], st["reader_cpu_seconds"], cpu.Seconds(), 100*cpu.Seconds()/secs,
 		wcpu.Seconds(), 100*wcpu.Seconds()/secs, float64(ru.Maxrss)/1024)
+	// The followed wakers' share: records, bytes held (of the recorder's
+	// memory budget), threads followed, wakers not followed (bounds).
+	fmt.Fprintf(os.Stderr, "krecord follow events=%.0f followed_events=%.0f followed_share_pct=%.1f bytes_per_s=%.0f followed_bytes_per_s=%.0f followed_bytes_buffered=%.0f bytes_buffered=%.0f followed_threads=%.0f unfollowed=%.0f cuts=%.0f unthrottles=%.0f\n",
+		st["events"], st["followed_events"], 100*st["followed_events"]/max(st["events"], 1), st["events"]*float64(kernel.EventBytes)/secs,
+		st["followed_events"]*float64(kernel.EventBytes)/secs, st["followed_bytes_buffered"], st["bytes_buffered"],
+		st["followed_threads"], st["unfollowed_threads"], st["follow_cuts"], st["unthrottles"])
 	if dump && rec != nil {
 		t0 := time.Now()
 		arts, err := rec.Dump(context.Background(), profiler.Target{PID: pid}, profiler.Window{Start: start, End: end})

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/tlsconf"
+)
+
+func init() {
+	registerAnalyze("critical-path", analyzeCommand{
+		Summary: "why each captured span of a trace was slow: its kernel critical path, states and blocking requests",
+		Run:     runAnalyzeCritpath,
+	})
+}
+
+type critpathFlags struct {
+	dataDir, server, trace, tokenFile string
+	json, segments                    bool
+	tls                               tlsconf.Client
+	timeout                           time.Duration
+}
+
+func parseCritpathFlags(args []string, stderr io.Writer) (critpathFlags, error) {
+	var f critpathFlags
+	fs := flag.NewFlagSet("rootline analyze critical-path", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
+	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	fs.StringVar(&f.trace, "trace", "", "the trace id (hex)")
+	fs.BoolVar(&f.json, "json", false, "print the JSON of GET /api/v1/traces/{id}/critical-path")
+	fs.BoolVar(&f.segments, "segments", false, "list every segment of each path (default: the longest ten)")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --server: how long to wait for the answer (a large snapshot takes seconds to analyse)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: rootline analyze critical-path (--data-dir DIR | --server URL) --trace ID [flags]
+
+For each span of the trace that a kernel snapshot explains (the anomalous spans
+the agent captured), prints its critical path: where its time went, following
+the threads that woke its own across threads and processes — running, run
+queue, CPU quota (throttled), lock, disk, network, sleep, memory, GC, unknown —
+and the other requests it waited for ("blocked by"). Paths stored when the
+capture completed are shown as they are; others are computed from the snapshot.
+
+--data-dir reads a stopped server's store in the default layout (the database
+and the artifacts' blobs in that directory; a running server holds it locked:
+use --server). --server asks GET /api/v1/traces/{id}/critical-path.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return f, err
+	}
+	if fs.NArg() > 0 {
+		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	switch {
+	case f.trace == "":
+		return f, errors.New("--trace is required")
+	case (f.dataDir == "") == (f.server == ""):
+		return f, errors.New("give one of --data-dir and --server")
+	}
+	if _, err := model.ParseTraceID(f.trace); err != nil {
+		return f, fmt.Errorf("--trace: %w", err)
+	}
+	return f, nil
+}
+
+func runAnalyzeCritpath(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseCritpathFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rootline analyze critical-path: %v\n", err)
+		return 2
+	}
+	var res *critpath.TraceResult
+	if f.dataDir != "" {
+		res, err = critpathOffline(ctx, f)
+	} else {
+		res, err = critpathRemote(ctx, f)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "rootline analyze critical-path: %v\n", err)
+		return 1
+	}
+	if f.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return 1
+		}
+		return 0
+	}
+	printCritpath(stdout, res, f.segments)
+	return 0
+}
+
+func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
+	st, err := openDataDir(f.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	id, _ := model.ParseTraceID(f.trace)
+	an := &critpath.Analyzer{Spans: st, Artifacts: st}
+	return an.Trace(ctx, id)
+}
+
+func critpathRemote(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
+	u, err := url.Parse(f.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--server %q is not an http(s) URL", f.server)
+	}
+	token, err := analyzeToken(f.tokenFile)
+	if err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" {
+		if tr.TLSClientConfig, err = f.tls.Config(); err != nil {
+			return nil, err
+		}
+	}
+	client := &http.Client{Timeout: f.timeout, Transport: tr}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/v1/traces/" + url.PathEscape(f.trace) + "/critical-path"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return nil, fmt.Errorf("server answered %s: %s", resp.Status, e.Error)
+		}
+		return nil, fmt.Errorf("server answered %s", resp.Status)
+	}
+	var res critpath.TraceResult
+	if err := json.Unmarshal(body, &res); err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	return &res, nil
+}
+
+// printCritpath writes the paths for a person.
+func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
+	fmt.Fprintf(w, "Trace %s: %d span(s) with a critical path\n", res.TraceID, len(res.Spans))
+	for _, p := range res.Spans {
+		fmt.Fprintf(w, "\n%s %s  span %s  %.1f ms", p.Service, p.Operation, p.SpanID, p.Ms)
+		if p.Lost > 0 {
+			fmt.Fprintf(w, "  (the recorder had dropped %d kernel records)", p.Lost)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "  path states  %s\n", shares(p.States, p.Ms))
+		fmt.Fprintf(w, "  own waits    %s\n", shares(p.Waits, p.Ms))
+		for _, b := range p.BlockedBy {
+			wait := ""
+			if b.Wait != "" {
+				wait = " while waiting on " + b.Wait
+			}
+			fmt.Fprintf(w, "  blocked by   %s %s (trace %s span %s): %.1f ms%s\n", b.Service, b.Operation, b.TraceID, b.SpanID, b.Ms, wait)
+		}
+		var ths []string
+		for _, t := range p.Threads {
+			ths = append(ths, fmt.Sprintf("%d %s (pid %d) %.1f ms", t.TID, t.Comm, t.PID, t.Ms))
+		}
+		fmt.Fprintf(w, "  threads      %s\n", strings.Join(ths, "; "))
+		comm := map[uint32]string{}
+		for _, t := range p.Threads {
+			comm[t.TID] = t.Comm
+		}
+		segs := p.Segments
+		if !all && len(segs) > 10 {
+			segs = slices.Clone(segs)
+			slices.SortStableFunc(segs, func(a, b critpath.SegmentJSON) int { return cmp.Compare(b.End-b.Start, a.End-a.Start) })
+			segs = segs[:10]
+			slices.SortFunc(segs, func(a, b critpath.SegmentJSON) int { return cmp.Compare(a.Start, b.Start) })
+			fmt.Fprintf(w, "  path (the longest 10 of %d segments; --segments lists all):\n", len(p.Segments))
+		} else {
+			fmt.Fprintln(w, "  path:")
+		}
+		for _, s := range segs {
+			line := fmt.Sprintf("    +%9.3f ms %8.3f ms  %-9s %6d %-15s", float64(s.Start-p.Start)/1e6, s.Ms, s.State, s.TID, comm[s.TID])
+			var extra []string
+			if s.Syscall != "" {
+				extra = append(extra, s.Syscall)
+			}
+			if s.Device != "" {
+				extra = append(extra, "on "+s.Device)
+			}
+			if s.Wait != "" {
+				extra = append(extra, "(own thread waiting on "+s.Wait+")")
+			}
+			if s.Blocking {
+				extra = append(extra, "blocked by span "+s.SpanID)
+			}
+			fmt.Fprintln(w, strings.TrimRight(line+" "+strings.Join(extra, " "), " "))
+		}
+	}
+	if len(res.Shared) > 0 {
+		fmt.Fprintln(w, "\nShared by several paths (where requests contended):")
+		for _, s := range res.Shared {
+			var who []string
+			for _, r := range s.Spans {
+				who = append(who, r.Service+" "+r.Operation+" ("+r.SpanID+")")
+			}
+			fmt.Fprintf(w, "  %.1f ms %s on %d %s: %s\n", s.Ms, s.State, s.TID, s.Comm, strings.Join(who, ", "))
+		}
+	}
+	for _, n := range res.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+// shares renders a state map as "running 62.0 ms (62%), lock 38.0 ms (38%)",
+// largest first, zero states left out.
+func shares(m map[string]float64, total float64) string {
+	names := slices.Clone(critpath.States)
+	slices.SortStableFunc(names, func(a, b string) int {
+		switch {
+		case m[a] > m[b]:
+			return -1
+		case m[a] < m[b]:
+			return 1
+		}
+		return 0
+	})
+	var parts []string
+	for _, n := range names {
+		if m[n] <= 0 {
+			continue
+		}
+		pct := 0.0
+		if total > 0 {
+			pct = 100 * m[n] / total
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f%%)", n, m[n], pct))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}

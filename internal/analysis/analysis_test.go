@@ -1,0 +1,294 @@
+package analysis
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+func TestExclusive(t *testing.T) {
+	ms := int64(time.Millisecond)
+	p := &span{start: 0, dur: 100 * ms}
+	p.children = []*span{
+		{start: 10 * ms, dur: 20 * ms},
+		{start: 20 * ms, dur: 20 * ms},  // overlaps the first: union 10-40
+		{start: 90 * ms, dur: 50 * ms},  // clipped at the parent's end: 90-100
+		{start: -5 * ms, dur: 10 * ms},  // clipped at the start: 0-5
+		{start: 200 * ms, dur: 10 * ms}, // outside
+	}
+	if got, want := p.exclusive(), 100*ms-30*ms-10*ms-5*ms; got != want {
+		t.Errorf("exclusive = %v, want %v", time.Duration(got), time.Duration(want))
+	}
+	if !strings.Contains(CauseBlocking, "lock") {
+		t.Error("CauseBlocking must say lock")
+	}
+}
+
+// sid makes a span id from a small number.
+func sid(n byte) model.SpanID { return model.SpanID{7: n} }
+
+// With sidecars a hop is app CLIENT → sidecar egress CLIENT → sidecar ingress
+// SERVER → app SERVER: the time between the two services is charged once, to
+// the callee, and the sidecar's ingress time to the callee's own time.
+func TestTraceTimesSidecars(t *testing.T) {
+	ms := int64(time.Millisecond)
+	mk := func(id, parent byte, svc string, kind model.SpanKind, start, dur int64, attrs ...model.KeyValue) *model.Span {
+		return &model.Span{SpanID: sid(id), ParentSpanID: sid(parent), Service: svc, Kind: kind, Start: start * ms, Duration: dur * ms, Attributes: attrs}
+	}
+	jt := newTrace([]*model.Span{
+		mk(1, 0, "a", model.KindServer, 0, 100),
+		mk(2, 1, "a", model.KindClient, 10, 80),                                                  // the app's call
+		mk(3, 2, "a", model.KindClient, 12, 76),                                                  // a's sidecar egress
+		mk(4, 3, "e", model.KindServer, 15, 70),                                                  // e's sidecar ingress
+		mk(5, 4, "e", model.KindServer, 16, 68),                                                  // e's app
+		mk(6, 5, "e", model.KindClient, 20, 10, model.String(model.AttrServerAddress, "j:8080")), // e calls j, no span from j
+	})
+	got := jt.times(map[string]bool{"a": true, "e": true, "j": true})
+	want := map[string]times{
+		"a": {self: float64(20 * ms)},
+		"e": {self: float64((2 + 58) * ms), net: float64(10 * ms)},
+		"j": {net: float64(10 * ms)},
+	}
+	for svc, w := range want {
+		if g := got[svc]; g.self != w.self || g.net != w.net {
+			t.Errorf("%s: self %v net %v, want self %v net %v", svc, time.Duration(g.self), time.Duration(g.net), time.Duration(w.self), time.Duration(w.net))
+		}
+	}
+}
+
+// newTrace reads the attributes the analysis needs whatever their value
+// types, links parents and children, and cuts a server span that outlasted
+// its caller's CLIENT span, without touching the model spans.
+func TestNewTrace(t *testing.T) {
+	ms := int64(time.Millisecond)
+	spans := []*model.Span{
+		{SpanID: sid(1), Service: "a", Kind: model.KindServer, Start: 0, Duration: 100 * ms,
+			Attributes: []model.KeyValue{model.Float(model.AttrWaitLocalMs, 1.5), model.String(model.AttrThreadIDs, "7, 8,7,x"), model.Int(model.AttrThreadID, 9)}},
+		{SpanID: sid(2), ParentSpanID: sid(1), Service: "a", Kind: model.KindClient, Start: 10 * ms, Duration: 20 * ms,
+			Attributes: []model.KeyValue{model.String(model.AttrWaitNetMs, "0.25"), model.String(model.AttrServerAddress, "b:80")}},
+		{SpanID: sid(3), ParentSpanID: sid(2), Service: "b", Kind: model.KindServer, Start: 12 * ms, Duration: 30 * ms,
+			Attributes: []model.KeyValue{model.Bool(model.AttrAnomaly, true), model.Bool(model.AttrWaitLocalMs, true)}},
+	}
+	tr := newTrace(spans)
+	a, c, b := tr.spans[0], tr.spans[1], tr.spans[2]
+	if a.waitLocal != 1.5 || !slices.Equal(a.threads, []int64{7, 8, 9}) || !math.IsNaN(a.waitNet) {
+		t.Errorf("server span a: waitLocal %v waitNet %v threads %v", a.waitLocal, a.waitNet, a.threads)
+	}
+	if c.waitNet != 0.25 || c.serverAddr != "b:80" || c.up != a || len(a.children) != 1 || b.up != c {
+		t.Errorf("client span: waitNet %v serverAddr %q, tree links wrong", c.waitNet, c.serverAddr)
+	}
+	if !b.anomaly || !math.IsNaN(b.waitLocal) || !tr.anomalous() {
+		t.Errorf("server span b: anomaly %v waitLocal %v (a bool is no number)", b.anomaly, b.waitLocal)
+	}
+	if b.dur != 18*ms || tr.clamped != 1 || spans[2].Duration != 30*ms {
+		t.Errorf("b cut to %v (clamped %d), model span's duration %v: want 18ms, 1, 30ms", time.Duration(b.dur), tr.clamped, time.Duration(spans[2].Duration))
+	}
+	if r := tr.root(); r != a || tr.start() != 0 || tr.duration() != 100*ms {
+		t.Errorf("root %v start %d duration %d", r, tr.start(), tr.duration())
+	}
+}
+
+func TestSplit(t *testing.T) {
+	// pattern: one character per trace in start order, 'x' anomalous, '.' normal.
+	mk := func(pattern string) []*trace {
+		var out []*trace
+		for i, c := range pattern {
+			s := &span{id: sid(1), start: int64(i) * int64(time.Millisecond), dur: int64(time.Millisecond), anomaly: c == 'x'}
+			if c == 'x' {
+				s.dur = 10 * int64(time.Millisecond)
+			}
+			out = append(out, &trace{id: model.TraceID{15: byte(i)}, spans: []*span{s}})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name       string
+		pattern    string
+		slow, base int
+		onsetAt    int // index of the first trace after the onset; -1: none
+		fallback   bool
+	}{
+		{"surge", strings.Repeat(".", 40) + "x" + strings.Repeat(".", 39) + strings.Repeat("x.xx", 10), 29, 80, 82, false}, // the densest tail starts at 82
+		{"evenly spread", strings.Repeat("x...", 30), 30, 90, -1, false},
+		{"too few anomalies", strings.Repeat(".", 50) + "xx", 5, 47, -1, true},
+		{"surge at the start", strings.Repeat("x", 30) + strings.Repeat(".", 30), 30, 30, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := mk(tc.pattern)
+			slow, base, onset, fallback := split(all)
+			want := int64(-1)
+			if tc.onsetAt >= 0 {
+				want = all[tc.onsetAt].start()
+			}
+			if onset == 0 {
+				onset = -1
+			}
+			if len(slow) != tc.slow || len(base) != tc.base || onset != want || fallback != tc.fallback {
+				t.Errorf("slow %d base %d onset %d fallback %v; want %d %d %d %v", len(slow), len(base), onset, fallback, tc.slow, tc.base, want, tc.fallback)
+			}
+		})
+	}
+}
+
+// captureTrouble explains missing evidence from the capture log's states.
+func TestCaptureTrouble(t *testing.T) {
+	from := time.Now().Add(-time.Minute)
+	caps := []Capture{
+		{Service: "e", State: "complete", Created: from.Add(time.Second)},
+		{Service: "e", State: "partial", Error: "jfr: JFR.dump: attach failed", Created: from.Add(2 * time.Second)},
+		{Service: "e", State: "failed", Error: "older", Created: from.Add(-time.Hour)},
+		{Service: "b", State: "failed", Error: "not e", Created: from.Add(time.Second)},
+	}
+	if got, want := captureTrouble(caps, "e", from), "captures of e: 1 complete, 1 partial; first problem: jfr: JFR.dump: attach failed"; got != want {
+		t.Errorf("captureTrouble = %q, want %q", got, want)
+	}
+	if got := captureTrouble(caps, "c", from); got != "" {
+		t.Errorf("captureTrouble(no captures) = %q", got)
+	}
+}
+
+// The cause follows from the growth of the culprit's times first, and only
+// then from what was measured of its slow spans.
+func TestNameCause(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		score    ServiceScore
+		b        Breakdown
+		err      error
+		want     string
+		explain  bool   // whether the measurements must be read
+		evidence string // a line of the evidence must contain it
+	}{
+		{"calls into it grew most", ServiceScore{Service: "f", SelfDeltaMs: 1, NetDeltaMs: 40}, Breakdown{}, nil, CauseNetwork, false, "calls into f grew by 40.0 ms"},
+		{"run-queue wait", ServiceScore{Service: "j", SelfDeltaMs: 30, LocalDeltaMs: 28}, Breakdown{}, nil, CauseRunQueue, false, "waited 28.0 ms more"},
+		{"nothing measured", ServiceScore{SelfDeltaMs: 40}, Breakdown{}, nil, CauseSelfTime, true, "no CPU profile captured"},
+		{"on CPU", ServiceScore{SelfDeltaMs: 40}, Breakdown{OnCPUNs: 9, OnCPUOfNs: 10, OnCPUSpans: 2, OnCPUSources: map[string]int{"eBPF CPU profiles": 2}}, nil, CauseCPU, true, "on CPU for 90% of its exclusive time (2 eBPF CPU profiles)"},
+		{"off CPU", ServiceScore{SelfDeltaMs: 40}, Breakdown{OnCPUNs: 1, OnCPUOfNs: 10, OnCPUSpans: 2}, nil, CauseBlocking, true, "blocked (lock, sleep, I/O or GC)"},
+		{"lock over CPU", ServiceScore{SelfDeltaMs: 40}, Breakdown{OnCPUNs: 7, OnCPUOfNs: 10, OnCPUSpans: 2, LockNs: 3, LockOfNs: 10, LockSpans: 2}, nil, CauseBlocking, true, "blocked entering Java monitors for 30%"},
+		{"short lock waits", ServiceScore{SelfDeltaMs: 40}, Breakdown{OnCPUNs: 7, OnCPUOfNs: 10, OnCPUSpans: 2, LockNs: 1, LockOfNs: 10, LockSpans: 2}, nil, CauseCPU, true, "blocked entering Java monitors for 10%"},
+		{"unreadable", ServiceScore{SelfDeltaMs: 40}, Breakdown{}, errors.New("gone"), CauseSelfTime, true, "profiles unreadable: gone"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			explained := false
+			got, ev := nameCause(tc.score, nil, func() (Breakdown, error) { explained = true; return tc.b, tc.err })
+			if got != tc.want || explained != tc.explain {
+				t.Errorf("cause %q (measurements read: %v), want %q (%v)", got, explained, tc.want, tc.explain)
+			}
+			if !slices.ContainsFunc(ev, func(e string) bool { return strings.Contains(e, tc.evidence) }) {
+				t.Errorf("evidence %q says nothing of %q", ev, tc.evidence)
+			}
+		})
+	}
+}
+
+// memArtifacts is an in-memory ArtifactReader that counts its reads.
+type memArtifacts struct {
+	content map[string][]byte
+	reads   map[string]int
+}
+
+func (m *memArtifacts) ArtifactContent(_ context.Context, id string) (io.ReadCloser, error) {
+	m.reads[id]++
+	b, ok := m.content[id]
+	if !ok {
+		return nil, fmt.Errorf("artifact %s: %w", id, store.ErrNotFound)
+	}
+	return io.NopCloser(bytes.NewReader(b)), nil
+}
+
+// cpuProfile is a pprof profile with a "cpu" sample of tid at each of ats
+// worth ns, and, with lock, a "monitor_enter" type with no samples.
+func cpuProfile(t *testing.T, tid int64, ns int64, lock bool, ats ...int64) []byte {
+	t.Helper()
+	fn := &profile.Function{ID: 1, Name: "f"}
+	loc := &profile.Location{ID: 1, Line: []profile.Line{{Function: fn}}}
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu", Unit: "nanoseconds"}}, Function: []*profile.Function{fn}, Location: []*profile.Location{loc}}
+	if lock {
+		p.SampleType = append(p.SampleType, &profile.ValueType{Type: "monitor_enter", Unit: "nanoseconds"})
+	}
+	for _, at := range ats {
+		v := []int64{ns}
+		if lock {
+			v = append(v, 0)
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{loc}, Value: v, NumLabel: map[string][]int64{"tid": {tid}, "time_ns": {at}}})
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// Profiles reads each artifact once however many spans it covers, counts
+// only the span's threads within the span, prefers an eBPF profile to a
+// JFR one for CPU time, takes a profile without lock events as no lock wait,
+// and reports unreadable artifacts without losing what it read.
+func TestProfilesExplain(t *testing.T) {
+	pprof := "application/vnd.google.protobuf+gzip"
+	arts := &memArtifacts{content: map[string][]byte{
+		"cpu1": cpuProfile(t, 5, 3, false, 100, 200, 300, 5000), // one sample outside each span
+		"jfr1": cpuProfile(t, 5, 1, false, 150, 250),            // no monitor_enter type
+		"jfr2": cpuProfile(t, 6, 4, true, 1000, 1100),
+	}, reads: map[string]int{}}
+	cpu := store.Artifact{ID: "cpu1", Kind: "cpu", MediaType: pprof}
+	jfr1 := store.Artifact{ID: "jfr1", Kind: "jfr", MediaType: pprof}
+	rawJFR := store.Artifact{ID: "raw", Kind: "jfr", MediaType: "application/x-jfr"}
+	jfr2 := store.Artifact{ID: "jfr2", Kind: "jfr", MediaType: pprof}
+	spans := []SlowSpan{
+		{SpanID: sid(1), Start: 90, End: 210, Exclusive: 100, Threads: []int64{5}, Artifacts: []store.Artifact{rawJFR, jfr1, cpu}},
+		{SpanID: sid(2), Start: 290, End: 310, Exclusive: 10, Threads: []int64{5}, Artifacts: []store.Artifact{cpu}},
+		{SpanID: sid(3), Start: 900, End: 1200, Exclusive: 50, Threads: []int64{6}, Artifacts: []store.Artifact{rawJFR, jfr2}},
+		{SpanID: sid(4), Start: 0, End: 1e9, Exclusive: 50, Threads: nil, Artifacts: []store.Artifact{cpu}},                              // no threads: left out
+		{SpanID: sid(5), Start: 0, End: 1e9, Exclusive: 70, Threads: []int64{5}, Artifacts: []store.Artifact{{ID: "lost", Kind: "cpu"}}}, // unreadable
+	}
+	b, err := (&Profiles{Reader: arts}).Explain(context.Background(), spans)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("err = %v, want the lost artifact's ErrNotFound", err)
+	}
+	want := Breakdown{OnCPUNs: 6 + 3 + 8, OnCPUOfNs: 100 + 10 + 50, OnCPUSpans: 3,
+		OnCPUSources: map[string]int{"eBPF CPU profiles": 2, "JFR execution samples": 1},
+		LockNs:       0, LockOfNs: 100 + 50, LockSpans: 2}
+	if fmt.Sprint(b) != fmt.Sprint(want) {
+		t.Errorf("breakdown\n %+v, want\n %+v", b, want)
+	}
+	for id, n := range arts.reads {
+		if n != 1 {
+			t.Errorf("artifact %s read %d times", id, n)
+		}
+	}
+	if arts.reads["raw"] != 0 {
+		t.Error("the raw JFR recording was read as a profile")
+	}
+}
+
+// At most maxProfiledSpans spans are read, spread over the list.
+func TestProfilesSpread(t *testing.T) {
+	arts := &memArtifacts{content: map[string][]byte{}, reads: map[string]int{}}
+	var spans []SlowSpan
+	for i := range 3 * maxProfiledSpans {
+		id := "p" + strconv.Itoa(i)
+		arts.content[id] = cpuProfile(t, 1, 1, false, 10)
+		spans = append(spans, SlowSpan{Start: 0, End: 100, Exclusive: 1, Threads: []int64{1}, Artifacts: []store.Artifact{{ID: id, Kind: "cpu"}}})
+	}
+	b, err := (&Profiles{Reader: arts}).Explain(context.Background(), spans)
+	if err != nil || b.OnCPUSpans != maxProfiledSpans {
+		t.Fatalf("%d spans read (err %v), want %d", b.OnCPUSpans, err, maxProfiledSpans)
+	}
+	if arts.reads["p0"] != 1 || arts.reads["p57"] != 1 || arts.reads["p1"] != 0 {
+		t.Errorf("reads %v: want every third span from the first", arts.reads)
+	}
+}

@@ -1,0 +1,260 @@
+package analysis
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/model"
+)
+
+// Analyze diagnoses the window w: slow traces are the anomalous ones after
+// the onset of the slowdown — the point after which the share of traces with
+// an anomalous span (rootline.anomaly) rises most — and baseline traces the
+// normal ones before it (all normal ones if too few); when the detector
+// flagged fewer than three traces, the slowest tenth stands in for the slow
+// ones. Each service's exclusive time per trace (span durations minus their
+// children's), the time calls into it spent outside it (rootline.wait.net_ms)
+// and its run-queue wait (rootline.wait.local_ms) are compared between the
+// two sets; the service whose time grew most is the culprit. The cause comes
+// from which of those grew, and for a growth of exclusive time from what ex
+// measured of the culprit's slow spans (nil: nothing measured).
+func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
+	v := Verdict{Cause: CauseNone}
+	if w.Entry == "" && len(w.Traces) == 0 {
+		v.Evidence = append(v.Evidence, "no traces between "+w.From.Format(time.RFC3339)+" and "+w.To.Format(time.RFC3339))
+		return v
+	}
+	all := make([]*trace, 0, len(w.Traces))
+	for _, spans := range w.Traces {
+		all = append(all, newTrace(spans))
+	}
+	sortByStart(all)
+	anoms := w.Anomalies
+
+	slow, base, onset, fallback := split(all)
+	v.SlowTraces, v.BaseTraces = len(slow), len(base)
+	if len(slow) == 0 || len(base) == 0 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d slow and %d baseline traces among %d: nothing to compare", len(slow), len(base), len(all)))
+		return v
+	}
+
+	v.Ranking = rank(slow, base)
+	top := v.Ranking[0]
+	switch {
+	case fallback:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("the detector flagged %d anomalous spans: comparing the slowest %d of %d traces with the others", len(anoms), len(slow), len(all)))
+	case onset > 0:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("anomalies surge from %s: %d anomalous traces since then compared with %d normal traces before (of %d sampled; %d anomalous spans in the window)",
+			time.Unix(0, onset).UTC().Format("15:04:05.000"), len(slow), len(base), len(all), len(anoms)))
+	default:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d anomalous traces compared with %d normal ones (of %d sampled; %d anomalous spans in the window)", len(slow), len(base), len(all), len(anoms)))
+	}
+	clamped := 0
+	for _, t := range all {
+		clamped += t.clamped
+	}
+	if clamped > 0 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%d server spans outlasted the call that made them and were cut to it", clamped))
+	}
+
+	if top.Score <= 0 {
+		v.Evidence = append(v.Evidence, "no service spent more time in slow traces than in baseline ones")
+		return v
+	}
+	v.Service = top.Service
+	second := 0.0
+	if len(v.Ranking) > 1 {
+		second = max(v.Ranking[1].Score, 0)
+	}
+	margin := (top.Score - second) / top.Score
+	v.Confidence = margin * math.Min(1, float64(len(slow))/5) * math.Min(1, float64(len(base))/20)
+	if fallback {
+		v.Confidence *= 0.7
+	}
+	v.Confidence = round2(v.Confidence)
+
+	v.Evidence = append(v.Evidence, fmt.Sprintf("%s: exclusive time %+.1f ms per trace (%.1f → %.1f ms), calls into it %+.1f ms outside it, run-queue wait %+.1f ms, %d anomalous spans",
+		top.Service, top.SelfDeltaMs, top.SelfBaseMs, top.SelfSlowMs, top.NetDeltaMs, top.LocalDeltaMs, top.Anomalies))
+	if len(v.Ranking) > 1 {
+		n := v.Ranking[1]
+		v.Evidence = append(v.Evidence, fmt.Sprintf("next suspect %s: %+.1f ms per trace (exclusive %+.1f, calls into it %+.1f)", n.Service, n.Score, n.SelfDeltaMs, n.NetDeltaMs))
+	}
+	for _, t := range slow {
+		if t.visits(top.Service) {
+			v.ExampleTraceID = t.id.String()
+			break
+		}
+	}
+
+	v.Cause, v.Evidence = nameCause(top, v.Evidence, func() (Breakdown, error) {
+		if ex == nil {
+			return Breakdown{}, nil
+		}
+		return ex.Explain(ctx, slowSpans(slow, top.Service, anoms))
+	})
+	var ev string
+	if v.Artifacts, ev = linkedEvidence(top.Service, anoms); ev != "" {
+		v.Evidence = append(v.Evidence, ev)
+	}
+	if w.CapturesErr != nil {
+		v.Evidence = append(v.Evidence, "captures unreadable: "+w.CapturesErr.Error())
+	} else if note := captureTrouble(w.Captures, top.Service, w.From); note != "" {
+		v.Evidence = append(v.Evidence, note)
+	}
+	return v
+}
+
+// rank scores every service seen in slow or base traces, most suspect first.
+func rank(slow, base []*trace) []ServiceScore {
+	known := map[string]bool{}
+	for _, t := range append(slices.Clone(slow), base...) {
+		for _, s := range t.spans {
+			known[s.service] = true
+		}
+	}
+	slowM, baseM := meanTimes(slow, known), meanTimes(base, known)
+	anomsBy := map[string]int{}
+	for _, t := range slow {
+		for _, s := range t.spans {
+			if s.anomaly {
+				anomsBy[s.service]++
+			}
+		}
+	}
+	var out []ServiceScore
+	for svc := range known {
+		sm, bm := slowM[svc], baseM[svc]
+		sc := ServiceScore{
+			Service:      svc,
+			SelfSlowMs:   ms(sm.self),
+			SelfBaseMs:   ms(bm.self),
+			SelfDeltaMs:  ms(sm.self - bm.self),
+			NetDeltaMs:   ms(sm.net - bm.net),
+			LocalDeltaMs: ms(sm.local - bm.local),
+			Anomalies:    anomsBy[svc],
+		}
+		sc.Score = sc.SelfDeltaMs + sc.NetDeltaMs
+		out = append(out, sc)
+	}
+	slices.SortFunc(out, func(x, y ServiceScore) int {
+		if d := cmp.Compare(y.Score, x.Score); d != 0 {
+			return d
+		}
+		return strings.Compare(x.Service, y.Service)
+	})
+	for i := range out {
+		r := &out[i]
+		r.Score, r.SelfDeltaMs, r.SelfSlowMs, r.SelfBaseMs = round2(r.Score), round2(r.SelfDeltaMs), round2(r.SelfSlowMs), round2(r.SelfBaseMs)
+		r.NetDeltaMs, r.LocalDeltaMs = round2(r.NetDeltaMs), round2(r.LocalDeltaMs)
+	}
+	return out
+}
+
+// split divides traces (in start order) into slow and baseline ones. Slow
+// traces are the anomalous ones after the onset — the point after which the
+// share of anomalous traces rises most (a single change point; 0 when there is
+// none, e.g. anomalies spread evenly) — and baseline traces the normal ones
+// before it. With fewer than three anomalous traces, the slowest tenth stands
+// in for the slow ones (fallback).
+func split(all []*trace) (slow, base []*trace, onset int64, fallback bool) {
+	n := len(all)
+	cum := make([]int, n+1)
+	for i, t := range all {
+		cum[i+1] = cum[i]
+		if t.anomalous() {
+			cum[i+1]++
+		}
+	}
+	if cum[n] < 3 {
+		sorted := slices.Clone(all)
+		slices.SortFunc(sorted, func(x, y *trace) int { return cmp.Compare(y.duration(), x.duration()) })
+		k := max(n/10, min(n, 1))
+		return sorted[:k], sorted[k:], 0, true
+	}
+	best, at := 0.0, 0
+	minSeg := max(5, n/50)
+	for k := minSeg; k <= n-minSeg; k++ {
+		before := float64(cum[k]) / float64(k)
+		after := float64(cum[n]-cum[k]) / float64(n-k)
+		if d := after - before; d > best {
+			best, at = d, k
+		}
+	}
+	from := 0
+	if best >= 0.2 {
+		from = at
+		onset = all[at].start()
+	}
+	for i, t := range all {
+		switch {
+		case i >= from && t.anomalous():
+			slow = append(slow, t)
+		case i < from && !t.anomalous():
+			base = append(base, t)
+		}
+	}
+	if len(base) < 20 {
+		// Too little before the onset: every normal trace is the baseline.
+		base = base[:0]
+		for _, t := range all {
+			if !t.anomalous() {
+				base = append(base, t)
+			}
+		}
+	}
+	return slow, base, onset, false
+}
+
+func ms(d float64) float64 { return d / 1e6 }
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// meanTimes averages each service's times over traces (a service absent from
+// a trace counts as zero there).
+func meanTimes(traces []*trace, known map[string]bool) map[string]times {
+	sum := map[string]times{}
+	for _, t := range traces {
+		for svc, x := range t.times(known) {
+			s := sum[svc]
+			s.self += x.self
+			s.net += x.net
+			s.local += x.local
+			sum[svc] = s
+		}
+	}
+	n := float64(len(traces))
+	for svc, s := range sum {
+		sum[svc] = times{s.self / n, s.net / n, s.local / n}
+	}
+	return sum
+}
+
+// slowSpans lists svc's anomalous spans in the slow traces, in the order of
+// anoms (newest first), with the artifacts captured for each.
+func slowSpans(slow []*trace, svc string, anoms []Anomaly) []SlowSpan {
+	spans := map[model.SpanID]*span{}
+	traceOf := map[model.SpanID]model.TraceID{}
+	for _, t := range slow {
+		for _, s := range t.spans {
+			if s.service == svc {
+				spans[s.id] = s
+				traceOf[s.id] = t.id
+			}
+		}
+	}
+	var out []SlowSpan
+	for _, a := range anoms {
+		s := spans[a.Span.SpanID]
+		if a.Span.Service != svc || s == nil {
+			continue
+		}
+		out = append(out, SlowSpan{TraceID: traceOf[s.id], SpanID: s.id, Service: svc, Start: s.start, End: s.start + s.dur,
+			Exclusive: s.exclusive(), Threads: slices.Clone(s.threads), Artifacts: a.Artifacts})
+	}
+	return out
+}

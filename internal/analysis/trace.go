@@ -1,0 +1,255 @@
+package analysis
+
+import (
+	"cmp"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rootline/rootline/internal/model"
+)
+
+// span is what the analysis reads of a model span, with its place in the
+// trace's tree.
+type span struct {
+	id, parent         model.SpanID
+	service, kind      string // kind as model.SpanKind.String() names it
+	serverAddr         string // model.AttrServerAddress
+	start, dur         int64  // ns; dur may be cut (see newTrace)
+	anomaly            bool
+	waitLocal, waitNet float64 // ms; NaN when absent
+	threads            []int64
+	up                 *span // parent span in this trace
+	children           []*span
+}
+
+type trace struct {
+	id      model.TraceID
+	model   []*model.Span // what the trace was built from
+	spans   []*span
+	clamped int // server spans cut to their caller's CLIENT span
+}
+
+// newTrace builds the tree of one trace's spans. The model spans are read,
+// never modified.
+func newTrace(spans []*model.Span) *trace {
+	t := &trace{model: spans}
+	byID := map[model.SpanID]*span{}
+	for _, ms := range spans {
+		if ms == nil {
+			continue
+		}
+		t.id = ms.TraceID
+		s := &span{id: ms.SpanID, parent: ms.ParentSpanID, service: ms.Service, kind: ms.Kind.String(),
+			start: ms.Start, dur: ms.Duration, anomaly: ms.IsAnomalous(), waitLocal: math.NaN(), waitNet: math.NaN()}
+		for _, kv := range ms.Attributes {
+			switch kv.Key {
+			case model.AttrWaitLocalMs:
+				s.waitLocal = number(kv.Value)
+			case model.AttrWaitNetMs:
+				s.waitNet = number(kv.Value)
+			case model.AttrServerAddress:
+				if kv.Value.Type == model.TypeString {
+					s.serverAddr = kv.Value.Str
+				}
+			case model.AttrThreadIDs:
+				if kv.Value.Type == model.TypeString {
+					for _, f := range strings.Split(kv.Value.Str, ",") {
+						if n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err == nil && !slices.Contains(s.threads, n) {
+							s.threads = append(s.threads, n)
+						}
+					}
+				}
+			case model.AttrThreadID:
+				if n := number(kv.Value); !math.IsNaN(n) && !slices.Contains(s.threads, int64(n)) {
+					s.threads = append(s.threads, int64(n))
+				}
+			}
+		}
+		t.spans = append(t.spans, s)
+		byID[s.id] = s
+	}
+	for _, s := range t.spans {
+		if p := byID[s.parent]; p != nil && p != s {
+			p.children = append(p.children, s)
+			s.up = p
+		}
+	}
+	// A server span cannot outlast the call that made it: when one does, its
+	// end was taken late (seen with supervised Go services), and it is cut to
+	// the caller's CLIENT span so the late end is not charged as own time.
+	for _, s := range t.spans {
+		if s.kind == "server" && s.up != nil && s.up.kind == "client" && s.up.service != s.service {
+			if end := s.up.start + s.up.dur; s.start+s.dur > end {
+				s.dur = max(end-s.start, 0)
+				t.clamped++
+			}
+		}
+	}
+	return t
+}
+
+// number reads a numeric attribute whatever its producer chose to store it
+// as; NaN when it is not a number.
+func number(v model.Value) float64 {
+	if f, ok := v.Number(); ok {
+		return f
+	}
+	return math.NaN()
+}
+
+func (t *trace) root() *span {
+	ids := map[model.SpanID]bool{}
+	for _, s := range t.spans {
+		ids[s.id] = true
+	}
+	var root *span
+	for _, s := range t.spans {
+		if (s.parent.IsZero() || !ids[s.parent]) && (root == nil || s.start < root.start) {
+			root = s
+		}
+	}
+	return root
+}
+
+func (t *trace) start() int64 {
+	if r := t.root(); r != nil {
+		return r.start
+	}
+	return 0
+}
+
+func (t *trace) duration() int64 {
+	if r := t.root(); r != nil {
+		return r.dur
+	}
+	return 0
+}
+
+func (t *trace) anomalous() bool {
+	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.anomaly })
+}
+
+func (t *trace) visits(svc string) bool {
+	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.service == svc })
+}
+
+// times is one service's time in one trace (or a mean over traces), in ns.
+type times struct{ self, net, local float64 }
+
+// times splits the trace's time among services. A span's exclusive time is
+// its duration minus the union of its children's intervals. A CLIENT span's
+// time outside the callee (its rootline.wait.net_ms, or its duration not
+// covered by the callee's spans) is time spent between two services —
+// network and proxies — and is charged to the callee as network time; every
+// other span's exclusive time is the service's own.
+func (t *trace) times(known map[string]bool) map[string]times {
+	out := map[string]times{}
+	for _, s := range t.spans {
+		if s.kind == "client" {
+			if s.nestedClient() {
+				continue // the outer CLIENT span accounts for it
+			}
+			callee := s.callee(known)
+			c := out[callee]
+			if !math.IsNaN(s.waitNet) {
+				c.net += s.waitNet * 1e6
+			} else {
+				c.net += float64(s.exclusiveOf(s.across()))
+			}
+			out[callee] = c
+			continue
+		}
+		x := out[s.service]
+		x.self += float64(s.exclusive())
+		if !math.IsNaN(s.waitLocal) {
+			x.local += s.waitLocal * 1e6
+		}
+		out[s.service] = x
+	}
+	return out
+}
+
+// nestedClient reports whether s is a CLIENT span inside a CLIENT span of the
+// same service: a sidecar's egress span under the application's own call.
+func (s *span) nestedClient() bool {
+	return s.kind == "client" && s.up != nil && s.up.kind == "client" && s.up.service == s.service
+}
+
+// across returns the spans a CLIENT span led to, looking through nested
+// CLIENT spans of its own service (a sidecar's egress span).
+func (s *span) across() []*span {
+	var out []*span
+	for _, c := range s.children {
+		if c.kind == "client" && c.service == s.service {
+			out = append(out, c.across()...)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// exclusive is the span's duration not covered by its children.
+func (s *span) exclusive() int64 { return s.exclusiveOf(s.children) }
+
+// exclusiveOf is the span's duration not covered by the given spans.
+func (s *span) exclusiveOf(children []*span) int64 {
+	type iv struct{ a, b int64 }
+	var ivs []iv
+	end := s.start + s.dur
+	for _, c := range children {
+		a, b := max(c.start, s.start), min(c.start+c.dur, end)
+		if b > a {
+			ivs = append(ivs, iv{a, b})
+		}
+	}
+	slices.SortFunc(ivs, func(x, y iv) int { return cmp.Compare(x.a, y.a) })
+	covered, curA, curB := int64(0), int64(0), int64(-1)
+	for _, v := range ivs {
+		if v.a > curB {
+			if curB > curA {
+				covered += curB - curA
+			}
+			curA, curB = v.a, v.b
+		} else {
+			curB = max(curB, v.b)
+		}
+	}
+	if curB > curA {
+		covered += curB - curA
+	}
+	return max(s.dur-covered, 0)
+}
+
+// callee names the service a CLIENT span called: the first span of another
+// service it led to, else the host of its (or a nested CLIENT span's)
+// server.address when that is a known service, else the caller itself (the
+// callee left no span).
+func (s *span) callee(known map[string]bool) string {
+	for _, c := range s.across() {
+		if c.service != s.service {
+			return c.service
+		}
+	}
+	for c := s; c != nil; {
+		h := c.serverAddr
+		if host, _, err := net.SplitHostPort(h); err == nil {
+			h = host
+		}
+		if h != "" && known[h] {
+			return h
+		}
+		var next *span
+		for _, cc := range c.children {
+			if cc.kind == "client" && cc.service == s.service {
+				next = cc
+				break
+			}
+		}
+		c = next
+	}
+	return s.service
+}

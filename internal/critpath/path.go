@@ -1,0 +1,570 @@
+package critpath
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+)
+
+// Config tunes the analysis. Zero fields take DefaultConfig's values.
+type Config struct {
+	// MaxDepth bounds how many wakeups deep a path is followed (a thread
+	// woken by a thread woken by …); past it a blocked interval keeps its
+	// own state.
+	MaxDepth int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{MaxDepth: 32} }
+
+// Pause is an interval during which every thread of a process was stopped by
+// its runtime (a JVM's garbage-collection pause).
+type Pause struct {
+	PID        uint32
+	Start, End int64 // Unix ns
+}
+
+// Input is what an analysis reads.
+type Input struct {
+	Timeline *Timeline
+	// Requests are every span known to have run on the timeline's threads
+	// in its window (not only those whose paths are wanted): Algorithm 1
+	// needs all of them to tell whose work a thread was doing.
+	Requests []Request
+	// Pauses are runtime pauses laid over the paths (state gc).
+	Pauses []Pause
+}
+
+// Analysis computes critical paths over one timeline. It is read-only after
+// New and safe for concurrent use (each Path call has its own scratch).
+type Analysis struct {
+	cfg    Config
+	tl     *Timeline
+	assoc  *association
+	pauses map[uint32][]Pause
+	// user[i]: thread i belongs to a process that schedules in user space.
+	user []bool
+}
+
+// New prepares the analysis of in.
+func New(in Input, cfg Config) *Analysis {
+	if cfg.MaxDepth <= 0 {
+		cfg.MaxDepth = DefaultConfig().MaxDepth
+	}
+	a := &Analysis{cfg: cfg, tl: in.Timeline, assoc: newAssociation(in.Requests), pauses: mergePauses(in.Pauses)}
+	userPID := map[uint32]bool{}
+	for i := range in.Requests {
+		if in.Requests[i].UserScheduled {
+			userPID[in.Requests[i].PID] = true
+		}
+	}
+	a.user = make([]bool, len(a.tl.threads))
+	for i := range a.tl.threads {
+		a.user[i] = userPID[a.tl.threads[i].pid]
+	}
+	return a
+}
+
+// mergePauses sorts each process's pauses and merges those that overlap.
+func mergePauses(ps []Pause) map[uint32][]Pause {
+	out := map[uint32][]Pause{}
+	for _, p := range ps {
+		if p.End > p.Start {
+			out[p.PID] = append(out[p.PID], p)
+		}
+	}
+	for pid, l := range out {
+		slices.SortFunc(l, func(a, b Pause) int { return cmp.Compare(a.Start, b.Start) })
+		m := l[:1]
+		for _, p := range l[1:] {
+			if last := &m[len(m)-1]; p.Start <= last.End {
+				last.End = max(last.End, p.End)
+				continue
+			}
+			m = append(m, p)
+		}
+		out[pid] = m
+	}
+	return out
+}
+
+// Requests returns the analysis's requests (index i is the i of Path).
+func (a *Analysis) Requests() []Request { return a.assoc.reqs }
+
+// Timeline returns the timeline the analysis reads.
+func (a *Analysis) Timeline() *Timeline { return a.tl }
+
+// Segment is a piece of a critical path: a thread in one state.
+type Segment struct {
+	TID        uint32
+	Start, End int64 // Unix ns
+	State      string
+	// Wait is the state of the request's own thread that the path
+	// followed to get here (lock, network…: the thread was blocked and this
+	// thread woke it); empty on the request's own thread's own states.
+	Wait string
+	// Active is the index (in Requests) of the request active on TID then,
+	// -1 when none; Blocking says it is another request's work: the
+	// request was blocked by Active's request (BlockedBy names its local
+	// root).
+	Active   int
+	Blocking bool
+	// Syscall and Device qualify a blocked state of the thread's own (the
+	// syscall it waited in, the block device of a disk wait), when known.
+	Syscall, Device string
+}
+
+// Arrow is a wakeup the path followed: From woke To at TS.
+type Arrow struct {
+	From, To uint32
+	TS       int64
+}
+
+// Blocker is a request another one waited for, and for how long.
+type Blocker struct {
+	Request  int // index in Requests (a local root: see BlockedBy)
+	Duration int64
+	// Wait is what the request's own thread was blocked on while the path
+	// went through the other request (lock, network…; the state it spent
+	// most of that time in), empty when it was its own thread that worked
+	// for the other request (two requests on one thread).
+	Wait string
+}
+
+// ThreadTime is the time a path spent on one thread.
+type ThreadTime struct {
+	TID      uint32
+	Duration int64
+}
+
+// Path is a request's critical path and its summary.
+type Path struct {
+	Request int // index in Requests
+	// States is the time on the path per state (index: the state's
+	// position in States), the state of whichever thread the path is on;
+	// they add up to the request's duration.
+	States [numStates]int64
+	// Waits is the same time by what the request's own threads waited for:
+	// where the path left them (a lock wait resolved through the holder, a
+	// network wait through the local sender), that wait's state instead of
+	// the other thread's; GC pauses stay gc. They add up to the duration
+	// too.
+	Waits [numStates]int64
+	// BlockedBy are the other requests the path ran through, longest
+	// first. Their time is also counted in States (by what their threads
+	// were doing).
+	BlockedBy []Blocker
+	// Threads is the time on the path per thread, longest first.
+	Threads  []ThreadTime
+	Segments []Segment
+	Arrows   []Arrow
+}
+
+// StateDurations returns the time per state name (States).
+func (p *Path) StateDurations() map[string]int64 { return byName(&p.States) }
+
+// WaitDurations returns the time per state name of the request's own waits
+// (Waits).
+func (p *Path) WaitDurations() map[string]int64 { return byName(&p.Waits) }
+
+func byName(d *[numStates]int64) map[string]int64 {
+	m := make(map[string]int64, numStates)
+	for i, v := range d {
+		m[States[i]] = v
+	}
+	return m
+}
+
+// seg is a segment while the path is built.
+type seg struct {
+	tid uint32
+	// attr is the thread whose active request the segment belongs to:
+	// tid, except where the path could not follow a waker's intervals and
+	// the time stays on the blocked thread, when it is the waker's.
+	attr       uint32
+	start, end int64
+	st, wait   state  // wait == numStates: none
+	detail     uint16 // the interval's details (reason, syscall, device) when st is the thread's own
+	active     int32
+	blocking   bool
+}
+
+// gap is what a walk emits where its thread has no interval: the thread the
+// resolution started from, in the state it was blocked in.
+type gap struct {
+	tid      uint32
+	st, wait state
+	detail   uint16
+}
+
+const noWait = numStates
+
+// builder holds one path computation's scratch.
+type builder struct {
+	a      *Analysis
+	out    []seg // reverse time order while walking
+	arrows []Arrow
+}
+
+// Path computes the critical path of request i.
+func (a *Analysis) Path(i int) Path {
+	r := &a.assoc.reqs[i]
+	b := &builder{a: a}
+	var segs []seg
+	for _, an := range anchors(r) {
+		b.out = b.out[:0]
+		b.threadPath(an.tid, an.lo, an.hi)
+		slices.Reverse(b.out)
+		for _, s := range b.out {
+			segs = appendSeg(segs, s)
+		}
+	}
+	segs = a.overlayPauses(segs)
+	segs = a.attribute(i, segs)
+	return a.summarize(i, segs, b.arrows)
+}
+
+// appendSeg appends s in time order, merging it into the last segment when
+// they continue each other.
+func appendSeg(segs []seg, s seg) []seg {
+	if s.end <= s.start {
+		return segs
+	}
+	if n := len(segs); n > 0 {
+		l := &segs[n-1]
+		if l.end == s.start && l.tid == s.tid && l.attr == s.attr && l.st == s.st && l.wait == s.wait && l.detail == s.detail &&
+			l.active == s.active && l.blocking == s.blocking {
+			l.end = s.end
+			return segs
+		}
+	}
+	return append(segs, s)
+}
+
+// emit prepends [lo, hi) to the reversed path under construction.
+func (b *builder) emit(tid, attr uint32, lo, hi int64, st, wait state, detail uint16) {
+	if hi <= lo {
+		return
+	}
+	if n := len(b.out); n > 0 {
+		l := &b.out[n-1]
+		if l.start == hi && l.tid == tid && l.attr == attr && l.st == st && l.wait == wait && l.detail == detail {
+			l.start = lo
+			return
+		}
+	}
+	b.out = append(b.out, seg{tid: tid, attr: attr, start: lo, end: hi, st: st, wait: wait, detail: detail, active: -1})
+}
+
+// threadPath builds the critical path of thread tid over [lo, hi) (reversed,
+// into b.out). Time the thread has no interval for is unknown.
+func (b *builder) threadPath(tid uint32, lo, hi int64) {
+	ti, ok := b.a.tl.byTID[tid]
+	if !ok {
+		b.emit(tid, tid, lo, hi, stUnknown, noWait, 0)
+		return
+	}
+	b.walk(ti, lo, hi, 0, gap{tid: tid, st: stUnknown, wait: noWait}, noWait)
+}
+
+// walk covers [lo, hi) with thread ti's intervals, backwards from hi. Where
+// the thread has no interval, the time is emitted as g: the thread a
+// resolution started from, in the state it was blocked in (or, on the
+// request's own thread, unknown), attributed to thread ti's request.
+func (b *builder) walk(ti int32, lo, hi int64, depth int, g gap, wait state) {
+	ivs := b.a.tl.threads[ti].ivs
+	attr := b.a.tl.threads[ti].tid
+	// The last interval starting before hi.
+	i := sort.Search(len(ivs), func(k int) bool { return ivs[k].start >= hi }) - 1
+	cur := hi
+	for cur > lo {
+		if i < 0 || ivs[i].end <= lo {
+			b.emit(g.tid, attr, lo, cur, g.st, g.wait, g.detail)
+			return
+		}
+		j := &ivs[i]
+		if j.end < cur {
+			b.emit(g.tid, attr, j.end, cur, g.st, g.wait, g.detail)
+			cur = j.end
+		}
+		pLo := max(j.start, lo)
+		b.interval(ti, j, pLo, cur, depth, wait, lo, hi)
+		cur = pLo
+		i--
+	}
+}
+
+// interval emits the piece [lo, hi) of thread ti's interval j: its own state,
+// or, when a thread woke it, what the waker did meanwhile (Resolve in
+// CRITICAL-PATH.md). [wlo, whi) is the window of the walk it belongs to.
+func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state, wlo, whi int64) {
+	th := &b.a.tl.threads[ti]
+	st, follow := b.a.classify(ti, j)
+	if !follow {
+		b.emit(th.tid, th.tid, lo, hi, st, wait, j.detail)
+		return
+	}
+	w := &b.a.tl.wakeups[j.wake]
+	wk, ok := b.a.tl.byTID[w.waker]
+	if !ok {
+		// A waker the snapshot has no intervals of: the time stays a wait
+		// of this thread, for whatever request the waker was serving.
+		b.emit(th.tid, w.waker, lo, hi, st, wait, j.detail)
+		return
+	}
+	// A resolution must narrow its window: a piece as wide as the window
+	// it came from means the data describe a waker blocked when it woke
+	// someone (a cycle), and following it would not end.
+	if depth >= b.a.cfg.MaxDepth || (depth > 0 && lo == wlo && hi == whi) {
+		b.emit(th.tid, th.tid, lo, hi, st, wait, j.detail)
+		return
+	}
+	top := min(hi, w.ts)
+	if top < hi {
+		b.emit(th.tid, th.tid, max(top, lo), hi, st, wait, j.detail)
+	}
+	if top <= lo {
+		return
+	}
+	outer := wait
+	if wait == noWait {
+		wait = st
+	}
+	n := len(b.out)
+	var prev seg
+	if n > 0 {
+		prev = b.out[n-1]
+	}
+	b.walk(wk, lo, top, depth+1, gap{tid: th.tid, st: st, wait: outer, detail: j.detail}, wait)
+	// An arrow only where the path did go to another thread (a waker
+	// without intervals leaves the time on the blocked thread). The walk
+	// may have extended the last segment instead of adding one.
+	went := slices.ContainsFunc(b.out[n:], func(s seg) bool { return s.tid != th.tid }) ||
+		n > 0 && b.out[n-1].start != prev.start && prev.tid != th.tid
+	if w.ts > lo && w.ts <= hi && went {
+		b.arrows = append(b.arrows, Arrow{From: w.waker, To: th.tid, TS: w.ts})
+	}
+}
+
+// classify gives an interval's state and whether the path follows it to the
+// thread that woke it (a thread caused the end of the wait — it released a
+// lock, or sent on a local socket: what that thread did until then is the
+// path). Other waits keep the reason the thread blocked for; for a reason
+// that does not tell (another syscall, a kernel thread's wait), the
+// interrupt that ended the wait (timer, network, disk) does.
+func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
+	switch j.kind {
+	case kRunning:
+		return stRunning, false
+	case kRunqueue:
+		return stRunqueue, false
+	case kThrottled:
+		return stThrottled, false
+	}
+	rs := a.tl.details.st[j.detail]
+	// A page fault or a memory stall is memory, whoever ends it.
+	if rs == stMemory {
+		return stMemory, false
+	}
+	// In a process that schedules in user space (Go), a thread blocked
+	// on a futex or in the network poller is the runtime parking an idle
+	// thread; the request's goroutine waits in user space where the kernel
+	// does not see it: unknown, not the wait of whoever woke the thread.
+	if a.user[ti] && (rs == stLock || rs == stNetwork) {
+		return stUnknown, false
+	}
+	if j.wake < 0 {
+		return rs, false
+	}
+	w := &a.tl.wakeups[j.wake]
+	if w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid {
+		return rs, true
+	}
+	// The syscall says what the thread waited for (a lock wait that timed
+	// out to re-check the lock, as a JVM's monitor does, is still a lock
+	// wait); the interrupt that ended the wait says it for a syscall that
+	// does not tell.
+	if rs != stUnknown {
+		return rs, false
+	}
+	switch w.ctx {
+	case cTimer:
+		return stSleep, false
+	case cNetwork:
+		return stNetwork, false
+	case cDisk:
+		return stDisk, false
+	}
+	return rs, false
+}
+
+// overlayPauses turns the time of a paused process's threads into gc.
+func (a *Analysis) overlayPauses(segs []seg) []seg {
+	if len(a.pauses) == 0 {
+		return segs
+	}
+	var out []seg
+	for _, s := range segs {
+		ps := a.pauses[a.pidOf(s.tid)]
+		if len(ps) == 0 {
+			out = appendSeg(out, s)
+			continue
+		}
+		// The first pause ending after s starts.
+		k := sort.Search(len(ps), func(k int) bool { return ps[k].End > s.start })
+		cur := s.start
+		for ; k < len(ps) && ps[k].Start < s.end; k++ {
+			if ps[k].Start > cur {
+				piece := s
+				piece.start, piece.end = cur, ps[k].Start
+				out = appendSeg(out, piece)
+				cur = ps[k].Start
+			}
+			piece := s
+			piece.start, piece.end, piece.st = cur, min(s.end, ps[k].End), stGC
+			out = appendSeg(out, piece)
+			cur = piece.end
+		}
+		if cur < s.end {
+			piece := s
+			piece.start = cur
+			out = appendSeg(out, piece)
+		}
+	}
+	return out
+}
+
+func (a *Analysis) pidOf(tid uint32) uint32 {
+	if i, ok := a.tl.byTID[tid]; ok {
+		return a.tl.threads[i].pid
+	}
+	return 0
+}
+
+// attribute splits segments where the request active on their thread
+// changes (Algorithm 1) and marks the pieces spent on another request's
+// work.
+func (a *Analysis) attribute(r int, segs []seg) []seg {
+	var out []seg
+	for _, s := range segs {
+		cur := s.start
+		for cur < s.end {
+			q, until := a.assoc.at(s.attr, cur)
+			piece := s
+			piece.start, piece.end = cur, min(s.end, until)
+			piece.active = int32(q)
+			piece.blocking = a.blocking(r, q, piece.tid)
+			if a.unseen(r, q, piece.tid) {
+				piece.st = stUnknown
+			}
+			out = appendSeg(out, piece)
+			cur = piece.end
+		}
+	}
+	return out
+}
+
+// blocking reports whether time on thread tid while request q is active
+// there is request r waiting for q.
+func (a *Analysis) blocking(r, q int, tid uint32) bool {
+	if q < 0 || a.assoc.related(r, q) || a.assoc.related(r, a.assoc.lroot[q]) {
+		return false
+	}
+	// In a process that schedules in user space, a thread working for
+	// another request says nothing of where r's goroutine was (see unseen).
+	return !a.userSched(r, tid)
+}
+
+// unseen reports whether the time on thread tid is unknown for request r:
+// r's process schedules in user space (Go) and tid is one of its threads,
+// working then for another request or for none. r's goroutine waited
+// somewhere the kernel does not see; the thread's own state is not r's.
+func (a *Analysis) unseen(r, q int, tid uint32) bool {
+	if !a.userSched(r, tid) {
+		return false
+	}
+	return q < 0 || !a.assoc.related(r, q) && !a.assoc.related(r, a.assoc.lroot[q])
+}
+
+func (a *Analysis) userSched(r int, tid uint32) bool {
+	req := &a.assoc.reqs[r]
+	return req.UserScheduled && a.pidOf(tid) == req.PID
+}
+
+// summarize adds up a request's segments.
+func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
+	p := Path{Request: r, Segments: make([]Segment, 0, len(segs))}
+	blocked := map[int]int64{}
+	blockedWait := map[int]*[numStates + 1]int64{}
+	threads := map[uint32]int64{}
+	for _, s := range segs {
+		d := s.end - s.start
+		p.States[s.st] += d
+		switch {
+		case s.st == stGC || s.wait == noWait:
+			p.Waits[s.st] += d
+		default:
+			p.Waits[s.wait] += d
+		}
+		threads[s.tid] += d
+		wait := ""
+		if s.wait != noWait {
+			wait = States[s.wait]
+		}
+		if s.blocking {
+			q := a.assoc.lroot[s.active]
+			blocked[q] += d
+			if blockedWait[q] == nil {
+				blockedWait[q] = new([numStates + 1]int64)
+			}
+			w := s.wait
+			if w == noWait && s.attr != s.tid {
+				// The thread's own wait, attributed through its waker.
+				w = s.st
+			}
+			blockedWait[q][w] += d
+		}
+		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
+			Wait: wait, Active: int(s.active), Blocking: s.blocking,
+			Syscall: a.tl.details.syscall[s.detail], Device: a.tl.details.device[s.detail]})
+	}
+	for q, d := range blocked {
+		b := Blocker{Request: q, Duration: d}
+		best := noWait
+		for w, dw := range blockedWait[q] {
+			if dw > blockedWait[q][best] {
+				best = state(w)
+			}
+		}
+		if best != noWait {
+			b.Wait = States[best]
+		}
+		p.BlockedBy = append(p.BlockedBy, b)
+	}
+	slices.SortFunc(p.BlockedBy, func(x, y Blocker) int {
+		if c := cmp.Compare(y.Duration, x.Duration); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Request, y.Request)
+	})
+	for tid, d := range threads {
+		p.Threads = append(p.Threads, ThreadTime{TID: tid, Duration: d})
+	}
+	slices.SortFunc(p.Threads, func(x, y ThreadTime) int {
+		if c := cmp.Compare(y.Duration, x.Duration); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.TID, y.TID)
+	})
+	slices.SortFunc(arrows, func(x, y Arrow) int {
+		if c := cmp.Compare(x.TS, y.TS); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(x.From, y.From); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.To, y.To)
+	})
+	p.Arrows = slices.Compact(arrows)
+	return p
+}

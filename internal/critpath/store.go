@@ -1,0 +1,446 @@
+package critpath
+
+import (
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler/jfr"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// Artifact kinds and media types the store-backed analysis reads and writes.
+const (
+	// KernelKind is the kind of a kernel snapshot artifact (MediaType).
+	KernelKind = "kernel"
+	// ArtifactKind is the kind of the stored critical paths of a capture:
+	// a gzipped Stored document, linked to the spans whose paths it holds.
+	ArtifactKind = "critical-path"
+	// ArtifactMediaType is its media type.
+	ArtifactMediaType = "application/vnd.rootline.critical-path+json+gzip"
+	// jfrMediaType is the media type of a JFR recording artifact.
+	jfrMediaType = "application/x-jfr"
+)
+
+// StoredVersion is the version of the Stored document.
+const StoredVersion = 1
+
+// Stored is the document of a "critical-path" artifact: the paths computed
+// from one kernel snapshot for the spans its capture explains.
+type Stored struct {
+	Version int `json:"version"`
+	// Snapshot is the id of the kernel artifact the paths come from.
+	Snapshot string       `json:"snapshot"`
+	Paths    []SpanPath   `json:"paths"`
+	Shared   []SharedJSON `json:"shared"`
+	Notes    []string     `json:"notes,omitempty"`
+}
+
+// Analyzer computes critical paths from what a store holds: kernel
+// snapshots, the spans linked to them and the other spans of their
+// processes in their windows, and the JFR recordings of the same capture.
+// It is safe for concurrent use.
+type Analyzer struct {
+	Spans     store.SpanReader
+	Artifacts store.ArtifactStore
+	Config    Config
+	// MaxTraces bounds the traces read per process of a snapshot for the
+	// thread ↔ request association (default 5,000): the other requests a
+	// path may run through. Past it the association misses the oldest.
+	MaxTraces int
+	// MaxProcesses bounds the processes of a snapshot whose spans are read
+	// (default 16; target processes first).
+	MaxProcesses int
+	// Slots, when set, bounds the snapshots analysed at once (a large
+	// snapshot takes seconds of CPU and hundreds of MB): compute takes a
+	// slot, waiting for one at most as long as its context allows. Reading
+	// stored paths needs none.
+	Slots chan struct{}
+	// Logger may be nil.
+	Logger *slog.Logger
+}
+
+// Sentinel errors of the store-backed analysis.
+var (
+	// ErrNoSnapshot: the trace has no kernel snapshot linked to it.
+	ErrNoSnapshot = errors.New("no kernel snapshot is linked to the trace")
+)
+
+// maxArtifactBytes bounds an artifact read into memory (a snapshot is
+// gzipped; Decode bounds what it inflates to).
+const maxArtifactBytes = 1 << 30
+
+// spanLookback is how long before a snapshot's window the spans still
+// active in it may have started.
+const spanLookback = int64(60e9)
+
+func (a *Analyzer) logger() *slog.Logger {
+	if a.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return a.Logger
+}
+
+// Trace returns the critical paths of the spans of a trace that are linked
+// to a kernel snapshot: those stored when their capture completed, and, for
+// a snapshot without stored paths, computed now. It returns an error
+// wrapping store.ErrNotFound for an unknown trace and ErrNoSnapshot when no
+// snapshot is linked to it.
+func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, error) {
+	spans, err := a.Spans.GetTrace(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	arts, err := a.Artifacts.TraceArtifacts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	res := &TraceResult{TraceID: id.String(), Spans: []SpanPath{}, Shared: []SharedJSON{}}
+	covered := map[string]bool{}
+	var kernels []store.Artifact
+	for _, art := range arts {
+		if art.Kind == KernelKind && art.MediaType == MediaType {
+			kernels = append(kernels, art)
+		}
+	}
+	if len(kernels) == 0 {
+		return nil, ErrNoSnapshot
+	}
+	var stored []*Stored
+	for _, art := range arts {
+		if art.Kind != ArtifactKind {
+			continue
+		}
+		st, err := a.readStored(ctx, art.ID)
+		if err != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("stored critical paths %s unreadable: %v", art.ID, err))
+			continue
+		}
+		covered[st.Snapshot] = true
+		stored = append(stored, st)
+	}
+	inTrace := map[model.SpanID]bool{}
+	for _, s := range spans {
+		inTrace[s.SpanID] = true
+	}
+	for _, k := range kernels {
+		if covered[k.ID] {
+			continue
+		}
+		var refs []store.SpanRef
+		for _, r := range k.Spans {
+			if r.TraceID == id {
+				refs = append(refs, r)
+			}
+		}
+		st, err := a.compute(ctx, k, refs, spans)
+		if err != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("kernel snapshot %s: %v", k.ID, err))
+			continue
+		}
+		stored = append(stored, st)
+	}
+	best := map[string]SpanPath{}
+	for _, st := range stored {
+		for _, p := range st.Paths {
+			if p.TraceID != res.TraceID {
+				continue
+			}
+			// A span linked to several snapshots (coalesced captures,
+			// replicas) keeps the path the kernel saw most of.
+			if old, ok := best[p.SpanID]; !ok || p.States[Unknown] < old.States[Unknown] {
+				best[p.SpanID] = p
+			}
+		}
+		for _, sh := range st.Shared {
+			if slices.ContainsFunc(sh.Spans, func(r RequestRef) bool { return r.TraceID == res.TraceID }) {
+				res.Shared = append(res.Shared, sh)
+			}
+		}
+		for _, n := range st.Notes {
+			if strings.Contains(n, res.TraceID) || !strings.Contains(n, "span ") {
+				res.Notes = append(res.Notes, n)
+			}
+		}
+	}
+	for _, p := range best {
+		res.Spans = append(res.Spans, p)
+	}
+	slices.SortFunc(res.Spans, func(x, y SpanPath) int {
+		if c := cmp.Compare(x.Start, y.Start); c != 0 {
+			return c
+		}
+		return strings.Compare(x.SpanID, y.SpanID)
+	})
+	return res, nil
+}
+
+// Capture computes the critical paths of the spans a kernel snapshot is
+// linked to (the anomalous spans of its capture) and stores them as a
+// "critical-path" artifact of the same capture, linked to those spans. It
+// returns the stored document.
+func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error) {
+	k, err := a.Artifacts.GetArtifact(ctx, kernelID)
+	if err != nil {
+		return nil, err
+	}
+	if k.Kind != KernelKind || k.MediaType != MediaType {
+		return nil, fmt.Errorf("artifact %s is a %s (%s), not a kernel snapshot", kernelID, k.Kind, k.MediaType)
+	}
+	st, err := a.compute(ctx, k, k.Spans, nil)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(st); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	var linked []store.SpanRef
+	for _, p := range st.Paths {
+		tr, err1 := model.ParseTraceID(p.TraceID)
+		sp, err2 := model.ParseSpanID(p.SpanID)
+		if err1 == nil && err2 == nil {
+			linked = append(linked, store.SpanRef{TraceID: tr, SpanID: sp})
+		}
+	}
+	if len(linked) == 0 {
+		// Linked to the snapshot's spans all the same, so that the notes
+		// saying why none has a path are found with them.
+		linked = k.Spans
+	}
+	meta := store.Artifact{
+		Kind: ArtifactKind, MediaType: ArtifactMediaType, FileName: strings.TrimSuffix(strings.TrimSuffix(k.FileName, ".gz"), ".json") + ".critical-path.json.gz",
+		Host: k.Host, Service: k.Service, PID: k.PID, Start: k.Start, End: k.End, Partial: k.Partial, CaptureID: k.CaptureID,
+		Attributes: map[string]string{"snapshot": k.ID, "paths": strconv.Itoa(len(st.Paths))},
+		Spans:      linked,
+	}
+	if _, err := a.Artifacts.PutArtifact(ctx, meta, &buf); err != nil {
+		return nil, fmt.Errorf("store critical paths: %w", err)
+	}
+	return st, nil
+}
+
+func (a *Analyzer) readStored(ctx context.Context, id string) (*Stored, error) {
+	data, err := a.read(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	var st Stored
+	if err := json.NewDecoder(io.LimitReader(zr, maxArtifactBytes)).Decode(&st); err != nil {
+		return nil, err
+	}
+	if st.Version != StoredVersion {
+		return nil, fmt.Errorf("version %d (this build reads %d)", st.Version, StoredVersion)
+	}
+	return &st, nil
+}
+
+// read returns an artifact's content, bounded.
+func (a *Analyzer) read(ctx context.Context, id string) ([]byte, error) {
+	_, rc, err := a.Artifacts.OpenArtifact(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxArtifactBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxArtifactBytes {
+		return nil, fmt.Errorf("artifact %s is larger than %d bytes", id, maxArtifactBytes)
+	}
+	return data, nil
+}
+
+// compute computes the paths of the spans refs from kernel snapshot k.
+// known are spans already read (the trace's), to save a lookup.
+func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.SpanRef, known []*model.Span) (*Stored, error) {
+	if a.Slots != nil {
+		select {
+		case a.Slots <- struct{}{}:
+			defer func() { <-a.Slots }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	log := a.logger()
+	data, err := a.read(ctx, k.ID)
+	if err != nil {
+		return nil, err
+	}
+	tl, err := DecodeBytes(data)
+	data = nil
+	if err != nil {
+		return nil, err
+	}
+	st := &Stored{Version: StoredVersion, Snapshot: k.ID, Paths: []SpanPath{}, Shared: []SharedJSON{}}
+	if tl.Lost > 0 {
+		st.Notes = append(st.Notes, fmt.Sprintf("the kernel recorder had dropped %d records when it took snapshot %s: paths may be wrong where they fell", tl.Lost, k.ID))
+	}
+
+	// Every span known to have run on the snapshot's processes in its
+	// window: the targets' traces, then each process's spans.
+	spans := map[spanKey]*model.Span{}
+	add := func(s *model.Span) {
+		if k.Host != "" {
+			if h, ok := s.ResourceAttr(model.AttrHostName); ok && h.String() != "" && h.String() != k.Host {
+				return // the same pid on another host
+			}
+		}
+		spans[spanKey{s.TraceID, s.SpanID}] = s
+	}
+	for _, s := range known {
+		add(s)
+	}
+	traces := map[model.TraceID]bool{}
+	for _, r := range refs {
+		if traces[r.TraceID] {
+			continue
+		}
+		traces[r.TraceID] = true
+		if slices.ContainsFunc(known, func(s *model.Span) bool { return s.TraceID == r.TraceID }) {
+			continue
+		}
+		ts, err := a.Spans.GetTrace(ctx, r.TraceID)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range ts {
+			add(s)
+		}
+	}
+	maxTraces := cmp.Or(a.MaxTraces, 5000)
+	pids := tl.PIDs()
+	if n := cmp.Or(a.MaxProcesses, 16); len(pids) > n {
+		st.Notes = append(st.Notes, fmt.Sprintf("the spans of %d of the snapshot's %d processes were not read", len(pids)-n, len(pids)))
+		pids = pids[:n]
+	}
+	for _, pid := range pids {
+		q := store.TraceQuery{Tags: map[string]string{model.AttrProcessPID: strconv.FormatUint(uint64(pid), 10)},
+			StartMin: tl.Start - spanLookback, StartMax: tl.End, Limit: maxTraces}
+		found, err := a.Spans.FindTraces(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == maxTraces {
+			st.Notes = append(st.Notes, fmt.Sprintf("process %d had more than %d traces in the window: the oldest are not in the association", pid, maxTraces))
+		}
+		for _, tr := range found {
+			for _, s := range tr {
+				add(s)
+			}
+		}
+	}
+	in := Input{Timeline: tl}
+	index := map[spanKey]int{}
+	keys := make([]spanKey, 0, len(spans))
+	for key := range spans {
+		keys = append(keys, key)
+	}
+	// A fixed order: Algorithm 1 breaks ties by it.
+	slices.SortFunc(keys, func(x, y spanKey) int {
+		if c := cmp.Compare(spans[x].Start, spans[y].Start); c != 0 {
+			return c
+		}
+		if c := bytes.Compare(x.trace[:], y.trace[:]); c != 0 {
+			return c
+		}
+		return bytes.Compare(x.span[:], y.span[:])
+	})
+	for _, key := range keys {
+		if r, ok := RequestFromSpan(spans[key]); ok {
+			index[key] = len(in.Requests)
+			in.Requests = append(in.Requests, r)
+		}
+	}
+	in.Pauses = a.pauses(ctx, k, st)
+	an := New(in, a.Config)
+	var paths []Path
+	for _, ref := range refs {
+		key := spanKey{ref.TraceID, ref.SpanID}
+		i, ok := index[key]
+		s := spans[key]
+		switch {
+		case s == nil:
+			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s is not in the store", ref.SpanID, ref.TraceID))
+			continue
+		case !ok:
+			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s) says neither its process nor its threads (process.pid, thread.id or rootline.thread.ids)", ref.SpanID, ref.TraceID, s.Service, s.Name))
+			continue
+		}
+		r := &in.Requests[i]
+		if !an.seen(r) {
+			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s): none of its threads is in snapshot %s", ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID))
+			continue
+		}
+		p := an.Path(i)
+		paths = append(paths, p)
+		sp := an.JSON(&p)
+		sp.Snapshot = k.ID
+		st.Paths = append(st.Paths, sp)
+	}
+	st.Shared = an.SharedJSON(Merge(paths))
+	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "requests", len(in.Requests), "intervals", tl.Intervals())
+	return st, nil
+}
+
+// seen reports whether any of r's threads has intervals in the timeline.
+func (a *Analysis) seen(r *Request) bool {
+	for _, act := range r.Threads {
+		if i, ok := a.tl.byTID[act.TID]; ok && len(a.tl.threads[i].ivs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// pauses reads the GC pauses of the JVM recordings of k's capture.
+func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []Pause {
+	if k.CaptureID == "" || len(k.Spans) == 0 {
+		return nil
+	}
+	arts, err := a.Artifacts.TraceArtifacts(ctx, k.Spans[0].TraceID)
+	if err != nil {
+		return nil
+	}
+	var out []Pause
+	for _, art := range arts {
+		if art.CaptureID != k.CaptureID || art.MediaType != jfrMediaType {
+			continue
+		}
+		data, err := a.read(ctx, art.ID)
+		if err != nil {
+			st.Notes = append(st.Notes, fmt.Sprintf("JFR recording %s unreadable: %v", art.ID, err))
+			continue
+		}
+		ps, err := jfr.GCPauses(data)
+		if err != nil {
+			st.Notes = append(st.Notes, fmt.Sprintf("JFR recording %s: GC pauses read up to an error: %v", art.ID, err))
+		}
+		for _, p := range ps {
+			out = append(out, Pause{PID: uint32(art.PID), Start: p.Start, End: p.End})
+		}
+	}
+	return out
+}

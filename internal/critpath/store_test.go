@@ -1,0 +1,143 @@
+package critpath
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"testing"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler/kernel"
+	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/sqlite"
+)
+
+// spanOf is the span `rootline run` would have written for r.
+func spanOf(r Request) *model.Span {
+	return &model.Span{TraceID: r.TraceID, SpanID: r.SpanID, ParentSpanID: r.Parent, Service: r.Service, Name: r.Operation,
+		Kind: model.KindServer, Start: r.Start, Duration: r.End - r.Start,
+		Attributes: []model.KeyValue{model.String(AttrThreadIntervals, ThreadIntervals(r.Start, r.Threads))},
+		Resource:   []model.KeyValue{model.String(model.AttrServiceName, r.Service), model.Int(model.AttrProcessPID, int64(r.PID))}}
+}
+
+// TestAnalyzerOnStore runs the store-backed analysis on the real SQLite
+// store: spans of the mutex-contention case and its snapshot, linked to the
+// two waiting spans as a capture links them.
+func TestAnalyzerOnStore(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	data, err := os.ReadFile("testdata/mutex-contention.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c timelineCase
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatal(err)
+	}
+	// The snapshot as the recorder writes it, at a realistic time.
+	const base = 1_700_000_000_000_000_000
+	for i := range c.Requests {
+		c.Requests[i].Start, c.Requests[i].End = c.Requests[i].Start+base/1e6, c.Requests[i].End+base/1e6
+		for k := range c.Requests[i].Threads {
+			c.Requests[i].Threads[k][1] += base / 1e6
+			c.Requests[i].Threads[k][2] += base / 1e6
+		}
+	}
+	c.Window[0], c.Window[1] = c.Window[0]+base/1e6, c.Window[1]+base/1e6
+	for _, iv := range c.Intervals {
+		iv[3], iv[4] = num(iv[3])+base/1e6, num(iv[4])+base/1e6
+	}
+	for _, w := range c.Wakeups {
+		w[0] = num(w[0]) + base/1e6
+	}
+	in := c.input(t)
+	var spans []*model.Span
+	for _, r := range in.Requests {
+		spans = append(spans, spanOf(r))
+	}
+	if err := st.WriteSpans(ctx, spans); err != nil {
+		t.Fatal(err)
+	}
+	snap := snapshotOf(t, &c)
+	a, b, holder := spans[1], spans[2], spans[0]
+	k, err := st.PutArtifact(ctx, store.Artifact{Kind: KernelKind, MediaType: MediaType, FileName: "kernel-app-100.json.gz",
+		PID: 100, Start: snap.Start, End: snap.End, CaptureID: "cap1",
+		Spans: []store.SpanRef{{TraceID: a.TraceID, SpanID: a.SpanID}, {TraceID: b.TraceID, SpanID: b.SpanID}}}, bytes.NewReader(encode(t, snap)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	an := &Analyzer{Spans: st, Artifacts: st}
+
+	// Computed on demand: a waited 50 ms for the holder's request.
+	got, err := an.Trace(ctx, a.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spans) != 1 || got.Spans[0].SpanID != a.SpanID.String() || got.Spans[0].Snapshot != k.ID {
+		t.Fatalf("paths %+v", got.Spans)
+	}
+	p := got.Spans[0]
+	if len(p.BlockedBy) != 1 || p.BlockedBy[0].SpanID != holder.SpanID.String() || p.BlockedBy[0].Ms != 50 || p.BlockedBy[0].Wait != Lock ||
+		p.Waits[Lock] != 50 || p.States[Running] != 64 {
+		t.Fatalf("path of a: blockedBy %+v states %v waits %v", p.BlockedBy, p.States, p.Waits)
+	}
+
+	// Stored at capture time, then served from the artifact.
+	stored, err := an.Capture(ctx, k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored.Paths) != 2 {
+		t.Fatalf("stored %d paths, want a's and b's: %+v", len(stored.Paths), stored.Notes)
+	}
+	arts, err := st.TraceArtifacts(ctx, b.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, x := range arts {
+		kinds[x.Kind]++
+	}
+	if kinds[ArtifactKind] != 1 || kinds[KernelKind] != 1 {
+		t.Fatalf("artifacts of b's trace: %v", kinds)
+	}
+	again, err := an.Trace(ctx, a.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again.Spans, got.Spans) {
+		t.Fatalf("stored path differs from the computed one:\n%+v\n%+v", again.Spans, got.Spans)
+	}
+	// Computed together, a's and b's paths share the holder's work.
+	if len(again.Shared) == 0 || len(again.Shared[0].Spans) != 2 || again.Shared[0].SpanID != holder.SpanID.String() {
+		t.Fatalf("shared %+v", again.Shared)
+	}
+	gb, err := an.Trace(ctx, b.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gb.Spans) != 1 || len(gb.Spans[0].BlockedBy) != 2 {
+		t.Fatalf("b: %+v", gb.Spans)
+	}
+
+	if _, err := an.Trace(ctx, holder.TraceID); !errors.Is(err, ErrNoSnapshot) {
+		t.Fatalf("the holder's trace (no snapshot linked): %v", err)
+	}
+	if _, err := an.Trace(ctx, model.TraceID{9}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown trace: %v", err)
+	}
+}
+
+// snapshotOf is a case's snapshot (times scaled).
+func snapshotOf(t *testing.T, c *timelineCase) *kernel.Snapshot {
+	t.Helper()
+	s, _ := c.snapshot()
+	return s
+}

@@ -1,0 +1,273 @@
+package run
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
+
+	"github.com/rootline/rootline/internal/model"
+)
+
+// otlpServer counts the spans and connections an OTLP/HTTP receiver got.
+type otlpServer struct {
+	*httptest.Server
+	spans, conns, posts atomic.Int64
+	mu                  sync.Mutex
+	names               []string
+	auth                string
+}
+
+func newOTLPServer(t *testing.T) *otlpServer {
+	o := &otlpServer{}
+	o.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		req := ptraceotlp.NewExportRequest()
+		if err := req.UnmarshalProto(body); err != nil {
+			t.Errorf("the receiver cannot decode the batch: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		rs := req.Traces().ResourceSpans()
+		o.mu.Lock()
+		o.auth = r.Header.Get("Authorization")
+		for i := range rs.Len() {
+			ss := rs.At(i).ScopeSpans()
+			for j := range ss.Len() {
+				for k := range ss.At(j).Spans().Len() {
+					o.names = append(o.names, ss.At(j).Spans().At(k).Name())
+				}
+			}
+		}
+		o.mu.Unlock()
+		o.spans.Add(int64(req.Traces().SpanCount()))
+		o.posts.Add(1)
+		_, _ = w.Write([]byte("{}")) // a body the shipper must read for the connection to be kept
+	}))
+	o.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			o.conns.Add(1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	return o
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !ok() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func testSpan(name string) *model.Span {
+	return &model.Span{TraceID: model.TraceID{1}, SpanID: model.SpanID{2}, Service: "svc", Name: name,
+		Kind: model.KindServer, Start: time.Now().UnixNano(), Duration: 1000, Scope: "rootline-run",
+		Resource: []model.KeyValue{model.String(model.AttrServiceName, "svc")}}
+}
+
+// A span goes out within Every on its own; Flush sends at once; batches
+// reuse one connection; the token is sent; stopping sends what is left.
+func TestShipper(t *testing.T) {
+	o := newOTLPServer(t)
+	const every = 300 * time.Millisecond
+	s := NewShipper(ShipperConfig{Endpoint: o.URL + "/v1/traces", Token: "tok", Every: every})
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+
+	s.Emit(testSpan("timed"))
+	took := waitFor(t, "a span sent by the timer", 5*time.Second, func() bool { return o.spans.Load() == 1 })
+	if took < every/2 {
+		t.Errorf("the span went out after %v, before its batch's time (%v)", took, every)
+	}
+
+	for i := range 3 {
+		s.Emit(testSpan("flushed"))
+		s.Flush()
+		took = waitFor(t, "flushed spans", 5*time.Second, func() bool { return o.spans.Load() == int64(2+i) })
+		if took > every/2 {
+			t.Errorf("Flush took %v: it should not wait for the timer (%v)", took, every)
+		}
+	}
+	if n := o.conns.Load(); n != 1 {
+		t.Errorf("%d connections for %d batches: the connection should be kept", n, o.posts.Load())
+	}
+
+	// Idle: nothing is sent, however long.
+	posts := o.posts.Load()
+	time.Sleep(2 * every)
+	if o.posts.Load() != posts {
+		t.Error("an idle shipper sent a request")
+	}
+
+	s.Emit(testSpan("at exit"))
+	cancel()
+	s.Wait()
+	if o.spans.Load() != 5 || s.Sent.Load() != 5 || s.Dropped.Load()+s.Failed.Load() != 0 {
+		t.Errorf("received %d, sent %d, dropped %d, failed %d; want 5 sent", o.spans.Load(), s.Sent.Load(),
+			s.Dropped.Load(), s.Failed.Load())
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.auth != "Bearer tok" {
+		t.Errorf("Authorization = %q", o.auth)
+	}
+	if o.names[0] != "timed" || o.names[4] != "at exit" {
+		t.Errorf("spans received: %v", o.names)
+	}
+}
+
+// A dead server costs the spans (counted), never a blocked Emit; a full
+// queue drops.
+func TestShipperDeadServer(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	s := NewShipper(ShipperConfig{Endpoint: "http://" + addr + "/v1/traces", Queue: 4, Every: time.Hour})
+	for range 10 {
+		s.Emit(testSpan("x")) // Run is not running: the queue fills
+	}
+	if s.Dropped.Load() != 6 {
+		t.Errorf("dropped %d of 10 with a queue of 4, want 6", s.Dropped.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	s.Flush()
+	waitFor(t, "failed spans counted", 5*time.Second, func() bool { return s.Failed.Load() == 4 })
+	cancel()
+	s.Wait()
+}
+
+// flakyServer answers the first len(answers) posts with those statuses (and
+// Retry-After when set), then 200; it counts the spans of accepted posts.
+type flakyServer struct {
+	*httptest.Server
+	posts, spans atomic.Int64
+}
+
+func newFlakyServer(t *testing.T, retryAfter string, answers ...int) *flakyServer {
+	f := &flakyServer{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		n := f.posts.Add(1)
+		if int(n) <= len(answers) {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			http.Error(w, "later", answers[n-1])
+			return
+		}
+		req := ptraceotlp.NewExportRequest()
+		if err := req.UnmarshalProto(body); err != nil {
+			t.Errorf("decode: %v", err)
+		}
+		f.spans.Add(int64(req.Traces().SpanCount()))
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// TestShipperRetries: answers that say "retry later" get the batch again,
+// after an exponential backoff with jitter or the server's Retry-After when
+// longer, within MaxRetryTime; other failures are not retried.
+func TestShipperRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answers    []int
+		retryAfter string
+		maxTime    time.Duration
+		sent       int64
+		failed     int64
+		retried    int64
+		posts      int64
+		minWait    []time.Duration // lower bound of each wait
+		maxWait    []time.Duration // upper bound of each wait
+	}{
+		{name: "503 then 200", answers: []int{503}, sent: 3, retried: 1, posts: 2,
+			minWait: []time.Duration{50 * time.Millisecond}, maxWait: []time.Duration{100 * time.Millisecond}},
+		{name: "backoff doubles up to its cap", answers: []int{429, 502, 504, 503, 503}, sent: 3, retried: 5, posts: 6,
+			minWait: []time.Duration{50, 100, 200, 200, 200}, maxWait: []time.Duration{100, 200, 400, 400, 400}},
+		{name: "Retry-After is honoured when longer", answers: []int{429}, retryAfter: "2", sent: 3, retried: 1, posts: 2,
+			minWait: []time.Duration{2 * time.Second}, maxWait: []time.Duration{2 * time.Second}},
+		{name: "gives up after MaxRetryTime", answers: []int{503, 503, 503, 503, 503, 503, 503, 503, 503, 503}, retryAfter: "1",
+			maxTime: 2500 * time.Millisecond, failed: 3, retried: 2, posts: 3,
+			minWait: []time.Duration{time.Second, time.Second}, maxWait: []time.Duration{time.Second, time.Second}},
+		{name: "400 is not retried", answers: []int{400}, failed: 3, posts: 1},
+		{name: "retries disabled", answers: []int{503}, maxTime: -1, failed: 3, posts: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFlakyServer(t, tc.retryAfter, tc.answers...)
+			maxTime := tc.maxTime
+			if maxTime == 0 {
+				maxTime = time.Hour
+			}
+			s := NewShipper(ShipperConfig{Endpoint: f.URL + "/v1/traces", Every: time.Hour,
+				RetryInitial: 100 * time.Millisecond, RetryMaxDelay: 400 * time.Millisecond, MaxRetryTime: maxTime})
+			// The waits are recorded and advance a fake clock, not slept.
+			var waits []time.Duration
+			clock := time.Now()
+			s.retry.now = func() time.Time { return clock }
+			s.retry.sleep = func(ctx context.Context, d time.Duration) error {
+				waits = append(waits, d)
+				clock = clock.Add(d)
+				return nil
+			}
+			for range 3 {
+				s.Emit(testSpan("x"))
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go s.Run(ctx)
+			s.Flush()
+			waitFor(t, "batch settled", 20*time.Second, func() bool { return s.Sent.Load()+s.Failed.Load() == 3 })
+			cancel()
+			s.Wait()
+			if s.Sent.Load() != tc.sent || s.Failed.Load() != tc.failed || s.Retried.Load() != tc.retried ||
+				f.posts.Load() != tc.posts || f.spans.Load() != tc.sent {
+				t.Errorf("sent %d, failed %d, retried %d, posts %d, received %d; want %d, %d, %d, %d, %d",
+					s.Sent.Load(), s.Failed.Load(), s.Retried.Load(), f.posts.Load(), f.spans.Load(),
+					tc.sent, tc.failed, tc.retried, tc.posts, tc.sent)
+			}
+			if len(waits) != len(tc.minWait) {
+				t.Fatalf("waits %v, want %d of them", waits, len(tc.minWait))
+			}
+			for i, w := range waits {
+				lo, hi := tc.minWait[i], tc.maxWait[i]
+				if lo < time.Millisecond { // given in ms
+					lo, hi = lo*time.Millisecond, hi*time.Millisecond
+				}
+				if w < lo || w > hi {
+					t.Errorf("wait %d = %v, want within [%v, %v]", i, w, lo, hi)
+				}
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for h, want := range map[string]time.Duration{
+		"": 0, "3": 3 * time.Second, "-1": 0, "soon": 0,
+		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
+		now.Add(-time.Minute).Format(http.TimeFormat):     0,
+	} {
+		if got := retryAfter(h, now); got != want {
+			t.Errorf("retryAfter(%q) = %v, want %v", h, got, want)
+		}
+	}
+}

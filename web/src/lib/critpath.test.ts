@@ -1,0 +1,74 @@
+import { describe, expect, it } from 'vitest';
+import { layoutPath, segmentTitle, shares, stateColor, type CPSpanPath } from './critpath';
+
+const ms = 1_000_000;
+const path: CPSpanPath = {
+  traceId: 't1',
+  spanId: 's1',
+  service: 'app',
+  operation: 'GET /lock',
+  start: 0,
+  end: 100 * ms,
+  ms: 100,
+  states: { running: 60, runqueue: 0, lock: 0, unknown: 40 },
+  waits: { running: 20, lock: 80 },
+  blockedBy: [{ traceId: 't2', spanId: 's2', service: 'app', operation: 'POST /hold', ms: 80, wait: 'lock' }],
+  threads: [
+    { tid: 102, pid: 100, comm: 'app', ms: 80 },
+    { tid: 101, pid: 100, comm: 'app', ms: 20 },
+  ],
+  segments: [
+    { tid: 101, start: 0, end: 10 * ms, ms: 10, state: 'running' },
+    { tid: 102, start: 10 * ms, end: 90 * ms, ms: 80, state: 'running', wait: 'lock', traceId: 't2', spanId: 's2', blocking: true },
+    { tid: 101, start: 90 * ms, end: 100 * ms, ms: 10, state: 'running', syscall: 'futex' },
+  ],
+  arrows: [
+    { from: 102, to: 101, ts: 90 * ms },
+    { from: 999, to: 101, ts: 50 * ms }, // a waker without a row
+  ],
+};
+
+describe('layoutPath', () => {
+  it('puts the own thread first, one row per thread, segments in their rows', () => {
+    const l = layoutPath(path);
+    expect(l.rows.map((r) => [r.tid, r.own])).toEqual([
+      [101, true],
+      [102, false],
+    ]);
+    expect(l.rows[1]!.label).toBe('app 102 (pid 100)');
+    expect(l.rects.map((r) => [r.row, r.left, r.width])).toEqual([
+      [0, 0, 10],
+      [1, 10, 80],
+      [0, 90, 10],
+    ]);
+  });
+  it('draws arrows between rows at the wakeup time, and drops those without a row', () => {
+    expect(layoutPath(path).arrows).toEqual([{ x: 90, fromRow: 1, toRow: 0 }]);
+  });
+  it('keeps tiny segments visible and clamps to the span', () => {
+    const p = { ...path, segments: [{ tid: 1, start: -5, end: 0, ms: 0, state: 'sleep' }], arrows: [] };
+    const r = layoutPath(p).rects[0]!;
+    expect(r.left).toBe(0);
+    expect(r.width).toBeGreaterThan(0);
+  });
+});
+
+describe('shares', () => {
+  it('lists non-zero states, largest first, with percentages', () => {
+    expect(shares(path.waits, path.ms)).toEqual([
+      { state: 'lock', ms: 80, pct: 80 },
+      { state: 'running', ms: 20, pct: 20 },
+    ]);
+    expect(shares(undefined, 10)).toEqual([]);
+  });
+});
+
+describe('stateColor and titles', () => {
+  it('colours unknown states as unknown', () => {
+    expect(stateColor('bogus')).toBe(stateColor('unknown'));
+  });
+  it('says what blocked a segment', () => {
+    expect(segmentTitle(path.segments[1]!, 0)).toContain('blocked by span s2');
+    expect(segmentTitle(path.segments[2]!, 0)).toContain('in futex');
+  });
+});

@@ -1,0 +1,169 @@
+// The critical path of a span (GET /api/v1/traces/{id}/critical-path,
+// docs/api.md) and how the trace page lays it out. Times are Unix ns,
+// durations ms.
+
+export const STATES = ['running', 'runqueue', 'throttled', 'lock', 'disk', 'network', 'sleep', 'memory', 'gc', 'unknown'] as const;
+export type State = (typeof STATES)[number];
+
+export interface CPBlockedBy {
+  traceId: string;
+  spanId: string;
+  service: string;
+  operation: string;
+  ms: number;
+  wait?: string;
+}
+
+export interface CPThread {
+  tid: number;
+  pid: number;
+  comm: string;
+  ms: number;
+}
+
+export interface CPSegment {
+  tid: number;
+  start: number;
+  end: number;
+  ms: number;
+  state: string;
+  wait?: string;
+  traceId?: string;
+  spanId?: string;
+  blocking?: boolean;
+  syscall?: string;
+  device?: string;
+}
+
+export interface CPArrow {
+  from: number;
+  to: number;
+  ts: number;
+}
+
+export interface CPSpanPath {
+  traceId: string;
+  spanId: string;
+  service: string;
+  operation: string;
+  start: number;
+  end: number;
+  ms: number;
+  states: Record<string, number>;
+  waits: Record<string, number>;
+  blockedBy: CPBlockedBy[];
+  threads: CPThread[];
+  segments: CPSegment[];
+  arrows: CPArrow[];
+  snapshot?: string;
+  lost?: number;
+}
+
+export interface CPTrace {
+  traceId: string;
+  spans: CPSpanPath[];
+  shared: unknown[];
+  notes?: string[];
+}
+
+/** STATE_COLORS follow the critical-path colours of trace tools: green runs, orange waits for a CPU. */
+export const STATE_COLORS: Record<State, string> = {
+  running: '#2e7d32',
+  runqueue: '#f59e0b',
+  throttled: '#b45309',
+  lock: '#7c3aed',
+  disk: '#0e7490',
+  network: '#2563eb',
+  sleep: '#9ca3af',
+  memory: '#db2777',
+  gc: '#b91c1c',
+  unknown: '#d1d5db',
+};
+
+export function stateColor(s: string): string {
+  return (STATE_COLORS as Record<string, string>)[s] ?? STATE_COLORS.unknown;
+}
+
+export interface Share {
+  state: string;
+  ms: number;
+  pct: number;
+}
+
+/** shares lists the non-zero states of a summary, largest first, with their share of total. */
+export function shares(m: Record<string, number> | null | undefined, total: number): Share[] {
+  if (!m) return [];
+  return STATES.filter((s) => (m[s] ?? 0) > 0)
+    .map((s) => ({ state: s as string, ms: m[s]!, pct: total > 0 ? (100 * m[s]!) / total : 0 }))
+    .sort((a, b) => b.ms - a.ms);
+}
+
+export interface RowLayout {
+  tid: number;
+  label: string;
+  /** own: the span's own thread (its first segment's). */
+  own: boolean;
+}
+
+export interface RectLayout {
+  row: number;
+  /** left and width in % of the span. */
+  left: number;
+  width: number;
+  seg: CPSegment;
+}
+
+export interface ArrowLayout {
+  /** x in % of the span. */
+  x: number;
+  fromRow: number;
+  toRow: number;
+}
+
+export interface PathLayout {
+  rows: RowLayout[];
+  rects: RectLayout[];
+  arrows: ArrowLayout[];
+}
+
+/**
+ * layoutPath puts a path on a per-thread timeline: one row per thread, the
+ * span's own thread first, the others in the order the path reaches them;
+ * each segment a rectangle in its thread's row; each wakeup an arrow from
+ * the waker's row to the woken thread's at its time. Arrows from threads
+ * the path never shows (no row) are left out.
+ */
+export function layoutPath(p: CPSpanPath): PathLayout {
+  const rowOf = new Map<number, number>();
+  const rows: RowLayout[] = [];
+  const comm = new Map(p.threads.map((t) => [t.tid, t]));
+  for (const s of p.segments) {
+    if (rowOf.has(s.tid)) continue;
+    rowOf.set(s.tid, rows.length);
+    const t = comm.get(s.tid);
+    rows.push({ tid: s.tid, label: t ? `${t.comm} ${s.tid}${t.pid ? ` (pid ${t.pid})` : ''}` : String(s.tid), own: rows.length === 0 });
+  }
+  const span = p.end - p.start;
+  const pct = (ns: number) => (span > 0 ? Math.min(100, Math.max(0, ((ns - p.start) / span) * 100)) : 0);
+  const rects = p.segments.map((seg) => {
+    const left = pct(seg.start);
+    return { row: rowOf.get(seg.tid)!, left, width: Math.max(pct(seg.end) - left, 0.15), seg };
+  });
+  const arrows: ArrowLayout[] = [];
+  for (const a of p.arrows) {
+    const f = rowOf.get(a.from);
+    const t = rowOf.get(a.to);
+    if (f === undefined || t === undefined || f === t) continue;
+    arrows.push({ x: pct(a.ts), fromRow: f, toRow: t });
+  }
+  return { rows, rects, arrows };
+}
+
+/** segmentTitle is a segment's tooltip. */
+export function segmentTitle(s: CPSegment, spanStart: number): string {
+  const parts = [`${s.state} ${s.ms.toFixed(3)} ms at +${((s.start - spanStart) / 1e6).toFixed(3)} ms on thread ${s.tid}`];
+  if (s.syscall) parts.push(`in ${s.syscall}${s.device ? ` on ${s.device}` : ''}`);
+  if (s.wait) parts.push(`the span's thread waiting on ${s.wait}`);
+  if (s.blocking && s.spanId) parts.push(`blocked by span ${s.spanId}`);
+  return parts.join(' · ');
+}
