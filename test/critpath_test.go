@@ -403,16 +403,7 @@ func TestCritpathGoMutexUnknown(t *testing.T) {
 func TestCritpathThrottled(t *testing.T) {
 	e := newCPEnv(t, "kernel")
 	bin := cpBuild(t, e.dir)
-	cg := "/sys/fs/cgroup/cpu/rootline-test-critpath"
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cgroup.procs"); err != nil {
-		t.Fatal("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu (this machine kind has one)")
-	}
-	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.Remove(cg) })
-	mustWrite(t, cg+"/cpu.cfs_period_us", "100000")
-	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
+	cg := cpuCgroup(t, "rootline-test-critpath")
 	port, _ := e.run(t, "cp-throttled", "ebpf", nil, "sh", "-c", "echo $$ > "+cg+"/cgroup.procs && exec "+bin)
 	baseline(t, port, "do=spin&ms=2", 20)
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "10000")
@@ -439,6 +430,23 @@ func TestCritpathThrottled(t *testing.T) {
 	if !near(p.States[critpath.Running], ms(m["cpu_ns"]), 0.1, 5) {
 		t.Fatalf("running %.1f ms, the thread used %.1f ms of CPU", p.States[critpath.Running], ms(m["cpu_ns"]))
 	}
+}
+
+// cpuCgroup creates a v1 cpu cgroup without a quota (period 100 ms),
+// removed after the test.
+func cpuCgroup(t *testing.T, name string) string {
+	t.Helper()
+	cg := "/sys/fs/cgroup/cpu/" + name
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cgroup.procs"); err != nil {
+		t.Fatal("no cgroup v1 cpu controller at /sys/fs/cgroup/cpu (this machine kind has one)")
+	}
+	if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Remove(cg) })
+	mustWrite(t, cg+"/cpu.cfs_period_us", "100000")
+	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
+	return cg
 }
 
 // throttledTime reads a v1 cpu cgroup's throttled time (cpu.stat), ns.

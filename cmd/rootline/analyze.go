@@ -2,16 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rootline/rootline/internal/store/factory"
 	"github.com/rootline/rootline/internal/store/sqlite"
+	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 // analyzeCommand is one `rootline analyze <name>` subcommand. Each lives in a
@@ -77,6 +84,112 @@ func runAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return c.Run(ctx, args[1:], stdout, stderr)
 }
 
+// sourceFlags are where an analysis reads from: a stopped server's data
+// directory, or a running server's query API.
+type sourceFlags struct {
+	dataDir string
+	apiClient
+}
+
+// register adds --data-dir, --server and the flags of the connection to a
+// server to fs; timeout is --timeout's default.
+func (f *sourceFlags) register(fs *flag.FlagSet, timeout time.Duration) {
+	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
+	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
+	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
+	fs.DurationVar(&f.timeout, "timeout", timeout, "with --server: how long to wait for the answer")
+}
+
+// check reports a source given twice or not at all.
+func (f *sourceFlags) check() error {
+	if (f.dataDir == "") == (f.server == "") {
+		return errors.New("give one of --data-dir and --server")
+	}
+	return nil
+}
+
+// parse parses fs's flags; arguments left over are an error.
+func (f *sourceFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return nil
+}
+
+// printJSON writes v indented and returns the exit code.
+func printJSON(w io.Writer, v any) int {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// apiClient asks a running server's query API, for the analyses that take
+// --server.
+type apiClient struct {
+	server    string // the query URL
+	tokenFile string // "" : ROOTLINE_AUTH_TOKEN, if set
+	tls       tlsconf.Client
+	timeout   time.Duration
+}
+
+// get GETs path with query q from the server and decodes its JSON into v;
+// an answer other than 200 is an error with the server's message.
+func (c apiClient) get(ctx context.Context, path string, q url.Values, v any) error {
+	u, err := url.Parse(c.server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--server %q is not an http(s) URL", c.server)
+	}
+	token, err := analyzeToken(c.tokenFile)
+	if err != nil {
+		return err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" {
+		if tr.TLSClientConfig, err = c.tls.Config(); err != nil {
+			return err
+		}
+	}
+	client := &http.Client{Timeout: c.timeout, Transport: tr}
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("server answered %s: %s", resp.Status, e.Error)
+		}
+		return fmt.Errorf("server answered %s", resp.Status)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	return nil
+}
+
 // openDataDir opens the store of a stopped server's data directory, in the
 // embedded layout a server uses by default (the database and the blobs in
 // the directory). A directory without a database is refused, not given an
@@ -108,4 +221,22 @@ func analyzeToken(file string) (string, error) {
 		return "", fmt.Errorf("read auth token: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// parseWhen reads a time as --from and --to take it: RFC 3339, Unix
+// nanoseconds, or a duration before now ("30m"); "" is zero.
+func parseWhen(s string, now time.Time) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	if ns, err := strconv.ParseInt(s, 10, 64); err == nil && ns >= 0 {
+		return ns, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UnixNano(), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
+		return now.Add(-d).UnixNano(), nil
+	}
+	return 0, fmt.Errorf("%q is neither an RFC 3339 time, Unix nanoseconds nor a duration before now (30m)", s)
 }

@@ -165,21 +165,6 @@ func parseCritFlags(args []string, stderr io.Writer) (critFlags, error) {
 	return f, nil
 }
 
-// parseWhen reads an RFC 3339 time or a duration before now (Unix ns; 0 for
-// "").
-func parseWhen(s string, now time.Time) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UnixNano(), nil
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d).UnixNano(), nil
-	}
-	return 0, fmt.Errorf("%q is neither an RFC 3339 time nor a duration before now (30m)", s)
-}
-
 func runCriticalMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseCritFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

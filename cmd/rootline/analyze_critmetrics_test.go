@@ -18,7 +18,7 @@ func TestCriticalMetricsFlags(t *testing.T) {
 		want string // "" for no error
 	}{
 		{"data dir", []string{"--data-dir", "/x"}, ""},
-		{"server with window", []string{"--server", "http://h:16686", "--from", "2h", "--to", "2026-11-28T10:00:00Z"}, ""},
+		{"server with window", []string{"--server", "http://h:16686", "--from", "2026-11-28T08:00:00Z", "--to", "2026-11-28T10:00:00Z"}, ""},
 		{"neither source", nil, "exactly one of --data-dir and --server"},
 		{"both sources", []string{"--data-dir", "/x", "--server", "http://h"}, "exactly one of"},
 		{"bad time", []string{"--data-dir", "/x", "--from", "yesterday"}, "--from"},

@@ -3,12 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
-	"github.com/rootline/rootline/internal/tlsconf"
 )
 
 func init() {
@@ -27,24 +24,19 @@ func init() {
 }
 
 type critpathFlags struct {
-	dataDir, server, trace, tokenFile string
-	json, segments                    bool
-	tls                               tlsconf.Client
-	timeout                           time.Duration
+	sourceFlags
+	trace          string
+	json, segments bool
 }
 
 func parseCritpathFlags(args []string, stderr io.Writer) (critpathFlags, error) {
 	var f critpathFlags
 	fs := flag.NewFlagSet("rootline analyze critical-path", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.dataDir, "data-dir", "", "a stopped server's data directory (read offline)")
-	fs.StringVar(&f.server, "server", "", "a running server's query URL instead, e.g. http://127.0.0.1:16686")
+	f.register(fs, 2*time.Minute)
 	fs.StringVar(&f.trace, "trace", "", "the trace id (hex)")
 	fs.BoolVar(&f.json, "json", false, "print the JSON of GET /api/v1/traces/{id}/critical-path")
 	fs.BoolVar(&f.segments, "segments", false, "list every segment of each path (default: the longest ten)")
-	fs.StringVar(&f.tokenFile, "auth.token-file", "", "with --server: file holding the bearer token (or set ROOTLINE_AUTH_TOKEN)")
-	fs.StringVar(&f.tls.CAFile, "tls.ca-file", "", "with --server: PEM bundle of the CAs to trust for an https server")
-	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "with --server: how long to wait for the answer (a large snapshot takes seconds to analyse)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: rootline analyze critical-path (--data-dir DIR | --server URL) --trace ID [flags]
 
@@ -63,17 +55,14 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := f.parse(fs, args); err != nil {
 		return f, err
 	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
-	}
-	switch {
-	case f.trace == "":
+	if f.trace == "" {
 		return f, errors.New("--trace is required")
-	case (f.dataDir == "") == (f.server == ""):
-		return f, errors.New("give one of --data-dir and --server")
+	}
+	if err := f.check(); err != nil {
+		return f, err
 	}
 	if _, err := model.ParseTraceID(f.trace); err != nil {
 		return f, fmt.Errorf("--trace: %w", err)
@@ -101,12 +90,7 @@ func runAnalyzeCritpath(ctx context.Context, args []string, stdout, stderr io.Wr
 		return 1
 	}
 	if f.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return 1
-		}
-		return 0
+		return printJSON(stdout, res)
 	}
 	printCritpath(stdout, res, f.segments)
 	return 0
@@ -124,50 +108,9 @@ func critpathOffline(ctx context.Context, f critpathFlags) (*critpath.TraceResul
 }
 
 func critpathRemote(ctx context.Context, f critpathFlags) (*critpath.TraceResult, error) {
-	u, err := url.Parse(f.server)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--server %q is not an http(s) URL", f.server)
-	}
-	token, err := analyzeToken(f.tokenFile)
-	if err != nil {
-		return nil, err
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if u.Scheme == "https" {
-		if tr.TLSClientConfig, err = f.tls.Config(); err != nil {
-			return nil, err
-		}
-	}
-	client := &http.Client{Timeout: f.timeout, Transport: tr}
-	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/v1/traces/" + url.PathEscape(f.trace) + "/critical-path"
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("server answered %s: %s", resp.Status, e.Error)
-		}
-		return nil, fmt.Errorf("server answered %s", resp.Status)
-	}
 	var res critpath.TraceResult
-	if err := json.Unmarshal(body, &res); err != nil {
-		return nil, fmt.Errorf("reading the answer: %w", err)
+	if err := f.get(ctx, "/api/v1/traces/"+url.PathEscape(f.trace)+"/critical-path", nil, &res); err != nil {
+		return nil, err
 	}
 	return &res, nil
 }
@@ -181,8 +124,8 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 			fmt.Fprintf(w, "  (the recorder had dropped %d kernel records)", p.Lost)
 		}
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "  path states  %s\n", shares(p.States, p.Ms))
-		fmt.Fprintf(w, "  own waits    %s\n", shares(p.Waits, p.Ms))
+		fmt.Fprintf(w, "  path states  %s\n", critpath.Shares(p.States, p.Ms))
+		fmt.Fprintf(w, "  own waits    %s\n", critpath.Shares(p.Waits, p.Ms))
 		for _, b := range p.BlockedBy {
 			wait := ""
 			if b.Wait != "" {
@@ -242,32 +185,3 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 	}
 }
 
-// shares renders a state map as "running 62.0 ms (62%), lock 38.0 ms (38%)",
-// largest first, zero states left out.
-func shares(m map[string]float64, total float64) string {
-	names := slices.Clone(critpath.States)
-	slices.SortStableFunc(names, func(a, b string) int {
-		switch {
-		case m[a] > m[b]:
-			return -1
-		case m[a] < m[b]:
-			return 1
-		}
-		return 0
-	})
-	var parts []string
-	for _, n := range names {
-		if m[n] <= 0 {
-			continue
-		}
-		pct := 0.0
-		if total > 0 {
-			pct = 100 * m[n] / total
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f%%)", n, m[n], pct))
-	}
-	if len(parts) == 0 {
-		return "-"
-	}
-	return strings.Join(parts, ", ")
-}

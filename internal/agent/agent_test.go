@@ -555,14 +555,22 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 	}
 }
 
-func TestDumpRequestValidation(t *testing.T) {
-	_, url := newRecorder(t)
+// startTokenAgent runs an agent with token "tok" and a cpu profiler of one
+// child process, registered with serverURL.
+func startTokenAgent(t *testing.T, serverURL string) (*Agent, *exec.Cmd) {
+	t.Helper()
 	proc := child(t)
-	cfg := testConfig(url)
+	cfg := testConfig(serverURL)
 	cfg.AuthToken = "tok"
 	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
 	a := startAgent(t, cfg, &fakeProfiler{name: "cpu"})
 	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	return a, proc
+}
+
+func TestDumpRequestValidation(t *testing.T) {
+	_, url := newRecorder(t)
+	a, proc := startTokenAgent(t, url)
 	pid := int64(proc.Process.Pid)
 	now := time.Now().UnixNano()
 	ok := agentapi.DumpRequest{CaptureID: "c1", PID: pid, Start: now - int64(time.Second), End: now}
@@ -619,12 +627,7 @@ func TestDumpUploadsToUploadURL(t *testing.T) {
 		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
 	}))
 	t.Cleanup(det.Close)
-	proc := child(t)
-	cfg := testConfig(url)
-	cfg.AuthToken = "tok"
-	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
-	a := startAgent(t, cfg, &fakeProfiler{name: "cpu"})
-	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	a, proc := startTokenAgent(t, url)
 	now := time.Now().UnixNano()
 	req := agentapi.DumpRequest{CaptureID: "c-det", PID: int64(proc.Process.Pid), Start: now - int64(time.Second), End: now,
 		UploadURL: det.URL + "/"}

@@ -143,7 +143,7 @@ func TestSplit(t *testing.T) {
 	}
 }
 
-// captureTrouble explains missing evidence from the capture log's states.
+// CaptureTrouble explains missing evidence from the capture log's states.
 func TestCaptureTrouble(t *testing.T) {
 	from := time.Now().Add(-time.Minute)
 	caps := []Capture{
@@ -152,11 +152,11 @@ func TestCaptureTrouble(t *testing.T) {
 		{Service: "e", State: "failed", Error: "older", Created: from.Add(-time.Hour)},
 		{Service: "b", State: "failed", Error: "not e", Created: from.Add(time.Second)},
 	}
-	if got, want := captureTrouble(caps, "e", from), "captures of e: 1 complete, 1 partial; first problem: jfr: JFR.dump: attach failed"; got != want {
-		t.Errorf("captureTrouble = %q, want %q", got, want)
+	if got, want := CaptureTrouble(caps, "e", from), "captures of e: 1 complete, 1 partial; first problem: jfr: JFR.dump: attach failed"; got != want {
+		t.Errorf("CaptureTrouble = %q, want %q", got, want)
 	}
-	if got := captureTrouble(caps, "c", from); got != "" {
-		t.Errorf("captureTrouble(no captures) = %q", got)
+	if got := CaptureTrouble(caps, "c", from); got != "" {
+		t.Errorf("CaptureTrouble(no captures) = %q", got)
 	}
 }
 

@@ -151,10 +151,10 @@ func linkedEvidence(svc string, anoms []Anomaly) (map[string]int, string) {
 	return kinds, fmt.Sprintf("evidence captured for %s: %s artifacts, linked to %d of its %d anomalous spans", svc, strings.Join(parts, ", "), linked, total)
 }
 
-// captureTrouble says how many of svc's captures since from did not complete
+// CaptureTrouble says how many of svc's captures since from did not complete
 // and why (the first reason), so that missing evidence is explained; "" when
 // all completed.
-func captureTrouble(caps []Capture, svc string, from time.Time) string {
+func CaptureTrouble(caps []Capture, svc string, from time.Time) string {
 	states := map[string]int{}
 	reason := ""
 	for _, cp := range caps {

@@ -103,7 +103,7 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 	}
 	if w.CapturesErr != nil {
 		v.Evidence = append(v.Evidence, "captures unreadable: "+w.CapturesErr.Error())
-	} else if note := captureTrouble(w.Captures, top.Service, w.From); note != "" {
+	} else if note := CaptureTrouble(w.Captures, top.Service, w.From); note != "" {
 		v.Evidence = append(v.Evidence, note)
 	}
 	return v

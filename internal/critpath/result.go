@@ -1,7 +1,11 @@
 package critpath
 
 import (
+	"cmp"
+	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -200,4 +204,27 @@ func (a *Analysis) SharedJSON(sh []Shared) []SharedJSON {
 func (a *Analysis) ref(q int) RequestRef {
 	r := &a.assoc.reqs[q]
 	return RequestRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String(), Service: r.Service, Operation: r.Operation}
+}
+
+// Shares renders a state map as "running 62.0 ms (62%), lock 38.0 ms
+// (38%)", largest first, zero states left out, shares of total; "-" when
+// every state is zero.
+func Shares(m map[string]float64, total float64) string {
+	names := slices.Clone(States)
+	slices.SortStableFunc(names, func(a, b string) int { return cmp.Compare(m[b], m[a]) })
+	var parts []string
+	for _, n := range names {
+		if m[n] <= 0 {
+			continue
+		}
+		pct := 0.0
+		if total > 0 {
+			pct = 100 * m[n] / total
+		}
+		parts = append(parts, fmt.Sprintf("%s %.1f ms (%.0f%%)", n, m[n], pct))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
 }

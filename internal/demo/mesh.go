@@ -19,7 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
 )
@@ -45,17 +46,27 @@ type MeshOptions struct {
 
 // FaultResult is what the demo found about one injected fault.
 type FaultResult struct {
-	Injected  string           `json:"injected"`
-	Service   string           `json:"service"`
-	From      time.Time        `json:"from"`
-	To        time.Time        `json:"to"`
-	Anomalies int              `json:"anomalies"`
-	ByService map[string]int   `json:"anomaliesByService"`
-	Verdict   analysis.Verdict `json:"verdict"`
-	Evidence  map[string]int   `json:"evidenceArtifacts"`
-	Load      LoadSummary      `json:"load"`
-	Correct   bool             `json:"correct"`
-	Error     string           `json:"error,omitempty"`
+	Injected string    `json:"injected"`
+	Service  string    `json:"service"`
+	From     time.Time `json:"from"`
+	To       time.Time `json:"to"`
+	// Anomalies counts the anomalous spans the API listed for the fault's
+	// window (AnomaliesCapped: at least that many, the API's page was full).
+	Anomalies       int            `json:"anomalies"`
+	AnomaliesCapped bool           `json:"anomaliesCapped,omitempty"`
+	ByService       map[string]int `json:"anomaliesByService"`
+	// Incident is the server's incident for the fault (nil when none
+	// opened); Verdict is its verdict.
+	Incident *diagnosis.Incident `json:"incident,omitempty"`
+	Verdict  diagnosis.Verdict   `json:"verdict"`
+	// CriticalPath is the kernel critical path of the culprit's slowest
+	// span in the verdict's example trace (without its segments), when the
+	// server has one.
+	CriticalPath *critpath.SpanPath `json:"criticalPath,omitempty"`
+	Evidence     map[string]int     `json:"evidenceArtifacts"`
+	Load         LoadSummary        `json:"load"`
+	Correct      bool               `json:"correct"`
+	Error        string             `json:"error,omitempty"`
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -352,6 +363,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		return fr
 	}
 	fmt.Fprintf(out, "phase: fault %s on, %.0f/s for %s\n", f, rate, d)
+	onset := time.Now()
 	undo, err := m.Inject(f)
 	if err != nil {
 		fr.Error = err.Error()
@@ -372,30 +384,98 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 	// reach the server.
 	sleepCtx(ctx, 3*time.Second)
 	if n := waitCaptures(ctx, api, token, fr.From, 90*time.Second); n > 0 {
-		fmt.Fprintf(out, "  %d captures still running after 90 s; diagnosing without them\n", n)
+		fmt.Fprintf(out, "  %d captures still running after 90 s; reading the verdict without them\n", n)
 	}
 
-	var all, anoms []anomalyRow
-	_ = getJSON(ctx, fmt.Sprintf("%s/api/v1/anomalies?limit=10000&since=%d", api, fr.From.UnixNano()), &all)
+	const page = 1000 // the API's largest page
+	var all []anomalyRow
+	_ = getJSONAuth(ctx, fmt.Sprintf("%s/api/v1/anomalies?limit=%d&since=%d", api, page, fr.From.UnixNano()), token, &all)
+	fr.AnomaliesCapped = len(all) >= page
 	for _, a := range all {
 		if a.Start <= fr.To.UnixNano() {
-			anoms = append(anoms, a)
+			fr.Anomalies++
 			fr.ByService[a.Service]++
 		}
 	}
-	fr.Anomalies = len(anoms)
-	v, err := analysis.Diagnose(ctx, NewAPISource(api, token), fr.From, fr.To)
+	fr.Incident, err = serverVerdict(ctx, api, token, onset, fr.To)
 	if err != nil {
 		fr.Error = err.Error()
 	}
-	fr.Verdict = v
-	fr.Evidence = v.Artifacts
-	if fr.Evidence == nil {
-		fr.Evidence = map[string]int{}
+	fr.Evidence = map[string]int{}
+	if fr.Incident != nil && fr.Incident.Verdict != nil {
+		fr.Verdict = *fr.Incident.Verdict
+		seen := map[string]bool{}
+		for _, a := range all {
+			for _, art := range a.Artifacts {
+				if a.Service == fr.Verdict.Service && !seen[art.ID] {
+					seen[art.ID] = true
+					fr.Evidence[art.Kind]++
+				}
+			}
+		}
+	} else {
+		fr.Verdict = diagnosis.Verdict{Cause: diagnosis.CauseUnknown, Missing: []string{"the server opened no incident with a verdict for the fault's window"}}
 	}
-	fr.Correct = v.Service == f.Service
+	fr.Correct = fr.Verdict.Service == f.Service
+	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict)
 	printFault(out, fr)
 	return fr
+}
+
+// culpritPath reads the critical paths of the verdict's example trace and
+// returns the one of the culprit's slowest span, its segments left out; nil
+// when the server has none.
+func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict) *critpath.SpanPath {
+	if v.ExampleTraceID == "" || v.Service == "" {
+		return nil
+	}
+	var res critpath.TraceResult
+	if err := getJSONAuth(ctx, fmt.Sprintf("%s/api/v1/traces/%s/critical-path", api, v.ExampleTraceID), token, &res); err != nil {
+		return nil
+	}
+	var best *critpath.SpanPath
+	for i, p := range res.Spans {
+		if p.Service == v.Service && (best == nil || p.Ms > best.Ms) {
+			best = &res.Spans[i]
+		}
+	}
+	if best != nil {
+		best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	}
+	return best
+}
+
+// serverVerdict waits for the server's incident that overlaps [onset, to]
+// (the one with the most anomalous requests) to have a verdict computed
+// after the evidence arrived, and returns it; nil when none opened.
+func serverVerdict(ctx context.Context, api, token string, onset, to time.Time) (*diagnosis.Incident, error) {
+	asked := time.Now()
+	deadline := asked.Add(60 * time.Second)
+	var best *diagnosis.Incident
+	for {
+		var resp struct {
+			Incidents []diagnosis.Incident `json:"incidents"`
+		}
+		u := fmt.Sprintf("%s/api/v1/incidents?since=%d&until=%d&limit=1000", api, onset.Add(-10*time.Second).UnixNano(), to.UnixNano())
+		if err := getJSONAuth(ctx, u, token, &resp); err != nil {
+			return nil, fmt.Errorf("read the server's incidents: %w", err)
+		}
+		best = nil
+		for i, inc := range resp.Incidents {
+			if best == nil || inc.Anomalous > best.Anomalous {
+				best = &resp.Incidents[i]
+			}
+		}
+		// A verdict computed after we started waiting includes the
+		// captures that had completed by then.
+		if best != nil && best.Verdict != nil && best.Verdict.Updated > asked.UnixNano() {
+			return best, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return best, nil
+		}
+		sleepCtx(ctx, time.Second)
+	}
 }
 
 // WaitServing sends requests through the whole topology until a few in a
@@ -471,7 +551,16 @@ func printFault(out io.Writer, fr FaultResult) {
 	for _, s := range svcs {
 		parts = append(parts, fmt.Sprintf("%s %d", s, fr.ByService[s]))
 	}
-	fmt.Fprintf(out, "  anomalous spans: %d (%s)\n", fr.Anomalies, strings.Join(parts, ", "))
+	atLeast := ""
+	if fr.AnomaliesCapped {
+		atLeast = "at least "
+	}
+	fmt.Fprintf(out, "  anomalous spans: %s%d (%s)\n", atLeast, fr.Anomalies, strings.Join(parts, ", "))
+	if inc := fr.Incident; inc != nil {
+		fmt.Fprintf(out, "  incident %s at %s: %d anomalous of %d requests\n", inc.ID, inc.Entry, inc.Anomalous, inc.Requests)
+	} else {
+		fmt.Fprintf(out, "  no incident opened\n")
+	}
 	fmt.Fprintf(out, "  slowest services (growth of own time per slow trace):\n")
 	for i, r := range fr.Verdict.Ranking {
 		if i == 4 {
@@ -482,7 +571,23 @@ func printFault(out io.Writer, fr FaultResult) {
 	for _, e := range fr.Verdict.Evidence {
 		fmt.Fprintf(out, "    · %s\n", e)
 	}
-	fmt.Fprintf(out, "  verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	for _, e := range fr.Verdict.Missing {
+		fmt.Fprintf(out, "    missing: %s\n", e)
+	}
+	fmt.Fprintf(out, "  server's verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	if p := fr.CriticalPath; p != nil {
+		fmt.Fprintf(out, "  critical path of %s %s in trace %s (%.1f ms):\n", p.Service, p.Operation, p.TraceID, p.Ms)
+		fmt.Fprintf(out, "    own threads: %s\n", critpath.Shares(p.Waits, p.Ms))
+		for i, b := range p.BlockedBy {
+			if i == 3 {
+				fmt.Fprintf(out, "    … blocked by %d more requests\n", len(p.BlockedBy)-i)
+				break
+			}
+			fmt.Fprintf(out, "    blocked by %s %s (trace %s) for %.1f ms\n", b.Service, b.Operation, b.TraceID, b.Ms)
+		}
+	} else if fr.Verdict.ExampleTraceID != "" {
+		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
+	}
 	if fr.Correct {
 		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
 	} else {

@@ -646,19 +646,27 @@ func TestDefaultTopologyRealServices(t *testing.T) {
 			t.Errorf("%s's sidecar saw %d inbound requests, want %d × %d", svc, got, n, visits)
 		}
 	}
-	base := fastest(t, m.EntryURL(), 5)
-	undo, err := m.Inject(Fault{Name: FaultLock, Service: "e", Amount: "50ms"})
-	if err != nil {
-		t.Fatal(err)
+	// The fault must slow the fastest request beyond its baseline and past
+	// the lock's hold. A loaded machine can make one baseline slower than
+	// the fault (a 222 ms baseline against 193 ms was seen under the race
+	// detector's load): a second measurement settles it.
+	var base, slow time.Duration
+	for attempt := 1; attempt <= 2; attempt++ {
+		base = fastest(t, m.EntryURL(), 5)
+		undo, err := m.Inject(Fault{Name: FaultLock, Service: "e", Amount: "50ms"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slow = fastest(t, m.EntryURL(), 3)
+		if err := undo(); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("lock@e=50ms, attempt %d: fastest request %v → %v", attempt, base, slow)
+		if slow >= 50*time.Millisecond && slow > base {
+			return
+		}
 	}
-	slow := fastest(t, m.EntryURL(), 3)
-	if err := undo(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("lock@e=50ms: fastest request %v → %v", base, slow)
-	if slow < 50*time.Millisecond || slow <= base {
-		t.Errorf("lock@e=50ms: %v (baseline %v)", slow, base)
-	}
+	t.Errorf("lock@e=50ms: %v (baseline %v)", slow, base)
 }
 
 // TestHelperMesh is not a test: TestKilledRun runs it in a child process

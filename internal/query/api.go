@@ -56,7 +56,8 @@ type API struct {
 	spans     store.SpanReader
 	artifacts store.ArtifactStore
 	detector  func() []anomaly.KeyState
-	metrics   store.MetricReader // nil: GET /api/v1/metrics answers 501 (handlers_metrics.go)
+	metrics   store.MetricReader  // nil: GET /api/v1/metrics answers 501 (handlers_metrics.go)
+	incidents store.IncidentStore // nil: the incident endpoints answer 501 (handlers_incidents.go)
 	logger    *slog.Logger
 	// now is the clock; tests replace it.
 	now func() time.Time
@@ -133,6 +134,9 @@ func (a *API) apiHandler() http.Handler {
 	mux.HandleFunc("GET /api/v1/artifacts/{id}", a.getArtifactContent)
 	mux.HandleFunc("GET /api/v1/artifacts/{id}/flamegraph", a.getFlameGraph)
 	mux.HandleFunc("GET /api/v1/traces/{traceID}/critical-path", a.getCriticalPath)
+	mux.HandleFunc("GET /api/v1/traces/{traceID}/diagnosis", a.getTraceDiagnosis)
+	mux.HandleFunc("GET /api/v1/incidents", a.getIncidents)
+	mux.HandleFunc("GET /api/v1/incidents/{id}", a.getIncident)
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
 	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
 	mux.HandleFunc("GET /api/v1/metrics", a.getMetrics)

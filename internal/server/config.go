@@ -16,6 +16,7 @@ import (
 
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/kafka"
@@ -63,11 +64,14 @@ type Config struct {
 	// its bounded parts add up to more (docs/security.md).
 	MemoryLimit ByteSize `yaml:"memory_limit"`
 
-	Pipeline  pipeline.Config `yaml:"pipeline"`
-	Detector  anomaly.Config  `yaml:"detector"`
-	Capture   capture.Config  `yaml:"capture"`
-	Retention Retention       `yaml:"retention"`
-	Export    export.Config   `yaml:"export"`
+	Pipeline pipeline.Config `yaml:"pipeline"`
+	Detector anomaly.Config  `yaml:"detector"`
+	Capture  capture.Config  `yaml:"capture"`
+	// Diagnosis is the incident rule and the verdicts' bounds
+	// (docs/diagnosis.md).
+	Diagnosis diagnosis.Config `yaml:"diagnosis"`
+	Retention Retention        `yaml:"retention"`
+	Export    export.Config    `yaml:"export"`
 	// Storage chooses a backend per kind of data (storage.spans.type,
 	// storage.artifacts.type, storage.metrics.type); see StorageConfig.
 	Storage factory.Config `yaml:"storage"`
@@ -221,6 +225,7 @@ func DefaultConfig() Config {
 		Pipeline:        pipe,
 		Detector:        det,
 		Capture:         capture.DefaultConfig(),
+		Diagnosis:       diagnosis.DefaultConfig(),
 		Retention: Retention{Normal: 24 * time.Hour, Anomalous: 7 * 24 * time.Hour, Interval: 5 * time.Minute,
 			MaxDiskFraction: DefaultMaxDiskFraction},
 		Export:          export.DefaultConfig(),
@@ -268,6 +273,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--receiver.max-request-bytes must be ≥ 1024, got %d", c.MaxRequestBytes))
 	}
 	errs = append(errs, c.Pipeline.Validate(), c.Detector.Validate(), c.Capture.Validate(), c.Export.Validate())
+	if !c.Diagnosis.Disabled {
+		errs = append(errs, c.Diagnosis.Validate())
+	}
 	if c.Retention.Normal < 0 || c.Retention.Anomalous < 0 {
 		errs = append(errs, errors.New("retention periods must not be negative"))
 	}
@@ -478,6 +486,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Detector.Threshold, "detector.threshold", c.Detector.Threshold, "a span is anomalous when its duration > threshold × the window's median")
 	fs.IntVar(&c.Detector.MinFill, "detector.min-fill", c.Detector.MinFill, "durations a key's window needs before any verdict")
 	fs.IntVar(&c.Detector.MaxKeys, "detector.max-keys", c.Detector.MaxKeys, "keys tracked; the least recently seen key is forgotten beyond it")
+
+	fs.BoolVar(&c.Diagnosis.Disabled, "diagnosis.disabled", c.Diagnosis.Disabled, "open no incidents and compute no verdicts")
+	fs.DurationVar(&c.Diagnosis.Window, "diagnosis.window", c.Diagnosis.Window, "window over which an entry point's anomalous root spans are counted to open an incident")
+	fs.IntVar(&c.Diagnosis.MinAnomalies, "diagnosis.min-anomalies", c.Diagnosis.MinAnomalies, "anomalous root spans of an entry point within the window that open an incident (with --diagnosis.min-share)")
+	fs.Float64Var(&c.Diagnosis.MinShare, "diagnosis.min-share", c.Diagnosis.MinShare, "share of the entry point's root spans within the window that must be anomalous to open an incident")
+	fs.Float64Var(&c.Diagnosis.CloseShare, "diagnosis.close-share", c.Diagnosis.CloseShare, "an incident closes once the anomalous share stayed under this for --diagnosis.quiet")
+	fs.DurationVar(&c.Diagnosis.Quiet, "diagnosis.quiet", c.Diagnosis.Quiet, "how long the anomalous share must stay under --diagnosis.close-share to close an incident")
+	fs.DurationVar(&c.Diagnosis.VerdictEvery, "diagnosis.verdict-every", c.Diagnosis.VerdictEvery, "how often an incident's verdict is computed again while evidence may still arrive")
+	fs.DurationVar(&c.Diagnosis.EvidenceWait, "diagnosis.evidence-wait", c.Diagnosis.EvidenceWait, "how long after an incident closes its verdict keeps being updated (snapshots and profiles arrive late)")
+	fs.DurationVar(&c.Diagnosis.Lookback, "diagnosis.lookback", c.Diagnosis.Lookback, "how far before an incident's onset its baseline traces are read")
 
 	fs.DurationVar(&c.Capture.Pre, "capture.pre", c.Capture.Pre, "evidence window starts this long before an anomalous span")
 	fs.DurationVar(&c.Capture.Post, "capture.post", c.Capture.Post, "evidence window ends this long after an anomalous span")

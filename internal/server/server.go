@@ -19,8 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/anomaly"
 	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
 	"github.com/rootline/rootline/internal/kafka"
@@ -47,6 +50,7 @@ type Server struct {
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
 	critpath *critpathRunner
+	tracker  *diagnosis.Tracker // nil: incidents disabled or not kept by the store
 	exporter *export.Exporter
 	recv     *receiver.Receivers
 	// Kafka stage (roles ingester and detector).
@@ -140,12 +144,18 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
-// sinks are what sees committed spans: the capture trigger and the
-// exporter when configured.
+// sinks are what sees committed spans: the capture trigger, the incident
+// tracker when the store keeps incidents, and the exporter when configured.
 func (s *Server) sinks() ([]pipeline.Sink, error) {
 	sinks := []pipeline.Sink{s.capture}
+	var err error
+	if s.tracker, err = s.newTracker(); err != nil {
+		return nil, err
+	}
+	if s.tracker != nil {
+		sinks = append(sinks, s.tracker)
+	}
 	if s.cfg.Export.Endpoint != "" {
-		var err error
 		if s.exporter, err = export.New(s.cfg.Export, s.logger, s.reg); err != nil {
 			return nil, err
 		}
@@ -201,6 +211,38 @@ func (s *Server) newKafkaStage() error {
 	return fmt.Errorf("unknown role %q", s.cfg.Role)
 }
 
+// newTracker builds the incident tracker: verdicts read the store, and the
+// critical paths of slow spans that the critical-path runner stored for
+// each completed capture.
+func (s *Server) newTracker() (*diagnosis.Tracker, error) {
+	st := s.store.Incidents()
+	if s.cfg.Diagnosis.Disabled {
+		return nil, nil
+	}
+	if st == nil {
+		s.logger.Warn("the store keeps no incidents: incidents and verdicts are off")
+		return nil, nil
+	}
+	src := &analysis.StoreSource{Spans: s.store, Artifacts: s.store, CaptureLog: s.captureLog}
+	paths := diagnosis.StoredPaths{Artifacts: s.store,
+		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1)}}
+	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Config: s.cfg.Diagnosis}
+	return diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
+}
+
+// captureLog is the capture log as a diagnosis reads it.
+func (s *Server) captureLog(_ context.Context, limit int) ([]analysis.Capture, error) {
+	caps := s.capture.Captures(limit)
+	out := make([]analysis.Capture, 0, min(len(caps), limit))
+	for _, c := range caps {
+		if len(out) >= limit {
+			break
+		}
+		out = append(out, analysis.Capture{Service: c.Service, State: c.State, Error: c.Error, Created: c.Created})
+	}
+	return out, nil
+}
+
 // Registry exposes the server's Prometheus registry (for tests and the demo).
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
 
@@ -223,6 +265,7 @@ func (s *Server) handler() http.Handler {
 	}
 	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, states, s.logger)
 	q.SetMetricReader(s.store)
+	q.SetIncidents(s.store.Incidents())
 	mux := http.NewServeMux()
 	capH := s.capture.Handler()
 	mux.Handle("/api/v1/agents", capH)
@@ -331,6 +374,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	g.Go(func() error { return s.capture.Run(gctx) })
 	g.Go(func() error { return s.critpath.run(gctx) })
+	if s.tracker != nil {
+		g.Go(func() error { return s.tracker.Run(gctx) })
+	}
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}

@@ -20,6 +20,8 @@ var chartCases = []struct {
 	absent []string
 	// why the rendered server.yaml is not read by the binary ("" : it is)
 	configUnchecked string
+	// the server's and agents' TLS wiring (zero: none)
+	tls serverTLSWant
 }{
 	{
 		name:   "defaults: embedded store, agent, webhook with a generated certificate",
@@ -56,6 +58,24 @@ var chartCases = []struct {
 		want:   []string{"DaemonSet/rl-rootline-agent", "Deployment/rl-rootline-webhook"},
 		absent: []string{"StatefulSet/rl-rootline-server", "ConfigMap/rl-rootline-server"},
 	},
+	{
+		name: "server TLS on the query port from a Secret without ca.crt, kernel metrics",
+		values: map[string]any{
+			"server": map[string]any{"tls": map[string]any{"existingSecret": "rl-server-tls", "caKey": "tls.crt"}},
+			"agent":  map[string]any{"kmetrics": true},
+		},
+		want: []string{"StatefulSet/rl-rootline-server", "DaemonSet/rl-rootline-agent", "Deployment/rl-rootline-webhook"},
+		tls:  serverTLSWant{secret: "rl-server-tls", caKey: "tls.crt"},
+	},
+	{
+		name: "server TLS on the query port and the receivers, CA from ca.crt, kernel metrics",
+		values: map[string]any{
+			"server": map[string]any{"tls": map[string]any{"existingSecret": "rl-server-tls", "receivers": true}},
+			"agent":  map[string]any{"kmetrics": true},
+		},
+		want: []string{"StatefulSet/rl-rootline-server", "DaemonSet/rl-rootline-agent", "Deployment/rl-rootline-webhook"},
+		tls:  serverTLSWant{secret: "rl-server-tls", caKey: "ca.crt", receivers: true},
+	},
 }
 
 // TestChart renders the chart with each values combination, checks which
@@ -89,6 +109,7 @@ func TestChart(t *testing.T) {
 				t.Logf("the server's configuration file is not checked with the binary: %s", tc.configUnchecked)
 			}
 			checkArgs(t, objs, tc.configUnchecked == "")
+			checkServerTLS(t, objs, tc.tls)
 			t.Logf("%d objects valid", len(objs))
 		})
 	}
@@ -103,6 +124,9 @@ func TestChart(t *testing.T) {
 		{map[string]any{"webhook": map[string]any{"failurePolicy": "Retry"}}, "webhook.failurePolicy must be Ignore or Fail"},
 		{map[string]any{"webhook": map[string]any{"tls": map[string]any{"existingSecret": "x"}}}, "give caBundle"},
 		{map[string]any{"webhook": map[string]any{"envoy": map[string]any{"image": "envoy"}}}, "webhook.envoy.initImage is required"},
+		{map[string]any{"server": map[string]any{"tls": map[string]any{"receivers": true}}}, "server.tls.receivers needs server.tls.existingSecret"},
+		{map[string]any{"server": map[string]any{"tls": map[string]any{"existingSecret": "s", "receivers": true}},
+			"webhook": map[string]any{"envoy": map[string]any{"image": "envoy", "initImage": "init"}}}, "sends its spans to the Zipkin receiver in plain text"},
 	} {
 		if _, err := render(t, bad.values); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("values %v: error %v, want %q", bad.values, err, bad.want)

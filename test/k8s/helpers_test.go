@@ -36,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 )
@@ -49,6 +50,13 @@ const (
 // with Helm's own engine, and returns its objects sorted by kind and name.
 func render(t *testing.T, values map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
+	return renderWith(t, values, nil)
+}
+
+// renderWith renders as render does; with cfg, the templates' lookup calls
+// read that cluster, as `helm install` does.
+func renderWith(t *testing.T, values map[string]any, cfg *rest.Config) ([]*unstructured.Unstructured, error) {
+	t.Helper()
 	ch, err := loader.Load(chartDir)
 	if err != nil {
 		t.Fatalf("load chart: %v", err)
@@ -59,7 +67,12 @@ func render(t *testing.T, values map[string]any) ([]*unstructured.Unstructured, 
 	if err != nil {
 		return nil, err
 	}
-	files, err := engine.Render(ch, vals)
+	var files map[string]string
+	if cfg != nil {
+		files, err = engine.RenderWithClient(ch, vals, cfg)
+	} else {
+		files, err = engine.Render(ch, vals)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,8 @@
 // two requests contend for a mutex in a C service under `rootline run`
 // (test/testdata/cpsvc), and the waiter's trace page shows its kernel
 // critical path: per-thread timeline, wakeup arrow, summary bars and the link
-// to the request that blocked it.
+// to the request that blocked it. Waves of that contention open an incident,
+// and the Incidents page and the trace page show the server's verdict.
 // The server runs with an API token, as it must when reachable from other
 // machines: the UI asks for it once and sends it on every call.
 //
@@ -447,6 +448,38 @@ async function main() {
     await link.click();
     await page.waitForURL(new RegExp(`#/trace/${holderTrace}\\?span=`));
     await page.locator('aside.spanpanel h2', { hasText: 'cp-ui' }).waitFor();
+  });
+
+  await soft('incidents page shows the server\'s verdict on lock contention', async () => {
+    if (!cpPort) throw new Error('the C service did not start');
+    // Requests without trace context: the service's span is the root, the
+    // entry point incidents are counted at.
+    const root = (q) => fetch(`http://127.0.0.1:${cpPort}/work?${q}`).then((r) => r.text());
+    for (let i = 0; i < 30; i++) await root('do=fast');
+    await sleep(500);
+    for (let wave = 0; wave < 6; wave++) {
+      const holder = root('do=lock&hold=300');
+      await sleep(60);
+      await Promise.all([root('do=lock&hold=1'), root('do=lock&hold=1'), root('do=lock&hold=1'), holder]);
+    }
+    const inc = await waitFor('an incident with a verdict from critical paths', 150_000, async () => {
+      const { incidents } = await getJSON('/api/v1/incidents?service=cp-ui');
+      return (incidents ?? []).find((i) => i.verdict && i.verdict.pathSpans > 0);
+    });
+    log(`incident ${inc.id}: ${inc.verdict.service} / ${inc.verdict.cause}`);
+    await page.goto(`http://${query}/#/incidents`);
+    const row = page.locator('tr.incident', { hasText: 'cp-ui GET /work' }).first();
+    await row.waitFor();
+    const verdict = await row.locator('td.verdict').textContent();
+    if (!verdict?.startsWith('cp-ui: lock')) throw new Error(`verdict cell: ${verdict}`);
+    await row.click();
+    const detail = page.locator('tr.incidentdetail');
+    await detail.locator('li', { hasText: 'kernel critical paths' }).first().waitFor();
+    await page.screenshot({ path: join(shots, 'incidents.png'), fullPage: true });
+    await detail.locator('a[href*="#/trace/"]').first().click();
+    const line = page.locator('.traceverdict');
+    await line.waitFor();
+    if (!(await line.textContent())?.includes('cp-ui: lock')) throw new Error(`trace page verdict: ${await line.textContent()}`);
   });
 
   await soft('anomalies page lists the trace', async () => {

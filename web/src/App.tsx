@@ -4,6 +4,7 @@ import { TracePage } from './pages/TracePage';
 import { AnomaliesPage } from './pages/AnomaliesPage';
 import { FlamePage } from './pages/FlamePage';
 import { ServiceMapPage } from './pages/ServiceMapPage';
+import { IncidentsPage } from './pages/IncidentsPage';
 import { TokenPrompt } from './components/TokenPrompt';
 
 // A HashRouter keeps every page at the server's "/" so the relative asset
@@ -14,6 +15,7 @@ export function App() {
       <nav className="topnav">
         <span className="brand">Rootline</span>
         <NavLink to="/search">Search</NavLink>
+        <NavLink to="/incidents">Incidents</NavLink>
         <NavLink to="/anomalies">Anomalies</NavLink>
         <NavLink to="/map">Service map</NavLink>
         <TraceLink />
@@ -23,6 +25,7 @@ export function App() {
           <Route path="/" element={<Navigate to="/search" replace />} />
           <Route path="/search" element={<SearchPage />} />
           <Route path="/trace/:traceId" element={<TracePage />} />
+          <Route path="/incidents" element={<IncidentsPage />} />
           <Route path="/anomalies" element={<AnomaliesPage />} />
           <Route path="/flame/:artifactId" element={<FlamePage />} />
           <Route path="/map" element={<ServiceMapPage />} />

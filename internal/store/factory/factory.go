@@ -75,6 +75,7 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 		}
 		c.SpanWriter, c.SpanReader, c.ArtifactStore, c.Purger = db, db, db, db
 		c.prober = db
+		c.incidents = db
 		c.closers = append(c.closers, db)
 		if cfg.Metrics.Type == TypeSQLite {
 			c.MetricWriter, c.MetricReader = db, db
@@ -110,9 +111,14 @@ type combined struct {
 	store.MetricWriter
 	store.MetricReader
 	store.Purger
-	prober  store.WriteProber // nil when the span store cannot probe
-	closers []io.Closer       // in closing order
+	prober store.WriteProber // nil when the span store cannot probe
+	// incidents is nil when the span store keeps none.
+	incidents store.IncidentStore
+	closers   []io.Closer // in closing order
 }
+
+// Incidents returns the incident store, nil when the backends keep none.
+func (c *combined) Incidents() store.IncidentStore { return c.incidents }
 
 func (c *combined) Close() error {
 	var errs []error

@@ -177,6 +177,7 @@ type failing struct {
 
 func (f *failing) WriteSpans(context.Context, []*model.Span) error { return f.err }
 func (f *failing) ProbeWrite(context.Context) error                { return f.probeErr }
+func (f *failing) Incidents() store.IncidentStore                  { return nil }
 
 func TestWriteHealth(t *testing.T) {
 	f := &failing{}

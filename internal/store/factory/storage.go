@@ -36,6 +36,7 @@ var (
 type backends interface {
 	store.Store
 	store.WriteProber
+	Incidents() store.IncidentStore
 }
 
 func newStorage(c backends, opts Options) (*Storage, error) {
@@ -192,3 +193,34 @@ func (s *Storage) Purge(ctx context.Context, p store.RetentionPolicy) (store.Pur
 
 // Close closes every backend.
 func (s *Storage) Close() error { return s.inner.Close() }
+
+// Incidents returns the store of incidents, or nil when the configured
+// backends keep none (the server then tracks incidents in memory only).
+func (s *Storage) Incidents() store.IncidentStore {
+	in := s.inner.Incidents()
+	if in == nil {
+		return nil
+	}
+	return timedIncidents{in, s}
+}
+
+// timedIncidents times incident operations like the others.
+type timedIncidents struct {
+	in store.IncidentStore
+	s  *Storage
+}
+
+func (t timedIncidents) PutIncident(ctx context.Context, in store.Incident) error {
+	defer t.s.since("put_incident", time.Now())
+	return t.in.PutIncident(ctx, in)
+}
+
+func (t timedIncidents) GetIncident(ctx context.Context, id string) (store.Incident, error) {
+	defer t.s.since("get_incident", time.Now())
+	return t.in.GetIncident(ctx, id)
+}
+
+func (t timedIncidents) FindIncidents(ctx context.Context, q store.IncidentQuery) ([]store.Incident, error) {
+	defer t.s.since("find_incidents", time.Now())
+	return t.in.FindIncidents(ctx, q)
+}

@@ -89,6 +89,11 @@ func (s *Store) purge(ctx context.Context, p store.RetentionPolicy, st *store.Pu
 			}
 		}
 	}
+	if p.Anomalous > 0 { // closed incidents live as long as anomalous traces (incident.go)
+		if err := s.purgeIncidents(ctx, p.Now-p.Anomalous); err != nil {
+			return err
+		}
+	}
 	if p.Normal > 0 { // metric points live as long as normal traces (metrics.go)
 		if _, err := s.purgeMetrics(ctx, p.Now-p.Normal); err != nil {
 			return err

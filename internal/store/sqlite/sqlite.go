@@ -221,6 +221,9 @@ func (s *Store) open() error {
 	if err := s.createMetricSchema(ctx); err != nil { // metrics.go
 		return err
 	}
+	if err := s.createIncidentSchema(ctx); err != nil { // incident.go
+		return err
+	}
 	if err := s.wstmt.prepare(ctx, s.wdb); err != nil {
 		return err
 	}

@@ -56,6 +56,13 @@ type ArtifactStore interface {
 	store.ArtifactStore
 }
 
+// IncidentStore is what IncidentSuite tests: incidents, purged with
+// anomalous traces.
+type IncidentStore interface {
+	store.IncidentStore
+	store.Purger
+}
+
 // MetricStore is what MetricSuite tests.
 type MetricStore interface {
 	store.MetricWriter
@@ -81,6 +88,8 @@ type Lacks struct {
 	// OrphanBlobs: the purge does not sweep blobs no artifact names (or
 	// RetentionSuite.Blobs is nil).
 	OrphanBlobs bool
+	// Incidents: the backend is no store.IncidentStore.
+	Incidents bool
 }
 
 // subtest is one named test of a suite; lacks, when set, names the feature
@@ -167,6 +176,21 @@ func (s MetricSuite) Run(t *testing.T) {
 	})
 }
 
+// IncidentSuite runs the incident tests.
+type IncidentSuite struct {
+	// Open returns a fresh, empty store.
+	Open    func(t *testing.T) IncidentStore
+	CleanUp func(t *testing.T)
+}
+
+// Run runs the suite.
+func (s IncidentSuite) Run(t *testing.T) {
+	runAll(t, s.Open, s.CleanUp, []subtest[IncidentStore]{
+		{"PutGetFind", false, testIncidents},
+		{"PurgeClosed", false, testPurgeIncidents},
+	})
+}
+
 // RetentionSuite runs the purge tests.
 type RetentionSuite struct {
 	Open func(t *testing.T) RetentionStore
@@ -219,6 +243,19 @@ func (s Suite) Run(t *testing.T) {
 			t.Skip("backend lacks this feature (Lacks.Metrics)")
 		}
 		MetricSuite{Open: func(t *testing.T) MetricStore { return s.Open(t) }, CleanUp: s.CleanUp}.Run(t)
+	})
+	t.Run("Incidents", func(t *testing.T) {
+		if s.Lacks.Incidents {
+			t.Skip("backend lacks this feature (Lacks.Incidents)")
+		}
+		IncidentSuite{Open: func(t *testing.T) IncidentStore {
+			st := s.Open(t)
+			in, ok := st.(IncidentStore)
+			if !ok {
+				t.Fatalf("%T is no store.IncidentStore (set Lacks.Incidents)", st)
+			}
+			return in
+		}, CleanUp: s.CleanUp}.Run(t)
 	})
 	t.Run("Retention", func(t *testing.T) {
 		rs := RetentionSuite{Open: func(t *testing.T) RetentionStore { return s.Open(t) }, CleanUp: s.CleanUp, Lacks: s.Lacks}

@@ -1,5 +1,6 @@
 import { fetchAuthorized } from './auth';
 import type { CPTrace } from './critpath';
+import type { Incident } from './incidents';
 import type { DependencyLink, ServiceLatency } from './servicemap';
 import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
 
@@ -82,6 +83,14 @@ export const api = {
     jaeger<DependencyLink[] | null>(`/api/dependencies?endTs=${Math.floor(endTs)}&lookback=${Math.floor(lookbackMs)}`, signal).then((d) => d ?? []),
   flame: (url: string, signal?: AbortSignal) => getJSON<FlameGraphResponse>(url, signal),
   artifactMeta: (id: string, signal?: AbortSignal) => getJSON<Artifact>(`/api/v1/artifacts/${encodeURIComponent(id)}/meta`, signal),
+  incidents: (signal?: AbortSignal) =>
+    getJSON<{ incidents: Incident[] | null }>('/api/v1/incidents?limit=100', signal).then((d) => d.incidents ?? []),
+  /** diagnosis is null when the trace belongs to no incident (404) or the store keeps none (501). */
+  diagnosis: (id: string, signal?: AbortSignal) =>
+    getJSON<Incident>(`/api/v1/traces/${encodeURIComponent(id)}/diagnosis`, signal).catch((e: unknown) => {
+      if (e instanceof APIError && (e.status === 404 || e.status === 501)) return null;
+      throw e;
+    }),
   /** criticalPath is null when no kernel snapshot explains the trace (404). */
   criticalPath: (id: string, signal?: AbortSignal) =>
     getJSON<CPTrace>(`/api/v1/traces/${encodeURIComponent(id)}/critical-path`, signal).catch((e: unknown) => {

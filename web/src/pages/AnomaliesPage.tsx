@@ -1,45 +1,16 @@
-import { useEffect, useState } from 'react';
+import { useState } from 'react';
 import { Link } from 'react-router';
 import { api } from '../lib/api';
+import { usePoll } from '../lib/usePoll';
 import { formatDuration, formatTime } from '../lib/timescale';
-import type { Anomaly } from '../lib/types';
 
 const REFRESH_MS = 5000;
 
 /** AnomaliesPage is the feed of anomalous spans, newest first, refreshed every 5 s. */
 export function AnomaliesPage() {
-  const [list, setList] = useState<Anomaly[] | null>(null);
-  const [error, setError] = useState<string | null>(null);
-  const [updated, setUpdated] = useState<Date | null>(null);
   const [paused, setPaused] = useState(false);
-
-  useEffect(() => {
-    if (paused) return;
-    let ctl = new AbortController();
-    const load = () => {
-      ctl.abort();
-      ctl = new AbortController();
-      const c = ctl;
-      api.anomalies(c.signal).then(
-        (d) => {
-          if (c.signal.aborted) return;
-          // The API promises newest first; sorting again costs nothing.
-          setList([...d].sort((a, b) => b.start - a.start));
-          setError(null);
-          setUpdated(new Date());
-        },
-        (e: unknown) => {
-          if (!c.signal.aborted) setError(e instanceof Error ? e.message : String(e));
-        },
-      );
-    };
-    load();
-    const t = setInterval(load, REFRESH_MS);
-    return () => {
-      clearInterval(t);
-      ctl.abort();
-    };
-  }, [paused]);
+  // The API promises newest first; sorting again costs nothing.
+  const { data: list, error, updated } = usePoll((signal) => api.anomalies(signal).then((d) => [...d].sort((a, b) => b.start - a.start)), REFRESH_MS, paused);
 
   return (
     <div className="anomalies">

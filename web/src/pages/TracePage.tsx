@@ -1,8 +1,9 @@
 import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
-import { useParams, useSearchParams } from 'react-router';
+import { Link, useParams, useSearchParams } from 'react-router';
 import { SpanPanel } from '../components/SpanPanel';
 import { Timeline } from '../components/Timeline';
 import { api } from '../lib/api';
+import { verdictText } from '../lib/incidents';
 import { buildSpanTree } from '../lib/spantree';
 import { formatDuration, formatTime } from '../lib/timescale';
 import { useFetch } from '../lib/useFetch';
@@ -12,6 +13,7 @@ export function TracePage() {
   const trace = useFetch(`trace:${traceId}`, (s) => api.trace(traceId, s));
   const artifacts = useFetch(`artifacts:${traceId}`, (s) => api.traceArtifacts(traceId, s));
   const critpaths = useFetch(`critpath:${traceId}`, (s) => api.criticalPath(traceId, s));
+  const diagnosis = useFetch(`diagnosis:${traceId}`, (s) => api.diagnosis(traceId, s));
   const tree = useMemo(() => (trace.status === 'ok' ? buildSpanTree(trace.data) : null), [trace]);
   // The selected span is mirrored in the URL (?span=…) so a link can point at
   // it. Local state leads: keys arrive faster than navigations, so the URL is
@@ -74,6 +76,11 @@ export function TracePage() {
           {tree.roots.length > 1 && <span className="badge">{tree.roots.length} roots</span>}
         </p>
         {trace.data.warnings && trace.data.warnings.length > 0 && <p className="error">{trace.data.warnings.join('; ')}</p>}
+        {diagnosis.status === 'ok' && diagnosis.data && (
+          <p className="traceverdict">
+            Part of incident <Link to="/incidents">{diagnosis.data.entry}</Link> ({diagnosis.data.state}) — verdict: {verdictText(diagnosis.data.verdict)}
+          </p>
+        )}
         {critpaths.status === 'ok' && critpaths.data && critpaths.data.spans.length > 0 && (
           <p className="cpindex">
             Critical path:{' '}

@@ -1,0 +1,220 @@
+package diagnosis
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+)
+
+// stateCause maps a critical-path state (what the span's own threads were
+// doing or waiting for) to the cause it points to. A timer sleep is the
+// program's own choice (a backoff, a poll interval) and a state the kernel
+// cannot tell is not evidence of anything: both are unknown.
+var stateCause = map[string]string{
+	critpath.Running:   CauseCPU,
+	critpath.Runqueue:  CauseCPUContention,
+	critpath.Throttled: CauseCPUThrottle,
+	critpath.Lock:      CauseLock,
+	critpath.Disk:      CauseDisk,
+	critpath.Network:   CauseNetwork,
+	critpath.Memory:    CauseMemory,
+	critpath.GC:        CauseGC,
+	critpath.Sleep:     CauseUnknown,
+	critpath.Unknown:   CauseUnknown,
+}
+
+// minKnownShare is the share of the measured time that known causes must
+// cover for the verdict to name one: below it the kernel saw too little of
+// the slow time to say, and the cause is unknown.
+const minKnownShare = 0.2
+
+type interval struct{ a, b int64 }
+
+// union sorts and merges intervals.
+func union(ivs []interval) []interval {
+	slices.SortFunc(ivs, func(x, y interval) int { return cmp.Compare(x.a, y.a) })
+	var out []interval
+	for _, v := range ivs {
+		if v.b <= v.a {
+			continue
+		}
+		if n := len(out); n > 0 && v.a <= out[n-1].b {
+			out[n-1].b = max(out[n-1].b, v.b)
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// overlap is the length of [a, b) covered by the merged intervals ivs.
+func overlap(ivs []interval, a, b int64) int64 {
+	var n int64
+	for _, v := range ivs {
+		if lo, hi := max(a, v.a), min(b, v.b); hi > lo {
+			n += hi - lo
+		}
+	}
+	return n
+}
+
+// spanTime splits a span's interval into its exclusive time (not covered by
+// any child span) and its time in calls to dependencies that left no span
+// (CLIENT children, seen through nested CLIENT spans of its own service,
+// under which no span of another service is).
+type spanTime struct {
+	own        []interval // exclusive, merged
+	untraced   []interval // calls with no span from the callee, merged
+	untracedTo []string   // their server.address, when said
+}
+
+func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span) spanTime {
+	var covered, untraced []interval
+	var to []string
+	var leadsOut func(c *model.Span) bool
+	leadsOut = func(c *model.Span) bool {
+		for _, g := range children[c.SpanID] {
+			if g.Service != c.Service || leadsOut(g) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range children[sp.SpanID] {
+		iv := interval{max(c.Start, sp.Start), min(c.End(), sp.End())}
+		covered = append(covered, iv)
+		if c.Kind == model.KindClient && c.Service == sp.Service && !leadsOut(c) {
+			untraced = append(untraced, iv)
+			if v, ok := c.Attr(model.AttrServerAddress); ok && v.Type == model.TypeString && !slices.Contains(to, v.Str) {
+				to = append(to, v.Str)
+			}
+		}
+	}
+	covered = union(covered)
+	var own []interval
+	at := sp.Start
+	for _, v := range covered {
+		if v.a > at {
+			own = append(own, interval{at, v.a})
+		}
+		at = max(at, v.b)
+	}
+	if at < sp.End() {
+		own = append(own, interval{at, sp.End()})
+	}
+	return spanTime{own: own, untraced: union(untraced), untracedTo: to}
+}
+
+// pathWaits adds to waits (ms by state) what the path p says the span's own
+// threads did during the span's exclusive intervals: a segment counts as
+// the state its thread was blocked in where the path left it (Wait), else
+// its own state.
+func pathWaits(waits map[string]float64, p *critpath.SpanPath, own []interval) {
+	for _, s := range p.Segments {
+		ns := overlap(own, s.Start, s.End)
+		if ns <= 0 {
+			continue
+		}
+		st := s.State
+		if s.Wait != "" {
+			st = s.Wait
+		}
+		waits[st] += float64(ns) / 1e6
+	}
+}
+
+// causeShare is one cause's share of the measured time.
+type causeShare struct {
+	cause string
+	ms    float64
+	share float64
+}
+
+// causesOf folds waits (ms by state) and the time in untraced calls into
+// causes, largest first; unknown is last whatever its size, as it points
+// nowhere. The shares are of the total, unknown included.
+func causesOf(waits map[string]float64, untracedMs float64) (out []causeShare, total float64) {
+	by := map[string]float64{}
+	for st, ms := range waits {
+		c, ok := stateCause[st]
+		if !ok {
+			c = CauseUnknown // a state a newer build knows
+		}
+		by[c] += ms
+		total += ms
+	}
+	if untracedMs > 0 {
+		by[CauseDownstream] += untracedMs
+		total += untracedMs
+	}
+	for c, ms := range by {
+		if ms > 0 {
+			out = append(out, causeShare{cause: c, ms: ms, share: ms / max(total, 1e-9)})
+		}
+	}
+	slices.SortFunc(out, func(x, y causeShare) int {
+		if (x.cause == CauseUnknown) != (y.cause == CauseUnknown) {
+			if x.cause == CauseUnknown {
+				return 1
+			}
+			return -1
+		}
+		if c := cmp.Compare(y.ms, x.ms); c != 0 {
+			return c
+		}
+		return strings.Compare(x.cause, y.cause)
+	})
+	return out, total
+}
+
+// pickCause names the cause from the measured shares: the largest known
+// one, unless known causes cover less than minKnownShare of the time.
+func pickCause(shares []causeShare) (best causeShare, runnerUp *causeShare) {
+	known := 0.0
+	for _, s := range shares {
+		if s.cause != CauseUnknown {
+			known += s.share
+		}
+	}
+	if len(shares) == 0 || known < minKnownShare {
+		u := causeShare{cause: CauseUnknown, share: 1 - known}
+		if len(shares) > 0 && shares[0].cause != CauseUnknown {
+			r := shares[0]
+			return u, &r
+		}
+		return u, nil
+	}
+	best = shares[0]
+	if len(shares) > 1 && shares[1].cause != CauseUnknown {
+		r := shares[1]
+		runnerUp = &r
+	}
+	return best, runnerUp
+}
+
+// describeWaits renders waits for an evidence line, largest first.
+func describeWaits(waits map[string]float64, untracedMs float64) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range waits {
+		if v >= 0.05 {
+			all = append(all, kv{k, v})
+		}
+	}
+	if untracedMs >= 0.05 {
+		all = append(all, kv{"calls without spans", untracedMs})
+	}
+	slices.SortFunc(all, func(x, y kv) int { return cmp.Compare(y.v, x.v) })
+	var parts []string
+	for _, x := range all {
+		parts = append(parts, fmt.Sprintf("%s %.1f ms", x.k, x.v))
+	}
+	return strings.Join(parts, ", ")
+}

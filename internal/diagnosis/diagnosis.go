@@ -1,0 +1,205 @@
+// Package diagnosis turns the server's anomalous spans into incidents and
+// gives each a verdict: the culprit service, the cause, how sure, from which
+// evidence, and what evidence is missing.
+//
+// A Tracker is a pipeline sink. It counts the committed root spans of each
+// entry point (the service and operation of a trace's root span) in
+// one-second buckets and opens an incident when, over the last Window, at
+// least MinAnomalies of them were anomalous and they were at least MinShare
+// of the entry point's root spans: a surge over the detector's baseline,
+// not the few spans any healthy service has beyond its threshold. The
+// incident closes once the anomalous share has stayed under CloseShare for
+// Quiet. While an incident is open, and for EvidenceWait after it closed
+// (kernel snapshots and profiles arrive seconds after the spans), its
+// verdict is computed again every VerdictEvery and stored.
+//
+// A verdict names the culprit from the spans (package analysis ranks the
+// services by how much their time per trace grew against the traces before
+// the onset) and the cause from what was measured of the culprit's slow
+// spans: the kernel critical path of each (package critpath) restricted to
+// the span's exclusive time, where its own threads ran, waited for a CPU,
+// were throttled, blocked on a lock, the disk, the network, a page fault or
+// a GC pause; without a kernel snapshot, from CPU profiles and JFR
+// (analysis.Profiles) and the run-queue wait rootline run puts on spans.
+// docs/diagnosis.md says how each cause is reached.
+package diagnosis
+
+import (
+	"errors"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+)
+
+// Causes a Verdict names.
+const (
+	CauseCPU           = "cpu"            // the culprit's own threads ran on a CPU for its slow time
+	CauseCPUContention = "cpu-contention" // they were runnable, waiting for a CPU others held
+	CauseCPUThrottle   = "cpu-throttle"   // they were runnable, held off by their cgroup's CPU quota
+	CauseLock          = "lock"           // they were blocked on a lock (futex, Java monitor)
+	CauseDisk          = "disk"           // they were blocked on block I/O
+	CauseNetwork       = "network"        // a link: calls took longer outside the callee, or its threads were blocked on the network
+	CauseGC            = "gc"             // they were stopped by the JVM's garbage collector
+	CauseMemory        = "memory"         // they were blocked in page faults, reclaim or swap
+	CauseDownstream    = "downstream"     // calls to a dependency that sends no spans took longer
+	CauseUnknown       = "unknown"        // the evidence does not tell (see Missing)
+)
+
+// Causes lists every cause in display order.
+var Causes = []string{CauseCPU, CauseCPUContention, CauseCPUThrottle, CauseLock, CauseDisk, CauseNetwork, CauseGC, CauseMemory, CauseDownstream, CauseUnknown}
+
+// Incident states.
+const (
+	StateOpen   = "open"
+	StateClosed = "closed"
+)
+
+// Incident is a surge of anomalous requests at one entry point, as the API
+// serves it (docs/api.md). Times are Unix nanoseconds.
+type Incident struct {
+	ID string `json:"id"`
+	// Entry is the entry point: "service operation" of the traces' root span.
+	Entry          string `json:"entry"`
+	EntryService   string `json:"entryService"`
+	EntryOperation string `json:"entryOperation"`
+	State          string `json:"state"`
+	// Start is the start of the first anomalous root span of the surge; End
+	// the end of the last one, set when the incident closes.
+	Start int64 `json:"start"`
+	End   int64 `json:"end,omitempty"`
+	// Opened and Closed are the server's clock when it decided.
+	Opened int64 `json:"opened"`
+	Closed int64 `json:"closed,omitempty"`
+	// Requests counts the entry point's root spans committed while the
+	// incident was open (the opening window included); Anomalous those of
+	// them the detector flagged.
+	Requests  int `json:"requests"`
+	Anomalous int `json:"anomalous"`
+	// BaselineMs is the detector's baseline for the entry point when the
+	// incident opened (rootline.baseline_ms of its anomalous spans).
+	BaselineMs float64 `json:"baselineMs"`
+	// Rule says the open/close rule the incident was judged by.
+	Rule    string   `json:"rule"`
+	Verdict *Verdict `json:"verdict,omitempty"`
+}
+
+// Verdict is the diagnosis of an incident.
+type Verdict struct {
+	// Service is the culprit ("" when none stood out).
+	Service string `json:"service"`
+	// Cause is one of the Cause* constants.
+	Cause string `json:"cause"`
+	// Confidence in [0, 1] of service and cause together: how clearly the
+	// culprit stands out among the services (ServiceConfidence) times the
+	// share of its measured slow time the cause accounts for; 0 when the
+	// cause is unknown.
+	Confidence        float64 `json:"confidence"`
+	ServiceConfidence float64 `json:"serviceConfidence"`
+	// Evidence are the facts behind the verdict: which artifacts and spans,
+	// and their numbers.
+	Evidence []string `json:"evidence"`
+	// Missing says which evidence was not there and why, where it would
+	// have changed or firmed up the verdict.
+	Missing []string `json:"missing,omitempty"`
+	// RunnerUp is the next best explanation.
+	RunnerUp *Alternative `json:"runnerUp,omitempty"`
+	// ExampleTraceID is a slow trace through the culprit, one with a
+	// critical path where there is one.
+	ExampleTraceID string `json:"exampleTraceId,omitempty"`
+	// Waits sums, in ms, what the culprit's slow spans' own threads did in
+	// their exclusive time, by critical-path state, over the PathSpans spans
+	// with a path; Downstream is their time in calls to dependencies that
+	// send no spans.
+	Waits     map[string]float64 `json:"waits,omitempty"`
+	PathSpans int                `json:"pathSpans"`
+	SlowSpans int                `json:"slowSpans"`
+	// Ranking is the services most suspect first (at most 5).
+	Ranking []analysis.ServiceScore `json:"ranking,omitempty"`
+	// SlowTraces and BaseTraces are the traces compared.
+	SlowTraces int `json:"slowTraces"`
+	BaseTraces int `json:"baseTraces"`
+	// Updated is when it was computed (server clock).
+	Updated int64 `json:"updated"`
+}
+
+// Alternative is a runner-up explanation.
+type Alternative struct {
+	Service string  `json:"service"`
+	Cause   string  `json:"cause"`
+	Score   float64 `json:"score"`
+	Why     string  `json:"why"`
+}
+
+// Config holds the incident rule and the verdict's bounds. YAML keys are
+// those of the server's `diagnosis:` section.
+type Config struct {
+	// Window is the sliding window over which a surge is measured.
+	Window time.Duration `yaml:"window"`
+	// MinAnomalies is the anomalous root spans of an entry point in Window
+	// that open an incident (with MinShare).
+	MinAnomalies int `yaml:"min_anomalies"`
+	// MinShare is the share of the entry point's root spans in Window that
+	// must be anomalous to open an incident.
+	MinShare float64 `yaml:"min_share"`
+	// CloseShare and Quiet: the incident closes once the anomalous share
+	// over Window has stayed below CloseShare (or no root span came) for
+	// Quiet.
+	CloseShare float64       `yaml:"close_share"`
+	Quiet      time.Duration `yaml:"quiet"`
+	// VerdictEvery is how often an incident's verdict is computed again
+	// while it is open and for EvidenceWait after it closed.
+	VerdictEvery time.Duration `yaml:"verdict_every"`
+	EvidenceWait time.Duration `yaml:"evidence_wait"`
+	// Lookback is how far before the onset baseline traces are read.
+	Lookback time.Duration `yaml:"lookback"`
+	// MaxTraces bounds the traces read on each side of the onset; MaxPaths
+	// the slow traces whose critical paths are read per verdict.
+	MaxTraces int `yaml:"max_traces"`
+	MaxPaths  int `yaml:"max_paths"`
+	// MaxEntries bounds the entry points tracked (past it new ones are not
+	// counted until retention drops idle ones).
+	MaxEntries int `yaml:"max_entries"`
+	// Disabled turns incidents off.
+	Disabled bool `yaml:"disabled"`
+}
+
+// DefaultConfig returns the defaults docs/diagnosis.md explains.
+func DefaultConfig() Config {
+	return Config{
+		Window:       10 * time.Second,
+		MinAnomalies: 5,
+		MinShare:     0.2,
+		CloseShare:   0.05,
+		Quiet:        20 * time.Second,
+		VerdictEvery: 2 * time.Second,
+		EvidenceWait: 60 * time.Second,
+		Lookback:     2 * time.Minute,
+		MaxTraces:    200,
+		MaxPaths:     20,
+		MaxEntries:   1000,
+	}
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Window < time.Second {
+		errs = append(errs, errors.New("diagnosis window must be at least 1s"))
+	}
+	if c.MinAnomalies < 1 {
+		errs = append(errs, errors.New("diagnosis min_anomalies must be ≥ 1"))
+	}
+	if c.MinShare <= 0 || c.MinShare > 1 {
+		errs = append(errs, errors.New("diagnosis min_share must be in (0, 1]"))
+	}
+	if c.CloseShare < 0 || c.CloseShare >= c.MinShare {
+		errs = append(errs, errors.New("diagnosis close_share must be in [0, min_share)"))
+	}
+	if c.Quiet <= 0 || c.VerdictEvery <= 0 || c.EvidenceWait < 0 || c.Lookback <= 0 {
+		errs = append(errs, errors.New("diagnosis quiet, verdict_every and lookback must be > 0, evidence_wait ≥ 0"))
+	}
+	if c.MaxTraces < 10 || c.MaxPaths < 1 || c.MaxEntries < 1 {
+		errs = append(errs, errors.New("diagnosis max_traces must be ≥ 10, max_paths and max_entries ≥ 1"))
+	}
+	return errors.Join(errs...)
+}

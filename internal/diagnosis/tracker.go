@@ -1,0 +1,384 @@
+package diagnosis
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// Tracker opens and closes incidents from committed root spans (a pipeline
+// sink), keeps their verdicts current and stores both. OnCommitted only
+// counts under a mutex; Run does the rest in the background.
+type Tracker struct {
+	cfg   Config
+	st    store.IncidentStore
+	diag  *Diagnoser
+	log   *slog.Logger
+	now   func() time.Time
+	nbuck int64 // buckets per entry: Window in seconds
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	open    map[string]*tracked // by entry point
+	settled []*tracked          // closed, still gathering evidence
+
+	opened, closed, verdicts *prometheus.CounterVec
+}
+
+// entry counts one entry point's root spans per second of arrival.
+type entry struct {
+	buckets  []bucket // ring, indexed by second modulo its length
+	lastSeen int64    // Unix s
+}
+
+type bucket struct {
+	sec           int64
+	total, anom   int
+	firstStart    int64 // earliest start of its anomalous spans
+	lastEnd       int64 // latest end of its anomalous spans
+	baselineMs    float64
+	baselineSpans int
+}
+
+// tracked is an incident the tracker updates.
+type tracked struct {
+	inc         Incident
+	quietSince  time.Time // zero while anomalies are above CloseShare
+	lastEnd     int64
+	lastVerdict time.Time
+	closedAt    time.Time
+	dirty       bool // counts changed since it was stored
+}
+
+// NewTracker returns a Tracker storing incidents in st and computing
+// verdicts with diag. logger and reg may be nil.
+func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slog.Logger, reg prometheus.Registerer) (*Tracker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	t := &Tracker{cfg: cfg, st: st, diag: diag, log: logger.With("component", "diagnosis"), now: time.Now,
+		nbuck: int64(cfg.Window / time.Second), entries: map[string]*entry{}, open: map[string]*tracked{},
+		opened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_opened_total",
+			Help: "Incidents opened: surges of anomalous root spans at an entry point."}, nil),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_closed_total",
+			Help: "Incidents closed."}, nil),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incident_verdicts_total",
+			Help: "Verdicts computed for incidents, by outcome (ok, failed)."}, []string{"outcome"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{t.opened, t.closed, t.verdicts} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return t, nil
+}
+
+// Rule describes the open/close rule of cfg in words.
+func (c Config) Rule() string {
+	return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans; closes when that share stayed under %.0f%% for %s",
+		c.Window, c.MinAnomalies, 100*c.MinShare, 100*c.CloseShare, c.Quiet)
+}
+
+// OnCommitted implements pipeline.Sink: it counts root spans (a trace's
+// entry point) per entry point. It does not block beyond a short mutex.
+func (t *Tracker) OnCommitted(spans []*model.Span) {
+	sec := t.now().Unix()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range spans {
+		if !s.ParentSpanID.IsZero() {
+			continue
+		}
+		key := EntryKey(s)
+		e := t.entries[key]
+		if e == nil {
+			if len(t.entries) >= t.cfg.MaxEntries {
+				continue
+			}
+			e = &entry{buckets: make([]bucket, t.nbuck)}
+			t.entries[key] = e
+		}
+		e.lastSeen = sec
+		b := &e.buckets[sec%t.nbuck]
+		if b.sec != sec {
+			*b = bucket{sec: sec}
+		}
+		b.total++
+		anomalous := s.IsAnomalous()
+		if anomalous {
+			b.anom++
+			if b.firstStart == 0 || s.Start < b.firstStart {
+				b.firstStart = s.Start
+			}
+			b.lastEnd = max(b.lastEnd, s.End())
+			if v, ok := s.Attr(model.AttrBaselineMs); ok {
+				if f, ok := v.Number(); ok {
+					b.baselineMs += f
+					b.baselineSpans++
+				}
+			}
+		}
+		if tr := t.open[key]; tr != nil {
+			tr.inc.Requests++
+			if anomalous {
+				tr.inc.Anomalous++
+				tr.lastEnd = max(tr.lastEnd, s.End())
+			}
+			tr.dirty = true
+		}
+	}
+}
+
+// window sums an entry's buckets of the last Window.
+func (t *Tracker) window(e *entry, now int64) (sum bucket) {
+	for _, b := range e.buckets {
+		if b.sec <= now-t.nbuck || b.sec > now {
+			continue
+		}
+		sum.total += b.total
+		sum.anom += b.anom
+		if b.anom > 0 && (sum.firstStart == 0 || b.firstStart < sum.firstStart) {
+			sum.firstStart = b.firstStart
+		}
+		sum.lastEnd = max(sum.lastEnd, b.lastEnd)
+		sum.baselineMs += b.baselineMs
+		sum.baselineSpans += b.baselineSpans
+	}
+	return sum
+}
+
+func incidentID(entry string, start int64) string {
+	h := sha256.Sum256([]byte(entry + "\x00" + strconv.FormatInt(start, 10)))
+	return hex.EncodeToString(h[:8])
+}
+
+// step applies the open/close rule at now and returns the incidents to
+// store.
+func (t *Tracker) step(now time.Time) []Incident {
+	sec := now.Unix()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var changed []Incident
+	for key, e := range t.entries {
+		w := t.window(e, sec)
+		tr := t.open[key]
+		share := float64(w.anom) / float64(max(w.total, 1))
+		switch {
+		case tr == nil && w.anom >= t.cfg.MinAnomalies && share >= t.cfg.MinShare:
+			svc, op := splitEntry(key)
+			inc := Incident{ID: incidentID(key, w.firstStart), Entry: key, EntryService: svc, EntryOperation: op, State: StateOpen,
+				Start: w.firstStart, Opened: now.UnixNano(), Requests: w.total, Anomalous: w.anom, Rule: t.cfg.Rule()}
+			if w.baselineSpans > 0 {
+				inc.BaselineMs = round2(w.baselineMs / float64(w.baselineSpans))
+			}
+			t.open[key] = &tracked{inc: inc, lastEnd: w.lastEnd}
+			changed = append(changed, inc)
+			t.opened.WithLabelValues().Inc()
+			t.log.Info("incident opened", "id", inc.ID, "entry", key, "anomalous", w.anom, "of", w.total, "window", t.cfg.Window)
+		case tr != nil && share < t.cfg.CloseShare:
+			if tr.quietSince.IsZero() {
+				tr.quietSince = now
+			}
+			if now.Sub(tr.quietSince) >= t.cfg.Quiet {
+				tr.inc.State, tr.inc.End, tr.inc.Closed = StateClosed, max(tr.lastEnd, tr.inc.Start), now.UnixNano()
+				tr.closedAt = now
+				delete(t.open, key)
+				t.settled = append(t.settled, tr)
+				changed = append(changed, tr.inc)
+				t.closed.WithLabelValues().Inc()
+				t.log.Info("incident closed", "id", tr.inc.ID, "entry", key, "anomalous", tr.inc.Anomalous, "requests", tr.inc.Requests)
+			}
+		case tr != nil:
+			tr.quietSince = time.Time{}
+		}
+		if tr == nil && t.open[key] == nil && e.lastSeen < sec-int64(t.cfg.Quiet/time.Second)-t.nbuck {
+			delete(t.entries, key) // idle: its buckets are all outside the window
+		}
+	}
+	for _, tr := range t.open {
+		if tr.dirty {
+			tr.dirty = false
+			changed = append(changed, tr.inc)
+		}
+	}
+	return changed
+}
+
+func splitEntry(key string) (svc, op string) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == ' ' {
+			return key[:i], key[i+1:]
+		}
+	}
+	return key, ""
+}
+
+// due returns the incidents whose verdict is due at now (open ones, and
+// closed ones for EvidenceWait after they closed) and forgets closed ones
+// past it.
+func (t *Tracker) due(now time.Time) []*tracked {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*tracked
+	keep := t.settled[:0]
+	for _, tr := range t.settled {
+		if now.Sub(tr.closedAt) > t.cfg.EvidenceWait {
+			continue
+		}
+		keep = append(keep, tr)
+		if now.Sub(tr.lastVerdict) >= t.cfg.VerdictEvery {
+			out = append(out, tr)
+		}
+	}
+	clear(t.settled[len(keep):])
+	t.settled = keep
+	for _, tr := range t.open {
+		if now.Sub(tr.lastVerdict) >= t.cfg.VerdictEvery {
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
+// Run applies the rule every second and, in a goroutine of its own so that
+// a slow verdict (a snapshot analysed on the spot) never delays the rule,
+// computes due verdicts, until ctx ends. Incidents left open in the store
+// by a previous run are resumed.
+func (t *Tracker) Run(ctx context.Context) error {
+	t.resume(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t.every(ctx, func(now time.Time) {
+			for _, tr := range t.due(now) {
+				t.verdict(ctx, tr, now)
+			}
+		})
+	}()
+	t.every(ctx, func(now time.Time) {
+		for _, inc := range t.step(now) {
+			t.put(ctx, inc)
+		}
+	})
+	wg.Wait()
+	return nil
+}
+
+// every calls f with the clock's time every second until ctx ends.
+func (t *Tracker) every(ctx context.Context, f func(time.Time)) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		f(t.now())
+	}
+}
+
+// verdict computes and stores tr's verdict.
+func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
+	t.mu.Lock()
+	inc := tr.inc
+	tr.lastVerdict = now
+	t.mu.Unlock()
+	if t.diag == nil {
+		return
+	}
+	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	v, err := t.diag.Diagnose(vctx, &inc)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			t.verdicts.WithLabelValues("failed").Inc()
+			t.log.Warn("verdict not computed", "incident", inc.ID, "err", err)
+		}
+		return
+	}
+	t.verdicts.WithLabelValues("ok").Inc()
+	t.mu.Lock()
+	tr.inc.Verdict = v
+	inc = tr.inc
+	t.mu.Unlock()
+	t.put(ctx, inc)
+}
+
+func (t *Tracker) put(ctx context.Context, inc Incident) {
+	if t.st == nil {
+		return
+	}
+	if err := t.st.PutIncident(ctx, ToStored(inc)); err != nil && ctx.Err() == nil {
+		t.log.Warn("incident not stored", "incident", inc.ID, "err", err)
+	}
+}
+
+// resume takes back the incidents a previous run left open: they close by
+// the rule like any other once anomalies stop.
+func (t *Tracker) resume(ctx context.Context) {
+	if t.st == nil {
+		return
+	}
+	list, err := t.st.FindIncidents(ctx, store.IncidentQuery{From: t.now().Add(-24 * time.Hour).UnixNano(), Limit: 1000})
+	if err != nil {
+		t.log.Warn("open incidents not resumed", "err", err)
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, s := range list {
+		if s.End != 0 {
+			continue
+		}
+		inc, err := FromStored(s)
+		if err != nil {
+			t.log.Warn("stored incident unreadable", "incident", s.ID, "err", err)
+			continue
+		}
+		if t.open[inc.Entry] == nil {
+			t.open[inc.Entry] = &tracked{inc: inc, lastEnd: inc.Start}
+		}
+	}
+}
+
+// ToStored is the store's record of inc.
+func ToStored(inc Incident) store.Incident {
+	doc, _ := json.Marshal(inc) // plain fields and maps of strings: cannot fail
+	svc := ""
+	if inc.Verdict != nil {
+		svc = inc.Verdict.Service
+	}
+	return store.Incident{ID: inc.ID, Entry: inc.Entry, EntryService: inc.EntryService, Service: svc,
+		Start: inc.Start, End: inc.End, Updated: time.Now().UnixNano(), Doc: doc}
+}
+
+// FromStored reads an incident back from its record.
+func FromStored(s store.Incident) (Incident, error) {
+	var inc Incident
+	if err := json.Unmarshal(s.Doc, &inc); err != nil {
+		return inc, fmt.Errorf("incident %s: %w", s.ID, err)
+	}
+	if inc.ID == "" {
+		return inc, errors.New("incident document without id")
+	}
+	return inc, nil
+}

@@ -1,0 +1,217 @@
+package diagnosis
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// roots returns n root spans of the entry point "frontend GET /checkout",
+// the first anomalous ones flagged, ending at at.
+func roots(first, n, anomalous int, at time.Time) []*model.Span {
+	var out []*model.Span
+	for i := range n {
+		s := &model.Span{TraceID: tid(first + i), SpanID: sid(first+i, 0), Service: "frontend", Name: "GET /checkout", Kind: model.KindServer,
+			Start: at.Add(-20 * time.Millisecond).UnixNano(), Duration: int64(20 * time.Millisecond)}
+		if i < anomalous {
+			s.Attributes = []model.KeyValue{model.Bool(model.AttrAnomaly, true), model.Float(model.AttrBaselineMs, 8)}
+		}
+		out = append(out, s)
+	}
+	// A child span is no entry point, anomalous or not.
+	out = append(out, &model.Span{TraceID: tid(first), SpanID: sid(first, 1), ParentSpanID: sid(first, 0), Service: "cart", Name: "POST /cart",
+		Attributes: []model.KeyValue{model.Bool(model.AttrAnomaly, true)}})
+	return out
+}
+
+// TestTrackerRule: the open/close rule on a clock the test moves, one
+// second at a time as Run's ticker would, with a real store.
+func TestTrackerRule(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	cfg := DefaultConfig()
+	tr, err := NewTracker(cfg, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	tr.now = func() time.Time { return now }
+	n := 0
+	// second feeds one second of traffic: total root spans, anomalous of
+	// them, then applies the rule and stores what changed.
+	second := func(total, anomalous int) {
+		tr.OnCommitted(roots(n, total, anomalous, now))
+		n += total
+		for _, inc := range tr.step(now) {
+			tr.put(ctx, inc)
+		}
+		now = now.Add(time.Second)
+	}
+	list := func() []store.Incident {
+		l, err := st.FindIncidents(ctx, store.IncidentQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	// 30 s of healthy traffic with the few anomalies any service has (2 %),
+	// then 30 s of a slowdown that flags 10 % of requests: under MinShare,
+	// too small to be an incident.
+	for range 30 {
+		second(50, 1)
+	}
+	for range 30 {
+		second(50, 5)
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("%d incidents opened by anomalies under the rule's share: %+v", len(l), l)
+	}
+	// A surge: 40 % of requests anomalous.
+	onset := now
+	for range 15 {
+		second(50, 20)
+	}
+	l := list()
+	if len(l) != 1 || l[0].End != 0 {
+		t.Fatalf("after a surge: %+v, want one open incident", l)
+	}
+	inc, err := FromStored(l[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inc.Entry != "frontend GET /checkout" || inc.State != StateOpen || inc.BaselineMs != 8 {
+		t.Errorf("incident %+v", inc)
+	}
+	if inc.Start < onset.Add(-10*time.Second).UnixNano() || inc.Start > onset.UnixNano() {
+		t.Errorf("start %v, want within the window before the surge began at %v", time.Unix(0, inc.Start).UTC(), onset)
+	}
+	// Back to healthy: it closes once the share has stayed under
+	// CloseShare for Quiet (the window must drain first).
+	for range int((cfg.Window + cfg.Quiet) / time.Second) {
+		second(50, 0)
+	}
+	l = list()
+	if len(l) != 1 || l[0].End == 0 {
+		t.Fatalf("after recovery: %+v, want the incident closed", l)
+	}
+	if inc, err = FromStored(l[0]); err != nil {
+		t.Fatal(err)
+	}
+	if inc.State != StateClosed || inc.End < inc.Start {
+		t.Errorf("closed incident %+v", inc)
+	}
+	// Its counts: the opening window's root spans and every one while open.
+	if inc.Anomalous < 15*20 || inc.Anomalous > 15*20+5*10 || inc.Requests < 15*50 || inc.Anomalous > inc.Requests {
+		t.Errorf("counts: %d anomalous of %d requests", inc.Anomalous, inc.Requests)
+	}
+	// A second surge opens a second incident.
+	for range 5 {
+		second(50, 40)
+	}
+	if l := list(); len(l) != 2 || l[0].End != 0 {
+		t.Fatalf("after a second surge: %d incidents, newest %+v", len(l), l[0])
+	}
+}
+
+// TestTrackerResume: an incident a previous server left open is taken back
+// and closed by the rule.
+func TestTrackerResume(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	inc := Incident{ID: "abc", Entry: "frontend GET /checkout", EntryService: "frontend", State: StateOpen, Start: t0.UnixNano()}
+	if err := st.PutIncident(ctx, ToStored(inc)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	tr, err := NewTracker(cfg, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0.Add(time.Minute)
+	tr.now = func() time.Time { return now }
+	tr.resume(ctx)
+	for range int(cfg.Quiet/time.Second) + 2 {
+		tr.OnCommitted(roots(0, 10, 0, now))
+		for _, inc := range tr.step(now) {
+			tr.put(ctx, inc)
+		}
+		now = now.Add(time.Second)
+	}
+	got, err := st.GetIncident(ctx, "abc")
+	if err != nil || got.End == 0 {
+		t.Fatalf("resumed incident %+v, %v: want closed", got, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	c := DefaultConfig()
+	c.CloseShare = c.MinShare
+	if err := c.Validate(); err == nil {
+		t.Error("close_share = min_share accepted")
+	}
+}
+
+// TestTrackerRun: Run opens an incident from committed spans and stores its
+// verdict, computed in the background, and stops with its context.
+func TestTrackerRun(t *testing.T) {
+	st := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.VerdictEvery = time.Second
+	// The shop's traffic, normal then slow, stored as the pipeline would.
+	var batch []*model.Span
+	base := time.Now().Add(-2 * time.Minute)
+	for i := range 60 {
+		batch = append(batch, shopTrace(i, base.Add(time.Duration(i)*time.Second), 2, 6, 3, false)...)
+	}
+	var slow []*model.Span
+	for i := range 30 {
+		slow = append(slow, shopTrace(100+i, time.Now().Add(-3*time.Second+time.Duration(i)*50*time.Millisecond), 2, 60, 3, true)...)
+	}
+	if err := st.WriteSpans(ctx, append(batch, slow...)); err != nil {
+		t.Fatal(err)
+	}
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: cfg}
+	tr, err := NewTracker(cfg, st, d, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	tr.OnCommitted(slow)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		list, err := st.FindIncidents(ctx, store.IncidentQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) == 1 {
+			inc, err := FromStored(list[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inc.Verdict != nil {
+				if inc.Verdict.Service != "cart" || inc.Anomalous != 30 || inc.Requests != 30 {
+					t.Fatalf("incident %+v, verdict %+v", inc, inc.Verdict)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no incident with a verdict after 30 s: %+v", list)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,429 @@
+package diagnosis
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// PathReader reads the critical paths of a trace's spans; critpath.Analyzer
+// implements it. Trace returns critpath.ErrNoSnapshot when no kernel
+// snapshot is linked to the trace.
+type PathReader interface {
+	Trace(ctx context.Context, id model.TraceID) (*critpath.TraceResult, error)
+}
+
+// Diagnoser computes verdicts from what a Source holds. It is safe for
+// concurrent use when its Source and Paths are.
+type Diagnoser struct {
+	Source analysis.Source
+	// Paths may be nil: then no critical path is read.
+	Paths  PathReader
+	Config Config
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// maxAnomalies bounds the anomalous spans read per verdict.
+const maxAnomalies = 2000
+
+func (d *Diagnoser) now() time.Time {
+	if d.Now != nil {
+		return d.Now()
+	}
+	return time.Now()
+}
+
+// RootOf returns the root span of a trace (no parent, or a parent not in
+// it; the earliest such), nil for an empty trace.
+func RootOf(spans []*model.Span) *model.Span {
+	ids := make(map[model.SpanID]bool, len(spans))
+	for _, s := range spans {
+		ids[s.SpanID] = true
+	}
+	var root *model.Span
+	for _, s := range spans {
+		if (s.ParentSpanID.IsZero() || !ids[s.ParentSpanID]) && (root == nil || s.Start < root.Start) {
+			root = s
+		}
+	}
+	return root
+}
+
+// EntryKey is the entry point a root span names.
+func EntryKey(s *model.Span) string { return s.Service + " " + s.Name }
+
+// Diagnose computes the verdict of inc from the traces of its entry point
+// before and since its start. The error is the Source's.
+func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, error) {
+	cfg := d.Config
+	now := d.now()
+	v := &Verdict{Cause: CauseUnknown, Updated: now.UnixNano()}
+	start := time.Unix(0, inc.Start)
+	from := start.Add(-cfg.Lookback)
+	to := now
+	if inc.End > 0 {
+		to = time.Unix(0, inc.End)
+	}
+	var traces [][]*model.Span
+	for _, span := range [][2]time.Time{{from, start.Add(-time.Nanosecond)}, {start, to}} {
+		ts, err := d.Source.SearchTraces(ctx, inc.EntryService, span[0], span[1], cfg.MaxTraces)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if r := RootOf(t); r != nil && EntryKey(r) == inc.Entry {
+				traces = append(traces, t)
+			}
+		}
+	}
+	inWindow := map[model.TraceID]bool{}
+	for _, t := range traces {
+		inWindow[t[0].TraceID] = true
+	}
+	anoms, err := d.Source.Anomalies(ctx, from, maxAnomalies)
+	if err != nil {
+		return nil, err
+	}
+	anoms = slices.DeleteFunc(anoms, func(a analysis.Anomaly) bool { return a.Span == nil || !inWindow[a.Span.TraceID] })
+	caps, capsErr := d.Source.Captures(ctx, 2000)
+	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr}
+	base := analysis.Analyze(ctx, w, nil)
+	v.SlowTraces, v.BaseTraces = base.SlowTraces, base.BaseTraces
+	v.Ranking = base.Ranking[:min(len(base.Ranking), 5)]
+	v.ExampleTraceID = base.ExampleTraceID
+	if base.Service == "" {
+		v.Evidence = base.Evidence
+		v.Missing = append(v.Missing, "a culprit: no service's time per trace grew against the traces before the onset")
+		return v, nil
+	}
+	v.Service = base.Service
+	top := base.Ranking[0]
+	v.Evidence = append(v.Evidence, rankingEvidence(base.Evidence, v.Service)...)
+
+	// The culprit's slow spans: its anomalous spans in slow traces, or, when
+	// none of its spans was flagged, all of its spans there.
+	slow := slowTraces(traces, start.UnixNano())
+	spans := culpritSpans(slow, v.Service, true)
+	if len(spans) == 0 {
+		spans = culpritSpans(slow, v.Service, false)
+	}
+	v.SlowSpans = len(spans)
+	known := map[string]bool{}
+	for _, t := range traces {
+		for _, s := range t {
+			known[s.Service] = true
+		}
+	}
+
+	var shares []causeShare
+	var total float64
+	switch {
+	case !known[v.Service]:
+		// The culprit left no span: the ranking named it from calls into it.
+		shares = []causeShare{{cause: CauseDownstream, ms: top.Score, share: 1}}
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s sends no spans: its callers' calls into it grew by %.1f ms per trace", v.Service, top.Score))
+	case top.NetDeltaMs > top.SelfDeltaMs:
+		untraced := untracedGrowth(traces, start.UnixNano(), v.Service)
+		if untraced >= 0.5*top.NetDeltaMs {
+			shares = []causeShare{{cause: CauseDownstream, ms: untraced, share: untraced / top.Score}, {cause: CauseNetwork, ms: top.NetDeltaMs - untraced, share: (top.NetDeltaMs - untraced) / top.Score}}
+			v.Evidence = append(v.Evidence, fmt.Sprintf("%s's calls to dependencies that send no spans grew by %.1f ms per trace", v.Service, untraced))
+		} else {
+			shares = []causeShare{{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}, {cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}}
+			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms: the link to it", v.Service, top.NetDeltaMs, top.SelfDeltaMs))
+		}
+		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
+	default:
+		shares, total = d.measure(ctx, v, spans, slow, max(untracedGrowth(traces, start.UnixNano(), v.Service), 0))
+		if v.PathSpans == 0 {
+			shares = d.fallback(ctx, v, top, spans)
+		}
+	}
+	best, runner := pickCause(shares)
+	v.Cause = best.cause
+	v.ServiceConfidence = round2(base.Confidence)
+	if best.cause != CauseUnknown {
+		v.Confidence = round2(base.Confidence * best.share)
+	}
+	switch {
+	case total > 0 && v.PathSpans > 0 && best.cause == CauseUnknown:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("the kernel could not tell what %s's threads did for %.0f%% of the measured time", v.Service, 100*best.share))
+		v.Missing = append(v.Missing, fmt.Sprintf("what %s's threads waited for: the kernel saw no state it can name (user-space waits such as a Go mutex, timer sleeps, threads the snapshot missed); a CPU profile or the runtime's own events would tell", v.Service))
+	case total > 0 && v.PathSpans > 0:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of the measured time (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
+	}
+	switch {
+	case runner != nil && runner.share >= 0.1:
+		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's measured slow time", 100*runner.share, v.Service)}
+	case len(base.Ranking) > 1 && base.Ranking[1].Score > 0:
+		r := base.Ranking[1]
+		v.RunnerUp = &Alternative{Service: r.Service, Score: round2(r.Score / top.Score), Why: fmt.Sprintf("its time per trace grew by %.1f ms (the culprit's by %.1f ms)", r.Score, top.Score)}
+	}
+	if capsErr != nil {
+		v.Missing = append(v.Missing, "the capture log: "+capsErr.Error())
+	} else if note := analysis.CaptureTrouble(caps, v.Service, from); note != "" {
+		v.Missing = append(v.Missing, note)
+	}
+	return v, nil
+}
+
+// slowTraces returns the traces from since on with an anomalous span,
+// newest first.
+func slowTraces(traces [][]*model.Span, since int64) [][]*model.Span {
+	var out [][]*model.Span
+	for _, t := range traces {
+		if r := RootOf(t); r != nil && r.Start >= since && slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(x, y []*model.Span) int { return cmp.Compare(RootOf(y).Start, RootOf(x).Start) })
+	return out
+}
+
+// culpritSpans returns svc's non-CLIENT spans in traces (anomalous ones
+// only when anomalous), as trace index and span.
+func culpritSpans(traces [][]*model.Span, svc string, anomalous bool) []*model.Span {
+	var out []*model.Span
+	for _, t := range traces {
+		for _, s := range t {
+			if s.Service == svc && s.Kind != model.KindClient && (!anomalous || s.IsAnomalous()) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func childrenOf(t []*model.Span) map[model.SpanID][]*model.Span {
+	ch := map[model.SpanID][]*model.Span{}
+	for _, s := range t {
+		if !s.ParentSpanID.IsZero() && s.ParentSpanID != s.SpanID {
+			ch[s.ParentSpanID] = append(ch[s.ParentSpanID], s)
+		}
+	}
+	return ch
+}
+
+// untracedGrowth is how much more time per trace svc's spans spent in calls
+// to dependencies that send no spans in the incident's traces than before.
+func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
+	var slowNs, baseNs float64
+	var nSlow, nBase int
+	for _, t := range traces {
+		ch := childrenOf(t)
+		var ns int64
+		for _, s := range t {
+			if s.Service == svc && s.Kind != model.KindClient {
+				for _, iv := range splitSpan(s, ch).untraced {
+					ns += iv.b - iv.a
+				}
+			}
+		}
+		if r := RootOf(t); r.Start >= onset {
+			if slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
+				slowNs += float64(ns)
+				nSlow++
+			}
+		} else if !slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
+			baseNs += float64(ns)
+			nBase++
+		}
+	}
+	if nSlow == 0 || nBase == 0 {
+		return 0
+	}
+	return (slowNs/float64(nSlow) - baseNs/float64(nBase)) / 1e6
+}
+
+// measure reads the critical paths of the culprit's slow spans (of the
+// newest MaxPaths slow traces with one) and sums what their own threads did
+// in their exclusive time. Calls to dependencies that send no spans count as
+// downstream by how much they grew per trace (untracedMs) against the
+// traces before the onset, since their normal time is no part of the
+// slowdown.
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, untracedPerTrace float64) ([]causeShare, float64) {
+	if d.Paths == nil {
+		v.Missing = append(v.Missing, "kernel critical paths: not read here")
+		return nil, 0
+	}
+	want := map[model.TraceID]map[model.SpanID]*model.Span{}
+	for _, s := range spans {
+		if want[s.TraceID] == nil {
+			want[s.TraceID] = map[model.SpanID]*model.Span{}
+		}
+		want[s.TraceID][s.SpanID] = s
+	}
+	waits := map[string]float64{}
+	var untracedMs float64
+	var noSnap, read int
+	var notes []string
+	var example string
+	for _, t := range slow {
+		if read >= d.Config.MaxPaths || ctx.Err() != nil {
+			break
+		}
+		id := t[0].TraceID
+		mine := want[id]
+		if len(mine) == 0 {
+			continue
+		}
+		res, err := d.Paths.Trace(ctx, id)
+		switch {
+		case errors.Is(err, critpath.ErrNoSnapshot), errors.Is(err, store.ErrNotFound):
+			noSnap++
+			continue
+		case err != nil:
+			notes = append(notes, err.Error())
+			continue
+		}
+		read++
+		ch := childrenOf(t)
+		for i := range res.Spans {
+			p := &res.Spans[i]
+			sid, err := model.ParseSpanID(p.SpanID)
+			if err != nil || mine[sid] == nil {
+				continue
+			}
+			pathWaits(waits, p, splitSpan(mine[sid], ch).own)
+			v.PathSpans++
+			if example == "" {
+				example = res.TraceID
+			}
+		}
+		for _, n := range res.Notes {
+			if len(notes) < 3 && !slices.Contains(notes, n) {
+				notes = append(notes, n)
+			}
+		}
+	}
+	if v.PathSpans == 0 {
+		v.Missing = append(v.Missing, fmt.Sprintf("kernel critical paths: none for %s's %d slow spans (%d traces had no kernel snapshot linked; is an agent running on its node, with %s registered?)",
+			v.Service, len(spans), noSnap, v.Service))
+		for _, n := range notes {
+			v.Missing = append(v.Missing, "critical path: "+n)
+		}
+		return nil, 0
+	}
+	v.ExampleTraceID = example
+	untracedMs = untracedPerTrace * float64(read)
+	for k, ms := range waits {
+		waits[k] = round2(ms)
+	}
+	v.Waits = waits
+	if untracedMs > 0 {
+		v.Waits["downstream"] = round2(untracedMs)
+	}
+	v.Evidence = append(v.Evidence, fmt.Sprintf("kernel critical paths of %d of %s's %d slow spans (%d traces): in their exclusive time its threads spent %s",
+		v.PathSpans, v.Service, len(spans), read, describeWaits(waits, untracedMs)))
+	if len(notes) > 0 {
+		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
+	}
+	return causesOf(waits, untracedMs)
+}
+
+// fallback names a cause without kernel paths: from the run-queue wait
+// rootline run puts on spans, then from the CPU profiles and JFR recordings
+// captured for the slow spans.
+func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span) []causeShare {
+	if top.LocalDeltaMs > 0 && top.LocalDeltaMs >= 0.5*top.SelfDeltaMs {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", v.Service, top.LocalDeltaMs))
+		v.Missing = append(v.Missing, "a kernel snapshot, to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)")
+		return []causeShare{{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}}
+	}
+	anoms, err := d.Source.Anomalies(ctx, time.Unix(0, spans[len(spans)-1].Start).Add(-time.Second), maxAnomalies)
+	if err != nil {
+		v.Missing = append(v.Missing, "anomalies unreadable: "+err.Error())
+		return nil
+	}
+	arts := map[model.SpanID][]store.Artifact{}
+	for _, a := range anoms {
+		arts[a.Span.SpanID] = a.Artifacts
+	}
+	var slow []analysis.SlowSpan
+	for _, s := range spans {
+		slow = append(slow, analysis.SlowSpan{TraceID: s.TraceID, SpanID: s.SpanID, Service: s.Service, Start: s.Start, End: s.End(),
+			Exclusive: s.Duration, Artifacts: arts[s.SpanID]})
+	}
+	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, slow)
+	if err != nil {
+		v.Missing = append(v.Missing, "profiles unreadable: "+err.Error())
+	}
+	share := func(ns, of int64) float64 { return float64(ns) / float64(max(of, 1)) }
+	var lock, cpu causeShare
+	if b.LockSpans > 0 {
+		lock = causeShare{cause: CauseLock, share: share(b.LockNs, b.LockOfNs), ms: float64(b.LockNs) / 1e6}
+		v.Evidence = append(v.Evidence, fmt.Sprintf("JFR: blocked entering Java monitors for %.0f%% of %d slow spans' time", 100*lock.share, b.LockSpans))
+	}
+	if b.OnCPUSpans > 0 {
+		cpu = causeShare{cause: CauseCPU, share: share(b.OnCPUNs, b.OnCPUOfNs), ms: float64(b.OnCPUNs) / 1e6}
+		v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles: on CPU for %.0f%% of %d slow spans' time", 100*cpu.share, b.OnCPUSpans))
+		v.Missing = append(v.Missing, "a kernel snapshot, to say what the off-CPU time waited for")
+	} else if b.LockSpans == 0 {
+		v.Missing = append(v.Missing, fmt.Sprintf("CPU profiles and JFR recordings: none captured for %s's slow spans", v.Service))
+	}
+	// Profiles see on-CPU time and long monitor waits only: the rest of
+	// the time is unaccounted for, so CPU is named only when it is most of
+	// the time (JVM monitors spin before they park, so a quarter of the
+	// time in monitor waits names the lock).
+	switch {
+	case lock.share >= 0.25:
+		return []causeShare{lock, cpu}
+	case cpu.share >= 0.5:
+		return []causeShare{cpu, lock}
+	}
+	return []causeShare{{cause: CauseUnknown, share: 1 - cpu.share - lock.share}}
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+// rankingEvidence keeps the lines of the ranking's evidence (the surge, the
+// culprit's times, the next suspect) and leaves out the cause it named
+// without kernel evidence: this package names the cause.
+func rankingEvidence(lines []string, culprit string) []string {
+	var out []string
+	for _, l := range lines {
+		out = append(out, l)
+		if strings.HasPrefix(l, "next suspect ") {
+			break
+		}
+		if strings.HasPrefix(l, culprit+": exclusive time") {
+			if i := len(out); i < len(lines) && strings.HasPrefix(lines[i], "next suspect ") {
+				continue
+			}
+			break
+		}
+	}
+	return out
+}
+
+// StoredPaths reads only the critical paths the server stored when each
+// capture completed (a "critical-path" artifact linked to the trace): a
+// verdict computed every few seconds must not analyse snapshots on the spot
+// (seconds of CPU each), which the server does once per capture anyway. A
+// trace whose paths are not stored yet answers critpath.ErrNoSnapshot.
+type StoredPaths struct {
+	Analyzer  *critpath.Analyzer
+	Artifacts store.ArtifactStore
+}
+
+// Trace implements PathReader.
+func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.TraceResult, error) {
+	arts, err := s.Artifacts.TraceArtifacts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
+		return nil, critpath.ErrNoSnapshot
+	}
+	return s.Analyzer.Trace(ctx, id)
+}

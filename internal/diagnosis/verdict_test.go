@@ -1,0 +1,116 @@
+package diagnosis
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+)
+
+// TestDiagnose: a shop's cart slows down in several ways; the verdict names
+// cart and the cause its critical paths (or its spans) show, and says what
+// is missing when there is no kernel evidence.
+func TestDiagnose(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cartMs and dbMs are the incident's cart exclusive time and
+		// database call (baseline: 6 and 3 ms).
+		cartMs, dbMs float64
+		// path gives cart's slow SERVER spans a path (nil: no snapshot).
+		path        func(s *model.Span) *critpath.SpanPath
+		wantService string
+		wantCause   string
+		wantMissing string
+		wantRunner  string
+	}{
+		{name: "lock", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseLock, wantRunner: CauseCPU,
+			path: func(s *model.Span) *critpath.SpanPath {
+				// 8 ms of its own work, 62 ms blocked on a futex whose
+				// holder ran, then the database call.
+				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0, critpath.Network, "", 3.0)
+			}},
+		{name: "cpu quota", cartMs: 45, dbMs: 3, wantService: "cart", wantCause: CauseCPUThrottle, wantRunner: CauseCPU,
+			path: func(s *model.Span) *critpath.SpanPath {
+				return segmentsPath(s, critpath.Running, "", 10.0, critpath.Throttled, "", 35.0, critpath.Network, "", 3.0)
+			}},
+		{name: "cpu", cartMs: 50, dbMs: 3, wantService: "cart", wantCause: CauseCPU,
+			path: func(s *model.Span) *critpath.SpanPath {
+				return segmentsPath(s, critpath.Running, "", 49.0, critpath.Runqueue, "", 1.0, critpath.Network, "", 3.0)
+			}},
+		{name: "mostly unseen", cartMs: 50, dbMs: 3, wantService: "cart", wantCause: CauseUnknown, wantMissing: "user-space waits",
+			path: func(s *model.Span) *critpath.SpanPath {
+				return segmentsPath(s, critpath.Running, "", 5.0, critpath.Unknown, "", 45.0, critpath.Network, "", 3.0)
+			}},
+		{name: "database without spans", cartMs: 6, dbMs: 60, wantService: "cart", wantCause: CauseDownstream},
+		{name: "no kernel evidence", cartMs: 50, dbMs: 3, wantService: "cart", wantCause: CauseUnknown, wantMissing: "kernel critical paths"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t)
+			byTrace := map[model.TraceID][]*model.Span{}
+			var batch []*model.Span
+			onset := t0.Add(60 * time.Second)
+			for i := range 60 { // a minute of normal traffic
+				tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
+				byTrace[tr[0].TraceID] = tr
+				batch = append(batch, tr...)
+			}
+			var end int64
+			for i := range 30 { // then the fault, every 200 ms
+				tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, tc.cartMs, tc.dbMs, true)
+				byTrace[tr[0].TraceID] = tr
+				batch = append(batch, tr...)
+				end = tr[0].End()
+			}
+			if err := st.WriteSpans(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
+				Now: func() time.Time { return time.Unix(0, end).Add(time.Second) }}
+			if tc.path != nil {
+				d.Paths = &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
+					if s.Service == "cart" && s.Kind == model.KindServer && s.IsAnomalous() {
+						return tc.path(s)
+					}
+					return nil
+				}}
+			} else {
+				d.Paths = &fakePaths{spans: byTrace, path: func(*model.Span) *critpath.SpanPath { return nil }}
+			}
+			inc := &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end}
+			v, err := d.Diagnose(ctx, inc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
+				strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+			if v.Service != tc.wantService || v.Cause != tc.wantCause {
+				t.Fatalf("verdict %s/%s, want %s/%s", v.Service, v.Cause, tc.wantService, tc.wantCause)
+			}
+			if v.SlowTraces != 30 || v.BaseTraces != 60 {
+				t.Errorf("compared %d slow and %d baseline traces, want 30 and 60", v.SlowTraces, v.BaseTraces)
+			}
+			if v.ExampleTraceID == "" {
+				t.Error("no example trace")
+			}
+			if tc.wantMissing != "" && !strings.Contains(strings.Join(v.Missing, "\n"), tc.wantMissing) {
+				t.Errorf("missing %q does not say %q", v.Missing, tc.wantMissing)
+			}
+			if tc.wantRunner != "" && (v.RunnerUp == nil || v.RunnerUp.Cause != tc.wantRunner) {
+				t.Errorf("runner-up %+v, want cause %s", v.RunnerUp, tc.wantRunner)
+			}
+			if tc.path != nil && tc.wantCause != CauseDownstream {
+				if v.PathSpans != 20 {
+					t.Errorf("%d spans with a path read, want MaxPaths = 20", v.PathSpans)
+				}
+				if (v.Confidence <= 0) != (tc.wantCause == CauseUnknown) || v.Confidence > 1 {
+					t.Errorf("confidence %v out of (0, 1]", v.Confidence)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,49 @@
+// Types of the server's incidents (GET /api/v1/incidents, docs/api.md).
+
+export interface Alternative {
+  service: string;
+  cause?: string;
+  score: number;
+  why: string;
+}
+
+export interface Verdict {
+  service: string;
+  cause: string;
+  confidence: number;
+  serviceConfidence: number;
+  evidence: string[] | null;
+  missing?: string[] | null;
+  runnerUp?: Alternative;
+  exampleTraceId?: string;
+  waits?: Record<string, number>;
+  pathSpans: number;
+  slowSpans: number;
+  slowTraces: number;
+  baseTraces: number;
+  updated: number;
+}
+
+export interface Incident {
+  id: string;
+  entry: string;
+  entryService: string;
+  entryOperation: string;
+  state: 'open' | 'closed';
+  start: number; // Unix ns
+  end?: number;
+  opened: number;
+  closed?: number;
+  requests: number;
+  anomalous: number;
+  baselineMs: number;
+  rule: string;
+  verdict?: Verdict;
+}
+
+/** verdictText is the one-line verdict: "cart: lock (confidence 0.68)". */
+export function verdictText(v: Verdict | undefined): string {
+  if (!v) return 'no verdict yet';
+  if (!v.service) return `no culprit (${v.cause})`;
+  return `${v.service}: ${v.cause} (confidence ${v.confidence.toFixed(2)})`;
+}
