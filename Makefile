@@ -9,7 +9,7 @@ LDFLAGS  := -X github.com/rootline/rootline/internal/version.Version=$(VERSION)
 # Tests that need root/BPF skip with a reason; CI sets ROOTLINE_REQUIRE_BPF=1 to fail such skips.
 export ROOTLINE_REQUIRE_BPF
 
-.PHONY: all deps web build demo-services test test-fast test-fuzz test-cross test-unit test-e2e test-ui-e2e test-k8s image demo bench bench-go bench-ingest lint check-generated clean help
+.PHONY: all deps web build demo-services test test-fast test-fuzz test-cross test-unit test-e2e test-ui-e2e test-k8s image test-scaleout demo bench bench-go bench-ingest lint check-generated clean help
 
 all: build
 
@@ -47,7 +47,7 @@ build/demo/java/Svc.class: demo/services/java/Svc.java
 	@mkdir -p build/demo/java
 	javac -encoding UTF-8 -d build/demo/java $<
 
-test: deps build test-cross test-unit test-fuzz test-e2e test-ui-e2e test-k8s
+test: deps build test-cross test-unit test-fuzz test-e2e test-ui-e2e test-k8s test-scaleout
 
 # The server, the agent's JFR profiler and the UI build off Linux too (for
 # development); `rootline run` and the eBPF profilers are Linux-only.
@@ -94,6 +94,24 @@ test-k8s: build image
 	assets=$$(scripts/k8s-tools.sh) && \
 	KUBEBUILDER_ASSETS=$$assets ROOTLINE_REQUIRE_K8S=1 ROOTLINE_BIN=$(CURDIR)/$(BIN) \
 	ROOTLINE_IMAGE_LAYOUT=$(CURDIR)/$(IMAGE_DIR)/oci $(GO) test -count=1 -timeout 15m -v ./test/k8s/
+
+# Scale-out on real engines (docs/deployment.md): scripts/scaleout.sh installs
+# Kafka, Cassandra and SeaweedFS's S3 gateway (cached under
+# ~/.cache/rootline/scaleout) and starts them on loopback once; the Cassandra and
+# S3 backends' conformance suites, the Kafka stage's tests and the end-to-end
+# tests TestScaleOut* run against them; the engines stop at the end, pass or
+# fail. Elsewhere these tests skip (ROOTLINE_REQUIRE_SCALEOUT=1 makes a skip a
+# failure, as here).
+SCALEOUT_PKGS := ./internal/store/cassandra/ ./internal/store/s3/ ./internal/kafka/
+test-scaleout: build
+	@set -eo pipefail; dir=$$(mktemp -d "$${TMPDIR:-/tmp}/rootline-scaleout.XXXXXX"); \
+	trap 'scripts/scaleout.sh stop "$$dir" || true; rm -rf "$$dir"' EXIT; \
+	t0=$$SECONDS; scripts/scaleout.sh start "$$dir"; t1=$$SECONDS; \
+	set -a; . "$$dir/env"; set +a; export ROOTLINE_REQUIRE_SCALEOUT=1; \
+	$(GO) test -count=1 -timeout 30m $(SCALEOUT_PKGS); \
+	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -v -run '^TestScaleOut' ./test/ 2>&1 | \
+	  grep -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|panic)|scaleout_test.go'; \
+	echo "test-scaleout: engines started in $$((t1 - t0))s, tests took $$((SECONDS - t1))s"
 
 # The web UI in headless Chromium (web/e2e/ui.e2e.mjs, playwright-core with
 # Debian's /usr/bin/chromium): search → trace → evidence → flame graph.

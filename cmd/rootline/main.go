@@ -38,6 +38,7 @@ Commands:
             and what Rootline found
   analyze   offline analyses of stored data (rootline analyze --help)
   webhook   Kubernetes admission webhook that wraps opted-in Pods in 'rootline run'
+  storage   storage init: create or upgrade the Cassandra keyspace and the S3 bucket
   version   print the version
 
 Run 'rootline <command> --help' for the flags of a command.
@@ -72,6 +73,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runWebhook(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "install-binary": // the webhook's init container
 		return runInstallBinary(args[1:], stderr)
+	case "storage":
+		return runStorage(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "rootline", version.Version)
 		return 0
@@ -132,9 +135,19 @@ func runServer(ctx context.Context, args []string, stderr io.Writer) int {
 Runs the trace backend. Spans arrive over OTLP (gRPC :4317, HTTP :4318) and Zipkin v2
 JSON (:9411); each goes through the anomaly detector (Protractor's sliding-window
 median); anomalous spans trigger evidence captures from registered agents; spans and
-artifacts are stored in SQLite under --data-dir; the query API (Jaeger-compatible
-/api/*, Rootline /api/v1/*), the web UI, /metrics, /healthz and /readyz are served on
---query.addr. A request is acknowledged only after its spans are committed.
+artifacts are stored in SQLite under --data-dir (or Cassandra and S3: storage.* in the
+config, see 'rootline storage init'); the query API (Jaeger-compatible /api/*, Rootline
+/api/v1/*), the web UI, /metrics, /healthz and /readyz are served on --query.addr. A
+request is acknowledged only after its spans are committed.
+
+Roles (--role): "all" (the default) does everything in one process. A scale-out
+deployment puts Kafka between receivers and detectors (docs/deployment.md):
+  --role ingester   receivers → Kafka topic (a request is acknowledged once Kafka
+                    acknowledged its records, acks=all), query API and UI, agents'
+                    registrations; stateless, run as many as needed
+  --role detector   a member of a Kafka consumer group: each service's spans go to one
+                    detector, which detects, stores them (idempotently, offsets committed
+                    after the store) and triggers captures; add detectors to scale
 
 Every listener is on loopback by default. A receiver bound beyond loopback needs a
 token or a client CA (or --receiver.allow-unauthenticated); the query port needs a
@@ -143,11 +156,14 @@ to limits (--receiver.limits.*, --receiver.max-*), and the server's memory to
 --memory-limit: docs/security.md lists every limit and what a client sees past it.
 
 Environment:
-  ROOTLINE_AUTH_TOKEN     bearer token of the query API (every /api/ route and /metrics),
-                          the agent and capture API, and, unless set apart, the receivers
-  ROOTLINE_INGEST_TOKEN   bearer token the receivers ask for instead (HTTP Authorization,
-                          gRPC metadata "authorization")
-  GOMEMLIMIT              replaces the default of --memory-limit
+  ROOTLINE_AUTH_TOKEN          bearer token of the query API (every /api/ route and /metrics),
+                               the agent and capture API, and, unless set apart, the receivers
+  ROOTLINE_INGEST_TOKEN        bearer token the receivers ask for instead (HTTP Authorization,
+                               gRPC metadata "authorization")
+  ROOTLINE_CASSANDRA_PASSWORD  Cassandra password (or storage.spans.cassandra.password_file)
+  ROOTLINE_KAFKA_PASSWORD      Kafka SASL password (or kafka.sasl.password_file)
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY  S3 credentials (or the *_file settings)
+  GOMEMLIMIT                   replaces the default of --memory-limit
 
 Flags:
 `)

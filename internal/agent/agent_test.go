@@ -555,14 +555,22 @@ func TestCoalescesOverlappingDumps(t *testing.T) {
 	}
 }
 
-func TestDumpRequestValidation(t *testing.T) {
-	_, url := newRecorder(t)
+// startTokenAgent runs an agent with token "tok" and a cpu profiler of one
+// child process, registered with serverURL.
+func startTokenAgent(t *testing.T, serverURL string) (*Agent, *exec.Cmd) {
+	t.Helper()
 	proc := child(t)
-	cfg := testConfig(url)
+	cfg := testConfig(serverURL)
 	cfg.AuthToken = "tok"
 	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid}}
 	a := startAgent(t, cfg, &fakeProfiler{name: "cpu"})
 	waitUntil(t, "target", func() bool { return len(a.processes()) == 1 })
+	return a, proc
+}
+
+func TestDumpRequestValidation(t *testing.T) {
+	_, url := newRecorder(t)
+	a, proc := startTokenAgent(t, url)
 	pid := int64(proc.Process.Pid)
 	now := time.Now().UnixNano()
 	ok := agentapi.DumpRequest{CaptureID: "c1", PID: pid, Start: now - int64(time.Second), End: now}
@@ -581,6 +589,8 @@ func TestDumpRequestValidation(t *testing.T) {
 		{name: "window too long", token: "tok", mod: func(r *agentapi.DumpRequest) { r.Start = r.End - int64(time.Hour) }, status: http.StatusBadRequest, msg: "longer than"},
 		{name: "no capture id", token: "tok", mod: func(r *agentapi.DumpRequest) { r.CaptureID = "" }, status: http.StatusBadRequest, msg: "captureId"},
 		{name: "unknown kind", token: "tok", mod: func(r *agentapi.DumpRequest) { r.Kinds = []string{"jfr"} }, status: http.StatusNotFound, msg: "no recording of kinds [jfr]"},
+		{name: "relative upload URL", token: "tok", mod: func(r *agentapi.DumpRequest) { r.UploadURL = "/elsewhere" }, status: http.StatusBadRequest, msg: "absolute http(s) URL"},
+		{name: "upload URL not http", token: "tok", mod: func(r *agentapi.DumpRequest) { r.UploadURL = "file:///tmp/x" }, status: http.StatusBadRequest, msg: "absolute http(s) URL"},
 		{name: "accepted", token: "tok", status: http.StatusAccepted, msg: `"kinds":["cpu"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -593,6 +603,51 @@ func TestDumpRequestValidation(t *testing.T) {
 				t.Fatalf("got %d %s, want %d containing %q", code, body, tc.status, tc.msg)
 			}
 		})
+	}
+}
+
+// TestDumpUploadsToUploadURL: a dump request naming an upload URL (a
+// scale-out detector's) sends the capture's artifacts and completion there,
+// with the agent's token, and nothing to the server it registered with.
+func TestDumpUploadsToUploadURL(t *testing.T) {
+	registered, url := newRecorder(t)
+	var (
+		mu    sync.Mutex
+		calls []string // method path authorization
+	)
+	det := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		mu.Lock()
+		calls = append(calls, r.Method+" "+r.URL.Path+" "+r.Header.Get("Authorization"))
+		mu.Unlock()
+		if strings.HasSuffix(r.URL.Path, "/complete") {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"id": "x"})
+	}))
+	t.Cleanup(det.Close)
+	a, proc := startTokenAgent(t, url)
+	now := time.Now().UnixNano()
+	req := agentapi.DumpRequest{CaptureID: "c-det", PID: int64(proc.Process.Pid), Start: now - int64(time.Second), End: now,
+		UploadURL: det.URL + "/"}
+	if code, body := postJSON(t, a.DumpURL(), "tok", req); code != http.StatusAccepted {
+		t.Fatalf("dump = %d %s", code, body)
+	}
+	waitUntil(t, "completion at the upload URL", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) > 0 && strings.HasPrefix(calls[len(calls)-1], "POST /api/v1/captures/c-det/complete ")
+	})
+	mu.Lock()
+	got := append([]string(nil), calls...)
+	mu.Unlock()
+	want := []string{"POST /api/v1/captures/c-det/artifacts Bearer tok", "POST /api/v1/captures/c-det/complete Bearer tok"}
+	if !slices.Equal(got, want) {
+		t.Errorf("upload URL got %q, want %q", got, want)
+	}
+	if _, ups, ok := registered.done("c-det"); ok || len(ups) != 0 {
+		t.Errorf("the registration server got uploads %v (completed %v)", ups, ok)
 	}
 }
 

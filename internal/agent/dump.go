@@ -22,6 +22,7 @@ import (
 // earlier job covers reuses its artifacts instead of dumping again.
 type dumpJob struct {
 	req    agentapi.DumpRequest
+	server *agentapi.ServerClient // where artifacts and the completion go (req.UploadURL)
 	w      profiler.Window
 	kinds  []string
 	notes  []string // requested kinds this pid has no recording of
@@ -87,7 +88,14 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	job := &dumpJob{req: req, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
+	// A scale-out detector asks for the capture's evidence at its own URL;
+	// the agent's token and connections go with it.
+	srv, err := a.server.At(req.UploadURL)
+	if err != nil {
+		a.reject(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	job := &dumpJob{req: req, server: srv, w: profiler.Window{Start: time.Unix(0, req.Start), End: time.Unix(0, req.End)}, done: make(chan struct{})}
 
 	a.mu.Lock()
 	if a.closed {
@@ -201,7 +209,7 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 		a.dump(ctx, job, t, cg)
 	}
 	outcome, msg := a.upload(ctx, job, log)
-	a.complete(ctx, job.req.CaptureID, outcome, msg, log)
+	a.complete(ctx, job.server, job.req.CaptureID, outcome, msg, log)
 }
 
 // dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs
@@ -337,7 +345,7 @@ func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifa
 	if !art.End.IsZero() {
 		u.End = art.End.UnixNano()
 	}
-	_, err := a.server.Upload(ctx, job.req.CaptureID, u, bytes.NewReader(art.Data))
+	_, err := job.server.Upload(ctx, job.req.CaptureID, u, bytes.NewReader(art.Data))
 	if err != nil {
 		return agentapi.StatusOf(err), err
 	}
@@ -346,11 +354,11 @@ func (a *Agent) uploadOne(ctx context.Context, job *dumpJob, art profiler.Artifa
 
 // complete ends the capture on the server; it still runs when the dump was
 // cancelled by shutdown, so the server learns why.
-func (a *Agent) complete(ctx context.Context, id, status, msg string, log *slog.Logger) {
+func (a *Agent) complete(ctx context.Context, srv *agentapi.ServerClient, id, status, msg string, log *slog.Logger) {
 	a.metrics.dumps.WithLabelValues(status).Inc()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := a.server.Complete(ctx, id, agentapi.Completion{Status: status, Error: msg}); err != nil {
+	if err := srv.Complete(ctx, id, agentapi.Completion{Status: status, Error: msg}); err != nil {
 		log.Warn("complete capture", "status", status, "err", err)
 	}
 }

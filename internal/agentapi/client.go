@@ -269,6 +269,20 @@ func NewServerClient(base, token string, tlsCfg *tls.Config) (*ServerClient, err
 	return &ServerClient{base: strings.TrimRight(base, "/"), token: token, hc: &http.Client{Transport: tr}}, nil
 }
 
+// At returns a client of the same server API at another base URL, with the
+// same token and connections (a scale-out detector that asked for a
+// capture: DumpRequest.UploadURL); base "" is c itself.
+func (c *ServerClient) At(base string) (*ServerClient, error) {
+	if base == "" {
+		return c, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upload URL %q must be an absolute http(s) URL", base)
+	}
+	return &ServerClient{base: strings.TrimRight(base, "/"), token: c.token, hc: c.hc}, nil
+}
+
 // Register registers the agent (reg.AgentID empty) or heartbeats (the
 // server's id in reg.AgentID; ErrUnknownAgent when the server forgot it).
 func (c *ServerClient) Register(ctx context.Context, reg Registration) (RegistrationReply, error) {

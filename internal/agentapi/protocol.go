@@ -73,6 +73,13 @@ type DumpRequest struct {
 	// MaxBytes is what is left of the process's capture budget; uploads beyond
 	// it are refused.
 	MaxBytes int64 `json:"maxBytes"`
+	// UploadURL, when set, is the base URL the agent uploads this capture's
+	// artifacts and completion to instead of the server it registered with:
+	// in a scale-out deployment the detector that asked for the capture
+	// holds its state. An agent reachable beyond loopback requires the
+	// token for dump requests, so only a server holding it chooses where
+	// evidence goes.
+	UploadURL string `json:"uploadUrl,omitempty"`
 }
 
 // DumpAccepted is the agent's 202 answer to a DumpRequest.

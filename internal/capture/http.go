@@ -62,6 +62,7 @@ func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
 	}
 	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: m.now(), client: client}
 	m.mu.Unlock()
+	m.mirrored(reg, false)
 	m.logger.Info("agent registered", "agent", reg.AgentID, "host", reg.Host, "processes", len(reg.Processes), "kinds", reg.Kinds)
 	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
@@ -95,16 +96,19 @@ func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "unknown agent "+id+": register again")
 		return
 	}
+	m.mirrored(reg, false)
 	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
 }
 
 func (m *Manager) deregister(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	m.mu.Lock()
-	if a := m.agents[r.PathValue("id")]; a != nil {
+	if a := m.agents[id]; a != nil {
 		a.client.CloseIdleConnections()
-		delete(m.agents, a.AgentID)
+		delete(m.agents, id)
 	}
 	m.mu.Unlock()
+	m.mirrored(agentapi.Registration{AgentID: id}, true)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -189,6 +189,12 @@ type Manager struct {
 	// onFinished are called with each capture an agent completed.
 	onFinished []func(Capture)
 
+	// uploadURL goes into dump requests (DumpRequest.UploadURL); mirror
+	// is told of every registration, heartbeat and deregistration this
+	// Manager serves, so that other processes can apply them (ApplyAgent).
+	uploadURL string
+	mirror    func(reg agentapi.Registration, gone bool)
+
 	m captureMetrics
 }
 
@@ -549,7 +555,7 @@ func (m *Manager) fireDue(ctx context.Context) {
 		c.State = StateRequested
 		c.Requested = now
 		req := agentapi.DumpRequest{CaptureID: c.ID, AgentID: c.AgentID, PID: c.PID, Service: c.Service,
-			Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left}
+			Start: c.Start, End: c.End, Kinds: c.Kinds, MaxBytes: left, UploadURL: m.uploadURL}
 		for _, r := range c.Spans {
 			req.Spans = append(req.Spans, agentapi.SpanRef{TraceID: r.TraceID.String(), SpanID: r.SpanID.String()})
 		}
@@ -717,6 +723,59 @@ func (m *Manager) usedLocked(key string, now time.Time) int64 {
 		n += e.bytes
 	}
 	return n
+}
+
+// SetUploadURL makes dump requests ask agents to upload to base (the URL of
+// this process's capture API) instead of the server they registered with.
+// Call it before Run.
+func (m *Manager) SetUploadURL(base string) { m.uploadURL = base }
+
+// Mirror makes the Manager call fn after every registration, heartbeat
+// (gone false) and deregistration (gone true) it serves. fn MUST NOT block
+// for long. Call it before serving.
+func (m *Manager) Mirror(fn func(reg agentapi.Registration, gone bool)) { m.mirror = fn }
+
+func (m *Manager) mirrored(reg agentapi.Registration, gone bool) {
+	if m.mirror != nil {
+		m.mirror(reg, gone)
+	}
+}
+
+// ApplyAgent applies a registration or heartbeat another process served,
+// seen at the time given (an agent silent since then for three heartbeats
+// is not added, or is expired as usual).
+func (m *Manager) ApplyAgent(reg agentapi.Registration, seen time.Time) {
+	if reg.AgentID == "" || m.now().Sub(seen) > 3*m.cfg.Heartbeat {
+		return
+	}
+	client, err := m.validateRegistration(reg)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.agents[reg.AgentID]
+	switch {
+	case ok && a.lastSeen.After(seen):
+		client.CloseIdleConnections()
+		return
+	case ok && a.DumpURL == reg.DumpURL:
+		client.CloseIdleConnections()
+		client = a.client // keeps its connections
+	case ok:
+		a.client.CloseIdleConnections()
+	}
+	m.agents[reg.AgentID] = &agent{Registration: reg, lastSeen: seen, client: client}
+}
+
+// RemoveAgent applies a deregistration another process served.
+func (m *Manager) RemoveAgent(id string) {
+	m.mu.Lock()
+	if a := m.agents[id]; a != nil {
+		a.client.CloseIdleConnections()
+		delete(m.agents, id)
+	}
+	m.mu.Unlock()
 }
 
 // Captures returns the known captures, newest first, at most limit.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -65,15 +66,19 @@ func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
+	server := a.server
+	if req.UploadURL != "" {
+		server = req.UploadURL
+	}
 	go func() {
 		for _, k := range req.Kinds {
-			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", a.server, req.CaptureID, k, k)
+			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", server, req.CaptureID, k, k)
 			code := a.post(u, "application/octet-stream", bytes.Repeat([]byte{'x'}, size))
 			a.mu.Lock()
 			a.uploads = append(a.uploads, code)
 			a.mu.Unlock()
 		}
-		a.post(a.server+"/api/v1/captures/"+req.CaptureID+"/complete", "application/json", []byte(`{"status":"complete"}`))
+		a.post(server+"/api/v1/captures/"+req.CaptureID+"/complete", "application/json", []byte(`{"status":"complete"}`))
 	}()
 }
 
@@ -128,6 +133,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, mod func(*Config)) *fixture {
 	t.Helper()
+	return newFixtureWith(t, mod, nil)
+}
+
+// newFixtureWith calls setup with the Manager and its URL before it runs.
+func newFixtureWith(t *testing.T, mod func(*Config), setup func(m *Manager, url string)) *fixture {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 50*time.Millisecond
 	cfg.MinInterval, cfg.MaxPerMinute = 0, 0 // TestRateLimits sets them
@@ -141,6 +152,9 @@ func newFixture(t *testing.T, mod func(*Config)) *fixture {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(m.Handler())
+	if setup != nil {
+		setup(m, srv.URL)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = m.Run(ctx); close(done) }()
@@ -526,5 +540,63 @@ func TestOnFinished(t *testing.T) {
 	case c2 := <-got:
 		t.Fatalf("a second call: %+v", c2)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestMirroredAgentsAndUploadURL: in a scale-out deployment the process an
+// agent registers with (an ingester) mirrors its registration, heartbeats
+// and deregistration to the others (Mirror → ApplyAgent, RemoveAgent), and
+// a detector's dump requests name the detector as the upload URL.
+func TestMirroredAgentsAndUploadURL(t *testing.T) {
+	det := newFixtureWith(t, nil, func(m *Manager, url string) { m.SetUploadURL(url) })
+	var mu sync.Mutex
+	var events []string
+	ing := newFixtureWith(t, nil, func(m *Manager, _ string) {
+		m.Mirror(func(reg agentapi.Registration, gone bool) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("%s gone=%v", reg.AgentID, gone))
+			mu.Unlock()
+			if gone {
+				det.m.RemoveAgent(reg.AgentID)
+			} else {
+				det.m.ApplyAgent(reg, time.Now())
+			}
+		})
+	})
+	// The agent registered with the ingester; like the real agent it
+	// uploads where the dump request tells it (DumpRequest.UploadURL).
+	ag := newTestAgent(t, ing.url, "", 100)
+	id := ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
+	if got := det.m.Agents(); len(got) != 1 || got[0].AgentID != id {
+		t.Fatalf("detector's agents = %+v, want the mirrored %s", got, id)
+	}
+	det.m.OnCommitted([]*model.Span{anomalous("checkout", 1, time.Now().Add(-time.Minute), 100*time.Millisecond)})
+	waitUntil(t, "the detector's capture to complete", func() bool {
+		cs := det.m.Captures(0)
+		return len(cs) == 1 && cs[0].State == StateComplete
+	})
+	if d := ag.dumps(); len(d) != 1 || d[0].UploadURL != det.url || d[0].AgentID != id {
+		t.Fatalf("dump requests = %+v, want one for agent %s uploading to %s", d, id, det.url)
+	}
+	if cs := det.m.Captures(0); len(cs) != 1 || len(cs[0].Artifacts) != 1 {
+		t.Fatalf("detector's captures = %+v", cs)
+	}
+	if len(ing.m.Captures(0)) != 0 {
+		t.Errorf("the ingester holds captures: %+v", ing.m.Captures(0))
+	}
+
+	req, _ := http.NewRequest(http.MethodDelete, ing.url+"/api/v1/agents/"+id, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent || len(det.m.Agents()) != 0 || len(ing.m.Agents()) != 0 {
+		t.Fatalf("deregister = %d; agents left: detector %+v, ingester %+v", resp.StatusCode, det.m.Agents(), ing.m.Agents())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{id + " gone=false", id + " gone=true"}; !slices.Equal(events, want) {
+		t.Errorf("mirrored %q, want %q", events, want)
 	}
 }

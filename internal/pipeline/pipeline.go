@@ -307,19 +307,28 @@ func (p *Pipeline) detect(spans []*model.Span) {
 	if p.det == nil {
 		return
 	}
+	p.m.anomalies.Add(float64(Detect(p.det, p.cfg.KeyBy, spans)))
+}
+
+// Detect classifies each span with det under the key keyBy names (KeyBy),
+// annotates the anomalous ones and returns how many there were. The Kafka
+// stage's detectors share it with the pipeline.
+func Detect(det anomaly.Detector, keyBy string, spans []*model.Span) int {
+	n := 0
 	for _, s := range spans {
-		v := p.det.ObserveAt(p.key(s), s.Duration, s.End())
+		v := det.ObserveAt(KeyOf(keyBy, s), s.Duration, s.End())
 		if !v.Anomalous {
 			continue
 		}
-		p.m.anomalies.Inc()
+		n++
 		Annotate(s, v)
 	}
+	return n
 }
 
-// Key returns the detector key of a span for the configured KeyBy.
-func (p *Pipeline) key(s *model.Span) string {
-	if p.cfg.KeyBy == KeyByService {
+// KeyOf returns the detector key of a span under keyBy (KeyBy).
+func KeyOf(keyBy string, s *model.Span) string {
+	if keyBy == KeyByService {
 		return s.Service
 	}
 	return DetectorKey(s.Service, s.Name)

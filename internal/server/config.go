@@ -19,9 +19,12 @@ import (
 	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
+	"github.com/rootline/rootline/internal/kafka"
 	"github.com/rootline/rootline/internal/pipeline"
 	"github.com/rootline/rootline/internal/receiver"
+	"github.com/rootline/rootline/internal/store/cassandra"
 	"github.com/rootline/rootline/internal/store/factory"
+	"github.com/rootline/rootline/internal/store/s3"
 	"github.com/rootline/rootline/internal/tlsconf"
 )
 
@@ -29,6 +32,19 @@ import (
 // flags override it; the auth token comes from the environment or a file so it
 // never appears in a process listing.
 type Config struct {
+	// Role is what this process does (docs/deployment.md): "all" (the
+	// default: receivers, detection, storage and query in one process),
+	// "ingester" (receivers into Kafka, the query API and UI, the agents'
+	// registrations) or "detector" (a Kafka consumer that detects, stores
+	// and triggers captures).
+	Role string `yaml:"role"`
+	// Kafka configures the ingest stage of the ingester and detector roles.
+	Kafka kafka.Config `yaml:"kafka"`
+	// AdvertiseURL is the base URL at which agents reach a detector's
+	// capture API (its --query.addr) to upload evidence; default: http://
+	// and the bound address, with the host name for an unspecified host.
+	AdvertiseURL string `yaml:"advertise_url"`
+
 	DataDir string `yaml:"data_dir"`
 	// Listen addresses.
 	OTLPGRPCAddr string `yaml:"otlp_grpc_addr"`
@@ -141,9 +157,29 @@ func (c Config) StorageConfig() (factory.Config, error) {
 				legacy, st.Spans.SQLite.Synchronous)
 		}
 	}
+	if st.Spans.Cassandra != nil {
+		cp := *st.Spans.Cassandra
+		st.Spans.Cassandra = &cp
+	}
+	if st.Artifacts.S3 != nil {
+		cp := *st.Artifacts.S3
+		st.Artifacts.S3 = &cp
+	}
 	st.ApplyDefaults(c.DataDir)
+	if cs := st.Spans.Cassandra; cs != nil && cs.TTL == 0 && c.Retention.Normal > 0 && c.Retention.Anomalous > 0 {
+		// The TTL backs up the retention sweep: a day past the longest
+		// period, so that it never takes what the sweep would keep.
+		cs.TTL = max(c.Retention.Normal, c.Retention.Anomalous) + 24*time.Hour
+	}
 	return st, st.Validate()
 }
+
+// Roles of a server process.
+const (
+	RoleAll      = "all"
+	RoleIngester = "ingester"
+	RoleDetector = "detector"
+)
 
 // Defaults of the automatic size cap (Retention.MaxBytes 0).
 const (
@@ -165,6 +201,8 @@ func DefaultMaxBytes(fsBytes int64, fraction float64) int64 {
 // DefaultConfig returns the defaults: everything embedded under
 // ./rootline-data, every listener on loopback.
 func DefaultConfig() Config {
+	k := kafka.Config{}
+	k.ApplyDefaults()
 	rd := receiver.DefaultConfig()
 	rd.MaxInflightBytes = 0 // a share of MemoryLimit
 	pipe := pipeline.DefaultConfig()
@@ -174,6 +212,8 @@ func DefaultConfig() Config {
 	// detector within 200 MB, inside the default memory limit.
 	det.MaxKeys = 20_000
 	return Config{
+		Role:            RoleAll,
+		Kafka:           k,
 		DataDir:         "rootline-data",
 		OTLPGRPCAddr:    rd.GRPCAddr,
 		OTLPHTTPAddr:    rd.HTTPAddr,
@@ -245,8 +285,24 @@ func (c Config) Validate() error {
 	if c.Retention.Interval <= 0 {
 		errs = append(errs, errors.New("--retention.interval must be positive"))
 	}
-	if _, err := c.StorageConfig(); err != nil {
+	st, err := c.StorageConfig()
+	if err != nil {
 		errs = append(errs, err)
+	}
+	switch c.Role {
+	case RoleAll:
+	case RoleIngester, RoleDetector:
+		k := c.Kafka
+		k.ApplyDefaults()
+		errs = append(errs, k.Validate())
+		if st.Spans.Type == factory.TypeSQLite {
+			errs = append(errs, fmt.Errorf("--role %s shares its span store with the other roles: set storage.spans.type to cassandra (SQLite is one process's)", c.Role))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--role must be all, ingester or detector, got %q", c.Role))
+	}
+	if st.Spans.Type != factory.TypeSQLite && c.Retention.MaxBytes > 0 {
+		errs = append(errs, fmt.Errorf("--retention.max-bytes caps the SQLite store only; storage.spans.type is %s", st.Spans.Type))
 	}
 	if c.AuthToken == "" && !isLoopback(c.QueryAddr) {
 		errs = append(errs, fmt.Errorf("the query/agent API on %q is reachable beyond loopback and can read artifacts and trigger dumps: "+
@@ -340,6 +396,17 @@ func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func findConfigArg(args []string) string {
 	for i, a := range args {
 		for _, p := range []string{"--config=", "-config="} {
@@ -358,10 +425,46 @@ func findConfigArg(args []string) string {
 // defaults shown by --help.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.String("config", "", "YAML configuration file (keys as in docs/configuration.md); flags override it")
+	fs.StringVar(&c.Role, "role", c.Role, "all (one process), or ingester / detector of a scale-out deployment with Kafka between them (docs/deployment.md)")
+	fs.Func("kafka.brokers", "comma-separated Kafka brokers host:port (roles ingester and detector)", func(v string) error {
+		c.Kafka.Brokers = splitList(v)
+		return nil
+	})
+	fs.StringVar(&c.Kafka.Topic, "kafka.topic", c.Kafka.Topic, "Kafka topic of spans (created when missing)")
+	fs.StringVar(&c.Kafka.Group, "kafka.group", c.Kafka.Group, "consumer group of the detectors")
+	fs.StringVar(&c.AdvertiseURL, "advertise-url", c.AdvertiseURL, "detector: base URL agents upload evidence to (default: --query.addr, https when --query.tls.* is set)")
+	fs.Func("storage.cassandra.servers", "comma-separated Cassandra nodes (storage.spans.type cassandra)", func(v string) error {
+		if c.Storage.Spans.Cassandra == nil {
+			c.Storage.Spans.Cassandra = &cassandra.Config{}
+		}
+		c.Storage.Spans.Cassandra.Servers = splitList(v)
+		return nil
+	})
+	fs.Func("storage.cassandra.keyspace", "Cassandra keyspace (default rootline)", func(v string) error {
+		if c.Storage.Spans.Cassandra == nil {
+			c.Storage.Spans.Cassandra = &cassandra.Config{}
+		}
+		c.Storage.Spans.Cassandra.Keyspace = v
+		return nil
+	})
+	fs.Func("storage.s3.endpoint", "S3 endpoint URL (storage.artifacts.type s3); credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY", func(v string) error {
+		if c.Storage.Artifacts.S3 == nil {
+			c.Storage.Artifacts.S3 = &s3.Config{}
+		}
+		c.Storage.Artifacts.S3.Endpoint = v
+		return nil
+	})
+	fs.Func("storage.s3.bucket", "S3 bucket (default rootline)", func(v string) error {
+		if c.Storage.Artifacts.S3 == nil {
+			c.Storage.Artifacts.S3 = &s3.Config{}
+		}
+		c.Storage.Artifacts.S3.Bucket = v
+		return nil
+	})
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of the embedded store: the SQLite database (rootline.db) and artifact blobs (blobs/), unless storage.* sections name other directories")
-	fs.StringVar(&c.Storage.Spans.Type, "storage.spans.type", c.Storage.Spans.Type, "span store (with artifact metadata): sqlite (default)")
-	fs.StringVar(&c.Storage.Artifacts.Type, "storage.artifacts.type", c.Storage.Artifacts.Type, "artifact content store: fs (default; <data-dir>/blobs)")
-	fs.StringVar(&c.Storage.Metrics.Type, "storage.metrics.type", c.Storage.Metrics.Type, "metric point store: sqlite (default; in the span store's database)")
+	fs.StringVar(&c.Storage.Spans.Type, "storage.spans.type", c.Storage.Spans.Type, "span store (with artifact metadata): sqlite (default) or cassandra")
+	fs.StringVar(&c.Storage.Artifacts.Type, "storage.artifacts.type", c.Storage.Artifacts.Type, "artifact content store: fs (default; <data-dir>/blobs) or s3")
+	fs.StringVar(&c.Storage.Metrics.Type, "storage.metrics.type", c.Storage.Metrics.Type, "metric point store: the span store's type (default; in its database)")
 	fs.StringVar(&c.OTLPGRPCAddr, "otlp.grpc.addr", c.OTLPGRPCAddr, "OTLP/gRPC receiver address (empty disables)")
 	fs.StringVar(&c.OTLPHTTPAddr, "otlp.http.addr", c.OTLPHTTPAddr, "OTLP/HTTP receiver address, POST /v1/traces protobuf or JSON (empty disables)")
 	fs.StringVar(&c.ZipkinAddr, "zipkin.addr", c.ZipkinAddr, "Zipkin v2 JSON receiver address, POST /api/v2/spans (empty disables)")
@@ -407,12 +510,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Capture.AgentTLS.CertFile, "capture.agent-tls.cert-file", c.Capture.AgentTLS.CertFile, "client certificate (PEM) for agents that require mutual TLS")
 	fs.StringVar(&c.Capture.AgentTLS.KeyFile, "capture.agent-tls.key-file", c.Capture.AgentTLS.KeyFile, "its private key (PEM)")
 	fs.Func("capture.kinds", "comma-separated evidence kinds to request (e.g. cpu,jfr,kernel); empty asks for all an agent offers", func(s string) error {
-		c.Capture.Kinds = nil
-		for _, k := range strings.Split(s, ",") {
-			if k = strings.TrimSpace(k); k != "" {
-				c.Capture.Kinds = append(c.Capture.Kinds, k)
-			}
-		}
+		c.Capture.Kinds = splitList(s)
 		return nil
 	})
 

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,6 +26,7 @@ import (
 	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/httpjson"
+	"github.com/rootline/rootline/internal/kafka"
 	"github.com/rootline/rootline/internal/pipeline"
 	"github.com/rootline/rootline/internal/query"
 	"github.com/rootline/rootline/internal/receiver"
@@ -50,6 +53,10 @@ type Server struct {
 	tracker  *diagnosis.Tracker // nil: incidents disabled or not kept by the store
 	exporter *export.Exporter
 	recv     *receiver.Receivers
+	// Kafka stage (roles ingester and detector).
+	producer *kafka.Producer
+	kdet     *kafka.Detector
+	agents   *kafka.AgentLog
 	queryLn  net.Listener
 	queryWeb *http.Server
 	queryTLS *tls.Config // nil: plaintext
@@ -80,14 +87,18 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 	}
 	s.store = st
 	fail := func(err error) (*Server, error) {
+		if s.agents != nil {
+			s.agents.Close()
+		}
 		return nil, errors.Join(err, st.Close())
 	}
-	capDir := cfg.DataDir
+	// The size cap is the embedded store's (a cluster's size is its
+	// operators' to manage).
 	if stCfg.Spans.SQLite != nil {
-		capDir = stCfg.Spans.SQLite.Dir // where the database grows
-	}
-	if s.maxBytes, err = resolveMaxBytes(cfg.Retention, capDir, logger); err != nil {
-		return fail(err)
+		// Sized from the filesystem the database grows on.
+		if s.maxBytes, err = resolveMaxBytes(cfg.Retention, stCfg.Spans.SQLite.Dir, logger); err != nil {
+			return fail(err)
+		}
 	}
 	s.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_store_writable",
 		Help: "1 while the store can write, 0 after a write failed for want of space or an I/O error, until a write succeeds again."},
@@ -97,51 +108,107 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 			}
 			return 1
 		}))
+	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	// Captures complete where agents upload them: the all-in-one server, or
+	// the detector that asked (DumpRequest.UploadURL).
+	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+		return fail(err)
+	}
+	s.capture.OnFinished(s.critpath.finished)
+	if s.queryTLS, err = cfg.QueryTLS.Config(); err != nil {
+		return fail(fmt.Errorf("query_tls: %w", err))
+	}
+	if cfg.Role != RoleAll {
+		if err := s.newKafkaStage(); err != nil {
+			return fail(err)
+		}
+		return s, nil
+	}
 	det, err := anomaly.NewMedian(cfg.Detector, nil)
 	if err != nil {
 		return fail(err)
 	}
 	s.detector = det
-	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
+	sinks, err := s.sinks()
+	if err != nil {
 		return fail(err)
-	}
-	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
-		return fail(err)
-	}
-	s.capture.OnFinished(s.critpath.finished)
-	sinks := []pipeline.Sink{s.capture}
-	if s.tracker, err = s.newTracker(); err != nil {
-		return fail(err)
-	}
-	if s.tracker != nil {
-		sinks = append(sinks, s.tracker)
-	}
-	if cfg.Export.Endpoint != "" {
-		if s.exporter, err = export.New(cfg.Export, logger, s.reg); err != nil {
-			return fail(err)
-		}
-		sinks = append(sinks, s.exporter)
 	}
 	if s.pipeline, err = pipeline.New(cfg.Pipeline, s.store, det, sinks, logger, s.reg); err != nil {
 		return fail(err)
 	}
-	s.recv, err = receiver.New(cfg.receiverConfig(), s.pipeline, logger, s.reg)
-	if err != nil {
+	if err := s.newReceivers(s.pipeline); err != nil {
 		return fail(err)
 	}
+	return s, nil
+}
+
+// sinks are what sees committed spans: the capture trigger, the incident
+// tracker when the store keeps incidents, and the exporter when configured.
+func (s *Server) sinks() ([]pipeline.Sink, error) {
+	sinks := []pipeline.Sink{s.capture}
+	var err error
+	if s.tracker, err = s.newTracker(); err != nil {
+		return nil, err
+	}
+	if s.tracker != nil {
+		sinks = append(sinks, s.tracker)
+	}
+	if s.cfg.Export.Endpoint != "" {
+		if s.exporter, err = export.New(s.cfg.Export, s.logger, s.reg); err != nil {
+			return nil, err
+		}
+		sinks = append(sinks, s.exporter)
+	}
+	return sinks, nil
+}
+
+func (s *Server) newReceivers(c pipeline.Consumer) error {
+	var err error
+	if s.recv, err = receiver.New(s.cfg.receiverConfig(), c, s.logger, s.reg); err != nil {
+		return err
+	}
 	// Services already stored are not new to the cardinality caps.
-	if services, err := st.GetServices(context.Background()); err != nil {
-		logger.Warn("cannot list stored services; each counts as new once against the cardinality caps", "err", err)
+	if services, err := s.store.GetServices(context.Background()); err != nil {
+		s.logger.Warn("cannot list stored services; each counts as new once against the cardinality caps", "err", err)
 	} else {
 		s.recv.SetKnownServices(services)
-	}
-	if s.queryTLS, err = cfg.QueryTLS.Config(); err != nil {
-		return fail(fmt.Errorf("query_tls: %w", err))
 	}
 	// Metrics go through the storage like spans: timed, and counted in its
 	// write health.
 	s.recv.SetMetricWriter(s.store)
-	return s, nil
+	return nil
+}
+
+// newKafkaStage builds the parts of the ingester and detector roles.
+func (s *Server) newKafkaStage() error {
+	k := s.cfg.Kafka
+	k.ApplyDefaults()
+	var err error
+	if s.agents, err = kafka.NewAgentLog(k, s.logger); err != nil {
+		return err
+	}
+	s.capture.Mirror(s.agents.Publish)
+	switch s.cfg.Role {
+	case RoleIngester:
+		maxSkew := s.cfg.Retention.MaxClockSkew
+		if maxSkew == 0 {
+			maxSkew = store.DefaultMaxClockSkew
+		}
+		if s.producer, err = kafka.NewProducer(k, maxSkew, s.logger, s.reg); err != nil {
+			return err
+		}
+		return s.newReceivers(s.producer)
+	case RoleDetector:
+		sinks, err := s.sinks()
+		if err != nil {
+			return err
+		}
+		s.kdet, err = kafka.NewDetector(k, s.cfg.Detector, s.cfg.Pipeline.KeyBy, s.store, sinks, s.logger, s.reg)
+		return err
+	}
+	return fmt.Errorf("unknown role %q", s.cfg.Role)
 }
 
 // newTracker builds the incident tracker: verdicts read the store, and the
@@ -189,7 +256,14 @@ func (s *Server) Detector() anomaly.Detector { return s.detector }
 func (s *Server) Captures() *capture.Manager { return s.capture }
 
 func (s *Server) handler() http.Handler {
-	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, s.detector.States, s.logger)
+	states := func() []anomaly.KeyState { return nil } // an ingester detects nothing
+	switch {
+	case s.detector != nil:
+		states = s.detector.States
+	case s.kdet != nil:
+		states = s.kdet.States
+	}
+	q := query.New(query.Config{AuthToken: s.cfg.AuthToken, UI: s.UI}, s.store, s.store, states, s.logger)
 	q.SetMetricReader(s.store)
 	q.SetIncidents(s.store.Incidents())
 	mux := http.NewServeMux()
@@ -226,20 +300,62 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("query API listen on %s: %w", s.cfg.QueryAddr, err)
 	}
-	if err := s.recv.Start(ctx); err != nil {
-		ln.Close()
-		return err
+	if s.recv != nil {
+		if err := s.recv.Start(ctx); err != nil {
+			ln.Close()
+			return err
+		}
 	}
 	s.queryLn = ln
+	if s.kdet != nil {
+		u, err := advertiseURL(s.cfg.AdvertiseURL, ln.Addr(), s.queryTLS != nil)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		s.capture.SetUploadURL(u)
+		s.logger.Info("agents upload evidence of this detector's captures here", "advertise_url", u)
+	}
 	s.queryWeb = &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		TLSConfig: s.queryTLS, ErrorLog: slog.NewLogLogger(s.logger.With("component", "query").Handler(), slog.LevelDebug)}
 	return nil
 }
 
+// advertiseURL is configured, or http:// (https:// with TLS on the query
+// port) and the bound address with the host name in place of an
+// unspecified host.
+func advertiseURL(configured string, addr net.Addr, useTLS bool) (string, error) {
+	if configured != "" {
+		u, err := url.Parse(configured)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("--advertise-url %q must be an absolute http(s) URL", configured)
+		}
+		return strings.TrimRight(configured, "/"), nil
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("no --advertise-url and no host name: %w", err)
+		}
+	}
+	scheme := "http://"
+	if useTLS {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port), nil
+}
+
 // Addrs returns the bound addresses; valid after Start.
 func (s *Server) Addrs() Addrs {
-	a := s.recv.Addrs()
-	return Addrs{OTLPGRPC: a.GRPC, OTLPHTTP: a.HTTP, Zipkin: a.Zipkin, Query: s.queryLn.Addr().String()}
+	a := Addrs{Query: s.queryLn.Addr().String()}
+	if s.recv != nil {
+		r := s.recv.Addrs()
+		a.OTLPGRPC, a.OTLPHTTP, a.Zipkin = r.GRPC, r.HTTP, r.Zipkin
+	}
+	return a
 }
 
 // Run serves until ctx ends, then shuts down in order: receivers stop taking
@@ -251,7 +367,11 @@ func (s *Server) Run(ctx context.Context) error {
 	defer bgCancel()
 	g, gctx := errgroup.WithContext(bg)
 	pipeDone := make(chan error, 1)
-	go func() { pipeDone <- s.pipeline.Run() }()
+	if s.pipeline != nil {
+		go func() { pipeDone <- s.pipeline.Run() }()
+	} else {
+		pipeDone <- nil
+	}
 	g.Go(func() error { return s.capture.Run(gctx) })
 	g.Go(func() error { return s.critpath.run(gctx) })
 	if s.tracker != nil {
@@ -260,8 +380,29 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.exporter != nil {
 		g.Go(func() error { return s.exporter.Run(gctx) })
 	}
-	g.Go(func() error { s.retentionLoop(gctx); return nil })
-	g.Go(func() error { s.writeHealthLoop(gctx); return nil })
+	if s.agents != nil {
+		g.Go(func() error { s.ensureTopics(gctx); return nil })
+		g.Go(func() error { return s.agents.Follow(gctx, s.capture) })
+	}
+	// Retention runs in one process: the all-in-one server, or the detector
+	// that owns partition 0 of the spans topic (one at a time).
+	switch {
+	case s.pipeline != nil:
+		g.Go(func() error { s.retentionLoop(gctx, func() bool { return true }); return nil })
+	case s.kdet != nil:
+		g.Go(func() error { s.retentionLoop(gctx, func() bool { return s.kdet.Owns(0) }); return nil })
+	}
+	if s.producer == nil {
+		g.Go(func() error { s.writeHealthLoop(gctx); return nil })
+	}
+	kdetCtx, kdetCancel := context.WithCancel(bg)
+	defer kdetCancel()
+	kdetDone := make(chan error, 1)
+	if s.kdet != nil {
+		go func() { kdetDone <- s.kdet.Run(kdetCtx) }()
+	} else {
+		kdetDone <- nil
+	}
 	serveErr := make(chan error, 1)
 	go func() {
 		serve := func() error { return s.queryWeb.Serve(s.queryLn) }
@@ -274,7 +415,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	s.ready.Store(true)
 	a := s.Addrs()
-	s.logger.Info("rootline server ready", "otlp_grpc", a.OTLPGRPC, "otlp_http", a.OTLPHTTP, "zipkin", a.Zipkin,
+	s.logger.Info("rootline server ready", "role", s.cfg.Role, "otlp_grpc", a.OTLPGRPC, "otlp_http", a.OTLPHTTP, "zipkin", a.Zipkin,
 		"query", a.Query, "query_tls", s.queryTLS != nil, "data_dir", s.cfg.DataDir)
 	s.logMemoryBound()
 
@@ -285,18 +426,33 @@ func (s *Server) Run(ctx context.Context) error {
 	case <-gctx.Done():
 	}
 	s.ready.Store(false)
-	s.logger.Info("shutting down: draining receivers and committing queued spans", "queued_spans", s.pipeline.QueuedSpans())
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	errs := []error{runErr}
-	errs = append(errs, s.recv.Shutdown(sctx))
-	errs = append(errs, s.pipeline.Close(sctx))
+	if s.recv != nil {
+		s.logger.Info("shutting down: draining receivers")
+		errs = append(errs, s.recv.Shutdown(sctx))
+	}
+	if s.pipeline != nil {
+		s.logger.Info("shutting down: committing queued spans", "queued_spans", s.pipeline.QueuedSpans())
+		errs = append(errs, s.pipeline.Close(sctx))
+	}
+	if s.producer != nil {
+		errs = append(errs, s.producer.Close(sctx))
+	}
 	if err := <-pipeDone; err != nil {
 		errs = append(errs, err)
 	}
+	// A detector stops consuming and leaves its group: its partitions go
+	// to the other detectors at once.
+	kdetCancel()
+	errs = append(errs, <-kdetDone)
 	bgCancel()
 	errs = append(errs, g.Wait())
 	errs = append(errs, s.queryWeb.Shutdown(sctx))
+	if s.agents != nil {
+		s.agents.Close()
+	}
 	errs = append(errs, s.store.Close())
 	err := errors.Join(errs...)
 	if err == nil {
@@ -305,10 +461,40 @@ func (s *Server) Run(ctx context.Context) error {
 	return err
 }
 
-func (s *Server) retentionLoop(ctx context.Context) {
+// ensureTopics creates the Kafka topics when missing, retrying until it
+// succeeds (Kafka may come up after the server).
+func (s *Server) ensureTopics(ctx context.Context) {
+	k := s.cfg.Kafka
+	k.ApplyDefaults()
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := kafka.EnsureTopics(tctx, k)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("cannot create the Kafka topics yet; retrying", "brokers", k.Brokers, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// retentionLoop purges every Retention.Interval while mine says so.
+func (s *Server) retentionLoop(ctx context.Context, mine func() bool) {
 	t := time.NewTicker(s.cfg.Retention.Interval)
 	defer t.Stop()
 	for {
+		if !mine() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			continue
+		}
 		p := store.RetentionPolicy{Now: time.Now().UnixNano(), Normal: int64(s.cfg.Retention.Normal),
 			Anomalous: int64(s.cfg.Retention.Anomalous), MaxBytes: s.maxBytes}
 		if st, err := s.store.Purge(ctx, p); err != nil {

@@ -21,12 +21,17 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/rootline/rootline/internal/store/cassandra"
+	"github.com/rootline/rootline/internal/store/s3"
 )
 
 // Backend type names.
 const (
-	TypeSQLite = "sqlite" // spans, artifact metadata and metrics in internal/store/sqlite
-	TypeFS     = "fs"     // blobs in a directory, internal/store/fsblob
+	TypeSQLite    = "sqlite"    // spans, artifact metadata and metrics in internal/store/sqlite
+	TypeFS        = "fs"        // blobs in a directory, internal/store/fsblob
+	TypeCassandra = "cassandra" // spans, artifact metadata and metrics in internal/store/cassandra
+	TypeS3        = "s3"        // blobs in an S3-compatible bucket, internal/store/s3
 )
 
 // Config chooses and configures the backends. Its zero value, with defaults
@@ -42,9 +47,10 @@ type Config struct {
 // artifacts and spans live in it too, so that a purge of spans deletes them in
 // the same transaction.
 type SpansConfig struct {
-	// Type is "sqlite" (the default).
-	Type   string        `yaml:"type"`
-	SQLite *SQLiteConfig `yaml:"sqlite,omitempty"`
+	// Type is "sqlite" (the default) or "cassandra".
+	Type      string            `yaml:"type"`
+	SQLite    *SQLiteConfig     `yaml:"sqlite,omitempty"`
+	Cassandra *cassandra.Config `yaml:"cassandra,omitempty"`
 }
 
 // SQLiteConfig configures the embedded SQLite store.
@@ -58,9 +64,10 @@ type SQLiteConfig struct {
 
 // ArtifactsConfig chooses where artifact content (blobs) goes.
 type ArtifactsConfig struct {
-	// Type is "fs" (the default).
-	Type string    `yaml:"type"`
-	FS   *FSConfig `yaml:"fs,omitempty"`
+	// Type is "fs" (the default) or "s3".
+	Type string     `yaml:"type"`
+	FS   *FSConfig  `yaml:"fs,omitempty"`
+	S3   *s3.Config `yaml:"s3,omitempty"`
 }
 
 // FSConfig configures the filesystem blob store.
@@ -71,8 +78,8 @@ type FSConfig struct {
 
 // MetricsConfig chooses the store of OTLP metric points.
 type MetricsConfig struct {
-	// Type is "sqlite" (the default): the points live in the span store's
-	// database, so spans must be in SQLite too.
+	// Type is the span store's type (the default): the points live in the
+	// span store's database, SQLite or Cassandra.
 	Type string `yaml:"type"`
 }
 
@@ -85,13 +92,21 @@ func (c *Config) ApplyDefaults(dataDir string) {
 		c.Spans.SQLite.Dir = cmp.Or(c.Spans.SQLite.Dir, dataDir)
 		c.Spans.SQLite.Synchronous = cmp.Or(strings.ToUpper(c.Spans.SQLite.Synchronous), "FULL")
 	}
+	if c.Spans.Type == TypeCassandra {
+		c.Spans.Cassandra = cmp.Or(c.Spans.Cassandra, &cassandra.Config{})
+		c.Spans.Cassandra.ApplyDefaults()
+	}
 	if chosen(&c.Artifacts.Type, TypeFS) {
 		c.Artifacts.FS = cmp.Or(c.Artifacts.FS, &FSConfig{})
 		if c.Artifacts.FS.Dir == "" && dataDir != "" {
 			c.Artifacts.FS.Dir = filepath.Join(dataDir, "blobs")
 		}
 	}
-	chosen(&c.Metrics.Type, TypeSQLite)
+	if c.Artifacts.Type == TypeS3 {
+		c.Artifacts.S3 = cmp.Or(c.Artifacts.S3, &s3.Config{})
+		c.Artifacts.S3.ApplyDefaults()
+	}
+	chosen(&c.Metrics.Type, c.Spans.Type)
 }
 
 // chosen sets an empty type to def, lowercases it, and reports whether it is
@@ -120,29 +135,41 @@ func (c Config) Validate() error {
 		} else if s := c.Spans.SQLite.Synchronous; s != "FULL" && s != "NORMAL" {
 			errs = append(errs, fmt.Errorf("storage.spans.sqlite.synchronous (--sqlite.synchronous) must be FULL or NORMAL, got %q", s))
 		}
+	case TypeCassandra:
+		if c.Spans.Cassandra == nil {
+			errs = append(errs, errors.New("storage.spans.cassandra: missing"))
+		} else if err := c.Spans.Cassandra.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("storage.spans.%w", err))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("storage.spans.type %q is not a span store (known: %s)", c.Spans.Type, TypeSQLite))
+		errs = append(errs, fmt.Errorf("storage.spans.type %q is not a span store (known: %s, %s)", c.Spans.Type, TypeSQLite, TypeCassandra))
 	}
-	sections("spans", c.Spans.Type, map[string]bool{TypeSQLite: c.Spans.SQLite != nil})
+	sections("spans", c.Spans.Type, map[string]bool{TypeSQLite: c.Spans.SQLite != nil, TypeCassandra: c.Spans.Cassandra != nil})
 
 	switch c.Artifacts.Type {
 	case TypeFS:
 		if c.Artifacts.FS == nil || c.Artifacts.FS.Dir == "" {
 			errs = append(errs, errors.New("storage.artifacts.fs.dir (or --data-dir) must not be empty"))
 		}
+	case TypeS3:
+		if c.Artifacts.S3 == nil {
+			errs = append(errs, errors.New("storage.artifacts.s3: missing"))
+		} else if err := c.Artifacts.S3.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("storage.artifacts.%w", err))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("storage.artifacts.type %q is not a blob store (known: %s)", c.Artifacts.Type, TypeFS))
+		errs = append(errs, fmt.Errorf("storage.artifacts.type %q is not a blob store (known: %s, %s)", c.Artifacts.Type, TypeFS, TypeS3))
 	}
-	sections("artifacts", c.Artifacts.Type, map[string]bool{TypeFS: c.Artifacts.FS != nil})
+	sections("artifacts", c.Artifacts.Type, map[string]bool{TypeFS: c.Artifacts.FS != nil, TypeS3: c.Artifacts.S3 != nil})
 
 	switch c.Metrics.Type {
-	case TypeSQLite:
-		if c.Spans.Type != TypeSQLite {
+	case TypeSQLite, TypeCassandra:
+		if c.Spans.Type != c.Metrics.Type {
 			errs = append(errs, fmt.Errorf("storage.metrics.type %q keeps metrics in the span store's database, but storage.spans.type is %q",
 				c.Metrics.Type, c.Spans.Type))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("storage.metrics.type %q is not a metric store (known: %s)", c.Metrics.Type, TypeSQLite))
+		errs = append(errs, fmt.Errorf("storage.metrics.type %q is not a metric store (known: %s, %s)", c.Metrics.Type, TypeSQLite, TypeCassandra))
 	}
 	return errors.Join(errs...)
 }

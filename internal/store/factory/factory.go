@@ -11,7 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/cassandra"
 	"github.com/rootline/rootline/internal/store/fsblob"
+	"github.com/rootline/rootline/internal/store/s3"
 	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
@@ -48,6 +50,8 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 	var c combined
 
 	var blobs store.BlobStore
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	switch cfg.Artifacts.Type {
 	case TypeFS:
 		fs, err := fsblob.Open(cfg.Artifacts.FS.Dir)
@@ -55,6 +59,12 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 			return nil, fmt.Errorf("open artifact store: %w", err)
 		}
 		blobs = fs
+	case TypeS3:
+		b, err := s3.Open(ctx, *cfg.Artifacts.S3, opts.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("open artifact store: %w", err)
+		}
+		blobs = b
 	}
 
 	switch cfg.Spans.Type {
@@ -68,6 +78,17 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 		c.incidents = db
 		c.closers = append(c.closers, db)
 		if cfg.Metrics.Type == TypeSQLite {
+			c.MetricWriter, c.MetricReader = db, db
+		}
+	case TypeCassandra:
+		db, err := cassandra.Open(ctx, *cfg.Spans.Cassandra, blobs, opts.Logger)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("open span store: %w", err), c.Close())
+		}
+		c.SpanWriter, c.SpanReader, c.ArtifactStore, c.Purger = db, db, db, db
+		c.prober = db
+		c.closers = append(c.closers, db)
+		if cfg.Metrics.Type == TypeCassandra {
 			c.MetricWriter, c.MetricReader = db, db
 		}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/cassandra"
+	"github.com/rootline/rootline/internal/store/s3"
 )
 
 func TestConfig(t *testing.T) {
@@ -37,10 +39,21 @@ func TestConfig(t *testing.T) {
 				t.Fatalf("%+v %+v", c.Spans.SQLite, c.Artifacts.FS)
 			}
 		}},
-		{name: "unknown span store", cfg: Config{Spans: SpansConfig{Type: "cassandra"}}, wantErr: `storage.spans.type "cassandra" is not a span store`},
+		{name: "unknown span store", cfg: Config{Spans: SpansConfig{Type: "clickhouse"}}, wantErr: `storage.spans.type "clickhouse" is not a span store`},
+		{name: "cassandra and s3", cfg: Config{
+			Spans:     SpansConfig{Type: "Cassandra", Cassandra: &cassandra.Config{Servers: []string{"db:9042"}}},
+			Artifacts: ArtifactsConfig{Type: "s3", S3: &s3.Config{Endpoint: "https://s3.example.com"}},
+		}, check: func(t *testing.T, c Config) {
+			if c.Spans.Cassandra.Keyspace != "rootline" || c.Spans.Cassandra.Consistency != "LOCAL_QUORUM" || c.Metrics.Type != TypeCassandra ||
+				c.Artifacts.S3.Bucket != "rootline" || c.Artifacts.S3.Prefix != "blobs/" {
+				t.Fatalf("%+v %+v %+v", c.Spans.Cassandra, c.Artifacts.S3, c.Metrics)
+			}
+		}},
+		{name: "cassandra without servers", cfg: Config{Spans: SpansConfig{Type: "cassandra"}}, wantErr: "servers must name at least one node"},
+		{name: "s3 without endpoint", cfg: Config{Artifacts: ArtifactsConfig{Type: "s3"}}, wantErr: "storage.artifacts.s3: endpoint"},
 		{name: "section of another backend", cfg: Config{Spans: SpansConfig{Type: "cassandra", SQLite: &SQLiteConfig{}}},
 			wantErr: "storage.spans.sqlite section is given"},
-		{name: "unknown blob store", cfg: Config{Artifacts: ArtifactsConfig{Type: "s3"}}, wantErr: `storage.artifacts.type "s3"`},
+		{name: "unknown blob store", cfg: Config{Artifacts: ArtifactsConfig{Type: "gcs"}}, wantErr: `storage.artifacts.type "gcs"`},
 		{name: "blob section of another type", cfg: Config{Artifacts: ArtifactsConfig{Type: "s3", FS: &FSConfig{Dir: "/x"}}},
 			wantErr: "storage.artifacts.fs section is given"},
 		{name: "metrics in sqlite need sqlite spans", cfg: Config{Spans: SpansConfig{Type: "cassandra"}, Metrics: MetricsConfig{Type: TypeSQLite}},
