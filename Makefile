@@ -73,7 +73,7 @@ test-fast: web/.stamp
 	ROOTLINE_REQUIRE_BPF= $(GO) test -short -count=1 -timeout 10m ./internal/... ./cmd/...
 
 test-e2e: build
-	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m $$($(GO) list ./test/... | grep -v /test/k8s)
+	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 60m $$($(GO) list ./test/... | grep -v /test/k8s)
 
 # The OCI image, built without Docker (cmd/rootline-image): one layer with a
 # statically linked binary, reproducible (file and image times from

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/diagnosis"
 	"github.com/rootline/rootline/internal/loadgen"
@@ -414,7 +415,22 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 			}
 		}
 	} else {
-		fr.Verdict = diagnosis.Verdict{Cause: diagnosis.CauseUnknown, Missing: []string{"the server opened no incident with a verdict for the fault's window"}}
+		// No incident: the server judged the slowdown too small or too
+		// short to open one. The demo then ranks the services of the
+		// window itself (the same ranking the server's verdict starts
+		// from) and says so; it names no resource, which only the server's
+		// evidence reading gives.
+		fr.Verdict = diagnosis.Verdict{Cause: diagnosis.CauseUnknown, Missing: []string{
+			"the server opened no incident with a verdict for the fault's window; the culprit below is the demo's own ranking of the window's traces, without a cause"}}
+		if v, err := analysis.Diagnose(ctx, NewAPISource(api, token), fr.From, fr.To); err == nil {
+			fr.Verdict.Service, fr.Verdict.Ranking, fr.Verdict.ExampleTraceID = v.Service, v.Ranking, v.ExampleTraceID
+			fr.Verdict.SlowTraces, fr.Verdict.BaseTraces = v.SlowTraces, v.BaseTraces
+			fr.Verdict.Evidence = v.Evidence
+			fr.Evidence = v.Artifacts
+			if fr.Evidence == nil {
+				fr.Evidence = map[string]int{}
+			}
+		}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
 	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict)
@@ -574,7 +590,11 @@ func printFault(out io.Writer, fr FaultResult) {
 	for _, e := range fr.Verdict.Missing {
 		fmt.Fprintf(out, "    missing: %s\n", e)
 	}
-	fmt.Fprintf(out, "  server's verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	if fr.Incident != nil {
+		fmt.Fprintf(out, "  server's verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
+	} else {
+		fmt.Fprintf(out, "  no server verdict; the demo's own ranking names %q (no cause without the server's evidence reading)\n", fr.Verdict.Service)
+	}
 	if p := fr.CriticalPath; p != nil {
 		fmt.Fprintf(out, "  critical path of %s %s in trace %s (%.1f ms):\n", p.Service, p.Operation, p.TraceID, p.Ms)
 		fmt.Fprintf(out, "    own threads: %s\n", critpath.Shares(p.Waits, p.Ms))
