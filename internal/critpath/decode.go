@@ -315,6 +315,16 @@ func (d *decoder) int() (int64, error) {
 }
 
 // skip consumes one value of any type.
+// boolean reads a JSON true or false (anything else counts as false and is
+// skipped).
+func (d *decoder) boolean() (bool, error) {
+	c, err := d.peek()
+	if err != nil {
+		return false, err
+	}
+	return c == 't', d.skip(0)
+}
+
 func (d *decoder) skip(depth int) error {
 	if depth > maxSkipDepth {
 		return d.fail("nested deeper than %d", maxSkipDepth)
@@ -527,12 +537,7 @@ func (d *decoder) thread(tl *Timeline) error {
 			b, err = d.str()
 			t.comm = string(b)
 		case "target":
-			c, perr := d.peek()
-			if perr != nil {
-				return perr
-			}
-			t.target = c == 't'
-			err = d.skip(0)
+			t.target, err = d.boolean()
 		default:
 			err = d.skip(0)
 		}
@@ -626,12 +631,7 @@ func (d *decoder) wakeup() (wake, error) {
 				w.ctx = contextCode(string(b))
 			}
 		case "causal":
-			c, perr := d.peek()
-			if perr != nil {
-				return perr
-			}
-			w.causal = c == 't'
-			err = d.skip(0)
+			w.causal, err = d.boolean()
 		default:
 			err = d.skip(0)
 		}
