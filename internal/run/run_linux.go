@@ -201,7 +201,7 @@ func Run(o Options) int {
 	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
 		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(),
 		"restarts", tr.Stats.Restarts.Load(), "tap_reads", tr.Stats.TapReads.Load(), "tap_gaps", tr.Stats.TapGaps.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(),
-		"http2_connections", tr.Stats.H2Conns.Load(), "guessed_calls", tr.Stats.Guessed.Load(), "errors", tr.Stats.Errors.Load())
+		"http2_connections", tr.Stats.H2Conns.Load(), "http2_upgrades", tr.Stats.H2Upgrades.Load(), "guessed_calls", tr.Stats.Guessed.Load(), "errors", tr.Stats.Errors.Load())
 	return code
 }
 
