@@ -133,7 +133,7 @@ func registerStats(reg prometheus.Registerer, st *Stats) error {
 		v          func() int64
 	}{
 		{"rootline_run_opaque_connections_total",
-			"Connections the run passed through untraced (not HTTP/1.x, or HTTP/2 the in-kernel datapath does not follow).",
+			"Connections the run passed through untraced: not HTTP/1.x (the supervisor: nor HTTP/2), or lost track of.",
 			st.Opaque.Load},
 		{"rootline_run_http2_untraced_connections_total",
 			"HTTP/2 connections the in-kernel datapath passed through untraced (-mode ptrace traces them).",

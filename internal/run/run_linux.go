@@ -117,7 +117,8 @@ func Run(o Options) int {
 	}
 	// The metrics listener is a convenience: if it cannot start, the
 	// command still runs traced, and the reason is logged.
-	// The datapath's counters, which the metrics listener serves.
+	// The counters of the datapath or the supervisor, which the metrics
+	// listener serves.
 	st := new(Stats)
 	if live, _, stop, err := startMetrics(o.Metrics, o.Token, st, base.With("component", "metrics")); err != nil {
 		log.Error("cannot start the metrics listener; running without it", "err", err)
@@ -167,7 +168,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec

@@ -44,6 +44,9 @@ type Config struct {
 	// ptrace stops (readtap.Tap); the supervisor must then run with those
 	// calls left out of its filter (see ReadSyscalls).
 	Reads ReadSource
+	// Stats receives the counters (nil: the tracer's own), so that a
+	// metrics listener started before the tracer can read them.
+	Stats *Stats
 }
 
 // ReadSource delivers the reads of watched sockets (readtap.Tap).
@@ -84,7 +87,8 @@ type Tracer struct {
 	monoOffset int64
 	tapWarned  bool
 
-	Stats Stats
+	// Stats are the counters: the config's, or its own.
+	Stats *Stats
 }
 
 type proc struct {
@@ -170,8 +174,11 @@ func New(cfg Config) *Tracer {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
+	if cfg.Stats == nil {
+		cfg.Stats = new(Stats)
+	}
 	return &Tracer{
-		cfg: cfg, log: cfg.Logger.With("component", "tracer"),
+		cfg: cfg, log: cfg.Logger.With("component", "tracer"), Stats: cfg.Stats,
 		res:        resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
 		procs:      map[int]*proc{},
 		writes:     map[int]*pendingWrite{},
