@@ -311,9 +311,12 @@ static __always_inline int head_begin(struct conn *c, struct half *h, __u64 sk, 
 	if (p >= m)
 		return m;
 	__u8 b = s->data[p & SCR_MASK];
-	if (p == 0 && c->wr.finals == 0 && c->rd.finals == 0 && h2_start(s->data, m)) {
-		// HTTP/2 (its preface, or a SETTINGS frame first): not followed in
-		// the kernel; counted and reported so that the run can say so.
+	if (p == 0 && h2_start(s->data, m)) {
+		// HTTP/2 (its preface, or a server's SETTINGS frame first: on a
+		// new connection, or after a 101 to h2c): not followed in the
+		// kernel; counted and reported so that the run can say so. Where
+		// an HTTP/1.x message should start, these bytes would make the
+		// connection opaque anyway.
 		c->h2 = 1;
 		make_opaque(c, sk, s);
 		return -1;

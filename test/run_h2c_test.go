@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,15 @@ import (
 // SERVER) with the right parents and stream ids, the leaf sees the trace
 // context on the upgrade request and in HPACK alike, and curl gets the
 // leaf's bytes unchanged.
+//
+// Under the in-kernel datapath, which does not follow HTTP/2, the same
+// traffic passes through intact (the HTTP/2 streams carry no context) and
+// each run warns once that it saw HTTP/2: after the 101, on the upgraded
+// connections.
 func TestRunH2cUpgrade(t *testing.T) {
 	needTool(t, "go", "curl")
-	grpcSupervisorModes(t, func(t *testing.T) {
+	forEachMode(t, func(t *testing.T) {
+		ebpf := slices.Contains(runMode, "ebpf") && !slices.Contains(runMode, "ptrace")
 		dir := t.TempDir()
 		abs, _ := filepath.Abs(filepath.Join(svcData, "h2csvc"))
 		bin := filepath.Join(dir, "h2csvc")
@@ -62,6 +69,32 @@ func TestRunH2cUpgrade(t *testing.T) {
 		}
 		if len(answers) != n {
 			t.Fatalf("%d answers, want %d:\n%s", len(answers), n, out)
+		}
+		if ebpf {
+			for i, a := range answers {
+				want := "traceparent: \ntracestate: \nb3: \nproto: HTTP/2.0\n[2 0]\n"
+				if i == 0 {
+					// The upgrade request is HTTP/1.1: the datapath may
+					// add a context to the front's.
+					want = "\nproto: HTTP/1.1\n[2 1]\n"
+				}
+				if !strings.HasSuffix(a, want) || strings.Count(a, "\n") != 5 {
+					t.Errorf("answer %d: %q, want …%q", i, a, want)
+				}
+			}
+			for _, s := range []*svcProc{front, leaf} {
+				// The run reads the datapath's events once a second.
+				count := func() int {
+					return strings.Count(s.out.String(), "HTTP/2 connections seen; the eBPF datapath does not trace HTTP/2")
+				}
+				for deadline := time.Now().Add(10 * time.Second); count() == 0 && time.Now().Before(deadline); {
+					time.Sleep(100 * time.Millisecond)
+				}
+				if n := count(); n != 1 {
+					t.Errorf("%s: %d warnings about HTTP/2, want 1:\n%s", s.name, n, s.out)
+				}
+			}
+			return
 		}
 		for i, a := range answers {
 			m := echoTraceparentRE.FindStringSubmatch(a)
