@@ -170,3 +170,6 @@ check-generated: deps
 
 clean:
 	rm -rf bin
+
+# The h2c upgrade's framing (internal/run/h2stream/upgrade.go).
+FUZZ_TARGETS += ./internal/run/h2stream:FuzzUpgrade

@@ -272,6 +272,28 @@ static __always_inline int chunk_step(struct conn *c, struct half *h, __u64 sk, 
 		__z;                             \
 	})
 
+// h2_start reports whether the m bytes of d begin an HTTP/2 connection
+// (RFC 9113 §3.4): the client's preface ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+// its first 14 bytes are enough: no HTTP/1.x request line starts so), or a
+// server's first frame, SETTINGS on stream 0 without ACK, whose length is a
+// multiple of 6 (a server may write it before it reads the preface). Bytes
+// too few to tell are not HTTP/2. Two words at constant offsets: the
+// callers run deep in bpf_loop callbacks, where a byte-wise test with a
+// variable offset spilled registers past the 512-byte stack of the chain.
+static __always_inline int h2_start(__u8 *d, __u32 m)
+{
+	if (m < 9)
+		return 0;
+	__u64 w0 = *(__u64 *)d;       // bytes 0-7
+	__u64 w1 = *(__u64 *)(d + 6); // bytes 6-13
+	if (w0 == 0x5448202a20495250ULL) // "PRI * HT"
+		return m >= 14 && w1 == 0x302e322f50545448ULL; // "HTTP/2.0"
+	// length (24 bits, its first byte 0), type SETTINGS, flags 0, stream 0
+	__u32 len = (((w0 >> 8) & 0xff) << 8) | ((w0 >> 16) & 0xff);
+	return (w0 & 0xff) == 0 && ((w0 >> 24) & 0xff) == 4 && (w0 >> 32) == 0 && ((w1 >> 16) & 0xff) == 0 &&
+	       len % 6 == 0;
+}
+
 // head_begin looks at the first of m bytes in s->data where no message is
 // under way: line breaks between messages are skipped (RFC 9112 §2.2), and a
 // request must start with a method, a response with "H". It returns where
@@ -289,6 +311,16 @@ static __always_inline int head_begin(struct conn *c, struct half *h, __u64 sk, 
 	if (p >= m)
 		return m;
 	__u8 b = s->data[p & SCR_MASK];
+	if (p == 0 && h2_start(s->data, m)) {
+		// HTTP/2 (its preface, or a server's SETTINGS frame first: on a
+		// new connection, or after a 101 to h2c): not followed in the
+		// kernel; counted and reported so that the run can say so. Where
+		// an HTTP/1.x message should start, these bytes would make the
+		// connection opaque anyway.
+		c->h2 = 1;
+		make_opaque(c, sk, s);
+		return -1;
+	}
 	if (request ? !(b >= 'A' && b <= 'Z') : b != 'H') {
 		if (c->wr.finals == 0 && c->rd.finals == 0)
 			make_opaque(c, sk, s);

@@ -35,6 +35,7 @@
 #define RD_F_UNBOUND 64  // CALL: made outside any request (a root CLIENT span)
 #define RD_F_INJECTED 128 // the head got Rootline's header lines
 #define RD_F_IPV6 256    // raddr is an IPv6 address
+#define RD_F_H2 512      // OPAQUE: the connection began as HTTP/2 (preface or SETTINGS), which the datapath does not follow
 
 // Reasons a head was left unchanged (RD_EV_SKIP status).
 #define RD_SKIP_SNDBUF 1 // the send buffer could not take the message whole: inserting could mislead the application's byte count

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -437,13 +438,16 @@ func testRunGRPCConcurrent(t *testing.T, midArgv, leafArgv []string, exact bool)
 // TestRunGRPCDatapathPassThrough: the in-kernel datapath does not follow
 // HTTP/2 (docs/run.md): a chain of gRPC services under `rootline run --mode
 // ebpf` must still work exactly as untraced, every call answered intact,
-// nothing added to what the services see, and no span made of them.
+// nothing added to what the services see, and no span made of them. Each
+// run says so: one warning naming -mode ptrace, however many connections,
+// and its metrics count the HTTP/2 connections it passed through (the
+// front's two: the client's and its own to the leaf; the leaf's one).
 func TestRunGRPCDatapathPassThrough(t *testing.T) {
 	bpftest.RequireBPF(t)
 	dir := t.TempDir()
 	argv := grpcGoSvc(t, dir)
 	col := newCollector(t)
-	runMode = []string{"--mode", "ebpf"}
+	runMode = []string{"--mode", "ebpf", "--log.level", "info", "--metrics.listen", "127.0.0.1:0"}
 	defer func() { runMode = nil }()
 	leaf := startSvc(t, col, "leaf", nil, argv...)
 	front := startSvc(t, col, "front", []string{fmt.Sprintf("CALL=127.0.0.1:%d", leaf.port)}, argv...)
@@ -464,12 +468,64 @@ func TestRunGRPCDatapathPassThrough(t *testing.T) {
 			t.Fatalf("call %d: the leaf answered %q, want %q", i, out, want)
 		}
 	}
+	// A second client connection to the front: still one warning.
+	cc2 := grpcClient(t, front.port)
+	if out, err := grpcCall(context.Background(), cc2, "/demo.Echo/Unary", "second"); err != nil || !strings.HasPrefix(out, "path: /demo.Echo/Unary\n") {
+		t.Fatalf("call on a second connection: %q, %v", out, err)
+	}
 	time.Sleep(2 * time.Second) // the shipper sends once a second
 	col.mu.Lock()
-	defer col.mu.Unlock()
 	if len(col.spans) > 0 {
 		t.Errorf("%d spans made of HTTP/2 traffic the datapath does not follow: %s", len(col.spans), describe(col.spans))
 	}
+	col.mu.Unlock()
+	for _, c := range []struct {
+		s    *svcProc
+		want int
+	}{{front, 3}, {leaf, 1}} {
+		log := c.s.out.String()
+		if n := strings.Count(log, "HTTP/2 connections seen; the eBPF datapath does not trace HTTP/2"); n != 1 {
+			t.Errorf("%s: %d warnings about HTTP/2, want 1:\n%s", c.s.name, n, log)
+		}
+		if !strings.Contains(log, "level=WARN") || !strings.Contains(log, "-mode ptrace") {
+			t.Errorf("%s: the warning is not a warning naming -mode ptrace:\n%s", c.s.name, log)
+		}
+		m := metricsURL.FindStringSubmatch(log)
+		if m == nil {
+			t.Fatalf("%s: no metrics listener in the log:\n%s", c.s.name, log)
+		}
+		body := httpGetBody(t, m[1])
+		want := fmt.Sprintf("rootline_run_http2_untraced_connections_total %d\n", c.want)
+		if !strings.Contains(body, want) {
+			t.Errorf("%s: metrics lack %q:\n%s", c.s.name, want, grepLines(body, "rootline_run_"))
+		}
+	}
+}
+
+// httpGetBody returns the body of a GET of url that must answer 200.
+func httpGetBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // TestRunGRPCReset: the caller's deadline passes during a server-streaming

@@ -124,7 +124,8 @@ struct {
 #define RD_STAT_NOREQ 5    // request state could not be made
 #define RD_STAT_GO_RT 6    // Go roundTrip calls made while servicing a request
 #define RD_STAT_GO_WR 7    // Go client requests handed over to their writeLoop
-#define RD_STAT_N 8
+#define RD_STAT_H2 8       // of the opaque connections, those that began as HTTP/2
+#define RD_STAT_N 9
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, RD_SLOTS * RD_STAT_N);
@@ -298,5 +299,9 @@ static __always_inline void make_opaque(struct conn *c, __u64 sk, struct scratch
 	c->wr.state = H_OPAQUE;
 	stat(c->slot, RD_STAT_OPAQUE);
 	ev_reset(&s->ev, RD_EV_OPAQUE, c, sk);
+	if (c->h2) {
+		stat(c->slot, RD_STAT_H2);
+		s->ev.flags |= RD_F_H2;
+	}
 	emit(&s->ev, c);
 }

@@ -154,7 +154,7 @@ struct conn {
 	__u8 dir;
 	__u8 family;
 	__u8 head_req;   // the last request head was HEAD
-	__u8 _pad;
+	__u8 h2;         // it began as HTTP/2 (passed through, RD_F_H2)
 	__u16 rport;
 	__u16 lport;
 	__u32 raddr[4];

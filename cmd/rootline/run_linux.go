@@ -27,6 +27,7 @@ type runFlags struct {
 	logLevel  string
 	logFormat string
 	mode      string
+	protocol  string
 	ringBytes int
 	reads     string
 	readsBuf  int
@@ -36,7 +37,7 @@ type runFlags struct {
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
-	f := runFlags{server: "http://127.0.0.1:4318", agent: "unix:" + agentapi.DefaultSocket, logLevel: "warn", logFormat: "text", mode: "auto", reads: "auto"}
+	f := runFlags{server: "http://127.0.0.1:4318", agent: "unix:" + agentapi.DefaultSocket, logLevel: "warn", logFormat: "text", mode: "auto", protocol: "http1", reads: "auto"}
 	fs := flag.NewFlagSet("rootline run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.service, "service", "", "service.name of the spans (default: $OTEL_SERVICE_NAME, else the command's base name)")
@@ -46,7 +47,9 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 		"or http(s)://host:port (needs the agent's token); empty: do not register")
 	fs.StringVar(&f.agentCA, "agent.tls.ca-file", "", "PEM bundle of the CAs to trust for an https -agent (default: the system's)")
 	fs.StringVar(&f.tokenFile, "auth.token-file", "", "file holding the bearer token for the server and agent (or set ROOTLINE_AUTH_TOKEN)")
-	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace)")
+	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace; ptrace when -protocol is h2c or grpc)")
+	fs.StringVar(&f.protocol, "protocol", f.protocol, "what the service speaks: http1 (HTTP/1.x), h2c or grpc (HTTP/2 in cleartext, prior knowledge or Upgrade: h2c). Only ptrace follows HTTP/2: with h2c or grpc, -mode auto picks it and -mode ebpf is refused. "+
+		"Either mode passes what it does not follow through unchanged, and the eBPF datapath warns when it sees HTTP/2")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
@@ -81,7 +84,9 @@ of its own where eBPF programs add the header lines as the kernel queues its
 writes (sk_msg) and follow its reads (tracepoints): CMD never waits for the
 tracer. The syscall supervisor (ptrace + a seccomp filter on the socket calls)
 rewrites writes at ptrace stops and works without BPF, at a cost per call.
-Non-HTTP, TLS and HTTP/2 traffic passes through unchanged. Exit status, signals
+HTTP/2 in cleartext (h2c, gRPC) is followed by the supervisor only: declare it
+with -protocol grpc and -mode auto picks the supervisor; the datapath passes it
+through and warns. Non-HTTP and TLS traffic passes through unchanged. Exit status, signals
 and stdin/stdout/stderr are CMD's. If tracing cannot start, CMD runs untraced and
 the reason is logged once. x86-64 Linux only.
 
@@ -96,6 +101,14 @@ Flags:
 	case "auto", "ebpf", "ptrace":
 	default:
 		return f, fmt.Errorf("-mode %q: want auto, ebpf or ptrace", f.mode)
+	}
+	switch f.protocol {
+	case "http1", "h2c", "grpc":
+	default:
+		return f, fmt.Errorf("-protocol %q: want http1, h2c or grpc", f.protocol)
+	}
+	if f.mode == "ebpf" && runner.SpeaksH2(f.protocol) {
+		return f, fmt.Errorf("-mode ebpf with -protocol %s: the eBPF datapath does not trace HTTP/2 (docs/run.md); use -mode ptrace or auto", f.protocol)
 	}
 	if f.ringBytes < 4096 || f.ringBytes&(f.ringBytes-1) != 0 {
 		return f, fmt.Errorf("-datapath.buffer-bytes %d: want a power of two ≥ 4096", f.ringBytes)
@@ -161,7 +174,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Argv: f.argv,
+		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

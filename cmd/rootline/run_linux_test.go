@@ -73,3 +73,32 @@ func TestRunMetricsFlags(t *testing.T) {
 		})
 	}
 }
+
+// -protocol: HTTP/2 is declared so that -mode auto picks the supervisor;
+// the eBPF datapath alone would leave it untraced, so that combination is
+// refused before anything starts.
+func TestRunProtocolFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		mode  string
+		fails string
+	}{
+		{nil, "auto", ""},
+		{[]string{"-protocol", "grpc"}, "auto", ""},
+		{[]string{"-protocol", "h2c", "-mode", "ptrace"}, "ptrace", ""},
+		{[]string{"-protocol", "http1", "-mode", "ebpf"}, "ebpf", ""},
+		{[]string{"-protocol", "grpc", "-mode", "ebpf"}, "", "does not trace HTTP/2"},
+		{[]string{"-protocol", "http2"}, "", "want http1, h2c or grpc"},
+	} {
+		f, err := parseRunFlags(append(tc.args, "--", "true"), io.Discard)
+		if tc.fails != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.fails) {
+				t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.fails)
+			}
+			continue
+		}
+		if err != nil || f.mode != tc.mode {
+			t.Errorf("%v: mode %q, err %v; want %q", tc.args, f.mode, err, tc.mode)
+		}
+	}
+}

@@ -21,8 +21,9 @@
 // timing headers: net_wait = client time − downstream server time,
 // remote_wait = the largest wait the downstream reported.
 //
-// Non-HTTP, TLS and HTTP/2 streams go opaque and pass through untouched; the
-// count is in Stats.
+// Cleartext HTTP/2 (prior knowledge, or an HTTP/1.1 connection upgraded by
+// "Upgrade: h2c") is followed by stream (h2_linux.go). Non-HTTP and TLS
+// streams go opaque and pass through untouched; the count is in Stats.
 //
 // # Reads without ptrace stops
 //

@@ -75,6 +75,63 @@ func (tr *Tracer) startH2(c *conn) {
 	tr.Stats.H2Conns.Add(1)
 }
 
+// upgradeSettings returns the client's settings an HTTP/1.x request carries
+// when it asks for an upgrade to h2c (zero if it does not, or if they are
+// malformed: the server then refuses the upgrade).
+func upgradeSettings(m *httpstream.Message) h2stream.Settings {
+	if !h2stream.IsH2cUpgrade(m.Headers.Get("upgrade")) {
+		return h2stream.Settings{}
+	}
+	s, _ := h2stream.ParseSettingsHeader(m.Headers.Get("http2-settings"))
+	return s
+}
+
+// upgradeInbound follows an inbound connection into HTTP/2 once the service
+// wrote a 101 to h2c (RFC 7540 §3.2): wr parses what it writes from then on,
+// what it reads next starts with the client's preface, and the upgraded
+// request is stream 1, half-closed: its SERVER span ends with stream 1's
+// response.
+func (tr *Tracer) upgradeInbound(p *proc, c *conn, wr *h2stream.Parser) {
+	wr.Apply(c.upSettings) // the client's settings, for what the server writes
+	h := &h2conn{rd: h2stream.NewParser(true), wr: wr, reqs: map[uint32]*request{}, calls: map[uint32]*call{}}
+	c.h2 = h
+	tr.Stats.H2Conns.Add(1)
+	tr.Stats.H2Upgrades.Add(1)
+	if len(c.reqs) == 0 {
+		return
+	}
+	r := c.reqs[0]
+	c.reqs = c.reqs[1:]
+	r.h2, r.stream, r.grpcStatus = true, 1, -1
+	h.reqs[1], h.lastIn = r, 1
+	p.h2open = append(p.h2open, r)
+}
+
+// upgradeOutbound follows an outbound connection into HTTP/2 once the
+// service read a 101 to h2c: what it reads next is the server's HTTP/2, what
+// it writes next starts with its preface, and its upgrade request is stream
+// 1, whose response ends its CLIENT span. It returns false if what the
+// service writes can no longer be followed (it went opaque first).
+func (tr *Tracer) upgradeOutbound(p *proc, c *conn) bool {
+	wr := c.up.Switch()
+	if wr == nil {
+		return false
+	}
+	rd := h2stream.NewParser(false)
+	rd.Apply(c.upSettings) // the service's own settings, for what the server writes
+	h := &h2conn{rd: rd, wr: wr, reqs: map[uint32]*request{}, calls: map[uint32]*call{}}
+	c.h2 = h
+	tr.Stats.H2Conns.Add(1)
+	tr.Stats.H2Upgrades.Add(1)
+	if len(c.calls) > 0 {
+		cl := c.calls[0]
+		c.calls = c.calls[1:]
+		cl.h2, cl.stream, cl.grpcStatus = true, 1, -1
+		h.calls[1], h.lastOut = cl, 1
+	}
+	return true
+}
+
 // h2Opaque passes an HTTP/2 connection through untouched from now on. Its
 // writes still go through its Rewriter, which sends what it holds of a
 // header block first (the application was told those bytes were written).

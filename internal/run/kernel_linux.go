@@ -20,7 +20,7 @@ import (
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
 // started is false when the datapath could not be set up and nothing was
 // run: the caller falls back to the supervisor.
-func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stderr io.Writer) (code int, started bool, err error) {
+func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *Stats, stderr io.Writer) (code int, started bool, err error) {
 	log := base.With("component", "run")
 	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
 	if err != nil {
@@ -51,7 +51,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stderr i
 	}
 
 	spans := NewKernelSpans(KernelSpansConfig{Service: o.Service, Instance: o.Instance, Sink: sink,
-		Logger: base, MonoOffset: kclock.Monotonic.Offset()})
+		Logger: base, MonoOffset: kclock.Monotonic.Offset(), Stats: stats})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {
@@ -139,8 +139,12 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stderr i
 	if st.Skipped > 0 {
 		log.Info("heads left without Rootline's lines (send buffer full, a final line break split across writes, or a request head longer than 8 KiB)", "heads", st.Skipped)
 	}
-	if st.Opaque > 0 {
-		log.Info("connections passed through untraced: not HTTP/1.x (TLS, HTTP/2 or another protocol)", "connections", st.Opaque)
+	if st.H2 > 0 {
+		// The count at the end; the warning came at the first one.
+		log.Info("HTTP/2 connections passed through untraced by the eBPF datapath", "connections", st.H2)
+	}
+	if n := st.Opaque - st.H2; n > 0 {
+		log.Info("connections passed through untraced: not HTTP/1.x (TLS or another protocol)", "connections", n)
 	}
 	log.Debug("done", "requests", spans.Stats.Requests.Load(), "calls", spans.Stats.Calls.Load(),
 		"injected", st.Injected, "go_roundtrips", st.GoRoundTrips, "go_handoffs", st.GoHandoffs, "unbound_calls", spans.Stats.Unbound.Load(), "unfinished", spans.Pending())

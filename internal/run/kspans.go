@@ -47,7 +47,13 @@ const (
 	KflagClosed  = 16
 	KflagTimed   = 32
 	KflagUnbound = 64
+	KflagH2      = 512 // KevOpaque: the connection began as HTTP/2
 )
+
+// H2Warning is logged once per run when the in-kernel datapath passes an
+// HTTP/2 connection through: the service's gRPC or h2c traffic is not
+// traced, and the operator should know it and how to trace it.
+const H2Warning = "HTTP/2 connections seen; the eBPF datapath does not trace HTTP/2 on this kernel; run with -mode ptrace (or declare -protocol grpc, which picks it)"
 
 // KernelSpans builds SERVER and CLIENT spans from the events of the
 // in-kernel datapath: a span starts at its head's event and is emitted at
@@ -60,7 +66,8 @@ type KernelSpans struct {
 	reqs       map[uint64]*request // by SERVER span id
 	calls      map[uint64]*call    // by CLIENT span id
 
-	Stats Stats
+	// Stats are the counters: the config's, or its own.
+	Stats *Stats
 }
 
 // KernelSpansConfig configures NewKernelSpans.
@@ -70,6 +77,9 @@ type KernelSpansConfig struct {
 	Logger                  *slog.Logger
 	// MonoOffset is wall − CLOCK_MONOTONIC in ns (kclock.Monotonic.Offset).
 	MonoOffset int64
+	// Stats receives the counters (nil: the builder's own), so that a
+	// metrics listener started before the builder can read them.
+	Stats *Stats
 }
 
 // NewKernelSpans returns a span builder.
@@ -80,7 +90,10 @@ func NewKernelSpans(cfg KernelSpansConfig) *KernelSpans {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	return &KernelSpans{
+	if cfg.Stats == nil {
+		cfg.Stats = new(Stats)
+	}
+	return &KernelSpans{Stats: cfg.Stats,
 		res:  resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
 		sink: cfg.Sink, log: cfg.Logger.With("component", "tracer"), monoOffset: cfg.MonoOffset,
 		reqs: map[uint64]*request{}, calls: map[uint64]*call{},
@@ -219,6 +232,9 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 		}
 	case KevOpaque:
 		k.Stats.Opaque.Add(1)
+		if ev.Flags&KflagH2 != 0 && k.Stats.H2Untraced.Add(1) == 1 {
+			k.log.Warn(H2Warning, "peer", ev.Peer.String(), "pid", ev.Tgid)
+		}
 	case KevSkip:
 		k.Stats.Skipped.Add(1)
 	}

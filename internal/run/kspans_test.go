@@ -1,7 +1,10 @@
 package run
 
 import (
+	"bytes"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -118,6 +121,30 @@ func TestKernelSpansLostStart(t *testing.T) {
 		k.Stats.Opaque.Load() != 1 || k.Stats.Skipped.Load() != 1 {
 		t.Errorf("stats: requests %d calls %d unbound %d opaque %d skipped %d", k.Stats.Requests.Load(),
 			k.Stats.Calls.Load(), k.Stats.Unbound.Load(), k.Stats.Opaque.Load(), k.Stats.Skipped.Load())
+	}
+}
+
+// TestKernelSpansH2: HTTP/2 connections the datapath passed through are
+// counted apart from the other opaque ones, into the Stats given, and warned
+// about once per run, whatever their number.
+func TestKernelSpansH2(t *testing.T) {
+	var logs bytes.Buffer
+	st := new(Stats)
+	k := NewKernelSpans(KernelSpansConfig{Service: "s", Host: "h", Stats: st,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	peer := netip.MustParseAddrPort("127.0.0.1:50051")
+	k.Event(&KernelEvent{Type: KevOpaque, Flags: KflagH2, Peer: peer, Tgid: 7})
+	k.Event(&KernelEvent{Type: KevOpaque})
+	k.Event(&KernelEvent{Type: KevOpaque, Flags: KflagH2, Peer: peer, Tgid: 7})
+	if st.Opaque.Load() != 3 || st.H2Untraced.Load() != 2 || k.Stats != st {
+		t.Errorf("opaque %d h2 %d, want 3 and 2 in the Stats given", st.Opaque.Load(), st.H2Untraced.Load())
+	}
+	if n := strings.Count(logs.String(), "HTTP/2 connections seen"); n != 1 {
+		t.Errorf("%d warnings, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "-mode ptrace") ||
+		!strings.Contains(logs.String(), "peer=127.0.0.1:50051") {
+		t.Errorf("warning lacks its level, remedy or peer:\n%s", logs.String())
 	}
 }
 

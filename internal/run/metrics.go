@@ -71,8 +71,8 @@ func (t teeSink) Flush() {
 
 // startMetrics starts the metrics listener when o asks for one and returns
 // the sink that feeds it (nil when none), its URL and a function that stops
-// it.
-func startMetrics(o MetricsOptions, token string, log *slog.Logger) (Sink, string, func(), error) {
+// it. st (nil: none) are the run's counters it serves beside the decision.
+func startMetrics(o MetricsOptions, token string, st *Stats, log *slog.Logger) (Sink, string, func(), error) {
 	if o.Listen == "" {
 		return nil, "", func() {}, nil
 	}
@@ -80,6 +80,11 @@ func startMetrics(o MetricsOptions, token string, log *slog.Logger) (Sink, strin
 	reg := prometheus.NewRegistry()
 	if err := live.Register(reg); err != nil {
 		return nil, "", nil, err
+	}
+	if st != nil {
+		if err := registerStats(reg, st); err != nil {
+			return nil, "", nil, err
+		}
 	}
 	var tcfg *tls.Config
 	if o.TLS.Enabled() {
@@ -118,4 +123,27 @@ func startMetrics(o MetricsOptions, token string, log *slog.Logger) (Sink, strin
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// registerStats serves the run's counters that an operator must be able to
+// see without reading its logs: the connections it could not trace.
+func registerStats(reg prometheus.Registerer, st *Stats) error {
+	for _, c := range []struct {
+		name, help string
+		v          func() int64
+	}{
+		{"rootline_run_opaque_connections_total",
+			"Connections the run passed through untraced: not HTTP/1.x (the supervisor: nor HTTP/2), or lost track of.",
+			st.Opaque.Load},
+		{"rootline_run_http2_untraced_connections_total",
+			"HTTP/2 connections the in-kernel datapath passed through untraced (-mode ptrace traces them).",
+			st.H2Untraced.Load},
+	} {
+		v := c.v
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(v()) })); err != nil {
+			return err
+		}
+	}
+	return nil
 }

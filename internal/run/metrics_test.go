@@ -29,6 +29,9 @@ func TestMetricsListener(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := MetricsOptions{Listen: "127.0.0.1:0"}
+			st := new(Stats)
+			st.Opaque.Add(3)
+			st.H2Untraced.Add(2)
 			client := http.DefaultClient
 			if tc.tls {
 				o.TLS = tlsconf.Server{CertFile: cert, KeyFile: key}
@@ -40,7 +43,7 @@ func TestMetricsListener(t *testing.T) {
 				pool.AppendCertsFromPEM(pem)
 				client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 			}
-			sink, url, stop, err := startMetrics(o, tc.token, slog.New(slog.DiscardHandler))
+			sink, url, stop, err := startMetrics(o, tc.token, st, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,6 +85,8 @@ func TestMetricsListener(t *testing.T) {
 				`rootline_bottleneck{cause="local",peer="",service="leaf"} 1`,
 				`rootline_local_wait_seconds_sum{service="leaf"} 0.012`,
 				`rootline_bottleneck_window_requests{service="leaf"} 1`,
+				"rootline_run_opaque_connections_total 3",
+				"rootline_run_http2_untraced_connections_total 2",
 			} {
 				if !strings.Contains(body, want) {
 					t.Errorf("metrics lack %s:\n%s", want, body)

@@ -337,5 +337,7 @@ type Stats struct {
 	TimingInvalid atomic.Int64 // malformed rootline-* headers from downstreams
 	Skipped       atomic.Int64 // heads the in-kernel datapath had to leave without their lines
 	H2Conns       atomic.Int64 // connections followed as HTTP/2
+	H2Upgrades    atomic.Int64 // of which those upgraded from HTTP/1.1 (Upgrade: h2c)
+	H2Untraced    atomic.Int64 // HTTP/2 connections the in-kernel datapath passed through untraced
 	Guessed       atomic.Int64 // HTTP/2 calls whose request was one of several open ones (see h2Parent)
 }

@@ -39,8 +39,13 @@ type Options struct {
 	// Token is the bearer token for the server and the agent ("" none).
 	Token string
 	// Mode is how the traffic is traced: "ebpf" (the in-kernel datapath),
-	// "ptrace" (the syscall supervisor) or "auto" (ebpf when it loads).
+	// "ptrace" (the syscall supervisor) or "auto" (ebpf when it loads,
+	// unless Protocol says the service speaks HTTP/2).
 	Mode string
+	// Protocol is what the service is declared to speak: "" or "http1"
+	// (HTTP/1.x, followed in both modes), "h2c" or "grpc" (HTTP/2 in
+	// cleartext, which only the supervisor follows: "auto" picks it).
+	Protocol string
 	// RingBytes is the datapath's span events ring (a power of two ≥ 4096).
 	RingBytes int
 	// Reads is how the supervisor observes socket reads: "ebpf" (the read
@@ -56,6 +61,10 @@ type Options struct {
 	Logger *slog.Logger
 	Stderr io.Writer
 }
+
+// SpeaksH2 reports whether a declared protocol (Options.Protocol) runs over
+// HTTP/2, which only the supervisor follows.
+func SpeaksH2(protocol string) bool { return protocol == "h2c" || protocol == "grpc" }
 
 // commandMissing says why argv0 cannot be run, with the exit status a shell
 // gives then (127: not found, 126: not executable); before anything is
@@ -108,7 +117,10 @@ func Run(o Options) int {
 	}
 	// The metrics listener is a convenience: if it cannot start, the
 	// command still runs traced, and the reason is logged.
-	if live, _, stop, err := startMetrics(o.Metrics, o.Token, base.With("component", "metrics")); err != nil {
+	// The counters of the datapath or the supervisor, which the metrics
+	// listener serves.
+	st := new(Stats)
+	if live, _, stop, err := startMetrics(o.Metrics, o.Token, st, base.With("component", "metrics")); err != nil {
 		log.Error("cannot start the metrics listener; running without it", "err", err)
 	} else if live != nil {
 		defer stop()
@@ -118,8 +130,16 @@ func Run(o Options) int {
 			sink = live
 		}
 	}
+	if o.Mode == "auto" && SpeaksH2(o.Protocol) {
+		// The in-kernel datapath passes HTTP/2 through untraced
+		// (docs/run.md): a service declared to speak it is traced by the
+		// supervisor, which follows HTTP/1.x and HTTP/2 connection by
+		// connection.
+		log.Info("tracing with the ptrace supervisor: the eBPF datapath does not trace HTTP/2", "protocol", o.Protocol)
+		o.Mode = "ptrace"
+	}
 	if o.Mode != "ptrace" {
-		code, started, err := runDatapath(o, env, base, sink, stderr)
+		code, started, err := runDatapath(o, env, base, sink, st, stderr)
 		if started {
 			finishShipping(ship, cancel, log)
 			return code
@@ -148,7 +168,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
@@ -182,7 +202,7 @@ func Run(o Options) int {
 	log.Debug("done", "requests", tr.Stats.Requests.Load(), "calls", tr.Stats.Calls.Load(),
 		"opaque_connections", tr.Stats.Opaque.Load(), "rewrites", tr.Stats.Rewrites.Load(),
 		"restarts", tr.Stats.Restarts.Load(), "tap_reads", tr.Stats.TapReads.Load(), "tap_gaps", tr.Stats.TapGaps.Load(), "scratch_maps", tr.Stats.Scratch.Load(), "unbound_calls", tr.Stats.Unbound.Load(),
-		"http2_connections", tr.Stats.H2Conns.Load(), "guessed_calls", tr.Stats.Guessed.Load(), "errors", tr.Stats.Errors.Load())
+		"http2_connections", tr.Stats.H2Conns.Load(), "http2_upgrades", tr.Stats.H2Upgrades.Load(), "guessed_calls", tr.Stats.Guessed.Load(), "errors", tr.Stats.Errors.Load())
 	return code
 }
 

@@ -44,6 +44,9 @@ type Config struct {
 	// ptrace stops (readtap.Tap); the supervisor must then run with those
 	// calls left out of its filter (see ReadSyscalls).
 	Reads ReadSource
+	// Stats receives the counters (nil: the tracer's own), so that a
+	// metrics listener started before the tracer can read them.
+	Stats *Stats
 }
 
 // ReadSource delivers the reads of watched sockets (readtap.Tap).
@@ -84,7 +87,8 @@ type Tracer struct {
 	monoOffset int64
 	tapWarned  bool
 
-	Stats Stats
+	// Stats are the counters: the config's, or its own.
+	Stats *Stats
 }
 
 type proc struct {
@@ -129,6 +133,12 @@ type conn struct {
 	infoRsp bool       // outbound: the response being read is 1xx
 	ends    int        // message ends of a write restarted after the scratch mmap
 	h2      *h2conn    // HTTP/2: followed by h2_linux.go instead
+	// up is the framing of what the service writes until the connection
+	// is HTTP/2 (Upgrade: h2c); upSettings the HTTP2-Settings of an
+	// upgrade request, upH2 that the response being read is a 101 to h2c.
+	up         *h2stream.Upgradable
+	upSettings h2stream.Settings
+	upH2       bool
 	// rdSeen, wrSeen: bytes were read, written (the HTTP/2 preface comes
 	// first or not at all).
 	rdSeen, wrSeen bool
@@ -164,8 +174,11 @@ func New(cfg Config) *Tracer {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
+	if cfg.Stats == nil {
+		cfg.Stats = new(Stats)
+	}
 	return &Tracer{
-		cfg: cfg, log: cfg.Logger.With("component", "tracer"),
+		cfg: cfg, log: cfg.Logger.With("component", "tracer"), Stats: cfg.Stats,
 		res:        resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
 		procs:      map[int]*proc{},
 		writes:     map[int]*pendingWrite{},
@@ -220,16 +233,18 @@ func (tr *Tracer) conn(t *supervisor.Task, p *proc, fd int) *conn {
 	var c *conn
 	switch t.FD(fd) {
 	case supervisor.FDInbound:
-		c = &conn{fd: fd, inbound: true,
-			in:  httpstream.NewParser(httpstream.Requests),
-			out: httpstream.NewRewriter(httpstream.Responses)}
+		c = &conn{fd: fd, inbound: true, in: httpstream.NewParser(httpstream.Requests),
+			up: h2stream.NewUpgradable(httpstream.Responses)}
+		// The service answered an upgrade to h2c: what it writes next is
+		// HTTP/2, and so is what it reads.
+		c.up.OnSwitch = func(wr *h2stream.Parser) { tr.upgradeInbound(p, c, wr) }
 	case supervisor.FDOutbound:
-		c = &conn{fd: fd,
-			in:  httpstream.NewParser(httpstream.Responses),
-			out: httpstream.NewRewriter(httpstream.Requests)}
+		c = &conn{fd: fd, in: httpstream.NewParser(httpstream.Responses),
+			up: h2stream.NewUpgradable(httpstream.Requests)}
 	default:
 		return nil
 	}
+	c.out = httpstream.NewRewriterFor(c.up)
 	c.peer = peerOf(tr.cfg.ProcRoot, p.pid, fd)
 	p.conns[fd] = c
 	return c
@@ -530,6 +545,11 @@ func (tr *Tracer) feed(t *supervisor.Task, p *proc, c *conn, data []byte, at rea
 	}
 	now := at.now
 	for _, ev := range c.in.Feed(data) {
+		if ev.Kind == httpstream.EventOpaque && ev.Reason == httpstream.ReasonUpgrade && c.upH2 && tr.upgradeOutbound(p, c) {
+			// The rest is the server's HTTP/2, from its SETTINGS on.
+			tr.h2Read(t, p, c, data[ev.Offset:], at)
+			return
+		}
 		switch ev.Kind {
 		case httpstream.EventHeaders:
 			if c.inbound {
@@ -578,6 +598,7 @@ func (tr *Tracer) newRequest(p *proc, c *conn, hs httpstream.Headers) *request {
 func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m *httpstream.Message) {
 	r := tr.newRequest(p, c, m.Headers)
 	r.start, r.method, r.target, r.host = at.now, m.Method, string(m.Target), string(m.Headers.Get("host"))
+	c.upSettings = upgradeSettings(m)
 	c.reqs = append(c.reqs, r)
 	c.out.ExpectResponse(m.Method)
 	if at.delay >= 0 {
@@ -589,6 +610,7 @@ func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m
 }
 
 func (tr *Tracer) responseHeaders(c *conn, m *httpstream.Message) {
+	c.upH2 = m.Status == 101 && h2stream.IsH2cUpgrade(m.Headers.Get("upgrade"))
 	c.infoRsp = m.Status < 200
 	if c.infoRsp || len(c.calls) == 0 {
 		return
@@ -672,18 +694,15 @@ func (tr *Tracer) writeEnter(t *supervisor.Task, p *proc, c *conn, sc *superviso
 		}
 	}
 	c.wrSeen = true
-	var inject httpstream.InjectFunc
-	switch {
-	case c.h2 != nil:
-		inject = func(dst []byte, m *httpstream.Message) []byte {
+	// By message, not by connection: a write can hold a 101 to h2c and
+	// the first HTTP/2 frames after it.
+	inject := func(dst []byte, m *httpstream.Message) []byte {
+		switch _, h2 := m.Ext.(*h2stream.Block); {
+		case h2:
 			return tr.h2Inject(t, p, c, sc, dst, m, now)
-		}
-	case c.inbound:
-		inject = func(dst []byte, m *httpstream.Message) []byte {
+		case c.inbound:
 			return tr.injectResponse(t, p, c, dst, m, now)
-		}
-	default:
-		inject = func(dst []byte, m *httpstream.Message) []byte {
+		default:
 			return tr.injectRequest(t, p, c, sc, dst, m, now)
 		}
 	}
@@ -804,6 +823,7 @@ func (tr *Tracer) injectResponse(t *supervisor.Task, p *proc, c *conn, dst []byt
 
 func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Syscall, dst []byte, m *httpstream.Message, now time.Time) []byte {
 	c.in.ExpectResponse(m.Method)
+	c.upSettings = upgradeSettings(m)
 	cl := &call{start: now, method: m.Method, target: string(m.Target),
 		host: string(m.Headers.Get("host")), tid: t.Tid, span: httpstream.NewSpanID(nil)}
 	c.calls = append(c.calls, cl)

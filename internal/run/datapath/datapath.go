@@ -51,6 +51,7 @@ const (
 	FlagTimed    = 32  // CallEnd: the downstream sent rootline-server-time
 	FlagUnbound  = 64  // Call: made outside any request
 	FlagInjected = 128 // the head got Rootline's header lines
+	FlagH2       = 512 // Opaque: the connection began as HTTP/2 (its preface, or a SETTINGS frame first)
 )
 
 // Reasons of EvSkip (Event.Status).
@@ -90,6 +91,7 @@ type Stats struct {
 	Injected uint64 // heads that got lines
 	Skipped  uint64 // heads left unchanged that should have had lines
 	Opaque   uint64 // connections found not to be HTTP/1.x
+	H2       uint64 // of which those that began as HTTP/2
 	NoReq    uint64 // requests whose state could not be made
 	// Go net/http client hand-off: roundTrip calls made while servicing a
 	// request, and requests handed over to the writeLoop that writes them.

@@ -514,7 +514,7 @@ func (d *Datapath) Stats() Stats {
 		return n
 	}
 	st.Lost, st.NoConn, st.Injected, st.Skipped, st.Opaque, st.NoReq = get(0), get(1), get(2), get(3), get(4), get(5)
-	st.GoRoundTrips, st.GoHandoffs = get(6), get(7)
+	st.GoRoundTrips, st.GoHandoffs, st.H2 = get(6), get(7), get(8)
 	return st
 }
 

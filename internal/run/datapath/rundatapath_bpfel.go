@@ -23,7 +23,7 @@ type runDatapathConn struct {
 	Dir     uint8
 	Family  uint8
 	HeadReq uint8
-	Pad     uint8
+	H2      uint8
 	_       [1]byte
 	Rport   uint16
 	Lport   uint16

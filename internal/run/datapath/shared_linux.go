@@ -99,7 +99,7 @@ var sharedLinked = []string{"rd_recv", "rd_runexit"}
 const numSlots = 64
 
 // statsPerSlot is RD_STAT_N.
-const statsPerSlot = 8
+const statsPerSlot = 9
 
 // lockDir holds the lock files of shared datapaths.
 var lockDir = "/run/rootline"

@@ -24,5 +24,7 @@
 // Parser implements httpstream.Framing, so that httpstream.Rewriter holds a
 // header block that is split across writes, maps partial writes back to the
 // application's bytes and sends every other byte as it is: see
-// NewRewriter.
+// NewRewriter. Upgradable is the Framing of an HTTP/1.x connection that may
+// become HTTP/2 by "Upgrade: h2c" (RFC 7540 §3.2): the HTTP/1.x Parser until
+// the 101, this package's Parser from the byte after it.
 package h2stream

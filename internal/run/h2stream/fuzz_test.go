@@ -61,3 +61,50 @@ func FuzzRewriter(f *testing.F) {
 		checkRewrite(t, o, maxFrame, seed)
 	})
 }
+
+// FuzzUpgrade: a connection upgraded to h2c, whatever follows the 101 (a
+// valid HTTP/2 stream, garbage, a cut one) and whatever the writes: a server's
+// writes (the 101 then the bytes) or a client's (the upgrade request, the
+// switch, then the bytes) go out exactly as written through an Upgradable
+// whose inject adds nothing, but for an unfinished block held at the end.
+func FuzzUpgrade(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, o := range []genOpts{{streams: 3}, {client: true, streams: 3, continuing: true}} {
+		s, _ := genStream(rng, o)
+		f.Add(s, o.client, uint64(1))
+	}
+	f.Add([]byte("\x00\x00\x00\x04\x00\x00\x00\x00\x00garbage"), false, uint64(2))
+	f.Add([]byte("HTTP/1.1 200 OK\r\n\r\n"), false, uint64(3))
+	f.Fuzz(func(t *testing.T, tail []byte, client bool, seed uint64) {
+		kind, head := httpstream.Responses, switching
+		if client {
+			kind, head = httpstream.Requests, upgradeRequest
+		}
+		u := NewUpgradable(kind)
+		u.ExpectResponse("GET")
+		r := httpstream.NewRewriterFor(u)
+		none := func(dst []byte, _ *httpstream.Message) []byte { return dst }
+		rng := rand.New(rand.NewPCG(seed, 9))
+		stream := append([]byte(head), tail...)
+		var wire []byte
+		if client {
+			wire = simulateWrites(t, r, []byte(head), rng, none, 1+int(seed%50))
+			if u.Switch() == nil {
+				t.Fatal("no switch after a complete upgrade request")
+			}
+			wire = append(wire, simulateWrites(t, r, tail, rng, none, 1+int(seed%5000))...)
+		} else {
+			wire = simulateWrites(t, r, stream, rng, none, 1+int(seed%5000))
+			if u.H2() == nil {
+				t.Fatal("no switch after a 101 to h2c")
+			}
+		}
+		if !bytes.HasPrefix(stream, wire) {
+			t.Fatalf("wire (%d bytes) is not the start of the application's %d bytes", len(wire), len(stream))
+		}
+		if held := len(stream) - len(wire); held > MaxBlockBytes+9 {
+			t.Fatalf("%d bytes held at the end", held)
+		}
+		_ = u.H2().Events()
+	})
+}

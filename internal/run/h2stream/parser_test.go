@@ -290,8 +290,16 @@ func checkRewrite(t *testing.T, o genOpts, maxFrame uint32, seed uint64) {
 		t.Fatalf("seed %d: went opaque: %s", seed, reason)
 	}
 	got := readAsPeer(t, wire, o.client, maxFrame)
-	// The peer's frames: the application's, with CONTINUATIONs merged by
-	// the Framer, and the added fields at the end of each block.
+	if added := comparePeer(t, seed, got, want, blocks, o.client); c.n != added {
+		t.Fatalf("seed %d: inject added to %d blocks, the peer got fields in %d", seed, c.n, added)
+	}
+}
+
+// comparePeer checks that the peer's frames are the application's, with
+// CONTINUATIONs merged by the Framer, and the added fields at the end of
+// each block; it returns the number of blocks that got fields.
+func comparePeer(t *testing.T, seed uint64, got, want []peerFrame, blocks []genBlock, client bool) int {
+	t.Helper()
 	bi, added := 0, 0
 	if len(got) != len(want) {
 		t.Fatalf("seed %d: peer read %d frames, the application wrote %d", seed, len(got), len(want))
@@ -301,7 +309,7 @@ func checkRewrite(t *testing.T, o genOpts, maxFrame uint32, seed uint64) {
 		if w.typ == http2.FrameHeaders {
 			b := blocks[bi]
 			bi++
-			add := expectAdded(b, o.client)
+			add := expectAdded(b, client)
 			if len(add) > 0 {
 				added++
 			}
@@ -314,9 +322,7 @@ func checkRewrite(t *testing.T, o genOpts, maxFrame uint32, seed uint64) {
 			t.Fatalf("seed %d: frame %d: got %v %v %d %q, want %v %v %d %q", seed, i, g.typ, g.flags, g.stream, clip([]byte(g.data)), w.typ, w.flags, w.stream, clip([]byte(w.data)))
 		}
 	}
-	if c.n != added {
-		t.Fatalf("seed %d: inject added to %d blocks, the peer got fields in %d", seed, c.n, added)
-	}
+	return added
 }
 
 // TestParserEvents checks the stream events of a parse, whatever the cuts.

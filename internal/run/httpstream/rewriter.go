@@ -178,6 +178,21 @@ type Rebuilder interface {
 	Rebuild(m *Message, block, lines []byte) []byte
 }
 
+// SelectiveRebuilder is a Rebuilder that rebuilds some messages only (one
+// that follows a stream from one protocol into another): the others get
+// their lines inserted before their final line break.
+type SelectiveRebuilder interface {
+	Rebuilder
+	Rebuilds(m *Message) bool
+}
+
+func rebuilds(f Framing, m *Message) bool {
+	if s, ok := f.(SelectiveRebuilder); ok {
+		return s.Rebuilds(m)
+	}
+	return true
+}
+
 // NewRewriterFor returns a Rewriter of a stream that f parses.
 func NewRewriterFor(f Framing) *Rewriter {
 	return &Rewriter{p: f}
@@ -316,7 +331,7 @@ func (r *Rewriter) process(q []byte, base int64, inject InjectFunc) {
 			held := r.held
 			r.held, r.inHeader = nil, false
 			brk := base + int64(ev.Offset) // where the final line break starts
-			if rb, ok := r.p.(Rebuilder); ok {
+			if rb, ok := r.p.(Rebuilder); ok && rebuilds(r.p, ev.Msg) {
 				r.replace(rb, ev.Msg, brk, held, ins)
 				continue
 			}
