@@ -184,4 +184,3 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 }
-
