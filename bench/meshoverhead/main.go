@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -53,6 +54,7 @@ import (
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
 	"github.com/rootline/rootline/internal/overhead"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // allModes are the modes -modes accepts (see the package comment).
@@ -62,11 +64,23 @@ type result struct {
 	overhead.Latency
 	serverCPUPer1kSpan time.Duration
 	bytesPerReq        float64
+	bytesBy            map[string]float64 // per request, by sender (see senders)
 	spansPerReq        float64
-	agentCPU           float64 // share of one core, jcmd and other helpers included
+	spansPerBatch      map[string]float64 // by receiver (otlp_grpc: the sidecars; otlp_http: rootline run)
+	agentCPU           float64            // share of one core, jcmd and other helpers included
 	machinePerReq      time.Duration
 	byCommand          map[string]time.Duration // CPU per request
 	capturesPerMin     float64                  // captures that ran (not skipped by the rate limits)
+}
+
+// idle is a mode's fixed cost: CPU per second of wall time with the mesh up
+// and no load, by command (the agent with its children), and the bytes per
+// second to and from the server.
+type idle struct {
+	machine   time.Duration // ms of CPU per s, all processes
+	byCommand map[string]time.Duration
+	agent     time.Duration
+	bytes     float64
 }
 
 func main() {
@@ -80,6 +94,9 @@ func main() {
 		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side), MODE#LABEL runs MODE once more (envoy#2: an A/A control of the baseline)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
+	idleFor := flag.Duration("idle", 10*time.Second, "after the rates, measure each mode's fixed costs (CPU per second by command, bytes per second) this long with no load; 0 skips")
+	prefix := flag.String("prefix", "mo", "prefix of the mesh's network namespaces, bridge and veths (another mesh on the machine, e.g. the demo's \"rl\", needs another)")
+	subnet := flag.String("subnet", "10.79.0.0/24", "the pods' /24 (.1 is the bridge); distinct from any other mesh's on the machine")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -108,17 +125,25 @@ func main() {
 			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
 	}
+	gw, err := gateway(*subnet)
+	check(err)
 	res := map[string]map[float64][]result{}
+	idles := map[string][]idle{}
 	for _, m := range modes {
 		res[m] = map[float64][]result{}
 	}
 	for round := range *rounds {
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration, *warmup) {
+			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor)
+			for rate, r := range out {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.bytesPerReq)
+			}
+			if id != nil {
+				idles[mode] = append(idles[mode], *id)
+				fmt.Fprintf(os.Stderr, "round %d %-21s idle: machine %v/s agent %v/s bytes %.0f/s\n", round+1, mode, id.machine, id.agent, id.bytes)
 			}
 		}
 	}
@@ -138,8 +163,96 @@ func main() {
 				ms(b.machinePerReq), extra)
 		}
 	}
+	printPaired(modes, rateList, res)
+	printBytes(modes, rateList, res)
+	if len(idles) > 0 {
+		printIdle(modes, rateList, res, idles)
+	}
 	if *byCommand > 0 {
 		printByCommand(modes, rateList, res, *byCommand)
+	}
+}
+
+// printPaired prints each mode's machine CPU per request minus the
+// baseline's in the same round, as a mean with its 95 % interval over the
+// rounds: what Rootline (or the A/A control's noise) adds per request.
+func printPaired(modes []string, rates []float64, res map[string]map[float64][]result) {
+	fmt.Printf("\nMachine CPU per request minus the envoy baseline's in the same round (mean over the rounds, 95 %% interval, Student's t):\n\n")
+	fmt.Printf("| rate (req/s) | mode | Δ machine CPU/request | rounds |\n|---|---|---|---|\n")
+	for _, rate := range rates {
+		base := res["envoy"][rate]
+		for _, m := range modes[1:] {
+			var diffs []float64
+			for i := range min(len(base), len(res[m][rate])) {
+				diffs = append(diffs, float64(res[m][rate][i].machinePerReq-base[i].machinePerReq)/1e6)
+			}
+			mean, half := overhead.PairedCI(diffs)
+			fmt.Printf("| %.0f | %s | %+.2f ± %.2f ms | %d |\n", rate, m, mean, half, len(diffs))
+		}
+	}
+}
+
+// printBytes prints the bytes per request by sender and the spans per
+// request (batch) each receiver got (medians over the rounds).
+func printBytes(modes []string, rates []float64, res map[string]map[float64][]result) {
+	fmt.Printf("\nRootline's bytes per request by sender (IP bytes both ways; medians over the rounds) and spans per export request:\n\n")
+	fmt.Printf("| rate (req/s) | mode | total |")
+	for _, s := range senders {
+		fmt.Printf(" %s |", s)
+	}
+	fmt.Printf(" spans per batch: sidecars (OTLP/gRPC) | spans per batch: rootline run (OTLP/HTTP) |\n|---|---|---|%s---|---|\n", strings.Repeat("---|", len(senders)))
+	for _, rate := range rates {
+		for _, m := range modes {
+			rs := res[m][rate]
+			if m == "envoy" || copyOf(m) == "envoy" || len(rs) == 0 {
+				continue
+			}
+			fmt.Printf("| %.0f | %s | %.0f |", rate, m, overhead.MedianOf(rs, func(r result) float64 { return r.bytesPerReq }))
+			for _, s := range senders {
+				fmt.Printf(" %.0f |", overhead.MedianOf(rs, func(r result) float64 { return r.bytesBy[s] }))
+			}
+			for _, rcv := range []string{"otlp_grpc", "otlp_http"} {
+				fmt.Printf(" %.1f |", overhead.MedianOf(rs, func(r result) float64 { return r.spansPerBatch[rcv] }))
+			}
+			fmt.Println()
+		}
+	}
+}
+
+// printIdle prints each mode's fixed costs: CPU per second with no load (the
+// machine's, and the Rootline processes' and the JVMs' by command), against
+// the agent's under load at each rate.
+func printIdle(modes []string, rates []float64, res map[string]map[float64][]result, idles map[string][]idle) {
+	cmds := []string{"rootline server", "rootline agent", "rootline run", "java", "envoy"}
+	fmt.Printf("\nFixed costs: CPU ms per second with the mesh up and no load (medians over the rounds); the agent's under load for comparison:\n\n")
+	fmt.Printf("| mode | machine |")
+	for _, c := range cmds {
+		fmt.Printf(" %s |", c)
+	}
+	fmt.Printf(" Rootline's bytes/s |")
+	for _, r := range rates {
+		fmt.Printf(" agent at %.0f req/s |", r)
+	}
+	fmt.Printf("\n|---|---|%s---|%s\n", strings.Repeat("---|", len(cmds)), strings.Repeat("---|", len(rates)))
+	msps := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+	for _, m := range modes {
+		ids := idles[m]
+		if len(ids) == 0 {
+			continue
+		}
+		fmt.Printf("| %s | %s |", m, msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.machine })))
+		for _, c := range cmds {
+			if c == "rootline agent" {
+				fmt.Printf(" %s |", msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.agent })))
+				continue
+			}
+			fmt.Printf(" %s |", msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.byCommand[c] })))
+		}
+		fmt.Printf(" %.0f |", overhead.MedianOf(ids, func(i idle) float64 { return i.bytes }))
+		for _, r := range rates {
+			fmt.Printf(" %.1f |", 1000*overhead.MedianOf(res[m][r], func(r result) float64 { return r.agentCPU }))
+		}
+		fmt.Println()
 	}
 }
 
@@ -235,8 +348,23 @@ func modeBinary(mode, self string) string {
 	return self
 }
 
-// runMode starts the mesh in one mode and measures every rate.
-func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d, warmup time.Duration) map[float64]result {
+// meshPlace is where a run's mesh lives: its prefix, its subnet and the
+// subnet's gateway (the bridge, through which pods reach the host).
+type meshPlace struct{ prefix, subnet, gw string }
+
+// gateway is the .1 of a /24.
+func gateway(subnet string) (string, error) {
+	_, n, err := net.ParseCIDR(subnet)
+	if err != nil || n.IP.To4() == nil {
+		return "", fmt.Errorf("--subnet %q: want an IPv4 /24", subnet)
+	}
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], 1).String(), nil
+}
+
+// runMode starts the mesh in one mode, measures every rate, then its fixed
+// costs with no load for idleFor (nil when 0).
+func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, modeName string, rates []float64, d, warmup, idleFor time.Duration) (map[float64]result, *idle) {
 	ctx := context.Background()
 	self = modeBinary(modeName, self)
 	mode, agentFlags := splitMode(modeName)
@@ -244,7 +372,8 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	check(err)
 	defer os.RemoveAll(dir)
 	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy,
-		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler)}
+		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler),
+		Prefix: place.prefix, Subnet: place.subnet}
 	var srv, agent *exec.Cmd
 	var counted *byteCounter
 	var queryAddr string
@@ -255,23 +384,23 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		check(err)
 		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile)
 		defer stop(srv)
-		counted = countBytes(grpcAddr, httpAddr, queryAddr)
-		defer counted.close()
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
-			return net.JoinHostPort("10.77.0.1", port)
+			return net.JoinHostPort(place.gw, port)
 		}
 		opts.Tracing, opts.OTLPEndpoint, opts.Expose = mode != "envoy+rootline-no-sidecar-tracing", grpcAddr, []string{httpAddr}
 		agentURL := "" // no agent to register with
+		agentAddr := ""
 		if strings.HasPrefix(mode, "envoy+rootline") {
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
-			var agentAddr string
 			agent, agentAddr = startAgent(self, "http://"+queryAddr, mode == "envoy+rootline-no-run", append(agentFlags, "--auth.token-file", tokenFile))
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
 		}
+		counted = countBytes(map[string]string{grpcAddr: senderSidecars, httpAddr: senderRun, queryAddr: senderAgent, agentAddr: senderRunAgent})
+		defer counted.close()
 		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
 			check(demo.ShareDatapath()) // as the demo does
 			opts.Wrap = func(svc string, argv []string) []string {
@@ -284,6 +413,15 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	check(err)
 	defer m.Close()
 	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
+	// Header lines rootline run adds per hop (see inBandBytes).
+	visits := 0
+	for _, n := range topo.Visits() {
+		visits += n
+	}
+	inBand := 0.0
+	if opts.Wrap != nil {
+		inBand = float64(visits * inBandBytes())
+	}
 	out := map[float64]result{}
 	for i, rate := range rates {
 		w := warmup
@@ -293,10 +431,12 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: w}}})
 		var cpu0, agentCPU0 time.Duration
 		var spans0, captures0 float64
-		var bytes0 int64
+		var bytes0 map[string]int64
+		var batches0 map[string][2]float64
 		if srv != nil {
-			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.total()
+			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.bySender()
 			captures0 = metric(queryAddr, capturesTotal, skipped)
+			batches0 = receiverBatches(queryAddr)
 		}
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
@@ -323,20 +463,93 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 			if spans > 0 {
 				res.serverCPUPer1kSpan = time.Duration(float64(cpu) / spans * 1000)
 			}
-			// Header lines rootline run adds per hop: propagation on each
-			// request (~330 bytes), timing on each response (~90 bytes).
-			added := 0.0
-			if opts.Wrap != nil {
-				visits := 0
-				for _, n := range topo.Visits() {
-					visits += n
+			n := float64(max(pr.Sent, 1))
+			res.bytesBy = map[string]float64{senderInBand: inBand}
+			res.bytesPerReq = inBand
+			for sender, b := range counted.bySender() {
+				res.bytesBy[sender] = float64(b-bytes0[sender]) / n
+				if sender != senderRunAgent { // node-local, not Rootline's server
+					res.bytesPerReq += res.bytesBy[sender]
 				}
-				added = float64(visits) * (330 + 90)
 			}
-			res.bytesPerReq = float64(counted.total()-bytes0)/float64(max(pr.Sent, 1)) + added
-			res.spansPerReq = spans / float64(max(pr.Sent, 1))
+			res.spansPerBatch = map[string]float64{}
+			for rcv, v := range receiverBatches(queryAddr) {
+				if reqs := v[1] - batches0[rcv][1]; reqs > 0 {
+					res.spansPerBatch[rcv] = (v[0] - batches0[rcv][0]) / reqs
+				}
+			}
+			res.spansPerReq = spans / n
 		}
 		out[rate] = res
+	}
+	if idleFor <= 0 {
+		return out, nil
+	}
+	time.Sleep(3 * time.Second) // the last batches, the JVMs settle
+	id := idle{byCommand: map[string]time.Duration{}}
+	var agent0 time.Duration
+	var bytes0 map[string]int64
+	if agent != nil {
+		agent0 = overhead.CPUWithChildren(agent.Process.Pid)
+	}
+	if counted != nil {
+		bytes0 = counted.bySender()
+	}
+	begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.CPUByCommand()
+	time.Sleep(idleFor)
+	took := time.Since(begun)
+	perSec := func(cpu time.Duration) time.Duration { return time.Duration(float64(cpu) / took.Seconds()) }
+	id.machine = perSec(overhead.MachineCPU() - machine0)
+	for c, cpu := range overhead.CPUByCommand() {
+		id.byCommand[c] = perSec(cpu - commands0[c])
+	}
+	if agent != nil {
+		id.agent = perSec(overhead.CPUWithChildren(agent.Process.Pid) - agent0)
+	}
+	if counted != nil {
+		for sender, b := range counted.bySender() {
+			if sender != senderRunAgent {
+				id.bytes += float64(b-bytes0[sender]) / took.Seconds()
+			}
+		}
+	}
+	return out, &id
+}
+
+// Senders of Rootline's bytes: each is the traffic of one of the server's
+// (or the agent's) ports, both directions; the in-band header lines are
+// computed (see inBandBytes).
+const (
+	senderSidecars = "sidecars → server (OTLP/gRPC)"
+	senderRun      = "rootline run → server (OTLP/HTTP)"
+	senderAgent    = "agent ↔ server (registration, heartbeats, uploads)"
+	senderInBand   = "header lines rootline run adds (in band)"
+	senderRunAgent = "rootline run ↔ agent (node-local, not in the total)"
+)
+
+var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, senderRunAgent}
+
+// inBandBytes is what `rootline run` adds to one hop: the propagation lines
+// on the request (traceparent, b3, x-b3-*, x-request-id) and the timing
+// lines on the response (rootline-server-time, rootline-wait), as the
+// tracer writes them for a typical request.
+func inBandBytes() int {
+	ctx := httpstream.Context{TraceID: httpstream.TraceID{1: 1}, SpanID: httpstream.SpanID{1: 1}, Sampled: true}
+	req := httpstream.AppendInjectHeaders(nil, ctx, httpstream.SpanID{2: 2}, nil)
+	resp := httpstream.AppendTimingHeaders(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
+		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 85 * time.Microsecond},
+			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}})
+	return len(req) + len(resp)
+}
+
+// receiverBatches returns, by receiver, the spans received and the requests
+// answered (every outcome).
+func receiverBatches(query string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for _, rcv := range []string{"otlp_grpc", "otlp_http"} {
+		sel := `receiver="` + rcv + `"`
+		out[rcv] = [2]float64{metricWith(query, "rootline_receiver_spans_received_total", sel),
+			metricWith(query, "rootline_receiver_requests_total", sel)}
 	}
 	return out
 }
@@ -398,8 +611,10 @@ func freeAddrs(n int) []string {
 // byteCounter counts the bytes of every packet to and from a set of local
 // TCP ports with iptables rules (the kernel counts; nothing copies the
 // traffic), leaving out this process's own queries, which come from
-// queryIP.
-type byteCounter struct{}
+// queryIP. Each port is one sender's (see senders).
+type byteCounter struct {
+	rules []string // the sender of each rule, in the chains' order
+}
 
 // queryIP is the source address of this program's own requests to the
 // server (metrics), which byteCounter leaves out.
@@ -413,17 +628,26 @@ const (
 	chainOut = "meshoverhead-out"
 )
 
-func countBytes(addrs ...string) *byteCounter {
+// countBytes counts the traffic of each address's port as its sender's;
+// empty addresses are skipped.
+func countBytes(bySender map[string]string) *byteCounter {
 	c := &byteCounter{}
 	c.close() // a killed run's leftovers
 	rules := []string{"*filter", ":" + chainIn + " - [0:0]", ":" + chainOut + " - [0:0]",
 		"-A INPUT -j " + chainIn, "-A OUTPUT -j " + chainOut}
+	addrs := slices.Sorted(maps.Keys(bySender))
+	var in, out []string
 	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
 		_, port, err := net.SplitHostPort(a)
 		check(err)
-		rules = append(rules, fmt.Sprintf("-A %s ! -s %s/32 -p tcp --dport %s", chainIn, queryIP, port),
-			fmt.Sprintf("-A %s ! -d %s/32 -p tcp --sport %s", chainOut, queryIP, port))
+		in = append(in, fmt.Sprintf("-A %s ! -s %s/32 -p tcp --dport %s", chainIn, queryIP, port))
+		out = append(out, fmt.Sprintf("-A %s ! -d %s/32 -p tcp --sport %s", chainOut, queryIP, port))
+		c.rules = append(c.rules, bySender[a])
 	}
+	rules = append(append(rules, in...), out...)
 	cmd := exec.Command("iptables-restore", "--noflush")
 	cmd.Stdin = strings.NewReader(strings.Join(append(rules, "COMMIT"), "\n") + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -432,17 +656,19 @@ func countBytes(addrs ...string) *byteCounter {
 	return c
 }
 
-// total sums the counters' bytes.
-func (c *byteCounter) total() int64 {
-	var n int64
+// bySender sums the counters' bytes by sender.
+func (c *byteCounter) bySender() map[string]int64 {
+	n := map[string]int64{}
 	for _, ch := range []string{chainIn, chainOut} {
 		out, err := exec.Command("iptables", "-t", "filter", "-n", "-v", "-x", "-L", ch).Output()
 		check(err)
+		i := 0
 		for line := range strings.Lines(string(out)) {
 			f := strings.Fields(line)
 			if len(f) > 2 && f[0] != "pkts" {
-				if b, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					n += b
+				if b, err := strconv.ParseInt(f[1], 10, 64); err == nil && i < len(c.rules) {
+					n[c.rules[i]] += b
+					i++
 				}
 			}
 		}
@@ -470,9 +696,22 @@ const (
 	skipped       = `state="skipped"`         // captures that did not run
 )
 
+// metricWith sums the server's samples of one metric whose labels contain
+// sel.
+func metricWith(query, name, sel string) float64 {
+	return sumMetric(query, name, func(labels string) bool { return strings.Contains(labels, sel) })
+}
+
 // metric sums the server's samples of one metric over its labels, leaving
 // out the series whose labels contain one of except.
 func metric(query, name string, except ...string) float64 {
+	return sumMetric(query, name, func(labels string) bool {
+		return !slices.ContainsFunc(except, func(e string) bool { return strings.Contains(labels, e) })
+	})
+}
+
+// sumMetric sums the server's samples of one metric whose labels keep takes.
+func sumMetric(query, name string, keep func(labels string) bool) float64 {
 	resp, err := queryClient.Get("http://" + query + "/metrics")
 	if err != nil {
 		return 0
@@ -482,8 +721,7 @@ func metric(query, name string, except ...string) float64 {
 	sum := 0.0
 	for line := range strings.Lines(string(b)) {
 		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' ||
-			slices.ContainsFunc(except, func(e string) bool { return strings.Contains(rest, e) }) {
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' || !keep(rest) {
 			continue
 		}
 		fields := strings.Fields(rest)

@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,5 +105,30 @@ func TestCPU(t *testing.T) {
 	withChildren := CPUWithChildren(os.Getpid())
 	if m := MachineCPU(); m < withChildren {
 		t.Errorf("MachineCPU %v < this process's CPU %v read before it", m, withChildren)
+	}
+}
+
+func TestPairedCI(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		diffs      []float64
+		mean, half float64
+	}{
+		{"none", nil, math.NaN(), math.NaN()},
+		{"one: no interval", []float64{2}, 2, math.NaN()},
+		// sd 1, n 3: t(2) = 4.303, half = 4.303/sqrt(3).
+		{"three rounds", []float64{1, 2, 3}, 2, 4.303 / math.Sqrt(3)},
+		{"equal: zero width", []float64{5, 5, 5, 5}, 5, 0},
+		// 40 rounds: the normal quantile.
+		{"many rounds", append(make([]float64, 20), []float64{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}...), 1,
+			1.96 * math.Sqrt(40.0/39) / math.Sqrt(40)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mean, half := PairedCI(tc.diffs)
+			same := func(a, b float64) bool { return math.IsNaN(a) && math.IsNaN(b) || math.Abs(a-b) < 1e-9 }
+			if !same(mean, tc.mean) || !same(half, tc.half) {
+				t.Errorf("PairedCI(%v) = %v ± %v, want %v ± %v", tc.diffs, mean, half, tc.mean, tc.half)
+			}
+		})
 	}
 }
