@@ -69,7 +69,8 @@ type result struct {
 	spansPerBatch      map[string]float64 // by receiver (otlp_grpc: the sidecars; otlp_http: rootline run)
 	agentCPU           float64            // share of one core, jcmd and other helpers included
 	machinePerReq      time.Duration
-	byCommand          map[string]time.Duration // CPU per request
+	ownPerReq          time.Duration            // the mesh's and Rootline's processes only (see ownPIDs)
+	byCommand          map[string]time.Duration // CPU per request, of those processes
 	capturesPerMin     float64                  // captures that ran (not skipped by the rate limits)
 }
 
@@ -77,8 +78,9 @@ type result struct {
 // and no load, by command (the agent with its children), and the bytes per
 // second to and from the server.
 type idle struct {
-	machine   time.Duration // ms of CPU per s, all processes
-	byCommand map[string]time.Duration
+	machine   time.Duration            // ms of CPU per s, all processes
+	own       time.Duration            // the mesh's and Rootline's processes
+	byCommand map[string]time.Duration // of those processes
 	agent     time.Duration
 	bytes     float64
 }
@@ -138,17 +140,17 @@ func main() {
 			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor)
 			for rate, r := range out {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.bytesPerReq)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v own %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), r.ownPerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.bytesPerReq)
 			}
 			if id != nil {
 				idles[mode] = append(idles[mode], *id)
-				fmt.Fprintf(os.Stderr, "round %d %-21s idle: machine %v/s agent %v/s bytes %.0f/s\n", round+1, mode, id.machine, id.agent, id.bytes)
+				fmt.Fprintf(os.Stderr, "round %d %-21s idle: machine %v/s own %v/s agent %v/s bytes %.0f/s\n", round+1, mode, id.machine, id.own, id.agent, id.bytes)
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | own CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
@@ -158,9 +160,9 @@ func main() {
 				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
 					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
-			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v %s\n", rate, m,
+			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v | %v %s\n", rate, m,
 				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), byRound(res["envoy"][rate], res[m][rate]), ms(b.P99), b.ErrorPercent(),
-				ms(b.machinePerReq), extra)
+				ms(b.machinePerReq), ms(b.ownPerReq), extra)
 		}
 	}
 	printPaired(modes, rateList, res)
@@ -173,21 +175,26 @@ func main() {
 	}
 }
 
-// printPaired prints each mode's machine CPU per request minus the
-// baseline's in the same round, as a mean with its 95 % interval over the
-// rounds: what Rootline (or the A/A control's noise) adds per request.
+// printPaired prints each mode's CPU per request minus the baseline's in
+// the same round, as a mean with its 95 % interval over the rounds: what
+// Rootline (or the A/A control's noise) adds per request. "Own" is the CPU
+// of the mesh's and Rootline's processes, the machine's is everything the
+// CPUs did (other work on a shared machine included).
 func printPaired(modes []string, rates []float64, res map[string]map[float64][]result) {
-	fmt.Printf("\nMachine CPU per request minus the envoy baseline's in the same round (mean over the rounds, 95 %% interval, Student's t):\n\n")
-	fmt.Printf("| rate (req/s) | mode | Δ machine CPU/request | rounds |\n|---|---|---|---|\n")
+	fmt.Printf("\nCPU per request minus the envoy baseline's in the same round (mean over the rounds, 95 %% interval, Student's t):\n\n")
+	fmt.Printf("| rate (req/s) | mode | Δ own CPU/request | Δ machine CPU/request | rounds |\n|---|---|---|---|---|\n")
 	for _, rate := range rates {
 		base := res["envoy"][rate]
 		for _, m := range modes[1:] {
-			var diffs []float64
+			var own, machine []float64
 			for i := range min(len(base), len(res[m][rate])) {
-				diffs = append(diffs, float64(res[m][rate][i].machinePerReq-base[i].machinePerReq)/1e6)
+				r := res[m][rate][i]
+				own = append(own, float64(r.ownPerReq-base[i].ownPerReq)/1e6)
+				machine = append(machine, float64(r.machinePerReq-base[i].machinePerReq)/1e6)
 			}
-			mean, half := overhead.PairedCI(diffs)
-			fmt.Printf("| %.0f | %s | %+.2f ± %.2f ms | %d |\n", rate, m, mean, half, len(diffs))
+			om, oh := overhead.PairedCI(own)
+			mm, mh := overhead.PairedCI(machine)
+			fmt.Printf("| %.0f | %s | %+.2f ± %.2f ms | %+.2f ± %.2f ms | %d |\n", rate, m, om, oh, mm, mh, len(own))
 		}
 	}
 }
@@ -225,7 +232,7 @@ func printBytes(modes []string, rates []float64, res map[string]map[float64][]re
 func printIdle(modes []string, rates []float64, res map[string]map[float64][]result, idles map[string][]idle) {
 	cmds := []string{"rootline server", "rootline agent", "rootline run", "java", "envoy"}
 	fmt.Printf("\nFixed costs: CPU ms per second with the mesh up and no load (medians over the rounds); the agent's under load for comparison:\n\n")
-	fmt.Printf("| mode | machine |")
+	fmt.Printf("| mode | machine | own |")
 	for _, c := range cmds {
 		fmt.Printf(" %s |", c)
 	}
@@ -233,14 +240,15 @@ func printIdle(modes []string, rates []float64, res map[string]map[float64][]res
 	for _, r := range rates {
 		fmt.Printf(" agent at %.0f req/s |", r)
 	}
-	fmt.Printf("\n|---|---|%s---|%s\n", strings.Repeat("---|", len(cmds)), strings.Repeat("---|", len(rates)))
+	fmt.Printf("\n|---|---|---|%s---|%s\n", strings.Repeat("---|", len(cmds)), strings.Repeat("---|", len(rates)))
 	msps := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
 	for _, m := range modes {
 		ids := idles[m]
 		if len(ids) == 0 {
 			continue
 		}
-		fmt.Printf("| %s | %s |", m, msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.machine })))
+		fmt.Printf("| %s | %s | %s |", m, msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.machine })),
+			msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.own })))
 		for _, c := range cmds {
 			if c == "rootline agent" {
 				fmt.Printf(" %s |", msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.agent })))
@@ -309,6 +317,7 @@ func med(rs []result) result {
 		agentCPU:           overhead.MedianOf(rs, func(r result) float64 { return r.agentCPU }),
 		capturesPerMin:     overhead.MedianOf(rs, func(r result) float64 { return r.capturesPerMin }),
 		machinePerReq:      overhead.MedianOf(rs, func(r result) time.Duration { return r.machinePerReq }),
+		ownPerReq:          overhead.MedianOf(rs, func(r result) time.Duration { return r.ownPerReq }),
 	}
 }
 
@@ -382,6 +391,9 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		// As in the demo: the pods reach the agent's API, so it takes a token.
 		tokenFile, err := demo.WriteToken(dir)
 		check(err)
+		tok, err := os.ReadFile(tokenFile)
+		check(err)
+		serverToken = strings.TrimSpace(string(tok))
 		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile)
 		defer stop(srv)
 		pod := func(h string) string {
@@ -413,6 +425,13 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	check(err)
 	defer m.Close()
 	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
+	// Fixed costs first: before any load the detector has no anomaly to
+	// capture, so this is the cost of being there.
+	var id *idle
+	if idleFor > 0 {
+		time.Sleep(3 * time.Second) // the readiness probes' spans
+		id = measureIdle(m, srv, agent, counted, idleFor)
+	}
 	// Header lines rootline run adds per hop (see inBandBytes).
 	visits := 0
 	for _, n := range topo.Visits() {
@@ -441,15 +460,18 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
 		}
-		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.CPUByCommand()
+		pids := ownPIDs(m, srv, agent)
+		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.TreeCPUByCommand(pids...)
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
 		sent := time.Duration(max(pr.Sent, 1))
 		res := result{Latency: overhead.Measured(pr),
 			machinePerReq: (overhead.MachineCPU() - machine0) / sent, byCommand: map[string]time.Duration{}}
-		for c, cpu := range overhead.CPUByCommand() {
-			res.byCommand[c] = (cpu - commands0[c]) / sent
+		for c, cpu := range overhead.TreeCPUByCommand(pids...) {
+			// A process that exited took its CPU time with it: no negative costs.
+			res.byCommand[c] = max(cpu-commands0[c], 0) / sent
+			res.ownPerReq += res.byCommand[c]
 		}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
@@ -482,10 +504,11 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		}
 		out[rate] = res
 	}
-	if idleFor <= 0 {
-		return out, nil
-	}
-	time.Sleep(3 * time.Second) // the last batches, the JVMs settle
+	return out, id
+}
+
+// measureIdle measures a mode's fixed costs with no load for d.
+func measureIdle(m *mesh.Mesh, srv, agent *exec.Cmd, counted *byteCounter, idleFor time.Duration) *idle {
 	id := idle{byCommand: map[string]time.Duration{}}
 	var agent0 time.Duration
 	var bytes0 map[string]int64
@@ -495,13 +518,16 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	if counted != nil {
 		bytes0 = counted.bySender()
 	}
-	begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.CPUByCommand()
+	pids := ownPIDs(m, srv, agent)
+	begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.TreeCPUByCommand(pids...)
 	time.Sleep(idleFor)
 	took := time.Since(begun)
 	perSec := func(cpu time.Duration) time.Duration { return time.Duration(float64(cpu) / took.Seconds()) }
 	id.machine = perSec(overhead.MachineCPU() - machine0)
-	for c, cpu := range overhead.CPUByCommand() {
-		id.byCommand[c] = perSec(cpu - commands0[c])
+	for c, cpu := range overhead.TreeCPUByCommand(pids...) {
+		// A process that exited took its CPU time with it: no negative costs.
+		id.byCommand[c] = perSec(max(cpu-commands0[c], 0))
+		id.own += id.byCommand[c]
 	}
 	if agent != nil {
 		id.agent = perSec(overhead.CPUWithChildren(agent.Process.Pid) - agent0)
@@ -513,7 +539,28 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 			}
 		}
 	}
-	return out, &id
+	return &id
+}
+
+// ownPIDs are the processes whose CPU is the mode's: the mesh's apps (with
+// their rootline run) and sidecars, the server and the agent, and their
+// descendants — not the rest of a machine shared with other work.
+func ownPIDs(m *mesh.Mesh, cmds ...*exec.Cmd) []int {
+	var pids []int
+	for _, s := range m.Services() {
+		for _, r := range s.Replicas {
+			pids = append(pids, r.AppPID)
+			if r.EnvoyPID != 0 {
+				pids = append(pids, r.EnvoyPID)
+			}
+		}
+	}
+	for _, c := range cmds {
+		if c != nil && c.Process != nil {
+			pids = append(pids, c.Process.Pid)
+		}
+	}
+	return pids
 }
 
 // Senders of Rootline's bytes: each is the traffic of one of the server's
@@ -685,6 +732,9 @@ func (c *byteCounter) close() {
 	}
 }
 
+// serverToken is the running mode's server's bearer token.
+var serverToken string
+
 // queryClient makes this program's own requests to the server from
 // queryIP, so that byteCounter leaves them out.
 var queryClient = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
@@ -712,11 +762,18 @@ func metric(query, name string, except ...string) float64 {
 
 // sumMetric sums the server's samples of one metric whose labels keep takes.
 func sumMetric(query, name string, keep func(labels string) bool) float64 {
-	resp, err := queryClient.Get("http://" + query + "/metrics")
+	req, err := http.NewRequest(http.MethodGet, "http://"+query+"/metrics", nil)
+	check(err)
+	// The server has a token (as in the demo): /metrics asks for it.
+	req.Header.Set("Authorization", "Bearer "+serverToken)
+	resp, err := queryClient.Do(req)
 	if err != nil {
 		return 0
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fail(fmt.Errorf("the server's /metrics answered %s", resp.Status))
+	}
 	b, _ := io.ReadAll(resp.Body)
 	sum := 0.0
 	for line := range strings.Lines(string(b)) {

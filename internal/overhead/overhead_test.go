@@ -100,6 +100,21 @@ func TestCPU(t *testing.T) {
 	if got := CPUByCommand()[filepath.Base(exe)]; got < own {
 		t.Errorf("CPUByCommand[%s] = %v < CPU %v read before it", filepath.Base(exe), got, own)
 	}
+	// By command within this process's tree: this binary with at least its
+	// own CPU, and a live busy child under its own name, nothing else.
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	for end := time.Now().Add(10 * time.Second); CPU(child.Process.Pid) == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	own = CPU(os.Getpid())
+	tree := TreeCPUByCommand(os.Getpid())
+	if tree[filepath.Base(exe)] < own || tree["sh"] <= 0 || len(tree) != 2 {
+		t.Errorf("TreeCPUByCommand = %v; want %s ≥ %v and a busy sh", tree, filepath.Base(exe), own)
+	}
 	// The machine was busy at least as long as this process and its
 	// waited-for children, since both started after boot.
 	withChildren := CPUWithChildren(os.Getpid())
