@@ -27,7 +27,22 @@
 // agent registration, heartbeats and artifact uploads; IP and TCP headers
 // included, as in Protractor's formula), counted by iptables rules so that
 // nothing copies the traffic, plus the header lines `rootline run` adds —
-// and the server's CPU per 1,000 spans.
+// split by sender, the spans per export request each receiver got, and the
+// server's CPU per 1,000 spans.
+//
+// On a machine shared with other work the machine's CPU counts that work
+// too: "own CPU" is the CPU of the mesh's processes (apps, `rootline run`,
+// sidecars), the server and the agent, with their children. Each mode's
+// own CPU per request minus the baseline's in the same round is given with
+// a 95 % interval over the rounds (paired rounds: a pair saw the same state
+// of the machine). Before the load, each mode's fixed costs are measured
+// with no load (--idle): CPU per second by command, bytes per second.
+//
+// The demo's default (`rootline demo --spans run`: the sidecars do not
+// trace where `rootline run` does) is envoy+rootline-no-sidecar-tracing;
+// envoy+rootline is --spans both, envoy+rootline-no-run is close to
+// --spans sidecar. The mesh gets its own --prefix and --subnet, so that it
+// runs beside a demo.
 //
 //	sudo go run ./bench/meshoverhead --rootline bin/rootline
 package main
@@ -98,6 +113,7 @@ func main() {
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	idleFor := flag.Duration("idle", 10*time.Second, "after the rates, measure each mode's fixed costs (CPU per second by command, bytes per second) this long with no load; 0 skips")
 	prefix := flag.String("prefix", "mo", "prefix of the mesh's network namespaces, bridge and veths (another mesh on the machine, e.g. the demo's \"rl\", needs another)")
+	serverFlags := flag.String("server-flags", "", "more flags for every mode's server, space-separated (e.g. \"--capture.min-interval=1h\": captures at most once per process and hour, to measure ingest alone)")
 	subnet := flag.String("subnet", "10.79.0.0/24", "the pods' /24 (.1 is the bridge); distinct from any other mesh's on the machine")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -137,7 +153,7 @@ func main() {
 	for round := range *rounds {
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor)
+			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor, strings.Fields(*serverFlags))
 			for rate, r := range out {
 				res[mode][rate] = append(res[mode][rate], r)
 				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v own %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
@@ -373,7 +389,7 @@ func gateway(subnet string) (string, error) {
 
 // runMode starts the mesh in one mode, measures every rate, then its fixed
 // costs with no load for idleFor (nil when 0).
-func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, modeName string, rates []float64, d, warmup, idleFor time.Duration) (map[float64]result, *idle) {
+func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, modeName string, rates []float64, d, warmup, idleFor time.Duration, serverFlags []string) (map[float64]result, *idle) {
 	ctx := context.Background()
 	self = modeBinary(modeName, self)
 	mode, agentFlags := splitMode(modeName)
@@ -394,7 +410,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		tok, err := os.ReadFile(tokenFile)
 		check(err)
 		serverToken = strings.TrimSpace(string(tok))
-		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile)
+		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile, serverFlags)
 		defer stop(srv)
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
@@ -601,10 +617,14 @@ func receiverBatches(query string) map[string][2]float64 {
 	return out
 }
 
-func startServer(self, dir, tokenFile string) (*exec.Cmd, string, string, string) {
+// startServer starts a server as the demo configures it: a token for its
+// API and captures, receivers that take spans without one (the sidecars'
+// OpenTelemetry tracer sends none).
+func startServer(self, dir, tokenFile string, flags []string) (*exec.Cmd, string, string, string) {
 	addrs := freeAddrs(4)
-	cmd := exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
-		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3])
+	cmd := exec.Command(self, append([]string{"server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
+		"--receiver.allow-unauthenticated",
+		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3]}, flags...)...)
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
 	waitHTTP("http://" + addrs[2] + "/readyz")
