@@ -143,7 +143,7 @@ func main() {
 			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
 	}
-	gw, err := gateway(*subnet)
+	gw, err := demo.SubnetGateway(*subnet)
 	check(err)
 	res := map[string]map[float64][]result{}
 	idles := map[string][]idle{}
@@ -376,16 +376,6 @@ func modeBinary(mode, self string) string {
 // meshPlace is where a run's mesh lives: its prefix, its subnet and the
 // subnet's gateway (the bridge, through which pods reach the host).
 type meshPlace struct{ prefix, subnet, gw string }
-
-// gateway is the .1 of a /24.
-func gateway(subnet string) (string, error) {
-	_, n, err := net.ParseCIDR(subnet)
-	if err != nil || n.IP.To4() == nil {
-		return "", fmt.Errorf("--subnet %q: want an IPv4 /24", subnet)
-	}
-	ip := n.IP.To4()
-	return net.IPv4(ip[0], ip[1], ip[2], 1).String(), nil
-}
 
 // runMode starts the mesh in one mode, measures every rate, then its fixed
 // costs with no load for idleFor (nil when 0).

@@ -12,12 +12,3 @@ func TestInBandBytes(t *testing.T) {
 		t.Errorf("inBandBytes() = %d, want the ~330 + ~90 the tracer adds per hop", n)
 	}
 }
-
-func TestGateway(t *testing.T) {
-	for in, want := range map[string]string{"10.79.0.0/24": "10.79.0.1", "10.77.3.0/24": "10.77.3.1", "fd00::/64": "", "x": ""} {
-		got, err := gateway(in)
-		if got != want || (err != nil) != (want == "") {
-			t.Errorf("gateway(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-}

@@ -217,12 +217,12 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	// One source of spans per hop: where rootline run traces a service its
 	// SERVER and CLIENT spans say what the sidecars' would, so by default
 	// the sidecars trace only when nothing else does.
-	sum.SidecarSpans = sum.Envoy && (o.Spans == SpansBoth || o.Spans == SpansSidecar || o.NoRun)
+	sum.SidecarSpans = sidecarSpans(sum.Envoy, o.Spans, o.NoRun)
 	subnet := o.Subnet
 	if subnet == "" {
 		subnet = "10.77.0.0/24"
 	}
-	gw, err := subnetGateway(subnet)
+	gw, err := SubnetGateway(subnet)
 	if err != nil {
 		return sum, err
 	}
@@ -348,8 +348,16 @@ const (
 	SpansBoth = "both"
 )
 
-// subnetGateway is the .1 of an IPv4 /24, the mesh's bridge.
-func subnetGateway(subnet string) (string, error) {
+// sidecarSpans reports whether the sidecars trace: with sidecars, when
+// asked to (sidecar, both), or when the services do not run under rootline
+// run and nothing else would make spans.
+func sidecarSpans(envoy bool, spans string, noRun bool) bool {
+	return envoy && (spans == SpansBoth || spans == SpansSidecar || noRun)
+}
+
+// SubnetGateway is the .1 of an IPv4 /24: a pod-mode mesh's bridge, how
+// its pods reach the host (mesh.Options.Subnet).
+func SubnetGateway(subnet string) (string, error) {
 	_, n, err := net.ParseCIDR(subnet)
 	if err != nil || n.IP.To4() == nil {
 		return "", fmt.Errorf("subnet %q: want an IPv4 /24 such as 10.77.0.0/24", subnet)
