@@ -172,7 +172,7 @@ func main() {
 		for _, m := range modes {
 			b := med(res[m][rate])
 			extra := "| – | – | – | – | – |"
-			if m != "envoy" {
+			if copyOf(m) != "envoy" { // the baseline and its A/A copies have no Rootline
 				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
 					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
