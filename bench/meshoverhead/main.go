@@ -27,7 +27,22 @@
 // agent registration, heartbeats and artifact uploads; IP and TCP headers
 // included, as in Protractor's formula), counted by iptables rules so that
 // nothing copies the traffic, plus the header lines `rootline run` adds —
-// and the server's CPU per 1,000 spans.
+// split by sender, the spans per export request each receiver got, and the
+// server's CPU per 1,000 spans.
+//
+// On a machine shared with other work the machine's CPU counts that work
+// too: "own CPU" is the CPU of the mesh's processes (apps, `rootline run`,
+// sidecars), the server and the agent, with their children. Each mode's
+// own CPU per request minus the baseline's in the same round is given with
+// a 95 % interval over the rounds (paired rounds: a pair saw the same state
+// of the machine). Before the load, each mode's fixed costs are measured
+// with no load (--idle): CPU per second by command, bytes per second.
+//
+// The demo's default (`rootline demo --spans run`: the sidecars do not
+// trace where `rootline run` does) is envoy+rootline-no-sidecar-tracing;
+// envoy+rootline is --spans both, envoy+rootline-no-run is close to
+// --spans sidecar. The mesh gets its own --prefix and --subnet, so that it
+// runs beside a demo.
 //
 //	sudo go run ./bench/meshoverhead --rootline bin/rootline
 package main
@@ -38,6 +53,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -53,6 +69,7 @@ import (
 	"github.com/rootline/rootline/internal/loadgen"
 	"github.com/rootline/rootline/internal/mesh"
 	"github.com/rootline/rootline/internal/overhead"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // allModes are the modes -modes accepts (see the package comment).
@@ -62,11 +79,25 @@ type result struct {
 	overhead.Latency
 	serverCPUPer1kSpan time.Duration
 	bytesPerReq        float64
+	bytesBy            map[string]float64 // per request, by sender (see senders)
 	spansPerReq        float64
-	agentCPU           float64 // share of one core, jcmd and other helpers included
+	spansPerBatch      map[string]float64 // by receiver (otlp_grpc: the sidecars; otlp_http: rootline run)
+	agentCPU           float64            // share of one core, jcmd and other helpers included
 	machinePerReq      time.Duration
-	byCommand          map[string]time.Duration // CPU per request
+	ownPerReq          time.Duration            // the mesh's and Rootline's processes only (see ownPIDs)
+	byCommand          map[string]time.Duration // CPU per request, of those processes
 	capturesPerMin     float64                  // captures that ran (not skipped by the rate limits)
+}
+
+// idle is a mode's fixed cost: CPU per second of wall time with the mesh up
+// and no load, by command (the agent with its children), and the bytes per
+// second to and from the server.
+type idle struct {
+	machine   time.Duration            // ms of CPU per s, all processes
+	own       time.Duration            // the mesh's and Rootline's processes
+	byCommand map[string]time.Duration // of those processes
+	agent     time.Duration
+	bytes     float64
 }
 
 func main() {
@@ -80,6 +111,10 @@ func main() {
 		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side), MODE#LABEL runs MODE once more (envoy#2: an A/A control of the baseline)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
+	idleFor := flag.Duration("idle", 10*time.Second, "after the rates, measure each mode's fixed costs (CPU per second by command, bytes per second) this long with no load; 0 skips")
+	prefix := flag.String("prefix", "mo", "prefix of the mesh's network namespaces, bridge and veths (another mesh on the machine, e.g. the demo's \"rl\", needs another)")
+	serverFlags := flag.String("server-flags", "", "more flags for every mode's server, space-separated (e.g. \"--capture.min-interval=1h\": captures at most once per process and hour, to measure ingest alone)")
+	subnet := flag.String("subnet", "10.79.0.0/24", "the pods' /24 (.1 is the bridge); distinct from any other mesh's on the machine")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -108,38 +143,140 @@ func main() {
 			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
 	}
+	gw, err := demo.SubnetGateway(*subnet)
+	check(err)
 	res := map[string]map[float64][]result{}
+	idles := map[string][]idle{}
 	for _, m := range modes {
 		res[m] = map[float64][]result{}
 	}
 	for round := range *rounds {
 		for i := range modes {
 			mode := modes[(i+round)%len(modes)]
-			for rate, r := range runMode(self, *repo, envoy, topo, mode, rateList, *duration, *warmup) {
+			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor, strings.Fields(*serverFlags))
+			for rate, r := range out {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v agent CPU %.1f%% captures/min %.1f\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v own %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), r.ownPerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.bytesPerReq)
+			}
+			if id != nil {
+				idles[mode] = append(idles[mode], *id)
+				fmt.Fprintf(os.Stderr, "round %d %-21s idle: machine %v/s own %v/s agent %v/s bytes %.0f/s\n", round+1, mode, id.machine, id.own, id.agent, id.bytes)
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | own CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
 			b := med(res[m][rate])
 			extra := "| – | – | – | – | – |"
-			if m != "envoy" {
+			if copyOf(m) != "envoy" { // the baseline and its A/A copies have no Rootline
 				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
 					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
 			}
-			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v %s\n", rate, m,
+			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v | %v %s\n", rate, m,
 				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), byRound(res["envoy"][rate], res[m][rate]), ms(b.P99), b.ErrorPercent(),
-				ms(b.machinePerReq), extra)
+				ms(b.machinePerReq), ms(b.ownPerReq), extra)
 		}
+	}
+	printPaired(modes, rateList, res)
+	printBytes(modes, rateList, res)
+	if len(idles) > 0 {
+		printIdle(modes, rateList, res, idles)
 	}
 	if *byCommand > 0 {
 		printByCommand(modes, rateList, res, *byCommand)
+	}
+}
+
+// printPaired prints each mode's CPU per request minus the baseline's in
+// the same round, as a mean with its 95 % interval over the rounds: what
+// Rootline (or the A/A control's noise) adds per request. "Own" is the CPU
+// of the mesh's and Rootline's processes, the machine's is everything the
+// CPUs did (other work on a shared machine included).
+func printPaired(modes []string, rates []float64, res map[string]map[float64][]result) {
+	fmt.Printf("\nCPU per request minus the envoy baseline's in the same round (mean over the rounds, 95 %% interval, Student's t):\n\n")
+	fmt.Printf("| rate (req/s) | mode | Δ own CPU/request | Δ machine CPU/request | rounds |\n|---|---|---|---|---|\n")
+	for _, rate := range rates {
+		base := res["envoy"][rate]
+		for _, m := range modes[1:] {
+			var own, machine []float64
+			for i := range min(len(base), len(res[m][rate])) {
+				r := res[m][rate][i]
+				own = append(own, float64(r.ownPerReq-base[i].ownPerReq)/1e6)
+				machine = append(machine, float64(r.machinePerReq-base[i].machinePerReq)/1e6)
+			}
+			om, oh := overhead.PairedCI(own)
+			mm, mh := overhead.PairedCI(machine)
+			fmt.Printf("| %.0f | %s | %+.2f ± %.2f ms | %+.2f ± %.2f ms | %d |\n", rate, m, om, oh, mm, mh, len(own))
+		}
+	}
+}
+
+// printBytes prints the bytes per request by sender and the spans per
+// request (batch) each receiver got (medians over the rounds).
+func printBytes(modes []string, rates []float64, res map[string]map[float64][]result) {
+	fmt.Printf("\nRootline's bytes per request by sender (IP bytes both ways; medians over the rounds) and spans per export request:\n\n")
+	fmt.Printf("| rate (req/s) | mode | total |")
+	for _, s := range senders {
+		fmt.Printf(" %s |", s)
+	}
+	fmt.Printf(" spans per batch: sidecars (OTLP/gRPC) | spans per batch: rootline run (OTLP/HTTP) |\n|---|---|---|%s---|---|\n", strings.Repeat("---|", len(senders)))
+	for _, rate := range rates {
+		for _, m := range modes {
+			rs := res[m][rate]
+			if m == "envoy" || copyOf(m) == "envoy" || len(rs) == 0 {
+				continue
+			}
+			fmt.Printf("| %.0f | %s | %.0f |", rate, m, overhead.MedianOf(rs, func(r result) float64 { return r.bytesPerReq }))
+			for _, s := range senders {
+				fmt.Printf(" %.0f |", overhead.MedianOf(rs, func(r result) float64 { return r.bytesBy[s] }))
+			}
+			for _, rcv := range []string{"otlp_grpc", "otlp_http"} {
+				fmt.Printf(" %.1f |", overhead.MedianOf(rs, func(r result) float64 { return r.spansPerBatch[rcv] }))
+			}
+			fmt.Println()
+		}
+	}
+}
+
+// printIdle prints each mode's fixed costs: CPU per second with no load (the
+// machine's, and the Rootline processes' and the JVMs' by command), against
+// the agent's under load at each rate.
+func printIdle(modes []string, rates []float64, res map[string]map[float64][]result, idles map[string][]idle) {
+	cmds := []string{"rootline server", "rootline agent", "rootline run", "java", "envoy"}
+	fmt.Printf("\nFixed costs: CPU ms per second with the mesh up and no load (medians over the rounds); the agent's under load for comparison:\n\n")
+	fmt.Printf("| mode | machine | own |")
+	for _, c := range cmds {
+		fmt.Printf(" %s |", c)
+	}
+	fmt.Printf(" Rootline's bytes/s |")
+	for _, r := range rates {
+		fmt.Printf(" agent at %.0f req/s |", r)
+	}
+	fmt.Printf("\n|---|---|---|%s---|%s\n", strings.Repeat("---|", len(cmds)), strings.Repeat("---|", len(rates)))
+	msps := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+	for _, m := range modes {
+		ids := idles[m]
+		if len(ids) == 0 {
+			continue
+		}
+		fmt.Printf("| %s | %s | %s |", m, msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.machine })),
+			msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.own })))
+		for _, c := range cmds {
+			if c == "rootline agent" {
+				fmt.Printf(" %s |", msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.agent })))
+				continue
+			}
+			fmt.Printf(" %s |", msps(overhead.MedianOf(ids, func(i idle) time.Duration { return i.byCommand[c] })))
+		}
+		fmt.Printf(" %.0f |", overhead.MedianOf(ids, func(i idle) float64 { return i.bytes }))
+		for _, r := range rates {
+			fmt.Printf(" %.1f |", 1000*overhead.MedianOf(res[m][r], func(r result) float64 { return r.agentCPU }))
+		}
+		fmt.Println()
 	}
 }
 
@@ -196,6 +333,7 @@ func med(rs []result) result {
 		agentCPU:           overhead.MedianOf(rs, func(r result) float64 { return r.agentCPU }),
 		capturesPerMin:     overhead.MedianOf(rs, func(r result) float64 { return r.capturesPerMin }),
 		machinePerReq:      overhead.MedianOf(rs, func(r result) time.Duration { return r.machinePerReq }),
+		ownPerReq:          overhead.MedianOf(rs, func(r result) time.Duration { return r.ownPerReq }),
 	}
 }
 
@@ -235,8 +373,13 @@ func modeBinary(mode, self string) string {
 	return self
 }
 
-// runMode starts the mesh in one mode and measures every rate.
-func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rates []float64, d, warmup time.Duration) map[float64]result {
+// meshPlace is where a run's mesh lives: its prefix, its subnet and the
+// subnet's gateway (the bridge, through which pods reach the host).
+type meshPlace struct{ prefix, subnet, gw string }
+
+// runMode starts the mesh in one mode, measures every rate, then its fixed
+// costs with no load for idleFor (nil when 0).
+func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, modeName string, rates []float64, d, warmup, idleFor time.Duration, serverFlags []string) (map[float64]result, *idle) {
 	ctx := context.Background()
 	self = modeBinary(modeName, self)
 	mode, agentFlags := splitMode(modeName)
@@ -244,7 +387,8 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	check(err)
 	defer os.RemoveAll(dir)
 	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy,
-		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler)}
+		ServiceCmd: mesh.DefaultServiceCmd(repo), Logger: slog.New(slog.DiscardHandler),
+		Prefix: place.prefix, Subnet: place.subnet}
 	var srv, agent *exec.Cmd
 	var counted *byteCounter
 	var queryAddr string
@@ -253,25 +397,28 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		// As in the demo: the pods reach the agent's API, so it takes a token.
 		tokenFile, err := demo.WriteToken(dir)
 		check(err)
-		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile)
+		tok, err := os.ReadFile(tokenFile)
+		check(err)
+		serverToken = strings.TrimSpace(string(tok))
+		srv, grpcAddr, httpAddr, queryAddr = startServer(self, dir, tokenFile, serverFlags)
 		defer stop(srv)
-		counted = countBytes(grpcAddr, httpAddr, queryAddr)
-		defer counted.close()
 		pod := func(h string) string {
 			_, port, _ := net.SplitHostPort(h)
-			return net.JoinHostPort("10.77.0.1", port)
+			return net.JoinHostPort(place.gw, port)
 		}
 		opts.Tracing, opts.OTLPEndpoint, opts.Expose = mode != "envoy+rootline-no-sidecar-tracing", grpcAddr, []string{httpAddr}
 		agentURL := "" // no agent to register with
+		agentAddr := ""
 		if strings.HasPrefix(mode, "envoy+rootline") {
 			// Without the supervisor nothing registers the services: the
 			// agent discovers them (JVMs, OTEL_SERVICE_NAME) itself.
-			var agentAddr string
 			agent, agentAddr = startAgent(self, "http://"+queryAddr, mode == "envoy+rootline-no-run", append(agentFlags, "--auth.token-file", tokenFile))
 			defer stop(agent)
 			opts.Expose = append(opts.Expose, agentAddr)
 			agentURL = "http://" + pod(agentAddr)
 		}
+		counted = countBytes(map[string]string{grpcAddr: senderSidecars, httpAddr: senderRun, queryAddr: senderAgent, agentAddr: senderRunAgent})
+		defer counted.close()
 		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
 			check(demo.ShareDatapath()) // as the demo does
 			opts.Wrap = func(svc string, argv []string) []string {
@@ -284,6 +431,22 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 	check(err)
 	defer m.Close()
 	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
+	// Fixed costs first: before any load the detector has no anomaly to
+	// capture, so this is the cost of being there.
+	var id *idle
+	if idleFor > 0 {
+		time.Sleep(3 * time.Second) // the readiness probes' spans
+		id = measureIdle(m, srv, agent, counted, idleFor)
+	}
+	// Header lines rootline run adds per hop (see inBandBytes).
+	visits := 0
+	for _, n := range topo.Visits() {
+		visits += n
+	}
+	inBand := 0.0
+	if opts.Wrap != nil {
+		inBand = float64(visits * inBandBytes())
+	}
 	out := map[float64]result{}
 	for i, rate := range rates {
 		w := warmup
@@ -293,23 +456,28 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: w}}})
 		var cpu0, agentCPU0 time.Duration
 		var spans0, captures0 float64
-		var bytes0 int64
+		var bytes0 map[string]int64
+		var batches0 map[string][2]float64
 		if srv != nil {
-			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.total()
+			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.bySender()
 			captures0 = metric(queryAddr, capturesTotal, skipped)
+			batches0 = receiverBatches(queryAddr)
 		}
 		if agent != nil {
 			agentCPU0 = overhead.CPUWithChildren(agent.Process.Pid)
 		}
-		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.CPUByCommand()
+		pids := ownPIDs(m, srv, agent)
+		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.TreeCPUByCommand(pids...)
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
 		pr := r.Phases[0]
 		sent := time.Duration(max(pr.Sent, 1))
 		res := result{Latency: overhead.Measured(pr),
 			machinePerReq: (overhead.MachineCPU() - machine0) / sent, byCommand: map[string]time.Duration{}}
-		for c, cpu := range overhead.CPUByCommand() {
-			res.byCommand[c] = (cpu - commands0[c]) / sent
+		for c, cpu := range overhead.TreeCPUByCommand(pids...) {
+			// A process that exited took its CPU time with it: no negative costs.
+			res.byCommand[c] = max(cpu-commands0[c], 0) / sent
+			res.ownPerReq += res.byCommand[c]
 		}
 		if srv != nil {
 			time.Sleep(2 * time.Second) // the last batches
@@ -323,28 +491,130 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, modeName string, rat
 			if spans > 0 {
 				res.serverCPUPer1kSpan = time.Duration(float64(cpu) / spans * 1000)
 			}
-			// Header lines rootline run adds per hop: propagation on each
-			// request (~330 bytes), timing on each response (~90 bytes).
-			added := 0.0
-			if opts.Wrap != nil {
-				visits := 0
-				for _, n := range topo.Visits() {
-					visits += n
+			n := float64(max(pr.Sent, 1))
+			res.bytesBy = map[string]float64{senderInBand: inBand}
+			res.bytesPerReq = inBand
+			for sender, b := range counted.bySender() {
+				res.bytesBy[sender] = float64(b-bytes0[sender]) / n
+				if sender != senderRunAgent { // node-local, not Rootline's server
+					res.bytesPerReq += res.bytesBy[sender]
 				}
-				added = float64(visits) * (330 + 90)
 			}
-			res.bytesPerReq = float64(counted.total()-bytes0)/float64(max(pr.Sent, 1)) + added
-			res.spansPerReq = spans / float64(max(pr.Sent, 1))
+			res.spansPerBatch = map[string]float64{}
+			for rcv, v := range receiverBatches(queryAddr) {
+				if reqs := v[1] - batches0[rcv][1]; reqs > 0 {
+					res.spansPerBatch[rcv] = (v[0] - batches0[rcv][0]) / reqs
+				}
+			}
+			res.spansPerReq = spans / n
 		}
 		out[rate] = res
+	}
+	return out, id
+}
+
+// measureIdle measures a mode's fixed costs with no load for d.
+func measureIdle(m *mesh.Mesh, srv, agent *exec.Cmd, counted *byteCounter, idleFor time.Duration) *idle {
+	id := idle{byCommand: map[string]time.Duration{}}
+	var agent0 time.Duration
+	var bytes0 map[string]int64
+	if agent != nil {
+		agent0 = overhead.CPUWithChildren(agent.Process.Pid)
+	}
+	if counted != nil {
+		bytes0 = counted.bySender()
+	}
+	pids := ownPIDs(m, srv, agent)
+	begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.TreeCPUByCommand(pids...)
+	time.Sleep(idleFor)
+	took := time.Since(begun)
+	perSec := func(cpu time.Duration) time.Duration { return time.Duration(float64(cpu) / took.Seconds()) }
+	id.machine = perSec(overhead.MachineCPU() - machine0)
+	for c, cpu := range overhead.TreeCPUByCommand(pids...) {
+		// A process that exited took its CPU time with it: no negative costs.
+		id.byCommand[c] = perSec(max(cpu-commands0[c], 0))
+		id.own += id.byCommand[c]
+	}
+	if agent != nil {
+		id.agent = perSec(overhead.CPUWithChildren(agent.Process.Pid) - agent0)
+	}
+	if counted != nil {
+		for sender, b := range counted.bySender() {
+			if sender != senderRunAgent {
+				id.bytes += float64(b-bytes0[sender]) / took.Seconds()
+			}
+		}
+	}
+	return &id
+}
+
+// ownPIDs are the processes whose CPU is the mode's: the mesh's apps (with
+// their rootline run) and sidecars, the server and the agent, and their
+// descendants — not the rest of a machine shared with other work.
+func ownPIDs(m *mesh.Mesh, cmds ...*exec.Cmd) []int {
+	var pids []int
+	for _, s := range m.Services() {
+		for _, r := range s.Replicas {
+			pids = append(pids, r.AppPID)
+			if r.EnvoyPID != 0 {
+				pids = append(pids, r.EnvoyPID)
+			}
+		}
+	}
+	for _, c := range cmds {
+		if c != nil && c.Process != nil {
+			pids = append(pids, c.Process.Pid)
+		}
+	}
+	return pids
+}
+
+// Senders of Rootline's bytes: each is the traffic of one of the server's
+// (or the agent's) ports, both directions; the in-band header lines are
+// computed (see inBandBytes).
+const (
+	senderSidecars = "sidecars → server (OTLP/gRPC)"
+	senderRun      = "rootline run → server (OTLP/HTTP)"
+	senderAgent    = "agent ↔ server (registration, heartbeats, uploads)"
+	senderInBand   = "header lines rootline run adds (in band)"
+	senderRunAgent = "rootline run ↔ agent (node-local, not in the total)"
+)
+
+var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, senderRunAgent}
+
+// inBandBytes is what `rootline run` adds to one hop: the propagation lines
+// on the request (traceparent, b3, x-b3-*, x-request-id) and the timing
+// lines on the response (rootline-server-time, rootline-wait), as the
+// tracer writes them for a typical request.
+func inBandBytes() int {
+	ctx := httpstream.Context{TraceID: httpstream.TraceID{1: 1}, SpanID: httpstream.SpanID{1: 1}, Sampled: true}
+	req := httpstream.AppendInjectHeaders(nil, ctx, httpstream.SpanID{2: 2}, nil)
+	resp := httpstream.AppendTimingHeaders(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
+		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 85 * time.Microsecond},
+			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}})
+	return len(req) + len(resp)
+}
+
+// receiverBatches returns, by receiver, the spans received and the requests
+// answered (every outcome).
+func receiverBatches(query string) map[string][2]float64 {
+	out := map[string][2]float64{}
+	for _, rcv := range []string{"otlp_grpc", "otlp_http"} {
+		sel := `receiver="` + rcv + `"`
+		out[rcv] = [2]float64{metricWith(query, "rootline_receiver_spans_received_total", sel),
+			metricWith(query, "rootline_receiver_requests_total", sel)}
 	}
 	return out
 }
 
-func startServer(self, dir, tokenFile string) (*exec.Cmd, string, string, string) {
+// startServer starts a server as the demo configures it: a token for its
+// API and captures, receivers that take spans without one (the sidecars'
+// OpenTelemetry tracer sends none).
+func startServer(self, dir, tokenFile string, flags []string) (*exec.Cmd, string, string, string) {
 	addrs := freeAddrs(4)
-	cmd := exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
-		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3])
+	cmd := exec.Command(self, append([]string{"server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
+		"--receiver.allow-unauthenticated",
+		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3]}, flags...)...)
 	cmd.Stderr = os.Stderr
 	check(cmd.Start())
 	waitHTTP("http://" + addrs[2] + "/readyz")
@@ -398,8 +668,10 @@ func freeAddrs(n int) []string {
 // byteCounter counts the bytes of every packet to and from a set of local
 // TCP ports with iptables rules (the kernel counts; nothing copies the
 // traffic), leaving out this process's own queries, which come from
-// queryIP.
-type byteCounter struct{}
+// queryIP. Each port is one sender's (see senders).
+type byteCounter struct {
+	rules []string // the sender of each rule, in the chains' order
+}
 
 // queryIP is the source address of this program's own requests to the
 // server (metrics), which byteCounter leaves out.
@@ -413,17 +685,26 @@ const (
 	chainOut = "meshoverhead-out"
 )
 
-func countBytes(addrs ...string) *byteCounter {
+// countBytes counts the traffic of each address's port as its sender's;
+// empty addresses are skipped.
+func countBytes(bySender map[string]string) *byteCounter {
 	c := &byteCounter{}
 	c.close() // a killed run's leftovers
 	rules := []string{"*filter", ":" + chainIn + " - [0:0]", ":" + chainOut + " - [0:0]",
 		"-A INPUT -j " + chainIn, "-A OUTPUT -j " + chainOut}
+	addrs := slices.Sorted(maps.Keys(bySender))
+	var in, out []string
 	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
 		_, port, err := net.SplitHostPort(a)
 		check(err)
-		rules = append(rules, fmt.Sprintf("-A %s ! -s %s/32 -p tcp --dport %s", chainIn, queryIP, port),
-			fmt.Sprintf("-A %s ! -d %s/32 -p tcp --sport %s", chainOut, queryIP, port))
+		in = append(in, fmt.Sprintf("-A %s ! -s %s/32 -p tcp --dport %s", chainIn, queryIP, port))
+		out = append(out, fmt.Sprintf("-A %s ! -d %s/32 -p tcp --sport %s", chainOut, queryIP, port))
+		c.rules = append(c.rules, bySender[a])
 	}
+	rules = append(append(rules, in...), out...)
 	cmd := exec.Command("iptables-restore", "--noflush")
 	cmd.Stdin = strings.NewReader(strings.Join(append(rules, "COMMIT"), "\n") + "\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -432,17 +713,19 @@ func countBytes(addrs ...string) *byteCounter {
 	return c
 }
 
-// total sums the counters' bytes.
-func (c *byteCounter) total() int64 {
-	var n int64
+// bySender sums the counters' bytes by sender.
+func (c *byteCounter) bySender() map[string]int64 {
+	n := map[string]int64{}
 	for _, ch := range []string{chainIn, chainOut} {
 		out, err := exec.Command("iptables", "-t", "filter", "-n", "-v", "-x", "-L", ch).Output()
 		check(err)
+		i := 0
 		for line := range strings.Lines(string(out)) {
 			f := strings.Fields(line)
 			if len(f) > 2 && f[0] != "pkts" {
-				if b, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					n += b
+				if b, err := strconv.ParseInt(f[1], 10, 64); err == nil && i < len(c.rules) {
+					n[c.rules[i]] += b
+					i++
 				}
 			}
 		}
@@ -459,6 +742,9 @@ func (c *byteCounter) close() {
 	}
 }
 
+// serverToken is the running mode's server's bearer token.
+var serverToken string
+
 // queryClient makes this program's own requests to the server from
 // queryIP, so that byteCounter leaves them out.
 var queryClient = &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{
@@ -470,20 +756,39 @@ const (
 	skipped       = `state="skipped"`         // captures that did not run
 )
 
+// metricWith sums the server's samples of one metric whose labels contain
+// sel.
+func metricWith(query, name, sel string) float64 {
+	return sumMetric(query, name, func(labels string) bool { return strings.Contains(labels, sel) })
+}
+
 // metric sums the server's samples of one metric over its labels, leaving
 // out the series whose labels contain one of except.
 func metric(query, name string, except ...string) float64 {
-	resp, err := queryClient.Get("http://" + query + "/metrics")
+	return sumMetric(query, name, func(labels string) bool {
+		return !slices.ContainsFunc(except, func(e string) bool { return strings.Contains(labels, e) })
+	})
+}
+
+// sumMetric sums the server's samples of one metric whose labels keep takes.
+func sumMetric(query, name string, keep func(labels string) bool) float64 {
+	req, err := http.NewRequest(http.MethodGet, "http://"+query+"/metrics", nil)
+	check(err)
+	// The server has a token (as in the demo): /metrics asks for it.
+	req.Header.Set("Authorization", "Bearer "+serverToken)
+	resp, err := queryClient.Do(req)
 	if err != nil {
 		return 0
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fail(fmt.Errorf("the server's /metrics answered %s", resp.Status))
+	}
 	b, _ := io.ReadAll(resp.Body)
 	sum := 0.0
 	for line := range strings.Lines(string(b)) {
 		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' ||
-			slices.ContainsFunc(except, func(e string) bool { return strings.Contains(rest, e) }) {
+		if !ok || rest == "" || rest[0] != ' ' && rest[0] != '{' || !keep(rest) {
 			continue
 		}
 		fields := strings.Fields(rest)

@@ -76,6 +76,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Mode, "mode", "", "pod (network namespaces + iptables, needs root) or port (loopback ports); default pod when root")
 	fs.BoolVar(&m.NoEnvoy, "no-envoy", false, "run without Envoy sidecars")
 	fs.BoolVar(&m.NoRun, "no-run", false, "do not wrap the services in `rootline run` (then only Envoy makes spans)")
+	fs.StringVar(&m.Spans, "spans", SpansRun, "who makes the spans: run (rootline run; the sidecars do not trace, unless --no-run), sidecar (the Envoy sidecars alone, Protractor's design; implies --no-run) or both (two spans for each side of a hop: twice the bytes and the server's work)")
+	fs.StringVar(&m.Prefix, "prefix", "", "pod mode: prefix of the mesh's network namespaces, bridge and veths (default rl); a second mesh on the machine needs another, and another --subnet")
+	fs.StringVar(&m.Subnet, "subnet", "", "pod mode: the pods' IPv4 /24, .1 being the bridge (default 10.77.0.0/24)")
 	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")
 	o := Options{}
 	fs.IntVar(&o.Traces, "traces", 400, "synthetic: traces of normal traffic before the slowdown")
@@ -134,6 +137,18 @@ Flags:
 		}
 		sum, correct = s, s.Correct
 	case "mesh":
+		switch m.Spans {
+		case SpansRun, SpansBoth:
+		case SpansSidecar:
+			m.NoRun = true
+		default:
+			fmt.Fprintf(stderr, "rootline demo: --spans must be run, sidecar or both, got %q\n", m.Spans)
+			return 2
+		}
+		if m.Spans == SpansSidecar && m.NoEnvoy {
+			fmt.Fprintln(stderr, "rootline demo: --spans sidecar needs the sidecars (drop --no-envoy)")
+			return 2
+		}
 		m.Faults = faults
 		if len(m.Faults) == 0 {
 			m.Faults = []string{"lock@e"}

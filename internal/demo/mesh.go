@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,15 +29,21 @@ import (
 
 // MeshOptions configure the mesh scenario (the default `rootline demo`).
 type MeshOptions struct {
-	Topology       string   // YAML file; empty: mesh.Default()
-	Faults         []string // name@service[=amount], run one after the other
-	Warmup         time.Duration
-	Duration       time.Duration // of each fault
-	Rate           float64       // 0: the topology's last phase rate
-	Mode           string        // pod, port or "" (pod when root)
-	NoEnvoy        bool
-	NoRun          bool
+	Topology string   // YAML file; empty: mesh.Default()
+	Faults   []string // name@service[=amount], run one after the other
+	Warmup   time.Duration
+	Duration time.Duration // of each fault
+	Rate     float64       // 0: the topology's last phase rate
+	Mode     string        // pod, port or "" (pod when root)
+	NoEnvoy  bool
+	NoRun    bool
+	// Spans says who makes the spans (SpansRun, SpansSidecar, SpansBoth;
+	// "" is SpansRun).
+	Spans          string
 	ForwardHeaders bool
+	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
+	// defaults (rl, 10.77.0.0/24). A second mesh on the machine needs both.
+	Prefix, Subnet string
 	DataDir        string
 	QueryAddr      string
 	Keep           bool
@@ -82,16 +89,18 @@ type LoadSummary struct {
 
 // MeshSummary is the demo's result (also written with --json).
 type MeshSummary struct {
-	Mode      string        `json:"mode"`
-	Envoy     bool          `json:"envoy"`
-	Run       bool          `json:"rootlineRun"`
-	Services  int           `json:"services"`
-	Warmup    []LoadSummary `json:"warmup"`
-	Faults    []FaultResult `json:"faults"`
-	UI        string        `json:"ui"`
-	Correct   bool          `json:"correct"`
-	Notes     []string      `json:"notes,omitempty"`
-	SpansSeen int           `json:"spansStored"`
+	Mode  string `json:"mode"`
+	Envoy bool   `json:"envoy"`
+	Run   bool   `json:"rootlineRun"`
+	// SidecarSpans: the sidecars send spans too (or alone).
+	SidecarSpans bool          `json:"sidecarSpans"`
+	Services     int           `json:"services"`
+	Warmup       []LoadSummary `json:"warmup"`
+	Faults       []FaultResult `json:"faults"`
+	UI           string        `json:"ui"`
+	Correct      bool          `json:"correct"`
+	Notes        []string      `json:"notes,omitempty"`
+	SpansSeen    int           `json:"spansStored"`
 }
 
 func summarize(r loadgen.PhaseResult) LoadSummary {
@@ -200,21 +209,35 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			envoy = ""
 		}
 	}
+	if envoy == "" && o.Spans == SpansSidecar {
+		return sum, errors.New("--spans sidecar: no Envoy sidecars to make the spans (scripts/deps.sh installs Envoy)")
+	}
 	sum.Envoy = envoy != ""
 	sum.Run = !o.NoRun
-	subnet := "10.77.0.0/24"
+	// One source of spans per hop: where rootline run traces a service its
+	// SERVER and CLIENT spans say what the sidecars' would, so by default
+	// the sidecars trace only when nothing else does.
+	sum.SidecarSpans = sidecarSpans(sum.Envoy, o.Spans, o.NoRun)
+	subnet := o.Subnet
+	if subnet == "" {
+		subnet = "10.77.0.0/24"
+	}
+	gw, err := SubnetGateway(subnet)
+	if err != nil {
+		return sum, err
+	}
 	podAddr := func(h string) string {
 		if mode != mesh.ModePod {
 			return h
 		}
 		_, port, _ := net.SplitHostPort(h)
-		return net.JoinHostPort("10.77.0.1", port) // the bridge, by the mesh's contract
+		return net.JoinHostPort(gw, port) // the bridge, by the mesh's contract
 	}
 	opts := mesh.Options{
-		Mode: mode, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy, Tracing: envoy != "",
+		Mode: mode, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy, Tracing: sum.SidecarSpans,
 		OTLPEndpoint: addrs.OTLPGRPC, Expose: []string{addrs.OTLPHTTP, agentAddr},
 		ServiceCmd: mesh.DefaultServiceCmd(o.RepoRoot), ForwardHeaders: o.ForwardHeaders,
-		Subnet: subnet, Logger: log,
+		Prefix: o.Prefix, Subnet: subnet, Logger: log,
 	}
 	if !o.NoRun {
 		if mode == mesh.ModePod {
@@ -313,6 +336,36 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	return sum, nil
 }
 
+// Who makes the spans in the mesh (MeshOptions.Spans).
+const (
+	// SpansRun: rootline run alone, the sidecars do not trace (unless the
+	// services do not run under rootline run).
+	SpansRun = "run"
+	// SpansSidecar: the sidecars alone (Protractor's design); the services
+	// do not run under rootline run.
+	SpansSidecar = "sidecar"
+	// SpansBoth: both, two spans of each side of a hop.
+	SpansBoth = "both"
+)
+
+// sidecarSpans reports whether the sidecars trace: with sidecars, when
+// asked to (sidecar, both), or when the services do not run under rootline
+// run and nothing else would make spans.
+func sidecarSpans(envoy bool, spans string, noRun bool) bool {
+	return envoy && (spans == SpansBoth || spans == SpansSidecar || noRun)
+}
+
+// SubnetGateway is the .1 of an IPv4 /24: a pod-mode mesh's bridge, how
+// its pods reach the host (mesh.Options.Subnet).
+func SubnetGateway(subnet string) (string, error) {
+	_, n, err := net.ParseCIDR(subnet)
+	if err != nil || n.IP.To4() == nil {
+		return "", fmt.Errorf("subnet %q: want an IPv4 /24 such as 10.77.0.0/24", subnet)
+	}
+	ip := n.IP.To4()
+	return net.IPv4(ip[0], ip[1], ip[2], 1).String(), nil
+}
+
 func describe(s MeshSummary) string {
 	var parts []string
 	if s.Run {
@@ -320,9 +373,12 @@ func describe(s MeshSummary) string {
 	} else {
 		parts = append(parts, "no rootline run")
 	}
-	if s.Envoy {
+	switch {
+	case s.Envoy && s.SidecarSpans:
 		parts = append(parts, "Envoy sidecars tracing to the server")
-	} else {
+	case s.Envoy:
+		parts = append(parts, "Envoy sidecars (not tracing: rootline run makes the spans)")
+	default:
 		parts = append(parts, "no sidecars")
 	}
 	return strings.Join(parts, ", ")

@@ -1,6 +1,7 @@
 package kmetrics
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"io"
@@ -24,11 +25,15 @@ func TestAgentAPI(t *testing.T) {
 	var mu sync.Mutex
 	var pushed []pmetricotlp.ExportRequest
 	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		var body []byte
+		zr, err := gzip.NewReader(r.Body)
+		if err == nil {
+			body, err = io.ReadAll(zr)
+		}
 		req := pmetricotlp.NewExportRequest()
-		if r.URL.Path != "/v1/metrics" || r.Header.Get("Content-Type") != "application/x-protobuf" || req.UnmarshalProto(body) != nil ||
-			r.Header.Get("Authorization") != "Bearer s3cret" {
-			t.Errorf("bad push: %s %s %q", r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Authorization"))
+		if r.URL.Path != "/v1/metrics" || r.Header.Get("Content-Type") != "application/x-protobuf" || r.Header.Get("Content-Encoding") != "gzip" ||
+			err != nil || req.UnmarshalProto(body) != nil || r.Header.Get("Authorization") != "Bearer s3cret" {
+			t.Errorf("bad push: %s %s %q %q (%v)", r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Content-Encoding"), r.Header.Get("Authorization"), err)
 		}
 		mu.Lock()
 		pushed = append(pushed, req)

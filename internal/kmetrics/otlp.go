@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+
+	"github.com/rootline/rootline/internal/export"
 )
 
 // ScopeName is the instrumentation scope of the pushed metrics.
@@ -110,9 +112,11 @@ type Pusher struct {
 	Host   string
 	Client *http.Client
 	start  time.Time
+	buf    []byte // the last push's gzipped body, reused
 }
 
-// Push sends one export request.
+// Push sends one export request, gzipped. Calls must not overlap (the
+// body's buffer is reused).
 func (p *Pusher) Push(ctx context.Context, series []Series, now time.Time) error {
 	if p.start.IsZero() {
 		p.start = now
@@ -125,11 +129,16 @@ func (p *Pusher) Push(ctx context.Context, series []Series, now time.Time) error
 	if err != nil {
 		return fmt.Errorf("kmetrics: encode OTLP: %w", err)
 	}
+	// Gzipped, as the traced processes' batches: the series' names and
+	// labels repeat in every push.
+	body = export.AppendGzip(p.buf[:0], body)
+	p.buf = body
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	hr.Header.Set("Content-Type", "application/x-protobuf")
+	hr.Header.Set("Content-Encoding", "gzip")
 	if p.Token != "" {
 		hr.Header.Set("Authorization", "Bearer "+p.Token)
 	}

@@ -4,6 +4,7 @@
 package overhead
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,4 +87,42 @@ func ParseRates(s string) ([]float64, error) {
 		rates = append(rates, v)
 	}
 	return rates, nil
+}
+
+// PairedCI returns the mean of paired differences (a mode's statistic minus
+// the baseline's in the same round: the pair saw the same state of the
+// machine) and the half-width of its 95 % interval from Student's t
+// distribution, which a handful of rounds needs in place of the normal
+// one. The half-width is NaN for fewer than two differences.
+func PairedCI(diffs []float64) (mean, half float64) {
+	n := len(diffs)
+	if n == 0 {
+		return math.NaN(), math.NaN()
+	}
+	for _, d := range diffs {
+		mean += d
+	}
+	mean /= float64(n)
+	if n < 2 {
+		return mean, math.NaN()
+	}
+	var sq float64
+	for _, d := range diffs {
+		sq += (d - mean) * (d - mean)
+	}
+	sd := math.Sqrt(sq / float64(n-1))
+	return mean, tQuantile975(n-1) * sd / math.Sqrt(float64(n))
+}
+
+// tQuantile975 is the 97.5th percentile of Student's t distribution with df
+// degrees of freedom (two-sided 95 %); past 30 the normal's 1.96 is within
+// 4 %.
+func tQuantile975(df int) float64 {
+	table := []float64{12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+		2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+		2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042}
+	if df >= 1 && df <= len(table) {
+		return table[df-1]
+	}
+	return 1.96
 }

@@ -1,6 +1,7 @@
 package overhead
 
 import (
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,10 +100,50 @@ func TestCPU(t *testing.T) {
 	if got := CPUByCommand()[filepath.Base(exe)]; got < own {
 		t.Errorf("CPUByCommand[%s] = %v < CPU %v read before it", filepath.Base(exe), got, own)
 	}
+	// By command within this process's tree: this binary with at least its
+	// own CPU, and a live busy child under its own name, nothing else.
+	child := exec.Command("sh", "-c", "i=0; while [ $i -lt 3000000 ]; do i=$((i+1)); done")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = child.Process.Kill(); _ = child.Wait() }()
+	for end := time.Now().Add(10 * time.Second); CPU(child.Process.Pid) == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	own = CPU(os.Getpid())
+	tree := TreeCPUByCommand(os.Getpid())
+	if tree[filepath.Base(exe)] < own || tree["sh"] <= 0 || len(tree) != 2 {
+		t.Errorf("TreeCPUByCommand = %v; want %s ≥ %v and a busy sh", tree, filepath.Base(exe), own)
+	}
 	// The machine was busy at least as long as this process and its
 	// waited-for children, since both started after boot.
 	withChildren := CPUWithChildren(os.Getpid())
 	if m := MachineCPU(); m < withChildren {
 		t.Errorf("MachineCPU %v < this process's CPU %v read before it", m, withChildren)
+	}
+}
+
+func TestPairedCI(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		diffs      []float64
+		mean, half float64
+	}{
+		{"none", nil, math.NaN(), math.NaN()},
+		{"one: no interval", []float64{2}, 2, math.NaN()},
+		// sd 1, n 3: t(2) = 4.303, half = 4.303/sqrt(3).
+		{"three rounds", []float64{1, 2, 3}, 2, 4.303 / math.Sqrt(3)},
+		{"equal: zero width", []float64{5, 5, 5, 5}, 5, 0},
+		// 40 rounds: the normal quantile.
+		{"many rounds", append(make([]float64, 20), []float64{2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}...), 1,
+			1.96 * math.Sqrt(40.0/39) / math.Sqrt(40)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mean, half := PairedCI(tc.diffs)
+			same := func(a, b float64) bool { return math.IsNaN(a) && math.IsNaN(b) || math.Abs(a-b) < 1e-9 }
+			if !same(mean, tc.mean) || !same(half, tc.half) {
+				t.Errorf("PairedCI(%v) = %v ± %v, want %v ± %v", tc.diffs, mean, half, tc.mean, tc.half)
+			}
+		})
 	}
 }

@@ -33,6 +33,27 @@ func CPUWithChildren(pid int) time.Duration {
 // TreeCPU returns the user+system CPU time of the processes pids and of all
 // their descendants that are alive.
 func TreeCPU(pids ...int) time.Duration {
+	var total time.Duration
+	for _, pid := range Tree(pids...) {
+		total += CPU(pid)
+	}
+	return total
+}
+
+// TreeCPUByCommand is TreeCPU by command, named as CPUByCommand names them:
+// on a machine shared with other work, the CPU of one's own processes only.
+func TreeCPUByCommand(pids ...int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, pid := range Tree(pids...) {
+		if f := stat(pid); f != nil {
+			out[commandName(pid, f)] += ticks(f) * (time.Second / userHZ)
+		}
+	}
+	return out
+}
+
+// Tree returns pids and all their live descendants.
+func Tree(pids ...int) []int {
 	children := map[int][]int{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -45,10 +66,10 @@ func TreeCPU(pids ...int) time.Duration {
 			children[ppid] = append(children[ppid], pid)
 		}
 	}
-	var total time.Duration
+	var out []int
 	var walk func(int)
 	walk = func(pid int) {
-		total += CPU(pid)
+		out = append(out, pid)
 		for _, c := range children[pid] {
 			walk(c)
 		}
@@ -56,7 +77,7 @@ func TreeCPU(pids ...int) time.Duration {
 	for _, pid := range pids {
 		walk(pid)
 	}
-	return total
+	return out
 }
 
 // MachineCPU returns the CPU time all CPUs of the machine have spent
@@ -114,17 +135,24 @@ func CPUByCommand() map[string]time.Duration {
 		if f == nil {
 			continue
 		}
-		name := f[1]
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-			args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-			name = filepath.Base(args[0])
-			if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !strings.Contains(args[1], "/") {
-				name += " " + args[1]
-			}
-		}
-		out[name] += ticks(f) * (time.Second / userHZ)
+		out[commandName(pid, f)] += ticks(f) * (time.Second / userHZ)
 	}
 	return out
+}
+
+// commandName names a process for CPUByCommand: the base name of its
+// command, with the first argument appended for roles of one binary;
+// its comm (from f, its stat fields) when it has no command line.
+func commandName(pid int, f []string) string {
+	name := f[1]
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(b) > 0 {
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		name = filepath.Base(args[0])
+		if len(args) > 1 && !strings.HasPrefix(args[1], "-") && !strings.Contains(args[1], "/") {
+			name += " " + args[1]
+		}
+	}
+	return name
 }
 
 // ticks is the utime+stime of the fields of a /proc/<pid>/stat, 0 if there

@@ -49,7 +49,9 @@ type Shipper struct {
 	flushc   chan struct{}
 	done     chan struct{}
 	failOnce sync.Once
-	body     []byte // the last request's bytes, reused (Run's goroutine only)
+	gzip     bool
+	raw      []byte // the last batch's protobuf bytes, reused (Run's goroutine only)
+	zipped   []byte // raw gzipped, reused likewise
 }
 
 // ShipperConfig configures a Shipper.
@@ -70,6 +72,11 @@ type ShipperConfig struct {
 	// the time one batch spends being retried (default 30s); 0 keeps the
 	// default, negative disables retries.
 	RetryInitial, RetryMaxDelay, MaxRetryTime time.Duration
+	// NoCompression sends the batches as they are; by default they are
+	// gzipped (Content-Encoding: gzip), which every OTLP/HTTP receiver
+	// accepts and which takes ~3/4 off the bytes of a batch of the
+	// tracer's spans.
+	NoCompression bool
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -120,7 +127,7 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 	return &Shipper{
 		url: cfg.Endpoint, token: cfg.Token, client: &http.Client{Timeout: 10 * time.Second},
 		log: cfg.Logger.With("component", "shipper"), queue: make(chan *model.Span, cfg.Queue),
-		batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
+		gzip: !cfg.NoCompression, batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
 		retry: retryPolicy{initial: cfg.RetryInitial, maxDelay: cfg.RetryMaxDelay, maxTime: cfg.MaxRetryTime, sleep: sleepCtx, now: time.Now},
 	}
 }
@@ -211,8 +218,13 @@ func (s *Shipper) Run(ctx context.Context) {
 func (s *Shipper) Wait() { <-s.done }
 
 func (s *Shipper) send(ctx context.Context, spans []*model.Span) {
-	s.body = export.AppendOTLP(s.body[:0], spans)
-	if err := s.postRetrying(ctx, s.body); err != nil {
+	s.raw = export.AppendOTLP(s.raw[:0], spans)
+	body := s.raw
+	if s.gzip {
+		s.zipped = export.AppendGzip(s.zipped[:0], s.raw)
+		body = s.zipped
+	}
+	if err := s.postRetrying(ctx, body); err != nil {
 		s.Failed.Add(int64(len(spans)))
 		s.failOnce.Do(func() {
 			s.log.Warn("cannot send spans; they are dropped and counted (logged once)", "endpoint", s.url, "err", err)
@@ -290,6 +302,9 @@ func (s *Shipper) post(ctx context.Context, body []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-protobuf")
+	if s.gzip {
+		req.Header.Set("Content-Encoding", "gzip")
+	}
 	if s.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.token)
 	}

@@ -1,7 +1,9 @@
 package run
 
 import (
+	"compress/gzip"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +15,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -23,14 +26,14 @@ type otlpServer struct {
 	mu                  sync.Mutex
 	names               []string
 	auth                string
+	encodings           []string // each request's Content-Encoding
 }
 
 func newOTLPServer(t *testing.T) *otlpServer {
 	o := &otlpServer{}
 	o.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		req := ptraceotlp.NewExportRequest()
-		if err := req.UnmarshalProto(body); err != nil {
+		req, err := readBatch(r)
+		if err != nil {
 			t.Errorf("the receiver cannot decode the batch: %v", err)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -38,6 +41,7 @@ func newOTLPServer(t *testing.T) *otlpServer {
 		rs := req.Traces().ResourceSpans()
 		o.mu.Lock()
 		o.auth = r.Header.Get("Authorization")
+		o.encodings = append(o.encodings, r.Header.Get("Content-Encoding"))
 		for i := range rs.Len() {
 			ss := rs.At(i).ScopeSpans()
 			for j := range ss.Len() {
@@ -59,6 +63,25 @@ func newOTLPServer(t *testing.T) *otlpServer {
 	o.Start()
 	t.Cleanup(o.Close)
 	return o
+}
+
+// readBatch decodes an OTLP/HTTP protobuf request, gunzipping it when its
+// Content-Encoding says so.
+func readBatch(r *http.Request) (ptraceotlp.ExportRequest, error) {
+	req := ptraceotlp.NewExportRequest()
+	var rd io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return req, fmt.Errorf("Content-Encoding gzip, but the body is not: %w", err)
+		}
+		rd = zr
+	}
+	body, err := io.ReadAll(rd)
+	if err != nil {
+		return req, err
+	}
+	return req, req.UnmarshalProto(body)
 }
 
 func waitFor(t *testing.T, what string, within time.Duration, ok func() bool) time.Duration {
@@ -128,6 +151,51 @@ func TestShipper(t *testing.T) {
 	if o.names[0] != "timed" || o.names[4] != "at exit" {
 		t.Errorf("spans received: %v", o.names)
 	}
+	for _, e := range o.encodings {
+		if e != "gzip" {
+			t.Errorf("Content-Encoding %q; the shipper gzips by default", e)
+		}
+	}
+}
+
+// NoCompression sends the protobuf as it is, and gzip takes most of the
+// bytes off a batch of the tracer's spans.
+func TestShipperCompression(t *testing.T) {
+	batch := make([]*model.Span, 20)
+	for i := range batch {
+		batch[i] = testSpan("GET /api/items")
+		batch[i].TraceID[15], batch[i].SpanID[7] = byte(i), byte(i)
+		batch[i].Attributes = []model.KeyValue{model.String("http.request.method", "GET"),
+			model.String("url.path", "/api/items"), model.String("server.address", "items:8080"),
+			model.Int("http.response.status_code", 200), model.Float(model.AttrWaitLocalMs, 0.25)}
+	}
+	for _, tc := range []struct {
+		name     string
+		off      bool
+		encoding string
+	}{{"default", false, "gzip"}, {"no compression", true, ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newOTLPServer(t)
+			s := NewShipper(ShipperConfig{Endpoint: o.URL + "/v1/traces", NoCompression: tc.off, Batch: len(batch)})
+			ctx, cancel := context.WithCancel(context.Background())
+			go s.Run(ctx)
+			for _, sp := range batch {
+				s.Emit(sp)
+			}
+			waitFor(t, "the batch", 5*time.Second, func() bool { return o.spans.Load() == int64(len(batch)) })
+			cancel()
+			s.Wait()
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			if len(o.encodings) != 1 || o.encodings[0] != tc.encoding {
+				t.Errorf("encodings %q, want one request with %q", o.encodings, tc.encoding)
+			}
+			raw := export.AppendOTLP(nil, batch)
+			if sent := len(s.zipped); tc.off && sent != 0 || !tc.off && (sent == 0 || sent > len(raw)/2) {
+				t.Errorf("sent %d bytes gzipped for %d of protobuf (want none when off, under half when on)", sent, len(raw))
+			}
+		})
+	}
 }
 
 // A dead server costs the spans (counted), never a blocked Emit; a full
@@ -164,7 +232,7 @@ type flakyServer struct {
 func newFlakyServer(t *testing.T, retryAfter string, answers ...int) *flakyServer {
 	f := &flakyServer{}
 	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
+		req, err := readBatch(r)
 		n := f.posts.Add(1)
 		if int(n) <= len(answers) {
 			if retryAfter != "" {
@@ -173,8 +241,7 @@ func newFlakyServer(t *testing.T, retryAfter string, answers ...int) *flakyServe
 			http.Error(w, "later", answers[n-1])
 			return
 		}
-		req := ptraceotlp.NewExportRequest()
-		if err := req.UnmarshalProto(body); err != nil {
+		if err != nil {
 			t.Errorf("decode: %v", err)
 		}
 		f.spans.Add(int64(req.Traces().SpanCount()))
