@@ -184,7 +184,7 @@ func BenchmarkDump500MB(b *testing.B) {
 		s, ivs := replay(evs, in).snapshot(len(evs))
 		tBuild, cBuild := time.Since(t0), processCPU()-cpu0
 		var js countWriter
-		if err := s.encode(&js, ivs); err != nil {
+		if err := s.encodeJSON(&js, ivs); err != nil {
 			b.Fatal(err)
 		}
 		tEnc := time.Since(t0) - tBuild
