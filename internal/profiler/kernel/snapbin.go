@@ -708,48 +708,54 @@ func ReadBinarySnapshot(data []byte) (*BinarySnapshot, error) {
 	return bs, nil
 }
 
-// EachWakeup calls fn with each wakeup, in order (k: its index). It stops
-// at the first malformed record and returns its error.
-func (bs *BinarySnapshot) EachWakeup(fn func(k int, w *PackedWakeup)) error {
-	var w PackedWakeup
-	nk := uint64(len(bs.WakeupKinds))
+// eachRecord reads the records of chunks (each: a count, then records of
+// at least minBytes), declared of them in all, calling rec for each (k: its
+// index) until one fails.
+func eachRecord(chunks [][]byte, declared int, what string, minBytes int, rec func(r *binReader, k int)) error {
 	k := 0
-	for _, c := range bs.wkChunks {
-		r := &binReader{b: c, sec: "wakeups"}
-		n := r.count("wakeups", minWakeupBytes)
-		if k+n > bs.NumWakeups {
-			r.fail("more than the %d wakeups declared", bs.NumWakeups)
+	for _, c := range chunks {
+		r := &binReader{b: c, sec: what}
+		n := r.count(what, minBytes)
+		if k+n > declared {
+			r.fail("more than the %d %s declared", declared, what)
 		}
-		for range n {
-			if r.err != nil {
-				break
-			}
-			w.TS += r.sv()
-			w.Wakee += r.d32()
-			w.Waker = w.Wakee + r.d32()
-			ki := r.uv()
-			w.Kind = uint32(ki >> 1)
-			if ki>>1 >= nk {
-				r.fail("wakeup %d: kind %d of %d", k, ki>>1, nk)
-			}
-			w.CPU = r.i32("cpu")
-			w.Enqueued = 0
-			if ki&1 != 0 {
-				w.Enqueued = w.TS + r.sv()
-			}
-			if r.err == nil {
-				fn(k, &w)
-			}
+		for ; n > 0 && r.err == nil; n-- {
+			rec(r, k)
 			k++
 		}
 		if err := r.end(); err != nil {
 			return err
 		}
 	}
-	if k != bs.NumWakeups {
-		return fmt.Errorf("%w: %d wakeups of the %d declared", ErrBadBinarySnapshot, k, bs.NumWakeups)
+	if k != declared {
+		return fmt.Errorf("%w: %d %s of the %d declared", ErrBadBinarySnapshot, k, what, declared)
 	}
 	return nil
+}
+
+// EachWakeup calls fn with each wakeup, in order (k: its index). It stops
+// at the first malformed record and returns its error.
+func (bs *BinarySnapshot) EachWakeup(fn func(k int, w *PackedWakeup)) error {
+	var w PackedWakeup
+	nk := uint64(len(bs.WakeupKinds))
+	return eachRecord(bs.wkChunks, bs.NumWakeups, "wakeups", minWakeupBytes, func(r *binReader, k int) {
+		w.TS += r.sv()
+		w.Wakee += r.d32()
+		w.Waker = w.Wakee + r.d32()
+		ki := r.uv()
+		w.Kind = uint32(ki >> 1)
+		if ki>>1 >= nk {
+			r.fail("wakeup %d: kind %d of %d", k, ki>>1, nk)
+		}
+		w.CPU = r.i32("cpu")
+		w.Enqueued = 0
+		if ki&1 != 0 {
+			w.Enqueued = w.TS + r.sv()
+		}
+		if r.err == nil {
+			fn(k, &w)
+		}
+	})
 }
 
 // EachInterval calls fn with each interval, in order (k: its index). It
@@ -761,47 +767,28 @@ func (bs *BinarySnapshot) EachInterval(fn func(k int, iv *PackedInterval)) error
 	nw := int64(bs.NumWakeups)
 	iv.End = bs.Start
 	var wake int64
-	k := 0
-	for _, c := range bs.ivChunks {
-		r := &binReader{b: c, sec: "intervals"}
-		n := r.count("intervals", minIntervalBytes)
-		if k+n > bs.NumIntervals {
-			r.fail("more than the %d intervals declared", bs.NumIntervals)
+	return eachRecord(bs.ivChunks, bs.NumIntervals, "intervals", minIntervalBytes, func(r *binReader, k int) {
+		iv.TID += r.d32()
+		ki := r.uv()
+		iv.Kind = uint32(ki >> 1)
+		if ki>>1 >= nk {
+			r.fail("interval %d: kind %d of %d", k, ki>>1, nk)
 		}
-		for range n {
-			if r.err != nil {
-				break
+		iv.Start = iv.End + r.sv()
+		iv.End = iv.Start + r.sv()
+		iv.CPU = r.i32("cpu")
+		iv.Wakeup = -1
+		if ki&1 != 0 {
+			wake += r.sv()
+			if wake < 0 || wake >= nw {
+				r.fail("interval %d: wakeup %d of %d", k, wake, nw)
 			}
-			iv.TID += r.d32()
-			ki := r.uv()
-			iv.Kind = uint32(ki >> 1)
-			if ki>>1 >= nk {
-				r.fail("interval %d: kind %d of %d", k, ki>>1, nk)
-			}
-			iv.Start = iv.End + r.sv()
-			iv.End = iv.Start + r.sv()
-			iv.CPU = r.i32("cpu")
-			iv.Wakeup = -1
-			if ki&1 != 0 {
-				wake += r.sv()
-				if wake < 0 || wake >= nw {
-					r.fail("interval %d: wakeup %d of %d", k, wake, nw)
-				}
-				iv.Wakeup = int32(wake)
-			}
-			if r.err == nil {
-				fn(k, &iv)
-			}
-			k++
+			iv.Wakeup = int32(wake)
 		}
-		if err := r.end(); err != nil {
-			return err
+		if r.err == nil {
+			fn(k, &iv)
 		}
-	}
-	if k != bs.NumIntervals {
-		return fmt.Errorf("%w: %d intervals of the %d declared", ErrBadBinarySnapshot, k, bs.NumIntervals)
-	}
-	return nil
+	})
 }
 
 // decodeBinary reads a whole version 3 snapshot.
