@@ -102,7 +102,7 @@ const (
 	// binChunk is the size past which a writer starts a new chunk of
 	// records, and binWindow its zstd window.
 	binChunk  = 1 << 20
-	binWindow = 8 << 20
+	binWindow = 1 << 20
 	// Minimum encoded sizes of a record, which bound the counts a section
 	// may declare by its length.
 	minIntervalBytes = 5
