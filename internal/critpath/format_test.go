@@ -2,6 +2,7 @@ package critpath
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -244,6 +245,11 @@ func TestDecodeRejectsBadBinary(t *testing.T) {
 		return c
 	}
 	iv := sec(6) // count, then tid, kind×2+wake, start, duration, cpu, wakeup
+	// The meta section declaring more intervals than any snapshot may hold.
+	meta := binary.AppendUvarint([]byte{1, 0, 20, 0, 0}, kernel.MaxBinaryRecords+1)
+	meta = append(meta, 1, 0)
+	huge := append(append(bytes.Clone(ok[:sec(1)-2]), 1, byte(len(meta))), meta...)
+	huge = append(huge, ok[sec(1)+int(ok[sec(1)-1]):]...)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -255,6 +261,7 @@ func TestDecodeRejectsBadBinary(t *testing.T) {
 		{"section longer than the file", with(sec(1)-1, 0x7f), "left"},
 		{"declared interval count beyond the records", with(sec(1)+5, 0x7f), "127 intervals in"},
 		{"interval count beyond the section", with(iv, 100), "intervals in"},
+		{"more intervals than any snapshot holds", huge, "more than 67108864"},
 		{"interval kind out of range", with(iv+2, 0x7e), "kind 63 of"},
 		{"wakeup index out of range", with(iv+6, 0x7e), "wakeup 63 of 1"},
 		{"cpu out of range", with(iv+5, 0xff, 0xff, 0xff, 0xff, 0x7f), "cpu"},

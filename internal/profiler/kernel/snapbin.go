@@ -69,11 +69,8 @@ const (
 // binMagic starts a version 3 snapshot's content (after decompression).
 const binMagic = "RLKSNAP\x00"
 
-// zstdMagic and gzipMagic start a zstd frame and a gzip member.
-var (
-	zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
-	gzipMagic = []byte{0x1f, 0x8b}
-)
+// zstdMagic starts a zstd frame.
+var zstdMagic = []byte{0x28, 0xb5, 0x2f, 0xfd}
 
 // Section tags of the binary format.
 const (
@@ -94,6 +91,10 @@ const (
 	// 128 MiB buffer gives ~35 MB), low enough that a hostile artifact
 	// cannot exhaust the reader's memory.
 	MaxBinarySnapshotBytes = 1 << 30
+	// MaxBinaryRecords bounds the intervals, and the wakeups, of a
+	// snapshot: 20 times what a full default buffer gives (3.3 M), and
+	// about what the JSON format's 4 GiB bound allowed.
+	MaxBinaryRecords = 1 << 26
 	// maxBinString bounds one string of the strings section.
 	maxBinString = 1 << 16
 	// maxBinWindow bounds the zstd window a reader accepts (the writer
@@ -165,10 +166,6 @@ type BinarySnapshot struct {
 func IsBinarySnapshot(data []byte) bool {
 	return bytes.HasPrefix(data, zstdMagic) || bytes.HasPrefix(data, []byte(binMagic))
 }
-
-// IsGzip reports whether data starts as a gzip member (a version 1 or 2
-// snapshot).
-func IsGzip(data []byte) bool { return bytes.HasPrefix(data, gzipMagic) }
 
 // Encode writes s in the binary format (version 3), zstd-compressed.
 func (s *Snapshot) Encode(w io.Writer) error {
@@ -648,6 +645,9 @@ func ReadBinarySnapshot(data []byte) (*BinarySnapshot, error) {
 	}
 	for _, c := range bs.wkChunks {
 		wkBytes += len(c)
+	}
+	if nIv > MaxBinaryRecords || nWk > MaxBinaryRecords {
+		return nil, fmt.Errorf("%w: %d intervals, %d wakeups: more than %d", ErrBadBinarySnapshot, nIv, nWk, MaxBinaryRecords)
 	}
 	if nIv > uint64(ivBytes/minIntervalBytes) || nWk > uint64(wkBytes/minWakeupBytes) {
 		return nil, fmt.Errorf("%w: %d intervals in %d bytes, %d wakeups in %d bytes", ErrBadBinarySnapshot, nIv, ivBytes, nWk, wkBytes)
