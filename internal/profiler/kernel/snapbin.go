@@ -99,7 +99,7 @@ const (
 	maxBinString = 1 << 16
 	// maxBinWindow bounds the zstd window a reader accepts (the writer
 	// uses binWindow).
-	maxBinWindow = 64 << 20
+	maxBinWindow = 8 << 20
 	// binChunk is the size past which a writer starts a new chunk of
 	// records, and binWindow its zstd window.
 	binChunk  = 1 << 20
