@@ -79,7 +79,7 @@ var (
 )
 
 // maxArtifactBytes bounds an artifact read into memory (a snapshot is
-// gzipped; Decode bounds what it inflates to).
+// compressed; Decode bounds what it decompresses to).
 const maxArtifactBytes = 1 << 30
 
 // spanLookback is how long before a snapshot's window the spans still
