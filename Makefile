@@ -134,7 +134,8 @@ FUZZ_TARGETS := \
 	./internal/receiver:FuzzOTLPProto \
 	./internal/receiver:FuzzOTLPJSON \
 	./internal/receiver:FuzzZipkin \
-	./internal/query:FuzzQueryParams
+	./internal/query:FuzzQueryParams \
+	./internal/critpath:FuzzDecodeBinary
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \

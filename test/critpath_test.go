@@ -24,6 +24,7 @@ import (
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler/jfr"
+	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
 // The critical-path tests run real programs whose handlers measure their own
@@ -178,6 +179,7 @@ func (e *cpEnv) waitPath(t *testing.T, trace model.TraceID, svc string) (critpat
 			stored = stored || a.Kind == critpath.ArtifactKind
 		}
 		if stored {
+			e.checkSnapshots(t, arts)
 			if code := e.srv.getJSON(t, "/api/v1/traces/"+trace.String()+"/critical-path", &res); code != 200 {
 				t.Fatalf("critical-path: status %d", code)
 			}
@@ -193,6 +195,39 @@ func (e *cpEnv) waitPath(t *testing.T, trace model.TraceID, svc string) (critpat
 			t.Fatalf("no critical path of the %s span of trace %s after 120s; artifacts %+v; paths %+v; captures %v", svc, trace, arts, res, caps)
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// checkSnapshots checks the kernel snapshots among arts as a download
+// gets them: the binary format (version 3) the agent writes, named and
+// typed as such, readable by the recorder's decoder.
+func (e *cpEnv) checkSnapshots(t *testing.T, arts []artifactJSON) {
+	t.Helper()
+	n := 0
+	for _, a := range arts {
+		if a.Kind != critpath.KernelKind {
+			continue
+		}
+		n++
+		if a.MediaType != kernel.MediaType || !strings.HasSuffix(a.FileName, kernel.FileExt) {
+			t.Fatalf("kernel snapshot %s is %s %q, want %s *%s", a.ID, a.MediaType, a.FileName, kernel.MediaType, kernel.FileExt)
+		}
+		resp, err := http.Get(e.srv.api("/api/v1/artifacts/" + a.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("Content-Type") != kernel.MediaType {
+			t.Fatalf("download of %s: status %d, Content-Type %q, %v", a.ID, resp.StatusCode, resp.Header.Get("Content-Type"), err)
+		}
+		s, err := kernel.DecodeSnapshot(data)
+		if err != nil || s.Version != kernel.SnapshotVersion || len(s.Intervals) == 0 {
+			t.Fatalf("snapshot %s (%d bytes): %v", a.ID, len(data), err)
+		}
+	}
+	if n == 0 {
+		t.Fatalf("paths stored with no kernel snapshot among the artifacts %+v", arts)
 	}
 }
 

@@ -189,7 +189,7 @@ func TestContainerKernelRecording(t *testing.T) {
 	if c.Status != agentapi.StatusComplete || len(arts) != 2 || arts[0].kind != "kernel" {
 		t.Fatalf("completion %+v, %d artifacts", c, len(arts))
 	}
-	wantFile := fmt.Sprintf("kernel-svc-container-cgroup-%d.json.gz", cts[0].CgroupID)
+	wantFile := fmt.Sprintf("kernel-svc-container-cgroup-%d%s", cts[0].CgroupID, kernel.FileExt)
 	if arts[0].fileName != wantFile || !strings.Contains(arts[0].attrs, `"cgroup_id":"`+strconv.FormatUint(cts[0].CgroupID, 10)+`"`) {
 		t.Errorf("artifact %s %s, want %s", arts[0].fileName, arts[0].attrs, wantFile)
 	}

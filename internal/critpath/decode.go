@@ -1,6 +1,7 @@
 package critpath
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"errors"
@@ -8,18 +9,38 @@ import (
 	"io"
 	"slices"
 	"strconv"
+
+	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
-// The kernel snapshot format this package reads (the "kernel" artifact,
-// application/vnd.rootline.kernel-snapshot+json+gzip; written by
-// internal/profiler/kernel, see its package doc): a gzipped JSON object with
-// start_ns, end_ns, pid, lost, threads [{tid, pid, comm, target}],
-// intervals [{tid, state, reason, start_ns, end_ns, wakeup}] and wakeups
-// [{ts_ns, waker, context}]. Fields this package does not use, and fields a
-// newer recorder adds, are skipped.
+// The kernel snapshot formats this package reads (the "kernel" artifact,
+// written by internal/profiler/kernel, see its package doc and snapbin.go):
+//
+//   - version 3 (kernel.MediaType, application/vnd.rootline.kernel-snapshot+zstd):
+//     the binary format, read with kernel.ReadBinarySnapshot and indexed
+//     here without building the recorder's Interval values;
+//   - versions 1 and 2 (kernel.MediaTypeJSON,
+//     application/vnd.rootline.kernel-snapshot+json+gzip): a gzipped JSON
+//     object with start_ns, end_ns, pid, lost, threads [{tid, pid, comm,
+//     target}], intervals [{tid, state, reason, start_ns, end_ns, wakeup}]
+//     and wakeups [{ts_ns, waker, context}]. Fields this package does not
+//     use, and fields a newer recorder adds, are skipped.
+//
+// Decode tells them apart by their first bytes, not by the media type.
 
-// MediaType is the media type of a kernel snapshot artifact.
-const MediaType = "application/vnd.rootline.kernel-snapshot+json+gzip"
+// MediaType is the media type of a kernel snapshot artifact as recorders
+// write it (version 3); MediaTypeJSON that of the gzipped JSON ones stored
+// before (versions 1 and 2). Both are read.
+const (
+	MediaType     = kernel.MediaType
+	MediaTypeJSON = kernel.MediaTypeJSON
+)
+
+// IsSnapshot reports whether an artifact of kind and mediaType is a kernel
+// snapshot this package reads.
+func IsSnapshot(kind, mediaType string) bool {
+	return kind == KernelKind && (mediaType == MediaType || mediaType == MediaTypeJSON)
+}
 
 // Interval states and reasons of the format.
 const (
@@ -39,14 +60,99 @@ const (
 	maxString = 1 << 16
 )
 
-// Decode reads a gzipped kernel snapshot into a Timeline. It returns an error
-// wrapping ErrBadSnapshot for input that is not a snapshot (including one
-// that inflates past 4 GiB or nests too deep); nothing is retained from
-// input that fails.
+// Decode reads a kernel snapshot (the binary format, or gzipped JSON) into
+// a Timeline. It returns an error wrapping ErrBadSnapshot for input that is
+// not a snapshot (including one that decompresses past its format's bound
+// or nests too deep); nothing is retained from input that fails.
 func Decode(r io.Reader) (*Timeline, error) {
-	zr, err := gzip.NewReader(r)
+	br := bufio.NewReaderSize(r, 64<<10)
+	if head, _ := br.Peek(8); kernel.IsBinarySnapshot(head) {
+		data, err := io.ReadAll(io.LimitReader(br, kernel.MaxBinarySnapshotBytes+1))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+		}
+		return decodeBinary(data)
+	}
+	return decodeJSON(br)
+}
+
+// DecodeBytes is Decode of an artifact held in memory.
+func DecodeBytes(data []byte) (*Timeline, error) {
+	if kernel.IsBinarySnapshot(data) {
+		return decodeBinary(data)
+	}
+	return decodeJSON(bytes.NewReader(data))
+}
+
+// decodeBinary indexes a version 3 snapshot.
+func decodeBinary(data []byte) (*Timeline, error) {
+	bs, err := kernel.ReadBinarySnapshot(data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	tl := &Timeline{Start: bs.Start, End: bs.End, PID: bs.PID, Lost: bs.Lost, byTID: make(map[uint32]int32, len(bs.Threads))}
+	tl.details.code(nil, nil, nil) // code 0: nothing
+	for _, t := range bs.Threads {
+		tl.addThread(thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
+	}
+	// What each kind of interval and wakeup is here, once per kind.
+	type ivKind struct {
+		detail uint16
+		kind   uint8
+	}
+	ik := make([]ivKind, len(bs.IntervalKinds))
+	for i, k := range bs.IntervalKinds {
+		ik[i] = ivKind{detail: tl.details.code([]byte(k.Reason), []byte(k.Syscall), []byte(k.Device)), kind: intervalKind(k.State, k.Reason)}
+	}
+	type wkKind struct {
+		ctx    uint8
+		causal bool
+	}
+	wk := make([]wkKind, len(bs.WakeupKinds))
+	for i, k := range bs.WakeupKinds {
+		c := contextCode(k.Context)
+		wk[i] = wkKind{ctx: c, causal: k.Causal || c == cThread}
+	}
+	if bs.NumWakeups > 0 {
+		tl.wakeups = make([]wake, bs.NumWakeups)
+	}
+	if err := bs.EachWakeup(func(k int, w *kernel.PackedWakeup) {
+		m := wk[w.Kind]
+		tl.wakeups[k] = wake{ts: w.TS, waker: w.Waker, ctx: m.ctx, causal: m.causal}
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	raws := make([]rawIv, bs.NumIntervals)
+	if err := bs.EachInterval(func(k int, p *kernel.PackedInterval) {
+		m := ik[p.Kind]
+		raws[k] = rawIv{iv: iv{start: p.Start, end: p.End, wake: p.Wakeup, detail: m.detail, kind: m.kind}, tid: p.TID}
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
+	}
+	if err := tl.place(raws); err != nil {
+		return nil, err
+	}
+	return tl, nil
+}
+
+// intervalKind is the timeline's kind of an interval of state and reason.
+func intervalKind(state, reason string) uint8 {
+	switch {
+	case state == fmtRunning:
+		return kRunning
+	case state == fmtRunqueue && reason == fmtThrottled:
+		return kThrottled
+	case state == fmtRunqueue:
+		return kRunqueue
+	}
+	return kBlocked
+}
+
+// decodeJSON reads a gzipped JSON snapshot (versions 1 and 2).
+func decodeJSON(r io.Reader) (*Timeline, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: neither the binary format nor gzipped JSON: %v", ErrBadSnapshot, err)
 	}
 	in := newInflater(io.LimitReader(zr, maxDecompressed+1))
 	defer in.close()
@@ -137,9 +243,6 @@ func (in *inflater) close() {
 	for range in.chunks {
 	}
 }
-
-// DecodeBytes is Decode of an artifact held in memory.
-func DecodeBytes(data []byte) (*Timeline, error) { return Decode(bytes.NewReader(data)) }
 
 // decoder is a JSON scanner specialised for the snapshot: the bulk of a
 // snapshot (intervals and wakeups) is parsed from a window of the inflated
@@ -546,16 +649,21 @@ func (d *decoder) thread(tl *Timeline) error {
 	if err != nil {
 		return err
 	}
+	tl.addThread(t)
+	return nil
+}
+
+// addThread adds a thread of the snapshot's list. A thread listed again
+// keeps what it was first listed with.
+func (tl *Timeline) addThread(t thread) {
 	if i, ok := tl.byTID[t.tid]; ok {
-		// Listed again, or first seen through an interval.
 		if tl.threads[i].pid == 0 {
 			tl.threads[i].pid, tl.threads[i].comm, tl.threads[i].target = t.pid, t.comm, t.target
 		}
-		return nil
+		return
 	}
 	tl.byTID[t.tid] = int32(len(tl.threads))
 	tl.threads = append(tl.threads, t)
-	return nil
 }
 
 func (d *decoder) interval(tl *Timeline) (rawIv, error) {
@@ -652,11 +760,21 @@ func (tl *Timeline) place(raws []rawIv) error {
 		if r.wake < -1 || int(r.wake) >= len(tl.wakeups) {
 			return fmt.Errorf("%w: interval %d of thread %d: wakeup %d of %d", ErrBadSnapshot, i, r.tid, r.wake, len(tl.wakeups))
 		}
-		tl.threadIndex(r.tid)
+	}
+	// Each interval's thread, looked up once per run of one thread's
+	// intervals (a snapshot lists them thread by thread).
+	idx := make([]int32, len(raws))
+	var lastTID uint32
+	last := int32(-1)
+	for i := range raws {
+		if last < 0 || raws[i].tid != lastTID {
+			lastTID, last = raws[i].tid, tl.threadIndex(raws[i].tid)
+		}
+		idx[i] = last
 	}
 	counts := make([]int, len(tl.threads))
-	for i := range raws {
-		counts[tl.byTID[raws[i].tid]]++
+	for _, t := range idx {
+		counts[t]++
 	}
 	all := make([]iv, len(raws))
 	off := 0
@@ -665,7 +783,7 @@ func (tl *Timeline) place(raws []rawIv) error {
 		off += counts[i]
 	}
 	for i := range raws {
-		th := &tl.threads[tl.byTID[raws[i].tid]]
+		th := &tl.threads[idx[i]]
 		th.ivs = append(th.ivs, raws[i].iv)
 	}
 	for i := range tl.threads {

@@ -47,16 +47,23 @@ func TestDecodeRejectsBadInput(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl, err := DecodeBytes(tc.data)
-			if err == nil || tl != nil {
-				t.Fatalf("decoded (%v), want an error", tl)
-			}
-			if !errors.Is(err, ErrBadSnapshot) {
-				t.Fatalf("%v does not wrap ErrBadSnapshot", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q does not say %q", err, tc.want)
-			}
+			wantRefusal(t, tl, err, tc.want)
 		})
+	}
+}
+
+// wantRefusal checks a decoder's refusal: no timeline, an error wrapping
+// ErrBadSnapshot that says want.
+func wantRefusal(t *testing.T, tl *Timeline, err error, want string) {
+	t.Helper()
+	if err == nil || tl != nil {
+		t.Fatalf("decoded (%v), want an error", tl)
+	}
+	if !errors.Is(err, ErrBadSnapshot) {
+		t.Fatalf("%v does not wrap ErrBadSnapshot", err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
 	}
 }
 

@@ -161,28 +161,9 @@ type goldenOut struct {
 // was checked by hand against the case's comment). The naive reference
 // must agree on every case too.
 func TestGolden(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, f := range files {
-		if strings.HasSuffix(f, ".golden.json") {
-			continue
-		}
-		n++
-		name := strings.TrimSuffix(filepath.Base(f), ".json")
-		t.Run(name, func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var c timelineCase
-			dec := json.NewDecoder(bytes.NewReader(data))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&c); err != nil {
-				t.Fatal(err)
-			}
+	for _, tc := range loadCases(t) {
+		f, c := tc.file, tc.c
+		t.Run(tc.name, func(t *testing.T) {
 			in := c.input(t)
 			a := New(in, Config{})
 			var got goldenOut
@@ -221,9 +202,42 @@ func TestGolden(t *testing.T) {
 			}
 		})
 	}
-	if n == 0 {
+}
+
+// namedCase is a synthetic timeline case of testdata.
+type namedCase struct {
+	name, file string
+	c          timelineCase
+}
+
+// loadCases reads the cases of testdata (not their golden results).
+func loadCases(t testing.TB) []namedCase {
+	t.Helper()
+	files, err := filepath.Glob("testdata/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []namedCase
+	for _, f := range files {
+		if strings.HasSuffix(f, ".golden.json") {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := namedCase{name: strings.TrimSuffix(filepath.Base(f), ".json"), file: f}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&nc.c); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, nc)
+	}
+	if len(out) == 0 {
 		t.Fatal("no cases in testdata")
 	}
+	return out
 }
 
 func contains(l []string, s ...string) bool {

@@ -17,11 +17,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 	tl := &Timeline{Start: s.Start, End: s.End, PID: s.PID, Lost: s.Lost, byTID: map[uint32]int32{}}
 	tl.details.code(nil, nil, nil)
 	for _, t := range s.Threads {
-		if _, dup := tl.byTID[t.TID]; dup {
-			continue
-		}
-		tl.byTID[t.TID] = int32(len(tl.threads))
-		tl.threads = append(tl.threads, thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
+		tl.addThread(thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
 	}
 	for _, w := range s.Wakeups {
 		tl.wakeups = append(tl.wakeups, wake{ts: w.TS, waker: w.Waker, ctx: contextCode(w.Context), causal: w.Causal || w.Context == "thread"})
@@ -78,6 +74,8 @@ func sameTimeline(x, y *Timeline) error {
 	return nil
 }
 
+// TestDecodeMatchesRecorderDecoder: the JSON format (version 2) decodes
+// as encoding/json reads it, its elements through the fast paths.
 func TestDecodeMatchesRecorderDecoder(t *testing.T) {
 	for seed := range 5 {
 		c := genConfig{seed: uint64(seed), procs: 3, threads: 4, dur: 50_000_000, meanRun: 300_000, meanBlock: 600_000,
@@ -95,7 +93,11 @@ func TestDecodeMatchesRecorderDecoder(t *testing.T) {
 				s.Intervals[i].Device = "vda1"
 			}
 		}
-		data := encode(t, s)
+		var js bytes.Buffer
+		if err := s.EncodeJSON(&js); err != nil {
+			t.Fatal(err)
+		}
+		data := js.Bytes()
 		got, err := DecodeBytes(data)
 		if err != nil {
 			t.Fatal(err)

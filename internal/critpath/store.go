@@ -16,12 +16,14 @@ import (
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler/jfr"
+	"github.com/rootline/rootline/internal/profiler/kernel"
 	"github.com/rootline/rootline/internal/store"
 )
 
 // Artifact kinds and media types the store-backed analysis reads and writes.
 const (
-	// KernelKind is the kind of a kernel snapshot artifact (MediaType).
+	// KernelKind is the kind of a kernel snapshot artifact (MediaType, or
+	// MediaTypeJSON for one stored before the binary format).
 	KernelKind = "kernel"
 	// ArtifactKind is the kind of the stored critical paths of a capture:
 	// a gzipped Stored document, linked to the spans whose paths it holds.
@@ -77,7 +79,7 @@ var (
 )
 
 // maxArtifactBytes bounds an artifact read into memory (a snapshot is
-// gzipped; Decode bounds what it inflates to).
+// compressed; Decode bounds what it decompresses to).
 const maxArtifactBytes = 1 << 30
 
 // spanLookback is how long before a snapshot's window the spans still
@@ -109,7 +111,7 @@ func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, e
 	covered := map[string]bool{}
 	var kernels []store.Artifact
 	for _, art := range arts {
-		if art.Kind == KernelKind && art.MediaType == MediaType {
+		if IsSnapshot(art.Kind, art.MediaType) {
 			kernels = append(kernels, art)
 		}
 	}
@@ -194,7 +196,7 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 	if err != nil {
 		return nil, err
 	}
-	if k.Kind != KernelKind || k.MediaType != MediaType {
+	if !IsSnapshot(k.Kind, k.MediaType) {
 		return nil, fmt.Errorf("artifact %s is a %s (%s), not a kernel snapshot", kernelID, k.Kind, k.MediaType)
 	}
 	st, err := a.compute(ctx, k, k.Spans, nil)
@@ -223,7 +225,7 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 		linked = k.Spans
 	}
 	meta := store.Artifact{
-		Kind: ArtifactKind, MediaType: ArtifactMediaType, FileName: strings.TrimSuffix(strings.TrimSuffix(k.FileName, ".gz"), ".json") + ".critical-path.json.gz",
+		Kind: ArtifactKind, MediaType: ArtifactMediaType, FileName: strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(k.FileName, kernel.FileExt), ".gz"), ".json") + ".critical-path.json.gz",
 		Host: k.Host, Service: k.Service, PID: k.PID, Start: k.Start, End: k.End, Partial: k.Partial, CaptureID: k.CaptureID,
 		Attributes: map[string]string{"snapshot": k.ID, "paths": strconv.Itoa(len(st.Paths))},
 		Spans:      linked,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"reflect"
 	"testing"
@@ -25,8 +26,23 @@ func spanOf(r Request) *model.Span {
 
 // TestAnalyzerOnStore runs the store-backed analysis on the real SQLite
 // store: spans of the mutex-contention case and its snapshot, linked to the
-// two waiting spans as a capture links them.
+// two waiting spans as a capture links them; the snapshot as recorders write
+// it (version 3) and as they wrote it before (version 2, gzipped JSON).
 func TestAnalyzerOnStore(t *testing.T) {
+	for _, f := range []struct {
+		name, mediaType, file string
+		enc                   func(*kernel.Snapshot, io.Writer) error
+	}{
+		{"v3", MediaType, "kernel-app-100" + kernel.FileExt, (*kernel.Snapshot).Encode},
+		{"v2", MediaTypeJSON, "kernel-app-100.json.gz", (*kernel.Snapshot).EncodeJSON},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			testAnalyzerOnStore(t, f.mediaType, f.file, f.enc)
+		})
+	}
+}
+
+func testAnalyzerOnStore(t *testing.T, mediaType, fileName string, enc func(*kernel.Snapshot, io.Writer) error) {
 	ctx := context.Background()
 	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
 	if err != nil {
@@ -67,9 +83,13 @@ func TestAnalyzerOnStore(t *testing.T) {
 	}
 	snap := snapshotOf(t, &c)
 	a, b, holder := spans[1], spans[2], spans[0]
-	k, err := st.PutArtifact(ctx, store.Artifact{Kind: KernelKind, MediaType: MediaType, FileName: "kernel-app-100.json.gz",
+	var buf bytes.Buffer
+	if err := enc(snap, &buf); err != nil {
+		t.Fatal(err)
+	}
+	k, err := st.PutArtifact(ctx, store.Artifact{Kind: KernelKind, MediaType: mediaType, FileName: fileName,
 		PID: 100, Start: snap.Start, End: snap.End, CaptureID: "cap1",
-		Spans: []store.SpanRef{{TraceID: a.TraceID, SpanID: a.SpanID}, {TraceID: b.TraceID, SpanID: b.SpanID}}}, bytes.NewReader(encode(t, snap)))
+		Spans: []store.SpanRef{{TraceID: a.TraceID, SpanID: a.SpanID}, {TraceID: b.TraceID, SpanID: b.SpanID}}}, &buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +124,9 @@ func TestAnalyzerOnStore(t *testing.T) {
 	kinds := map[string]int{}
 	for _, x := range arts {
 		kinds[x.Kind]++
+		if x.Kind == ArtifactKind && x.FileName != "kernel-app-100.critical-path.json.gz" {
+			t.Errorf("stored paths named %q", x.FileName)
+		}
 	}
 	if kinds[ArtifactKind] != 1 || kinds[KernelKind] != 1 {
 		t.Fatalf("artifacts of b's trace: %v", kinds)

@@ -78,7 +78,7 @@ func (r *critpathRunner) run(ctx context.Context) error {
 
 func (r *critpathRunner) one(ctx context.Context, id string) {
 	art, err := r.arts.GetArtifact(ctx, id)
-	if err != nil || art.Kind != critpath.KernelKind || art.MediaType != critpath.MediaType {
+	if err != nil || !critpath.IsSnapshot(art.Kind, art.MediaType) {
 		return
 	}
 	t0 := time.Now()

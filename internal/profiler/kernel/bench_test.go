@@ -168,8 +168,9 @@ func followedPingPong(n int) []Event {
 
 // BenchmarkDump500MB builds and encodes the snapshot of 500 MB of buffered
 // records (9.4 M events of 56 bytes: what a recorder with MaxBytes of 500
-// MB holds when full), then its CTF export, reporting each phase's time
-// and the process's peak RSS.
+// MB holds when full) in both formats (encode-s: gzipped JSON, version 2;
+// encode-v3-s: the binary format a dump writes), then its CTF export,
+// reporting each phase's time and the process's peak RSS.
 //
 //	go test -run '^$' -bench 'Dump500MB' -benchtime 1x ./internal/profiler/kernel/
 func BenchmarkDump500MB(b *testing.B) {
@@ -184,10 +185,19 @@ func BenchmarkDump500MB(b *testing.B) {
 		s, ivs := replay(evs, in).snapshot(len(evs))
 		tBuild, cBuild := time.Since(t0), processCPU()-cpu0
 		var js countWriter
-		if err := s.encode(&js, ivs); err != nil {
+		if err := s.encodeJSON(&js, ivs); err != nil {
 			b.Fatal(err)
 		}
 		tEnc := time.Since(t0) - tBuild
+		// The binary format (what a dump writes now), next to the JSON
+		// one it replaced.
+		cpu1, t1 := processCPU(), time.Now()
+		var bin countWriter
+		if err := s.encodeBinary(&bin, ivs, true); err != nil {
+			b.Fatal(err)
+		}
+		tBin, cBin := time.Since(t1), processCPU()-cpu1
+		t0 = t0.Add(tBin)
 		var ctf countWriter
 		if err := writeCTF(&ctf, s, ivs, evs, rawFilter(s, 0, end), nil, 0, in.comm, "h"); err != nil {
 			b.Fatal(err)
@@ -200,6 +210,9 @@ func BenchmarkDump500MB(b *testing.B) {
 		b.ReportMetric(tEnc.Seconds(), "encode-s")
 		b.ReportMetric(tCTF.Seconds(), "ctf-s")
 		b.ReportMetric(float64(js.n)/1e6, "json.gz-MB")
+		b.ReportMetric(tBin.Seconds(), "encode-v3-s")
+		b.ReportMetric(cBin.Seconds(), "encode-v3-cpu-s")
+		b.ReportMetric(float64(bin.n)/1e6, "v3-MB")
 		b.ReportMetric(float64(ctf.n)/1e6, "ctf.tar.gz-MB")
 		var ru syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

@@ -3,6 +3,7 @@ package kernel
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -272,8 +273,8 @@ func TestReportedState(t *testing.T) {
 	}
 }
 
-// TestSnapshotRoundTrip: Encode's hand-written JSON decodes to the same
-// snapshot.
+// TestSnapshotRoundTrip: Encode's binary format (compressed or not) and
+// EncodeJSON's hand-written JSON decode to the same snapshot.
 func TestSnapshotRoundTrip(t *testing.T) {
 	in := &Snapshot{Version: 2, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
 		Threads: []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true, Recorded: true, Since: 1},
@@ -288,16 +289,27 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		Follow:    &Follow{MaxDepth: 1, MaxThreads: 5, Recording: true},
 		Truncated: &Truncation{Depth: 1},
 	}
-	var buf bytes.Buffer
-	if err := in.Encode(&buf); err != nil {
-		t.Fatal(err)
-	}
-	out, err := DecodeSnapshot(buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(in, out) {
-		t.Errorf("round trip:\n got %+v\nwant %+v", out, in)
+	for _, f := range []struct {
+		name    string
+		encode  func(*Snapshot, io.Writer) error
+		version int
+	}{
+		{"binary", (*Snapshot).Encode, 3},
+		{"binary uncompressed", (*Snapshot).EncodeUncompressed, 3},
+		{"json", (*Snapshot).EncodeJSON, 2},
+	} {
+		var buf bytes.Buffer
+		if err := f.encode(in, &buf); err != nil {
+			t.Fatal(err)
+		}
+		out, err := DecodeSnapshot(buf.Bytes())
+		if err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		in.Version = f.version
+		if !reflect.DeepEqual(in, out) {
+			t.Errorf("%s round trip:\n got %+v\nwant %+v", f.name, out, in)
+		}
 	}
 }
 

@@ -51,7 +51,7 @@ func TestDumpCgroupSelectsMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(arts) != 2 || arts[0].FileName != "kernel-svc-cgroup-42.json.gz" || arts[0].Attributes["cgroup_id"] != "42" ||
+	if len(arts) != 2 || arts[0].FileName != "kernel-svc-cgroup-42"+FileExt || arts[0].Attributes["cgroup_id"] != "42" ||
 		arts[0].Attributes["processes"] != "2" || arts[0].Partial {
 		t.Fatalf("artifacts = %+v", arts)
 	}

@@ -178,8 +178,10 @@
 //
 // Dump returns two artifacts for the window:
 //
-//   - kind "kernel", media type application/vnd.rootline.kernel-snapshot+json+gzip:
-//     a gzipped JSON Snapshot (version 2, see its type and docs/agent.md) of
+//   - kind "kernel", media type application/vnd.rootline.kernel-snapshot+zstd
+//     (MediaType, file kernel-<service>-<pid>.rlks.zst): a Snapshot in the
+//     binary format (version 3, see snapbin.go and docs/agent.md; versions
+//     1 and 2, gzipped JSON, are still read by DecodeSnapshot) of
 //     the process's threads and, transitively, of the threads that woke
 //     them (with their intervals where they were followed): threads,
 //     intervals, wakeups (with the sched_wakeup enqueue time), the block

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"testing"
@@ -372,26 +373,36 @@ func gz(t *testing.T, s string) []byte {
 }
 
 // sameEncoding checks that the dump's path (the intervals encoded from the
-// builder as they are named) writes what Encode writes of build's snapshot.
+// builder as they are named) writes what Encode and EncodeJSON write of
+// build's snapshot, in both formats.
 func sameEncoding(t *testing.T, want *Snapshot, events []Event, in buildInput) {
 	t.Helper()
-	var a, b bytes.Buffer
-	if err := want.Encode(&a); err != nil {
-		t.Fatal(err)
-	}
 	s, ivs := replay(events, in).snapshot(len(events))
-	if err := s.encode(&b, ivs); err != nil {
-		t.Fatal(err)
-	}
-	da, err := DecodeSnapshot(a.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := DecodeSnapshot(b.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(da, db) {
-		t.Errorf("encoded from the builder:\n%+v\nfrom build:\n%+v", db, da)
+	for _, f := range []struct {
+		name    string
+		whole   func(*Snapshot, io.Writer) error
+		builder func(*Snapshot, io.Writer, intervalSource) error
+	}{
+		{"binary", (*Snapshot).Encode, func(s *Snapshot, w io.Writer, ivs intervalSource) error { return s.encodeBinary(w, ivs, true) }},
+		{"json", (*Snapshot).EncodeJSON, (*Snapshot).encodeJSON},
+	} {
+		var a, b bytes.Buffer
+		if err := f.whole(want, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.builder(s, &b, ivs); err != nil {
+			t.Fatal(err)
+		}
+		da, err := DecodeSnapshot(a.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := DecodeSnapshot(b.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(da, db) {
+			t.Errorf("%s: encoded from the builder:\n%+v\nfrom build:\n%+v", f.name, db, da)
+		}
 	}
 }

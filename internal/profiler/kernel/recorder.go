@@ -328,8 +328,8 @@ func (r *Recorder) Stop(t profiler.Target) error {
 // Dump does it itself.
 func (r *Recorder) Flush(ctx context.Context) { r.src.Drain(ctx) }
 
-// Dump implements profiler.Profiler: a "kernel" snapshot (gzipped JSON, see
-// Snapshot) and its "kernel-ctf" export (tar.gz of a CTF 1.8 trace).
+// Dump implements profiler.Profiler: a "kernel" snapshot (the binary
+// format, version 3, see Snapshot and snapbin.go) and its "kernel-ctf" export (tar.gz of a CTF 1.8 trace).
 func (r *Recorder) Dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
 	r.dumps.Add(1)
 	arts, err := r.dump(ctx, t, w)
@@ -465,7 +465,7 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	}
 	snap.Lost = r.src.Lost()
 	var js, ctf bytes.Buffer
-	if err := snap.encode(&js, ivs); err != nil {
+	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
 	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, mStart, mEnd), w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
@@ -477,6 +477,9 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		"intervals": strconv.Itoa(ivs.Len()),
 		"wakeups":   strconv.Itoa(len(snap.Wakeups)),
 		"lost":      strconv.FormatUint(snap.Lost, 10),
+		// The format, for tools that read the artifact's metadata
+		// before its bytes (the media type says it too).
+		"format": fmt.Sprintf("rootline-kernel-snapshot-%d", SnapshotVersion),
 	}
 	rs := r.ring.stats()
 	attrs["evicted"] = strconv.FormatUint(rs.evicted, 10)
@@ -509,7 +512,7 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		attrs["processes"] = strconv.Itoa(len(procs))
 	}
 	return []profiler.Artifact{
-		{Kind: "kernel", MediaType: "application/vnd.rootline.kernel-snapshot+json+gzip", FileName: base + ".json.gz",
+		{Kind: "kernel", MediaType: MediaType, FileName: base + FileExt,
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
 			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],

@@ -17,17 +17,24 @@ const (
 	StateBlocked  = "blocked"
 )
 
-// SnapshotVersion is the version of the snapshot format Encode writes.
-// Version 2 added the followed wakers (Thread.Depth, Recorded, Unrecorded,
-// Since, Kernel; Snapshot.Follow and Truncated), the throttled and memory
-// reasons, devices (Interval.Device, Wakeup.Device, DiskIO.Device),
-// Wakeup.Causal and the "unthrottle" wakeup context. DecodeSnapshot reads
-// versions 1 and 2.
-const SnapshotVersion = 2
+// SnapshotVersion is the version of the snapshot format Encode writes:
+// version 3 is the binary format (see snapbin.go: interned strings,
+// delta-encoded varint records, zstd). Version 2, gzipped JSON
+// (EncodeJSON), added the followed wakers (Thread.Depth, Recorded,
+// Unrecorded, Since, Kernel; Snapshot.Follow and Truncated), the throttled
+// and memory reasons, devices (Interval.Device, Wakeup.Device,
+// DiskIO.Device), Wakeup.Causal and the "unthrottle" wakeup context; the
+// content of versions 2 and 3 is the same. DecodeSnapshot reads versions
+// 1, 2 and 3.
+const SnapshotVersion = BinaryVersion
+
+// jsonVersion is the version of the gzipped JSON format (EncodeJSON).
+const jsonVersion = 2
 
 // Snapshot is the "kernel" artifact: thread intervals and wakeup edges of a
-// process in a window. Encoded as gzipped JSON (MediaType); times are Unix
-// nanoseconds.
+// process in a window. Encoded in the binary format (Encode, MediaType),
+// or, as before version 3, as gzipped JSON (EncodeJSON, MediaTypeJSON);
+// times are Unix nanoseconds.
 //
 // Threads holds the target's threads (Target, Depth 0) and, transitively,
 // the threads that woke them: a thread that woke a target thread in the
@@ -200,13 +207,16 @@ type DiskIO struct {
 	Device string `json:"device,omitempty"`
 }
 
-// Encode writes s as gzipped JSON. Intervals and wakeups, the bulk of a
-// snapshot, are written without reflection (their strings are identifiers
-// from this package that need no escaping, except Detail which is quoted).
-func (s *Snapshot) Encode(w io.Writer) error { return s.encode(w, sliceIntervals(s.Intervals)) }
+// EncodeJSON writes s as gzipped JSON, format version 2 (whatever
+// s.Version says): what recorders wrote before the binary format, kept for
+// tools that want JSON and to test the version 2 readers. Intervals and
+// wakeups, the bulk of a snapshot, are written without reflection (their
+// strings are identifiers from this package that need no escaping, except
+// Detail which is quoted).
+func (s *Snapshot) EncodeJSON(w io.Writer) error { return s.encodeJSON(w, sliceIntervals(s.Intervals)) }
 
-// encode writes s with the intervals of ivs (s.Intervals is not read).
-func (s *Snapshot) encode(w io.Writer, ivs intervalSource) error {
+// encodeJSON writes s with the intervals of ivs (s.Intervals is not read).
+func (s *Snapshot) encodeJSON(w io.Writer, ivs intervalSource) error {
 	zw, err := gzip.NewWriterLevel(w, gzip.BestSpeed)
 	if err != nil {
 		return err
@@ -221,7 +231,7 @@ func (s *Snapshot) encode(w io.Writer, ivs intervalSource) error {
 	}
 	b := make([]byte, 0, 64<<10)
 	b = fmt.Appendf(b, `{"version":%d,"pid":%d,"start_ns":%d,"end_ns":%d,"lost":%d,"events":%d,"threads":%s,"intervals":[`,
-		s.Version, s.PID, s.Start, s.End, s.Lost, s.Events, threads)
+		jsonVersion, s.PID, s.Start, s.End, s.Lost, s.Events, threads)
 	flush := func() error {
 		if len(b) < 60<<10 {
 			return nil
@@ -323,24 +333,33 @@ func (s *Snapshot) encode(w io.Writer, ivs intervalSource) error {
 	return zw.Close()
 }
 
-// MaxSnapshotBytes bounds the decompressed size DecodeSnapshot accepts:
-// far above what a recorder's memory budget can produce, low enough that a
-// corrupt or hostile artifact cannot exhaust the reader's memory.
+// MaxSnapshotBytes bounds the decompressed size of a gzipped JSON snapshot
+// DecodeSnapshot accepts: far above what a recorder's memory budget can
+// produce, low enough that a corrupt or hostile artifact cannot exhaust the
+// reader's memory. (MaxBinarySnapshotBytes bounds the binary format.)
 const MaxSnapshotBytes = 4 << 30
 
 // ErrSnapshotVersion is returned for a snapshot of a version this build
 // does not read.
 var ErrSnapshotVersion = errors.New("unsupported kernel snapshot version")
 
-// DecodeSnapshot reads a snapshot written by Encode, of version 1 or 2. A
+// DecodeSnapshot reads a snapshot of version 3 (Encode, the binary format)
+// or 1 and 2 (gzipped JSON), telling them apart by their first bytes. A
 // version 1 snapshot is returned with the version 2 fields it implies
 // (Version stays 1): its target threads have Depth 0 and are Recorded, its
 // other threads (direct wakers) Depth 1, Recorded when they have intervals
 // (else Unrecorded "not-followed"), and its "thread" wakeups are Causal.
 func DecodeSnapshot(data []byte) (*Snapshot, error) {
+	if IsBinarySnapshot(data) {
+		s, err := decodeBinary(data)
+		if err != nil {
+			return nil, fmt.Errorf("kernel snapshot: %w", err)
+		}
+		return s, nil
+	}
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("kernel snapshot: %w", err)
+		return nil, fmt.Errorf("kernel snapshot: neither the binary format nor gzipped JSON: %w", err)
 	}
 	lr := &io.LimitedReader{R: zr, N: MaxSnapshotBytes + 1}
 	var s Snapshot
@@ -355,7 +374,7 @@ func DecodeSnapshot(data []byte) (*Snapshot, error) {
 		upgradeV1(&s)
 	case 2:
 	default:
-		return nil, fmt.Errorf("%w %d (this build reads 1 and 2)", ErrSnapshotVersion, s.Version)
+		return nil, fmt.Errorf("%w %d in gzipped JSON (this build reads 1 and 2 as JSON, 3 as binary)", ErrSnapshotVersion, s.Version)
 	}
 	return &s, nil
 }
