@@ -87,10 +87,13 @@ func (a *API) analyze(ctx context.Context, f func() error) error {
 	}
 }
 
-// getCriticalMetrics implements GET /api/v1/critical-metrics?service=&from=&to=&k=&maxK=:
-// the CriticalMetrics analysis (critmetrics.Report, the output of `rootline
+// getCriticalMetrics implements
+// GET /api/v1/critical-metrics?service=&from=&to=&step=&k=&maxK=: the
+// CriticalMetrics analysis (critmetrics.Report, the output of `rootline
 // analyze critical-metrics --json`) of the stored kernel metrics of the
-// window, of one service or of every one.
+// window, of one service or of every one. A coarser step makes shorter
+// series: k-Shape's shape extraction is cubic in their length, so a long
+// window at the agents' push interval takes minutes.
 func (a *API) getCriticalMetrics(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	// The seed of the command's default: the same window, the same answer.
@@ -111,6 +114,14 @@ func (a *API) getCriticalMetrics(w http.ResponseWriter, r *http.Request) {
 			}
 			*p.dst = n
 		}
+	}
+	if s := q.Get("step"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 100*time.Millisecond || d > time.Hour {
+			a.v1Error(w, r, http.StatusBadRequest, badParam("step", fmt.Errorf("%q is not a duration in 100ms..1h", s)))
+			return
+		}
+		opts.Step = d
 	}
 	series, from, to, ok := a.kernelMetrics(w, r)
 	if !ok {
