@@ -110,6 +110,9 @@ type MeshSummary struct {
 	// in the traced tasks and are not in it).
 	Kmetrics bool      `json:"kmetrics"`
 	Agent    *AgentCPU `json:"agent,omitempty"`
+	// Store is the server's data directory when it outlives the demo
+	// (--data-dir).
+	Store string `json:"store,omitempty"`
 }
 
 // AgentCPU is a process's CPU time (user + system) over a wall time.
@@ -369,6 +372,9 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}
 	if c, err := agent.cpu(); err == nil {
 		sum.Agent = &c
+	}
+	if o.DataDir != "" {
+		sum.Store = filepath.Join(dir, "data")
 	}
 	printMeshSummary(out, sum)
 	if o.Keep {
@@ -731,8 +737,11 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 	}
 	if a := s.Agent; a != nil {
 		km := "without kernel metrics"
-		if s.Kmetrics {
-			km = "with kernel metrics (see them: rootline analyze critical-metrics --server " + s.UI + ", or the UI's Metrics page)"
+		switch {
+		case s.Kmetrics && s.Store != "":
+			km = "with kernel metrics (the UI's Metrics page; afterwards: rootline analyze critical-metrics --data-dir " + s.Store + ")"
+		case s.Kmetrics:
+			km = "with kernel metrics (the UI's Metrics page with --keep; --data-dir keeps them for rootline analyze critical-metrics)"
 		}
 		fmt.Fprintf(out, "  agent: %.1f s of CPU over %.0f s (%.1f %% of one CPU), %s\n", a.CPUSeconds, a.WallSeconds, 100*a.Share, km)
 	}
