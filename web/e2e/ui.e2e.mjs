@@ -492,21 +492,27 @@ async function main() {
     const { incidents } = await getJSON('/api/v1/incidents?service=cp-ui');
     const inc = (incidents ?? [])[0];
     if (!inc) throw new Error('cp-ui has no incident');
-    // The server's analysis of the last 15 minutes, as the page asks for it.
-    const to = Date.now();
-    const from = to - 15 * 60e3;
+    // The server's analysis of the last 15 minutes, as the page asks for it,
+    // once the window holds enough intervals (8 of 9 s).
     const rep = await waitFor("the server's CriticalMetrics analysis of cp-ui", 120_000, async () => {
+      const t = Date.now();
+      const to = t;
+      const from = to - 15 * 60e3;
       const res = await fetch(`http://${query}/api/v1/critical-metrics?service=cp-ui&from=${from}&to=${to}&step=9s`, { headers: bearer });
-      return res.ok ? res.json() : undefined;
+      if (res.ok) return res.json();
+      throw new Error(`${res.status} after ${((Date.now() - t) / 1000).toFixed(1)}s: ${await res.text()}`);
     });
     if (!(rep.critical['cp-ui'] ?? []).length) throw new Error(`no critical metrics for cp-ui: ${JSON.stringify(rep.critical)}`);
 
     // The page analyses its own window (the last 15 minutes when it loads):
     // what it shows must be what the server answered it.
-    const [answer] = await Promise.all([
+    const [answer, tlAnswer] = await Promise.all([
       page.waitForResponse((r) => r.url().includes('/api/v1/critical-metrics?service=cp-ui'), { timeout: 120_000 }),
+      page.waitForResponse((r) => r.url().includes('/api/v1/metrics/timeline?service=cp-ui'), { timeout: 120_000 }),
       page.goto(`http://${query}/#/metrics?service=cp-ui&range=15m`),
     ]);
+    if (!tlAnswer.ok()) throw new Error(`the page's timeline: ${tlAnswer.status()} ${await tlAnswer.text()}`);
+    const timeline = await tlAnswer.json();
     if (!answer.ok()) throw new Error(`the page's analysis: ${answer.status()} ${await answer.text()}`);
     const mine = await answer.json();
     const critical = mine.critical['cp-ui'] ?? [];
@@ -516,12 +522,18 @@ async function main() {
     await list.waitFor({ timeout: 120_000 });
     const shown = (await list.textContent()).split(', ');
     if ([...shown].sort().join() !== [...critical].sort().join()) throw new Error(`page lists ${shown}, the API ${critical}`);
-    // Only the critical metrics are drawn, each a line with points.
+    // Only the critical metrics are drawn, each a line through every value
+    // the server gave for the container shown (a gap where it gave none).
     const rows = await page.locator('.metricrow').evaluateAll((els) => els.map((e) => e.getAttribute('data-metric')));
     if ([...rows].sort().join() !== [...critical].sort().join()) throw new Error(`rows ${rows}, want the critical ${critical}`);
+    const ctrName = await page.getByLabel('Container').inputValue();
+    const ctr = timeline.containers.find((c) => c.container === ctrName);
+    if (!ctr || !app.containers.includes(ctrName)) throw new Error(`container ${ctrName} shown, analysed ${app.containers}`);
     for (const m of critical) {
+      const want = ctr.metrics.find((x) => x.metric === m).values.filter((v) => v !== null).length;
       const d = await page.locator(`.metricrow[data-metric="${m}"] svg.metricline path`).getAttribute('d');
-      if (!d || (d.match(/[ML]/g) ?? []).length < 8) throw new Error(`${m}: the line has too few points: ${d}`);
+      const drawn = (d?.match(/[ML]/g) ?? []).length;
+      if (want < 2 || drawn !== want) throw new Error(`${m}: ${drawn} points drawn, the server gave ${want} values: ${d}`);
     }
     // The incident is a band on the event strip and on every chart.
     await page.locator(`.eventstrip rect.incband[data-incident="${inc.id}"]`).waitFor({ state: 'attached' });

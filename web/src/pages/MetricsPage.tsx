@@ -41,7 +41,9 @@ export function MetricsPage() {
   const [params, setParams] = useSearchParams();
   const service = params.get('service') ?? '';
   const range = ranges.includes(params.get('range') ?? '') ? (params.get('range') as string) : '15m';
-  const all = params.get('all') === '1';
+  // The toggle is local state first (the checkbox must change on the click,
+  // before the router's URL update lands), mirrored in the URL to share.
+  const [all, setAll] = useState(() => params.get('all') === '1');
   const set = (k: string, v: string | null) => {
     const p = new URLSearchParams(params);
     if (v === null || v === '') p.delete(k);
@@ -120,7 +122,10 @@ export function MetricsPage() {
           </select>
         </label>
         <label className="check">
-          <input type="checkbox" aria-label="Show all metrics" checked={all} onChange={(e) => set('all', e.target.checked ? '1' : null)} /> all metrics
+          <input type="checkbox" aria-label="Show all metrics" checked={all} onChange={(e) => {
+              setAll(e.target.checked);
+              set('all', e.target.checked ? '1' : null);
+            }} /> all metrics
         </label>
         <button onClick={() => setAnchor(Date.now())}>Refresh</button>
       </div>
