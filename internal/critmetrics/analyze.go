@@ -219,16 +219,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 	}
 	var ms []member
 	var all []cumulative
-	byMetric := map[kmetrics.Metric][]store.MetricSeries{}
-	for _, s := range series {
-		if mt, ok := byExportName[s.Name]; ok {
-			byMetric[mt] = append(byMetric[mt], s)
-		}
-	}
-	ladders := map[kmetrics.Metric][]float64{}
-	for mt, ss := range byMetric {
-		ladders[mt] = ladder(ss)
-	}
+	ladders := metricLadders(series)
 	serviceOf := containerServices(series)
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]

@@ -86,16 +86,7 @@ func BuildTimeline(series []store.MetricSeries, opts TimelineOptions) (*Timeline
 	if sidecar == nil {
 		sidecar = regexp.MustCompile(DefaultSidecarPattern)
 	}
-	byMetric := map[kmetrics.Metric][]store.MetricSeries{}
-	for _, s := range series {
-		if mt, ok := byExportName[s.Name]; ok {
-			byMetric[mt] = append(byMetric[mt], s)
-		}
-	}
-	ladders := map[kmetrics.Metric][]float64{}
-	for mt, ss := range byMetric {
-		ladders[mt] = ladder(ss)
-	}
+	ladders := metricLadders(series)
 	serviceOf := containerServices(series)
 	type member struct {
 		svc, ctr string
