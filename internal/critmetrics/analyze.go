@@ -78,6 +78,10 @@ type Options struct {
 	// Progress, when set, is told what is being analysed (one line per
 	// group of containers), for the progress output of long runs.
 	Progress func(msg string)
+	// Services, when not empty, limits the analysis to these services
+	// (after each container is given its service): the result for one of
+	// them is the same as in a report on every service.
+	Services []string
 }
 
 func (o *Options) defaults() {
@@ -215,16 +219,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 	}
 	var ms []member
 	var all []cumulative
-	byMetric := map[kmetrics.Metric][]store.MetricSeries{}
-	for _, s := range series {
-		if mt, ok := byExportName[s.Name]; ok {
-			byMetric[mt] = append(byMetric[mt], s)
-		}
-	}
-	ladders := map[kmetrics.Metric][]float64{}
-	for mt, ss := range byMetric {
-		ladders[mt] = ladder(ss)
-	}
+	ladders := metricLadders(series)
 	serviceOf := containerServices(series)
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]
@@ -240,8 +235,13 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 		if !ok {
 			svc = ctr // a container without a service is analysed on its own
 		}
-		ms = append(ms, member{svc: svc, container: ctr, sidecar: opts.Sidecar.MatchString(ctr), mt: mt, c: c})
+		// Every series sets the grid (its span and step), so that a
+		// service's result does not depend on which services are asked for.
 		all = append(all, c)
+		if len(opts.Services) > 0 && !slices.Contains(opts.Services, svc) {
+			continue
+		}
+		ms = append(ms, member{svc: svc, container: ctr, sidecar: opts.Sidecar.MatchString(ctr), mt: mt, c: c})
 	}
 	if len(ms) == 0 {
 		return nil, ErrNoData

@@ -58,6 +58,21 @@ func ladder(ss []store.MetricSeries) []float64 {
 	return ref
 }
 
+// metricLadders is the ladder of each kernel metric among series.
+func metricLadders(series []store.MetricSeries) map[kmetrics.Metric][]float64 {
+	byMetric := map[kmetrics.Metric][]store.MetricSeries{}
+	for _, s := range series {
+		if mt, ok := byExportName[s.Name]; ok {
+			byMetric[mt] = append(byMetric[mt], s)
+		}
+	}
+	out := map[kmetrics.Metric][]float64{}
+	for mt, ss := range byMetric {
+		out[mt] = ladder(ss)
+	}
+	return out
+}
+
 // padBuckets maps a point's per-bucket counts onto the bounds ref, of which
 // its own bounds must be a prefix; ok is false when they are not, or when
 // its overflow bucket (values above its last bound) holds counts that ref

@@ -3,6 +3,7 @@ package critmetrics
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,22 +26,35 @@ type Source interface {
 // StoreLimit bounds the points read per metric from a store.
 const StoreLimit = 2_000_000
 
-// StoreSource reads a store (a stopped server's data directory).
-type StoreSource struct{ Reader store.MetricReader }
+// ErrTooManyPoints: the window holds more points of a metric than a source
+// reads.
+var ErrTooManyPoints = errors.New("critmetrics: too many points in the window")
+
+// StoreSource reads a store (a stopped server's data directory, or the
+// server's own store).
+type StoreSource struct {
+	Reader store.MetricReader
+	// Limit bounds the points read per metric; 0: StoreLimit.
+	Limit int
+}
 
 // KernelMetrics implements Source, one query per metric.
 func (s StoreSource) KernelMetrics(ctx context.Context, from, to int64) ([]store.MetricSeries, error) {
 	if to == 0 {
 		to = time.Now().Add(24 * time.Hour).UnixNano()
 	}
+	limit := s.Limit
+	if limit <= 0 {
+		limit = StoreLimit
+	}
 	var out []store.MetricSeries
 	for _, mt := range kmetrics.Metrics() {
-		ss, err := s.Reader.FindMetrics(ctx, store.MetricQuery{Name: mt.ExportName(), From: from, To: to, Limit: StoreLimit})
+		ss, err := s.Reader.FindMetrics(ctx, store.MetricQuery{Name: mt.ExportName(), From: from, To: to, Limit: limit})
 		if err != nil {
 			return nil, err
 		}
-		if countPoints(ss) >= StoreLimit {
-			return nil, fmt.Errorf("critmetrics: more than %d points of %s in the window: narrow --from/--to", StoreLimit, mt.ExportName())
+		if countPoints(ss) >= limit {
+			return nil, fmt.Errorf("%w: more than %d points of %s: narrow the window (--from/--to)", ErrTooManyPoints, limit, mt.ExportName())
 		}
 		out = append(out, ss...)
 	}

@@ -80,6 +80,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Prefix, "prefix", "", "pod mode: prefix of the mesh's network namespaces, bridge and veths (default rl); a second mesh on the machine needs another, and another --subnet")
 	fs.StringVar(&m.Subnet, "subnet", "", "pod mode: the pods' IPv4 /24, .1 being the bridge (default 10.77.0.0/24)")
 	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")
+	kmetrics := fs.Bool("kmetrics", true, "the agent records every per-container kernel metric (needs root) and pushes it to the server, for `rootline analyze critical-metrics` and the UI's Metrics page; --kmetrics=false to leave them off")
 	o := Options{}
 	fs.IntVar(&o.Traces, "traces", 400, "synthetic: traces of normal traffic before the slowdown")
 	fs.StringVar(&o.SlowService, "slow", "payment", "synthetic: service the slowdown hits (frontend, cart, payment, db)")
@@ -150,6 +151,7 @@ Flags:
 			return 2
 		}
 		m.Faults = faults
+		m.NoKmetrics = !*kmetrics
 		if len(m.Faults) == 0 {
 			m.Faults = []string{"lock@e"}
 		}

@@ -50,6 +50,10 @@ type MeshOptions struct {
 	JSONPath       string
 	RepoRoot       string // where build/demo and demo/services are; "" = next to the binary
 	Logger         *slog.Logger
+
+	// NoKmetrics runs the agent without its per-container kernel metrics
+	// (by default, as root, every metric is on and pushed every second).
+	NoKmetrics bool
 }
 
 // FaultResult is what the demo found about one injected fault.
@@ -101,6 +105,22 @@ type MeshSummary struct {
 	Correct      bool          `json:"correct"`
 	Notes        []string      `json:"notes,omitempty"`
 	SpansSeen    int           `json:"spansStored"`
+	// Kmetrics says whether the agent recorded kernel metrics; Agent is
+	// the agent process's own CPU time over the run (its BPF programs run
+	// in the traced tasks and are not in it).
+	Kmetrics bool      `json:"kmetrics"`
+	Agent    *AgentCPU `json:"agent,omitempty"`
+	// Store is the server's data directory when it outlives the demo
+	// (--data-dir).
+	Store string `json:"store,omitempty"`
+}
+
+// AgentCPU is a process's CPU time (user + system) over a wall time.
+type AgentCPU struct {
+	CPUSeconds  float64 `json:"cpuSeconds"`
+	WallSeconds float64 `json:"wallSeconds"`
+	// Share is CPUSeconds / WallSeconds (1 = one CPU busy).
+	Share float64 `json:"share"`
 }
 
 func summarize(r loadgen.PhaseResult) LoadSummary {
@@ -195,12 +215,34 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	sum.UI = api
 	fmt.Fprintf(out, "rootline demo: server up — UI and API %s, OTLP/gRPC %s, OTLP/HTTP %s\n", api, addrs.OTLPGRPC, addrs.OTLPHTTP)
 
-	agentAddr, stopAgent, err := startAgentProc(ctx, self, api, dir, tokenFile)
+	// Kernel metrics need root (eBPF); they go to the server's OTLP/HTTP
+	// receiver, with the token.
+	var kmArgs []string
+	switch {
+	case o.NoKmetrics:
+	case !root:
+		sum.Notes = append(sum.Notes, "not root: the agent records no kernel metrics")
+	default:
+		kmArgs = []string{"--kmetrics", "--kmetrics.enable", "all", "--kmetrics.push-interval", "1s",
+			"--kmetrics.otlp-url", "http://" + addrs.OTLPHTTP + "/v1/metrics"}
+	}
+	agent, err := startAgentProc(ctx, self, api, dir, tokenFile, kmArgs...)
+	if err != nil && kmArgs != nil {
+		sum.Notes = append(sum.Notes, "the agent did not start with kernel metrics, started it without: "+firstLine(err.Error()))
+		kmArgs = nil
+		agent, err = startAgentProc(ctx, self, api, dir, tokenFile)
+	}
 	if err != nil {
 		return sum, err
 	}
-	defer stopAgent()
-	fmt.Fprintf(out, "rootline demo: agent up at %s (profilers: cpu, jfr, and kernel when available)\n", agentAddr)
+	defer agent.stop()
+	agentAddr := agent.addr
+	sum.Kmetrics = kmArgs != nil
+	km := "off"
+	if sum.Kmetrics {
+		km = "every metric, pushed every second"
+	}
+	fmt.Fprintf(out, "rootline demo: agent up at %s (profilers: cpu, jfr, and kernel when available; kernel metrics: %s)\n", agentAddr, km)
 
 	envoy := ""
 	if !o.NoEnvoy {
@@ -327,6 +369,12 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}
 	if v, err := metricValue(ctx, api+"/metrics", "rootline_pipeline_spans_stored_total"); err == nil {
 		sum.SpansSeen = int(v)
+	}
+	if c, err := agent.cpu(); err == nil {
+		sum.Agent = &c
+	}
+	if o.DataDir != "" {
+		sum.Store = filepath.Join(dir, "data")
 	}
 	printMeshSummary(out, sum)
 	if o.Keep {
@@ -687,6 +735,16 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 			fmt.Fprintf(out, "      see it: %s/#/trace/%s\n", s.UI, f.Verdict.ExampleTraceID)
 		}
 	}
+	if a := s.Agent; a != nil {
+		km := "without kernel metrics"
+		switch {
+		case s.Kmetrics && s.Store != "":
+			km = "with kernel metrics (the UI's Metrics page; afterwards: rootline analyze critical-metrics --data-dir " + s.Store + ")"
+		case s.Kmetrics:
+			km = "with kernel metrics (the UI's Metrics page with --keep; --data-dir keeps them for rootline analyze critical-metrics)"
+		}
+		fmt.Fprintf(out, "  agent: %.1f s of CPU over %.0f s (%.1f %% of one CPU), %s\n", a.CPUSeconds, a.WallSeconds, 100*a.Share, km)
+	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(out, "  note: %s\n", n)
 	}
@@ -722,25 +780,53 @@ func WriteToken(dir string) (string, error) {
 	return path, nil
 }
 
-// startAgentProc runs `rootline agent` as a child and waits for its API.
-func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (string, func(), error) {
+// agentProc is the demo's running agent.
+type agentProc struct {
+	addr    string
+	pid     int
+	started time.Time
+	stop    func()
+}
+
+// cpu is the agent's CPU time since it started.
+func (a agentProc) cpu() (AgentCPU, error) {
+	cpu, err := processCPU(a.pid)
+	if err != nil {
+		return AgentCPU{}, err
+	}
+	wall := time.Since(a.started).Seconds()
+	return AgentCPU{CPUSeconds: cpu.Seconds(), WallSeconds: wall, Share: cpu.Seconds() / wall}, nil
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// startAgentProc runs `rootline agent` as a child (with extra flags) and
+// waits for its API.
+func startAgentProc(ctx context.Context, self, api, dir, tokenFile string, extra ...string) (agentProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", nil, err
+		return agentProc{}, err
 	}
 	addr := l.Addr().String()
 	l.Close()
 	logf, err := os.Create(filepath.Join(dir, "agent.log"))
 	if err != nil {
-		return "", nil, err
+		return agentProc{}, err
 	}
 	// The pods and the server reach the agent over TCP with the token: no
 	// unix socket, which would clash with a node's own agent's.
-	cmd := exec.Command(self, "agent", "--server", api, "--listen", addr, "--socket=", "--discover=false", "--auth.token-file", tokenFile)
+	cmd := exec.Command(self, append([]string{"agent", "--server", api, "--listen", addr, "--socket=", "--discover=false", "--auth.token-file", tokenFile}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = childAttr()
 	// The thread that forks the agent stays until the agent ends: its end
 	// is what the agent's parent-death signal follows.
+	started0 := time.Now()
 	started, exited := make(chan error, 1), make(chan struct{})
 	go func() {
 		runtime.LockOSThread()
@@ -755,7 +841,7 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (stri
 	}()
 	if err := <-started; err != nil {
 		logf.Close()
-		return "", nil, err
+		return agentProc{}, err
 	}
 	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -772,12 +858,12 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string) (stri
 		resp, err := http.Get("http://" + addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			return addr, stop, nil
+			return agentProc{addr: addr, pid: cmd.Process.Pid, started: started0, stop: stop}, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()
 			b, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
-			return "", nil, fmt.Errorf("agent did not start: %v\n%s", err, b)
+			return agentProc{}, fmt.Errorf("agent did not start: %v\n%s", err, b)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -65,6 +65,9 @@ type API struct {
 	token bearer.Token
 	// critpathSlot lets one critical-path computation run at a time.
 	critpathSlot chan struct{}
+	// critmetricsSlot lets one kernel-metric analysis run at a time
+	// (handlers_critmetrics.go).
+	critmetricsSlot chan struct{}
 }
 
 // New returns the query API over spans and artifacts. detector returns the
@@ -94,7 +97,8 @@ func New(cfg Config, spans store.SpanReader, artifacts store.ArtifactStore, dete
 		now:       time.Now,
 		token:     bearer.New(cfg.AuthToken),
 
-		critpathSlot: make(chan struct{}, 1),
+		critpathSlot:    make(chan struct{}, 1),
+		critmetricsSlot: make(chan struct{}, 1),
 	}
 	return a
 }
@@ -140,6 +144,8 @@ func (a *API) apiHandler() http.Handler {
 	mux.HandleFunc("GET /api/v1/detector", a.getDetector)
 	mux.HandleFunc("GET /api/v1/services/latency", a.getServiceLatency)
 	mux.HandleFunc("GET /api/v1/metrics", a.getMetrics)
+	mux.HandleFunc("GET /api/v1/metrics/timeline", a.getMetricsTimeline)
+	mux.HandleFunc("GET /api/v1/critical-metrics", a.getCriticalMetrics)
 	mux.HandleFunc("/api/v1/", func(w http.ResponseWriter, r *http.Request) {
 		a.v1Error(w, r, http.StatusNotFound, errors.New("no such endpoint: "+r.Method+" "+r.URL.Path))
 	})

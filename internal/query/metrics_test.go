@@ -3,6 +3,9 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,5 +78,59 @@ func TestGetMetrics(t *testing.T) {
 	}
 	if v, ok := body.Series[1].Points[0]["value"]; !ok || v != 0.0 {
 		t.Errorf("a zero sum must be present: %v", body.Series[1].Points[0])
+	}
+}
+
+// manyMetrics answers n one-point series of containers /c0…/c(n-1).
+type manyMetrics struct{ n int }
+
+func (m manyMetrics) FindMetrics(context.Context, store.MetricQuery) ([]store.MetricSeries, error) {
+	out := make([]store.MetricSeries, m.n)
+	for i := range out {
+		out[i] = store.MetricSeries{Name: "x", Kind: store.MetricSum, Labels: map[string]string{"container": fmt.Sprintf("/c%d", i)},
+			Points: []store.MetricPoint{{Time: 1, Value: 1}}}
+	}
+	return out, nil
+}
+
+func TestGetMetricsBounds(t *testing.T) {
+	a := New(Config{}, newFakeStore(), nil, nil, nil)
+	a.SetMetricReader(manyMetrics{n: MaxMetricSeries + 1})
+	h := a.Handler()
+	if rec := do(t, h, "/api/v1/metrics"); rec.Code != 400 || !strings.Contains(rec.Body.String(), "narrow") {
+		t.Errorf("%d series: %d %s, want 400", MaxMetricSeries+1, rec.Code, rec.Body)
+	}
+	// One container of them is within the bound.
+	rec := do(t, h, "/api/v1/metrics?container=%2Fc7")
+	var body struct {
+		Series []struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"series"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); rec.Code != 200 || err != nil || len(body.Series) != 1 || body.Series[0].Labels["container"] != "/c7" {
+		t.Errorf("container=/c7: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(t, h, "/api/v1/metrics?from=2000&to=1000"); rec.Code != 400 {
+		t.Errorf("from after to: %d", rec.Code)
+	}
+	if rec := do(t, h, "/api/v1/critical-metrics?step=1ms"); rec.Code != 400 {
+		t.Errorf("step 1ms: %d", rec.Code)
+	}
+}
+
+func TestThinPoints(t *testing.T) {
+	pts := make([]store.MetricPoint, 10)
+	for i := range pts {
+		pts[i].Time = int64(i)
+	}
+	var got []int64
+	for _, p := range thinPoints(pts, 4) {
+		got = append(got, p.Time)
+	}
+	if !slices.Equal(got, []int64{0, 3, 6, 9}) {
+		t.Errorf("thin 10 to 4: %v", got)
+	}
+	if len(thinPoints(pts, 0)) != 10 || len(thinPoints(pts, 20)) != 10 {
+		t.Error("thinning when not asked to")
 	}
 }

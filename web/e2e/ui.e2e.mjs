@@ -6,7 +6,9 @@
 // (test/testdata/cpsvc), and the waiter's trace page shows its kernel
 // critical path: per-thread timeline, wakeup arrow, summary bars and the link
 // to the request that blocked it. Waves of that contention open an incident,
-// and the Incidents page and the trace page show the server's verdict.
+// and the Incidents page and the trace page show the server's verdict. The
+// agent also records every per-container kernel metric, and the Metrics page
+// shows the C service's critical ones with the incident on the same axis.
 // The server runs with an API token, as it must when reachable from other
 // machines: the UI asks for it once and sends it on every call.
 //
@@ -238,7 +240,7 @@ async function main() {
   });
 
   await check('the API refuses calls without the token', async () => {
-    for (const path of ['/api/services', '/api/traces?service=x', '/api/v1/anomalies', '/metrics']) {
+    for (const path of ['/api/services', '/api/traces?service=x', '/api/v1/anomalies', '/api/v1/metrics/timeline', '/api/v1/critical-metrics', '/metrics']) {
       const res = await fetch(`http://${query}${path}`);
       if (res.status !== 401) throw new Error(`GET ${path} without the token: ${res.status}, want 401`);
     }
@@ -250,8 +252,11 @@ async function main() {
     const hot = start('hotgo', join(tmp, 'hotgo'), ['--duration', '2m']);
     hotPid = hot.p.pid;
     const agent = start('agent', BIN, [
-      'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--discover=false', '--log.format', 'json',
+      'agent', '--server', `http://${query}`, '--listen', '127.0.0.1:0', '--socket', join(tmp, 'agent.sock'), '--discover=false', '--log.format', 'json',
       '--profilers', 'cpu,kernel', '--target', `pid=${hotPid},service=hot-svc`,
+      // Every kernel metric of every container, pushed each second: the
+      // metrics page shows them.
+      '--kmetrics', '--kmetrics.enable', 'all', '--kmetrics.push-interval', '1s', '--kmetrics.otlp-url', `http://${otlpHTTP}/v1/metrics`,
     ], { ROOTLINE_AUTH_TOKEN: TOKEN });
     await waitFor('the agent to register pid ' + hotPid, 30_000, async () => {
       if (agent.exited) throw new Error(`agent exited:\n${agent.out.join('')}`);
@@ -480,6 +485,75 @@ async function main() {
     const line = page.locator('.traceverdict');
     await line.waitFor();
     if (!(await line.textContent())?.includes('cp-ui: lock')) throw new Error(`trace page verdict: ${await line.textContent()}`);
+  });
+
+  await soft("metrics page: cp-ui's critical kernel metrics next to its incident", async () => {
+    if (!cpPort) throw new Error('the C service did not start');
+    const { incidents } = await getJSON('/api/v1/incidents?service=cp-ui');
+    const inc = (incidents ?? [])[0];
+    if (!inc) throw new Error('cp-ui has no incident');
+    // The server's analysis of the last 15 minutes, as the page asks for it,
+    // once the window holds enough intervals (8 of 9 s).
+    const rep = await waitFor("the server's CriticalMetrics analysis of cp-ui", 120_000, async () => {
+      const t = Date.now();
+      const to = t;
+      const from = to - 15 * 60e3;
+      const res = await fetch(`http://${query}/api/v1/critical-metrics?service=cp-ui&from=${from}&to=${to}&step=9s`, { headers: bearer });
+      if (res.ok) return res.json();
+      throw new Error(`${res.status} after ${((Date.now() - t) / 1000).toFixed(1)}s: ${await res.text()}`);
+    });
+    if (!(rep.critical['cp-ui'] ?? []).length) throw new Error(`no critical metrics for cp-ui: ${JSON.stringify(rep.critical)}`);
+
+    // The page analyses its own window (the last 15 minutes when it loads):
+    // what it shows must be what the server answered it.
+    const [answer, tlAnswer] = await Promise.all([
+      page.waitForResponse((r) => r.url().includes('/api/v1/critical-metrics?service=cp-ui'), { timeout: 120_000 }),
+      page.waitForResponse((r) => r.url().includes('/api/v1/metrics/timeline?service=cp-ui'), { timeout: 120_000 }),
+      page.goto(`http://${query}/#/metrics?service=cp-ui&range=15m`),
+    ]);
+    if (!tlAnswer.ok()) throw new Error(`the page's timeline: ${tlAnswer.status()} ${await tlAnswer.text()}`);
+    const timeline = await tlAnswer.json();
+    if (!answer.ok()) throw new Error(`the page's analysis: ${answer.status()} ${await answer.text()}`);
+    const mine = await answer.json();
+    const critical = mine.critical['cp-ui'] ?? [];
+    const app = mine.services.find((s) => s.service === 'cp-ui').app;
+    log(`cp-ui: ${app.containers.join(', ')}: ${app.k} clusters, critical ${critical.join(', ')}`);
+    const list = page.locator('.criticallist');
+    await list.waitFor({ timeout: 120_000 });
+    const shown = (await list.textContent()).split(', ');
+    if ([...shown].sort().join() !== [...critical].sort().join()) throw new Error(`page lists ${shown}, the API ${critical}`);
+    // Only the critical metrics are drawn, each a line through every value
+    // the server gave for the container shown (a gap where it gave none).
+    const rows = await page.locator('.metricrow').evaluateAll((els) => els.map((e) => e.getAttribute('data-metric')));
+    if ([...rows].sort().join() !== [...critical].sort().join()) throw new Error(`rows ${rows}, want the critical ${critical}`);
+    const ctrName = await page.getByLabel('Container').inputValue();
+    const ctr = timeline.containers.find((c) => c.container === ctrName);
+    if (!ctr || !app.containers.includes(ctrName)) throw new Error(`container ${ctrName} shown, analysed ${app.containers}`);
+    for (const m of critical) {
+      const want = ctr.metrics.find((x) => x.metric === m).values.filter((v) => v !== null).length;
+      const d = await page.locator(`.metricrow[data-metric="${m}"] svg.metricline path`).getAttribute('d');
+      const drawn = (d?.match(/[ML]/g) ?? []).length;
+      if (want < 2 || drawn !== want) throw new Error(`${m}: ${drawn} points drawn, the server gave ${want} values: ${d}`);
+    }
+    // The incident is a band on the event strip and on every chart.
+    await page.locator(`.eventstrip rect.incband[data-incident="${inc.id}"]`).waitFor({ state: 'attached' });
+    if ((await page.locator('svg.metricline rect.incband').count()) < critical.length) throw new Error('the incident band is missing from a chart');
+    if ((await page.locator('.eventstrip line.anomtick').count()) < 1) throw new Error('no anomalous request on the event strip');
+    // The clusters, each with its representative among the critical metrics.
+    const reps = await page.locator('table.clustertable[data-role="app"] td.representative').allTextContents();
+    if (reps.length !== app.k || reps.some((r) => !critical.includes(r))) throw new Error(`clusters' representatives ${reps}, critical ${critical}, k ${app.k}`);
+    await sleep(300);
+    await page.screenshot({ path: join(shots, 'metrics.png'), fullPage: true });
+    // All metrics: every metric the container recorded.
+    await page.getByLabel('Show all metrics').check();
+    const total = await waitFor('every metric drawn', 10_000, async () => {
+      const n = await page.locator('.metricrow').count();
+      return n > critical.length ? n : undefined;
+    });
+    const histograms = await page.locator('svg.heatstrip rect:not(.incband)').count();
+    if (histograms < 1) throw new Error('no histogram cell drawn');
+    log(`metrics page: ${critical.length} critical of ${total} metrics, ${histograms} heat-strip cells`);
+    await page.screenshot({ path: join(shots, 'metrics-all.png'), fullPage: true });
   });
 
   await soft('anomalies page lists the trace', async () => {

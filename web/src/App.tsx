@@ -5,6 +5,7 @@ import { AnomaliesPage } from './pages/AnomaliesPage';
 import { FlamePage } from './pages/FlamePage';
 import { ServiceMapPage } from './pages/ServiceMapPage';
 import { IncidentsPage } from './pages/IncidentsPage';
+import { MetricsPage } from './pages/MetricsPage';
 import { TokenPrompt } from './components/TokenPrompt';
 
 // A HashRouter keeps every page at the server's "/" so the relative asset
@@ -17,6 +18,7 @@ export function App() {
         <NavLink to="/search">Search</NavLink>
         <NavLink to="/incidents">Incidents</NavLink>
         <NavLink to="/anomalies">Anomalies</NavLink>
+        <NavLink to="/metrics">Metrics</NavLink>
         <NavLink to="/map">Service map</NavLink>
         <TraceLink />
       </nav>
@@ -29,6 +31,7 @@ export function App() {
           <Route path="/anomalies" element={<AnomaliesPage />} />
           <Route path="/flame/:artifactId" element={<FlamePage />} />
           <Route path="/map" element={<ServiceMapPage />} />
+          <Route path="/metrics" element={<MetricsPage />} />
           <Route path="*" element={<p className="notice">No such page. Use the links above.</p>} />
         </Routes>
       </main>

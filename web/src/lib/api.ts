@@ -1,6 +1,7 @@
 import { fetchAuthorized } from './auth';
 import type { CPTrace } from './critpath';
 import type { Incident } from './incidents';
+import type { CriticalReport, Timeline } from './metrics';
 import type { DependencyLink, ServiceLatency } from './servicemap';
 import type { Anomaly, Artifact, FlameGraphResponse, JaegerTrace } from './types';
 
@@ -91,6 +92,18 @@ export const api = {
       if (e instanceof APIError && (e.status === 404 || e.status === 501)) return null;
       throw e;
     }),
+  /** anomaliesOf is the service's anomalous spans since a Unix ns time, newest first. */
+  anomaliesOf: (service: string, sinceNs: number, signal?: AbortSignal) =>
+    getJSON<Anomaly[] | null>(`/api/v1/anomalies?service=${encodeURIComponent(service)}&since=${Math.floor(sinceNs)}&limit=1000`, signal).then((d) => d ?? []),
+  /** metricsTimeline is the kernel metrics of a service's containers over [fromMs, toMs]. */
+  metricsTimeline: (service: string, fromMs: number, toMs: number, buckets: number, signal?: AbortSignal) =>
+    getJSON<Timeline>(`/api/v1/metrics/timeline?service=${encodeURIComponent(service)}&from=${Math.floor(fromMs)}&to=${Math.ceil(toMs)}&buckets=${buckets}`, signal),
+  /** criticalMetrics is the CriticalMetrics analysis of a service over [fromMs, toMs]. */
+  criticalMetrics: (service: string, fromMs: number, toMs: number, step: string, signal?: AbortSignal) =>
+    getJSON<CriticalReport>(
+      `/api/v1/critical-metrics?service=${encodeURIComponent(service)}&from=${Math.floor(fromMs)}&to=${Math.ceil(toMs)}&step=${encodeURIComponent(step)}`,
+      signal,
+    ),
   /** criticalPath is null when no kernel snapshot explains the trace (404). */
   criticalPath: (id: string, signal?: AbortSignal) =>
     getJSON<CPTrace>(`/api/v1/traces/${encodeURIComponent(id)}/critical-path`, signal).catch((e: unknown) => {
