@@ -773,6 +773,11 @@ func checkServiceBinaries(topo *mesh.Topology, repo string) error {
 // WriteToken writes a random bearer token, readable by root only, to a file
 // in dir (flags take a file, so that the token shows in no process listing).
 func WriteToken(dir string) (string, error) {
+	// A --data-dir that does not exist yet is created here, before anything
+	// else is written into it.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
 	path := filepath.Join(dir, "auth.token")
 	if err := os.WriteFile(path, []byte(rand.Text()+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("auth token: %w", err)
