@@ -33,7 +33,7 @@ type Tracker struct {
 	entries map[string]*entry
 	// notes links the spans of a trace to its root's bucket for the
 	// MinImpact rule: spans of one trace arrive in any order and batches.
-	notes map[model.TraceID]*traceNote
+	notes   map[model.TraceID]*traceNote
 	open    map[string]*tracked // by entry point
 	settled []*tracked          // closed, still gathering evidence
 
