@@ -86,6 +86,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Keep, "keep", false, "keep everything running after the summary (Ctrl-C to stop) to browse the UI")
 	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
 	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
+	fs.StringVar(&m.ResultsDir, "results-dir", "", "also write each fault's result to DIR/fault-N.json (N from 1, in --fault order) as soon as it is known")
+	fs.StringVar(&m.Prefix, "prefix", "rl", "pod mode: prefix of the mesh's namespaces, links and cgroup (1-8 of a-z, 0-9); one mesh per prefix")
+	fs.StringVar(&m.Subnet, "subnet", "10.77.0.0/24", "pod mode: the pods' /24 (its .1 is the bridge); distinct per prefix")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: rootline demo [flags]
 
@@ -110,6 +113,11 @@ Faults (name@service[=amount]):
   slow-downstream  the service's calls to its downstreams are slowed
   disk             an fsync storm (amount: bytes per request)
   cpu              extra CPU work per request
+  none             nothing (no @service): a fault-free stretch, where no incident should open
+
+Each fault's run: a baseline at the fault's rate (until the server has no incident open), the
+fault for --duration, then its verdict, read from the server's incidents (its changes while the
+fault was on are in the JSON's timeline). bench/accuracy.sh runs many and scores them.
 
 The synthetic scenario sends generated traces of a small shop and needs nothing.
 

@@ -25,7 +25,44 @@ const (
 	FaultSlowDownstream = "slow-downstream" // app: slow calls to its downstreams
 	FaultDisk           = "disk"            // app: fsync storm
 	FaultCPU            = "cpu"             // app: extra CPU work per request
+	// FaultNone injects nothing: a fault-free run of a fault suite, where
+	// no incident should open. It takes no service ("none").
+	FaultNone = "none"
 )
+
+// ExpectedCause is the cause a diagnosis should name for a fault of name in
+// a service of language (default.yaml's languages): the ground truth of a
+// fault suite. "" when the fault has none the kernel can measure: a
+// slow-downstream fault is a timer sleep in the service, which is the
+// program's own choice (docs/diagnosis.md), and none injects nothing. An
+// allocation storm is a GC cause only where the runtime stops the program
+// to collect (the JVM, whose JFR records the pauses); Go collects
+// concurrently and CPython frees by reference counting, so there it is the
+// service's own CPU.
+func ExpectedCause(name, language string) string {
+	switch name {
+	case FaultLock:
+		return "lock"
+	case FaultCPUThrottle:
+		return "cpu-throttle"
+	case FaultCPUHog:
+		// The busy processes share the service's cgroup and its quota: the
+		// service's threads are held off by the quota the hogs use up.
+		return "cpu-throttle"
+	case FaultNetBandwidth, FaultNetDelay:
+		return "network"
+	case FaultDisk:
+		return "disk"
+	case FaultCPU:
+		return "cpu"
+	case FaultGC:
+		if language == "java" {
+			return "gc"
+		}
+		return "cpu"
+	}
+	return ""
+}
 
 // DefaultAmounts are the amounts used when Fault.Amount is empty. The app's
 // own default applies to app faults not listed.
@@ -65,6 +102,9 @@ type Fault struct {
 }
 
 func (f Fault) String() string {
+	if f.Name == FaultNone {
+		return FaultNone
+	}
 	s := f.Name + "@" + f.Service
 	if f.Amount != "" {
 		s += "=" + f.Amount
@@ -74,6 +114,9 @@ func (f Fault) String() string {
 
 // ParseFault parses name@service or name@service=amount.
 func ParseFault(s string) (Fault, error) {
+	if s == FaultNone {
+		return Fault{Name: FaultNone}, nil
+	}
 	name, rest, ok := strings.Cut(s, "@")
 	if !ok || name == "" || rest == "" {
 		return Fault{}, fmt.Errorf("mesh: fault %q: want name@service[=amount]", s)
@@ -93,6 +136,9 @@ func ParseFault(s string) (Fault, error) {
 // sidecars) returns an error wrapping ErrNeedRoot, ErrPortMode or
 // ErrNoSidecar.
 func (m *Mesh) Inject(f Fault) (undo func() error, err error) {
+	if f.Name == FaultNone {
+		return func() error { return nil }, nil
+	}
 	st := m.service(f.Service)
 	if st == nil {
 		return nil, fmt.Errorf("mesh: fault %s: unknown service %q", f.Name, f.Service)
