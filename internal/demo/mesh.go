@@ -52,7 +52,7 @@ type MeshOptions struct {
 	Prefix   string
 	Subnet   string
 	RepoRoot string // where build/demo and demo/services are; "" = next to the binary
-	Logger         *slog.Logger
+	Logger   *slog.Logger
 }
 
 // FaultResult is what the demo found about one injected fault.
