@@ -114,6 +114,7 @@ Faults (name@service[=amount]):
   disk             an fsync storm (amount: bytes per request)
   cpu              extra CPU work per request
   none             nothing (no @service): a fault-free stretch, where no incident should open
+                   (none=10m: its length instead of --duration)
 
 Each fault's run: a baseline at the fault's rate (until the server has no incident open), the
 fault for --duration, then its verdict, read from the server's incidents (its changes while the

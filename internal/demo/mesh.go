@@ -328,7 +328,11 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
 		}
-		fr := runFault(ctx, m, api, token, entry, f, rate, o.Duration, progress(f.String()), out)
+		d := o.Duration
+		if f.Name == mesh.FaultNone && f.Amount != "" {
+			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
+		}
+		fr := runFault(ctx, m, api, token, entry, f, rate, d, progress(f.String()), out)
 		if svc := topo.Service(f.Service); svc != nil {
 			fr.Language = svc.Language
 		}

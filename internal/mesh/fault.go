@@ -26,7 +26,8 @@ const (
 	FaultDisk           = "disk"            // app: fsync storm
 	FaultCPU            = "cpu"             // app: extra CPU work per request
 	// FaultNone injects nothing: a fault-free run of a fault suite, where
-	// no incident should open. It takes no service ("none").
+	// no incident should open. It takes no service; its amount is how long
+	// the stretch lasts ("none", "none=10m").
 	FaultNone = "none"
 )
 
@@ -102,8 +103,11 @@ type Fault struct {
 }
 
 func (f Fault) String() string {
-	if f.Name == FaultNone {
+	if f.Name == FaultNone && f.Amount == "" {
 		return FaultNone
+	}
+	if f.Name == FaultNone {
+		return FaultNone + "=" + f.Amount
 	}
 	s := f.Name + "@" + f.Service
 	if f.Amount != "" {
@@ -114,8 +118,13 @@ func (f Fault) String() string {
 
 // ParseFault parses name@service or name@service=amount.
 func ParseFault(s string) (Fault, error) {
-	if s == FaultNone {
-		return Fault{Name: FaultNone}, nil
+	if rest, ok := strings.CutPrefix(s, FaultNone); ok && (rest == "" || rest[0] == '=') {
+		// none[=duration]: how long the fault-free stretch lasts.
+		f := Fault{Name: FaultNone, Amount: strings.TrimPrefix(rest, "=")}
+		if d, err := time.ParseDuration(f.Amount); f.Amount != "" && (err != nil || d <= 0) {
+			return Fault{}, fmt.Errorf("mesh: fault %q: want none or none=DURATION", s)
+		}
+		return f, nil
 	}
 	name, rest, ok := strings.Cut(s, "@")
 	if !ok || name == "" || rest == "" {
