@@ -36,13 +36,16 @@
 #   --out DIR        results (default bench/accuracy/out)
 #   --prefix/--subnet  the demo mesh's (default acc, 10.78.0.0/24), so that it
 #                    does not collide with another mesh on the machine
+#   --rotate         one service per (class, rate, repeat) instead of every service,
+#                    rotating through --services (a smaller matrix that still puts
+#                    every class on several languages)
 #   --dry-run        print the runs and the demo commands only
 # Needs root (pod mode, cgroups, tc) and `make build`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 runs=2
-classes="lock,cpu-throttle,cpu-hog,net-bandwidth,net-delay,gc,disk,cpu"
+classes="lock,cpu-throttle,cpu-hog,net-bandwidth,net-delay,packet-loss,gc,noisy-neighbour,disk,cpu"
 services="e,b,f"
 rates="8,15"
 duration=30s
@@ -51,6 +54,7 @@ out=bench/accuracy/out
 prefix=acc
 subnet=10.78.0.0/24
 dry=0
+rotate=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) runs=$2; shift ;;
@@ -64,6 +68,7 @@ while [ $# -gt 0 ]; do
 	--subnet) subnet=$2; shift ;;
 	--quick) runs=1; rates=15; classes="lock,cpu-throttle,disk,net-delay"; services="e,b,f"; free=1m; duration=20s ;;
 	--dry-run) dry=1 ;;
+	--rotate) rotate=1 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "accuracy: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
@@ -91,6 +96,8 @@ amount() {
 	gc) echo 8MB ;;
 	disk) echo 8MB ;;
 	cpu) echo 20ms ;;
+	packet-loss) echo 10% ;;
+	noisy-neighbour) echo 2 ;;
 	*) echo "" ;;
 	esac
 }
@@ -100,15 +107,21 @@ IFS=, read -r -a class_list <<<"$classes"
 IFS=, read -r -a svc_list <<<"$services"
 total=0
 done_runs=0
-for rate in "${rate_list[@]}"; do
+for ri in "${!rate_list[@]}"; do
+	rate=${rate_list[$ri]}
 	ids=()
 	faults=()
 	id="none.r$rate"
 	total=$((total + 1))
 	if [ -e "$out/runs/$id.json" ]; then done_runs=$((done_runs + 1)); else ids+=("$id"); faults+=("none=$free"); fi
 	for rep in $(seq 1 "$runs"); do
-		for class in "${class_list[@]}"; do
-			for svc in "${svc_list[@]}"; do
+		for ci in "${!class_list[@]}"; do
+			class=${class_list[$ci]}
+			targets=("${svc_list[@]}")
+			if [ "$rotate" = 1 ]; then
+				targets=("${svc_list[$(((ci + ri + rep - 1) % ${#svc_list[@]}))]}")
+			fi
+			for svc in "${targets[@]}"; do
 				a=$(amount "$class")
 				f="$class@$svc${a:+=$a}"
 				id="$class@$svc.r$rate.$rep"
@@ -124,7 +137,13 @@ for rate in "${rate_list[@]}"; do
 	done
 	echo "accuracy: rate $rate/s: ${#ids[@]} runs to do (${ids[*]:-none})"
 	[ ${#ids[@]} -gt 0 ] || continue
-	args=(demo --duration "$duration" --rate "$rate" --query.addr 127.0.0.1:0 --prefix "$prefix" --subnet "$subnet")
+	# The default mesh, warmed up at the run's rate (half of it, then it)
+	# rather than the default phases, which go past what this machine
+	# serves: the detector learns the latency of the load it will judge.
+	topo="$out/topology-r$rate.yaml"
+	sed '/^load:/,$d' internal/mesh/default.yaml >"$topo"
+	printf 'load:\n  - {rate: %s, duration: 20s}\n  - {rate: %s, duration: 40s}\n' "$(awk -v r="$rate" 'BEGIN{print r/2}')" "$rate" >>"$topo"
+	args=(demo --topology "$topo" --duration "$duration" --rate "$rate" --query.addr 127.0.0.1:0 --prefix "$prefix" --subnet "$subnet")
 	for f in "${faults[@]}"; do args+=(--fault "$f"); done
 	if [ "$dry" = 1 ]; then
 		echo "  $bin ${args[*]}"

@@ -113,6 +113,10 @@ Faults (name@service[=amount]):
   slow-downstream  the service's calls to its downstreams are slowed
   disk             an fsync storm (amount: bytes per request)
   cpu              extra CPU work per request
+  packet-loss      a share of the packets on the service's link dropped, both ways, by a tc (TCX)
+                   BPF program, pod mode (amount: 10%); TCP resends after a timeout
+  noisy-neighbour  the service's apps confined to one CPU and busy processes pinned to that CPU
+                   outside its cgroup: other programs of the node (amount: processes, 2)
   none             nothing (no @service): a fault-free stretch, where no incident should open
                    (none=10m: its length instead of --duration)
 

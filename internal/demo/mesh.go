@@ -341,7 +341,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if f.Name == mesh.FaultNone {
 			fr.CauseCorrect = fr.Correct
 		}
-		if o.ResultsDir != "" {
+		if o.ResultsDir != "" && ctx.Err() == nil { // an interrupted run is no result
 			if err := writeJSON(filepath.Join(o.ResultsDir, fmt.Sprintf("fault-%d.json", i+1)), fr); err != nil {
 				return sum, err
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ const (
 	FaultSlowDownstream = "slow-downstream" // app: slow calls to its downstreams
 	FaultDisk           = "disk"            // app: fsync storm
 	FaultCPU            = "cpu"             // app: extra CPU work per request
+	FaultPacketLoss     = "packet-loss"     // a BPF dropper on the service's links (pod mode)
+	FaultNoisyNeighbour = "noisy-neighbour" // busy processes on the service's CPU, outside its cgroup
 	// FaultNone injects nothing: a fault-free run of a fault suite, where
 	// no incident should open. It takes no service; its amount is how long
 	// the stretch lasts ("none", "none=10m").
@@ -50,8 +53,10 @@ func ExpectedCause(name, language string) string {
 		// The busy processes share the service's cgroup and its quota: the
 		// service's threads are held off by the quota the hogs use up.
 		return "cpu-throttle"
-	case FaultNetBandwidth, FaultNetDelay:
+	case FaultNetBandwidth, FaultNetDelay, FaultPacketLoss:
 		return "network"
+	case FaultNoisyNeighbour:
+		return "cpu-contention"
 	case FaultDisk:
 		return "disk"
 	case FaultCPU:
@@ -75,6 +80,10 @@ var DefaultAmounts = map[string]string{
 	// The hot lock: 20 ms held per request shows at the demo's rates
 	// (visits/s × 20 ms well below 1 s/s, but queueing under concurrency).
 	FaultLock: "20ms",
+	// A tenth of the packets: TCP recovers most by retransmission after a
+	// timeout (200 ms at least), which is what makes a lossy link slow.
+	FaultPacketLoss:     "10%",
+	FaultNoisyNeighbour: "2",
 }
 
 // appFaults maps fault names to the name the app's POST /fault takes.
@@ -85,7 +94,7 @@ var appFaults = map[string]string{
 // FaultNames lists every fault Inject knows.
 func FaultNames() []string {
 	return []string{FaultLock, FaultCPUThrottle, FaultCPUHog, FaultNetBandwidth, FaultNetDelay,
-		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU}
+		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU, FaultPacketLoss, FaultNoisyNeighbour}
 }
 
 // Fault is a slowdown of one service.
@@ -171,6 +180,10 @@ func (m *Mesh) Inject(f Fault) (undo func() error, err error) {
 		stop, err = m.netBandwidth(st, f.Amount)
 	case FaultNetDelay:
 		stop, err = m.netDelay(st, f.Amount)
+	case FaultPacketLoss:
+		stop, err = m.packetLoss(st, f.Amount)
+	case FaultNoisyNeighbour:
+		stop, err = m.noisyNeighbour(st, f.Amount)
 	default:
 		name, ok := appFaults[f.Name]
 		if !ok {
@@ -381,6 +394,82 @@ func (m *Mesh) netDelay(st *ServiceState, amount string) (func() error, error) {
 	}, func(r Replica) error {
 		return envoyRuntime(r.EnvoyAdmin, map[string]string{rtDelayPercent: "0"})
 	})
+}
+
+// parseShare reads "10%" or "0.1" as a share in (0, 1].
+func parseShare(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if strings.HasSuffix(s, "%") {
+		v /= 100
+	}
+	if err != nil || v <= 0 || v > 1 {
+		return 0, fmt.Errorf("bad share %q (want 10%% or 0.1)", s)
+	}
+	return v, nil
+}
+
+func (m *Mesh) packetLoss(st *ServiceState, amount string) (func() error, error) {
+	p, err := parseShare(amount)
+	if err != nil {
+		return nil, err
+	}
+	if m.mode != ModePod {
+		return nil, fmt.Errorf("drops on a pod's link: %w", ErrPortMode)
+	}
+	if !m.root {
+		return nil, ErrNeedRoot
+	}
+	stops := map[string]func() error{}
+	return forReplicas(st, func(r Replica) error {
+		// On the host end of the pod's link: its egress is traffic into
+		// the service (requests, its callees' answers), its ingress what
+		// the service sends.
+		stop, err := attachDropper(r.Veth, p)
+		if err == nil {
+			stops[r.Veth] = stop
+		}
+		return err
+	}, func(r Replica) error { return stops[r.Veth]() })
+}
+
+// noisyNeighbour confines the service's apps to one CPU (its cgroup's
+// cpuset) and starts n busy processes pinned to the same CPU outside its
+// cgroups: other programs of the node that want the CPU the service runs
+// on, as in an oversubscribed node. The service has no CPU limit; its
+// threads wait in the run queue.
+func (m *Mesh) noisyNeighbour(st *ServiceState, amount string) (func() error, error) {
+	n, err := strconv.Atoi(amount)
+	if err != nil || n < 1 || n > 64 {
+		return nil, fmt.Errorf("bad noisy-neighbour amount %q (want a number of busy processes)", amount)
+	}
+	if m.cg == nil {
+		if !m.root {
+			return nil, ErrNeedRoot
+		}
+		return nil, errors.New("no usable cgroup cpu controller")
+	}
+	m.addAppTree(st)
+	cpu := runtime.NumCPU() - 1
+	restore, err := m.cg.pin(st.Name, cpu)
+	if err != nil {
+		return nil, err
+	}
+	var hogs []*proc
+	stop := func() error {
+		stopProcs(hogs)
+		return restore()
+	}
+	for i := range n {
+		p, err := m.spawn(fmt.Sprintf("%s.neighbour%d", st.Name, i), "", []string{"sh", "-c", "while :; do :; done"}, os.Environ(), nil, false)
+		if err == nil {
+			err = pinPID(p.cmd.Process.Pid, cpu)
+		}
+		if err != nil {
+			return nil, errors.Join(err, stop())
+		}
+		hogs = append(hogs, p)
+	}
+	return stop, nil
 }
 
 // appFault turns a fault of the app itself on through its ADMIN endpoint.
