@@ -53,13 +53,34 @@ type Run struct {
 	Error       string   `json:"error,omitempty"`
 }
 
+// Tally counts fault runs and those right on service, cause and both.
+type Tally struct {
+	Faulty       int `json:"faultyRuns"`
+	ServiceRight int `json:"serviceRight"`
+	CauseRight   int `json:"causeRight"`
+	BothRight    int `json:"bothRight"`
+}
+
+// add counts r and reports whether it was right on both.
+func (t *Tally) add(r Run) bool {
+	t.Faulty++
+	if r.ServiceRight {
+		t.ServiceRight++
+	}
+	if r.CauseRight {
+		t.CauseRight++
+	}
+	if r.ServiceRight && r.CauseRight {
+		t.BothRight++
+		return true
+	}
+	return false
+}
+
 // Summary is what summary.json holds.
 type Summary struct {
-	Runs         []Run `json:"runs"`
-	Faulty       int   `json:"faultyRuns"`
-	ServiceRight int   `json:"serviceRight"`
-	CauseRight   int   `json:"causeRight"`
-	BothRight    int   `json:"bothRight"`
+	Runs []Run `json:"runs"`
+	Tally
 	// MedianVerdictMs and MaxVerdictMs are over the runs whose verdict was
 	// right on both counts.
 	MedianVerdictMs int64 `json:"medianVerdictMs"`
@@ -180,18 +201,8 @@ func Summarize(runs []Run) Summary {
 			s.FreeIncidents += r.Incidents
 			continue
 		}
-		s.Faulty++
-		if r.ServiceRight {
-			s.ServiceRight++
-		}
-		if r.CauseRight {
-			s.CauseRight++
-		}
-		if r.ServiceRight && r.CauseRight {
-			s.BothRight++
-			if r.VerdictMs >= 0 {
-				times = append(times, r.VerdictMs)
-			}
+		if s.add(r) && r.VerdictMs >= 0 {
+			times = append(times, r.VerdictMs)
 		}
 		got := r.GotCause
 		if !r.Incident {
@@ -234,8 +245,7 @@ func Markdown(w io.Writer, s Summary) {
 		name string
 		key  func(Run) string
 	}{{"fault class", func(r Run) string { return r.Class }}, {"language", func(r Run) string { return r.Language }}} {
-		type agg struct{ n, svc, cause, both int }
-		m := map[string]*agg{}
+		m := map[string]*Tally{}
 		var keys []string
 		for _, r := range s.Runs {
 			if r.Class == mesh.FaultNone {
@@ -243,26 +253,16 @@ func Markdown(w io.Writer, s Summary) {
 			}
 			k := by.key(r)
 			if m[k] == nil {
-				m[k] = &agg{}
+				m[k] = &Tally{}
 				keys = append(keys, k)
 			}
-			a := m[k]
-			a.n++
-			if r.ServiceRight {
-				a.svc++
-			}
-			if r.CauseRight {
-				a.cause++
-			}
-			if r.ServiceRight && r.CauseRight {
-				a.both++
-			}
+			m[k].add(r)
 		}
 		slices.Sort(keys)
 		fmt.Fprintf(w, "| %s | runs | service | cause | both |\n|---|---|---|---|---|\n", by.name)
 		for _, k := range keys {
 			a := m[k]
-			fmt.Fprintf(w, "| %s | %d | %d | %d | %d |\n", k, a.n, a.svc, a.cause, a.both)
+			fmt.Fprintf(w, "| %s | %d | %d | %d | %d |\n", k, a.Faulty, a.ServiceRight, a.CauseRight, a.BothRight)
 		}
 		fmt.Fprintln(w)
 	}
