@@ -170,3 +170,9 @@ check-generated: deps
 
 clean:
 	rm -rf bin
+
+# The diagnosis fault suite (bench/accuracy.sh --help): the full matrix by
+# default; ACCURACY_ARGS=--quick for a short one. Needs root.
+.PHONY: accuracy
+accuracy: build
+	bench/accuracy.sh $(ACCURACY_ARGS)
