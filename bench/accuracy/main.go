@@ -40,7 +40,11 @@ type Run struct {
 	GotService string `json:"gotService"`
 	GotCause   string `json:"gotCause"`
 	Incident   bool   `json:"incident"`
-	// Incidents opened during the run (all entry points).
+	// Preexisting: the incident read had opened before the onset (it
+	// merged the fault with a slowdown already going on).
+	Preexisting bool `json:"preexisting,omitempty"`
+	// Incidents opened during the run (all entry points); for a fault-free
+	// run, those open at any time during it.
 	Incidents    int  `json:"incidents"`
 	ServiceRight bool `json:"serviceRight"`
 	CauseRight   bool `json:"causeRight"`
@@ -150,13 +154,22 @@ func Score(id string, fr demo.FaultResult) Run {
 		if fr.Incident != nil && fr.Incident.Verdict != nil {
 			r.GotService, r.GotCause = fr.Incident.Verdict.Service, fr.Incident.Verdict.Cause
 		}
-		if fr.Incidents > 0 {
-			r.Why = append(r.Why, fmt.Sprintf("%d incidents opened with nothing injected", fr.Incidents))
+		r.Incidents = fr.OpenDuring
+		if fr.OpenDuring > 0 {
+			r.Why = append(r.Why, fmt.Sprintf("%d incidents open with nothing injected (%d opened during the stretch, the others before it)", fr.OpenDuring, fr.Incidents))
+			if fr.Incident != nil && fr.Incident.Verdict != nil {
+				r.Why = append(r.Why, fmt.Sprintf("verdict %s/%s; load p50 %.1f ms, p99 %.1f ms", r.GotService, r.GotCause, fr.Load.P50Ms, fr.Load.P99Ms))
+			}
 		}
 		return r
 	}
 	if fr.Incident != nil && fr.Incident.Verdict != nil {
 		r.GotService, r.GotCause = fr.Verdict.Service, fr.Verdict.Cause
+	}
+	if fr.Incident != nil && !fr.Onset.IsZero() && fr.Incident.Opened < fr.Onset.UnixNano() {
+		r.Preexisting = true
+		r.Why = append(r.Why, fmt.Sprintf("the incident read (%s) opened %.0f s before the onset: the fault merged into a slowdown already going on",
+			fr.Incident.ID, float64(fr.Onset.UnixNano()-fr.Incident.Opened)/1e9))
 	}
 	r.ServiceRight = r.Incident && r.GotService == fr.Service
 	r.CauseRight = r.Incident && r.Expected != "" && r.GotCause == r.Expected

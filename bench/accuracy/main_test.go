@@ -23,7 +23,7 @@ func TestScore(t *testing.T) {
 				{AfterMs: 7000, Incident: "i", Service: "e", Cause: "lock"}}}),
 		Score("disk@d.1", demo.FaultResult{Injected: "disk@d", Service: "d", ExpectedCause: "disk", Incident: verdict("d", "cpu"), Verdict: *verdict("d", "cpu").Verdict}),
 		Score("cpu@f.1", demo.FaultResult{Injected: "cpu@f", Service: "f", ExpectedCause: "cpu"}),
-		Score("none.1", demo.FaultResult{Injected: "none=2m", Onset: onset, To: onset.Add(2 * time.Minute), Incidents: 1}),
+		Score("none.1", demo.FaultResult{Injected: "none=2m", Onset: onset, To: onset.Add(2 * time.Minute), OpenDuring: 1}),
 	}
 	if r := runs[0]; !r.ServiceRight || !r.CauseRight || r.VerdictMs != 7000 {
 		t.Errorf("right run scored %+v", r)

@@ -75,6 +75,10 @@ type FaultResult struct {
 	// Incidents counts the incidents the server opened between the onset
 	// and the end of the fault (all entry points); a fault-free run wants 0.
 	Incidents int `json:"incidents"`
+	// OpenDuring counts the incidents open at any time between the onset
+	// and the end of the fault, also those opened before it: what a
+	// fault-free stretch is judged by.
+	OpenDuring int `json:"openDuring"`
 	// CauseCorrect: the verdict names the service and ExpectedCause.
 	CauseCorrect bool `json:"causeCorrect"`
 	// Anomalies counts the anomalous spans the API listed for the fault's
@@ -468,10 +472,10 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 			fr.ByService[a.Service]++
 		}
 	}
-	fr.Incidents = countIncidents(ctx, api, token, onset, fr.To)
+	fr.Incidents, fr.OpenDuring = countIncidents(ctx, api, token, onset, fr.To)
 	if f.Name == mesh.FaultNone {
-		// Nothing injected: any incident is a false alarm.
-		fr.Correct = fr.Incidents == 0
+		// Nothing injected: any incident open meanwhile is a false alarm.
+		fr.Correct = fr.OpenDuring == 0
 		if !fr.Correct {
 			fr.Incident, _ = serverVerdict(ctx, api, token, onset, fr.To)
 			if fr.Incident != nil && fr.Incident.Verdict != nil {
@@ -573,16 +577,20 @@ func openIncidents(ctx context.Context, api, token string) (int, error) {
 }
 
 // countIncidents counts the incidents the server opened between from and
-// a few seconds after to (the rule needs a window's worth of requests).
-func countIncidents(ctx context.Context, api, token string, from, to time.Time) int {
+// a few seconds after to (the rule needs a window's worth of requests), and
+// those open at any time between from and to.
+func countIncidents(ctx context.Context, api, token string, from, to time.Time) (opened, open int) {
 	list, _ := incidentsSince(ctx, api, token, from.Add(-10*time.Second), time.Time{})
-	n := 0
 	for _, inc := range list {
-		if op := time.Unix(0, inc.Opened); !op.Before(from) && op.Before(to.Add(5*time.Second)) {
-			n++
+		op := time.Unix(0, inc.Opened)
+		if !op.Before(from) && op.Before(to.Add(5*time.Second)) {
+			opened++
+		}
+		if op.Before(to) && (inc.Closed == 0 || !time.Unix(0, inc.Closed).Before(from)) {
+			open++
 		}
 	}
-	return n
+	return opened, open
 }
 
 // watchVerdicts polls the server's incidents every second from onset on
@@ -800,8 +808,8 @@ func printFault(out io.Writer, fr FaultResult) {
 		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
 	}
 	switch {
-	case fr.Injected == mesh.FaultNone:
-		fmt.Fprintf(out, "  check: nothing injected, %d incidents opened (want 0)\n", fr.Incidents)
+	case strings.HasPrefix(fr.Injected, mesh.FaultNone):
+		fmt.Fprintf(out, "  check: nothing injected, %d incidents open meanwhile, %d of them opened then (want 0)\n", fr.OpenDuring, fr.Incidents)
 	case fr.Correct:
 		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
 	default:
