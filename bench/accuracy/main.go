@@ -89,6 +89,7 @@ type Summary struct {
 	// right on both counts.
 	MedianVerdictMs int64 `json:"medianVerdictMs"`
 	MaxVerdictMs    int64 `json:"maxVerdictMs"`
+	TimedRuns       int   `json:"timedRuns"`
 	// Confusion counts runs by expected cause, then the verdict's cause
 	// ("no incident" when none opened).
 	Confusion map[string]map[string]int `json:"confusion"`
@@ -227,6 +228,7 @@ func Summarize(runs []Run) Summary {
 		}
 		s.Confusion[exp][got]++
 	}
+	s.TimedRuns = len(times)
 	if len(times) > 0 {
 		slices.Sort(times)
 		s.MedianVerdictMs = times[len(times)/2]
@@ -249,8 +251,12 @@ func Markdown(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "| service top-1 | %s |\n", pct(s.ServiceRight, s.Faulty))
 	fmt.Fprintf(w, "| cause top-1 | %s |\n", pct(s.CauseRight, s.Faulty))
 	fmt.Fprintf(w, "| service and cause | %s |\n", pct(s.BothRight, s.Faulty))
-	fmt.Fprintf(w, "| onset → verdict (both right), median / max | %s / %s |\n",
-		time.Duration(s.MedianVerdictMs)*time.Millisecond, time.Duration(s.MaxVerdictMs)*time.Millisecond)
+	if s.TimedRuns > 0 {
+		fmt.Fprintf(w, "| onset → verdict (both right), median / max | %s / %s (%d runs) |\n",
+			time.Duration(s.MedianVerdictMs)*time.Millisecond, time.Duration(s.MaxVerdictMs)*time.Millisecond, s.TimedRuns)
+	} else {
+		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
+	}
 	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min |\n\n", s.FreeIncidents, s.FreeMinutes)
 
 	// By class and by language.
