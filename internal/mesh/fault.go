@@ -298,35 +298,57 @@ func (m *Mesh) addAppTree(st *ServiceState) {
 const CPUHogLimit = 0.5
 
 func (m *Mesh) cpuHog(st *ServiceState, amount string) (func() error, error) {
-	n, err := strconv.Atoi(amount)
-	if err != nil || n < 1 || n > 64 {
-		return nil, fmt.Errorf("bad cpu-hog amount %q (want a number of busy processes)", amount)
+	n, err := m.busyCount(st, FaultCPUHog, amount)
+	if err != nil {
+		return nil, err
 	}
-	if m.cg == nil {
-		if !m.root {
-			return nil, ErrNeedRoot
-		}
-		return nil, errors.New("no usable cgroup cpu controller")
-	}
-	m.addAppTree(st)
 	restore, err := m.cg.setQuota(st.Name, CPUHogLimit)
 	if err != nil {
 		return nil, err
 	}
-	var hogs []*proc
+	// The hogs share the service's cgroup (its pod): its CPU limit and its
+	// share of the machine.
+	return m.busy(st.Name+".hog", n, m.cg.procsFiles(st.Name), -1, restore)
+}
+
+// busyCount reads the number of busy processes of a fault on st and puts
+// st's whole app tree in its cgroups, which the fault changes.
+func (m *Mesh) busyCount(st *ServiceState, fault, amount string) (int, error) {
+	n, err := strconv.Atoi(amount)
+	if err != nil || n < 1 || n > 64 {
+		return 0, fmt.Errorf("bad %s amount %q (want a number of busy processes)", fault, amount)
+	}
+	if m.cg == nil {
+		if !m.root {
+			return 0, ErrNeedRoot
+		}
+		return 0, errors.New("no usable cgroup cpu controller")
+	}
+	m.addAppTree(st)
+	return n, nil
+}
+
+// busy starts n busy shell loops named label0…, in the cgroups of
+// cgroupProcs (none: the mesh's own), pinned to CPU cpu when ≥ 0, and
+// returns the function that stops them and then calls restore.
+func (m *Mesh) busy(label string, n int, cgroupProcs []string, cpu int, restore func() error) (func() error, error) {
+	var procs []*proc
 	stop := func() error {
-		stopProcs(hogs)
+		stopProcs(procs)
 		return restore()
 	}
 	for i := range n {
-		// The hogs share the service's cgroup (its pod): its CPU limit and
-		// its share of the machine.
-		p, err := m.spawn(fmt.Sprintf("%s.hog%d", st.Name, i), "", []string{"sh", "-c", "while :; do :; done"},
-			os.Environ(), m.cg.procsFiles(st.Name), false)
+		p, err := m.spawn(fmt.Sprintf("%s%d", label, i), "", []string{"sh", "-c", "while :; do :; done"}, os.Environ(), cgroupProcs, false)
+		if err == nil && cpu >= 0 {
+			err = pinPID(p.cmd.Process.Pid, cpu)
+		}
 		if err != nil {
+			if p != nil {
+				procs = append(procs, p)
+			}
 			return nil, errors.Join(err, stop())
 		}
-		hogs = append(hogs, p)
+		procs = append(procs, p)
 	}
 	return stop, nil
 }
@@ -438,38 +460,16 @@ func (m *Mesh) packetLoss(st *ServiceState, amount string) (func() error, error)
 // on, as in an oversubscribed node. The service has no CPU limit; its
 // threads wait in the run queue.
 func (m *Mesh) noisyNeighbour(st *ServiceState, amount string) (func() error, error) {
-	n, err := strconv.Atoi(amount)
-	if err != nil || n < 1 || n > 64 {
-		return nil, fmt.Errorf("bad noisy-neighbour amount %q (want a number of busy processes)", amount)
+	n, err := m.busyCount(st, FaultNoisyNeighbour, amount)
+	if err != nil {
+		return nil, err
 	}
-	if m.cg == nil {
-		if !m.root {
-			return nil, ErrNeedRoot
-		}
-		return nil, errors.New("no usable cgroup cpu controller")
-	}
-	m.addAppTree(st)
 	cpu := runtime.NumCPU() - 1
 	restore, err := m.cg.pin(st.Name, cpu)
 	if err != nil {
 		return nil, err
 	}
-	var hogs []*proc
-	stop := func() error {
-		stopProcs(hogs)
-		return restore()
-	}
-	for i := range n {
-		p, err := m.spawn(fmt.Sprintf("%s.neighbour%d", st.Name, i), "", []string{"sh", "-c", "while :; do :; done"}, os.Environ(), nil, false)
-		if err == nil {
-			err = pinPID(p.cmd.Process.Pid, cpu)
-		}
-		if err != nil {
-			return nil, errors.Join(err, stop())
-		}
-		hogs = append(hogs, p)
-	}
-	return stop, nil
+	return m.busy(st.Name+".neighbour", n, nil, cpu, restore)
 }
 
 // appFault turns a fault of the app itself on through its ADMIN endpoint.
