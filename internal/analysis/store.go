@@ -24,11 +24,36 @@ type StoreSource struct {
 
 var _ Source = (*StoreSource)(nil)
 
+// SpanArtifactReader is implemented by artifact stores that list the
+// artifacts linked to each span of a trace in one read, without the
+// artifacts' own links (sqlite.Store).
+type SpanArtifactReader interface {
+	SpanArtifacts(ctx context.Context, id model.TraceID) (map[model.SpanID][]store.Artifact, error)
+}
+
 // Anomalies implements Source. The artifacts are looked up once per trace.
 func (s *StoreSource) Anomalies(ctx context.Context, since time.Time, limit int) ([]Anomaly, error) {
 	spans, err := s.Spans.Anomalies(ctx, store.AnomalyQuery{Since: since.UnixNano(), Limit: limit})
 	if err != nil {
 		return nil, err
+	}
+	if r, ok := s.Artifacts.(SpanArtifactReader); ok {
+		byTrace := map[model.TraceID]map[model.SpanID][]store.Artifact{}
+		out := make([]Anomaly, 0, len(spans))
+		for _, sp := range spans {
+			if sp == nil {
+				continue
+			}
+			arts, ok := byTrace[sp.TraceID]
+			if !ok {
+				if arts, err = r.SpanArtifacts(ctx, sp.TraceID); err != nil {
+					return nil, err
+				}
+				byTrace[sp.TraceID] = arts
+			}
+			out = append(out, Anomaly{Span: sp, Artifacts: arts[sp.SpanID]})
+		}
+		return out, nil
 	}
 	byTrace := map[model.TraceID][]store.Artifact{}
 	out := make([]Anomaly, 0, len(spans))

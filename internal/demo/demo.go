@@ -90,6 +90,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Keep, "keep", false, "keep everything running after the summary (Ctrl-C to stop) to browse the UI")
 	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
 	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
+	fs.StringVar(&m.ResultsDir, "results-dir", "", "also write each fault's result to DIR/fault-N.json (N from 1, in --fault order) as soon as it is known")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: rootline demo [flags]
 
@@ -114,6 +115,16 @@ Faults (name@service[=amount]):
   slow-downstream  the service's calls to its downstreams are slowed
   disk             an fsync storm (amount: bytes per request)
   cpu              extra CPU work per request
+  packet-loss      a share of the packets on the service's link dropped, both ways, by a tc (TCX)
+                   BPF program, pod mode (amount: 10%); TCP resends after a timeout
+  noisy-neighbour  the service's apps confined to one CPU and busy processes pinned to that CPU
+                   outside its cgroup: other programs of the node (amount: processes, 2)
+  none             nothing (no @service): a fault-free stretch, where no incident should open
+                   (none=10m: its length instead of --duration)
+
+Each fault's run: a baseline at the fault's rate (until the server has no incident open), the
+fault for --duration, then its verdict, read from the server's incidents (its changes while the
+fault was on are in the JSON's timeline). bench/accuracy.sh runs many and scores them.
 
 The synthetic scenario sends generated traces of a small shop and needs nothing.
 

@@ -54,14 +54,38 @@ type MeshOptions struct {
 	// NoKmetrics runs the agent without its per-container kernel metrics
 	// (by default, as root, every metric is on and pushed every second).
 	NoKmetrics bool
+	// ResultsDir, when set, gets each fault's result as fault-<n>.json (n
+	// from 1, in --fault order) as soon as it is known, so that a driver
+	// of many faults keeps what finished when the demo is stopped.
+	ResultsDir string
 }
 
 // FaultResult is what the demo found about one injected fault.
 type FaultResult struct {
-	Injected string    `json:"injected"`
-	Service  string    `json:"service"`
-	From     time.Time `json:"from"`
-	To       time.Time `json:"to"`
+	Injected string `json:"injected"`
+	Service  string `json:"service"`
+	// Language is the service's; ExpectedCause the cause the fault should
+	// be diagnosed as (mesh.ExpectedCause; "" when it has none the kernel
+	// measures).
+	Language      string    `json:"language,omitempty"`
+	ExpectedCause string    `json:"expectedCause,omitempty"`
+	From          time.Time `json:"from"`
+	// Onset is when the fault was injected; To when it was removed.
+	Onset time.Time `json:"onset"`
+	To    time.Time `json:"to"`
+	// Timeline is the server's verdict as the demo saw it change while the
+	// fault was on and until the verdict was read (polled every second):
+	// the time from onset to a verdict is read from it.
+	Timeline []VerdictAt `json:"timeline,omitempty"`
+	// Incidents counts the incidents the server opened between the onset
+	// and the end of the fault (all entry points); a fault-free run wants 0.
+	Incidents int `json:"incidents"`
+	// OpenDuring counts the incidents open at any time between the onset
+	// and the end of the fault, also those opened before it: what a
+	// fault-free stretch is judged by.
+	OpenDuring int `json:"openDuring"`
+	// CauseCorrect: the verdict names the service and ExpectedCause.
+	CauseCorrect bool `json:"causeCorrect"`
 	// Anomalies counts the anomalous spans the API listed for the fault's
 	// window (AnomaliesCapped: at least that many, the API's page was full).
 	Anomalies       int            `json:"anomalies"`
@@ -79,6 +103,14 @@ type FaultResult struct {
 	Load         LoadSummary        `json:"load"`
 	Correct      bool               `json:"correct"`
 	Error        string             `json:"error,omitempty"`
+}
+
+// VerdictAt is the server's verdict at a time after a fault's onset.
+type VerdictAt struct {
+	AfterMs  int64  `json:"afterMs"`
+	Incident string `json:"incident"`
+	Service  string `json:"service"`
+	Cause    string `json:"cause"`
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -158,7 +190,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if err != nil {
 			return sum, err
 		}
-		if topo.Service(f.Service) == nil {
+		if f.Name != mesh.FaultNone && topo.Service(f.Service) == nil {
 			return sum, fmt.Errorf("fault %s: no service %q in the topology", s, f.Service)
 		}
 		faults = append(faults, f)
@@ -355,7 +387,24 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if ctx.Err() != nil {
 			return sum, ctx.Err()
 		}
-		fr := runFault(ctx, m, api, token, entry, f, rate, o.Duration, progress(f.String()), out)
+		d := o.Duration
+		if f.Name == mesh.FaultNone && f.Amount != "" {
+			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
+		}
+		fr := runFault(ctx, m, api, token, entry, f, rate, d, progress(f.String()), out)
+		if svc := topo.Service(f.Service); svc != nil {
+			fr.Language = svc.Language
+		}
+		fr.ExpectedCause = mesh.ExpectedCause(f.Name, fr.Language)
+		fr.CauseCorrect = fr.Correct && fr.ExpectedCause != "" && fr.Verdict.Cause == fr.ExpectedCause
+		if f.Name == mesh.FaultNone {
+			fr.CauseCorrect = fr.Correct
+		}
+		if o.ResultsDir != "" && ctx.Err() == nil { // an interrupted run is no result
+			if err := writeJSON(filepath.Join(o.ResultsDir, fmt.Sprintf("fault-%d.json", i+1)), fr); err != nil {
+				return sum, err
+			}
+		}
 		sum.Faults = append(sum.Faults, fr)
 		sum.Correct = sum.Correct && fr.Correct
 		if i < len(faults)-1 {
@@ -457,29 +506,44 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 }
 
 func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mesh.Fault, rate float64, d time.Duration,
-	progress func(loadgen.Progress), out io.Writer) FaultResult {
-	fr := FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
-	// A baseline just before the fault, at the same rate.
+	progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
+	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
+	// A baseline just before the fault, at the same rate, once the server
+	// has closed the incidents of what came before (the previous fault's),
+	// so that each fault is judged on its own incident.
 	base := min(d, 20*time.Second)
 	fr.From = time.Now()
-	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s\n", f, rate, base)
-	if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: base}}, Progress: progress}); err != nil {
-		fr.Error = err.Error()
-		return fr
+	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s (and until no incident is open)\n", f, rate, base)
+	for first := true; ; first = false {
+		if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: base}}, Progress: progress}); err != nil {
+			fr.Error = err.Error()
+			return fr
+		}
+		n, err := openIncidents(ctx, api, token)
+		if err != nil || n == 0 || time.Since(fr.From) > 3*time.Minute {
+			break
+		}
+		if first {
+			fmt.Fprintf(out, "  %d incidents still open; more baseline\n", n)
+		}
+		base = 5 * time.Second
 	}
 	fmt.Fprintf(out, "phase: fault %s on, %.0f/s for %s\n", f, rate, d)
 	onset := time.Now()
+	fr.Onset = onset
 	undo, err := m.Inject(f)
 	if err != nil {
 		fr.Error = err.Error()
 		fmt.Fprintf(out, "  cannot inject %s: %v\n", f, err)
 		return fr
 	}
+	watch := watchVerdicts(ctx, api, token, onset)
 	res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}, Progress: progress})
 	if uerr := undo(); uerr != nil {
 		fmt.Fprintf(out, "  undo %s: %v\n", f, uerr)
 	}
 	fr.To = time.Now()
+	defer func() { fr.Timeline = watch() }()
 	if err != nil {
 		fr.Error = err.Error()
 		return fr
@@ -501,6 +565,19 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 			fr.Anomalies++
 			fr.ByService[a.Service]++
 		}
+	}
+	fr.Incidents, fr.OpenDuring = countIncidents(ctx, api, token, onset, fr.To)
+	if f.Name == mesh.FaultNone {
+		// Nothing injected: any incident open meanwhile is a false alarm.
+		fr.Correct = fr.OpenDuring == 0
+		if !fr.Correct {
+			fr.Incident, _ = serverVerdict(ctx, api, token, onset, fr.To)
+			if fr.Incident != nil && fr.Incident.Verdict != nil {
+				fr.Verdict = *fr.Incident.Verdict
+			}
+		}
+		printFault(out, fr)
+		return fr
 	}
 	fr.Incident, err = serverVerdict(ctx, api, token, onset, fr.To)
 	if err != nil {
@@ -540,6 +617,108 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict)
 	printFault(out, fr)
 	return fr
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// incidentsSince lists the server's incidents overlapping [from, to] (to
+// zero: up to now).
+func incidentsSince(ctx context.Context, api, token string, from, to time.Time) ([]diagnosis.Incident, error) {
+	var resp struct {
+		Incidents []diagnosis.Incident `json:"incidents"`
+	}
+	u := fmt.Sprintf("%s/api/v1/incidents?since=%d&limit=1000", api, from.UnixNano())
+	if !to.IsZero() {
+		u += fmt.Sprintf("&until=%d", to.UnixNano())
+	}
+	err := getJSONAuth(ctx, u, token, &resp)
+	return resp.Incidents, err
+}
+
+// openIncidents counts the server's open incidents.
+func openIncidents(ctx context.Context, api, token string) (int, error) {
+	list, err := incidentsSince(ctx, api, token, time.Now().Add(-time.Hour), time.Time{})
+	n := 0
+	for _, inc := range list {
+		if inc.State == diagnosis.StateOpen {
+			n++
+		}
+	}
+	return n, err
+}
+
+// countIncidents counts the incidents the server opened between from and
+// a few seconds after to (the rule needs a window's worth of requests), and
+// those open at any time between from and to.
+func countIncidents(ctx context.Context, api, token string, from, to time.Time) (opened, open int) {
+	list, _ := incidentsSince(ctx, api, token, from.Add(-10*time.Second), time.Time{})
+	for _, inc := range list {
+		op := time.Unix(0, inc.Opened)
+		if !op.Before(from) && op.Before(to.Add(5*time.Second)) {
+			opened++
+		}
+		if op.Before(to) && (inc.Closed == 0 || !time.Unix(0, inc.Closed).Before(from)) {
+			open++
+		}
+	}
+	return opened, open
+}
+
+// watchVerdicts polls the server's incidents every second from onset on
+// and records each change of the verdict of the incident the fault opened
+// (the one with the most anomalous requests that opened after onset); the
+// function it returns stops polling and returns the changes.
+func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func() []VerdictAt {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan []VerdictAt, 1)
+	go func() {
+		var tl []VerdictAt
+		defer func() { done <- tl }()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			list, err := incidentsSince(ctx, api, token, onset.Add(-10*time.Second), time.Time{})
+			if err == nil {
+				var best *diagnosis.Incident
+				for i, inc := range list {
+					if inc.Opened >= onset.UnixNano() && (best == nil || inc.Anomalous > best.Anomalous) {
+						best = &list[i]
+					}
+				}
+				if best != nil {
+					at := VerdictAt{AfterMs: time.Since(onset).Milliseconds(), Incident: best.ID}
+					if best.Verdict != nil {
+						at.Service, at.Cause = best.Verdict.Service, best.Verdict.Cause
+					}
+					if n := len(tl); n == 0 || tl[n-1].Incident != at.Incident || tl[n-1].Service != at.Service || tl[n-1].Cause != at.Cause {
+						tl = append(tl, at)
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() []VerdictAt {
+		cancel()
+		return <-done
+	}
 }
 
 // culpritPath reads the critical paths of the verdict's example trace and
@@ -712,9 +891,12 @@ func printFault(out io.Writer, fr FaultResult) {
 	} else if fr.Verdict.ExampleTraceID != "" {
 		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
 	}
-	if fr.Correct {
+	switch {
+	case strings.HasPrefix(fr.Injected, mesh.FaultNone):
+		fmt.Fprintf(out, "  check: nothing injected, %d incidents open meanwhile, %d of them opened then (want 0)\n", fr.OpenDuring, fr.Incidents)
+	case fr.Correct:
 		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
-	} else {
+	default:
 		fmt.Fprintf(out, "  check: WRONG — the fault was injected into %q\n", fr.Service)
 	}
 	if fr.Error != "" {

@@ -7,8 +7,11 @@
 // one-second buckets and opens an incident when, over the last Window, at
 // least MinAnomalies of them were anomalous and they were at least MinShare
 // of the entry point's root spans: a surge over the detector's baseline,
-// not the few spans any healthy service has beyond its threshold. The
-// incident closes once the anomalous share has stayed under CloseShare for
+// not the few spans any healthy service has beyond its threshold. A root
+// span counts as anomalous when the detector flagged it, or when it flagged
+// a span of the same trace whose time over its baseline is at least
+// MinImpact of the request's latency (a service deep in the call graph that
+// slowed the request that much). The incident closes once the anomalous share has stayed under CloseShare for
 // Quiet. While an incident is open, and for EvidenceWait after it closed
 // (kernel snapshots and profiles arrive seconds after the spans), its
 // verdict is computed again every VerdictEvery and stored.
@@ -141,6 +144,14 @@ type Config struct {
 	// MinShare is the share of the entry point's root spans in Window that
 	// must be anomalous to open an incident.
 	MinShare float64 `yaml:"min_share"`
+	// MinImpact: a request whose root span the detector did not flag counts
+	// as anomalous all the same when one of its spans was flagged and that
+	// span's time over its own baseline is at least this share of the
+	// request's latency. A service deep in the call graph can triple its
+	// time (and be flagged) while the request grows by far less than the
+	// root's own threshold; what it added to the request is what decides
+	// whether it matters. 0 counts flagged root spans only.
+	MinImpact float64 `yaml:"min_impact"`
 	// CloseShare and Quiet: the incident closes once the anomalous share
 	// over Window has stayed below CloseShare (or no root span came) for
 	// Quiet.
@@ -169,6 +180,7 @@ func DefaultConfig() Config {
 		Window:       10 * time.Second,
 		MinAnomalies: 5,
 		MinShare:     0.2,
+		MinImpact:    0.2,
 		CloseShare:   0.05,
 		Quiet:        20 * time.Second,
 		VerdictEvery: 2 * time.Second,
@@ -191,6 +203,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinShare <= 0 || c.MinShare > 1 {
 		errs = append(errs, errors.New("diagnosis min_share must be in (0, 1]"))
+	}
+	if c.MinImpact < 0 || c.MinImpact > 1 {
+		errs = append(errs, errors.New("diagnosis min_impact must be in [0, 1]"))
 	}
 	if c.CloseShare < 0 || c.CloseShare >= c.MinShare {
 		errs = append(errs, errors.New("diagnosis close_share must be in [0, min_share)"))

@@ -31,6 +31,9 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
+	// notes links the spans of a trace to its root's bucket for the
+	// MinImpact rule: spans of one trace arrive in any order and batches.
+	notes   map[model.TraceID]*traceNote
 	open    map[string]*tracked // by entry point
 	settled []*tracked          // closed, still gathering evidence
 
@@ -51,6 +54,22 @@ type bucket struct {
 	baselineMs    float64
 	baselineSpans int
 }
+
+// traceNote is what the tracker remembers of a recent trace: where its
+// root span was counted (entry, sec zero until it came) and the largest time
+// over its baseline of a flagged span of the trace seen so far.
+type traceNote struct {
+	entry      string
+	sec        int64 // the root's bucket second; 0 while the root has not come
+	start, end int64 // the root span's
+	counted    bool  // the root's bucket counts the trace as anomalous
+	excess     int64 // ns, the largest excess of a flagged non-root span
+	seen       int64 // Unix s the note was made, for expiry
+}
+
+// maxNotes bounds the traces remembered for the MinImpact rule; past it a
+// request counts as anomalous only if its root span was flagged.
+const maxNotes = 200_000
 
 // tracked is an incident the tracker updates.
 type tracked struct {
@@ -73,6 +92,7 @@ func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slo
 	}
 	t := &Tracker{cfg: cfg, st: st, diag: diag, log: logger.With("component", "diagnosis"), now: time.Now,
 		nbuck: int64(cfg.Window / time.Second), entries: map[string]*entry{}, open: map[string]*tracked{},
+		notes: map[model.TraceID]*traceNote{},
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_opened_total",
 			Help: "Incidents opened: surges of anomalous root spans at an entry point."}, nil),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_closed_total",
@@ -97,13 +117,16 @@ func (c Config) Rule() string {
 }
 
 // OnCommitted implements pipeline.Sink: it counts root spans (a trace's
-// entry point) per entry point. It does not block beyond a short mutex.
+// entry point) per entry point, and a request as anomalous when its root
+// span or, by MinImpact, another of its spans says so. It does not block
+// beyond a short mutex.
 func (t *Tracker) OnCommitted(spans []*model.Span) {
 	sec := t.now().Unix()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range spans {
 		if !s.ParentSpanID.IsZero() {
+			t.inner(s, sec)
 			continue
 		}
 		key := EntryKey(s)
@@ -121,19 +144,17 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 			*b = bucket{sec: sec}
 		}
 		b.total++
-		anomalous := s.IsAnomalous()
+		note := t.notes[s.TraceID]
+		anomalous := s.IsAnomalous() || (note != nil && t.impact(note.excess, s.Duration))
+		if t.cfg.MinImpact > 0 && (note != nil || len(t.notes) < maxNotes) {
+			if note == nil {
+				note = &traceNote{}
+				t.notes[s.TraceID] = note
+			}
+			note.entry, note.sec, note.start, note.end, note.counted, note.seen = key, sec, s.Start, s.End(), anomalous, sec
+		}
 		if anomalous {
-			b.anom++
-			if b.firstStart == 0 || s.Start < b.firstStart {
-				b.firstStart = s.Start
-			}
-			b.lastEnd = max(b.lastEnd, s.End())
-			if v, ok := s.Attr(model.AttrBaselineMs); ok {
-				if f, ok := v.Number(); ok {
-					b.baselineMs += f
-					b.baselineSpans++
-				}
-			}
+			b.anomalous(s)
 		}
 		if tr := t.open[key]; tr != nil {
 			tr.inc.Requests++
@@ -144,6 +165,78 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 			tr.dirty = true
 		}
 	}
+}
+
+// impact reports whether a flagged span's excess over its baseline (ns) is
+// at least MinImpact of a request that took dur.
+func (t *Tracker) impact(excess, dur int64) bool {
+	return t.cfg.MinImpact > 0 && excess > 0 && float64(excess) >= t.cfg.MinImpact*float64(dur)
+}
+
+// inner applies the MinImpact rule to a non-root span: a flagged span whose
+// root was already counted as normal turns the request anomalous in the
+// root's bucket (while the bucket is still in the window); one whose root
+// has not come yet is remembered for it.
+func (t *Tracker) inner(s *model.Span, sec int64) {
+	if t.cfg.MinImpact <= 0 || !s.IsAnomalous() {
+		return
+	}
+	v, ok := s.Attr(model.AttrBaselineMs)
+	if !ok {
+		return
+	}
+	base, ok := v.Number()
+	if !ok {
+		return
+	}
+	excess := s.Duration - int64(base*1e6)
+	if excess <= 0 {
+		return
+	}
+	note := t.notes[s.TraceID]
+	if note == nil {
+		if len(t.notes) >= maxNotes {
+			return
+		}
+		note = &traceNote{seen: sec}
+		t.notes[s.TraceID] = note
+	}
+	note.excess = max(note.excess, excess)
+	if note.sec == 0 || note.counted || !t.impact(note.excess, note.end-note.start) {
+		return
+	}
+	note.counted = true
+	if e := t.entries[note.entry]; e != nil {
+		if b := &e.buckets[note.sec%t.nbuck]; b.sec == note.sec {
+			b.anom++
+			b.note(note.start, note.end)
+		}
+	}
+	if tr := t.open[note.entry]; tr != nil {
+		tr.inc.Anomalous++
+		tr.lastEnd = max(tr.lastEnd, note.end)
+		tr.dirty = true
+	}
+}
+
+// anomalous counts an anomalous root span in b.
+func (b *bucket) anomalous(s *model.Span) {
+	b.anom++
+	b.note(s.Start, s.End())
+	if v, ok := s.Attr(model.AttrBaselineMs); ok {
+		if f, ok := v.Number(); ok {
+			b.baselineMs += f
+			b.baselineSpans++
+		}
+	}
+}
+
+// note widens b's span of anomalous requests to [start, end).
+func (b *bucket) note(start, end int64) {
+	if b.firstStart == 0 || start < b.firstStart {
+		b.firstStart = start
+	}
+	b.lastEnd = max(b.lastEnd, end)
 }
 
 // window sums an entry's buckets of the last Window.
@@ -210,6 +303,13 @@ func (t *Tracker) step(now time.Time) []Incident {
 		}
 		if tr == nil && t.open[key] == nil && e.lastSeen < sec-int64(t.cfg.Quiet/time.Second)-t.nbuck {
 			delete(t.entries, key) // idle: its buckets are all outside the window
+		}
+	}
+	// A trace's spans come within seconds of each other; a note older than
+	// the window cannot change a bucket any more.
+	for id, n := range t.notes {
+		if n.seen <= sec-2*t.nbuck {
+			delete(t.notes, id)
 		}
 	}
 	for _, tr := range t.open {

@@ -215,3 +215,90 @@ func TestTrackerRun(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTrackerImpact: requests whose root span the detector did not flag
+// count as anomalous when a flagged span of theirs added at least
+// MinImpact of their latency, whichever of root and span comes first; a
+// flagged span that added little opens nothing.
+func TestTrackerImpact(t *testing.T) {
+	// request is one trace: a 100 ms root (not flagged) and an inner span
+	// of the given duration, flagged over a 10 ms baseline.
+	request := func(n int, at time.Time, innerMs float64) (root, inner *model.Span) {
+		root = &model.Span{TraceID: tid(n), SpanID: sid(n, 0), Service: "frontend", Name: "GET /checkout", Kind: model.KindServer,
+			Start: at.Add(-100 * time.Millisecond).UnixNano(), Duration: int64(100 * time.Millisecond)}
+		inner = &model.Span{TraceID: tid(n), SpanID: sid(n, 1), ParentSpanID: sid(n, 0), Service: "inventory", Name: "GET /stock", Kind: model.KindServer,
+			Start: root.Start + int64(time.Millisecond), Duration: int64(innerMs * 1e6),
+			Attributes: []model.KeyValue{model.Bool(model.AttrAnomaly, true), model.Float(model.AttrBaselineMs, 10)}}
+		return root, inner
+	}
+	for _, tc := range []struct {
+		name      string
+		innerMs   float64 // 10 ms over 100 ms: impact = (innerMs-10)/100
+		rootFirst bool
+		minImpact float64
+		want      int // incidents
+	}{
+		{"inner first, 40% impact", 50, false, 0.2, 1},
+		{"root first, 40% impact", 50, true, 0.2, 1},
+		{"inner first, 5% impact", 15, false, 0.2, 0},
+		{"root first, 5% impact", 15, true, 0.2, 0},
+		{"impact rule off", 50, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t)
+			cfg := DefaultConfig()
+			cfg.MinImpact = tc.minImpact
+			tr, err := NewTracker(cfg, st, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := t0
+			tr.now = func() time.Time { return now }
+			n := 0
+			for range 20 {
+				// Ten requests a second, half of them slowed in the inner
+				// service; roots and inner spans in separate batches.
+				var roots, inners []*model.Span
+				for i := range 10 {
+					r, in := request(n, now, 10)
+					if i%2 == 0 {
+						r, in = request(n, now, tc.innerMs)
+					}
+					n++
+					roots = append(roots, r)
+					if in.Duration > int64(10*time.Millisecond) {
+						inners = append(inners, in)
+					}
+				}
+				if tc.rootFirst {
+					tr.OnCommitted(roots)
+					tr.OnCommitted(inners)
+				} else {
+					tr.OnCommitted(inners)
+					tr.OnCommitted(roots)
+				}
+				for _, inc := range tr.step(now) {
+					tr.put(ctx, inc)
+				}
+				now = now.Add(time.Second)
+			}
+			l, err := st.FindIncidents(ctx, store.IncidentQuery{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(l) != tc.want {
+				t.Fatalf("%d incidents, want %d: %+v", len(l), tc.want, l)
+			}
+			if tc.want == 1 {
+				inc, err := FromStored(l[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if inc.Anomalous*2 > inc.Requests+2 || inc.Anomalous*2 < inc.Requests-10 {
+					t.Errorf("%d anomalous of %d requests, want about half", inc.Anomalous, inc.Requests)
+				}
+			}
+		})
+	}
+}

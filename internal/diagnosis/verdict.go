@@ -95,7 +95,11 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	if err != nil {
 		return nil, err
 	}
-	anoms = slices.DeleteFunc(anoms, func(a analysis.Anomaly) bool { return a.Span == nil || !inWindow[a.Span.TraceID] })
+	// The verdict reads the anomalies (and the artifacts linked to them)
+	// once: the fallback and the search for stored critical paths beyond
+	// the sampled traces reuse them.
+	all := anoms
+	anoms = slices.DeleteFunc(slices.Clone(anoms), func(a analysis.Anomaly) bool { return a.Span == nil || !inWindow[a.Span.TraceID] })
 	caps, capsErr := d.Source.Captures(ctx, 2000)
 	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr}
 	base := analysis.Analyze(ctx, w, nil)
@@ -144,9 +148,9 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
-		shares, total = d.measure(ctx, v, spans, slow, max(untracedGrowth(traces, start.UnixNano(), v.Service), 0))
+		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0))
 		if v.PathSpans == 0 {
-			shares = d.fallback(ctx, v, top, spans)
+			shares = d.fallback(ctx, v, top, spans, all)
 		}
 	}
 	best, runner := pickCause(shares)
@@ -251,7 +255,13 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 // downstream by how much they grew per trace (untracedMs) against the
 // traces before the onset, since their normal time is no part of the
 // slowdown.
-func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, untracedPerTrace float64) ([]causeShare, float64) {
+//
+// The sampled traces hold only some of the incident's requests, and a
+// capture stores the paths of the spans that triggered it, which need not
+// be among them: when the sampled traces give fewer than MaxPaths paths,
+// the stored critical paths linked to any of the culprit's anomalous spans
+// in [onset, to] (anoms) are read too (storedPaths).
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace float64) ([]causeShare, float64) {
 	if d.Paths == nil {
 		v.Missing = append(v.Missing, "kernel critical paths: not read here")
 		return nil, 0
@@ -306,6 +316,21 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			}
 		}
 	}
+	if read < d.Config.MaxPaths && ctx.Err() == nil {
+		done := map[model.TraceID]bool{}
+		for _, t := range slow {
+			done[t[0].TraceID] = true
+		}
+		n, extra, err := d.storedPaths(ctx, waits, v.Service, anoms, onset, to, done, d.Config.MaxPaths-read)
+		if err != nil && len(notes) < 3 {
+			notes = append(notes, err.Error())
+		}
+		if n > 0 {
+			v.PathSpans += n
+			read += extra
+			v.Evidence = append(v.Evidence, fmt.Sprintf("%d of the paths come from the stored critical paths of captures during the incident, of traces beyond the %d compared", n, len(slow)))
+		}
+	}
 	if v.PathSpans == 0 {
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel critical paths: none for %s's %d slow spans (%d traces had no kernel snapshot linked; is an agent running on its node, with %s registered?)",
 			v.Service, len(spans), noSnap, v.Service))
@@ -314,7 +339,9 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		}
 		return nil, 0
 	}
-	v.ExampleTraceID = example
+	if example != "" {
+		v.ExampleTraceID = example
+	}
 	untracedMs = untracedPerTrace * float64(read)
 	for k, ms := range waits {
 		waits[k] = round2(ms)
@@ -334,20 +361,17 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 // fallback names a cause without kernel paths: from the run-queue wait
 // rootline run puts on spans, then from the CPU profiles and JFR recordings
 // captured for the slow spans.
-func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span) []causeShare {
+func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span, anoms []analysis.Anomaly) []causeShare {
 	if top.LocalDeltaMs > 0 && top.LocalDeltaMs >= 0.5*top.SelfDeltaMs {
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", v.Service, top.LocalDeltaMs))
 		v.Missing = append(v.Missing, "a kernel snapshot, to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)")
 		return []causeShare{{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}}
 	}
-	anoms, err := d.Source.Anomalies(ctx, time.Unix(0, spans[len(spans)-1].Start).Add(-time.Second), maxAnomalies)
-	if err != nil {
-		v.Missing = append(v.Missing, "anomalies unreadable: "+err.Error())
-		return nil
-	}
 	arts := map[model.SpanID][]store.Artifact{}
 	for _, a := range anoms {
-		arts[a.Span.SpanID] = a.Artifacts
+		if a.Span != nil {
+			arts[a.Span.SpanID] = a.Artifacts
+		}
 	}
 	var slow []analysis.SlowSpan
 	for _, s := range spans {

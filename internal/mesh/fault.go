@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +26,49 @@ const (
 	FaultSlowDownstream = "slow-downstream" // app: slow calls to its downstreams
 	FaultDisk           = "disk"            // app: fsync storm
 	FaultCPU            = "cpu"             // app: extra CPU work per request
+	FaultPacketLoss     = "packet-loss"     // a BPF dropper on the service's links (pod mode)
+	FaultNoisyNeighbour = "noisy-neighbour" // busy processes on the service's CPU, outside its cgroup
+	// FaultNone injects nothing: a fault-free run of a fault suite, where
+	// no incident should open. It takes no service; its amount is how long
+	// the stretch lasts ("none", "none=10m").
+	FaultNone = "none"
 )
+
+// ExpectedCause is the cause a diagnosis should name for a fault of name in
+// a service of language (default.yaml's languages): the ground truth of a
+// fault suite. "" when the fault has none the kernel can measure: a
+// slow-downstream fault is a timer sleep in the service, which is the
+// program's own choice (docs/diagnosis.md), and none injects nothing. An
+// allocation storm is a GC cause only where the runtime stops the program
+// to collect (the JVM, whose JFR records the pauses); Go collects
+// concurrently and CPython frees by reference counting, so there it is the
+// service's own CPU.
+func ExpectedCause(name, language string) string {
+	switch name {
+	case FaultLock:
+		return "lock"
+	case FaultCPUThrottle:
+		return "cpu-throttle"
+	case FaultCPUHog:
+		// The busy processes share the service's cgroup and its quota: the
+		// service's threads are held off by the quota the hogs use up.
+		return "cpu-throttle"
+	case FaultNetBandwidth, FaultNetDelay, FaultPacketLoss:
+		return "network"
+	case FaultNoisyNeighbour:
+		return "cpu-contention"
+	case FaultDisk:
+		return "disk"
+	case FaultCPU:
+		return "cpu"
+	case FaultGC:
+		if language == "java" {
+			return "gc"
+		}
+		return "cpu"
+	}
+	return ""
+}
 
 // DefaultAmounts are the amounts used when Fault.Amount is empty. The app's
 // own default applies to app faults not listed.
@@ -37,6 +80,10 @@ var DefaultAmounts = map[string]string{
 	// The hot lock: 20 ms held per request shows at the demo's rates
 	// (visits/s × 20 ms well below 1 s/s, but queueing under concurrency).
 	FaultLock: "20ms",
+	// A tenth of the packets: TCP recovers most by retransmission after a
+	// timeout (200 ms at least), which is what makes a lossy link slow.
+	FaultPacketLoss:     "10%",
+	FaultNoisyNeighbour: "2",
 }
 
 // appFaults maps fault names to the name the app's POST /fault takes.
@@ -47,7 +94,7 @@ var appFaults = map[string]string{
 // FaultNames lists every fault Inject knows.
 func FaultNames() []string {
 	return []string{FaultLock, FaultCPUThrottle, FaultCPUHog, FaultNetBandwidth, FaultNetDelay,
-		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU}
+		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU, FaultPacketLoss, FaultNoisyNeighbour}
 }
 
 // Fault is a slowdown of one service.
@@ -65,6 +112,12 @@ type Fault struct {
 }
 
 func (f Fault) String() string {
+	if f.Name == FaultNone && f.Amount == "" {
+		return FaultNone
+	}
+	if f.Name == FaultNone {
+		return FaultNone + "=" + f.Amount
+	}
 	s := f.Name + "@" + f.Service
 	if f.Amount != "" {
 		s += "=" + f.Amount
@@ -74,6 +127,14 @@ func (f Fault) String() string {
 
 // ParseFault parses name@service or name@service=amount.
 func ParseFault(s string) (Fault, error) {
+	if rest, ok := strings.CutPrefix(s, FaultNone); ok && (rest == "" || rest[0] == '=') {
+		// none[=duration]: how long the fault-free stretch lasts.
+		f := Fault{Name: FaultNone, Amount: strings.TrimPrefix(rest, "=")}
+		if d, err := time.ParseDuration(f.Amount); f.Amount != "" && (err != nil || d <= 0) {
+			return Fault{}, fmt.Errorf("mesh: fault %q: want none or none=DURATION", s)
+		}
+		return f, nil
+	}
 	name, rest, ok := strings.Cut(s, "@")
 	if !ok || name == "" || rest == "" {
 		return Fault{}, fmt.Errorf("mesh: fault %q: want name@service[=amount]", s)
@@ -93,6 +154,9 @@ func ParseFault(s string) (Fault, error) {
 // sidecars) returns an error wrapping ErrNeedRoot, ErrPortMode or
 // ErrNoSidecar.
 func (m *Mesh) Inject(f Fault) (undo func() error, err error) {
+	if f.Name == FaultNone {
+		return func() error { return nil }, nil
+	}
 	st := m.service(f.Service)
 	if st == nil {
 		return nil, fmt.Errorf("mesh: fault %s: unknown service %q", f.Name, f.Service)
@@ -116,6 +180,10 @@ func (m *Mesh) Inject(f Fault) (undo func() error, err error) {
 		stop, err = m.netBandwidth(st, f.Amount)
 	case FaultNetDelay:
 		stop, err = m.netDelay(st, f.Amount)
+	case FaultPacketLoss:
+		stop, err = m.packetLoss(st, f.Amount)
+	case FaultNoisyNeighbour:
+		stop, err = m.noisyNeighbour(st, f.Amount)
 	default:
 		name, ok := appFaults[f.Name]
 		if !ok {
@@ -230,35 +298,57 @@ func (m *Mesh) addAppTree(st *ServiceState) {
 const CPUHogLimit = 0.5
 
 func (m *Mesh) cpuHog(st *ServiceState, amount string) (func() error, error) {
-	n, err := strconv.Atoi(amount)
-	if err != nil || n < 1 || n > 64 {
-		return nil, fmt.Errorf("bad cpu-hog amount %q (want a number of busy processes)", amount)
+	n, err := m.busyCount(st, FaultCPUHog, amount)
+	if err != nil {
+		return nil, err
 	}
-	if m.cg == nil {
-		if !m.root {
-			return nil, ErrNeedRoot
-		}
-		return nil, errors.New("no usable cgroup cpu controller")
-	}
-	m.addAppTree(st)
 	restore, err := m.cg.setQuota(st.Name, CPUHogLimit)
 	if err != nil {
 		return nil, err
 	}
-	var hogs []*proc
+	// The hogs share the service's cgroup (its pod): its CPU limit and its
+	// share of the machine.
+	return m.busy(st.Name+".hog", n, m.cg.procsFiles(st.Name), -1, restore)
+}
+
+// busyCount reads the number of busy processes of a fault on st and puts
+// st's whole app tree in its cgroups, which the fault changes.
+func (m *Mesh) busyCount(st *ServiceState, fault, amount string) (int, error) {
+	n, err := strconv.Atoi(amount)
+	if err != nil || n < 1 || n > 64 {
+		return 0, fmt.Errorf("bad %s amount %q (want a number of busy processes)", fault, amount)
+	}
+	if m.cg == nil {
+		if !m.root {
+			return 0, ErrNeedRoot
+		}
+		return 0, errors.New("no usable cgroup cpu controller")
+	}
+	m.addAppTree(st)
+	return n, nil
+}
+
+// busy starts n busy shell loops named label0…, in the cgroups of
+// cgroupProcs (none: the mesh's own), pinned to CPU cpu when ≥ 0, and
+// returns the function that stops them and then calls restore.
+func (m *Mesh) busy(label string, n int, cgroupProcs []string, cpu int, restore func() error) (func() error, error) {
+	var procs []*proc
 	stop := func() error {
-		stopProcs(hogs)
+		stopProcs(procs)
 		return restore()
 	}
 	for i := range n {
-		// The hogs share the service's cgroup (its pod): its CPU limit and
-		// its share of the machine.
-		p, err := m.spawn(fmt.Sprintf("%s.hog%d", st.Name, i), "", []string{"sh", "-c", "while :; do :; done"},
-			os.Environ(), m.cg.procsFiles(st.Name), false)
+		p, err := m.spawn(fmt.Sprintf("%s%d", label, i), "", []string{"sh", "-c", "while :; do :; done"}, os.Environ(), cgroupProcs, false)
+		if err == nil && cpu >= 0 {
+			err = pinPID(p.cmd.Process.Pid, cpu)
+		}
 		if err != nil {
+			if p != nil {
+				procs = append(procs, p)
+			}
 			return nil, errors.Join(err, stop())
 		}
-		hogs = append(hogs, p)
+		procs = append(procs, p)
 	}
 	return stop, nil
 }
@@ -326,6 +416,60 @@ func (m *Mesh) netDelay(st *ServiceState, amount string) (func() error, error) {
 	}, func(r Replica) error {
 		return envoyRuntime(r.EnvoyAdmin, map[string]string{rtDelayPercent: "0"})
 	})
+}
+
+// parseShare reads "10%" or "0.1" as a share in (0, 1].
+func parseShare(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if strings.HasSuffix(s, "%") {
+		v /= 100
+	}
+	if err != nil || v <= 0 || v > 1 {
+		return 0, fmt.Errorf("bad share %q (want 10%% or 0.1)", s)
+	}
+	return v, nil
+}
+
+func (m *Mesh) packetLoss(st *ServiceState, amount string) (func() error, error) {
+	p, err := parseShare(amount)
+	if err != nil {
+		return nil, err
+	}
+	if m.mode != ModePod {
+		return nil, fmt.Errorf("drops on a pod's link: %w", ErrPortMode)
+	}
+	if !m.root {
+		return nil, ErrNeedRoot
+	}
+	stops := map[string]func() error{}
+	return forReplicas(st, func(r Replica) error {
+		// On the host end of the pod's link: its egress is traffic into
+		// the service (requests, its callees' answers), its ingress what
+		// the service sends.
+		stop, err := attachDropper(r.Veth, p)
+		if err == nil {
+			stops[r.Veth] = stop
+		}
+		return err
+	}, func(r Replica) error { return stops[r.Veth]() })
+}
+
+// noisyNeighbour confines the service's apps to one CPU (its cgroup's
+// cpuset) and starts n busy processes pinned to the same CPU outside its
+// cgroups: other programs of the node that want the CPU the service runs
+// on, as in an oversubscribed node. The service has no CPU limit; its
+// threads wait in the run queue.
+func (m *Mesh) noisyNeighbour(st *ServiceState, amount string) (func() error, error) {
+	n, err := m.busyCount(st, FaultNoisyNeighbour, amount)
+	if err != nil {
+		return nil, err
+	}
+	cpu := runtime.NumCPU() - 1
+	restore, err := m.cg.pin(st.Name, cpu)
+	if err != nil {
+		return nil, err
+	}
+	return m.busy(st.Name+".neighbour", n, nil, cpu, restore)
 }
 
 // appFault turns a fault of the app itself on through its ADMIN endpoint.

@@ -201,6 +201,36 @@ func (cg *cgroups) setQuota(svc string, cpus float64) (func() error, error) {
 	return func() error { return writeFile(filepath.Join(d, "cpu.max"), fmt.Sprintf("max %d", period)) }, nil
 }
 
+// pin confines svc's cgroup to one CPU (cpuset.cpus); the returned
+// function gives it back its CPUs.
+func (cg *cgroups) pin(svc string, cpu int) (func() error, error) {
+	var d string
+	switch {
+	case cg.cpuset != "":
+		d = filepath.Join(cg.cpuset, cg.name, svc)
+	case cg.v2set:
+		d = filepath.Join(cg.v2, cg.name, svc)
+	default:
+		return nil, errors.New("no cgroup cpuset controller to pin the service to a CPU")
+	}
+	f := filepath.Join(d, "cpuset.cpus")
+	old, err := os.ReadFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	prev := strings.TrimSpace(string(old))
+	if prev == "" {
+		// v2: empty means the parent's CPUs.
+		if b, err := os.ReadFile(filepath.Join(d, "cpuset.cpus.effective")); err == nil {
+			prev = strings.TrimSpace(string(b))
+		}
+	}
+	if err := writeFile(f, strconv.Itoa(cpu)); err != nil {
+		return nil, err
+	}
+	return func() error { return writeFile(f, prev) }, nil
+}
+
 // remove deletes the cgroups made, children first; processes still inside
 // (leftovers of a wrapper) are killed.
 func (cg *cgroups) remove() error {

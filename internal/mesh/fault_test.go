@@ -18,6 +18,11 @@ func TestParseFault(t *testing.T) {
 		{in: "lock@E", want: Fault{Name: "lock", Service: "E"}},
 		{in: "net-delay@B=50ms", want: Fault{Name: "net-delay", Service: "B", Amount: "50ms"}},
 		{in: "cpu-throttle@C=20%", want: Fault{Name: "cpu-throttle", Service: "C", Amount: "20%"}},
+		{in: "none", want: Fault{Name: "none"}},
+		{in: "none@E", err: true},
+		{in: "none=10m", want: Fault{Name: "none", Amount: "10m"}},
+		{in: "none=x", err: true},
+		{in: "nonesuch@E", err: true},
 		{in: "lock", err: true},
 		{in: "@E", err: true},
 		{in: "boom@E", err: true},
@@ -107,5 +112,25 @@ func TestCleanupStale(t *testing.T) {
 	case <-exited:
 	case <-time.After(5 * time.Second):
 		t.Error("the process in the stale namespace still runs")
+	}
+}
+
+// TestExpectedCause: every fault the suite injects has the cause its
+// mechanism makes, and those with none the kernel measures have "".
+func TestExpectedCause(t *testing.T) {
+	for _, tc := range []struct{ name, lang, want string }{
+		{FaultLock, "python", "lock"}, {FaultCPUThrottle, "go", "cpu-throttle"}, {FaultCPUHog, "java", "cpu-throttle"},
+		{FaultNetBandwidth, "go", "network"}, {FaultNetDelay, "java", "network"}, {FaultDisk, "python", "disk"},
+		{FaultCPU, "go", "cpu"}, {FaultGC, "java", "gc"}, {FaultGC, "go", "cpu"}, {FaultGC, "python", "cpu"},
+		{FaultSlowDownstream, "go", ""}, {FaultNone, "", ""},
+	} {
+		if got := ExpectedCause(tc.name, tc.lang); got != tc.want {
+			t.Errorf("ExpectedCause(%s, %s) = %q, want %q", tc.name, tc.lang, got, tc.want)
+		}
+	}
+	for _, n := range FaultNames() {
+		if n != FaultSlowDownstream && ExpectedCause(n, "java") == "" {
+			t.Errorf("fault %s has no expected cause", n)
+		}
 	}
 }

@@ -1,6 +1,11 @@
 package mesh
 
-import "syscall"
+import (
+	"fmt"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // procAttr puts each process in its own group (Close signals the group) and
 // has the kernel kill it if the mesh process dies. asEnvoy runs it with
@@ -11,4 +16,15 @@ func procAttr(asEnvoy bool) *syscall.SysProcAttr {
 		a.Credential = &syscall.Credential{Uid: 0, Gid: EnvoyGID, NoSetGroups: true}
 	}
 	return a
+}
+
+// pinPID confines a process (its main thread; a shell loop has no other)
+// to one CPU.
+func pinPID(pid, cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(pid, &set); err != nil {
+		return fmt.Errorf("pin process %d to CPU %d: %w", pid, cpu, err)
+	}
+	return nil
 }

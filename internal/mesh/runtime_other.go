@@ -2,6 +2,11 @@
 
 package mesh
 
-import "syscall"
+import (
+	"errors"
+	"syscall"
+)
 
 func procAttr(bool) *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func pinPID(int, int) error { return errors.New("pinning a process to a CPU needs Linux") }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,6 +416,89 @@ func TestPodMode(t *testing.T) {
 		// it gets at most a sixth.
 		if slow < 2*base {
 			t.Errorf("median with the hogs %v, baseline %v: want at least twice as slow", slow, base)
+		}
+	})
+
+	t.Run("packet-loss", func(t *testing.T) {
+		base := median(t, entry, 5)
+		// stalls counts, of n requests, those that took a retransmission
+		// timeout (≥ 200 ms) more than the baseline median.
+		stalls := func(n int) (k int, all []time.Duration) {
+			for range n {
+				_, d := get(t, entry)
+				all = append(all, d)
+				if d >= base+180*time.Millisecond {
+					k++
+				}
+			}
+			return k, all
+		}
+		undo, err := m.Inject(Fault{Name: FaultPacketLoss, Service: "c", Amount: "30%"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 30 % of the packets on c's link lost: TCP resends a lost one
+		// after a timeout of at least 200 ms (a lost ACK may cost nothing).
+		during, slow := stalls(15)
+		if err := undo(); err != nil {
+			t.Fatal(err)
+		}
+		after, fast := stalls(15)
+		t.Logf("packet-loss 30%% on c: baseline median %v; with loss %d of 15 requests stalled ≥ 180 ms more (%v); after undo %d (%v)",
+			base, during, slow, after, fast)
+		if during < 2 {
+			t.Errorf("with loss %d of 15 requests stalled for a retransmission timeout, want ≥ 2", during)
+		}
+		if after >= during {
+			t.Errorf("after undo %d of 15 requests stalled, with loss %d: the dropper stayed", after, during)
+		}
+	})
+
+	t.Run("noisy-neighbour", func(t *testing.T) {
+		base := median(t, entry, 5)
+		undo, err := m.Inject(Fault{Name: FaultNoisyNeighbour, Service: "c", Amount: "2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpu := strconv.Itoa(runtime.NumCPU() - 1)
+		setFile := filepath.Join(m.cg.cpuset, m.cg.name, "c", "cpuset.cpus")
+		if m.cg.cpuset == "" {
+			setFile = filepath.Join(m.cg.v2, m.cg.name, "c", "cpuset.cpus")
+		}
+		set, _ := os.ReadFile(setFile)
+		var neighbours []string
+		m.mu.Lock()
+		procs := slices.Clone(m.procs)
+		m.mu.Unlock()
+		for _, p := range procs {
+			if strings.HasPrefix(p.name, "c.neighbour") {
+				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+				for _, l := range strings.Split(string(st), "\n") {
+					if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+						neighbours = append(neighbours, strings.TrimSpace(v))
+					}
+				}
+			}
+		}
+		slow := median(t, entry, 5)
+		if err := undo(); err != nil {
+			t.Fatal(err)
+		}
+		set2, _ := os.ReadFile(setFile)
+		t.Logf("noisy-neighbour on c: cpuset %q, neighbours on CPUs %q, median %v → %v", strings.TrimSpace(string(set)), neighbours, base, slow)
+		if strings.TrimSpace(string(set)) != cpu {
+			t.Errorf("c's cpuset.cpus = %q during the fault, want %s", set, cpu)
+		}
+		if len(neighbours) != 2 || neighbours[0] != cpu || neighbours[1] != cpu {
+			t.Errorf("neighbours' CPUs %q, want two on CPU %s", neighbours, cpu)
+		}
+		if strings.TrimSpace(string(set2)) == cpu && runtime.NumCPU() > 1 {
+			t.Errorf("cpuset not restored: %q", set2)
+		}
+		// c does 30 ms of CPU per request and now shares its one CPU with
+		// two busy processes that are no part of its cgroup.
+		if slow < base*3/2 {
+			t.Errorf("median with the neighbours %v, baseline %v: want at least 1.5 times as slow", slow, base)
 		}
 	})
 

@@ -491,6 +491,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Diagnosis.Window, "diagnosis.window", c.Diagnosis.Window, "window over which an entry point's anomalous root spans are counted to open an incident")
 	fs.IntVar(&c.Diagnosis.MinAnomalies, "diagnosis.min-anomalies", c.Diagnosis.MinAnomalies, "anomalous root spans of an entry point within the window that open an incident (with --diagnosis.min-share)")
 	fs.Float64Var(&c.Diagnosis.MinShare, "diagnosis.min-share", c.Diagnosis.MinShare, "share of the entry point's root spans within the window that must be anomalous to open an incident")
+	fs.Float64Var(&c.Diagnosis.MinImpact, "diagnosis.min-impact", c.Diagnosis.MinImpact, "a request whose root span is not anomalous counts as anomalous when a flagged span of it took at least this share of its latency over its own baseline (0: root spans only)")
 	fs.Float64Var(&c.Diagnosis.CloseShare, "diagnosis.close-share", c.Diagnosis.CloseShare, "an incident closes once the anomalous share stayed under this for --diagnosis.quiet")
 	fs.DurationVar(&c.Diagnosis.Quiet, "diagnosis.quiet", c.Diagnosis.Quiet, "how long the anomalous share must stay under --diagnosis.close-share to close an incident")
 	fs.DurationVar(&c.Diagnosis.VerdictEvery, "diagnosis.verdict-every", c.Diagnosis.VerdictEvery, "how often an incident's verdict is computed again while evidence may still arrive")

@@ -1,0 +1,356 @@
+// Command accuracy scores the runs of bench/accuracy.sh: each run is one
+// fault (or a fault-free stretch) the mesh demo injected, with its result
+// as `rootline demo --results-dir` wrote it (internal/demo.FaultResult),
+// saved as DIR/runs/<run>.json. It writes DIR/summary.md and
+// DIR/summary.json: service top-1, cause top-1, both, time from onset to
+// verdict, the confusion matrix of causes, the incidents of the fault-free
+// runs, and every wrong run with what the verdict said.
+//
+//	go run ./bench/accuracy DIR
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/diagnosis"
+	"github.com/rootline/rootline/internal/mesh"
+)
+
+// Run is one scored run.
+type Run struct {
+	ID       string  `json:"id"`
+	Fault    string  `json:"fault"`
+	Class    string  `json:"class"`
+	Service  string  `json:"service"`
+	Language string  `json:"language"`
+	Rate     float64 `json:"rate"`
+	// Expected is the ground truth cause ("" for a fault-free run).
+	Expected string `json:"expectedCause"`
+	// Got are the verdict's service and cause ("" when no incident
+	// opened).
+	GotService string `json:"gotService"`
+	GotCause   string `json:"gotCause"`
+	Incident   bool   `json:"incident"`
+	// Preexisting: the incident read had opened before the onset (it
+	// merged the fault with a slowdown already going on).
+	Preexisting bool `json:"preexisting,omitempty"`
+	// Incidents opened during the run (all entry points); for a fault-free
+	// run, those open at any time during it.
+	Incidents    int  `json:"incidents"`
+	ServiceRight bool `json:"serviceRight"`
+	CauseRight   bool `json:"causeRight"`
+	// VerdictMs is the time from the onset to the first verdict that
+	// named the final verdict's service and cause (-1: none seen).
+	VerdictMs int64 `json:"verdictMs"`
+	// FreeSeconds is the length of a fault-free run.
+	FreeSeconds float64  `json:"freeSeconds,omitempty"`
+	Why         []string `json:"why,omitempty"`
+	Error       string   `json:"error,omitempty"`
+}
+
+// Tally counts fault runs and those right on service, cause and both.
+type Tally struct {
+	Faulty       int `json:"faultyRuns"`
+	ServiceRight int `json:"serviceRight"`
+	CauseRight   int `json:"causeRight"`
+	BothRight    int `json:"bothRight"`
+}
+
+// add counts r and reports whether it was right on both.
+func (t *Tally) add(r Run) bool {
+	t.Faulty++
+	if r.ServiceRight {
+		t.ServiceRight++
+	}
+	if r.CauseRight {
+		t.CauseRight++
+	}
+	if r.ServiceRight && r.CauseRight {
+		t.BothRight++
+		return true
+	}
+	return false
+}
+
+// Summary is what summary.json holds.
+type Summary struct {
+	Runs []Run `json:"runs"`
+	Tally
+	// MedianVerdictMs and MaxVerdictMs are over the runs whose verdict was
+	// right on both counts.
+	MedianVerdictMs int64 `json:"medianVerdictMs"`
+	MaxVerdictMs    int64 `json:"maxVerdictMs"`
+	TimedRuns       int   `json:"timedRuns"`
+	// Confusion counts runs by expected cause, then the verdict's cause
+	// ("no incident" when none opened).
+	Confusion map[string]map[string]int `json:"confusion"`
+	// FreeRuns, FreeMinutes and FreeIncidents are the fault-free runs.
+	FreeRuns      int     `json:"freeRuns"`
+	FreeMinutes   float64 `json:"freeMinutes"`
+	FreeIncidents int     `json:"freeIncidents"`
+}
+
+const noIncident = "no incident"
+
+func main() {
+	if len(os.Args) != 2 || strings.HasPrefix(os.Args[1], "-") {
+		fmt.Fprintln(os.Stderr, "usage: go run ./bench/accuracy DIR   (DIR/runs/*.json from bench/accuracy.sh)")
+		os.Exit(2)
+	}
+	dir := os.Args[1]
+	files, err := filepath.Glob(filepath.Join(dir, "runs", "*.json"))
+	if err != nil || len(files) == 0 {
+		fmt.Fprintf(os.Stderr, "accuracy: no runs in %s/runs\n", dir)
+		os.Exit(1)
+	}
+	var runs []Run
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "accuracy:", err)
+			os.Exit(1)
+		}
+		var fr demo.FaultResult
+		if err := json.Unmarshal(b, &fr); err != nil {
+			fmt.Fprintf(os.Stderr, "accuracy: %s: %v\n", f, err)
+			os.Exit(1)
+		}
+		runs = append(runs, Score(strings.TrimSuffix(filepath.Base(f), ".json"), fr))
+	}
+	sum := Summarize(runs)
+	b, _ := json.MarshalIndent(sum, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "accuracy:", err)
+		os.Exit(1)
+	}
+	f, err := os.Create(filepath.Join(dir, "summary.md"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "accuracy:", err)
+		os.Exit(1)
+	}
+	Markdown(f, sum)
+	if err := f.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "accuracy:", err)
+		os.Exit(1)
+	}
+	Markdown(os.Stdout, sum)
+}
+
+// Score scores one run's result.
+func Score(id string, fr demo.FaultResult) Run {
+	f, _ := mesh.ParseFault(fr.Injected)
+	r := Run{ID: id, Fault: fr.Injected, Class: f.Name, Service: fr.Service, Language: fr.Language, Rate: fr.Load.Rate,
+		Expected: fr.ExpectedCause, Incidents: fr.Incidents, Incident: fr.Incident != nil, VerdictMs: -1, Error: fr.Error}
+	if f.Name == mesh.FaultNone {
+		r.FreeSeconds = fr.To.Sub(fr.Onset).Seconds()
+		if fr.Incident != nil && fr.Incident.Verdict != nil {
+			r.GotService, r.GotCause = fr.Incident.Verdict.Service, fr.Incident.Verdict.Cause
+		}
+		r.Incidents = fr.OpenDuring
+		if fr.OpenDuring > 0 {
+			r.Why = append(r.Why, fmt.Sprintf("%d incidents open with nothing injected (%d opened during the stretch, the others before it)", fr.OpenDuring, fr.Incidents))
+			if fr.Incident != nil && fr.Incident.Verdict != nil {
+				r.Why = append(r.Why, fmt.Sprintf("verdict %s/%s; load p50 %.1f ms, p99 %.1f ms", r.GotService, r.GotCause, fr.Load.P50Ms, fr.Load.P99Ms))
+			}
+		}
+		return r
+	}
+	if fr.Incident != nil && fr.Incident.Verdict != nil {
+		r.GotService, r.GotCause = fr.Verdict.Service, fr.Verdict.Cause
+	}
+	if fr.Incident != nil && !fr.Onset.IsZero() && fr.Incident.Opened < fr.Onset.UnixNano() {
+		r.Preexisting = true
+		r.Why = append(r.Why, fmt.Sprintf("the incident read (%s) opened %.0f s before the onset: the fault merged into a slowdown already going on",
+			fr.Incident.ID, float64(fr.Onset.UnixNano()-fr.Incident.Opened)/1e9))
+	}
+	r.ServiceRight = r.Incident && r.GotService == fr.Service
+	r.CauseRight = r.Incident && r.Expected != "" && r.GotCause == r.Expected
+	if r.Incident {
+		for _, at := range fr.Timeline {
+			if at.Service == r.GotService && at.Cause == r.GotCause && at.Service != "" {
+				r.VerdictMs = at.AfterMs
+				break
+			}
+		}
+	}
+	switch {
+	case !r.Incident:
+		r.Why = append(r.Why, fmt.Sprintf("no incident opened (load p50 %.1f ms, p99 %.1f ms; %d anomalous spans, %v by service)",
+			fr.Load.P50Ms, fr.Load.P99Ms, fr.Anomalies, fr.ByService))
+	case !r.ServiceRight || !r.CauseRight:
+		v := fr.Verdict
+		r.Why = append(r.Why, fmt.Sprintf("verdict %s/%s (confidence %.2f, %d of %d slow spans with a kernel path, waits %v)",
+			v.Service, v.Cause, v.Confidence, v.PathSpans, v.SlowSpans, v.Waits))
+		for i, sc := range v.Ranking {
+			if i == 3 {
+				break
+			}
+			r.Why = append(r.Why, fmt.Sprintf("ranked %s: +%.1f ms own, +%.1f ms network, +%.1f ms run queue per trace", sc.Service, sc.SelfDeltaMs, sc.NetDeltaMs, sc.LocalDeltaMs))
+		}
+		for _, m := range v.Missing {
+			r.Why = append(r.Why, "missing: "+m)
+		}
+	}
+	return r
+}
+
+// Summarize totals the runs.
+func Summarize(runs []Run) Summary {
+	slices.SortFunc(runs, func(a, b Run) int { return cmp.Compare(a.ID, b.ID) })
+	s := Summary{Runs: runs, Confusion: map[string]map[string]int{}}
+	var times []int64
+	for _, r := range runs {
+		if r.Class == mesh.FaultNone {
+			s.FreeRuns++
+			s.FreeMinutes += r.FreeSeconds / 60
+			s.FreeIncidents += r.Incidents
+			continue
+		}
+		if s.add(r) && r.VerdictMs >= 0 {
+			times = append(times, r.VerdictMs)
+		}
+		got := r.GotCause
+		if !r.Incident {
+			got = noIncident
+		}
+		exp := cmp.Or(r.Expected, "(none measurable)")
+		if s.Confusion[exp] == nil {
+			s.Confusion[exp] = map[string]int{}
+		}
+		s.Confusion[exp][got]++
+	}
+	s.TimedRuns = len(times)
+	if len(times) > 0 {
+		slices.Sort(times)
+		s.MedianVerdictMs = times[len(times)/2]
+		s.MaxVerdictMs = times[len(times)-1]
+	}
+	return s
+}
+
+func pct(n, of int) string {
+	if of == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%d/%d (%.0f %%)", n, of, 100*float64(n)/float64(of))
+}
+
+// Markdown renders the summary.
+func Markdown(w io.Writer, s Summary) {
+	fmt.Fprintf(w, "## Diagnosis accuracy: %d fault runs, %d fault-free runs (%.1f min)\n\n", s.Faulty, s.FreeRuns, s.FreeMinutes)
+	fmt.Fprintf(w, "| measure | result |\n|---|---|\n")
+	fmt.Fprintf(w, "| service top-1 | %s |\n", pct(s.ServiceRight, s.Faulty))
+	fmt.Fprintf(w, "| cause top-1 | %s |\n", pct(s.CauseRight, s.Faulty))
+	fmt.Fprintf(w, "| service and cause | %s |\n", pct(s.BothRight, s.Faulty))
+	if s.TimedRuns > 0 {
+		fmt.Fprintf(w, "| onset → verdict (both right), median / max | %s / %s (%d runs) |\n",
+			time.Duration(s.MedianVerdictMs)*time.Millisecond, time.Duration(s.MaxVerdictMs)*time.Millisecond, s.TimedRuns)
+	} else {
+		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
+	}
+	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min |\n\n", s.FreeIncidents, s.FreeMinutes)
+
+	// By class and by language.
+	for _, by := range []struct {
+		name string
+		key  func(Run) string
+	}{{"fault class", func(r Run) string { return r.Class }}, {"language", func(r Run) string { return r.Language }}} {
+		m := map[string]*Tally{}
+		var keys []string
+		for _, r := range s.Runs {
+			if r.Class == mesh.FaultNone {
+				continue
+			}
+			k := by.key(r)
+			if m[k] == nil {
+				m[k] = &Tally{}
+				keys = append(keys, k)
+			}
+			m[k].add(r)
+		}
+		slices.Sort(keys)
+		fmt.Fprintf(w, "| %s | runs | service | cause | both |\n|---|---|---|---|---|\n", by.name)
+		for _, k := range keys {
+			a := m[k]
+			fmt.Fprintf(w, "| %s | %d | %d | %d | %d |\n", k, a.Faulty, a.ServiceRight, a.CauseRight, a.BothRight)
+		}
+		fmt.Fprintln(w)
+	}
+
+	// The confusion matrix: expected cause (rows) × the verdict's cause.
+	cols := append(slices.Clone(diagnosis.Causes), noIncident)
+	var rows []string
+	for k := range s.Confusion {
+		rows = append(rows, k)
+	}
+	slices.Sort(rows)
+	used := map[string]bool{}
+	for _, r := range rows {
+		for c := range s.Confusion[r] {
+			used[c] = true
+		}
+	}
+	cols = slices.DeleteFunc(cols, func(c string) bool { return !used[c] })
+	fmt.Fprintf(w, "Confusion matrix (rows: the injected fault's cause; columns: the verdict's cause):\n\n| expected \\ verdict | %s |\n|---|%s\n",
+		strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
+	for _, r := range rows {
+		var cells []string
+		for _, c := range cols {
+			cells = append(cells, fmt.Sprint(s.Confusion[r][c]))
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", r, strings.Join(cells, " | "))
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "| run | rate | verdict | service | cause | onset → verdict |\n|---|---|---|---|---|---|\n")
+	for _, r := range s.Runs {
+		verdict := noIncident
+		if r.Incident {
+			verdict = r.GotService + " / " + r.GotCause
+		}
+		if r.Class == mesh.FaultNone {
+			fmt.Fprintf(w, "| %s | %.0f/s | %d incidents in %.0f s | | | |\n", r.ID, r.Rate, r.Incidents, r.FreeSeconds)
+			continue
+		}
+		t := "–"
+		if r.VerdictMs >= 0 {
+			t = (time.Duration(r.VerdictMs) * time.Millisecond).Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "| %s | %.0f/s | %s | %s | %s (want %s) | %s |\n", r.ID, r.Rate, verdict, mark(r.ServiceRight), mark(r.CauseRight), cmp.Or(r.Expected, "—"), t)
+	}
+	fmt.Fprintln(w)
+	wrong := 0
+	for _, r := range s.Runs {
+		if len(r.Why) == 0 && r.Error == "" {
+			continue
+		}
+		if wrong == 0 {
+			fmt.Fprintf(w, "Wrong or failed runs, and why:\n\n")
+		}
+		wrong++
+		fmt.Fprintf(w, "- **%s**", r.ID)
+		if r.Error != "" {
+			fmt.Fprintf(w, " (error: %s)", r.Error)
+		}
+		fmt.Fprintln(w)
+		for _, l := range r.Why {
+			fmt.Fprintf(w, "  - %s\n", l)
+		}
+	}
+}
+
+func mark(ok bool) string {
+	if ok {
+		return "right"
+	}
+	return "WRONG"
+}

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/demo"
+	"github.com/rootline/rootline/internal/diagnosis"
+)
+
+// TestScore: a run is right on service and cause only with an incident
+// whose verdict names both; the time to verdict is the first time the
+// timeline showed the final verdict; fault-free runs count incidents.
+func TestScore(t *testing.T) {
+	onset := time.Unix(1000, 0)
+	verdict := func(svc, cause string) *diagnosis.Incident {
+		return &diagnosis.Incident{ID: "i", Verdict: &diagnosis.Verdict{Service: svc, Cause: cause}}
+	}
+	runs := []Run{
+		Score("lock@e.1", demo.FaultResult{Injected: "lock@e", Service: "e", ExpectedCause: "lock", Incident: verdict("e", "lock"),
+			Verdict: *verdict("e", "lock").Verdict, Timeline: []demo.VerdictAt{{AfterMs: 3000, Incident: "i"}, {AfterMs: 5000, Incident: "i", Service: "e", Cause: "unknown"},
+				{AfterMs: 7000, Incident: "i", Service: "e", Cause: "lock"}}}),
+		Score("disk@d.1", demo.FaultResult{Injected: "disk@d", Service: "d", ExpectedCause: "disk", Incident: verdict("d", "cpu"), Verdict: *verdict("d", "cpu").Verdict}),
+		Score("cpu@f.1", demo.FaultResult{Injected: "cpu@f", Service: "f", ExpectedCause: "cpu"}),
+		Score("none.1", demo.FaultResult{Injected: "none=2m", Onset: onset, To: onset.Add(2 * time.Minute), OpenDuring: 1}),
+	}
+	if r := runs[0]; !r.ServiceRight || !r.CauseRight || r.VerdictMs != 7000 {
+		t.Errorf("right run scored %+v", r)
+	}
+	if r := runs[1]; !r.ServiceRight || r.CauseRight || len(r.Why) == 0 {
+		t.Errorf("wrong cause scored %+v", r)
+	}
+	if r := runs[2]; r.ServiceRight || r.Incident || !strings.Contains(strings.Join(r.Why, ""), "no incident") {
+		t.Errorf("no incident scored %+v", r)
+	}
+	s := Summarize(runs)
+	if s.Faulty != 3 || s.ServiceRight != 2 || s.CauseRight != 1 || s.BothRight != 1 || s.MedianVerdictMs != 7000 {
+		t.Errorf("summary %+v", s)
+	}
+	if s.FreeRuns != 1 || s.FreeIncidents != 1 || s.FreeMinutes != 2 {
+		t.Errorf("fault-free: %d runs, %d incidents, %.1f min", s.FreeRuns, s.FreeIncidents, s.FreeMinutes)
+	}
+	if s.Confusion["disk"]["cpu"] != 1 || s.Confusion["cpu"][noIncident] != 1 || s.Confusion["lock"]["lock"] != 1 {
+		t.Errorf("confusion %v", s.Confusion)
+	}
+	var b strings.Builder
+	Markdown(&b, s)
+	for _, want := range []string{"service top-1 | 2/3", "| lock | 0 |", "**disk@d.1**"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("markdown lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package diagnosis
+
+import (
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+)
+
+// maxStoredArtifacts bounds the "critical-path" artifacts one verdict reads
+// beyond the sampled traces, and maxStoredBytes what one may inflate to: a
+// verdict is computed every few seconds.
+const (
+	maxStoredArtifacts = 8
+	maxStoredBytes     = 64 << 20
+)
+
+// storedPaths adds to waits what the stored critical paths of the culprit's
+// anomalous spans in [onset, to] say, for traces not in done, up to limit
+// traces: the artifacts are those linked to the anomalies (anoms), newest
+// first; each path's span is read with its trace to restrict the path to the
+// span's exclusive time, as measure does. It returns the spans and the
+// traces it read, and the first error met (the others are like it).
+func (d *Diagnoser) storedPaths(ctx context.Context, waits map[string]float64, culprit string, anoms []analysis.Anomaly, onset, to int64,
+	done map[model.TraceID]bool, limit int) (spans, traces int, firstErr error) {
+	type ref struct {
+		id      string
+		created int64
+	}
+	var arts []ref
+	seen := map[string]bool{}
+	for _, a := range anoms {
+		if a.Span == nil || a.Span.Service != culprit || a.Span.Start < onset || a.Span.Start > to {
+			continue
+		}
+		for _, art := range a.Artifacts {
+			if art.Kind == critpath.ArtifactKind && !seen[art.ID] {
+				seen[art.ID] = true
+				arts = append(arts, ref{art.ID, cmp.Or(art.Created, art.End)})
+			}
+		}
+	}
+	slices.SortFunc(arts, func(x, y ref) int { return cmp.Compare(y.created, x.created) })
+	note := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	for _, art := range arts[:min(len(arts), maxStoredArtifacts)] {
+		if traces >= limit || ctx.Err() != nil {
+			break
+		}
+		st, err := d.readStored(ctx, art.id)
+		if err != nil {
+			note(fmt.Errorf("stored critical paths %s: %w", art.id, err))
+			continue
+		}
+		byTrace := map[string][]*critpath.SpanPath{}
+		for i := range st.Paths {
+			p := &st.Paths[i]
+			if p.Service == culprit && p.Start >= onset && p.Start <= to {
+				byTrace[p.TraceID] = append(byTrace[p.TraceID], p)
+			}
+		}
+		ids := make([]string, 0, len(byTrace))
+		for id := range byTrace {
+			ids = append(ids, id)
+		}
+		slices.Sort(ids)
+		for _, id := range ids {
+			if traces >= limit || ctx.Err() != nil {
+				break
+			}
+			tid, err := model.ParseTraceID(id)
+			if err != nil || done[tid] {
+				continue
+			}
+			done[tid] = true
+			t, err := d.Source.Trace(ctx, tid)
+			if err != nil {
+				note(err)
+				continue
+			}
+			byID := map[model.SpanID]*model.Span{}
+			for _, s := range t {
+				byID[s.SpanID] = s
+			}
+			ch := childrenOf(t)
+			n := 0
+			for _, p := range byTrace[id] {
+				sid, err := model.ParseSpanID(p.SpanID)
+				if err != nil || byID[sid] == nil || byID[sid].Kind == model.KindClient {
+					continue
+				}
+				pathWaits(waits, p, splitSpan(byID[sid], ch).own)
+				n++
+			}
+			if n > 0 {
+				spans += n
+				traces++
+			}
+		}
+	}
+	return spans, traces, firstErr
+}
+
+// readStored reads a "critical-path" artifact's document.
+func (d *Diagnoser) readStored(ctx context.Context, id string) (*critpath.Stored, error) {
+	rc, err := d.Source.ArtifactContent(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	zr, err := gzip.NewReader(rc)
+	if err != nil {
+		return nil, err
+	}
+	var st critpath.Stored
+	lr := &io.LimitedReader{R: zr, N: maxStoredBytes + 1}
+	if err := json.NewDecoder(lr).Decode(&st); err != nil {
+		if lr.N <= 0 {
+			return nil, fmt.Errorf("larger than %d bytes inflated", maxStoredBytes)
+		}
+		return nil, err
+	}
+	if st.Version != critpath.StoredVersion {
+		return nil, errors.New("a version this build does not read")
+	}
+	return &st, nil
+}

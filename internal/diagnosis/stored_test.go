@@ -1,0 +1,89 @@
+package diagnosis
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// TestDiagnoseStoredPathsBeyondSample: the verdict compares only the newest
+// MaxTraces traces, none of which has a kernel snapshot; the one capture of
+// the incident stored the paths of older requests. The verdict reads them
+// from the stored "critical-path" artifact, in the real store, and names
+// the cause they show instead of unknown.
+func TestDiagnoseStoredPathsBeyondSample(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	var batch []*model.Span
+	onset := t0.Add(60 * time.Second)
+	for i := range 60 {
+		batch = append(batch, shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)...)
+	}
+	var end int64
+	var captured []*model.Span // cart's SERVER spans of the first five slow requests
+	for i := range 30 {
+		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
+		batch = append(batch, tr...)
+		end = tr[0].End()
+		if i < 5 {
+			captured = append(captured, tr[2])
+		}
+	}
+	if err := st.WriteSpans(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	doc := critpath.Stored{Version: critpath.StoredVersion, Snapshot: "k1"}
+	var refs []store.SpanRef
+	for _, s := range captured {
+		doc.Paths = append(doc.Paths, *segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0, critpath.Network, "", 3.0))
+		refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.ArtifactKind, MediaType: critpath.ArtifactMediaType, Service: "cart",
+		Start: onset.UnixNano(), End: end, CaptureID: "c1", Spans: refs}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.MaxTraces = 10 // the newest 10 slow requests: not the captured ones
+	for _, stored := range []bool{false, true} {
+		d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: cfg,
+			Paths: &fakePaths{path: func(*model.Span) *critpath.SpanPath { return nil }},
+			Now:   func() time.Time { return time.Unix(0, end).Add(time.Second) }}
+		if !stored {
+			// Without the anomalies' artifacts there is nothing to find.
+			d.Source = &analysis.StoreSource{Spans: st}
+		}
+		v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("stored=%v verdict: %s %s paths %d\nevidence: %s\nmissing: %s", stored, v.Service, v.Cause, v.PathSpans,
+			strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+		want, wantPaths := CauseUnknown, 0
+		if stored {
+			want, wantPaths = CauseLock, 5
+		}
+		if v.Service != "cart" || v.Cause != want || v.PathSpans != wantPaths {
+			t.Fatalf("stored=%v: verdict %s/%s from %d paths, want cart/%s from %d", stored, v.Service, v.Cause, v.PathSpans, want, wantPaths)
+		}
+		if stored && (v.Waits[critpath.Lock] < 5*60 || !strings.Contains(strings.Join(v.Evidence, "\n"), "stored critical paths of captures")) {
+			t.Errorf("waits %v, evidence %q", v.Waits, v.Evidence)
+		}
+	}
+}
