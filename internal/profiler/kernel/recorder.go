@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/procfs"
 	"github.com/rootline/rootline/internal/profiler"
@@ -161,22 +159,9 @@ type Recorder struct {
 
 var _ profiler.Profiler = (*Recorder)(nil)
 
-// New loads the BPF programs and starts recording (nothing until Start,
-// unless Config.All). The error wraps ErrUnavailable when BPF cannot be
-// used here. A nil logger discards.
-func New(cfg Config, logger *slog.Logger) (*Recorder, error) {
-	cfg = cfg.withDefaults()
-	sc := sourceConfig{ringBytes: cfg.RingBufferBytes, all: cfg.All,
-		followForks: !cfg.NoFollowForks, syscallHooks: cfg.SyscallHooks, enqueue: cfg.Enqueue, flush: cfg.FlushInterval}
-	if cfg.following() {
-		sc.followDepth, sc.followThreads, sc.followTTL = cfg.FollowDepth, cfg.FollowThreads, cfg.FollowTTL
-	}
-	src, err := newBPFSource(sc)
-	if err != nil {
-		return nil, err
-	}
-	return NewWithSource(cfg, src, logger), nil
-}
+// ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
+// kernel without tp_btf or ring buffers, not Linux). New and Available wrap it.
+var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
 
 // NewWithSource records the events of src (tests use a synthetic source).
 // The Recorder owns src and closes it.
@@ -204,7 +189,7 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		// The reader keeps its OS thread (never unlocked: the thread exits
 		// with it), so its CPU time is that thread's.
 		runtime.LockOSThread()
-		r.readerTID.Store(int32(unix.Gettid()))
+		r.readerTID.Store(int32(gettid()))
 		if err := src.Run(sinkFunc(r.ring.add)); err != nil {
 			r.runErr.Store(&err)
 			r.log.Error("kernel event reader stopped", "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"os"
 	"runtime"
@@ -20,10 +21,6 @@ import (
 	"github.com/rootline/rootline/internal/bpfring"
 	"github.com/rootline/rootline/internal/kclock"
 )
-
-// ErrUnavailable: the BPF recorder cannot run here (not root, BPF disabled,
-// kernel without tp_btf or ring buffers). New and Available wrap it.
-var ErrUnavailable = errors.New("eBPF scheduler recorder unavailable")
 
 // bpfSource is the Source backed by bpf/sched_recorder.c.
 type bpfSource struct {
@@ -589,3 +586,23 @@ func addRings(spec *ebpf.CollectionSpec, outer *ebpf.Map, cpus int) ([]*ebpf.Map
 	}
 	return rings, nil
 }
+
+// New loads the BPF programs and starts recording (nothing until Start,
+// unless Config.All). The error wraps ErrUnavailable when BPF cannot be
+// used here. A nil logger discards.
+func New(cfg Config, logger *slog.Logger) (*Recorder, error) {
+	cfg = cfg.withDefaults()
+	sc := sourceConfig{ringBytes: cfg.RingBufferBytes, all: cfg.All,
+		followForks: !cfg.NoFollowForks, syscallHooks: cfg.SyscallHooks, enqueue: cfg.Enqueue, flush: cfg.FlushInterval}
+	if cfg.following() {
+		sc.followDepth, sc.followThreads, sc.followTTL = cfg.FollowDepth, cfg.FollowThreads, cfg.FollowTTL
+	}
+	src, err := newBPFSource(sc)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithSource(cfg, src, logger), nil
+}
+
+// gettid is the calling thread's id.
+func gettid() int { return unix.Gettid() }
