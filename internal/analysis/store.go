@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/rootline/rootline/internal/model"
@@ -24,38 +23,14 @@ type StoreSource struct {
 
 var _ Source = (*StoreSource)(nil)
 
-// SpanArtifactReader is implemented by artifact stores that list the
-// artifacts linked to each span of a trace in one read, without the
-// artifacts' own links (sqlite.Store).
-type SpanArtifactReader interface {
-	SpanArtifacts(ctx context.Context, id model.TraceID) (map[model.SpanID][]store.Artifact, error)
-}
-
-// Anomalies implements Source. The artifacts are looked up once per trace.
+// Anomalies implements Source. The artifacts are looked up once per trace,
+// in one read per trace where the store can (store.SpanArtifacts).
 func (s *StoreSource) Anomalies(ctx context.Context, since time.Time, limit int) ([]Anomaly, error) {
 	spans, err := s.Spans.Anomalies(ctx, store.AnomalyQuery{Since: since.UnixNano(), Limit: limit})
 	if err != nil {
 		return nil, err
 	}
-	if r, ok := s.Artifacts.(SpanArtifactReader); ok {
-		byTrace := map[model.TraceID]map[model.SpanID][]store.Artifact{}
-		out := make([]Anomaly, 0, len(spans))
-		for _, sp := range spans {
-			if sp == nil {
-				continue
-			}
-			arts, ok := byTrace[sp.TraceID]
-			if !ok {
-				if arts, err = r.SpanArtifacts(ctx, sp.TraceID); err != nil {
-					return nil, err
-				}
-				byTrace[sp.TraceID] = arts
-			}
-			out = append(out, Anomaly{Span: sp, Artifacts: arts[sp.SpanID]})
-		}
-		return out, nil
-	}
-	byTrace := map[model.TraceID][]store.Artifact{}
+	byTrace := map[model.TraceID]map[model.SpanID][]store.Artifact{}
 	out := make([]Anomaly, 0, len(spans))
 	for _, sp := range spans {
 		if sp == nil {
@@ -63,19 +38,12 @@ func (s *StoreSource) Anomalies(ctx context.Context, since time.Time, limit int)
 		}
 		arts, ok := byTrace[sp.TraceID]
 		if !ok && s.Artifacts != nil {
-			if arts, err = s.Artifacts.TraceArtifacts(ctx, sp.TraceID); err != nil {
+			if arts, err = store.SpanArtifacts(ctx, s.Artifacts, sp.TraceID); err != nil {
 				return nil, err
 			}
 			byTrace[sp.TraceID] = arts
 		}
-		ref := store.SpanRef{TraceID: sp.TraceID, SpanID: sp.SpanID}
-		a := Anomaly{Span: sp}
-		for _, art := range arts {
-			if slices.Contains(art.Spans, ref) && !slices.ContainsFunc(a.Artifacts, func(x store.Artifact) bool { return x.ID == art.ID }) {
-				a.Artifacts = append(a.Artifacts, art)
-			}
-		}
-		out = append(out, a)
+		out = append(out, Anomaly{Span: sp, Artifacts: arts[sp.SpanID]})
 	}
 	return out, nil
 }

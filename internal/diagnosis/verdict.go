@@ -442,12 +442,17 @@ type StoredPaths struct {
 
 // Trace implements PathReader.
 func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.TraceResult, error) {
-	arts, err := s.Artifacts.TraceArtifacts(ctx, id)
+	// Asked for every sampled trace of every verdict: the cheap listing
+	// first, and the analyzer (which reads the artifacts' links) only for
+	// the traces that have stored paths.
+	bySpan, err := store.SpanArtifacts(ctx, s.Artifacts, id)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
-		return nil, critpath.ErrNoSnapshot
+	for _, arts := range bySpan {
+		if slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
+			return s.Analyzer.Trace(ctx, id)
+		}
 	}
-	return s.Analyzer.Trace(ctx, id)
+	return nil, critpath.ErrNoSnapshot
 }

@@ -121,35 +121,33 @@ func (a *API) getAnomalies(w http.ResponseWriter, r *http.Request) {
 	// this API rather than of each backend.
 	slices.SortStableFunc(spans, func(x, y *model.Span) int { return cmp.Compare(y.Start, x.Start) })
 
-	// One artifact lookup per trace, not per span.
-	byTrace := make(map[model.TraceID]map[store.SpanRef][]artifactRef)
+	// One artifact lookup per trace, not per span, and one that does not
+	// read the artifacts' links to other traces (store.SpanArtifacts).
+	byTrace := make(map[model.TraceID]map[model.SpanID][]store.Artifact)
 	out := make([]anomalyJSON, 0, len(spans))
 	for _, s := range spans {
-		refs, ok := byTrace[s.TraceID]
-		if !ok {
-			arts, err := a.traceArtifacts(r.Context(), s.TraceID)
-			if err != nil {
+		arts, ok := byTrace[s.TraceID]
+		if !ok && a.artifacts != nil {
+			var err error
+			if arts, err = store.SpanArtifacts(r.Context(), a.artifacts, s.TraceID); err != nil {
 				a.v1StoreError(w, r, err)
 				return
 			}
-			refs = artifactRefsBySpan(arts)
-			byTrace[s.TraceID] = refs
+			byTrace[s.TraceID] = arts
 		}
-		out = append(out, toAnomalyJSON(s, refs[store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID}]))
+		var refs []artifactRef
+		for _, art := range arts[s.SpanID] {
+			if !slices.ContainsFunc(refs, func(x artifactRef) bool { return x.ID == art.ID }) {
+				refs = append(refs, toArtifactRef(art))
+			}
+		}
+		out = append(out, toAnomalyJSON(s, refs))
 	}
 	a.writeJSON(w, r, http.StatusOK, out)
 }
 
-func artifactRefsBySpan(arts []store.Artifact) map[store.SpanRef][]artifactRef {
-	m := make(map[store.SpanRef][]artifactRef)
-	for _, art := range arts {
-		for _, ref := range art.Spans {
-			if !slices.ContainsFunc(m[ref], func(x artifactRef) bool { return x.ID == art.ID }) {
-				m[ref] = append(m[ref], artifactRef{ID: art.ID, Kind: art.Kind, MediaType: art.MediaType, URL: artifactURL(art.ID)})
-			}
-		}
-	}
-	return m
+func toArtifactRef(art store.Artifact) artifactRef {
+	return artifactRef{ID: art.ID, Kind: art.Kind, MediaType: art.MediaType, URL: artifactURL(art.ID)}
 }
 
 func toAnomalyJSON(s *model.Span, arts []artifactRef) anomalyJSON {

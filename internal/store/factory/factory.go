@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
 	"github.com/rootline/rootline/internal/store/cassandra"
 	"github.com/rootline/rootline/internal/store/fsblob"
@@ -127,6 +128,12 @@ func (c *combined) Close() error {
 	}
 	c.closers = nil
 	return errors.Join(errs...)
+}
+
+// SpanArtifacts implements store.SpanArtifactReader with the artifact
+// store's one-read listing where it has one.
+func (c *combined) SpanArtifacts(ctx context.Context, id model.TraceID) (map[model.SpanID][]store.Artifact, error) {
+	return store.SpanArtifacts(ctx, c.ArtifactStore, id)
 }
 
 // ProbeWrite implements store.WriteProber with the span store's probe; a

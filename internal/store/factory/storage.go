@@ -28,8 +28,9 @@ type Storage struct {
 }
 
 var (
-	_ store.Store       = (*Storage)(nil)
-	_ store.WriteProber = (*Storage)(nil)
+	_ store.Store              = (*Storage)(nil)
+	_ store.WriteProber        = (*Storage)(nil)
+	_ store.SpanArtifactReader = (*Storage)(nil)
 )
 
 // backends is what Storage wraps.
@@ -179,6 +180,12 @@ func (s *Storage) OpenArtifact(ctx context.Context, id string) (store.Artifact, 
 func (s *Storage) TraceArtifacts(ctx context.Context, id model.TraceID) ([]store.Artifact, error) {
 	defer s.since("trace_artifacts", time.Now())
 	return s.inner.TraceArtifacts(ctx, id)
+}
+
+// SpanArtifacts implements store.SpanArtifactReader.
+func (s *Storage) SpanArtifacts(ctx context.Context, id model.TraceID) (map[model.SpanID][]store.Artifact, error) {
+	defer s.since("span_artifacts", time.Now())
+	return store.SpanArtifacts(ctx, s.inner, id)
 }
 
 func (s *Storage) FindMetrics(ctx context.Context, q store.MetricQuery) ([]store.MetricSeries, error) {

@@ -45,4 +45,19 @@ func TestSpanArtifacts(t *testing.T) {
 	if none, err := st.SpanArtifacts(ctx, model.TraceID{9}); err != nil || len(none) != 0 {
 		t.Errorf("unknown trace: %v, %v", none, err)
 	}
+	// store.SpanArtifacts over a store without the one-read listing groups
+	// TraceArtifacts by span: the same artifacts per span, in the same order.
+	for name, a := range map[string]store.ArtifactStore{"one read": st, "grouped": linksOnly{st}} {
+		got, err := store.SpanArtifacts(ctx, a, tr)
+		if err != nil || len(got) != 2 || len(got[s1]) != 2 || len(got[s2]) != 1 ||
+			got[s1][0].ID != cpu || got[s1][1].ID != kernel || got[s2][0].ID != kernel {
+			t.Errorf("store.SpanArtifacts (%s): %v, %v", name, got, err)
+		}
+		if none, err := store.SpanArtifacts(ctx, a, model.TraceID{9}); err != nil || len(none) != 0 {
+			t.Errorf("store.SpanArtifacts (%s), unknown trace: %v, %v", name, none, err)
+		}
+	}
 }
+
+// linksOnly hides Store.SpanArtifacts.
+type linksOnly struct{ store.ArtifactStore }
