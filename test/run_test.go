@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -61,11 +62,31 @@ type collector struct {
 	bad   []string
 }
 
+// gunzipBody inflates a gzip request body, bounded like the server's
+// receivers would (64 MiB).
+func gunzipBody(b []byte) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	defer zr.Close()
+	out, err := io.ReadAll(io.LimitReader(zr, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("gzip: %w", err)
+	}
+	return out, nil
+}
+
 func newCollector(t *testing.T) *collector {
 	t.Helper()
 	c := &collector{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
+		// rootline run gzips its batches (OTLP/HTTP allows gzip): read
+		// them as any collector does.
+		if err == nil && r.Header.Get("Content-Encoding") == "gzip" {
+			body, err = gunzipBody(body)
+		}
 		if err == nil && (r.Method != http.MethodPost || r.URL.Path != "/v1/traces") {
 			err = fmt.Errorf("%s %s", r.Method, r.URL.Path)
 		}

@@ -76,7 +76,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Mode, "mode", "", "pod (network namespaces + iptables, needs root) or port (loopback ports); default pod when root")
 	fs.BoolVar(&m.NoEnvoy, "no-envoy", false, "run without Envoy sidecars")
 	fs.BoolVar(&m.NoRun, "no-run", false, "do not wrap the services in `rootline run` (then only Envoy makes spans)")
-	fs.StringVar(&m.Spans, "spans", SpansRun, "who makes the spans: run (rootline run; the sidecars do not trace, unless --no-run), sidecar (the Envoy sidecars alone, Protractor's design; implies --no-run) or both (two spans for each side of a hop: twice the bytes and the server's work)")
+	fs.StringVar(&m.Spans, "spans", SpansBoth, "who makes the spans: both (rootline run and the Envoy sidecars: twice the spans and bytes, but the callee's sidecar shows time a request waited before the callee's process read it), run (rootline run alone; the sidecars do not trace, unless --no-run: half the bytes, and that wait counts as the caller's) or sidecar (the Envoy sidecars alone, Protractor's design; implies --no-run)")
 	fs.StringVar(&m.Prefix, "prefix", "", "pod mode: prefix of the mesh's network namespaces, bridge and veths (default rl); a second mesh on the machine needs another, and another --subnet")
 	fs.StringVar(&m.Subnet, "subnet", "", "pod mode: the pods' IPv4 /24, .1 being the bridge (default 10.77.0.0/24)")
 	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")

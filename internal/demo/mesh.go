@@ -38,7 +38,7 @@ type MeshOptions struct {
 	NoEnvoy  bool
 	NoRun    bool
 	// Spans says who makes the spans (SpansRun, SpansSidecar, SpansBoth;
-	// "" is SpansRun).
+	// "" is SpansBoth).
 	Spans          string
 	ForwardHeaders bool
 	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
@@ -441,7 +441,12 @@ const (
 	// SpansSidecar: the sidecars alone (Protractor's design); the services
 	// do not run under rootline run.
 	SpansSidecar = "sidecar"
-	// SpansBoth: both, two spans of each side of a hop.
+	// SpansBoth: both, two spans of each side of a hop: the default. The
+	// callee's ingress sidecar span is what shows time a request waited at
+	// the callee before its process read it (a service stalled in GC or
+	// holding its interpreter lock); with SpansRun that time is the
+	// caller's, and the demo test's gc fault on a Python service was
+	// blamed on its caller.
 	SpansBoth = "both"
 )
 
@@ -449,7 +454,7 @@ const (
 // asked to (sidecar, both), or when the services do not run under rootline
 // run and nothing else would make spans.
 func sidecarSpans(envoy bool, spans string, noRun bool) bool {
-	return envoy && (spans == SpansBoth || spans == SpansSidecar || noRun)
+	return envoy && (spans == SpansBoth || spans == "" || spans == SpansSidecar || noRun)
 }
 
 // SubnetGateway is the .1 of an IPv4 /24: a pod-mode mesh's bridge, how

@@ -15,7 +15,8 @@ func TestSidecarSpans(t *testing.T) {
 		noRun bool
 		want  bool
 	}{
-		{"default: rootline run makes the spans", true, SpansRun, false, false},
+		{"run: rootline run makes the spans", true, SpansRun, false, false},
+		{"default: both", true, "", false, true},
 		{"both", true, SpansBoth, false, true},
 		{"sidecar", true, SpansSidecar, true, true},
 		{"no rootline run: the sidecars are the only source", true, SpansRun, true, true},
