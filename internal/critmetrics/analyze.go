@@ -253,16 +253,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, c := range all {
-		lo, hi = min(lo, c.t[0]), max(hi, c.t[len(c.t)-1])
-	}
-	if opts.From != 0 {
-		lo = max(lo, opts.From)
-	}
-	if opts.To != 0 {
-		hi = min(hi, opts.To)
-	}
+	lo, hi := span(all, opts.From, opts.To)
 	n := 0
 	if hi > lo {
 		n = int((hi - lo) / int64(step))

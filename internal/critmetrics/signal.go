@@ -318,6 +318,22 @@ func (iv *intervals) histogram() []uint64 {
 
 // inferStep is the median spacing of the points of every series: the
 // agents' push interval.
+// span is the time range the series cover, cut to [from, to] where those
+// are set (0: open).
+func span(cs []cumulative, from, to int64) (lo, hi int64) {
+	lo, hi = int64(math.MaxInt64), int64(math.MinInt64)
+	for _, c := range cs {
+		lo, hi = min(lo, c.t[0]), max(hi, c.t[len(c.t)-1])
+	}
+	if from != 0 {
+		lo = max(lo, from)
+	}
+	if to != 0 {
+		hi = min(hi, to)
+	}
+	return lo, hi
+}
+
 func inferStep(cs []cumulative) (time.Duration, error) {
 	var gaps []int64
 	for _, c := range cs {

@@ -122,16 +122,7 @@ func BuildTimeline(series []store.MetricSeries, opts TimelineOptions) (*Timeline
 	if err != nil {
 		return nil, err
 	}
-	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, c := range all {
-		lo, hi = min(lo, c.t[0]), max(hi, c.t[len(c.t)-1])
-	}
-	if opts.From != 0 {
-		lo = max(lo, opts.From)
-	}
-	if opts.To != 0 {
-		hi = min(hi, opts.To)
-	}
+	lo, hi := span(all, opts.From, opts.To)
 	if hi-lo < int64(push) {
 		return nil, fmt.Errorf("%w: the window holds less than one push interval (%s) of data", ErrTooShort, push)
 	}
