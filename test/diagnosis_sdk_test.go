@@ -2,7 +2,6 @@ package test
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/diagnosis"
+	"github.com/rootline/rootline/internal/mirage"
 )
 
 // venvPython returns the interpreter of the venv scripts/deps.sh installs
@@ -123,7 +123,16 @@ func TestDiagnosisOTelSDK(t *testing.T) {
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
 	inc := e.waitVerdict(t, svc, 5)
 	e.checkVerdict(t, inc, svc, diagnosis.CauseCPUThrottle)
-	if fmt.Sprint(inc.Verdict.Evidence) == "[]" {
-		t.Fatal("a verdict with no evidence lines")
+	checkQuotaAdvice(t, inc.Verdict)
+}
+
+// checkQuotaAdvice asserts a throttled culprit is advised more CPU quota,
+// by a factor from its waits.
+func checkQuotaAdvice(t *testing.T, v *diagnosis.Verdict) {
+	t.Helper()
+	if a := v.Advice; a == nil || a.Scaling != mirage.ScaleVertical || a.Factor <= 1 || a.Service != v.Service {
+		t.Fatalf("advice %+v, want more CPU quota for %s", a, v.Service)
+	} else {
+		t.Logf("advice: %s", a.Explanation)
 	}
 }
