@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,17 +64,7 @@ func TestDiagnosisOTelSDK(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	stopAtCleanup(t, cmd, nil)
 	portc := make(chan int, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -94,22 +83,8 @@ func TestDiagnosisOTelSDK(t *testing.T) {
 	}
 
 	// The agent finds the process by its environment (scanned every second).
-	deadline := time.Now().Add(30 * time.Second)
-	for found := false; !found; {
-		var agents []struct {
-			Processes []struct {
-				PID     int64  `json:"pid"`
-				Service string `json:"service"`
-			} `json:"processes"`
-		}
-		e.srv.getJSON(t, "/api/v1/agents", &agents)
-		for _, p := range agents[0].Processes {
-			found = found || p.Service == svc && p.PID == int64(cmd.Process.Pid)
-		}
-		if !found && time.Now().After(deadline) {
-			t.Fatalf("the agent did not discover %s (pid %d) in 30 s: %+v", svc, cmd.Process.Pid, agents)
-		}
-		time.Sleep(500 * time.Millisecond)
+	if pid := e.waitProcess(t, svc); pid != cmd.Process.Pid {
+		t.Fatalf("the agent registered %s as pid %d, want %d", svc, pid, cmd.Process.Pid)
 	}
 
 	for range 40 {
