@@ -43,7 +43,7 @@ type cpEnv struct {
 	dir      string
 }
 
-func newCPEnv(t *testing.T, profilers string) *cpEnv {
+func newCPEnv(t *testing.T, profilers string, agentArgs ...string) *cpEnv {
 	t.Helper()
 	bpftest.RequireBPF(t)
 	dir := t.TempDir()
@@ -51,7 +51,7 @@ func newCPEnv(t *testing.T, profilers string) *cpEnv {
 		"--capture.pre", "300ms", "--capture.post", "300ms", "--capture.settle", "1s",
 		"--capture.min-interval", "0", "--capture.max-per-minute", "0")
 	anchor := startTarget(t, "sleep", "600")
-	startAgent(t, srv, "--profilers", profilers, "--target", fmt.Sprint("pid=", anchor))
+	startAgent(t, srv, append([]string{"--profilers", profilers, "--target", fmt.Sprint("pid=", anchor)}, agentArgs...)...)
 	var agents []struct {
 		DumpURL string `json:"dumpUrl"`
 	}

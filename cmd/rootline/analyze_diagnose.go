@@ -186,6 +186,9 @@ func printIncidents(w io.Writer, incs []diagnosis.Incident) {
 		for _, m := range v.Missing {
 			fmt.Fprintf(w, "  missing      %s\n", m)
 		}
+		if v.Advice != nil {
+			fmt.Fprintf(w, "  advice       %s (%s)\n", v.Advice.Explanation, v.Advice.Scaling)
+		}
 		fmt.Fprintln(w)
 	}
 }

@@ -187,6 +187,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	} else if note := analysis.CaptureTrouble(caps, v.Service, from); note != "" {
 		v.Missing = append(v.Missing, note)
 	}
+	v.Advice = advise(v)
 	return v, nil
 }
 

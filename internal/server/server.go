@@ -515,7 +515,11 @@ func (s *Server) retentionLoop(ctx context.Context, mine func() bool) {
 
 // logMemoryBound says, once at start, what bounds the server's memory.
 func (s *Server) logMemoryBound() {
-	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
+	soft := "none"
+	if s.cfg.MemoryLimit > 0 {
+		soft = ByteSize(GoMemoryLimit(s.cfg.MemoryLimit) >> 20 << 20).String()
+	}
+	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "go_soft_limit", soft, "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
 	for _, p := range s.cfg.memoryParts() {
 		attrs = append(attrs, strings.ReplaceAll(p.name, " ", "_"), ByteSize(p.bytes/(1<<20)<<20).String())
 	}
