@@ -226,7 +226,7 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	src := &analysis.StoreSource{Spans: s.store, Artifacts: s.store, CaptureLog: s.captureLog}
 	paths := diagnosis.StoredPaths{Artifacts: s.store,
 		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1)}}
-	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Config: s.cfg.Diagnosis}
+	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Metrics: s.store, Config: s.cfg.Diagnosis}
 	return diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
 }
 
