@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -62,6 +63,19 @@ type Config struct {
 	// minute (15 s at 12). Captures beyond it wait for a slot while their
 	// window's start is within MaxWindow of now, else are skipped.
 	MaxPerMinute int `yaml:"max_per_minute"`
+	// SuspectShare is the share of MaxPerMinute (rounded up) kept for the
+	// processes of the services open incidents rank most suspect
+	// (SetSuspects): the other processes' captures use at most the rest of
+	// a minute's captures and leave one of every burst free. When a fault
+	// slows every service on a request path, the callers' anomalies come
+	// first and would otherwise take the budget the culprit needs. Without
+	// a ranking (no incident open, or no Suspects given) nothing is used by
+	// suspects, so the others are held to the rest all the same: the cost
+	// bound stays MaxPerMinute. 0 keeps nothing.
+	SuspectShare float64 `yaml:"suspect_share"`
+	// Suspects is how many of each open incident's most suspect services
+	// (its verdict's culprit, then its ranking) SuspectShare is kept for.
+	Suspects int `yaml:"suspects"`
 	// Concurrency bounds dump requests in flight.
 	Concurrency int `yaml:"concurrency"`
 	// Queue bounds anomalies waiting to be routed; beyond it they are dropped
@@ -90,6 +104,7 @@ func DefaultConfig() Config {
 	return Config{
 		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 2 * time.Minute,
 		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, MaxPerMinute: 12,
+		SuspectShare: 0.5, Suspects: 2,
 		Concurrency: 4, Queue: 10_000,
 		RequestTimeout: 10 * time.Second, CaptureTimeout: 2 * time.Minute,
 		Heartbeat: 10 * time.Second, MaxTargets: 4,
@@ -104,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPerMinute < 0 {
 		errs = append(errs, errors.New("capture max_per_minute must not be negative (0: no bound)"))
+	}
+	if c.SuspectShare < 0 || c.SuspectShare > 1 || c.Suspects < 0 {
+		errs = append(errs, errors.New("capture suspect_share must be in [0, 1] and suspects not negative"))
 	}
 	if c.MaxWindow <= 0 {
 		errs = append(errs, errors.New("capture max_window must be positive"))
@@ -133,12 +151,15 @@ type Capture struct {
 	Spans     []store.SpanRef `json:"-"`
 	SpanCount int             `json:"spanCount"`
 	State     string          `json:"state"`
-	Error     string          `json:"error,omitempty"`
-	Artifacts []string        `json:"artifacts"`
-	Bytes     int64           `json:"bytes"`
-	Created   time.Time       `json:"created"`
-	Requested time.Time       `json:"requested,omitzero"`
-	Finished  time.Time       `json:"finished,omitzero"`
+	// Suspect: the capture was requested for a service an open incident
+	// ranked among its most suspect (Config.SuspectShare).
+	Suspect   bool      `json:"suspect,omitempty"`
+	Error     string    `json:"error,omitempty"`
+	Artifacts []string  `json:"artifacts"`
+	Bytes     int64     `json:"bytes"`
+	Created   time.Time `json:"created"`
+	Requested time.Time `json:"requested,omitzero"`
+	Finished  time.Time `json:"finished,omitzero"`
 	due       time.Time
 	// held: the capture waits for MinInterval or MaxPerMinute, and takes
 	// any anomaly of its process that fits MaxWindow.
@@ -155,6 +176,13 @@ type agent struct {
 type procKey struct {
 	agent string
 	pid   int64
+}
+
+// firing is a capture request, for the rate limits.
+type firing struct {
+	at      time.Time
+	service string
+	suspect bool
 }
 
 type ledgerEntry struct {
@@ -185,7 +213,12 @@ type Manager struct {
 	// lastFired is when each process's last capture was requested, fired
 	// the request times of the last minute (oldest first): the rate limits.
 	lastFired map[procKey]time.Time
-	fired     []time.Time
+	fired     []firing
+	// suspects returns the services open incidents rank most suspect, most
+	// suspect first (nil: no ranking, SuspectShare does not apply);
+	// suspectRank is its last answer, refreshed every second, by service.
+	suspects    func() []string
+	suspectRank map[string]int
 	// onFinished are called with each capture an agent completed.
 	onFinished []func(Capture)
 
@@ -206,6 +239,50 @@ func (m *Manager) OnFinished(f func(Capture)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.onFinished = append(m.onFinished, f)
+}
+
+// Suspects names the services the open incidents rank most suspect, most
+// suspect first. It is called about once a second from the Manager's loop
+// and MUST return promptly without calling back into the Manager.
+type Suspects func() []string
+
+// SetSuspects gives the Manager the ranking Config.SuspectShare keeps
+// captures for. Call it before Run.
+func (m *Manager) SetSuspects(f Suspects) {
+	m.mu.Lock()
+	m.suspects = f
+	m.mu.Unlock()
+	m.refreshSuspects()
+}
+
+// refreshSuspects asks for the ranking (outside m.mu: the ranking takes
+// its own lock).
+func (m *Manager) refreshSuspects() {
+	m.mu.Lock()
+	f := m.suspects
+	m.mu.Unlock()
+	if f == nil {
+		return
+	}
+	rank := map[string]int{}
+	for _, svc := range f() {
+		if _, ok := rank[svc]; !ok {
+			rank[svc] = len(rank)
+		}
+	}
+	m.mu.Lock()
+	m.suspectRank = rank
+	m.mu.Unlock()
+}
+
+// suspectLocked reports whether service is ranked suspect, and its rank
+// (len of the ranking when it is not). m.mu is held.
+func (m *Manager) suspectLocked(service string) (bool, int) {
+	r, ok := m.suspectRank[service]
+	if !ok {
+		return false, len(m.suspectRank)
+	}
+	return true, r
 }
 
 type captureMetrics struct {
@@ -308,6 +385,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-timer.C:
 		case <-tick.C:
 			m.expire()
+			m.refreshSuspects()
 		}
 		m.fireDue(ctx)
 	}
@@ -428,7 +506,7 @@ func (m *Manager) route(s *model.Span) {
 	start, end := s.Start-int64(m.cfg.Pre), s.End()+int64(m.cfg.Post)
 	for _, t := range targets {
 		key := procKey{t.agent.AgentID, t.proc.PID}
-		if m.coalesce(key, ref, start, end) {
+		if m.coalesce(key, ref, start, end, s.Start, s.End()) {
 			m.m.coalesced.WithLabelValues().Inc()
 			continue
 		}
@@ -440,7 +518,7 @@ func (m *Manager) route(s *model.Span) {
 		}
 		c.due = laterOf(time.Unix(0, end), m.now()).Add(m.cfg.Settle)
 		m.captures[c.ID] = c
-		if next := m.nextSlotLocked(key, m.now()); next.After(c.due) {
+		if next := m.nextSlotLocked(key, c.Service, m.now()); next.After(c.due) {
 			// The process waits for its interval: later anomalies join this.
 			c.due, c.held = next, true
 		}
@@ -449,9 +527,13 @@ func (m *Manager) route(s *model.Span) {
 }
 
 // coalesce adds ref to an existing capture of key whose window overlaps
-// [start, end]: a pending one grows to the union (within MaxWindow); an
-// in-flight one that covers the window just explains one more span.
-func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end int64) bool {
+// [start, end] (the span's window, Pre and Post around the span): a pending
+// one grows to the union (within MaxWindow); an in-flight one that covers
+// the span itself, [spanStart, spanEnd], just explains one more span: its
+// recording holds every moment of the span, which is what the span's
+// critical path reads, and a capture of its own would cost the process a
+// dump for what is already being uploaded.
+func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end, spanStart, spanEnd int64) bool {
 	for _, c := range m.pending[key] {
 		if !c.held && (start > c.End || end < c.Start) {
 			continue
@@ -469,7 +551,7 @@ func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end int64) boo
 		if c.State != StateRequested || c.AgentID != key.agent || c.PID != key.pid {
 			continue
 		}
-		if start >= c.Start && end <= c.End {
+		if spanStart >= c.Start && spanEnd <= c.End {
 			c.Spans = append(c.Spans, ref)
 			m.linkLater(c, ref)
 			return true
@@ -532,11 +614,11 @@ func (m *Manager) fireDue(ctx context.Context) {
 			m.pending[key] = keep
 		}
 	}
-	sort.Slice(due, func(i, j int) bool { return due[i].Start < due[j].Start })
+	m.orderLocked(due, now)
 	for _, c := range due {
 		c.SpanCount = len(c.Spans)
 		key := procKey{c.AgentID, c.PID}
-		if next := m.nextSlotLocked(key, now); next.After(now) {
+		if next := m.nextSlotLocked(key, c.Service, now); next.After(now) {
 			if next.Sub(time.Unix(0, c.Start)) > m.cfg.MaxWindow {
 				// The agents' buffers will not reach back that far.
 				m.finishLocked(c, StateSkipped, "capture rate limit (capture.min_interval, capture.max_per_minute) held it past capture.max_window")
@@ -546,7 +628,8 @@ func (m *Manager) fireDue(ctx context.Context) {
 			continue
 		}
 		m.lastFired[key] = now
-		m.fired = append(m.fired, now)
+		c.Suspect, _ = m.suspectLocked(c.Service)
+		m.fired = append(m.fired, firing{at: now, service: c.Service, suspect: c.Suspect})
 		left := m.cfg.BudgetBytesPerMinute - m.usedLocked(budgetKey(c.Host, c.PID), now)
 		if left <= 0 {
 			m.finishLocked(c, StateSkipped, "per-process capture budget exhausted for this minute")
@@ -587,29 +670,86 @@ func (m *Manager) holdLocked(key procKey, c *Capture, next time.Time) {
 	m.pending[key] = append(m.pending[key], c)
 }
 
-// nextSlotLocked returns when a capture of key may next be requested under
-// MinInterval and MaxPerMinute (now or earlier: at once). m.mu is held.
-func (m *Manager) nextSlotLocked(key procKey, now time.Time) time.Time {
+// orderLocked sorts the captures due at now in the order they get the
+// rate limits' slots: the services open incidents rank most suspect first
+// (by rank), then the services captured least in the last minute (so that
+// one service's stream of anomalies does not starve the others), then the
+// earliest window. First come would favour the callers of a slow service:
+// their spans start first and their anomalies arrive with its. m.mu is
+// held.
+func (m *Manager) orderLocked(due []*Capture, now time.Time) {
+	recent := map[string]int{}
+	for _, f := range m.fired {
+		if now.Sub(f.at) < time.Minute {
+			recent[f.service]++
+		}
+	}
+	sort.SliceStable(due, func(i, j int) bool {
+		_, ri := m.suspectLocked(due[i].Service)
+		_, rj := m.suspectLocked(due[j].Service)
+		if ri != rj {
+			return ri < rj
+		}
+		if ni, nj := recent[due[i].Service], recent[due[j].Service]; ni != nj {
+			return ni < nj
+		}
+		return due[i].Start < due[j].Start
+	})
+}
+
+// nextSlotLocked returns when a capture of key, a process of service, may
+// next be requested under MinInterval, MaxPerMinute and SuspectShare (now
+// or earlier: at once). m.mu is held.
+func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time) time.Time {
 	next := now
 	if last, ok := m.lastFired[key]; ok && m.cfg.MinInterval > 0 {
 		next = laterOf(next, last.Add(m.cfg.MinInterval))
 	}
 	i := 0
-	for i < len(m.fired) && now.Sub(m.fired[i]) >= time.Minute {
+	for i < len(m.fired) && now.Sub(m.fired[i].at) >= time.Minute {
 		i++
 	}
 	m.fired = m.fired[i:]
-	if n := m.cfg.MaxPerMinute; n > 0 {
-		if len(m.fired) >= n {
-			next = laterOf(next, m.fired[len(m.fired)-n].Add(time.Minute))
+	n := m.cfg.MaxPerMinute
+	if n <= 0 {
+		return next
+	}
+	if len(m.fired) >= n {
+		next = laterOf(next, m.fired[len(m.fired)-n].at.Add(time.Minute))
+	}
+	// Spread them over the minute too: at most captureBurst in any
+	// captureBurst/n of a minute. A slow service makes its callers slow
+	// at the same moment, and a dozen dumps at once on a small node
+	// slowed every service for a while (bench/RESULTS.md, demo mesh).
+	b := min(captureBurst, n)
+	span := time.Duration(b) * time.Minute / time.Duration(n)
+	if len(m.fired) >= b {
+		next = laterOf(next, m.fired[len(m.fired)-b].at.Add(span))
+	}
+	if suspect, _ := m.suspectLocked(service); suspect || m.suspects == nil {
+		return next
+	}
+	// Not a suspect: the kept share is not for it, nor the last of a
+	// burst (the others' captures take at most b−1 of any burst's span).
+	kept := int(math.Ceil(m.cfg.SuspectShare * float64(n)))
+	if kept == 0 {
+		return next
+	}
+	rest := n - kept
+	if rest <= 0 || b == 1 {
+		return laterOf(next, now.Add(span))
+	}
+	var others []time.Time
+	for _, f := range m.fired {
+		if !f.suspect {
+			others = append(others, f.at)
 		}
-		// Spread them over the minute too: at most captureBurst in any
-		// captureBurst/n of a minute. A slow service makes its callers slow
-		// at the same moment, and a dozen dumps at once on a small node
-		// slowed every service for a while (bench/RESULTS.md, demo mesh).
-		if b := min(captureBurst, n); len(m.fired) >= b {
-			next = laterOf(next, m.fired[len(m.fired)-b].Add(time.Duration(b)*time.Minute/time.Duration(n)))
-		}
+	}
+	if len(others) >= rest {
+		next = laterOf(next, others[len(others)-rest].Add(time.Minute))
+	}
+	if len(others) >= b-1 {
+		next = laterOf(next, others[len(others)-(b-1)].Add(span))
 	}
 	return next
 }

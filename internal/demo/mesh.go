@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -619,7 +621,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
-	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict)
+	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
 	printFault(out, fr)
 	return fr
 }
@@ -726,27 +728,113 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 	}
 }
 
-// culpritPath reads the critical paths of the verdict's example trace and
-// returns the one of the culprit's slowest span, its segments left out; nil
-// when the server has none.
-func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict) *critpath.SpanPath {
-	if v.ExampleTraceID == "" || v.Service == "" {
+// culpritPath returns the stored critical path of the culprit's slowest
+// span in the fault's window [from, to], its segments left out: the
+// "critical-path" artifacts linked to the culprit's anomalous spans (rows),
+// newest first, the verdict's example trace preferred. When none is stored
+// it asks the server for the example trace's paths, which it may compute
+// on the spot, for at most pathWait. nil when there is none.
+func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, rows []anomalyRow, from, to time.Time) *critpath.SpanPath {
+	if v.Service == "" {
 		return nil
 	}
-	var res critpath.TraceResult
-	if err := getJSONAuth(ctx, fmt.Sprintf("%s/api/v1/traces/%s/critical-path", api, v.ExampleTraceID), token, &res); err != nil {
-		return nil
+	type art struct {
+		id    string
+		start int64
 	}
+	var arts []art
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if r.Service != v.Service || r.Start < from.UnixNano() || r.Start > to.UnixNano() {
+			continue
+		}
+		for _, a := range r.Artifacts {
+			if a.Kind == critpath.ArtifactKind && !seen[a.ID] {
+				seen[a.ID] = true
+				arts = append(arts, art{a.ID, r.Start})
+			}
+		}
+	}
+	sort.Slice(arts, func(i, j int) bool { return arts[i].start > arts[j].start })
 	var best *critpath.SpanPath
-	for i, p := range res.Spans {
-		if p.Service == v.Service && (best == nil || p.Ms > best.Ms) {
-			best = &res.Spans[i]
+	better := func(p *critpath.SpanPath) bool {
+		if best == nil {
+			return true
+		}
+		if ex := v.ExampleTraceID; ex != "" && (p.TraceID == ex) != (best.TraceID == ex) {
+			return p.TraceID == ex
+		}
+		return p.Ms > best.Ms
+	}
+	for _, a := range arts[:min(len(arts), maxPathArtifacts)] {
+		st, err := storedPaths(ctx, api, token, a.id)
+		if err != nil {
+			continue
+		}
+		for i := range st.Paths {
+			p := &st.Paths[i]
+			if p.Service == v.Service && p.Start >= from.UnixNano() && p.Start <= to.UnixNano() && better(p) {
+				best = p
+			}
+		}
+	}
+	if best == nil && v.ExampleTraceID != "" {
+		pctx, cancel := context.WithTimeout(ctx, pathWait)
+		defer cancel()
+		var res critpath.TraceResult
+		if err := getJSONAuth(pctx, fmt.Sprintf("%s/api/v1/traces/%s/critical-path", api, v.ExampleTraceID), token, &res); err == nil {
+			for i := range res.Spans {
+				if p := &res.Spans[i]; p.Service == v.Service && better(p) {
+					best = p
+				}
+			}
 		}
 	}
 	if best != nil {
 		best.Segments, best.Arrows, best.Threads = nil, nil, nil
 	}
 	return best
+}
+
+// maxPathArtifacts bounds the stored critical-path documents culpritPath
+// reads, maxPathBytes what one may inflate to, and pathWait how long it
+// waits for paths the server computes when asked: on a loaded node that
+// is minutes for a trace linked to many snapshots.
+const (
+	maxPathArtifacts = 4
+	maxPathBytes     = 64 << 20
+	pathWait         = 60 * time.Second
+)
+
+// storedPaths downloads and decodes one "critical-path" artifact.
+func storedPaths(ctx context.Context, api, token, id string) (*critpath.Stored, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, api+"/api/v1/artifacts/"+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET artifact %s: %s", id, resp.Status)
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", id, err)
+	}
+	var st critpath.Stored
+	if err := json.NewDecoder(io.LimitReader(zr, maxPathBytes)).Decode(&st); err != nil {
+		return nil, fmt.Errorf("artifact %s: %w", id, err)
+	}
+	if st.Version != critpath.StoredVersion {
+		return nil, fmt.Errorf("artifact %s: stored paths version %d, this build reads %d", id, st.Version, critpath.StoredVersion)
+	}
+	return &st, nil
 }
 
 // serverVerdict waits for the server's incident that overlaps [onset, to]

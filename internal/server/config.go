@@ -505,6 +505,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.Capture.BudgetBytesPerMinute, "capture.budget-bytes-per-minute", c.Capture.BudgetBytesPerMinute, "artifact bytes accepted per process per minute")
 	fs.DurationVar(&c.Capture.MinInterval, "capture.min-interval", c.Capture.MinInterval, "least time between two captures of one process; anomalies meanwhile join the waiting capture (0: none)")
 	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes, at most 3 within any 3/N of a minute; more wait, or are skipped once too late for their window (0: no bound)")
+	fs.Float64Var(&c.Capture.SuspectShare, "capture.suspect-share", c.Capture.SuspectShare, "share of --capture.max-per-minute kept for the processes of the services open incidents rank most suspect; the others' captures use the rest and leave one of every burst free (0: first come, first served)")
+	fs.IntVar(&c.Capture.Suspects, "capture.suspects", c.Capture.Suspects, "how many of each open incident's most suspect services (its verdict's culprit, then its ranking) --capture.suspect-share is kept for")
 	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
 	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
 	fs.StringVar(&c.Capture.AgentTLS.CAFile, "capture.agent-tls.ca-file", c.Capture.AgentTLS.CAFile, "PEM bundle of the CAs to trust for agents whose dump URL is https (default: the system's)")

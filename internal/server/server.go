@@ -154,6 +154,10 @@ func (s *Server) sinks() ([]pipeline.Sink, error) {
 	}
 	if s.tracker != nil {
 		sinks = append(sinks, s.tracker)
+		// The capture budget keeps a share for the services the open
+		// incidents rank most suspect.
+		tr, n := s.tracker, s.cfg.Capture.Suspects
+		s.capture.SetSuspects(func() []string { return tr.Suspects(n) })
 	}
 	if s.cfg.Export.Endpoint != "" {
 		if s.exporter, err = export.New(s.cfg.Export, s.logger, s.reg); err != nil {

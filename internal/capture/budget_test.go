@@ -1,0 +1,151 @@
+package capture
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/agentapi"
+	"github.com/rootline/rootline/internal/model"
+)
+
+// TestNextSlotKeepsSuspectShare: with a ranking, the services it names
+// get the kept share of MaxPerMinute and the last capture of every burst;
+// the others are held to the rest. Times are set, not waited for.
+func TestNextSlotKeepsSuspectShare(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	ago := func(s int) time.Time { return now.Add(-time.Duration(s) * time.Second) }
+	others := func(secs ...int) []firing {
+		var out []firing
+		for _, s := range secs {
+			out = append(out, firing{at: ago(s), service: "caller"})
+		}
+		return out
+	}
+	key := procKey{"agent", 7}
+	cases := []struct {
+		name    string
+		share   float64
+		ranking []string // nil: no ranking source
+		fired   []firing
+		last    time.Time // the process's last capture, zero: none
+		service string
+		want    time.Time
+	}{
+		{name: "no ranking source: first come", share: 0.5, fired: others(2, 1), service: "caller", want: now},
+		{name: "not a suspect: the last of a burst is kept", share: 0.5, ranking: []string{}, fired: others(2, 1), service: "caller", want: ago(2).Add(15 * time.Second)},
+		{name: "a suspect takes the last of a burst", share: 0.5, ranking: []string{"e"}, fired: others(2, 1), service: "e", want: now},
+		{name: "a full burst holds a suspect too", share: 0.5, ranking: []string{"e"}, fired: others(3, 2, 1), service: "e", want: ago(3).Add(15 * time.Second)},
+		{name: "not a suspect: at most the rest of a minute", share: 0.5, ranking: []string{"e"}, fired: others(58, 57, 40, 39, 20, 19), service: "caller", want: ago(58).Add(time.Minute)},
+		{name: "a suspect uses the kept share", share: 0.5, ranking: []string{"e"}, fired: others(58, 57, 40, 39, 20, 19), service: "e", want: now},
+		{name: "the whole minute used: a suspect waits", share: 0.5, ranking: []string{"e"}, fired: others(59, 58, 55, 50, 45, 40, 35, 30, 25, 20, 10, 1), service: "e", want: ago(59).Add(time.Minute)},
+		{name: "share 0 keeps nothing", share: 0, ranking: []string{"e"}, fired: others(58, 57, 40, 39, 20, 19), service: "caller", want: now},
+		{name: "share 1: only suspects", share: 1, ranking: []string{"e"}, service: "caller", want: now.Add(15 * time.Second)},
+		{name: "a suspect's capture leaves the others theirs", share: 0.5, ranking: []string{"e"}, fired: []firing{{at: ago(2), service: "e", suspect: true}, {at: ago(1), service: "caller"}}, service: "caller", want: now},
+		{name: "min interval holds a suspect", share: 0.5, ranking: []string{"e"}, last: ago(10), service: "e", want: now.Add(20 * time.Second)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.MaxPerMinute, cfg.MinInterval, cfg.SuspectShare = 12, 30*time.Second, tc.share
+			m, err := New(cfg, nil, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.ranking != nil {
+				m.SetSuspects(func() []string { return tc.ranking })
+			}
+			m.fired = slices.Clone(tc.fired)
+			if !tc.last.IsZero() {
+				m.lastFired[key] = tc.last
+			}
+			m.mu.Lock()
+			got := m.nextSlotLocked(key, tc.service, now)
+			m.mu.Unlock()
+			if !got.Equal(tc.want) {
+				t.Errorf("next slot %v after now, want %v", got.Sub(now), tc.want.Sub(now))
+			}
+		})
+	}
+}
+
+// TestOrderPrefersSuspectsThenFairness: the captures due together get
+// their slots by the ranking, then by how few captures their service had
+// in the last minute, then by window start.
+func TestOrderPrefersSuspectsThenFairness(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	m, err := New(DefaultConfig(), nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetSuspects(func() []string { return []string{"e", "d"} })
+	m.fired = []firing{{at: now.Add(-10 * time.Second), service: "a"}, {at: now.Add(-5 * time.Second), service: "a"},
+		{at: now.Add(-3 * time.Second), service: "c"}, {at: now.Add(-2 * time.Minute), service: "b"}}
+	due := []*Capture{{Service: "a", Start: 1}, {Service: "c", Start: 2}, {Service: "b", Start: 3},
+		{Service: "d", Start: 4}, {Service: "e", Start: 5}, {Service: "f", Start: 6}}
+	m.mu.Lock()
+	m.orderLocked(due, now)
+	m.mu.Unlock()
+	var got []string
+	for _, c := range due {
+		got = append(got, c.Service)
+	}
+	// b's capture is older than a minute: it counts as none.
+	if want := []string{"e", "d", "b", "f", "c", "a"}; !slices.Equal(got, want) {
+		t.Errorf("order %v, want %v", got, want)
+	}
+}
+
+// TestSuspectGetsTheSlotCallersWouldTake: four processes' anomalies at
+// once with 4 captures a minute (3 in any 45 s): first come, the three
+// callers, whose spans start first, take the burst and the culprit waits
+// 45 s; with the culprit ranked suspect it takes the burst's last slot and
+// the third caller waits.
+func TestSuspectGetsTheSlotCallersWouldTake(t *testing.T) {
+	for _, ranked := range []bool{false, true} {
+		name := "first come"
+		if ranked {
+			name = "culprit ranked"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixtureWith(t, func(c *Config) { c.MaxPerMinute = 4 }, func(m *Manager, _ string) {
+				if ranked {
+					m.SetSuspects(func() []string { return []string{"e"} })
+				}
+			})
+			ag := newTestAgent(t, f.url, "", 100)
+			ag.register(t, agentapi.Process{PID: 41, Service: "a"}, agentapi.Process{PID: 42, Service: "b"},
+				agentapi.Process{PID: 43, Service: "c"}, agentapi.Process{PID: 45, Service: "e"})
+			t0 := time.Now().Add(-time.Second)
+			f.m.OnCommitted([]*model.Span{anomalous("a", 1, t0, 300*time.Millisecond), anomalous("b", 2, t0.Add(10*time.Millisecond), 280*time.Millisecond),
+				anomalous("c", 3, t0.Add(20*time.Millisecond), 260*time.Millisecond), anomalous("e", 4, t0.Add(30*time.Millisecond), 240*time.Millisecond)})
+			defer func() {
+				for _, c := range f.m.Captures(0) {
+					t.Logf("%s %s %v", c.Service, c.State, c.Suspect)
+				}
+			}()
+			waitUntil(t, "three dumps", func() bool { return len(ag.dumps()) == 3 })
+			time.Sleep(300 * time.Millisecond) // a fourth would have come by now
+			var got []string
+			for _, d := range ag.dumps() {
+				got = append(got, d.Service)
+			}
+			slices.Sort(got)
+			want, waits := []string{"a", "b", "c"}, "e"
+			if ranked {
+				want, waits = []string{"a", "b", "e"}, "c"
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("dumps for %v, want %v", got, want)
+			}
+			for _, c := range f.m.Captures(0) {
+				if c.Service == waits && c.State != StatePending {
+					t.Errorf("%s's capture is %s, want pending (its slot comes later)", c.Service, c.State)
+				}
+				if c.Suspect != (ranked && c.Service == "e") {
+					t.Errorf("%s's capture: suspect %v", c.Service, c.Suspect)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,94 @@
+package demo
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/critpath"
+	"github.com/rootline/rootline/internal/diagnosis"
+)
+
+// TestCulpritPathReadsStoredPaths: the culprit's path comes from the
+// critical-path artifacts linked to its anomalous spans in the fault's
+// window — the verdict's example trace first, else the longest — and the
+// server is asked to compute one only when none is stored.
+func TestCulpritPathReadsStoredPaths(t *testing.T) {
+	from := time.Unix(1000, 0)
+	to := from.Add(30 * time.Second)
+	at := func(s int) int64 { return from.Add(time.Duration(s) * time.Second).UnixNano() }
+	docs := map[string]critpath.Stored{
+		"p1": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{
+			{TraceID: "t1", SpanID: "s1", Service: "e", Start: at(5), Ms: 80, Waits: map[string]float64{"lock": 60, "running": 20},
+				BlockedBy: []critpath.BlockedBy{{TraceID: "t9", Service: "e", Operation: "GET /", Ms: 55}}},
+			{TraceID: "t1", SpanID: "s0", Service: "d", Start: at(5), Ms: 300},
+			{TraceID: "t0", SpanID: "s5", Service: "e", Start: at(-20), Ms: 900}, // before the fault
+		}},
+		"p2": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{{TraceID: "t2", SpanID: "s2", Service: "e", Start: at(10), Ms: 120}}},
+	}
+	asked := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tok" {
+			http.Error(w, "no token", http.StatusUnauthorized)
+			return
+		}
+		switch id := r.URL.Path[len("/api/v1/"):]; {
+		case len(id) > len("artifacts/") && id[:len("artifacts/")] == "artifacts/":
+			doc, ok := docs[id[len("artifacts/"):]]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			zw := gzip.NewWriter(w)
+			_ = json.NewEncoder(zw).Encode(doc)
+			_ = zw.Close()
+		default:
+			asked++
+			_ = json.NewEncoder(w).Encode(critpath.TraceResult{TraceID: "t3", Spans: []critpath.SpanPath{{TraceID: "t3", SpanID: "s3", Service: "e", Ms: 42}}})
+		}
+	}))
+	defer srv.Close()
+	row := func(svc string, s int, arts ...string) anomalyRow {
+		r := anomalyRow{Service: svc, Start: at(s)}
+		for _, a := range arts {
+			r.Artifacts = append(r.Artifacts, struct {
+				ID   string `json:"id"`
+				Kind string `json:"kind"`
+			}{a, critpath.ArtifactKind})
+		}
+		return r
+	}
+	rows := []anomalyRow{row("e", 5, "p1"), row("e", 10, "p2"), row("d", 5, "p1"), row("e", 40, "missing")}
+	cases := []struct {
+		name    string
+		example string
+		rows    []anomalyRow
+		want    string // span id
+		asked   int
+	}{
+		{"the longest stored path in the window", "", rows, "s2", 0},
+		{"the example trace's stored path first", "t1", rows, "s1", 0},
+		{"none stored: the server's for the example", "t3", []anomalyRow{row("d", 5, "p1")}, "s3", 1},
+		{"none at all", "", nil, "", 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			asked = 0
+			p := culpritPath(context.Background(), srv.URL, "tok", diagnosis.Verdict{Service: "e", ExampleTraceID: tc.example}, tc.rows, from, to)
+			got := ""
+			if p != nil {
+				got = p.SpanID
+			}
+			if got != tc.want || asked != tc.asked {
+				t.Fatalf("path of span %q (server asked %d times), want %q (%d)", got, asked, tc.want, tc.asked)
+			}
+			if p != nil && p.SpanID == "s1" && (p.Waits["lock"] != 60 || len(p.BlockedBy) != 1 || p.BlockedBy[0].TraceID != "t9") {
+				t.Errorf("path read back wrong: %+v", p)
+			}
+		})
+	}
+}
