@@ -68,6 +68,9 @@ type Analyzer struct {
 	// slot, waiting for one at most as long as its context allows. Reading
 	// stored paths needs none.
 	Slots chan struct{}
+	// Cache, when set, keeps the stored documents read (StoredCache): a
+	// trace's paths read again read no artifact.
+	Cache *StoredCache
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -99,14 +102,23 @@ func (a *Analyzer) logger() *slog.Logger {
 // wrapping store.ErrNotFound for an unknown trace and ErrNoSnapshot when no
 // snapshot is linked to it.
 func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, error) {
+	bySpan, err := store.SpanArtifacts(ctx, a.Artifacts, id)
+	if err != nil {
+		return nil, err
+	}
+	return a.TraceOf(ctx, id, bySpan)
+}
+
+// TraceOf is Trace for a caller that listed the trace's artifacts by span
+// already (store.SpanArtifacts). The listing leaves out the artifacts' links
+// to other traces: a kernel snapshot whose paths are computed here is read
+// again whole.
+func (a *Analyzer) TraceOf(ctx context.Context, id model.TraceID, bySpan map[model.SpanID][]store.Artifact) (*TraceResult, error) {
 	spans, err := a.Spans.GetTrace(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	arts, err := a.Artifacts.TraceArtifacts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+	arts := listed(bySpan)
 	res := &TraceResult{TraceID: id.String(), Spans: []SpanPath{}, Shared: []SharedJSON{}}
 	covered := map[string]bool{}
 	var kernels []store.Artifact
@@ -139,6 +151,14 @@ func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, e
 		if covered[k.ID] {
 			continue
 		}
+		// The snapshot's links, for the spans of this trace and for the
+		// JFR recordings of its capture (pauses).
+		full, err := a.Artifacts.GetArtifact(ctx, k.ID)
+		if err != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("kernel snapshot %s: %v", k.ID, err))
+			continue
+		}
+		k = full
 		var refs []store.SpanRef
 		for _, r := range k.Spans {
 			if r.TraceID == id {
@@ -203,9 +223,13 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 	if err != nil {
 		return nil, err
 	}
+	doc, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(st); err != nil {
+	if _, err := zw.Write(append(doc, '\n')); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
@@ -230,29 +254,84 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 		Attributes: map[string]string{"snapshot": k.ID, "paths": strconv.Itoa(len(st.Paths))},
 		Spans:      linked,
 	}
-	if _, err := a.Artifacts.PutArtifact(ctx, meta, &buf); err != nil {
+	art, err := a.Artifacts.PutArtifact(ctx, meta, &buf)
+	if err != nil {
 		return nil, fmt.Errorf("store critical paths: %w", err)
+	}
+	// What reads the paths next (the verdicts) finds them decoded, as
+	// from the artifact (nil and empty lists alike).
+	if a.Cache != nil {
+		var dec Stored
+		if json.Unmarshal(doc, &dec) == nil {
+			a.Cache.Add(art.ID, &dec, int64(len(doc)+1))
+		}
 	}
 	return st, nil
 }
 
+// listed returns the artifacts of a listing by span once each, in the
+// order the store lists a trace's artifacts (TraceArtifacts: created, id).
+func listed(bySpan map[model.SpanID][]store.Artifact) []store.Artifact {
+	var arts []store.Artifact
+	seen := map[string]bool{}
+	for _, list := range bySpan {
+		for _, art := range list {
+			if !seen[art.ID] {
+				seen[art.ID] = true
+				arts = append(arts, art)
+			}
+		}
+	}
+	slices.SortFunc(arts, func(x, y store.Artifact) int {
+		return cmp.Or(cmp.Compare(x.Created, y.Created), strings.Compare(x.ID, y.ID))
+	})
+	return arts
+}
+
 func (a *Analyzer) readStored(ctx context.Context, id string) (*Stored, error) {
+	if st, _, ok := a.Cache.Get(id); ok {
+		return st, nil
+	}
 	data, err := a.read(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	st, size, err := DecodeStored(bytes.NewReader(data), maxArtifactBytes)
 	if err != nil {
 		return nil, err
 	}
+	a.Cache.Add(id, st, size)
+	return st, nil
+}
+
+// ErrStoredTooLarge: a stored document inflates to more than the bound its
+// reader set.
+var ErrStoredTooLarge = errors.New("stored critical paths inflate beyond the bound")
+
+// ErrStoredVersion: a stored document of a version this build does not
+// read.
+var ErrStoredVersion = errors.New("a version this build does not read")
+
+// DecodeStored decodes a "critical-path" artifact's content (a gzipped
+// Stored document) inflating at most maxBytes, and returns it with the
+// size of its JSON.
+func DecodeStored(r io.Reader, maxBytes int64) (*Stored, int64, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	lr := &io.LimitedReader{R: zr, N: maxBytes + 1}
 	var st Stored
-	if err := json.NewDecoder(io.LimitReader(zr, maxArtifactBytes)).Decode(&st); err != nil {
-		return nil, err
+	if err := json.NewDecoder(lr).Decode(&st); err != nil {
+		if lr.N <= 0 {
+			return nil, 0, fmt.Errorf("%w: larger than %d bytes inflated", ErrStoredTooLarge, maxBytes)
+		}
+		return nil, 0, err
 	}
 	if st.Version != StoredVersion {
-		return nil, fmt.Errorf("version %d (this build reads %d)", st.Version, StoredVersion)
+		return nil, 0, fmt.Errorf("%w: version %d (this build reads %d)", ErrStoredVersion, st.Version, StoredVersion)
 	}
-	return &st, nil
+	return &st, maxBytes + 1 - lr.N, nil
 }
 
 // read returns an artifact's content, bounded.

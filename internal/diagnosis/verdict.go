@@ -32,6 +32,9 @@ type Diagnoser struct {
 	Config Config
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Cache, when set, keeps the stored critical paths read beyond the
+	// sampled traces: a verdict computed again reads none it read before.
+	Cache *critpath.StoredCache
 }
 
 // maxAnomalies bounds the anomalous spans read per verdict.
@@ -451,7 +454,7 @@ func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.Tra
 	}
 	for _, arts := range bySpan {
 		if slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
-			return s.Analyzer.Trace(ctx, id)
+			return s.Analyzer.TraceOf(ctx, id, bySpan)
 		}
 	}
 	return nil, critpath.ErrNoSnapshot
