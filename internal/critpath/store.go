@@ -388,27 +388,33 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		}
 		spans[spanKey{s.TraceID, s.SpanID}] = s
 	}
+	// read are the traces whose spans are in spans: a trace is read once,
+	// though it runs through several of the snapshot's processes.
+	read := map[model.TraceID]bool{}
 	for _, s := range known {
 		add(s)
+		read[s.TraceID] = true
 	}
-	traces := map[model.TraceID]bool{}
-	for _, r := range refs {
-		if traces[r.TraceID] {
-			continue
-		}
-		traces[r.TraceID] = true
-		if slices.ContainsFunc(known, func(s *model.Span) bool { return s.TraceID == r.TraceID }) {
-			continue
-		}
-		ts, err := a.Spans.GetTrace(ctx, r.TraceID)
+	getTrace := func(id model.TraceID) error {
+		ts, err := a.Spans.GetTrace(ctx, id)
+		read[id] = true
 		if errors.Is(err, store.ErrNotFound) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, s := range ts {
 			add(s)
+		}
+		return nil
+	}
+	for _, r := range refs {
+		if read[r.TraceID] {
+			continue
+		}
+		if err := getTrace(r.TraceID); err != nil {
+			return nil, err
 		}
 	}
 	maxTraces := cmp.Or(a.MaxTraces, 5000)
@@ -420,16 +426,38 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	for _, pid := range pids {
 		q := store.TraceQuery{Tags: map[string]string{model.AttrProcessPID: strconv.FormatUint(uint64(pid), 10)},
 			StartMin: tl.Start - spanLookback, StartMax: tl.End, Limit: maxTraces}
-		found, err := a.Spans.FindTraces(ctx, q)
+		ids, err := a.Spans.FindTraceIDs(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		if len(found) == maxTraces {
+		if len(ids) == maxTraces {
 			st.Notes = append(st.Notes, fmt.Sprintf("process %d had more than %d traces in the window: the oldest are not in the association", pid, maxTraces))
 		}
-		for _, tr := range found {
-			for _, s := range tr {
-				add(s)
+		// A request runs through most of a mesh's processes: after the
+		// first, a process's traces were mostly read already.
+		var unread []model.TraceID
+		for _, id := range ids {
+			if !read[id] {
+				unread = append(unread, id)
+			}
+		}
+		if len(unread) > 16 && len(unread)*4 > len(ids) {
+			// Many: in one read.
+			found, err := a.Spans.FindTraces(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			for _, tr := range found {
+				for _, s := range tr {
+					add(s)
+					read[s.TraceID] = true
+				}
+			}
+			unread = slices.DeleteFunc(unread, func(id model.TraceID) bool { return read[id] })
+		}
+		for _, id := range unread {
+			if err := getTrace(id); err != nil {
+				return nil, err
 			}
 		}
 	}

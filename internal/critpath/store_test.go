@@ -109,10 +109,20 @@ func testAnalyzerOnStore(t *testing.T, mediaType, fileName string, enc func(*ker
 		t.Fatalf("path of a: blockedBy %+v states %v waits %v", p.BlockedBy, p.States, p.Waits)
 	}
 
-	// Stored at capture time, then served from the artifact.
-	stored, err := an.Capture(ctx, k.ID)
+	// Stored at capture time, then served from the artifact; each trace
+	// read once though it is both linked and in the process's window.
+	counted := &traceReads{SpanReader: st, n: map[model.TraceID]int{}}
+	stored, err := (&Analyzer{Spans: counted, Artifacts: st}).Capture(ctx, k.ID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for id, n := range counted.n {
+		if n != 1 {
+			t.Errorf("trace %s read %d times computing the capture's paths, want once", id, n)
+		}
+	}
+	if len(counted.n) != len(spans) {
+		t.Errorf("%d traces read, want the %d of the snapshot's process", len(counted.n), len(spans))
 	}
 	if len(stored.Paths) != 2 {
 		t.Fatalf("stored %d paths, want a's and b's: %+v", len(stored.Paths), stored.Notes)
@@ -163,4 +173,23 @@ func snapshotOf(t *testing.T, c *timelineCase) *kernel.Snapshot {
 	t.Helper()
 	s, _ := c.snapshot()
 	return s
+}
+
+// traceReads counts the times each trace's spans are read.
+type traceReads struct {
+	store.SpanReader
+	n map[model.TraceID]int
+}
+
+func (r *traceReads) GetTrace(ctx context.Context, id model.TraceID) ([]*model.Span, error) {
+	r.n[id]++
+	return r.SpanReader.GetTrace(ctx, id)
+}
+
+func (r *traceReads) FindTraces(ctx context.Context, q store.TraceQuery) ([][]*model.Span, error) {
+	found, err := r.SpanReader.FindTraces(ctx, q)
+	for _, tr := range found {
+		r.n[tr[0].TraceID]++
+	}
+	return found, err
 }
