@@ -409,21 +409,47 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		}
 		return nil
 	}
-	for _, r := range refs {
-		if read[r.TraceID] {
-			continue
-		}
-		if err := getTrace(r.TraceID); err != nil {
-			return nil, err
-		}
-	}
 	maxTraces := cmp.Or(a.MaxTraces, 5000)
 	pids := tl.PIDs()
 	if n := cmp.Or(a.MaxProcesses, 16); len(pids) > n {
 		st.Notes = append(st.Notes, fmt.Sprintf("the spans of %d of the snapshot's %d processes were not read", len(pids)-n, len(pids)))
 		pids = pids[:n]
 	}
+	win, err := a.window(ctx, tl.Start-spanLookback, tl.End, pids, maxTraces)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refs {
+		if read[r.TraceID] {
+			continue
+		}
+		if tr := win.all[r.TraceID]; tr != nil {
+			for _, s := range tr {
+				add(s)
+			}
+			read[r.TraceID] = true
+			continue
+		}
+		if err := getTrace(r.TraceID); err != nil {
+			return nil, err
+		}
+	}
 	for _, pid := range pids {
+		if win.complete {
+			found := win.byPID[pid]
+			if len(found) == maxTraces {
+				st.Notes = append(st.Notes, fmt.Sprintf("process %d had more than %d traces in the window: the oldest are not in the association", pid, maxTraces))
+			}
+			for _, tr := range found {
+				if !read[tr[0].TraceID] {
+					for _, s := range tr {
+						add(s)
+					}
+					read[tr[0].TraceID] = true
+				}
+			}
+			continue
+		}
 		q := store.TraceQuery{Tags: map[string]string{model.AttrProcessPID: strconv.FormatUint(uint64(pid), 10)},
 			StartMin: tl.Start - spanLookback, StartMax: tl.End, Limit: maxTraces}
 		ids, err := a.Spans.FindTraceIDs(ctx, q)
@@ -512,6 +538,77 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	st.Shared = an.SharedJSON(Merge(paths))
 	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "requests", len(in.Requests), "intervals", tl.Intervals())
 	return st, nil
+}
+
+// windowed are the traces of a snapshot's window: all of them by id, and
+// those of each process as a search by process.pid would find them.
+type windowed struct {
+	// complete: every trace with a span starting in the window was read
+	// (fewer than the limit); else the searches are left to the caller.
+	complete bool
+	all      map[model.TraceID][]*model.Span
+	byPID    map[uint32][][]*model.Span
+}
+
+// window reads every trace with a span starting in [from, to] once and finds
+// each process's among them as the store's search by tag would (a span
+// starting in the window whose process.pid, its own attribute or its
+// resource's, names the process; newest such span first; at most limit per
+// process). One search per process scanned every span of the window and
+// decoded each trace once per process it ran through: in a mesh, most of
+// them. Past limit traces in the window it reads nothing and says so.
+func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, limit int) (windowed, error) {
+	all, err := a.Spans.FindTraces(ctx, store.TraceQuery{StartMin: from, StartMax: to, Limit: limit})
+	if err != nil || len(all) >= limit {
+		return windowed{}, err
+	}
+	want := make(map[string]uint32, len(pids))
+	for _, pid := range pids {
+		want[strconv.FormatUint(uint64(pid), 10)] = pid
+	}
+	type match struct {
+		trace []*model.Span
+		start int64
+	}
+	w := windowed{complete: true, all: make(map[model.TraceID][]*model.Span, len(all)), byPID: map[uint32][][]*model.Span{}}
+	matches := map[uint32][]match{}
+	newest := map[uint32]int64{}
+	for _, tr := range all {
+		if len(tr) == 0 {
+			continue
+		}
+		w.all[tr[0].TraceID] = tr
+		clear(newest)
+		for _, s := range tr {
+			if s.Start < from || s.Start > to {
+				continue
+			}
+			for _, kvs := range [][]model.KeyValue{s.Attributes, s.Resource} {
+				for i := range kvs {
+					if kvs[i].Key != model.AttrProcessPID {
+						continue
+					}
+					if pid, ok := want[kvs[i].Value.String()]; ok {
+						if cur, seen := newest[pid]; !seen || s.Start > cur {
+							newest[pid] = s.Start
+						}
+					}
+				}
+			}
+		}
+		for pid, start := range newest {
+			matches[pid] = append(matches[pid], match{tr, start})
+		}
+	}
+	for pid, ms := range matches {
+		slices.SortFunc(ms, func(x, y match) int {
+			return cmp.Or(cmp.Compare(y.start, x.start), bytes.Compare(x.trace[0].TraceID[:], y.trace[0].TraceID[:]))
+		})
+		for _, m := range ms[:min(len(ms), limit)] {
+			w.byPID[pid] = append(w.byPID[pid], m.trace)
+		}
+	}
+	return w, nil
 }
 
 // seen reports whether any of r's threads has intervals in the timeline.
