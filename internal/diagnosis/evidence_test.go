@@ -1,10 +1,7 @@
 package diagnosis
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"io"
 	"reflect"
 	"strings"
@@ -106,16 +103,9 @@ func TestVerdictOnEvidence(t *testing.T) {
 	for _, s := range captured {
 		doc.Paths = append(doc.Paths, *segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0, critpath.Network, "", 3.0))
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(doc); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	buf := gzipJSON(t, doc)
 	if _, err := cs.PutArtifact(ctx, store.Artifact{Kind: critpath.ArtifactKind, MediaType: critpath.ArtifactMediaType, Service: "cart",
-		CaptureID: "c1", Spans: refs}, &buf); err != nil {
+		CaptureID: "c1", Spans: refs}, buf); err != nil {
 		t.Fatal(err)
 	}
 
