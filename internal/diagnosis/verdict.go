@@ -187,13 +187,22 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 // slowTraces returns the traces from since on with an anomalous span,
 // newest first.
 func slowTraces(traces [][]*model.Span, since int64) [][]*model.Span {
-	var out [][]*model.Span
+	// Each trace's root found once, not in every comparison.
+	type slow struct {
+		spans []*model.Span
+		start int64
+	}
+	var found []slow
 	for _, t := range traces {
 		if r := RootOf(t); r != nil && r.Start >= since && slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
-			out = append(out, t)
+			found = append(found, slow{t, r.Start})
 		}
 	}
-	slices.SortFunc(out, func(x, y []*model.Span) int { return cmp.Compare(RootOf(y).Start, RootOf(x).Start) })
+	slices.SortFunc(found, func(x, y slow) int { return cmp.Compare(y.start, x.start) })
+	var out [][]*model.Span
+	for _, f := range found {
+		out = append(out, f.spans)
+	}
 	return out
 }
 
