@@ -96,6 +96,17 @@ if ! "$venv/bin/pip" show grpcio 2>/dev/null | grep -x "Version: $grpcio_version
   "$venv/bin/pip" install -q --disable-pip-version-check "grpcio==$grpcio_version"
 fi
 
+# The OpenTelemetry Python SDK and its OTLP/HTTP exporter for the diagnosis
+# test of an application instrumented with an SDK and not under rootline run
+# (test/testdata/otelsdk/app.py), in the same venv.
+otel_sdk_version=1.45.2
+if ! "$venv/bin/pip" show opentelemetry-sdk 2>/dev/null | grep -x "Version: $otel_sdk_version" >/dev/null ||
+   ! "$venv/bin/pip" show opentelemetry-exporter-otlp-proto-http 2>/dev/null | grep -x "Version: $otel_sdk_version" >/dev/null; then
+  say "installing the OpenTelemetry Python SDK $otel_sdk_version into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "opentelemetry-sdk==$otel_sdk_version" \
+    "opentelemetry-exporter-otlp-proto-http==$otel_sdk_version"
+fi
+
 # grpc-java for the same tests (internal/run/testdata/GrpcSvc.java): its runtime
 # jars from Maven Central, by Maven, when there is a JDK.
 grpc_java="$HOME/.cache/rootline/grpc-java-1.85.1"

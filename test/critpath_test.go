@@ -43,7 +43,7 @@ type cpEnv struct {
 	dir      string
 }
 
-func newCPEnv(t *testing.T, profilers string) *cpEnv {
+func newCPEnv(t *testing.T, profilers string, agentArgs ...string) *cpEnv {
 	t.Helper()
 	bpftest.RequireBPF(t)
 	dir := t.TempDir()
@@ -51,7 +51,7 @@ func newCPEnv(t *testing.T, profilers string) *cpEnv {
 		"--capture.pre", "300ms", "--capture.post", "300ms", "--capture.settle", "1s",
 		"--capture.min-interval", "0", "--capture.max-per-minute", "0")
 	anchor := startTarget(t, "sleep", "600")
-	startAgent(t, srv, "--profilers", profilers, "--target", fmt.Sprint("pid=", anchor))
+	startAgent(t, srv, append([]string{"--profilers", profilers, "--target", fmt.Sprint("pid=", anchor)}, agentArgs...)...)
 	var agents []struct {
 		DumpURL string `json:"dumpUrl"`
 	}
@@ -79,6 +79,13 @@ func (e *cpEnv) run(t *testing.T, name, mode string, env []string, argv ...strin
 	t.Helper()
 	_, port = startTraced(t, append([]string{"LISTEN=127.0.0.1:0"}, env...), true,
 		[]string{"--mode", mode, "--service", name, "--server", "http://" + e.srv.http, "--agent", e.agentURL}, argv...)
+	return port, e.waitProcess(t, name)
+}
+
+// waitProcess waits until the agent records a process of service name, and
+// returns its pid.
+func (e *cpEnv) waitProcess(t *testing.T, name string) int {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var agents []struct {
@@ -90,7 +97,7 @@ func (e *cpEnv) run(t *testing.T, name, mode string, env []string, argv ...strin
 		e.srv.getJSON(t, "/api/v1/agents", &agents)
 		for _, p := range agents[0].Processes {
 			if p.Service == name {
-				return port, int(p.PID)
+				return int(p.PID)
 			}
 		}
 		if time.Now().After(deadline) {

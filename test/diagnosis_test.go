@@ -182,4 +182,5 @@ func TestDiagnosisThrottledC(t *testing.T) {
 	mustWrite(t, cg+"/cpu.cfs_quota_us", "-1")
 	inc := e.waitVerdict(t, "dg-quota", 5)
 	e.checkVerdict(t, inc, "dg-quota", diagnosis.CauseCPUThrottle)
+	checkQuotaAdvice(t, inc.Verdict)
 }

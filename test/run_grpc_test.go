@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -241,18 +240,7 @@ func grpcJavaSvc(t *testing.T, dir string) []string {
 // grpcPySvc returns the argv of the Python gRPC test service, run by the
 // interpreter of the venv scripts/deps.sh installs grpcio into.
 func grpcPySvc(t *testing.T) []string {
-	venv := os.Getenv("ROOTLINE_VENV")
-	if venv == "" {
-		home, _ := os.UserHomeDir()
-		venv = filepath.Join(home, ".cache", "rootline", "venv")
-	}
-	py := filepath.Join(venv, "bin", "python3")
-	if out, err := exec.Command(py, "-c", "import grpc").CombinedOutput(); err != nil {
-		if os.Getenv("ROOTLINE_REQUIRE_BPF") == "1" {
-			t.Fatalf("grpcio is not installed in %s (make deps): %v\n%s", venv, err, out)
-		}
-		t.Skipf("grpcio is not installed in %s (make deps): %v", venv, err)
-	}
+	py := venvPython(t, "grpc")
 	abs, _ := filepath.Abs(filepath.Join(svcData, "grpcsvc.py"))
 	return []string{py, abs}
 }

@@ -53,20 +53,7 @@ func startTracedStderr(t *testing.T, env []string, listens bool, runFlags []stri
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", argv[0], stderr.String())
-		}
-	})
+	stopAtCleanup(t, cmd, func() { t.Logf("%s stderr:\n%s", argv[0], stderr.String()) })
 	if !listens {
 		go func() { _, _ = io.Copy(io.Discard, out) }()
 		return cmd, 0, stderr
@@ -548,4 +535,23 @@ func testRunSamplingDeny(t *testing.T) {
 			t.Errorf("%q: downstream got traceparent %q, b3 %q, X-B3-Sampled %q; want sampled=%v", c.lines, tp, b3, xs, c.sampled)
 		}
 	}
+}
+
+// stopAtCleanup ends the started cmd when the test ends: SIGTERM, then
+// SIGKILL after 10 s; failed, when set, runs after it if the test failed.
+func stopAtCleanup(t *testing.T, cmd *exec.Cmd, failed func()) {
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if failed != nil && t.Failed() {
+			failed()
+		}
+	})
 }

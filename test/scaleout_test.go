@@ -75,7 +75,7 @@ kafka:
 	}
 	// `rootline storage init` creates the keyspace and the bucket; a second
 	// run finds nothing to do.
-	for i, want := range []string{"schema version 0 → 1", "already, nothing to do"} {
+	for i, want := range []string{"schema version 0 → 2", "already, nothing to do"} {
 		out, err := exec.Command(rootlineBin(t), "storage", "init", "--config", so.config, "--data-dir", t.TempDir()).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Fatalf("storage init #%d: %v\n%s\nwant it to say %q", i+1, err, out, want)

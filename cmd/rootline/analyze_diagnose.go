@@ -131,7 +131,7 @@ func diagnoseOffline(ctx context.Context, f diagnoseFlags, from, to int64, progr
 		return nil, err
 	}
 	d := &diagnosis.Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st},
-		Paths: &critpath.Analyzer{Spans: st, Artifacts: st}, Config: diagnosis.DefaultConfig()}
+		Paths: &critpath.Analyzer{Spans: st, Artifacts: st}, Metrics: st, Config: diagnosis.DefaultConfig()}
 	out := make([]diagnosis.Incident, 0, len(list))
 	for i, s := range list {
 		inc, err := diagnosis.FromStored(s)
@@ -185,6 +185,9 @@ func printIncidents(w io.Writer, incs []diagnosis.Incident) {
 		}
 		for _, m := range v.Missing {
 			fmt.Fprintf(w, "  missing      %s\n", m)
+		}
+		if v.Advice != nil {
+			fmt.Fprintf(w, "  advice       %s (%s)\n", v.Advice.Explanation, v.Advice.Scaling)
 		}
 		fmt.Fprintln(w)
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -173,13 +172,10 @@ Flags:
 	if logger == nil {
 		return code
 	}
-	// Go's soft limit: the garbage collector works harder as the heap nears
-	// it, so garbage never takes the server past its bounds (0: none).
-	limit := int64(cfg.MemoryLimit)
-	if limit == 0 {
-		limit = math.MaxInt64
-	}
-	debug.SetMemoryLimit(limit)
+	// Go's soft limit, under --memory-limit: the garbage collector works
+	// harder as the heap nears it, so garbage never takes the server past
+	// its bounds.
+	debug.SetMemoryLimit(server.GoMemoryLimit(cfg.MemoryLimit))
 	srv, err := server.New(cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

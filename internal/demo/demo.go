@@ -119,6 +119,9 @@ Faults (name@service[=amount]):
                    BPF program, pod mode (amount: 10%); TCP resends after a timeout
   noisy-neighbour  the service's apps confined to one CPU and busy processes pinned to that CPU
                    outside its cgroup: other programs of the node (amount: processes, 2)
+  memory-pressure  a memory limit a little above the service's anonymous memory, filled with page
+                   cache by a co-process in its memory cgroup that keeps reading a file, so that
+                   its own threads reclaim (amount: room above its memory, 8MB)
   none             nothing (no @service): a fault-free stretch, where no incident should open
                    (none=10m: its length instead of --duration)
 

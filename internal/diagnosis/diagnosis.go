@@ -31,6 +31,7 @@ package diagnosis
 
 import (
 	"errors"
+	"github.com/rootline/rootline/internal/mirage"
 	"time"
 
 	"github.com/rootline/rootline/internal/analysis"
@@ -123,6 +124,9 @@ type Verdict struct {
 	// SlowTraces and BaseTraces are the traces compared.
 	SlowTraces int `json:"slowTraces"`
 	BaseTraces int `json:"baseTraces"`
+	// Advice is what to change, after the Mirage model (nil when there is
+	// no culprit or nothing to size it with).
+	Advice *mirage.Advice `json:"advice,omitempty"`
 	// Updated is when it was computed (server clock).
 	Updated int64 `json:"updated"`
 }

@@ -28,8 +28,12 @@ type PathReader interface {
 type Diagnoser struct {
 	Source analysis.Source
 	// Paths may be nil: then no critical path is read.
-	Paths  PathReader
-	Config Config
+	Paths PathReader
+	// Metrics may be nil: then the kernel's per-container counters
+	// (retransmissions, drops) are not read, and span timing alone never
+	// names the network.
+	Metrics store.MetricReader
+	Config  Config
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Cache, when set, keeps the stored critical paths read beyond the
@@ -135,6 +139,9 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 
 	var shares []causeShare
 	var total float64
+	// timingOnly is the network cause span timing points at when the
+	// kernel measured nothing on the link: a runner-up, never the verdict.
+	var timingOnly *causeShare
 	switch {
 	case !known[v.Service]:
 		// The culprit left no span: the ranking named it from calls into it.
@@ -146,8 +153,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 			shares = []causeShare{{cause: CauseDownstream, ms: untraced, share: untraced / top.Score}, {cause: CauseNetwork, ms: top.NetDeltaMs - untraced, share: (top.NetDeltaMs - untraced) / top.Score}}
 			v.Evidence = append(v.Evidence, fmt.Sprintf("%s's calls to dependencies that send no spans grew by %.1f ms per trace", v.Service, untraced))
 		} else {
-			shares = []causeShare{{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}, {cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}}
-			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms: the link to it", v.Service, top.NetDeltaMs, top.SelfDeltaMs))
+			shares, timingOnly = d.link(ctx, v, top, from, start, to)
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
@@ -170,6 +176,9 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of the measured time (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
 	}
 	switch {
+	case timingOnly != nil && best.cause == CauseUnknown:
+		v.RunnerUp = &Alternative{Service: v.Service, Cause: CauseNetwork, Score: round2(timingOnly.share),
+			Why: fmt.Sprintf("span timing only: calls into %s grew by %.1f ms per trace outside it, with no kernel evidence of a slow link", v.Service, timingOnly.ms)}
 	case runner != nil && runner.share >= 0.1:
 		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's measured slow time", 100*runner.share, v.Service)}
 	case len(base.Ranking) > 1 && base.Ranking[1].Score > 0:
@@ -181,7 +190,43 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	} else if note := analysis.CaptureTrouble(caps, v.Service, from); note != "" {
 		v.Missing = append(v.Missing, note)
 	}
+	v.Advice = advise(v)
 	return v, nil
+}
+
+// link weighs the culprit's link when calls into it grew more than its own
+// time. The time between a caller's CLIENT span and the culprit's SERVER
+// span is the link, but also sidecars, proxies and the kernel's network
+// stack waiting for a CPU on a starved node: span timing alone cannot tell
+// them apart. So the network is named only when the kernel measured the
+// link failing (retransmissions on the culprit's sockets, well above their
+// rate before the onset); otherwise the cause is unknown and the timing's
+// network is returned as timingOnly, for the runner-up.
+func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceScore, from, onset, to time.Time) (shares []causeShare, timingOnly *causeShare) {
+	self := causeShare{cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}
+	network := causeShare{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}
+	timing := fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms", v.Service, top.NetDeltaMs, top.SelfDeltaMs)
+	var e linkEvidence
+	var err error
+	if d.Metrics != nil {
+		e, err = readLink(ctx, d.Metrics, v.Service, from, onset, to)
+	}
+	switch {
+	case err == nil && e.lossy():
+		v.Evidence = append(v.Evidence, timing+": the link to it",
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers", e, v.Service))
+		return []causeShare{network, self}, nil
+	case d.Metrics == nil:
+		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
+	case err != nil:
+		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: %v", v.Service, err))
+	case !e.seen:
+		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: no kernel metrics of its containers (is an agent with --kmetrics running on its node?)", v.Service))
+	default:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link", e, v.Service))
+	}
+	v.Evidence = append(v.Evidence, timing+": span timing points at the link, but without kernel evidence that time may as well be proxies or the network stack waiting for a CPU")
+	return []causeShare{{cause: CauseUnknown, ms: top.NetDeltaMs, share: network.share}}, &network
 }
 
 // slowTraces returns the traces from since on with an anomalous span,

@@ -28,6 +28,7 @@ const (
 	FaultCPU            = "cpu"             // app: extra CPU work per request
 	FaultPacketLoss     = "packet-loss"     // a BPF dropper on the service's links (pod mode)
 	FaultNoisyNeighbour = "noisy-neighbour" // busy processes on the service's CPU, outside its cgroup
+	FaultMemory         = "memory-pressure" // a memory limit just above the apps' memory, filled with page cache by a co-process
 	// FaultNone injects nothing: a fault-free run of a fault suite, where
 	// no incident should open. It takes no service; its amount is how long
 	// the stretch lasts ("none", "none=10m").
@@ -57,6 +58,8 @@ func ExpectedCause(name, language string) string {
 		return "network"
 	case FaultNoisyNeighbour:
 		return "cpu-contention"
+	case FaultMemory:
+		return "memory"
 	case FaultDisk:
 		return "disk"
 	case FaultCPU:
@@ -84,6 +87,9 @@ var DefaultAmounts = map[string]string{
 	// timeout (200 ms at least), which is what makes a lossy link slow.
 	FaultPacketLoss:     "10%",
 	FaultNoisyNeighbour: "2",
+	// The room above the apps' anonymous memory that the co-process's page
+	// cache fills.
+	FaultMemory: "8MB",
 }
 
 // appFaults maps fault names to the name the app's POST /fault takes.
@@ -94,7 +100,7 @@ var appFaults = map[string]string{
 // FaultNames lists every fault Inject knows.
 func FaultNames() []string {
 	return []string{FaultLock, FaultCPUThrottle, FaultCPUHog, FaultNetBandwidth, FaultNetDelay,
-		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU, FaultPacketLoss, FaultNoisyNeighbour}
+		FaultGC, FaultSlowDownstream, FaultDisk, FaultCPU, FaultPacketLoss, FaultNoisyNeighbour, FaultMemory}
 }
 
 // Fault is a slowdown of one service.
@@ -107,7 +113,8 @@ type Fault struct {
 	// "0.2", "200m"); cpu-hog the number of busy processes (the pod's limit
 	// is CPUHogLimit); net-bandwidth a
 	// tc rate ("2mbit"); net-delay a duration ("100ms"); app faults pass it
-	// to the app ("20ms"). Empty: DefaultAmounts.
+	// to the app ("20ms"); memory-pressure the room above the apps'
+	// anonymous memory ("8MB"). Empty: DefaultAmounts.
 	Amount string
 }
 
@@ -184,6 +191,8 @@ func (m *Mesh) Inject(f Fault) (undo func() error, err error) {
 		stop, err = m.packetLoss(st, f.Amount)
 	case FaultNoisyNeighbour:
 		stop, err = m.noisyNeighbour(st, f.Amount)
+	case FaultMemory:
+		stop, err = m.memoryPressure(st, f.Amount)
 	default:
 		name, ok := appFaults[f.Name]
 		if !ok {

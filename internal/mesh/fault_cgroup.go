@@ -269,7 +269,7 @@ func rmCgroup(dir string) error {
 // state cleanup).
 func removeCgroups(name string, log *slog.Logger) error {
 	var errs []error
-	for _, root := range []string{v1Mount("cpu", "cpu.cfs_quota_us"), v1Mount("cpuset", "cpuset.cpus"), cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+	for _, root := range []string{v1Mount("cpu", "cpu.cfs_quota_us"), v1Mount("cpuset", "cpuset.cpus"), v1Mount("memory", "memory.limit_in_bytes"), cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
 		if root == "" {
 			continue
 		}

@@ -18,6 +18,8 @@ func TestParseFault(t *testing.T) {
 		{in: "lock@E", want: Fault{Name: "lock", Service: "E"}},
 		{in: "net-delay@B=50ms", want: Fault{Name: "net-delay", Service: "B", Amount: "50ms"}},
 		{in: "cpu-throttle@C=20%", want: Fault{Name: "cpu-throttle", Service: "C", Amount: "20%"}},
+		{in: "memory-pressure@j", want: Fault{Name: "memory-pressure", Service: "j"}},
+		{in: "memory-pressure@j=16MB", want: Fault{Name: "memory-pressure", Service: "j", Amount: "16MB"}},
 		{in: "none", want: Fault{Name: "none"}},
 		{in: "none@E", err: true},
 		{in: "none=10m", want: Fault{Name: "none", Amount: "10m"}},
@@ -64,6 +66,19 @@ func TestParseAmounts(t *testing.T) {
 	for _, bad := range []string{"", "fast", "1 mbit", "mbit", "-1mbit"} {
 		if _, err := parseRate(bad); err == nil {
 			t.Errorf("parseRate(%q) accepted", bad)
+		}
+	}
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{{"8MB", 8 << 20}, {"16m", 16 << 20}, {"512KB", 512 << 10}, {"1G", 1 << 30}, {"1.5MB", 3 << 19}, {"4096", 4096}} {
+		if got, err := parseBytes(tc.in); err != nil || got != tc.want {
+			t.Errorf("parseBytes(%q) = %v, %v", tc.in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "MB", "-8MB", "0", "lots"} {
+		if _, err := parseBytes(bad); err == nil {
+			t.Errorf("parseBytes(%q) accepted", bad)
 		}
 	}
 }
@@ -122,7 +137,7 @@ func TestExpectedCause(t *testing.T) {
 		{FaultLock, "python", "lock"}, {FaultCPUThrottle, "go", "cpu-throttle"}, {FaultCPUHog, "java", "cpu-throttle"},
 		{FaultNetBandwidth, "go", "network"}, {FaultNetDelay, "java", "network"}, {FaultDisk, "python", "disk"},
 		{FaultCPU, "go", "cpu"}, {FaultGC, "java", "gc"}, {FaultGC, "go", "cpu"}, {FaultGC, "python", "cpu"},
-		{FaultSlowDownstream, "go", ""}, {FaultNone, "", ""},
+		{FaultSlowDownstream, "go", ""}, {FaultNone, "", ""}, {FaultMemory, "python", "memory"},
 	} {
 		if got := ExpectedCause(tc.name, tc.lang); got != tc.want {
 			t.Errorf("ExpectedCause(%s, %s) = %q, want %q", tc.name, tc.lang, got, tc.want)

@@ -9,10 +9,13 @@ import (
 // Resources is what is known of a service's allocation and its kernel
 // evidence, for Advise.
 type Resources struct {
-	// Replicas running (default 1).
+	// Replicas running; zero: unknown, and horizontal advice gives the
+	// factor only.
 	Replicas int
 	// CPUQuota is each replica's CPU limit in cores (its cgroup's
-	// cpu.max or cfs_quota/cfs_period); zero: no limit.
+	// cpu.max or cfs_quota/cfs_period); zero: no limit or not known (a
+	// throttled time says there is one), and vertical advice gives the
+	// factor only.
 	CPUQuota float64
 	// Throttled is the time the service's threads spent throttled by that
 	// quota per request over the same window as the waits (cgroup cpu.stat
@@ -36,17 +39,19 @@ const (
 
 // Advice is what to change for a decision.
 type Advice struct {
-	Service string
-	Scaling Scaling
-	Peer    string // for network and delegate
+	Service string  `json:"service"`
+	Scaling Scaling `json:"scaling"`
+	Peer    string  `json:"peer,omitempty"` // for network and delegate
 	// From and To are the replicas (horizontal) or the per-replica quota in
-	// cores (vertical); Factor is To/From's target ratio before rounding.
-	From, To float64
-	Factor   float64
+	// cores (vertical), zero when not known; Factor is To/From's target
+	// ratio before rounding.
+	From   float64 `json:"from,omitempty"`
+	To     float64 `json:"to,omitempty"`
+	Factor float64 `json:"factor,omitempty"`
 	// Share is the local wait's share of the hop's own time (its latency
 	// less the time in calls), the measurement the amount comes from.
-	Share       float64
-	Explanation string
+	Share       float64 `json:"share,omitempty"`
+	Explanation string  `json:"explanation"`
 }
 
 // DefaultTargetShare is the share of its own time a request may wait for a
@@ -70,9 +75,6 @@ const maxFactor = 4
 func Advise(service string, d Decision, r Resources, target float64) Advice {
 	if target <= 0 || target >= 1 {
 		target = DefaultTargetShare
-	}
-	if r.Replicas < 1 {
-		r.Replicas = 1
 	}
 	a := Advice{Service: service, Scaling: ScaleNone, Peer: d.Peer}
 	switch d.Cause {
@@ -103,27 +105,43 @@ func Advise(service string, d Decision, r Resources, target float64) Advice {
 		a.Explanation = fmt.Sprintf("%s: its local wait is %.0f%% of its own time, within the %.0f%% target.", service, 100*a.Share, 100*target)
 		return a
 	}
-	a.Factor = min(maxFactor, (1-target)/math.Max(1-a.Share, 1e-9))
+	raw := (1 - target) / math.Max(1-a.Share, 1e-9)
+	a.Factor = min(maxFactor, raw)
+	// goal ends each explanation: what the change is expected to do.
+	goal := fmt.Sprintf("to bring the wait to %.0f%%", 100*target)
+	if raw > maxFactor {
+		goal = fmt.Sprintf("as a first step toward a %.0f%% wait (the estimate, ×%.1f, is capped at ×%d per step)", 100*target, raw, maxFactor)
+	}
 	throttledShare := 0.0
 	if d.Wait > 0 {
 		throttledShare = min(1, float64(r.Throttled)/float64(d.Wait))
 	}
-	if r.CPUQuota > 0 && throttledShare >= 0.5 {
+	if throttledShare >= 0.5 {
 		a.Scaling = ScaleVertical
+		if r.CPUQuota <= 0 {
+			a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %.0f%% of that throttled by its CPU quota: raise the quota ×%.2f %s.",
+				service, 100*a.Share, 100*throttledShare, a.Factor, goal)
+			return a
+		}
 		a.From = r.CPUQuota
 		a.To = math.Ceil(r.CPUQuota*a.Factor*10) / 10
-		a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %.0f%% of that throttled by its %.2g-core quota: raise the quota to %.2g cores (×%.2f) to bring the wait to %.0f%%.",
-			service, 100*a.Share, 100*throttledShare, r.CPUQuota, a.To, a.Factor, 100*target)
+		a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %.0f%% of that throttled by its %.2g-core quota: raise the quota to %.2g cores (×%.2f) %s.",
+			service, 100*a.Share, 100*throttledShare, r.CPUQuota, a.To, a.Factor, goal)
 		return a
 	}
 	a.Scaling = ScaleHorizontal
-	a.From = float64(r.Replicas)
-	a.To = math.Ceil(float64(r.Replicas) * a.Factor)
 	why := "in the run queue"
 	if r.Throttled > 0 {
 		why = fmt.Sprintf("in the run queue (%.0f%% of it throttled by its quota)", 100*throttledShare)
 	}
-	a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %s: the CPUs it runs on are saturated; run %.0f replicas instead of %d (×%.2f) to bring the wait to %.0f%%.",
-		service, 100*a.Share, why, a.To, r.Replicas, a.Factor, 100*target)
+	if r.Replicas <= 0 {
+		a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %s: the CPUs it runs on are saturated; run ×%.2f as many replicas, on CPUs not already busy, %s.",
+			service, 100*a.Share, why, a.Factor, goal)
+		return a
+	}
+	a.From = float64(r.Replicas)
+	a.To = math.Ceil(float64(r.Replicas) * a.Factor)
+	a.Explanation = fmt.Sprintf("%s: its requests waited %.0f%% of their own time for a CPU, %s: the CPUs it runs on are saturated; run %.0f replicas instead of %d (×%.2f) %s.",
+		service, 100*a.Share, why, a.To, r.Replicas, a.Factor, goal)
 	return a
 }

@@ -135,10 +135,12 @@ func TestAdvise(t *testing.T) {
 		{"throttled", local, Resources{Replicas: 2, CPUQuota: 0.5, Throttled: 5 * ms}, 0, ScaleVertical, 0.5, 1.2, "raise the quota to 1.2 cores"},
 		// The same wait without throttling: 2 replicas × 2.25 → 5.
 		{"run queue", local, Resources{Replicas: 2, CPUQuota: 0.5, Throttled: 1 * ms}, 0, ScaleHorizontal, 2, 5, "run 5 replicas instead of 2"},
-		{"no quota", local, Resources{}, 0, ScaleHorizontal, 1, 3, "run 3 replicas instead of 1"},
+		{"no quota", local, Resources{Replicas: 1}, 0, ScaleHorizontal, 1, 3, "run 3 replicas instead of 1"},
+		{"replicas unknown", local, Resources{}, 0, ScaleHorizontal, 0, 0, "run ×2.25 as many replicas"},
+		{"quota unknown", local, Resources{Replicas: 2, Throttled: 5 * ms}, 0, ScaleVertical, 0, 0, "raise the quota ×2.25"},
 		// A higher target asks for less: ×(0.6/0.4) = ×1.5 → 3 of 2.
 		{"target 0.4", local, Resources{Replicas: 2}, 0.4, ScaleHorizontal, 2, 3, "to 40%"},
-		{"capped", Decision{Cause: CauseLocal, Wait: 99 * ms, Self: 100 * ms}, Resources{Replicas: 3}, 0, ScaleHorizontal, 3, 12, "12 replicas"},
+		{"capped", Decision{Cause: CauseLocal, Wait: 99 * ms, Self: 100 * ms}, Resources{Replicas: 3}, 0, ScaleHorizontal, 3, 12, "12 replicas instead of 3 (×4.00) as a first step toward a 10% wait (the estimate, ×90.0, is capped at ×4 per step)"},
 		{"within target", Decision{Cause: CauseLocal, Wait: 1 * ms, Self: 20 * ms}, Resources{}, 0, ScaleNone, 0, 0, "within the 10% target"},
 		{"network", Decision{Cause: CauseNetwork, Peer: "db:5432", Wait: 8 * ms}, Resources{}, 0, ScaleNetwork, 0, 0, "link to db:5432"},
 		{"remote", Decision{Cause: CauseRemote, Peer: "leaf", Wait: 8 * ms}, Resources{}, 0, ScaleDelegate, 0, 0, "belongs to leaf"},

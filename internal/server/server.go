@@ -229,7 +229,7 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	cache := s.critpath.an.Cache
 	paths := diagnosis.StoredPaths{Artifacts: s.store,
 		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1), Cache: cache}}
-	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Config: s.cfg.Diagnosis, Cache: cache}
+	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Metrics: s.store, Config: s.cfg.Diagnosis, Cache: cache}
 	tr, err := diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
 	if err != nil {
 		return nil, err
@@ -526,7 +526,11 @@ func (s *Server) retentionLoop(ctx context.Context, mine func() bool) {
 
 // logMemoryBound says, once at start, what bounds the server's memory.
 func (s *Server) logMemoryBound() {
-	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
+	soft := "none"
+	if s.cfg.MemoryLimit > 0 {
+		soft = ByteSize(GoMemoryLimit(s.cfg.MemoryLimit) >> 20 << 20).String()
+	}
+	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "go_soft_limit", soft, "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
 	for _, p := range s.cfg.memoryParts() {
 		attrs = append(attrs, strings.ReplaceAll(p.name, " ", "_"), ByteSize(p.bytes/(1<<20)<<20).String())
 	}

@@ -47,6 +47,11 @@ func (s *Store) Purge(ctx context.Context, p store.RetentionPolicy) (store.Purge
 			return st, err
 		}
 	}
+	if p.Anomalous > 0 { // closed incidents live as long as anomalous traces
+		if err := s.purgeIncidents(ctx, p.Now-p.Anomalous); err != nil {
+			return st, err
+		}
+	}
 	if err := s.sweepOrphanBlobs(ctx, &st, p.Now-int64(store.OrphanBlobGrace)); err != nil {
 		return st, err
 	}

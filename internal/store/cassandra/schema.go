@@ -14,12 +14,12 @@ import (
 )
 
 // SchemaVersion is the version of the tables this package reads and writes.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migrations[v-1] brings a keyspace from version v-1 to v. Statements are
 // idempotent (IF NOT EXISTS), so a migration interrupted half-way is simply
 // run again.
-var migrations = [][]string{schemaV1}
+var migrations = [][]string{schemaV1, schemaV2}
 
 // schemaV1: see the package comment for what each table is for. Index
 // tables cluster newest first, so a search reads the newest spans of an

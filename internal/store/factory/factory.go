@@ -88,6 +88,7 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 		}
 		c.SpanWriter, c.SpanReader, c.ArtifactStore, c.Purger = db, db, db, db
 		c.prober = db
+		c.incidents = db
 		c.closers = append(c.closers, db)
 		if cfg.Metrics.Type == TypeCassandra {
 			c.MetricWriter, c.MetricReader = db, db

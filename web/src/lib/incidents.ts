@@ -7,6 +7,18 @@ export interface Alternative {
   why: string;
 }
 
+// What to change, after the Mirage model (internal/mirage.Advice).
+export interface Advice {
+  service: string;
+  scaling: 'none' | 'vertical' | 'horizontal' | 'network' | 'delegate';
+  peer?: string;
+  from?: number;
+  to?: number;
+  factor?: number;
+  share?: number;
+  explanation: string;
+}
+
 export interface Verdict {
   service: string;
   cause: string;
@@ -17,6 +29,7 @@ export interface Verdict {
   runnerUp?: Alternative;
   exampleTraceId?: string;
   waits?: Record<string, number>;
+  advice?: Advice;
   pathSpans: number;
   slowSpans: number;
   slowTraces: number;

@@ -97,6 +97,11 @@ function IncidentRow({ inc, expanded, onToggle }: { inc: Incident; expanded: boo
                     {v.runnerUp.cause ? `: ${v.runnerUp.cause}` : ''} — {v.runnerUp.why}
                   </p>
                 )}
+                {v.advice && (
+                  <p className="advice">
+                    Advice ({v.advice.scaling}): {v.advice.explanation}
+                  </p>
+                )}
                 {bars.length > 0 && (
                   <div className="waitbars" aria-label="where the culprit's slow time went">
                     {bars.map((b) => (

@@ -1,0 +1,123 @@
+package diagnosis
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/rootline/rootline/internal/store"
+)
+
+// The kernel metrics (internal/kmetrics) that say a link lost packets: TCP
+// retransmissions, counted on the socket's container, and packets the
+// kernel dropped, by reason. Both are cumulative counters pushed by the
+// agent as OTLP sums, labelled with the container's service.
+const (
+	metricRetransmits       = "rootline_kernel_tcp_retransmits_total"
+	metricSynAckRetransmits = "rootline_kernel_tcp_synack_retransmits_total"
+	metricDrops             = "rootline_kernel_skb_drops_total"
+)
+
+// linkDropReasons are the drop reasons (skb:kfree_skb, lower case as
+// internal/kmetrics reports them) that a lossy or saturated link causes: a
+// queueing discipline or a tc program dropping, a device queue full. Drops
+// such as no_socket (a packet to a closed port) happen on any healthy node
+// and say nothing about a link.
+var linkDropReasons = []string{"qdisc_drop", "qdisc_overlimit", "qdisc_congested", "fq_band_limit", "fq_flow_limit",
+	"tc_egress", "tc_ingress", "full_ring", "dev_ready", "cpu_backlog", "neigh_queuefull"}
+
+// minRetransmits is the least number of retransmissions in the incident's
+// window, and linkGrowth the factor over the rate before the onset, for
+// the kernel to say the culprit's link is at fault: a few retransmissions
+// happen on any busy node.
+const (
+	minRetransmits = 3
+	linkGrowth     = 2.0
+)
+
+// linkEvidence is what the kernel counted on the sockets of a service's
+// containers before and since an incident's onset.
+type linkEvidence struct {
+	// Retransmits and Drops (link reasons only) in the incident's window
+	// and in the same length of time before the onset.
+	retrans, retransBefore float64
+	drops, dropsBefore     float64
+	// seen says some series of the service was read (the agent records
+	// kernel metrics for it).
+	seen bool
+	// during and before are the lengths of the two windows.
+	during, before time.Duration
+}
+
+// lossy says whether the kernel measured the link of the service losing
+// packets: enough retransmissions in the incident, at a rate well above
+// the one before.
+func (e linkEvidence) lossy() bool {
+	if e.retrans < minRetransmits || e.during <= 0 {
+		return false
+	}
+	rate := e.retrans / e.during.Seconds()
+	if e.before <= 0 {
+		return true
+	}
+	return rate > linkGrowth*e.retransBefore/e.before.Seconds()
+}
+
+func (e linkEvidence) String() string {
+	s := fmt.Sprintf("%.0f TCP retransmissions in %s (%.0f in the %s before)", e.retrans, e.during.Round(time.Second), e.retransBefore, e.before.Round(time.Second))
+	if e.drops > 0 || e.dropsBefore > 0 {
+		s += fmt.Sprintf(", %.0f packets dropped by a queue or tc program (%.0f before)", e.drops, e.dropsBefore)
+	}
+	return s
+}
+
+// readLink reads the kernel's retransmission and drop counters of svc's
+// containers (series whose service label names svc, alone or among the
+// services sharing a container) in [from, onset) and [onset, to].
+func readLink(ctx context.Context, mr store.MetricReader, svc string, from, onset, to time.Time) (linkEvidence, error) {
+	e := linkEvidence{during: to.Sub(onset), before: onset.Sub(from)}
+	for _, name := range []string{metricRetransmits, metricSynAckRetransmits, metricDrops} {
+		series, err := mr.FindMetrics(ctx, store.MetricQuery{Name: name, From: from.UnixNano(), To: to.UnixNano()})
+		if err != nil {
+			return e, fmt.Errorf("kernel metric %s: %w", name, err)
+		}
+		for _, s := range series {
+			if !slices.Contains(strings.Split(s.Service, ","), svc) {
+				continue
+			}
+			e.seen = true
+			if name == metricDrops && !slices.Contains(linkDropReasons, strings.ToLower(s.Labels["reason"])) {
+				continue
+			}
+			before, during := increase(s.Points, onset.UnixNano())
+			if name == metricDrops {
+				e.drops += during
+				e.dropsBefore += before
+			} else {
+				e.retrans += during
+				e.retransBefore += before
+			}
+		}
+	}
+	return e, nil
+}
+
+// increase is how much a cumulative counter grew before at and from at on,
+// over points oldest first; a value below the previous one is a restart of
+// its source, from which the counter counts again from zero.
+func increase(points []store.MetricPoint, at int64) (before, during float64) {
+	for i := 1; i < len(points); i++ {
+		d := points[i].Value - points[i-1].Value
+		if d < 0 {
+			d = points[i].Value
+		}
+		if points[i].Time < at {
+			before += d
+		} else {
+			during += d
+		}
+	}
+	return before, during
+}
