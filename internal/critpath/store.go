@@ -68,6 +68,9 @@ type Analyzer struct {
 	// slot, waiting for one at most as long as its context allows. Reading
 	// stored paths needs none.
 	Slots chan struct{}
+	// Cache, when set, keeps the stored documents read (StoredCache): a
+	// trace's paths read again read no artifact.
+	Cache *StoredCache
 	// Logger may be nil.
 	Logger *slog.Logger
 }
@@ -99,14 +102,23 @@ func (a *Analyzer) logger() *slog.Logger {
 // wrapping store.ErrNotFound for an unknown trace and ErrNoSnapshot when no
 // snapshot is linked to it.
 func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, error) {
+	bySpan, err := store.SpanArtifacts(ctx, a.Artifacts, id)
+	if err != nil {
+		return nil, err
+	}
+	return a.TraceOf(ctx, id, bySpan)
+}
+
+// TraceOf is Trace for a caller that listed the trace's artifacts by span
+// already (store.SpanArtifacts). The listing leaves out the artifacts' links
+// to other traces: a kernel snapshot whose paths are computed here is read
+// again whole.
+func (a *Analyzer) TraceOf(ctx context.Context, id model.TraceID, bySpan map[model.SpanID][]store.Artifact) (*TraceResult, error) {
 	spans, err := a.Spans.GetTrace(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	arts, err := a.Artifacts.TraceArtifacts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
+	arts := listed(bySpan)
 	res := &TraceResult{TraceID: id.String(), Spans: []SpanPath{}, Shared: []SharedJSON{}}
 	covered := map[string]bool{}
 	var kernels []store.Artifact
@@ -139,6 +151,14 @@ func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, e
 		if covered[k.ID] {
 			continue
 		}
+		// The snapshot's links, for the spans of this trace and for the
+		// JFR recordings of its capture (pauses).
+		full, err := a.Artifacts.GetArtifact(ctx, k.ID)
+		if err != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("kernel snapshot %s: %v", k.ID, err))
+			continue
+		}
+		k = full
 		var refs []store.SpanRef
 		for _, r := range k.Spans {
 			if r.TraceID == id {
@@ -203,9 +223,13 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 	if err != nil {
 		return nil, err
 	}
+	doc, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(st); err != nil {
+	if _, err := zw.Write(append(doc, '\n')); err != nil {
 		return nil, err
 	}
 	if err := zw.Close(); err != nil {
@@ -230,29 +254,84 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 		Attributes: map[string]string{"snapshot": k.ID, "paths": strconv.Itoa(len(st.Paths))},
 		Spans:      linked,
 	}
-	if _, err := a.Artifacts.PutArtifact(ctx, meta, &buf); err != nil {
+	art, err := a.Artifacts.PutArtifact(ctx, meta, &buf)
+	if err != nil {
 		return nil, fmt.Errorf("store critical paths: %w", err)
+	}
+	// What reads the paths next (the verdicts) finds them decoded, as
+	// from the artifact (nil and empty lists alike).
+	if a.Cache != nil {
+		var dec Stored
+		if json.Unmarshal(doc, &dec) == nil {
+			a.Cache.Add(art.ID, &dec, int64(len(doc)+1))
+		}
 	}
 	return st, nil
 }
 
+// listed returns the artifacts of a listing by span once each, in the
+// order the store lists a trace's artifacts (TraceArtifacts: created, id).
+func listed(bySpan map[model.SpanID][]store.Artifact) []store.Artifact {
+	var arts []store.Artifact
+	seen := map[string]bool{}
+	for _, list := range bySpan {
+		for _, art := range list {
+			if !seen[art.ID] {
+				seen[art.ID] = true
+				arts = append(arts, art)
+			}
+		}
+	}
+	slices.SortFunc(arts, func(x, y store.Artifact) int {
+		return cmp.Or(cmp.Compare(x.Created, y.Created), strings.Compare(x.ID, y.ID))
+	})
+	return arts
+}
+
 func (a *Analyzer) readStored(ctx context.Context, id string) (*Stored, error) {
+	if st, _, ok := a.Cache.Get(id); ok {
+		return st, nil
+	}
 	data, err := a.read(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	st, size, err := DecodeStored(bytes.NewReader(data), maxArtifactBytes)
 	if err != nil {
 		return nil, err
 	}
+	a.Cache.Add(id, st, size)
+	return st, nil
+}
+
+// ErrStoredTooLarge: a stored document inflates to more than the bound its
+// reader set.
+var ErrStoredTooLarge = errors.New("stored critical paths inflate beyond the bound")
+
+// ErrStoredVersion: a stored document of a version this build does not
+// read.
+var ErrStoredVersion = errors.New("a version this build does not read")
+
+// DecodeStored decodes a "critical-path" artifact's content (a gzipped
+// Stored document) inflating at most maxBytes, and returns it with the
+// size of its JSON.
+func DecodeStored(r io.Reader, maxBytes int64) (*Stored, int64, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	lr := &io.LimitedReader{R: zr, N: maxBytes + 1}
 	var st Stored
-	if err := json.NewDecoder(io.LimitReader(zr, maxArtifactBytes)).Decode(&st); err != nil {
-		return nil, err
+	if err := json.NewDecoder(lr).Decode(&st); err != nil {
+		if lr.N <= 0 {
+			return nil, 0, fmt.Errorf("%w: larger than %d bytes inflated", ErrStoredTooLarge, maxBytes)
+		}
+		return nil, 0, err
 	}
 	if st.Version != StoredVersion {
-		return nil, fmt.Errorf("version %d (this build reads %d)", st.Version, StoredVersion)
+		return nil, 0, fmt.Errorf("%w: version %d (this build reads %d)", ErrStoredVersion, st.Version, StoredVersion)
 	}
-	return &st, nil
+	return &st, maxBytes + 1 - lr.N, nil
 }
 
 // read returns an artifact's content, bounded.
@@ -309,28 +388,26 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		}
 		spans[spanKey{s.TraceID, s.SpanID}] = s
 	}
+	// read are the traces whose spans are in spans: a trace is read once,
+	// though it runs through several of the snapshot's processes.
+	read := map[model.TraceID]bool{}
 	for _, s := range known {
 		add(s)
+		read[s.TraceID] = true
 	}
-	traces := map[model.TraceID]bool{}
-	for _, r := range refs {
-		if traces[r.TraceID] {
-			continue
-		}
-		traces[r.TraceID] = true
-		if slices.ContainsFunc(known, func(s *model.Span) bool { return s.TraceID == r.TraceID }) {
-			continue
-		}
-		ts, err := a.Spans.GetTrace(ctx, r.TraceID)
+	getTrace := func(id model.TraceID) error {
+		ts, err := a.Spans.GetTrace(ctx, id)
+		read[id] = true
 		if errors.Is(err, store.ErrNotFound) {
-			continue
+			return nil
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, s := range ts {
 			add(s)
 		}
+		return nil
 	}
 	maxTraces := cmp.Or(a.MaxTraces, 5000)
 	pids := tl.PIDs()
@@ -338,19 +415,75 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		st.Notes = append(st.Notes, fmt.Sprintf("the spans of %d of the snapshot's %d processes were not read", len(pids)-n, len(pids)))
 		pids = pids[:n]
 	}
+	win, err := a.window(ctx, tl.Start-spanLookback, tl.End, pids, maxTraces)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range refs {
+		if read[r.TraceID] {
+			continue
+		}
+		if tr := win.all[r.TraceID]; tr != nil {
+			for _, s := range tr {
+				add(s)
+			}
+			read[r.TraceID] = true
+			continue
+		}
+		if err := getTrace(r.TraceID); err != nil {
+			return nil, err
+		}
+	}
 	for _, pid := range pids {
+		if win.complete {
+			found := win.byPID[pid]
+			if len(found) == maxTraces {
+				st.Notes = append(st.Notes, fmt.Sprintf("process %d had more than %d traces in the window: the oldest are not in the association", pid, maxTraces))
+			}
+			for _, tr := range found {
+				if !read[tr[0].TraceID] {
+					for _, s := range tr {
+						add(s)
+					}
+					read[tr[0].TraceID] = true
+				}
+			}
+			continue
+		}
 		q := store.TraceQuery{Tags: map[string]string{model.AttrProcessPID: strconv.FormatUint(uint64(pid), 10)},
 			StartMin: tl.Start - spanLookback, StartMax: tl.End, Limit: maxTraces}
-		found, err := a.Spans.FindTraces(ctx, q)
+		ids, err := a.Spans.FindTraceIDs(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		if len(found) == maxTraces {
+		if len(ids) == maxTraces {
 			st.Notes = append(st.Notes, fmt.Sprintf("process %d had more than %d traces in the window: the oldest are not in the association", pid, maxTraces))
 		}
-		for _, tr := range found {
-			for _, s := range tr {
-				add(s)
+		// A request runs through most of a mesh's processes: after the
+		// first, a process's traces were mostly read already.
+		var unread []model.TraceID
+		for _, id := range ids {
+			if !read[id] {
+				unread = append(unread, id)
+			}
+		}
+		if len(unread) > 16 && len(unread)*4 > len(ids) {
+			// Many: in one read.
+			found, err := a.Spans.FindTraces(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			for _, tr := range found {
+				for _, s := range tr {
+					add(s)
+					read[s.TraceID] = true
+				}
+			}
+			unread = slices.DeleteFunc(unread, func(id model.TraceID) bool { return read[id] })
+		}
+		for _, id := range unread {
+			if err := getTrace(id); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -405,6 +538,77 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	st.Shared = an.SharedJSON(Merge(paths))
 	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "requests", len(in.Requests), "intervals", tl.Intervals())
 	return st, nil
+}
+
+// windowed are the traces of a snapshot's window: all of them by id, and
+// those of each process as a search by process.pid would find them.
+type windowed struct {
+	// complete: every trace with a span starting in the window was read
+	// (fewer than the limit); else the searches are left to the caller.
+	complete bool
+	all      map[model.TraceID][]*model.Span
+	byPID    map[uint32][][]*model.Span
+}
+
+// window reads every trace with a span starting in [from, to] once and finds
+// each process's among them as the store's search by tag would (a span
+// starting in the window whose process.pid, its own attribute or its
+// resource's, names the process; newest such span first; at most limit per
+// process). One search per process scanned every span of the window and
+// decoded each trace once per process it ran through: in a mesh, most of
+// them. Past limit traces in the window it reads nothing and says so.
+func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, limit int) (windowed, error) {
+	all, err := a.Spans.FindTraces(ctx, store.TraceQuery{StartMin: from, StartMax: to, Limit: limit})
+	if err != nil || len(all) >= limit {
+		return windowed{}, err
+	}
+	want := make(map[string]uint32, len(pids))
+	for _, pid := range pids {
+		want[strconv.FormatUint(uint64(pid), 10)] = pid
+	}
+	type match struct {
+		trace []*model.Span
+		start int64
+	}
+	w := windowed{complete: true, all: make(map[model.TraceID][]*model.Span, len(all)), byPID: map[uint32][][]*model.Span{}}
+	matches := map[uint32][]match{}
+	newest := map[uint32]int64{}
+	for _, tr := range all {
+		if len(tr) == 0 {
+			continue
+		}
+		w.all[tr[0].TraceID] = tr
+		clear(newest)
+		for _, s := range tr {
+			if s.Start < from || s.Start > to {
+				continue
+			}
+			for _, kvs := range [][]model.KeyValue{s.Attributes, s.Resource} {
+				for i := range kvs {
+					if kvs[i].Key != model.AttrProcessPID {
+						continue
+					}
+					if pid, ok := want[kvs[i].Value.String()]; ok {
+						if cur, seen := newest[pid]; !seen || s.Start > cur {
+							newest[pid] = s.Start
+						}
+					}
+				}
+			}
+		}
+		for pid, start := range newest {
+			matches[pid] = append(matches[pid], match{tr, start})
+		}
+	}
+	for pid, ms := range matches {
+		slices.SortFunc(ms, func(x, y match) int {
+			return cmp.Or(cmp.Compare(y.start, x.start), bytes.Compare(x.trace[0].TraceID[:], y.trace[0].TraceID[:]))
+		})
+		for _, m := range ms[:min(len(ms), limit)] {
+			w.byPID[pid] = append(w.byPID[pid], m.trace)
+		}
+	}
+	return w, nil
 }
 
 // seen reports whether any of r's threads has intervals in the timeline.

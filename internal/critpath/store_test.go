@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/rootline/rootline/internal/model"
@@ -109,10 +111,20 @@ func testAnalyzerOnStore(t *testing.T, mediaType, fileName string, enc func(*ker
 		t.Fatalf("path of a: blockedBy %+v states %v waits %v", p.BlockedBy, p.States, p.Waits)
 	}
 
-	// Stored at capture time, then served from the artifact.
-	stored, err := an.Capture(ctx, k.ID)
+	// Stored at capture time, then served from the artifact; each trace
+	// read once though it is both linked and in the process's window.
+	counted := &traceReads{SpanReader: st, n: map[model.TraceID]int{}}
+	stored, err := (&Analyzer{Spans: counted, Artifacts: st}).Capture(ctx, k.ID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for id, n := range counted.n {
+		if n != 1 {
+			t.Errorf("trace %s read %d times computing the capture's paths, want once", id, n)
+		}
+	}
+	if len(counted.n) != len(spans) {
+		t.Errorf("%d traces read, want the %d of the snapshot's process", len(counted.n), len(spans))
 	}
 	if len(stored.Paths) != 2 {
 		t.Fatalf("stored %d paths, want a's and b's: %+v", len(stored.Paths), stored.Notes)
@@ -163,4 +175,99 @@ func snapshotOf(t *testing.T, c *timelineCase) *kernel.Snapshot {
 	t.Helper()
 	s, _ := c.snapshot()
 	return s
+}
+
+// traceReads counts the times each trace's spans are read.
+type traceReads struct {
+	store.SpanReader
+	n map[model.TraceID]int
+}
+
+func (r *traceReads) GetTrace(ctx context.Context, id model.TraceID) ([]*model.Span, error) {
+	r.n[id]++
+	return r.SpanReader.GetTrace(ctx, id)
+}
+
+func (r *traceReads) FindTraces(ctx context.Context, q store.TraceQuery) ([][]*model.Span, error) {
+	found, err := r.SpanReader.FindTraces(ctx, q)
+	for _, tr := range found {
+		r.n[tr[0].TraceID]++
+	}
+	return found, err
+}
+
+// TestWindowMatchesSearch: the traces of each process found in one read of
+// the window are those the store's search by process.pid finds, in its
+// order, with the limit, on the real store: requests through three
+// processes, the pid as a resource or a span attribute, spans before and
+// after the window.
+func TestWindowMatchesSearch(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const base = int64(1_700_000_000_000_000_000)
+	var spans []*model.Span
+	for i := range 60 {
+		var tid model.TraceID
+		tid[15], tid[14] = byte(i), 7
+		start := base + int64(i)*int64(100e6)
+		for k, svc := range []string{"front", "cart", "db"} {
+			s := &model.Span{TraceID: tid, SpanID: model.SpanID{byte(i), byte(k + 1)}, Service: svc, Name: "op", Kind: model.KindServer,
+				Start: start + int64(k)*int64(1e6), Duration: int64(5e6)}
+			pid := model.Int(model.AttrProcessPID, int64(100+k))
+			if k == 2 && i%2 == 0 {
+				s.Attributes = []model.KeyValue{pid} // on the span, not its resource
+			} else {
+				s.Resource = []model.KeyValue{model.String(model.AttrServiceName, svc), pid}
+			}
+			if k == 1 && i%3 == 0 {
+				continue // cart not on every request
+			}
+			spans = append(spans, s)
+		}
+	}
+	if err := st.WriteSpans(ctx, spans); err != nil {
+		t.Fatal(err)
+	}
+	from, to := base+int64(10)*int64(100e6), base+int64(50)*int64(100e6)+int64(1e6)
+	pids := []uint32{100, 101, 102, 999}
+	for _, limit := range []int{1000, 7} {
+		a := &Analyzer{Spans: st, Artifacts: st}
+		w, err := a.window(ctx, from, to, pids, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit == 7 {
+			if w.complete {
+				t.Fatal("more traces in the window than the limit, yet complete")
+			}
+			continue
+		}
+		if !w.complete {
+			t.Fatal("window not complete")
+		}
+		for _, pid := range pids {
+			for _, lim := range []int{1000, 5} {
+				want, err := st.FindTraceIDs(ctx, store.TraceQuery{Tags: map[string]string{model.AttrProcessPID: strconv.FormatUint(uint64(pid), 10)},
+					StartMin: from, StartMax: to, Limit: lim})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []model.TraceID
+				for _, tr := range w.byPID[pid] {
+					got = append(got, tr[0].TraceID)
+				}
+				got = got[:min(len(got), lim)]
+				if !slices.Equal(got, want) {
+					t.Errorf("pid %d, limit %d: window found %v, the search %v", pid, lim, got, want)
+				}
+				if pid != 999 && len(want) == 0 {
+					t.Errorf("pid %d: no trace", pid)
+				}
+			}
+		}
+	}
 }

@@ -24,7 +24,8 @@ import (
 // built once; the sub-benchmarks read the anomalies' artifacts per trace
 // with every link of each artifact (TraceArtifacts, "links") and with the
 // span → artifact rows of the trace only (SpanArtifacts, "span-artifacts"),
-// side by side.
+// side by side; "span-artifacts+cache" keeps the decoded stored critical
+// paths between verdicts (critpath.StoredCache) as the server does.
 func BenchmarkDiagnoseLargeStore(b *testing.B) {
 	ctx := context.Background()
 	st, err := sqlite.Open(sqlite.Config{Dir: b.TempDir()}, nil)
@@ -87,12 +88,17 @@ func BenchmarkDiagnoseLargeStore(b *testing.B) {
 	}
 	inc := &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end}
 	for _, bc := range []struct {
-		name string
-		arts store.ArtifactStore
-	}{{"links", linksOnly{st}}, {"span-artifacts", st}} {
+		name  string
+		arts  store.ArtifactStore
+		cache bool
+	}{{"links", linksOnly{st}, false}, {"span-artifacts", st, false}, {"span-artifacts+cache", st, true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: bc.arts}, Config: DefaultConfig(),
-				Paths: StoredPaths{Artifacts: st, Analyzer: &critpath.Analyzer{Spans: st, Artifacts: st}},
+			var cache *critpath.StoredCache
+			if bc.cache {
+				cache = critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)
+			}
+			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: bc.arts}, Config: DefaultConfig(), Cache: cache,
+				Paths: StoredPaths{Artifacts: st, Analyzer: &critpath.Analyzer{Spans: st, Artifacts: st, Cache: cache}},
 				Now:   func() time.Time { return time.Unix(0, end).Add(time.Second) }}
 			for range b.N {
 				v, err := d.Diagnose(ctx, inc)

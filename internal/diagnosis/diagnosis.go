@@ -14,7 +14,9 @@
 // slowed the request that much). The incident closes once the anomalous share has stayed under CloseShare for
 // Quiet. While an incident is open, and for EvidenceWait after it closed
 // (kernel snapshots and profiles arrive seconds after the spans), its
-// verdict is computed again every VerdictEvery and stored.
+// verdict is computed again when evidence came for it (a flagged span of its
+// requests, stored artifacts: Tracker.Evidence), at most every VerdictEvery,
+// and stored.
 //
 // A verdict names the culprit from the spans (package analysis ranks the
 // services by how much their time per trace grew against the traces before
@@ -161,8 +163,9 @@ type Config struct {
 	// Quiet.
 	CloseShare float64       `yaml:"close_share"`
 	Quiet      time.Duration `yaml:"quiet"`
-	// VerdictEvery is how often an incident's verdict is computed again
-	// while it is open and for EvidenceWait after it closed.
+	// VerdictEvery is how often at most an incident's verdict is computed
+	// again, when new evidence came, while it is open and for EvidenceWait
+	// after it closed.
 	VerdictEvery time.Duration `yaml:"verdict_every"`
 	EvidenceWait time.Duration `yaml:"evidence_wait"`
 	// Lookback is how far before the onset baseline traces are read.

@@ -1,8 +1,11 @@
 package diagnosis
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -100,4 +103,19 @@ func openStore(t *testing.T) *sqlite.Store {
 		}
 	})
 	return st
+}
+
+// gzipJSON is v as a "critical-path" artifact holds a document: gzipped
+// JSON.
+func gzipJSON(t testing.TB, v any) *bytes.Buffer {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &buf
 }

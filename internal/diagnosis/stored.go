@@ -2,12 +2,9 @@ package diagnosis
 
 import (
 	"cmp"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/rootline/rootline/internal/analysis"
@@ -112,27 +109,29 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits map[string]float64, c
 	return spans, traces, firstErr
 }
 
-// readStored reads a "critical-path" artifact's document.
+// readStored reads a "critical-path" artifact's document, from the cache
+// when it was read before.
 func (d *Diagnoser) readStored(ctx context.Context, id string) (*critpath.Stored, error) {
+	if st, size, ok := d.Cache.Get(id); ok {
+		if size > maxStoredBytes {
+			return nil, fmt.Errorf("larger than %d bytes inflated", maxStoredBytes)
+		}
+		return st, nil
+	}
 	rc, err := d.Source.ArtifactContent(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	zr, err := gzip.NewReader(rc)
-	if err != nil {
+	st, size, err := critpath.DecodeStored(rc, maxStoredBytes)
+	switch {
+	case errors.Is(err, critpath.ErrStoredTooLarge):
+		return nil, fmt.Errorf("larger than %d bytes inflated", maxStoredBytes)
+	case errors.Is(err, critpath.ErrStoredVersion):
+		return nil, critpath.ErrStoredVersion
+	case err != nil:
 		return nil, err
 	}
-	var st critpath.Stored
-	lr := &io.LimitedReader{R: zr, N: maxStoredBytes + 1}
-	if err := json.NewDecoder(lr).Decode(&st); err != nil {
-		if lr.N <= 0 {
-			return nil, fmt.Errorf("larger than %d bytes inflated", maxStoredBytes)
-		}
-		return nil, err
-	}
-	if st.Version != critpath.StoredVersion {
-		return nil, errors.New("a version this build does not read")
-	}
-	return &st, nil
+	d.Cache.Add(id, st, size)
+	return st, nil
 }

@@ -1,10 +1,7 @@
 package diagnosis
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -47,16 +44,9 @@ func TestDiagnoseStoredPathsBeyondSample(t *testing.T) {
 		doc.Paths = append(doc.Paths, *segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0, critpath.Network, "", 3.0))
 		refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
 	}
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(doc); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	buf := gzipJSON(t, doc)
 	if _, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.ArtifactKind, MediaType: critpath.ArtifactMediaType, Service: "cart",
-		Start: onset.UnixNano(), End: end, CaptureID: "c1", Spans: refs}, &buf); err != nil {
+		Start: onset.UnixNano(), End: end, CaptureID: "c1", Spans: refs}, buf); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()

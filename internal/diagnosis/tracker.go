@@ -63,6 +63,7 @@ type traceNote struct {
 	sec        int64 // the root's bucket second; 0 while the root has not come
 	start, end int64 // the root span's
 	counted    bool  // the root's bucket counts the trace as anomalous
+	flagged    bool  // a flagged non-root span of the trace came
 	excess     int64 // ns, the largest excess of a flagged non-root span
 	seen       int64 // Unix s the note was made, for expiry
 }
@@ -79,7 +80,17 @@ type tracked struct {
 	lastVerdict time.Time
 	closedAt    time.Time
 	dirty       bool // counts changed since it was stored
+	// fresh: evidence the verdict reads arrived since it was last
+	// computed (a flagged span of the incident's requests, stored
+	// artifacts), or the incident opened or closed.
+	fresh bool
 }
+
+// maxVerdictAge is how long a verdict stands without new evidence before it
+// is computed again all the same: it also reads what the tracker is not told
+// of (the capture log's failed and skipped captures, late spans of normal
+// requests).
+const maxVerdictAge = 30 * time.Second
 
 // NewTracker returns a Tracker storing incidents in st and computing
 // verdicts with diag. logger and reg may be nil.
@@ -156,6 +167,9 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 		if anomalous {
 			b.anomalous(s)
 		}
+		if anomalous || (note != nil && note.flagged) {
+			t.evidence(key)
+		}
 		if tr := t.open[key]; tr != nil {
 			tr.inc.Requests++
 			if anomalous {
@@ -178,8 +192,23 @@ func (t *Tracker) impact(excess, dur int64) bool {
 // root's bucket (while the bucket is still in the window); one whose root
 // has not come yet is remembered for it.
 func (t *Tracker) inner(s *model.Span, sec int64) {
-	if t.cfg.MinImpact <= 0 || !s.IsAnomalous() {
+	if !s.IsAnomalous() {
 		return
+	}
+	note := t.notes[s.TraceID]
+	if note == nil {
+		if t.cfg.MinImpact <= 0 || len(t.notes) >= maxNotes {
+			// Which entry point's request it is stays unknown: every
+			// verdict may read it.
+			t.evidenceAll()
+			return
+		}
+		note = &traceNote{seen: sec}
+		t.notes[s.TraceID] = note
+	}
+	note.flagged = true
+	if note.sec != 0 {
+		t.evidence(note.entry)
 	}
 	v, ok := s.Attr(model.AttrBaselineMs)
 	if !ok {
@@ -192,14 +221,6 @@ func (t *Tracker) inner(s *model.Span, sec int64) {
 	excess := s.Duration - int64(base*1e6)
 	if excess <= 0 {
 		return
-	}
-	note := t.notes[s.TraceID]
-	if note == nil {
-		if len(t.notes) >= maxNotes {
-			return
-		}
-		note = &traceNote{seen: sec}
-		t.notes[s.TraceID] = note
 	}
 	note.excess = max(note.excess, excess)
 	if note.sec == 0 || note.counted || !t.impact(note.excess, note.end-note.start) {
@@ -217,6 +238,42 @@ func (t *Tracker) inner(s *model.Span, sec int64) {
 		tr.lastEnd = max(tr.lastEnd, note.end)
 		tr.dirty = true
 	}
+}
+
+// evidence marks the verdicts of the incidents of entry point key (open, or
+// closed and still gathering evidence) as due for a new computation. The
+// caller holds t.mu.
+func (t *Tracker) evidence(key string) {
+	if tr := t.open[key]; tr != nil {
+		tr.fresh = true
+	}
+	for _, tr := range t.settled {
+		if tr.inc.Entry == key {
+			tr.fresh = true
+		}
+	}
+}
+
+// evidenceAll marks every verdict still computed as due. The caller holds
+// t.mu.
+func (t *Tracker) evidenceAll() {
+	for _, tr := range t.open {
+		tr.fresh = true
+	}
+	for _, tr := range t.settled {
+		tr.fresh = true
+	}
+}
+
+// Evidence tells the tracker that evidence a verdict reads was stored
+// outside the spans it sees: a capture's artifacts, critical paths computed
+// from a kernel snapshot. The verdicts of the open incidents, and of the
+// closed ones still gathering evidence, are computed again at their next
+// turn. It does not block beyond a short mutex.
+func (t *Tracker) Evidence() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evidenceAll()
 }
 
 // anomalous counts an anomalous root span in b.
@@ -281,7 +338,7 @@ func (t *Tracker) step(now time.Time) []Incident {
 			if w.baselineSpans > 0 {
 				inc.BaselineMs = round2(w.baselineMs / float64(w.baselineSpans))
 			}
-			t.open[key] = &tracked{inc: inc, lastEnd: w.lastEnd}
+			t.open[key] = &tracked{inc: inc, lastEnd: w.lastEnd, fresh: true}
 			changed = append(changed, inc)
 			t.opened.WithLabelValues().Inc()
 			t.log.Info("incident opened", "id", inc.ID, "entry", key, "anomalous", w.anom, "of", w.total, "window", t.cfg.Window)
@@ -292,6 +349,7 @@ func (t *Tracker) step(now time.Time) []Incident {
 			if now.Sub(tr.quietSince) >= t.cfg.Quiet {
 				tr.inc.State, tr.inc.End, tr.inc.Closed = StateClosed, max(tr.lastEnd, tr.inc.Start), now.UnixNano()
 				tr.closedAt = now
+				tr.fresh = true // its traces end at End now, no longer at the clock
 				delete(t.open, key)
 				t.settled = append(t.settled, tr)
 				changed = append(changed, tr.inc)
@@ -332,7 +390,9 @@ func splitEntry(key string) (svc, op string) {
 
 // due returns the incidents whose verdict is due at now (open ones, and
 // closed ones for EvidenceWait after they closed) and forgets closed ones
-// past it.
+// past it. A verdict is due once VerdictEvery has passed since it was
+// computed, when new evidence came meanwhile or it is maxVerdictAge old: with
+// nothing new to read it would come out the same.
 func (t *Tracker) due(now time.Time) []*tracked {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -343,18 +403,23 @@ func (t *Tracker) due(now time.Time) []*tracked {
 			continue
 		}
 		keep = append(keep, tr)
-		if now.Sub(tr.lastVerdict) >= t.cfg.VerdictEvery {
+		if t.isDue(tr, now) {
 			out = append(out, tr)
 		}
 	}
 	clear(t.settled[len(keep):])
 	t.settled = keep
 	for _, tr := range t.open {
-		if now.Sub(tr.lastVerdict) >= t.cfg.VerdictEvery {
+		if t.isDue(tr, now) {
 			out = append(out, tr)
 		}
 	}
 	return out
+}
+
+func (t *Tracker) isDue(tr *tracked, now time.Time) bool {
+	age := now.Sub(tr.lastVerdict)
+	return age >= t.cfg.VerdictEvery && (tr.fresh || age >= max(maxVerdictAge, t.cfg.VerdictEvery))
 }
 
 // Run applies the rule every second and, in a goroutine of its own so that
@@ -401,6 +466,8 @@ func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
 	t.mu.Lock()
 	inc := tr.inc
 	tr.lastVerdict = now
+	// Evidence arriving while the verdict reads makes it due again.
+	tr.fresh = false
 	t.mu.Unlock()
 	if t.diag == nil {
 		return
@@ -455,7 +522,7 @@ func (t *Tracker) resume(ctx context.Context) {
 			continue
 		}
 		if t.open[inc.Entry] == nil {
-			t.open[inc.Entry] = &tracked{inc: inc, lastEnd: inc.Start}
+			t.open[inc.Entry] = &tracked{inc: inc, lastEnd: inc.Start, fresh: true}
 		}
 	}
 }

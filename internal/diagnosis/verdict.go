@@ -36,6 +36,9 @@ type Diagnoser struct {
 	Config  Config
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Cache, when set, keeps the stored critical paths read beyond the
+	// sampled traces: a verdict computed again reads none it read before.
+	Cache *critpath.StoredCache
 }
 
 // maxAnomalies bounds the anomalous spans read per verdict.
@@ -229,13 +232,22 @@ func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceSc
 // slowTraces returns the traces from since on with an anomalous span,
 // newest first.
 func slowTraces(traces [][]*model.Span, since int64) [][]*model.Span {
-	var out [][]*model.Span
+	// Each trace's root found once, not in every comparison.
+	type slow struct {
+		spans []*model.Span
+		start int64
+	}
+	var found []slow
 	for _, t := range traces {
 		if r := RootOf(t); r != nil && r.Start >= since && slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
-			out = append(out, t)
+			found = append(found, slow{t, r.Start})
 		}
 	}
-	slices.SortFunc(out, func(x, y []*model.Span) int { return cmp.Compare(RootOf(y).Start, RootOf(x).Start) })
+	slices.SortFunc(found, func(x, y slow) int { return cmp.Compare(y.start, x.start) })
+	var out [][]*model.Span
+	for _, f := range found {
+		out = append(out, f.spans)
+	}
 	return out
 }
 
@@ -496,7 +508,7 @@ func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.Tra
 	}
 	for _, arts := range bySpan {
 		if slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
-			return s.Analyzer.Trace(ctx, id)
+			return s.Analyzer.TraceOf(ctx, id, bySpan)
 		}
 	}
 	return nil, critpath.ErrNoSnapshot

@@ -24,6 +24,8 @@ type critpathRunner struct {
 	log   *slog.Logger
 	done  *prometheus.CounterVec
 	secs  prometheus.Histogram
+	// onStored, when set, is called after each capture's paths are stored.
+	onStored func()
 }
 
 // critpathQueue bounds the captures waiting for their paths; beyond it they
@@ -33,7 +35,8 @@ const critpathQueue = 256
 
 func newCritpathRunner(st store.Store, logger *slog.Logger, reg prometheus.Registerer) (*critpathRunner, error) {
 	r := &critpathRunner{
-		an:    &critpath.Analyzer{Spans: st, Artifacts: st, Logger: logger.With("component", "critpath")},
+		an: &critpath.Analyzer{Spans: st, Artifacts: st, Logger: logger.With("component", "critpath"),
+			Cache: critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)},
 		arts:  st,
 		queue: make(chan []string, critpathQueue),
 		log:   logger.With("component", "critpath"),
@@ -92,6 +95,9 @@ func (r *critpathRunner) one(ctx context.Context, id string) {
 	}
 	r.secs.Observe(time.Since(t0).Seconds())
 	r.done.WithLabelValues("stored").Inc()
+	if r.onStored != nil {
+		r.onStored()
+	}
 	r.log.Info("critical paths stored", "snapshot", id, "capture", art.CaptureID, "paths", len(st.Paths),
 		"notes", len(st.Notes), "seconds", time.Since(t0).Seconds())
 }

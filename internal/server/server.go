@@ -228,10 +228,21 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 		return nil, nil
 	}
 	src := &analysis.StoreSource{Spans: s.store, Artifacts: s.store, CaptureLog: s.captureLog}
+	// One cache of decoded critical paths: the runner puts each capture's
+	// there as it stores them, the verdicts read them from it.
+	cache := s.critpath.an.Cache
 	paths := diagnosis.StoredPaths{Artifacts: s.store,
-		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1)}}
-	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Metrics: s.store, Config: s.cfg.Diagnosis}
-	return diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
+		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1), Cache: cache}}
+	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Metrics: s.store, Config: s.cfg.Diagnosis, Cache: cache}
+	tr, err := diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
+	if err != nil {
+		return nil, err
+	}
+	// Verdicts are computed again when evidence comes: a capture's
+	// artifacts, then the critical paths computed from its snapshot.
+	s.capture.OnFinished(func(capture.Capture) { tr.Evidence() })
+	s.critpath.onStored = tr.Evidence
+	return tr, nil
 }
 
 // captureLog is the capture log as a diagnosis reads it.
