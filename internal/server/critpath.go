@@ -21,9 +21,13 @@ type critpathRunner struct {
 	an    *critpath.Analyzer
 	arts  store.ArtifactStore
 	queue chan []string // a capture's artifact ids
-	log   *slog.Logger
-	done  *prometheus.CounterVec
-	secs  prometheus.Histogram
+	// urgent holds the captures of suspects (capture.Capture.Suspect): an
+	// open incident's verdict waits for their paths, so they go before the
+	// queue, which may be minutes long on a loaded server.
+	urgent chan []string
+	log    *slog.Logger
+	done   *prometheus.CounterVec
+	secs   prometheus.Histogram
 	// onStored, when set, is called after each capture's paths are stored.
 	onStored func()
 }
@@ -37,9 +41,10 @@ func newCritpathRunner(st store.Store, logger *slog.Logger, reg prometheus.Regis
 	r := &critpathRunner{
 		an: &critpath.Analyzer{Spans: st, Artifacts: st, Logger: logger.With("component", "critpath"),
 			Cache: critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)},
-		arts:  st,
-		queue: make(chan []string, critpathQueue),
-		log:   logger.With("component", "critpath"),
+		arts:   st,
+		queue:  make(chan []string, critpathQueue),
+		urgent: make(chan []string, critpathQueue),
+		log:    logger.With("component", "critpath"),
 		done: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_critpath_snapshots_total",
 			Help: "Kernel snapshots of completed captures analysed for critical paths, by outcome (stored, failed, dropped)."}, []string{"outcome"}),
 		secs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_critpath_seconds",
@@ -58,8 +63,12 @@ func (r *critpathRunner) finished(c capture.Capture) {
 	if len(c.Artifacts) == 0 {
 		return
 	}
+	q := r.queue
+	if c.Suspect {
+		q = r.urgent
+	}
 	select {
-	case r.queue <- c.Artifacts:
+	case q <- c.Artifacts:
 	default:
 		r.done.WithLabelValues("dropped").Inc()
 		r.log.Warn("critical-path queue full: the capture's paths will be computed when asked for", "capture", c.ID)
@@ -68,14 +77,31 @@ func (r *critpathRunner) finished(c capture.Capture) {
 
 func (r *critpathRunner) run(ctx context.Context) error {
 	for {
-		select {
-		case <-ctx.Done():
+		ids, ok := r.next(ctx)
+		if !ok {
 			return nil
-		case ids := <-r.queue:
-			for _, id := range ids {
-				r.one(ctx, id)
-			}
 		}
+		for _, id := range ids {
+			r.one(ctx, id)
+		}
+	}
+}
+
+// next waits for the next capture to analyse, a suspect's first; false
+// once ctx is done.
+func (r *critpathRunner) next(ctx context.Context) ([]string, bool) {
+	select {
+	case ids := <-r.urgent:
+		return ids, true
+	default:
+	}
+	select {
+	case <-ctx.Done():
+		return nil, false
+	case ids := <-r.urgent:
+		return ids, true
+	case ids := <-r.queue:
+		return ids, true
 	}
 }
 
