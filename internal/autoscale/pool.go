@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -51,10 +52,13 @@ type Pool struct {
 	slots []*slot
 	mu    sync.Mutex
 	n     int // running replicas: slots [0, n)
-	eds   string
-	group *cgroup // parent of the replicas' cgroups
-	infra *cgroup // Envoy and the load generator
-	moved []int   // pids moved into infra
+	// running is n for readers that must not wait for a scaling step (a
+	// replica's drain holds mu for a second).
+	running atomic.Int32
+	eds     string
+	group   *cgroup // parent of the replicas' cgroups
+	infra   *cgroup // Envoy and the load generator
+	moved   []int   // pids moved into infra
 }
 
 type slot struct {
@@ -127,9 +131,7 @@ func (p *Pool) EDSPath() string { return p.eds }
 
 // Replicas is the number of running replicas.
 func (p *Pool) Replicas() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n
+	return int(p.running.Load())
 }
 
 // Port is slot i's port.
@@ -157,6 +159,7 @@ func (p *Pool) Scale(ctx context.Context, n int) error {
 			return err
 		}
 		p.n++
+		p.running.Store(int32(p.n))
 		if err := p.writeEDS(p.n); err != nil {
 			return err
 		}
@@ -164,6 +167,7 @@ func (p *Pool) Scale(ctx context.Context, n int) error {
 	}
 	for p.n > n {
 		p.n--
+		p.running.Store(int32(p.n))
 		s := p.slots[p.n]
 		if err := p.writeEDS(p.n); err != nil {
 			return err
@@ -277,6 +281,7 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.n = 0
+	p.running.Store(0)
 	for _, pid := range p.moved {
 		leave(pid)
 	}
