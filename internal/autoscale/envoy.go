@@ -215,12 +215,18 @@ func (e *Envoy) WaitHosts(ctx context.Context, cluster string, n int, within tim
 
 // Close stops Envoy.
 func (e *Envoy) Close() error {
-	_ = e.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-e.done:
-	case <-time.After(5 * time.Second):
-		_ = e.cmd.Process.Kill()
-		<-e.done
-	}
+	terminate(e.cmd.Process, e.done)
 	return nil
+}
+
+// terminate sends p SIGTERM and waits for done (closed when p has been
+// reaped), killing p after 5 s.
+func terminate(p *os.Process, done <-chan struct{}) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = p.Kill()
+		<-done
+	}
 }
