@@ -180,3 +180,11 @@ FUZZ_TARGETS += ./internal/run/h2stream:FuzzUpgrade
 .PHONY: accuracy
 accuracy: build
 	bench/accuracy.sh $(ACCURACY_ARGS)
+
+# The autoscaling experiment of CriticalMetrics (bench/autoscale.sh --help):
+# the same load ramp scaled on CPU utilisation and on run-queue latency,
+# AUTOSCALE_ARGS for the driver's flags (default two runs per policy, ~15 min).
+# Needs root, BPF, Envoy and matplotlib (scripts/deps.sh).
+.PHONY: autoscale
+autoscale:
+	bench/autoscale.sh $(AUTOSCALE_ARGS)

@@ -95,6 +95,13 @@ if ! "$venv/bin/pip" show grpcio 2>/dev/null | grep -x "Version: $grpcio_version
   say "installing grpcio $grpcio_version into $venv"
   "$venv/bin/pip" install -q --disable-pip-version-check "grpcio==$grpcio_version"
 fi
+# matplotlib for the autoscaling experiment's plots (bench/autoscale.sh), in
+# the same venv.
+matplotlib_version=3.11.2
+if ! "$venv/bin/pip" show matplotlib 2>/dev/null | grep -x "Version: $matplotlib_version" >/dev/null; then
+  say "installing matplotlib $matplotlib_version into $venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "matplotlib==$matplotlib_version"
+fi
 
 # The OpenTelemetry Python SDK and its OTLP/HTTP exporter for the diagnosis
 # test of an application instrumented with an SDK and not under rootline run
