@@ -114,7 +114,7 @@ if ! "$venv/bin/pip" show opentelemetry-sdk 2>/dev/null | grep -x "Version: $ote
     "opentelemetry-exporter-otlp-proto-http==$otel_sdk_version"
 fi
 
-# grpc-java for the same tests (internal/run/testdata/GrpcSvc.java): its runtime
+# grpc-java for the gRPC tests (internal/run/testdata/GrpcSvc.java): its runtime
 # jars from Maven Central, by Maven, when there is a JDK.
 grpc_java="$HOME/.cache/rootline/grpc-java-1.85.1"
 if command -v javac >/dev/null && [ ! -f "$grpc_java/.complete" ]; then
