@@ -24,6 +24,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -244,36 +245,21 @@ func ExtractShape(members [][]float64, ref []float64) []float64 {
 		corr.CrossCorrelate(cc, ref, x)
 		aligned[i] = Shift(x, argmax(cc)-(m-1))
 	}
-	// M = QᵀSQ with Q = I − 11ᵀ/m is Σ cᵢcᵢᵀ for the aligned members
-	// centred on their means (Q x is x minus its mean): built that way in
-	// O(n·m²) rather than with two m×m products.
-	sym := mat.NewSymDense(m, nil)
-	c := make([]float64, m)
-	for _, x := range aligned {
+	// M = QᵀSQ with Q = I − 11ᵀ/m is Σ cᵢcᵢᵀ = CᵀC for the aligned members
+	// centred on their means (Q x is x minus its mean), the rows of C.
+	cen := make([][]float64, len(aligned))
+	for i, x := range aligned {
 		var mean float64
 		for _, v := range x {
 			mean += v
 		}
 		mean /= float64(m)
+		cen[i] = make([]float64, m)
 		for t, v := range x {
-			c[t] = v - mean
-		}
-		sym.SymRankOne(sym, 1, mat.NewVecDense(m, c))
-	}
-	var eig mat.EigenSym
-	if !eig.Factorize(sym, true) {
-		return make([]float64, m)
-	}
-	vals := eig.Values(nil)
-	var vecs mat.Dense
-	eig.VectorsTo(&vecs)
-	top := 0
-	for i, v := range vals {
-		if v >= vals[top] {
-			top = i
+			cen[i][t] = v - mean
 		}
 	}
-	mu := mat.Col(nil, top, &vecs)
+	mu := topEigenvector(cen, m)
 	var plus, minus float64
 	for _, x := range aligned {
 		var dp, dm float64
@@ -290,6 +276,65 @@ func ExtractShape(members [][]float64, ref []float64) []float64 {
 		}
 	}
 	return mu
+}
+
+// topEigenvector returns the unit eigenvector of CᵀC (C's rows are c, each
+// of length m) of the largest eigenvalue. CᵀC is m×m but of rank at most
+// n = len(c), and its eigenvectors of non-zero eigenvalues are Cᵀu/√λ for
+// the eigenpairs (λ, u) of the n×n Gram matrix CCᵀ: the vector comes from
+// an n×n eigendecomposition and one product, O(n²m + n³), rather than from
+// the m×m one, O(m³), which took seconds per shape at a few hundred points.
+// With as many members as points, or when every eigenvalue is zero (the
+// members are flat), it decomposes CᵀC itself, as the reference implementation does, so that the arbitrary
+// vector it gets is the same.
+func topEigenvector(c [][]float64, m int) []float64 {
+	n := len(c)
+	var gram *mat.SymDense
+	if n > 0 && n < m {
+		gram = mat.NewSymDense(n, nil)
+		for i := range n {
+			for j := i; j < n; j++ {
+				gram.SetSym(i, j, floats.Dot(c[i], c[j]))
+			}
+		}
+	}
+	var eig mat.EigenSym
+	if n > 0 && n < m && eig.Factorize(gram, true) {
+		vals := eig.Values(nil)
+		top := 0
+		for i, v := range vals {
+			if v >= vals[top] {
+				top = i
+			}
+		}
+		if lambda := vals[top]; lambda > 1e-12*max(1, floats.Sum(vals)) {
+			var vecs mat.Dense
+			eig.VectorsTo(&vecs)
+			mu := make([]float64, m)
+			for i := range n {
+				floats.AddScaled(mu, vecs.At(i, top), c[i])
+			}
+			floats.Scale(1/floats.Norm(mu, 2), mu)
+			return mu
+		}
+	}
+	sym := mat.NewSymDense(m, nil)
+	for _, x := range c {
+		sym.SymRankOne(sym, 1, mat.NewVecDense(m, x))
+	}
+	if !eig.Factorize(sym, true) {
+		return make([]float64, m)
+	}
+	vals := eig.Values(nil)
+	var vecs mat.Dense
+	eig.VectorsTo(&vecs)
+	top := 0
+	for i, v := range vals {
+		if v >= vals[top] {
+			top = i
+		}
+	}
+	return mat.Col(nil, top, &vecs)
 }
 
 // ClusterOptions configure Cluster.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"testing"
 
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
@@ -251,6 +252,41 @@ func TestEquivalenceShape(t *testing.T) {
 	}
 	if d, _ := SBD(got, ref); d > 0.05 {
 		t.Errorf("the centroid of noisy sines is %g from the sine", d)
+	}
+}
+
+// TestTopEigenvectorGram: the eigenvector from the Gram matrix equals, up to
+// sign, the one of the m×m matrix, for fewer and for more members than
+// points.
+func TestTopEigenvectorGram(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{1, 3, 14, 40} {
+		m := 30
+		c := make([][]float64, n)
+		for i := range c {
+			c[i] = make([]float64, m)
+			for j := range c[i] {
+				c[i][j] = math.Sin(float64(j)/4) + 0.5*rng.NormFloat64()
+			}
+		}
+		got := topEigenvector(c, m)
+		sym := mat.NewSymDense(m, nil)
+		for _, x := range c {
+			sym.SymRankOne(sym, 1, mat.NewVecDense(m, x))
+		}
+		var eig mat.EigenSym
+		eig.Factorize(sym, true)
+		var vecs mat.Dense
+		eig.VectorsTo(&vecs)
+		want := mat.Col(nil, m-1, &vecs) // ascending eigenvalues
+		if floats.Dot(got, want) < 0 {
+			floats.Scale(-1, want)
+		}
+		for i := range got {
+			if math.Abs(got[i]-want[i]) > 1e-9 {
+				t.Fatalf("n=%d point %d: %g, want %g", n, i, got[i], want[i])
+			}
+		}
 	}
 }
 
