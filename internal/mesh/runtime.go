@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -650,7 +651,12 @@ func listening(pid, port int) bool {
 	return false
 }
 
-// freePorts asks the kernel for n free loopback ports.
+// freePorts returns n free loopback ports. They are chosen below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range), where no
+// outgoing connection of another process can take one between now and the
+// moment the service binds it, as happened with ports the kernel handed out
+// from that range; each is checked free by listening on it. Without such a
+// range, or after many taken ports, the kernel chooses.
 func freePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
@@ -658,16 +664,43 @@ func freePorts(n int) ([]int, error) {
 			l.Close()
 		}
 	}()
+	lo := ephemeralLow()
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if lo > belowEphemeral+1000 && tries < 50*n {
+			addr = "127.0.0.1:" + strconv.Itoa(belowEphemeral+rand.IntN(lo-belowEphemeral))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
+			if addr != "127.0.0.1:0" {
+				continue // taken: another one
+			}
 			return nil, err
 		}
 		ls = append(ls, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// belowEphemeral is the lowest port freePorts chooses: above the ports
+// services are configured on by hand.
+const belowEphemeral = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, 0 when it
+// cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.Atoi(f[0])
+	return v
 }
 
 // forwardGateway makes the loopback addresses pods need (OTLP receiver,
