@@ -455,7 +455,20 @@ func TestPodMode(t *testing.T) {
 	})
 
 	t.Run("noisy-neighbour", func(t *testing.T) {
+		cPID := 0
+		m.mu.Lock()
+		for _, p := range m.procs {
+			if p.name == "c-0.app" {
+				cPID = p.cmd.Process.Pid
+			}
+		}
+		m.mu.Unlock()
+		if cPID == 0 {
+			t.Fatal("no process c-0.app")
+		}
+		rd0 := runDelay(t, cPID)
 		base := median(t, entry, 5)
+		rd1 := runDelay(t, cPID)
 		undo, err := m.Inject(Fault{Name: FaultNoisyNeighbour, Service: "c", Amount: "2"})
 		if err != nil {
 			t.Fatal(err)
@@ -480,12 +493,15 @@ func TestPodMode(t *testing.T) {
 				}
 			}
 		}
+		rd2 := runDelay(t, cPID)
 		slow := median(t, entry, 5)
+		rd3 := runDelay(t, cPID)
 		if err := undo(); err != nil {
 			t.Fatal(err)
 		}
 		set2, _ := os.ReadFile(setFile)
-		t.Logf("noisy-neighbour on c: cpuset %q, neighbours on CPUs %q, median %v → %v", strings.TrimSpace(string(set)), neighbours, base, slow)
+		t.Logf("noisy-neighbour on c: cpuset %q, neighbours on CPUs %q, median %v → %v, c's run-queue wait over 5 requests %v → %v",
+			strings.TrimSpace(string(set)), neighbours, base, slow, rd1-rd0, rd3-rd2)
 		if strings.TrimSpace(string(set)) != cpu {
 			t.Errorf("c's cpuset.cpus = %q during the fault, want %s", set, cpu)
 		}
@@ -495,10 +511,14 @@ func TestPodMode(t *testing.T) {
 		if strings.TrimSpace(string(set2)) == cpu && runtime.NumCPU() > 1 {
 			t.Errorf("cpuset not restored: %q", set2)
 		}
-		// c does 30 ms of CPU per request and now shares its one CPU with
-		// two busy processes that are no part of its cgroup.
-		if slow < base*3/2 {
-			t.Errorf("median with the neighbours %v, baseline %v: want at least 1.5 times as slow", slow, base)
+		// c spins 30 ms per request and now shares its one CPU with two
+		// busy processes that are no part of its cgroup: its threads wait
+		// for the CPU (the kernel's run-queue delay of its threads, most of
+		// the spin). Its latency need not grow: the demo services spin for
+		// a wall-clock time, so the fault shows in the kernel's record, which
+		// is what diagnosis reads.
+		if wait := rd3 - rd2; wait < 5*10*time.Millisecond || wait < 2*(rd1-rd0) {
+			t.Errorf("c's threads waited %v in the run queue over 5 requests with the neighbours, %v without: want ≥ 50 ms and twice as long", wait, rd1-rd0)
 		}
 	})
 
@@ -909,4 +929,26 @@ func TestStopProcsKillsStubborn(t *testing.T) {
 	if len(pids) < 4 {
 		t.Errorf("processes %v, want shells and their sleeps", pids)
 	}
+}
+
+// runDelay is the time pid's threads have waited in a run queue
+// (/proc/PID/task/*/schedstat, second field).
+func runDelay(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	files, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if len(files) == 0 {
+		t.Fatalf("no threads of pid %d", pid)
+	}
+	var sum int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		if fs := strings.Fields(string(b)); len(fs) >= 2 {
+			v, _ := strconv.ParseInt(fs[1], 10, 64)
+			sum += v
+		}
+	}
+	return time.Duration(sum)
 }
