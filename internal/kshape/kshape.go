@@ -301,12 +301,7 @@ func topEigenvector(c [][]float64, m int) []float64 {
 	var eig mat.EigenSym
 	if n > 0 && n < m && eig.Factorize(gram, true) {
 		vals := eig.Values(nil)
-		top := 0
-		for i, v := range vals {
-			if v >= vals[top] {
-				top = i
-			}
-		}
+		top := lastMax(vals)
 		if lambda := vals[top]; lambda > 1e-12*max(1, floats.Sum(vals)) {
 			var vecs mat.Dense
 			eig.VectorsTo(&vecs)
@@ -328,13 +323,19 @@ func topEigenvector(c [][]float64, m int) []float64 {
 	vals := eig.Values(nil)
 	var vecs mat.Dense
 	eig.VectorsTo(&vecs)
+	return mat.Col(nil, lastMax(vals), &vecs)
+}
+
+// lastMax is the index of the largest value, the last among equals (as the
+// reference implementation takes eigh's last column).
+func lastMax(vals []float64) int {
 	top := 0
 	for i, v := range vals {
 		if v >= vals[top] {
 			top = i
 		}
 	}
-	return mat.Col(nil, top, &vecs)
+	return top
 }
 
 // ClusterOptions configure Cluster.
