@@ -241,21 +241,6 @@ func (s *service) doWork(wk work) {
 	}
 }
 
-// spin burns CPU on the calling goroutine for d of wall time.
-func spin(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	end := time.Now().Add(d)
-	x := uint64(1)
-	for time.Now().Before(end) {
-		for i := 0; i < 1000; i++ {
-			x = x*6364136223846793005 + 1442695040888963407
-		}
-	}
-	runtime.KeepAlive(x)
-}
-
 // allocDrop allocates n bytes in 4 KiB pieces, touches them and drops them.
 func allocDrop(n int64) {
 	var keep [][]byte

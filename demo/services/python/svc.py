@@ -113,12 +113,22 @@ IDLE = {}
 
 
 def spin(sec):
-    """Burns CPU on the calling thread for sec of wall time."""
+    """Burns sec of CPU time on the calling thread: time the thread spends on a
+    CPU, read from its CPU clock (time.thread_time), not wall time. A CPU quota,
+    a busy neighbour or other requests then stretch the request as they stretch
+    real CPU-bound code: the wall time grows, the CPU time per request stays
+    sec. Must match main.go and Svc.java.
+
+    The spinning thread holds the GIL except at the interpreter's switch
+    interval (5 ms), so the requests of one process spin one at a time: a
+    Python service does at most one CPU of this work however many requests it
+    serves at once, and n concurrent requests each take about n times their
+    cpu= in wall time, as CPU-bound pure-Python code does."""
     if sec <= 0:
         return
-    end = time.perf_counter() + sec
+    end = time.thread_time() + sec
     x = 1
-    while time.perf_counter() < end:
+    while time.thread_time() < end:
         for _ in range(200):
             x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
 
