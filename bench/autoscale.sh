@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The autoscaling experiment of CriticalMetrics (docs/critical-metrics.md,
-# ViperProbe §5.4, Table 4 and Figure 14): replicas of a CPU-bound service
-# in CPU-limited cgroups behind a real Envoy, the same load ramp once per
+# ViperProbe §5.4, Table 4 and Figure 14): replicas of the demo mesh's Go
+# service (demo/services/go, WORK=cpu=2.5ms of CPU time per request) in
+# CPU-limited cgroups behind a real Envoy, the same load ramp once per
 # policy, an autoscaler scaling on the replicas' CPU utilisation or on their
 # run-queue latency from the kernel metrics' BPF programs.
 #
 #   bench/autoscale.sh [--figure FILE.png] [driver flags…]
 #   bench/autoscale.sh --help        # every flag of the driver
 #
-# Builds and runs the driver (bench/autoscale), which prints its progress
+# Builds the demo services (make demo-services) and the driver
+# (bench/autoscale), and runs the driver, which prints its progress
 # and the table (failure rate, p50/p95/p99, mean replicas, replica-minutes,
 # replica CPU-seconds per run) and writes results.json and table.md to its
 # --out directory; then draws the Figure 14 analogue (replicas, p95,
@@ -47,7 +49,8 @@ if ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
 fi
 bin=$(mktemp -d)/autoscale
 trap 'rm -rf "$(dirname "$bin")"' EXIT
-echo "autoscale.sh: building bench/autoscale"
+echo "autoscale.sh: building the demo services and bench/autoscale"
+make --no-print-directory -s demo-services
 go build -o "$bin" ./bench/autoscale
 echo "autoscale.sh: $(date -u +%FT%TZ), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg), kernel $(uname -r)"
 "$bin" "${args[@]}"

@@ -3,8 +3,9 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,25 +14,9 @@ import (
 	"github.com/rootline/rootline/internal/mesh"
 )
 
-// TestAutoscaleReplicaHelper is not a test: it is the replica process the
-// autoscaling test starts (this test binary, with the listener as fd 3).
-func TestAutoscaleReplicaHelper(t *testing.T) {
-	if os.Getenv("ROOTLINE_AUTOSCALE_REPLICA") != "1" {
-		t.Skip("the autoscaling test's replica process, run only by TestAutoscaleScalesOutOnRunqueueLatency")
-	}
-	ln, err := net.FileListener(os.NewFile(3, "listener"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var iters int
-	fmt.Sscan(os.Getenv("ROOTLINE_AUTOSCALE_ITERS"), &iters)
-	if err := autoscale.ServeReplica(context.Background(), ln, os.Getenv("REPLICA_NAME"), iters, 4); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestAutoscaleScalesOutOnRunqueueLatency runs the autoscaling experiment's
-// parts for real: replicas in CPU-limited cgroups behind Envoy (file EDS),
+// parts for real: replicas of the demo mesh's Go service (WORK=cpu=2.5ms of
+// CPU time per request) in CPU-limited cgroups behind Envoy (file EDS),
 // the run-queue latency from the kernel metrics' BPF programs, and the
 // autoscaler loop on it. Offered 1.5 times what one replica's quota serves, the
 // run-queue latency of the one replica must cross the threshold, a second
@@ -44,19 +29,16 @@ func TestAutoscaleScalesOutOnRunqueueLatency(t *testing.T) {
 	if err != nil {
 		bpftest.Missing(t, err.Error())
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const quota, work = 0.1, 2500 * time.Microsecond // one replica: ~40 req/s
-	iters := autoscale.Calibrate(work)
-	t.Setenv("ROOTLINE_AUTOSCALE_REPLICA", "1")
-	t.Setenv("ROOTLINE_AUTOSCALE_ITERS", fmt.Sprint(iters))
+	const quota, work = 0.1, 2500 * time.Microsecond // one replica: at most 40 req/s
 	dir := t.TempDir()
+	svc := filepath.Join(dir, "svc-go")
+	if out, err := exec.Command("go", "build", "-o", svc, "../demo/services/go").CombinedOutput(); err != nil {
+		t.Fatalf("build the demo's Go service: %v\n%s", err, out)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pool, err := autoscale.NewPool(autoscale.PoolConfig{
-		Command: []string{self, "-test.run=^TestAutoscaleReplicaHelper$"}, Max: 2, CPUQuota: quota,
+		Command: []string{svc}, Env: []string{"WORK=cpu=" + work.String()}, Max: 2, CPUQuota: quota,
 		CgroupName: fmt.Sprintf("rootline-e2e-autoscale-%d", os.Getpid()), Dir: dir, Cluster: "replicas",
 		Drain: time.Second, Shares: 16384,
 	})

@@ -1,6 +1,7 @@
 // Command autoscale runs the autoscaling experiment of CriticalMetrics
-// (docs/critical-metrics.md): replicas of a CPU-bound service in CPU-limited
-// cgroups behind a real Envoy (file-based EDS), one load ramp per policy,
+// (docs/critical-metrics.md): replicas of one of the demo mesh's services
+// (demo/services/, with cpu= work per request) in CPU-limited cgroups behind
+// a real Envoy (file-based EDS), one load ramp per policy,
 // and an autoscaler loop scaling on the replicas' CPU utilisation or on their
 // run-queue latency from the kernel metrics collector. It writes every run's
 // per-second record (results.json) and the Table 4 analogue (table.md) to
@@ -14,11 +15,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -30,29 +30,8 @@ import (
 const cluster = "replicas"
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "replica" {
-		replicaMain(os.Args[2:])
-		return
-	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "autoscale:", err)
-		os.Exit(1)
-	}
-}
-
-// replicaMain serves one replica on the listener inherited as fd 3.
-func replicaMain(args []string) {
-	fs := flag.NewFlagSet("replica", flag.ExitOnError)
-	iters := fs.Int("iters", 1000000, "iterations of work per request")
-	workers := fs.Int("workers", 4, "requests worked on at once")
-	_ = fs.Parse(args)
-	ln, err := net.FileListener(os.NewFile(3, "listener"))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "replica: no listener on fd 3:", err)
-		os.Exit(1)
-	}
-	if err := autoscale.ServeReplica(context.Background(), ln, os.Getenv("REPLICA_NAME"), *iters, *workers); err != nil {
-		fmt.Fprintln(os.Stderr, "replica:", err)
 		os.Exit(1)
 	}
 }
@@ -70,6 +49,7 @@ type options struct {
 	cpuOut, cpuIn, runqOut, runqIn float64
 	envoy                          string
 	shares                         int
+	language, repo                 string
 }
 
 func run() error {
@@ -78,12 +58,14 @@ func run() error {
 	flag.Usage = func() {
 		fmt.Fprint(os.Stderr, `Usage: autoscale [flags]
 
-Runs the autoscaling experiment (docs/critical-metrics.md): --max replicas of a
-CPU-bound HTTP service (a fixed amount of CPU work per request), each in its own
-cgroup limited to --quota CPUs, behind a real Envoy whose endpoints follow the
-replica count through a file-based EDS; a load ramp (--low → --high req/s and
-back, one rate per second); and an autoscaler loop that every --interval scales
-by one replica (cooldown --cooldown) on one signal per policy:
+Runs the autoscaling experiment (docs/critical-metrics.md): --max replicas of
+one of the demo mesh's services (--language, built under --repo by make
+demo-services; WORK=cpu=--work, that much CPU time per request, so a replica
+saturates at about --quota / --work requests per second), each in its own cgroup
+limited to --quota CPUs, behind a real Envoy whose endpoints follow the replica
+count through a file-based EDS; a load ramp (--low → --high req/s and back, one
+rate per second); and an autoscaler loop that every --interval scales by one
+replica (cooldown --cooldown) on one signal per policy:
 
   cpu   the running replicas' CPU time over their quota (cgroup cpuacct), out
         above --cpu-out, in below --cpu-in (the Kubernetes HPA's signal)
@@ -106,7 +88,9 @@ Flags:
 	flag.IntVar(&o.repeats, "repeats", 1, "runs per policy")
 	flag.IntVar(&o.max, "max", 4, "maximum replicas")
 	flag.Float64Var(&o.quota, "quota", 0.1, "CPU quota per replica, in CPUs")
-	flag.DurationVar(&o.work, "work", 2500*time.Microsecond, "CPU work per request (calibrated to iterations at start)")
+	flag.DurationVar(&o.work, "work", 2500*time.Microsecond, "CPU time per request: the service's WORK=cpu=")
+	flag.StringVar(&o.language, "language", "go", "the demo service the replicas run: go, java or python (demo/services/)")
+	flag.StringVar(&o.repo, "repo", ".", "the repository whose build/demo (make demo-services) and demo/services hold the service")
 	flag.Float64Var(&o.low, "low", 10, "lowest offered rate, req/s")
 	flag.Float64Var(&o.high, "high", 100, "highest offered rate, req/s")
 	flag.IntVar(&o.lead, "lead", 20, "seconds at --low before the ramp")
@@ -164,13 +148,24 @@ Flags:
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	iters := autoscale.Calibrate(o.work)
-	self, err := os.Executable()
-	if err != nil {
-		return err
+	command := mesh.DefaultServiceCmd(o.repo)(mesh.Service{Language: o.language})
+	if len(command) == 0 {
+		return fmt.Errorf("unknown --language %q (go, java, python)", o.language)
 	}
+	// The interpreter on PATH, and the build output or script in the repository.
+	if _, err := exec.LookPath(command[0]); err != nil {
+		return fmt.Errorf("the %s demo service: %w (run make demo-services, or give --repo)", o.language, err)
+	}
+	for _, a := range command[1:] {
+		if strings.Contains(a, string(filepath.Separator)) && !strings.HasPrefix(a, "-") {
+			if _, err := os.Stat(a); err != nil {
+				return fmt.Errorf("the %s demo service: %w (run make demo-services, or give --repo)", o.language, err)
+			}
+		}
+	}
+	work := "cpu=" + o.work.String()
 	pool, err := autoscale.NewPool(autoscale.PoolConfig{
-		Command: []string{self, "replica", "--iters", strconv.Itoa(iters)}, Max: o.max, CPUQuota: o.quota,
+		Command: command, Env: []string{"WORK=" + work}, Max: o.max, CPUQuota: o.quota,
 		CgroupName: fmt.Sprintf("rootline-autoscale-%d", os.Getpid()), Dir: o.out, Cluster: cluster,
 		Drain: time.Second, Logger: logger, Shares: o.shares,
 	})
@@ -197,8 +192,8 @@ Flags:
 
 	rates := autoscale.Ramp(o.low, o.high, o.lead, o.up, o.hold, o.down, o.tail)
 	capacity := o.quota / o.work.Seconds()
-	fmt.Printf("autoscale: %d replicas max, %.2f CPU each, %v of CPU per request (%d iterations): one replica serves about %.0f req/s\n",
-		o.max, o.quota, o.work, iters, capacity)
+	fmt.Printf("autoscale: %d replicas max of the %s demo service (%s), %.2f CPU each, WORK=%s: one replica serves at most about %.0f req/s\n",
+		o.max, o.language, strings.Join(command, " "), o.quota, work, capacity)
 	fmt.Printf("autoscale: ramp %g → %g → %g req/s over %d s per run; Envoy at %s; output in %s\n",
 		o.low, o.high, o.low, len(rates), envoy.URL, o.out)
 	var results []autoscale.Result
@@ -241,7 +236,7 @@ Flags:
 			fmt.Printf("autoscale: %s: %d requests, %.2f %% failed, p95 %.1f ms, mean %.2f replicas, %.2f replica-minutes, %.1f replica CPU-s\n",
 				name, s.Requests, 100*s.FailureRate, s.P95Ms, s.MeanReplicas, s.ReplicaMinutes, s.ReplicaCPUSec)
 			results = append(results, res)
-			if err := writeResults(o, iters, results); err != nil {
+			if err := writeResults(o, command, results); err != nil {
 				return err
 			}
 		}
@@ -259,11 +254,11 @@ func reversed(s []string) []string {
 	return out
 }
 
-func writeResults(o options, iters int, results []autoscale.Result) error {
+func writeResults(o options, command []string, results []autoscale.Result) error {
 	host, _ := os.Hostname()
 	doc := map[string]any{
 		"date": time.Now().UTC().Format(time.RFC3339), "host": host, "args": os.Args[1:],
-		"iterationsPerRequest": iters, "workPerRequest": o.work.String(), "quota": o.quota,
+		"service": command, "language": o.language, "workPerRequest": o.work.String(), "quota": o.quota,
 		"interval": o.interval.String(), "cooldown": o.cooldown.String(), "runs": results,
 	}
 	b, err := json.MarshalIndent(doc, "", " ")

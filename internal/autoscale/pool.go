@@ -11,16 +11,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rootline/rootline/internal/mesh"
 )
 
 // PoolConfig describes the replicas.
 type PoolConfig struct {
-	// Command starts one replica; it gets the replica's listening socket as
-	// file descriptor 3 (ExtraFiles[0]) and its name in REPLICA_NAME.
+	// Command starts one replica: a demo service (demo/services/), or any
+	// program that follows their environment contract as far as listening
+	// goes. It gets its slot's address in LISTEN (127.0.0.1:port), the
+	// slot's name in SERVICE_NAME, GOMAXPROCS=1, and Env; it must answer
+	// GET /healthz with 200 once it serves.
 	Command []string
+	// Env is added to every replica's environment (WORK for a demo service).
+	Env []string
 	// Max replicas; each has a fixed slot (listener, cgroup) for the run.
 	Max int
 	// CPUQuota per replica in CPUs (0.25: a quarter of one CPU).
@@ -44,8 +52,10 @@ type PoolConfig struct {
 }
 
 // Pool owns the replica processes and the EDS file listing the running ones.
-// Each slot keeps its listening socket for the whole run (a restarted replica
-// inherits it), so an address never moves and no port is ever raced for.
+// Each slot has one port for the whole run, so an address never moves. The
+// ports are chosen below the kernel's ephemeral range (mesh.FreePorts), and
+// while no replica runs on it the pool listens on the slot's port itself: no
+// other process's outgoing connection or service can take it in between.
 type Pool struct {
 	cfg   PoolConfig
 	slots []*slot
@@ -62,11 +72,39 @@ type Pool struct {
 
 type slot struct {
 	name string
-	ln   *net.TCPListener
-	file *os.File
+	port int
+	ln   *net.TCPListener // the port held while no replica runs, or nil
 	cg   *cgroup
 	cmd  *exec.Cmd
 	done chan struct{}
+}
+
+func (s *slot) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// hold listens on the slot's port while no replica does. A replica that has
+// just exited may leave the port briefly in use: it retries for a second.
+func (s *slot) hold() error {
+	if s.ln != nil {
+		return nil
+	}
+	var err error
+	for range 20 {
+		var ln *net.TCPListener
+		if ln, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: s.port}); err == nil {
+			s.ln = ln
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("autoscale: hold port %d of replica %s: %w", s.port, s.name, err)
+}
+
+// release stops listening on the slot's port, for its replica to bind it.
+func (s *slot) release() {
+	if s.ln != nil {
+		s.ln.Close()
+		s.ln = nil
+	}
 }
 
 // NewPool creates the slots (listeners, cgroups) and an empty EDS file; no
@@ -87,20 +125,18 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		p.Close()
 		return nil, err
 	}
-	for i := range cfg.Max {
-		ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		f, err := ln.File()
-		if err != nil {
-			ln.Close()
-			p.Close()
-			return nil, err
-		}
-		s := &slot{name: fmt.Sprintf("r%d", i), ln: ln, file: f}
+	ports, err := mesh.FreePorts(cfg.Max)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	for i, port := range ports {
+		s := &slot{name: fmt.Sprintf("r%d", i), port: port}
 		p.slots = append(p.slots, s)
+		if err := s.hold(); err != nil {
+			p.Close()
+			return nil, err
+		}
 		if s.cg, err = newCgroup(filepath.Join(cfg.CgroupName, s.name), cfg.CPUQuota); err != nil {
 			p.Close()
 			return nil, err
@@ -134,7 +170,7 @@ func (p *Pool) Replicas() int {
 }
 
 // Port is slot i's port.
-func (p *Pool) Port(i int) int { return p.slots[i].ln.Addr().(*net.TCPAddr).Port }
+func (p *Pool) Port(i int) int { return p.slots[i].port }
 
 // Cgroups are the slots' cgroups (all, running or not).
 func (p *Pool) cgroups() []*cgroup {
@@ -183,11 +219,12 @@ func (p *Pool) Scale(ctx context.Context, n int) error {
 
 func (p *Pool) start(ctx context.Context, s *slot) error {
 	cmd := exec.Command(p.cfg.Command[0], p.cfg.Command[1:]...)
-	cmd.ExtraFiles = []*os.File{s.file}
-	cmd.Env = append(os.Environ(), "REPLICA_NAME="+s.name, "GOMAXPROCS=1")
+	cmd.Env = append(os.Environ(), "SERVICE_NAME="+s.name, "LISTEN="+s.addr(), "GOMAXPROCS=1")
+	cmd.Env = append(cmd.Env, p.cfg.Env...)
 	cmd.Stderr = os.Stderr
+	s.release()
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("autoscale: start replica %s: %w", s.name, err)
+		return errors.Join(fmt.Errorf("autoscale: start replica %s: %w", s.name, err), s.hold())
 	}
 	s.cmd, s.done = cmd, make(chan struct{})
 	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
@@ -195,7 +232,7 @@ func (p *Pool) start(ctx context.Context, s *slot) error {
 		p.stop(s)
 		return err
 	}
-	url := fmt.Sprintf("http://%s/healthz", s.ln.Addr())
+	url := fmt.Sprintf("http://%s/healthz", s.addr())
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -221,12 +258,16 @@ func (p *Pool) start(ctx context.Context, s *slot) error {
 	}
 }
 
+// stop ends the slot's replica and holds its port again.
 func (p *Pool) stop(s *slot) {
 	if s.cmd == nil {
 		return
 	}
 	terminate(s.cmd.Process, s.done)
 	s.cmd = nil
+	if err := s.hold(); err != nil {
+		p.cfg.Logger.Warn("port not held while its replica is stopped", "replica", s.name, "err", err)
+	}
 }
 
 // writeEDS lists slots [0, n) in the EDS file: written beside it and renamed
@@ -263,12 +304,7 @@ func (p *Pool) Close() error {
 	var errs []error
 	for _, s := range p.slots {
 		p.stop(s)
-		if s.file != nil {
-			s.file.Close()
-		}
-		if s.ln != nil {
-			s.ln.Close()
-		}
+		s.release()
 		if s.cg != nil {
 			errs = append(errs, s.cg.remove())
 		}
