@@ -142,3 +142,65 @@ func procCPU(t *testing.T, pid int) time.Duration {
 	const clkTck = 100 // USER_HZ, 100 on Linux
 	return time.Duration(utime+stime) * time.Second / clkTck
 }
+
+// TestGoServiceCPUWorkConcurrent checks the Go service's cpu= accounting
+// when its requests outnumber the threads Go runs them on (GOMAXPROCS=1):
+// Go's scheduler then runs several requests' spins in turn on one thread,
+// whose CPU clock advances for all of them. Each request must still spend
+// its own cpu=, so the process's CPU time grows by the sum; a spin that
+// read the thread's clock naively would stop early, counting the other
+// requests' work as its own.
+func TestGoServiceCPUWorkConcurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the Go demo service")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	t.Cleanup(svcClient.CloseIdleConnections)
+	bin := filepath.Join(t.TempDir(), "svc-go")
+	build := exec.Command("go", "build", "-o", bin, "./demo/services/go")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const (
+		work     = 40 * time.Millisecond
+		requests = 4
+	)
+	listen := svcFreeAddr(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "SERVICE_NAME=cpu-go", "LISTEN="+listen, "WORK=cpu="+work.String())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	base := "http://" + listen
+	svcWaitUp(t, base+"/healthz")
+	cpu0 := procCPU(t, cmd.Process.Pid)
+	errs := make(chan error, requests)
+	for range requests {
+		go func() {
+			resp, err := svcClient.Get(base + "/")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					err = fmt.Errorf("GET / = %d", resp.StatusCode)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range requests {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	cpu := procCPU(t, cmd.Process.Pid) - cpu0
+	t.Logf("%d concurrent requests of cpu=%v on one Go thread: %v of CPU", requests, work, cpu)
+	if want := time.Duration(0.9 * float64(requests*work)); cpu < want {
+		t.Errorf("the process spent %v of CPU on %d concurrent requests of cpu=%v, want ≥ %v", cpu, requests, work, want)
+	}
+}

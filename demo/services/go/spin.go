@@ -7,39 +7,52 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spin burns d of CPU time on the calling goroutine: time its thread spends
-// on a CPU, read from the thread's CPU clock, not wall time. A CPU quota, a
-// busy neighbour or other requests of the same process then stretch the
-// request as they stretch real CPU-bound code (the wall time grows, the CPU
-// time per request stays d), instead of leaving the spin to burn fewer
-// cycles in the same wall time. Must match Svc.java and svc.py.
+// spin burns d of CPU time on the calling goroutine: time spent on a CPU,
+// read from the thread's CPU clock, not wall time. A CPU quota, a busy
+// neighbour or other requests of the same process then stretch the request
+// as they stretch real CPU-bound code (the wall time grows, the CPU time per
+// request stays d), instead of leaving the spin to burn fewer cycles in the
+// same wall time. Must match Svc.java and svc.py.
 //
-// The goroutine is locked to its thread for the spin, so the thread's clock
-// counts only this request's work: the Go scheduler cannot run another
-// goroutine on the thread meanwhile. A thread preempted (by the kernel or by
-// Go's scheduler) stops its clock until it runs again.
+// The clock is the thread's, and Go may run another goroutine on the thread
+// or move this one to another thread. So the work is done in short chunks
+// (about 2 µs) and each chunk counts the clock's step across it: while the
+// kernel keeps the thread off the CPU the clock stands still and the chunk
+// counts only its own work; a step that is negative or far longer than a
+// chunk (another goroutine ran on the thread meanwhile, or this one moved
+// to a thread with another clock) counts as the previous chunk's cost. The
+// goroutine is not locked to its thread: a locked goroutine that Go's
+// scheduler preempts parks its thread in a futex until it may run again,
+// which the kernel (and Rootline's kernel recorder) would see as the
+// service waiting on a lock rather than as CPU work queued in Go's scheduler.
 func spin(d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	start, ok := threadCPU()
+	prev, ok := threadCPU()
 	if !ok {
 		spinWall(d)
 		return
 	}
-	end := start + d
+	// A chunk's step above this is not the chunk's own work: a chunk takes
+	// a few µs, Go's scheduler preempts a goroutine after 10 ms.
+	const maxStep = 50 * time.Microsecond
+	var used time.Duration
+	last := time.Microsecond // cost counted for a chunk whose step is not its own
 	x := uint64(1)
-	for {
-		// About 2 µs of work between reads of the clock, a system call of
-		// a few hundred ns: the spin overshoots d by at most that.
+	for used < d {
 		for i := 0; i < 2000; i++ {
 			x = x*6364136223846793005 + 1442695040888963407
 		}
-		if now, _ := threadCPU(); now >= end {
-			break
+		now, _ := threadCPU()
+		step := now - prev
+		prev = now
+		if step <= 0 || step > maxStep {
+			step = last
+		} else {
+			last = step
 		}
+		used += step
 	}
 	runtime.KeepAlive(x)
 }
