@@ -23,28 +23,7 @@ import (
 func TestServicesCPUWorkIsCPUTime(t *testing.T) {
 	bpftest.SkipShort(t, "builds and starts the demo services in CPU-limited cgroups")
 	bpftest.RequireRoot(t, "cgroup CPU quotas")
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	t.Cleanup(svcClient.CloseIdleConnections)
-	dir := t.TempDir()
-	commands := map[string][]string{}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "svc-go"), "./demo/services/go")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	commands[LangGo] = []string{filepath.Join(dir, "svc-go")}
-	if _, err := exec.LookPath("javac"); err == nil {
-		javac := exec.Command("javac", "-encoding", "UTF-8", "-d", filepath.Join(dir, "java"), "demo/services/java/Svc.java")
-		javac.Dir = root
-		if out, err := javac.CombinedOutput(); err != nil {
-			t.Fatalf("javac: %v\n%s", err, out)
-		}
-		commands[LangJava] = []string{"java", "-XX:TieredStopAtLevel=1", "-cp", filepath.Join(dir, "java"), "Svc"}
-	}
-	if _, err := exec.LookPath("python3"); err == nil {
-		commands[LangPython] = []string{"python3", filepath.Join(root, "demo/services/python/svc.py")}
-	}
+	commands := buildCPUServices(t, LangGo, LangJava, LangPython)
 	cg, err := newCgroups(fmt.Sprintf("rootline-test-cpuwork-%d", os.Getpid()), nil)
 	if err != nil {
 		bpftest.Missing(t, "cgroups: "+err.Error())
@@ -66,20 +45,7 @@ func TestServicesCPUWorkIsCPUTime(t *testing.T) {
 			if argv == nil {
 				bpftest.Missing(t, "no "+lang+" toolchain")
 			}
-			listen := svcFreeAddr(t)
-			cmd := exec.Command(argv[0], argv[1:]...)
-			cmd.Env = append(os.Environ(), "SERVICE_NAME=cpu-"+lang, "LISTEN="+listen, "WORK=cpu="+work.String())
-			var stderr strings.Builder
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				cmd.Process.Kill()
-				cmd.Wait()
-			})
-			base := "http://" + listen
-			svcWaitUp(t, base+"/healthz")
+			cmd, base, stderr := startCPUService(t, argv, "WORK=cpu="+work.String())
 			// One request before the limit: class loading and compilation
 			// of the handler happen at full speed.
 			if code, body := svcGet(t, base+"/", nil); code != 200 {
@@ -119,6 +85,66 @@ func TestServicesCPUWorkIsCPUTime(t *testing.T) {
 	}
 }
 
+// buildCPUServices builds the demo services of langs into a temporary
+// directory and returns their commands; a language whose toolchain is
+// missing has none.
+func buildCPUServices(t *testing.T, langs ...string) map[string][]string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir := t.TempDir()
+	steps := map[string]struct{ build, run []string }{
+		LangGo: {[]string{"go", "build", "-o", filepath.Join(dir, "svc-go"), "./demo/services/go"},
+			[]string{filepath.Join(dir, "svc-go")}},
+		LangJava: {[]string{"javac", "-encoding", "UTF-8", "-d", filepath.Join(dir, "java"), "demo/services/java/Svc.java"},
+			[]string{"java", "-XX:TieredStopAtLevel=1", "-cp", filepath.Join(dir, "java"), "Svc"}},
+		LangPython: {nil, []string{"python3", filepath.Join(root, "demo/services/python/svc.py")}},
+	}
+	out := map[string][]string{}
+	for _, lang := range langs {
+		st := steps[lang]
+		tool := st.run[0]
+		if st.build != nil {
+			tool = st.build[0]
+		}
+		if _, err := exec.LookPath(tool); err != nil {
+			continue
+		}
+		if st.build != nil {
+			c := exec.Command(st.build[0], st.build[1:]...)
+			c.Dir = root
+			if b, err := c.CombinedOutput(); err != nil {
+				t.Fatalf("%s: %v\n%s", strings.Join(st.build, " "), err, b)
+			}
+		}
+		out[lang] = st.run
+	}
+	return out
+}
+
+// startCPUService starts argv with a LISTEN address and env, and waits until
+// it answers; it is killed at the end of the test. It returns the process,
+// the service's base URL and its standard error so far.
+func startCPUService(t *testing.T, argv []string, env ...string) (*exec.Cmd, string, *strings.Builder) {
+	t.Helper()
+	listen := svcFreeAddr(t)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), append([]string{"SERVICE_NAME=cpu-work", "LISTEN=" + listen}, env...)...)
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	t.Cleanup(svcClient.CloseIdleConnections)
+	base := "http://" + listen
+	svcWaitUp(t, base+"/healthz")
+	return cmd, base, stderr
+}
+
 // procCPU is the CPU time (user + system) of every thread of process pid,
 // living or exited, from /proc/<pid>/stat.
 func procCPU(t *testing.T, pid int) time.Duration {
@@ -154,31 +180,11 @@ func TestGoServiceCPUWorkConcurrent(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and starts the Go demo service")
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	t.Cleanup(svcClient.CloseIdleConnections)
-	bin := filepath.Join(t.TempDir(), "svc-go")
-	build := exec.Command("go", "build", "-o", bin, "./demo/services/go")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	const (
 		work     = 40 * time.Millisecond
 		requests = 4
 	)
-	listen := svcFreeAddr(t)
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1", "SERVICE_NAME=cpu-go", "LISTEN="+listen, "WORK=cpu="+work.String())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	base := "http://" + listen
-	svcWaitUp(t, base+"/healthz")
+	cmd, base, _ := startCPUService(t, buildCPUServices(t, LangGo)[LangGo], "GOMAXPROCS=1", "WORK=cpu="+work.String())
 	cpu0 := procCPU(t, cmd.Process.Pid)
 	errs := make(chan error, requests)
 	for range requests {
