@@ -1,6 +1,8 @@
 // Package autoscale runs the autoscaling experiment of CriticalMetrics
 // (ViperProbe, "Rethinking Microservice Observability with eBPF", §5.4):
-// replicas of a CPU-bound service, each in its own CPU-limited cgroup, behind
+// replicas of one of the demo mesh's services (demo/services/, whose cpu=
+// work is CPU time, so a throttled replica saturates as a CPU-bound service
+// does), each in its own CPU-limited cgroup, behind
 // a real Envoy whose endpoints follow the replica count (file-based EDS), and
 // an autoscaler loop that scales them on one signal — the replicas' CPU
 // utilisation, or their run-queue latency from the agent's kernel metrics.
