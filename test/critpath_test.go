@@ -192,6 +192,13 @@ func (e *cpEnv) waitPath(t *testing.T, trace model.TraceID, svc string) (critpat
 			}
 			for _, p := range res.Spans {
 				if p.Service == svc {
+					// A path that is wrong where the recorder dropped records
+					// says so in its notes: show them with a failure.
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("critical-path notes of trace %s: %q", trace, res.Notes)
+						}
+					})
 					return p, res
 				}
 			}
