@@ -50,13 +50,15 @@ type Server struct {
 	pipeline *pipeline.Pipeline
 	capture  *capture.Manager
 	critpath *critpathRunner
+	tracker  *diagnosis.Tracker // nil: incidents disabled or not kept by the store
+	exporter *export.Exporter
+	recv     *receiver.Receivers
+
 	// artifacts is the store as the capture manager and the critical-path
 	// runner write artifacts through it: it tells the verdicts which
 	// traces' artifacts changed (diagnosis.ArtifactChanges).
 	artifacts *diagnosis.ArtifactChanges
-	tracker   *diagnosis.Tracker // nil: incidents disabled or not kept by the store
-	exporter *export.Exporter
-	recv     *receiver.Receivers
+
 	// Kafka stage (roles ingester and detector).
 	producer *kafka.Producer
 	kdet     *kafka.Detector
