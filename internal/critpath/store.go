@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler/jfr"
@@ -551,7 +552,8 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		}
 		r := &in.Requests[i]
 		if !an.seen(r) {
-			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s): none of its threads is in snapshot %s", ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID))
+			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s): snapshot %s has no record of its threads while it ran (not recorded, or evicted before the capture was taken: the snapshot's records start %s after its window does)",
+				ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID, time.Duration(max(tl.firstRecord()-tl.Start, 0)).Round(time.Millisecond)))
 			continue
 		}
 		p := an.Path(i)
@@ -705,10 +707,27 @@ func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, li
 	return w, nil
 }
 
-// seen reports whether any of r's threads has intervals in the timeline.
+// seen reports whether any of r's threads has intervals in the timeline
+// while r was active on it. A snapshot taken after the recorder evicted the
+// span's time holds the thread's later intervals only: its path would be
+// all unknown, which says nothing of the span and would count as unknown
+// in a verdict.
 func (a *Analysis) seen(r *Request) bool {
 	for _, act := range r.Threads {
-		if i, ok := a.tl.byTID[act.TID]; ok && len(a.tl.threads[i].ivs) > 0 {
+		i, ok := a.tl.byTID[act.TID]
+		if !ok {
+			continue
+		}
+		ivs := a.tl.threads[i].ivs
+		// The intervals are in time order and do not overlap: the first
+		// ending after the activity's start is the only candidate.
+		j, _ := slices.BinarySearchFunc(ivs, act.Start, func(x iv, t int64) int {
+			if x.end <= t {
+				return -1
+			}
+			return 1
+		})
+		if j < len(ivs) && ivs[j].start < act.End {
 			return true
 		}
 	}
@@ -743,4 +762,16 @@ func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []P
 		}
 	}
 	return out
+}
+
+// firstRecord is the start of the timeline's earliest interval (its End
+// when it has none).
+func (tl *Timeline) firstRecord() int64 {
+	first := tl.End
+	for i := range tl.threads {
+		if ivs := tl.threads[i].ivs; len(ivs) > 0 {
+			first = min(first, ivs[0].start)
+		}
+	}
+	return first
 }

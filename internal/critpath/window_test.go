@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/rootline/rootline/internal/model"
@@ -125,5 +126,61 @@ func TestCaptureWindowPaths(t *testing.T) {
 	}
 	if _, err := an.Trace(ctx, client.TraceID); err == nil {
 		t.Fatalf("the target's CLIENT span has a path")
+	}
+}
+
+// TestCaptureSkipsSpansBeforeRecords: a linked span whose thread has no
+// record while it ran (the thread's first record comes after it, as when
+// the recorder evicted the span's time before the capture was taken) gets
+// no path, all unknown, but a note saying why; a span of the same thread
+// after its first record gets one.
+func TestCaptureSkipsSpansBeforeRecords(t *testing.T) {
+	ctx := context.Background()
+	const start = int64(1_700_000_000_000_000_000)
+	snap, _ := generate(genConfig{seed: 5, procs: 2, threads: 8, dur: 2e9, meanRun: 400_000, meanBlock: 2_000_000,
+		meanReq: 20_000_000, meanReqGap: 40_000_000, start: start})
+	var buf bytes.Buffer
+	if err := snap.Encode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := DecodeBytes(bytes.Clone(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Thread 1004 is first seen inside the window (generate).
+	const tid = 1004
+	th := tl.threads[tl.byTID[tid]]
+	first := th.ivs[0].start
+	if first-start < 2e6 {
+		t.Fatalf("thread %d is first seen %d ns into the window; the test needs 2 ms", tid, first-start)
+	}
+	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	before := spanOf(Request{TraceID: model.TraceID{1}, SpanID: model.SpanID{1}, Service: "svc", Operation: "op", PID: 1000,
+		Start: start, End: first - 1e6, Threads: []Activity{{TID: tid, Start: start, End: first - 1e6}}})
+	after := spanOf(Request{TraceID: model.TraceID{2}, SpanID: model.SpanID{2}, Service: "svc", Operation: "op", PID: 1000,
+		Start: first, End: first + 1e6, Threads: []Activity{{TID: tid, Start: first, End: first + 1e6}}})
+	if err := st.WriteSpans(ctx, []*model.Span{before, after}); err != nil {
+		t.Fatal(err)
+	}
+	k, err := st.PutArtifact(ctx, store.Artifact{Kind: KernelKind, MediaType: MediaType, PID: 1000, Start: snap.Start, End: snap.End,
+		CaptureID: "cap", Spans: []store.SpanRef{{TraceID: before.TraceID, SpanID: before.SpanID}, {TraceID: after.TraceID, SpanID: after.SpanID}}}, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := (&Analyzer{Spans: st, Artifacts: st, MaxWindowPaths: -1}).Capture(ctx, k.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Paths) != 1 || got.Paths[0].SpanID != after.SpanID.String() {
+		t.Fatalf("paths %+v, want the later span's only", got.Paths)
+	}
+	if !slices.ContainsFunc(got.Notes, func(n string) bool {
+		return strings.Contains(n, before.SpanID.String()) && strings.Contains(n, "no record of its threads while it ran")
+	}) {
+		t.Fatalf("no note for the span before the thread's records: %q", got.Notes)
 	}
 }
