@@ -110,6 +110,8 @@ func BenchmarkDiagnoseLargeStore(b *testing.B) {
 			if bc.state {
 				d.Changes, vs = NewArtifactChanges(st), &VerdictState{}
 			}
+			c0 := cpuTime()
+			defer func() { b.ReportMetric(float64(cpuTime()-c0)/float64(b.N)/1e6, "cpu-ms/op") }()
 			for range b.N {
 				v, err := d.DiagnoseWith(ctx, inc, vs)
 				if err != nil {
