@@ -538,6 +538,13 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	in.Pauses = a.pauses(ctx, k, st)
 	an := New(in, a.Config)
 	var paths []Path
+	path := func(i int) {
+		p := an.Path(i)
+		paths = append(paths, p)
+		sp := an.JSON(&p)
+		sp.Snapshot = k.ID
+		st.Paths = append(st.Paths, sp)
+	}
 	for _, ref := range refs {
 		key := spanKey{ref.TraceID, ref.SpanID}
 		i, ok := index[key]
@@ -556,24 +563,12 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 				ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID, time.Duration(max(tl.firstRecord()-tl.Start, 0)).Round(time.Millisecond)))
 			continue
 		}
-		p := an.Path(i)
-		paths = append(paths, p)
-		sp := an.JSON(&p)
-		sp.Snapshot = k.ID
-		st.Paths = append(st.Paths, sp)
+		path(i)
 	}
 	linked := len(st.Paths)
-	if more > 0 {
-		for _, i := range windowSpans(in.Requests, refs, tl, more) {
-			r := &in.Requests[i]
-			if !an.seen(r) {
-				continue
-			}
-			p := an.Path(i)
-			paths = append(paths, p)
-			sp := an.JSON(&p)
-			sp.Snapshot = k.ID
-			st.Paths = append(st.Paths, sp)
+	for _, i := range windowSpans(in.Requests, refs, tl, more) {
+		if an.seen(&in.Requests[i]) {
+			path(i)
 		}
 	}
 	st.Shared = an.SharedJSON(Merge(paths))
