@@ -105,6 +105,10 @@ type FaultResult struct {
 	Load         LoadSummary        `json:"load"`
 	Correct      bool               `json:"correct"`
 	Error        string             `json:"error,omitempty"`
+
+	// NoPath says why there is no CriticalPath (the notes of the stored
+	// paths read), when there is none.
+	NoPath string `json:"noCriticalPath,omitempty"`
 }
 
 // VerdictAt is the server's verdict at a time after a fault's onset.
@@ -621,7 +625,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
-	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
+	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
 	printFault(out, fr)
 	return fr
 }
@@ -731,12 +735,14 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 // culpritPath returns the stored critical path of the culprit's slowest
 // span in the fault's window [from, to], its segments left out: the
 // "critical-path" artifacts linked to the culprit's anomalous spans (rows),
-// newest first, the verdict's example trace preferred. When none is stored
-// it asks the server for the example trace's paths, which it may compute
-// on the spot, for at most pathWait. nil when there is none.
-func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, rows []anomalyRow, from, to time.Time) *critpath.SpanPath {
+// newest first, the verdict's example trace preferred, then the path the
+// kernel saw most of. When none is stored it asks the server for the
+// example trace's paths, which it may compute on the spot, for at most
+// pathWait. nil when there is none, with why: the stored paths' note on
+// one of the culprit's spans, or that none was stored.
+func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, rows []anomalyRow, from, to time.Time) (*critpath.SpanPath, string) {
 	if v.Service == "" {
-		return nil
+		return nil, ""
 	}
 	type art struct {
 		id    string
@@ -764,12 +770,23 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 		if ex := v.ExampleTraceID; ex != "" && (p.TraceID == ex) != (best.TraceID == ex) {
 			return p.TraceID == ex
 		}
+		if pu, bu := p.States[critpath.Unknown]/max(p.Ms, 1e-9), best.States[critpath.Unknown]/max(best.Ms, 1e-9); pu != bu {
+			return pu < bu
+		}
 		return p.Ms > best.Ms
 	}
+	why := fmt.Sprintf("no critical-path artifact is linked to %s's anomalous spans in the fault's window", v.Service)
 	for _, a := range arts[:min(len(arts), maxPathArtifacts)] {
 		st, err := storedPaths(ctx, api, token, a.id)
 		if err != nil {
+			why = err.Error()
 			continue
+		}
+		for _, n := range st.Notes {
+			if strings.Contains(n, "("+v.Service+" ") {
+				why = n
+				break
+			}
 		}
 		for i := range st.Paths {
 			p := &st.Paths[i]
@@ -790,10 +807,11 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 			}
 		}
 	}
-	if best != nil {
-		best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	if best == nil {
+		return nil, why
 	}
-	return best
+	best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	return best, ""
 }
 
 // maxPathArtifacts bounds the stored critical-path documents culpritPath
@@ -981,8 +999,8 @@ func printFault(out io.Writer, fr FaultResult) {
 			}
 			fmt.Fprintf(out, "    blocked by %s %s (trace %s) for %.1f ms\n", b.Service, b.Operation, b.TraceID, b.Ms)
 		}
-	} else if fr.Verdict.ExampleTraceID != "" {
-		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
+	} else if fr.Verdict.Service != "" {
+		fmt.Fprintf(out, "  critical path of %s: none (%s)\n", fr.Verdict.Service, fr.NoPath)
 	}
 	switch {
 	case strings.HasPrefix(fr.Injected, mesh.FaultNone):

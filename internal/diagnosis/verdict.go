@@ -39,6 +39,10 @@ type Diagnoser struct {
 	// Cache, when set, keeps the stored critical paths read beyond the
 	// sampled traces: a verdict computed again reads none it read before.
 	Cache *critpath.StoredCache
+	// Changes, when set and the Source is an analysis.StoreSource, tells
+	// which traces' artifacts changed, so that DiagnoseWith's state keeps
+	// the others' (VerdictState).
+	Changes *ArtifactChanges
 }
 
 // maxAnomalies bounds the anomalous spans read per verdict.
@@ -73,6 +77,14 @@ func EntryKey(s *model.Span) string { return s.Service + " " + s.Name }
 // Diagnose computes the verdict of inc from the traces of its entry point
 // before and since its start. The error is the Source's.
 func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, error) {
+	return d.DiagnoseWith(ctx, inc, nil)
+}
+
+// DiagnoseWith is Diagnose for one of inc's verdicts in a row: st (nil:
+// none) keeps what the next verdict of the same incident can reuse, so that
+// it reads only what changed (VerdictState). The verdict is the one
+// Diagnose gives.
+func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *VerdictState) (*Verdict, error) {
 	cfg := d.Config
 	now := d.now()
 	v := &Verdict{Cause: CauseUnknown, Updated: now.UnixNano()}
@@ -82,12 +94,16 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	if inc.End > 0 {
 		to = time.Unix(0, inc.End)
 	}
+	pre, err := d.before(ctx, inc, from, start, now, st)
+	if err != nil {
+		return nil, err
+	}
+	since, err := d.Source.SearchTraces(ctx, inc.EntryService, start, to, cfg.MaxTraces)
+	if err != nil {
+		return nil, err
+	}
 	var traces [][]*model.Span
-	for _, span := range [][2]time.Time{{from, start.Add(-time.Nanosecond)}, {start, to}} {
-		ts, err := d.Source.SearchTraces(ctx, inc.EntryService, span[0], span[1], cfg.MaxTraces)
-		if err != nil {
-			return nil, err
-		}
+	for _, ts := range [][][]*model.Span{pre, since} {
 		for _, t := range ts {
 			if r := RootOf(t); r != nil && EntryKey(r) == inc.Entry {
 				traces = append(traces, t)
@@ -98,7 +114,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	for _, t := range traces {
 		inWindow[t[0].TraceID] = true
 	}
-	anoms, err := d.Source.Anomalies(ctx, from, maxAnomalies)
+	anoms, err := d.anomalies(ctx, from, st)
 	if err != nil {
 		return nil, err
 	}
