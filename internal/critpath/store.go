@@ -400,7 +400,7 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	}
 	st := &Stored{Version: StoredVersion, Snapshot: k.ID, Paths: []SpanPath{}, Shared: []SharedJSON{}}
 	if tl.Lost > 0 {
-		st.Notes = append(st.Notes, fmt.Sprintf("the kernel recorder had dropped %d records when it took snapshot %s: paths may be wrong where they fell", tl.Lost, k.ID))
+		st.Notes = append(st.Notes, fmt.Sprintf("the kernel recorder dropped %d records during the window of snapshot %s: paths may be wrong where they fell", tl.Lost, k.ID))
 	}
 
 	// Every span known to have run on the snapshot's processes in its

@@ -523,3 +523,27 @@ func TestBuildStolenTime(t *testing.T) {
 		t.Errorf("intervals:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestLossLog: a snapshot's losses are the count since the last sample at
+// or before its window's start; samples older than the ring keeps are
+// forgotten but for the newest of them.
+func TestLossLog(t *testing.T) {
+	var l lossLog
+	if got := l.before(5); got != 0 {
+		t.Errorf("no samples: %d, want 0", got)
+	}
+	for i, n := range []uint64{0, 0, 7, 7, 30} {
+		l.add(int64(10*(i+1)), n, 25) // samples at 10…50, keep from 25
+	}
+	for _, c := range []struct {
+		mono int64
+		want uint64
+	}{{5, 0}, {20, 0}, {29, 0}, {30, 7}, {49, 7}, {50, 30}, {99, 30}} {
+		if got := l.before(c.mono); got != c.want {
+			t.Errorf("before(%d) = %d, want %d", c.mono, got, c.want)
+		}
+	}
+	if len(l.samples) != 4 || l.samples[0].mono != 20 {
+		t.Errorf("samples kept %+v, want from 20 (the newest before 25) on", l.samples)
+	}
+}
