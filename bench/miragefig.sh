@@ -6,16 +6,18 @@
 #   bench/miragefig.sh [--figures DIR] [driver flags…]
 #   bench/miragefig.sh --help        # every flag of the driver
 #
-# The chain api → frontend → backend (the demo's services, Go, Go and Java, each under
-# `rootline run` in its own network namespace, no sidecars, a real server)
-# is driven closed-loop by 1, 2, 4, 6, 8, 12, 16 and 24 concurrent clients,
-# 20 s per step, once with a CPU quota on the backend's cgroup (Figure 5.4)
-# and once with a tbf bandwidth limit on the backend's link (Figure 5.5).
+# The chain api → frontend → backend (the demo's services: Go, Go and Java,
+# each under `rootline run` in its own network namespace, no sidecars; the
+# real server in the driver's process) is driven closed-loop by 1, 2, 4, 6,
+# 8, 12, 16 and 24 concurrent clients, 20 s per step, once with a CPU quota
+# on the backend's cgroup (Figure 5.4) and once with a tbf bandwidth limit on
+# the backend's link (Figure 5.5).
 # The amounts are derived from a calibration at one client so that the
 # bottleneck appears at about 4 clients (--knee; --cpu-quota and --bandwidth
 # set them instead). Per step and service: the clients' mean and p95
 # latency, the mean local / net / remote waits of the stored spans (the
 # server's query API, internal/mirage), and the per-hop decisions.
+# `--configs none` runs the same ramp with nothing injected (the control).
 #
 # Builds and runs the driver (bench/miragefig), which prints its progress
 # and the table and writes results.json and table.md to its --out

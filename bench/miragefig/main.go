@@ -24,7 +24,8 @@
 // threads of its own range).
 //
 // It writes OUT/results.json and OUT/table.md and prints the table;
-// bench/miragefig.sh draws the figures from the JSON (plot.py). Needs root
+// bench/miragefig.sh draws the figures from the JSON (plot.py). The server
+// runs in this process, as the demo's does. Needs root
 // (pod mode, cgroups, tc) and `make build`.
 //
 //	sudo go run ./bench/miragefig --rootline bin/rootline --out /tmp/mf
@@ -42,7 +43,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -57,6 +57,7 @@ import (
 	"github.com/rootline/rootline/internal/mesh"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/overhead"
+	"github.com/rootline/rootline/internal/server"
 )
 
 // The chain, in call order from the entry.
@@ -75,9 +76,9 @@ type Results struct {
 }
 
 func main() {
-	rootline := flag.String("rootline", "bin/rootline", "rootline binary (server and `rootline run`)")
+	rootline := flag.String("rootline", "bin/rootline", "rootline binary (for `rootline run`)")
 	repo := flag.String("repo", ".", "repository root (build/demo, demo/services)")
-	configs := flag.String("configs", "cpu,net", "configurations to run: cpu (a CPU quota on the backend's cgroup, Figure 5.4), net (a tbf bandwidth limit on the backend's link, Figure 5.5)")
+	configs := flag.String("configs", "cpu,net", "configurations to run: cpu (a CPU quota on the backend's cgroup, Figure 5.4), net (a tbf bandwidth limit on the backend's link, Figure 5.5), none (the same ramp with nothing injected: what the machine alone does to the waits)")
 	clientList := flag.String("clients", "1,2,4,6,8,12,16,24", "concurrent closed-loop clients, one step each, in order")
 	step := flag.Duration("step", 20*time.Second, "measured load per step")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each step's measurement (the queue settles at the new client count)")
@@ -99,8 +100,8 @@ func main() {
 	check(err)
 	names := strings.Split(*configs, ",")
 	for _, n := range names {
-		if n != "cpu" && n != "net" {
-			fail(fmt.Errorf("-configs: unknown configuration %q (want cpu, net)", n))
+		if n != "cpu" && n != "net" && n != "none" {
+			fail(fmt.Errorf("-configs: unknown configuration %q (want cpu, net, none)", n))
 		}
 	}
 	langs := strings.Split(*lang, ",")
@@ -146,27 +147,22 @@ func main() {
 		<-sig
 		fail(errors.New("interrupted"))
 	}()
-	tokenFile, err := demo.WriteToken(dir)
-	check(err)
-	tok, err := os.ReadFile(tokenFile)
-	check(err)
-	token := strings.TrimSpace(string(tok))
-	srv, httpAddr, queryAddr := startServer(self, dir, tokenFile)
-	atExit(func() { stop(srv) })
+	addrs, stopServer := startServer(filepath.Join(dir, "data"))
+	atExit(stopServer)
 
 	gw, err := demo.SubnetGateway(*subnet)
 	check(err)
 	opts := mesh.Options{Mode: mesh.ModePod, Dir: filepath.Join(dir, "mesh"), ServiceCmd: mesh.DefaultServiceCmd(*repo),
-		Logger: slog.New(slog.DiscardHandler), Prefix: *prefix, Subnet: *subnet, Expose: []string{httpAddr}}
+		Logger: slog.New(slog.DiscardHandler), Prefix: *prefix, Subnet: *subnet, Expose: []string{addrs.OTLPHTTP}}
 	if *envoy {
 		opts.EnvoyBin, err = mesh.FindEnvoy()
 		check(err)
 	}
-	_, port, _ := net.SplitHostPort(httpAddr)
+	_, port, _ := net.SplitHostPort(addrs.OTLPHTTP)
 	check(demo.ShareDatapath())
 	opts.Wrap = func(svc string, argv []string) []string {
 		return append([]string{self, "run", "--service", svc, "--server", "http://" + net.JoinHostPort(gw, port),
-			"--agent", "", "--auth.token-file", tokenFile, "--"}, argv...)
+			"--agent", "", "--"}, argv...)
 	}
 	progress("starting the chain %s (%s, pod mode %s, envoy %v)", strings.Join(chain, " → "), *lang, *prefix, *envoy)
 	ctx := context.Background()
@@ -175,7 +171,7 @@ func main() {
 	atExit(func() { _ = m.Close() })
 	check(demo.WaitServing(ctx, m.EntryURL(), 90*time.Second))
 
-	r := runner{m: m, api: demo.NewAPISource("http://"+queryAddr, token), url: m.EntryURL(), step: *step, warmup: *warmup}
+	r := runner{m: m, api: demo.NewAPISource("http://"+addrs.Query, ""), url: m.EntryURL(), step: *step, warmup: *warmup}
 	r.index()
 	res := Results{Date: time.Now().UTC().Format(time.RFC3339), Language: strings.Join(langs, ","), Work: works, Envoy: *envoy,
 		Machine: fmt.Sprintf("%d CPUs, kernel %s, load average at start %s", runtime.NumCPU(), kernel(), loadAvg())}
@@ -224,6 +220,8 @@ func main() {
 			}
 			c.Fault = mesh.Fault{Name: mesh.FaultNetBandwidth, Service: "backend", Amount: amount}.String()
 			c.How = how
+		case "none":
+			c.Fault, c.How = mesh.FaultNone, "nothing injected: the control"
 		}
 		f, err := mesh.ParseFault(c.Fault)
 		check(err)
@@ -481,49 +479,20 @@ func parseClients(s string) ([]int, error) {
 	return out, nil
 }
 
-func startServer(self, dir, tokenFile string) (cmd *exec.Cmd, httpAddr, queryAddr string) {
-	addrs := freeAddrs(4)
-	cmd = exec.Command(self, "server", "--data-dir", filepath.Join(dir, "data"), "--log.level", "warn", "--auth.token-file", tokenFile,
-		"--receiver.allow-unauthenticated",
-		"--otlp.grpc.addr", addrs[0], "--otlp.http.addr", addrs[1], "--query.addr", addrs[2], "--zipkin.addr", addrs[3])
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	check(cmd.Start())
-	waitHTTP("http://" + addrs[2] + "/readyz")
-	return cmd, addrs[1], addrs[2]
-}
-
-func stop(c *exec.Cmd) {
-	_ = c.Process.Signal(syscall.SIGTERM)
-	_ = c.Wait()
-}
-
-func waitHTTP(u string) {
-	for range 300 {
-		if resp, err := http.Get(u); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	fail(fmt.Errorf("%s never answered", u))
-}
-
-func freeAddrs(n int) []string {
-	var ls []net.Listener
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		check(err)
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
+// startServer runs a server in this process, every listener on a free
+// loopback port (the mesh forwards the pods' gateway to its OTLP/HTTP
+// receiver), storing into dir; stop shuts it down.
+func startServer(dir string) (addrs server.Addrs, stop func()) {
+	cfg := server.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr, cfg.QueryAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	check(err)
+	check(srv.Start(context.Background()))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	return srv.Addrs(), func() { cancel(); <-done }
 }
 
 func loadAvg() string {

@@ -5,8 +5,8 @@ configuration one PNG with three panels (backend, frontend, api traces), the
 mean local, network and remote waits of each service's spans against the
 number of concurrent clients, beside the clients' mean latency.
 
-usage: plot.py RESULTS.json OUTDIR   (writes OUTDIR/mirage-cpu.png and/or
-                                      OUTDIR/mirage-net.png)
+usage: plot.py RESULTS.json OUTDIR   (writes OUTDIR/mirage-CONFIG.png per
+                                      configuration: cpu, net, none)
 """
 import json
 import os
@@ -21,6 +21,7 @@ PANELS = ["backend", "frontend", "api"]
 TITLES = {
     "cpu": "Waiting times under a CPU bottleneck (CPU quota on the backend)",
     "net": "Waiting times under a network bottleneck (bandwidth limit on the backend's link)",
+    "none": "Waiting times with nothing injected (control)",
 }
 
 
@@ -47,7 +48,7 @@ def plot(cfg, doc, path):
     for ax, svc, letter in zip(axes, PANELS, "abc"):
         ax.plot(clients, latency, "k--", marker=".", label="client latency (mean)")
         xs, ys = series(steps, svc, "totalMs")
-        ax.plot(xs, ys, color="tab:gray", marker=".", label=f"{svc} span (total)")
+        ax.plot(xs, ys, color="tab:gray", marker=".", label="its SERVER span (total)")
         for key, colour, label in (("localMs", "tab:blue", "local wait"),
                                    ("netMs", "tab:orange", "net wait"),
                                    ("remoteMs", "tab:green", "remote wait")):
