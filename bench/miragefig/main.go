@@ -3,7 +3,7 @@
 // demo's services, api → frontend → backend, each under `rootline run` in its
 // own network namespace (the mesh's pod mode), driven closed-loop by a
 // growing number of concurrent clients, once with the backend under a CPU
-// quota (its cgroup's cpu.max: Figure 5.4) and once with a bandwidth limit on
+// quota (its cgroup's CFS quota: Figure 5.4) and once with a bandwidth limit on
 // the backend's link (tbf both ways: Figure 5.5).
 //
 // Per step (a client count) it measures the clients' mean and p95 latency,
