@@ -188,3 +188,12 @@ accuracy: build
 .PHONY: autoscale
 autoscale:
 	bench/autoscale.sh $(AUTOSCALE_ARGS)
+
+# Figures 5.4/5.5 of the Mirage model (bench/miragefig.sh --help): a
+# three-service chain under `rootline run`, closed-loop clients 1…24, a CPU
+# quota and then a link limit on the backend; writes the table and
+# bench/figures/mirage-{cpu,net}.png. MIRAGEFIG_ARGS for the driver's flags.
+# About 9 min. Needs root, BPF, tc and matplotlib (scripts/deps.sh).
+.PHONY: miragefig
+miragefig: build
+	bench/miragefig.sh --figures bench/figures $(MIRAGEFIG_ARGS)
