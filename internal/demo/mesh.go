@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -41,7 +42,12 @@ type MeshOptions struct {
 	NoRun    bool
 	// Spans says who makes the spans (SpansRun, SpansSidecar, SpansBoth;
 	// "" is SpansBoth).
-	Spans          string
+	Spans string
+	// Protocol, when set, overrides the topology's (mesh.ProtocolHTTP or
+	// mesh.ProtocolGRPC): with gRPC the services serve and call one unary
+	// method over h2c, the sidecars proxy HTTP/2, the load is gRPC calls,
+	// and rootline run follows HTTP/2 (its supervisor).
+	Protocol       string
 	ForwardHeaders bool
 	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
 	// defaults (rl, 10.77.0.0/24). A second mesh on the machine needs both.
@@ -127,9 +133,11 @@ type LoadSummary struct {
 
 // MeshSummary is the demo's result (also written with --json).
 type MeshSummary struct {
-	Mode  string `json:"mode"`
-	Envoy bool   `json:"envoy"`
-	Run   bool   `json:"rootlineRun"`
+	Mode string `json:"mode"`
+	// Protocol is what the services speak: http or grpc.
+	Protocol string `json:"protocol"`
+	Envoy    bool   `json:"envoy"`
+	Run      bool   `json:"rootlineRun"`
 	// SidecarSpans: the sidecars send spans too (or alone).
 	SidecarSpans bool          `json:"sidecarSpans"`
 	Services     int           `json:"services"`
@@ -186,6 +194,12 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			return sum, err
 		}
 	}
+	if o.Protocol != "" {
+		topo.Protocol = o.Protocol
+		if err := topo.Validate(); err != nil {
+			return sum, err
+		}
+	}
 	var faults []mesh.Fault
 	for _, s := range o.Faults {
 		f, err := mesh.ParseFault(s)
@@ -212,8 +226,17 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		sum.Notes = append(sum.Notes, "not root: port mode; faults that need root (cpu-throttle, net-bandwidth) are unavailable")
 	}
 	sum.Mode = string(mode)
+	sum.Protocol = cmp.Or(topo.Protocol, mesh.ProtocolHTTP)
 	if err := checkServiceBinaries(topo, o.RepoRoot); err != nil {
 		return sum, err
+	}
+	serviceCmd := mesh.DefaultServiceCmd(o.RepoRoot)
+	if topo.GRPC() {
+		deps, err := mesh.FindGRPCDeps(topo)
+		if err != nil {
+			return sum, fmt.Errorf("--protocol grpc: %w", err)
+		}
+		serviceCmd = mesh.GRPCServiceCmd(o.RepoRoot, deps)
 	}
 
 	dir := o.DataDir
@@ -312,7 +335,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	opts := mesh.Options{
 		Mode: mode, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy, Tracing: sum.SidecarSpans,
 		OTLPEndpoint: addrs.OTLPGRPC, Expose: []string{addrs.OTLPHTTP, agentAddr},
-		ServiceCmd: mesh.DefaultServiceCmd(o.RepoRoot), ForwardHeaders: o.ForwardHeaders,
+		ServiceCmd: serviceCmd, ForwardHeaders: o.ForwardHeaders,
 		Prefix: o.Prefix, Subnet: subnet, Logger: log,
 	}
 	if !o.NoRun {
@@ -321,9 +344,16 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 				log.Info("the pods' rootline runs load a datapath each", "err", err)
 			}
 		}
+		var proto []string
+		if topo.GRPC() {
+			// Only the supervisor follows HTTP/2 (docs/run.md): with
+			// -protocol grpc, rootline run's -mode auto picks it.
+			proto = []string{"--protocol", "grpc"}
+		}
 		opts.Wrap = func(svc string, argv []string) []string {
-			return append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
-				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--"}, argv...)
+			args := append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
+				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile}, proto...)
+			return append(append(args, "--"), argv...)
 		}
 	}
 	fmt.Fprintf(out, "rootline demo: starting %d services in %s mode (%s)…\n", len(topo.Services), mode, describe(sum))
@@ -346,9 +376,17 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}()
 	sum.Services = len(topo.Services)
 	entry := m.EntryURL()
-	fmt.Fprintf(out, "rootline demo: mesh up, entry %s\n", entry)
-	if err := WaitServing(ctx, entry, 90*time.Second); err != nil {
+	fmt.Fprintf(out, "rootline demo: mesh up, entry %s (%s)\n", entry, sum.Protocol)
+	wait := WaitServing
+	if topo.GRPC() {
+		wait = WaitServingGRPC
+	}
+	if err := wait(ctx, entry, 90*time.Second); err != nil {
 		return sum, err
+	}
+	// load is the load generator's target; each run adds its phases.
+	load := func(phases []loadgen.Phase, p func(loadgen.Progress)) loadgen.Config {
+		return loadgen.Config{URL: entry, GRPC: topo.GRPC(), Phases: phases, Progress: p}
 	}
 
 	anomalies := &anomalyCounter{api: api}
@@ -376,8 +414,8 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}
 	fmt.Fprintf(out, "phase: warm-up, %s\n", phaseList(phases))
 	for i, ph := range phases {
-		res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
-			Progress: progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))})
+		res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
+			progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))))
 		if err != nil {
 			return sum, err
 		}
@@ -393,7 +431,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if f.Name == mesh.FaultNone && f.Amount != "" {
 			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
 		}
-		fr := runFault(ctx, m, api, token, entry, f, rate, d, progress(f.String()), out)
+		fr := runFault(ctx, m, api, token, load, f, rate, d, progress(f.String()), out)
 		if svc := topo.Service(f.Service); svc != nil {
 			fr.Language = svc.Language
 		}
@@ -412,8 +450,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if i < len(faults)-1 {
 			// Recovery: normal traffic so the detector's windows forget the fault.
 			fmt.Fprintf(out, "phase: recovery, %.0f/s for %s\n", rate, o.Duration)
-			if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: o.Duration}},
-				Progress: progress("recovery")}); err != nil {
+			if _, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: o.Duration}}, progress("recovery"))); err != nil {
 				return sum, err
 			}
 		}
@@ -512,8 +549,8 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 	return out
 }
 
-func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mesh.Fault, rate float64, d time.Duration,
-	progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
+func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]loadgen.Phase, func(loadgen.Progress)) loadgen.Config,
+	f mesh.Fault, rate float64, d time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
 	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
 	// A baseline just before the fault, at the same rate, once the server
 	// has closed the incidents of what came before (the previous fault's),
@@ -522,7 +559,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 	fr.From = time.Now()
 	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s (and until no incident is open)\n", f, rate, base)
 	for first := true; ; first = false {
-		if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: base}}, Progress: progress}); err != nil {
+		if _, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: base}}, progress)); err != nil {
 			fr.Error = err.Error()
 			return fr
 		}
@@ -545,7 +582,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		return fr
 	}
 	watch := watchVerdicts(ctx, api, token, onset)
-	res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}, Progress: progress})
+	res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: d}}, progress))
 	if uerr := undo(); uerr != nil {
 		fmt.Fprintf(out, "  undo %s: %v\n", f, uerr)
 	}
@@ -874,6 +911,28 @@ func serverVerdict(ctx context.Context, api, token string, onset, to time.Time) 
 // row succeed: JVMs and sidecars answer their first requests slowly.
 func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 	client := &http.Client{Timeout: 20 * time.Second}
+	return waitServing(ctx, url, limit, func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// WaitServingGRPC is WaitServing with gRPC calls (the demo's method) to
+// url's host:port.
+func WaitServingGRPC(ctx context.Context, url string, limit time.Duration) error {
+	return waitServing(ctx, url, limit, func() error {
+		return loadgen.Once(ctx, loadgen.Config{URL: url, GRPC: true, Timeout: 20 * time.Second})
+	})
+}
+
+func waitServing(ctx context.Context, url string, limit time.Duration, try func() error) error {
 	deadline := time.Now().Add(limit)
 	ok := 0
 	var last error
@@ -881,14 +940,10 @@ func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the mesh does not answer at %s: %v", url, last)
 		}
-		resp, err := client.Get(url)
+		err := try()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				ok++
-				continue
-			}
-			err = fmt.Errorf("status %s", resp.Status)
+			ok++
+			continue
 		}
 		ok, last = 0, err
 		sleepCtx(ctx, 200*time.Millisecond)
@@ -1033,13 +1088,21 @@ func checkServiceBinaries(topo *mesh.Topology, repo string) error {
 		"java":   filepath.Join(repo, "build", "demo", "java", "Svc.class"),
 		"python": filepath.Join(repo, "demo", "services", "python", "svc.py"),
 	}
+	if topo.GRPC() {
+		// The Java service's gRPC mode is a class of its own, built only
+		// when scripts/deps.sh fetched grpc-java.
+		need["java-grpc"] = filepath.Join(repo, "build", "demo", "java", "SvcGrpc.class")
+	}
 	for _, s := range topo.Services {
-		p := need[strings.ToLower(s.Language)]
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("demo service for %s (%s) missing at %s: run `make build` first", s.Name, s.Language, p)
+		lang := strings.ToLower(s.Language)
+		for _, k := range []string{lang, lang + "-grpc"} {
+			p := need[k]
+			if p == "" {
+				continue
+			}
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("demo service for %s (%s) missing at %s: run `make build` first", s.Name, s.Language, p)
+			}
 		}
 	}
 	return nil
