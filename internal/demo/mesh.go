@@ -142,11 +142,13 @@ type MeshSummary struct {
 	SidecarSpans bool          `json:"sidecarSpans"`
 	Services     int           `json:"services"`
 	Warmup       []LoadSummary `json:"warmup"`
-	Faults       []FaultResult `json:"faults"`
-	UI           string        `json:"ui"`
-	Correct      bool          `json:"correct"`
-	Notes        []string      `json:"notes,omitempty"`
-	SpansSeen    int           `json:"spansStored"`
+	// Traces is how well the warm-up's traces joined across the hops.
+	Traces    *TraceJoin    `json:"traces,omitempty"`
+	Faults    []FaultResult `json:"faults"`
+	UI        string        `json:"ui"`
+	Correct   bool          `json:"correct"`
+	Notes     []string      `json:"notes,omitempty"`
+	SpansSeen int           `json:"spansStored"`
 	// Kmetrics says whether the agent recorded kernel metrics; Agent is
 	// the agent process's own CPU time over the run (its BPF programs run
 	// in the traced tasks and are not in it).
@@ -413,6 +415,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		rate = phases[len(phases)-1].Rate
 	}
 	fmt.Fprintf(out, "phase: warm-up, %s\n", phaseList(phases))
+	warmFrom := time.Now()
 	for i, ph := range phases {
 		res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
 			progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))))
@@ -420,6 +423,19 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			return sum, err
 		}
 		sum.Warmup = append(sum.Warmup, summarize(res.Phases[0]))
+	}
+	if sum.Run || sum.SidecarSpans {
+		// Did the warm-up's traces join across every hop? Read back from
+		// the server, once the last batches of spans are in.
+		warmTo := time.Now()
+		sleepCtx(ctx, 3*time.Second)
+		tj, err := measureTraceJoin(ctx, api, token, topo, sum.Run, sum.SidecarSpans, warmFrom, warmTo, 50)
+		if err != nil {
+			fmt.Fprintf(out, "traces: %v\n", err)
+		} else {
+			sum.Traces = &tj
+			fmt.Fprintf(out, "traces: %s\n", tj)
+		}
 	}
 
 	sum.Correct = len(faults) > 0
@@ -509,6 +525,9 @@ func SubnetGateway(subnet string) (string, error) {
 
 func describe(s MeshSummary) string {
 	var parts []string
+	if s.Protocol == mesh.ProtocolGRPC {
+		parts = append(parts, "speaking gRPC")
+	}
 	if s.Run {
 		parts = append(parts, "each under rootline run")
 	} else {
@@ -1055,6 +1074,9 @@ func printFault(out io.Writer, fr FaultResult) {
 func printMeshSummary(out io.Writer, s MeshSummary) {
 	fmt.Fprintf(out, "\nWhat Rootline found\n")
 	fmt.Fprintf(out, "  %d services, %s mode, %s; %d spans stored\n", s.Services, s.Mode, describe(s), s.SpansSeen)
+	if s.Traces != nil {
+		fmt.Fprintf(out, "  traces of the warm-up: %s\n", s.Traces)
+	}
 	for _, f := range s.Faults {
 		mark := "correct"
 		if !f.Correct {
