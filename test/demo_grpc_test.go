@@ -12,8 +12,9 @@ import (
 	"github.com/rootline/rootline/internal/mesh"
 )
 
-// TestDemoGRPC runs `rootline demo --protocol grpc` on the small topology
-// (a → b → c and a → d: Go, Java, Python and Go services serving one unary
+// TestDemoGRPC runs `rootline demo` on the small topology with `protocol:
+// grpc` (testdata/demo-grpc.yaml: a → b → c and a → d, Go, Java, Python
+// and Go services serving one unary
 // gRPC method, each under `rootline run --protocol grpc` behind an Envoy
 // sidecar that proxies HTTP/2, in network namespaces) with a CPU fault in
 // the Python leaf c. The traces of the warm-up must join across every hop
@@ -27,7 +28,7 @@ func TestDemoGRPC(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the mesh demo takes minutes")
 	}
-	topo, err := mesh.Load("testdata/demo-small.yaml")
+	topo, err := mesh.Load("testdata/demo-grpc.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +45,11 @@ func TestDemoGRPC(t *testing.T) {
 	// half the server's work of the default on a 2-core machine.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rootlineBin(t), "demo", "--protocol", "grpc", "--topology", "testdata/demo-small.yaml",
-		"--prefix", "rgt", "--subnet", "10.77.62.0/24", "--spans", "run", "--warmup", "12s", "--rate", "10",
+	// A busy machine can keep the warm-up's incident open (the anomalous
+	// share must stay under 5 % for 20 s): --settle bounds the wait, so
+	// that the run stays within about three and a half minutes.
+	cmd := exec.CommandContext(ctx, rootlineBin(t), "demo", "--topology", "testdata/demo-grpc.yaml",
+		"--prefix", "rgt", "--subnet", "10.77.62.0/24", "--spans", "run", "--settle", "40s",
 		"--fault", "cpu@c=30ms", "--duration", "20s", "--query.addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"),
 		"--json", out)
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) } // the demo cleans up on SIGINT
@@ -102,7 +106,7 @@ func TestDemoGRPC(t *testing.T) {
 	if tj.WantSpans != 7 || tj.WantServices != 4 {
 		t.Errorf("want %d spans and %d services per trace, the topology makes 7 and 4", tj.WantSpans, tj.WantServices)
 	}
-	// 12 s of warm-up at 5 then 10 req/s; the sample is the most recent 50.
+	// 12 s of warm-up at 5 then 10 calls/s; the sample is the most recent 50.
 	if tj.Sampled < 20 {
 		t.Fatalf("%d traces sampled, want at least 20", tj.Sampled)
 	}

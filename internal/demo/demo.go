@@ -71,6 +71,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Topology, "topology", "", "topology YAML (default: the built-in ten services A…J, Protractor Fig. 6.6)")
 	fs.Var(&faults, "fault", "fault to inject, name@service[=amount], repeatable (default lock@e); names: "+strings.Join(mesh.FaultNames(), ", "))
 	fs.DurationVar(&m.Duration, "duration", 30*time.Second, "how long each fault stays on")
+	fs.DurationVar(&m.Settle, "settle", 3*time.Minute, "at most this long a baseline before each fault waits for the server's open incidents to close (a busy machine can keep one open)")
 	fs.DurationVar(&m.Warmup, "warmup", 0, "total warm-up before the first fault (default: the topology's load phases)")
 	fs.Float64Var(&m.Rate, "rate", 0, "request rate during faults (default: the topology's last phase)")
 	fs.StringVar(&m.Mode, "mode", "", "pod (network namespaces + iptables, needs root) or port (loopback ports); default pod when root")

@@ -36,10 +36,13 @@ type MeshOptions struct {
 	Faults   []string // name@service[=amount], run one after the other
 	Warmup   time.Duration
 	Duration time.Duration // of each fault
-	Rate     float64       // 0: the topology's last phase rate
-	Mode     string        // pod, port or "" (pod when root)
-	NoEnvoy  bool
-	NoRun    bool
+	// Settle bounds the baseline before each fault, which goes on until
+	// the server has no incident open (0: 3 minutes).
+	Settle  time.Duration
+	Rate    float64 // 0: the topology's last phase rate
+	Mode    string  // pod, port or "" (pod when root)
+	NoEnvoy bool
+	NoRun   bool
 	// Spans says who makes the spans (SpansRun, SpansSidecar, SpansBoth;
 	// "" is SpansBoth).
 	Spans string
@@ -447,7 +450,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if f.Name == mesh.FaultNone && f.Amount != "" {
 			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
 		}
-		fr := runFault(ctx, m, api, token, load, f, rate, d, progress(f.String()), out)
+		fr := runFault(ctx, m, api, token, load, f, rate, d, cmp.Or(o.Settle, 3*time.Minute), progress(f.String()), out)
 		if svc := topo.Service(f.Service); svc != nil {
 			fr.Language = svc.Language
 		}
@@ -569,7 +572,7 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 }
 
 func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]loadgen.Phase, func(loadgen.Progress)) loadgen.Config,
-	f mesh.Fault, rate float64, d time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
+	f mesh.Fault, rate float64, d, settle time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
 	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
 	// A baseline just before the fault, at the same rate, once the server
 	// has closed the incidents of what came before (the previous fault's),
@@ -583,7 +586,11 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 			return fr
 		}
 		n, err := openIncidents(ctx, api, token)
-		if err != nil || n == 0 || time.Since(fr.From) > 3*time.Minute {
+		if err != nil || n == 0 {
+			break
+		}
+		if time.Since(fr.From) > settle {
+			fmt.Fprintf(out, "  %d incidents still open after %s (--settle); injecting the fault anyway\n", n, settle)
 			break
 		}
 		if first {
