@@ -154,13 +154,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("loadgen: phase %d: rate %v and duration %v must be > 0", i, p.Rate, p.Duration)
 		}
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 256
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	do, closeSender, err := newSender(cfg)
+	do, closeSender, err := newSender(&cfg, 256)
 	if err != nil {
 		return Result{}, err
 	}
@@ -326,10 +320,17 @@ var errTimeout = errors.New("timeout")
 // answer, gRPC status OK).
 type sender func(ctx context.Context) error
 
-// newSender makes the sender of cfg and its cleanup.
-func newSender(cfg Config) (sender, func(), error) {
+// newSender fills in cfg's defaults (maxInFlight for MaxInFlight) and makes
+// its sender and the sender's cleanup.
+func newSender(cfg *Config, maxInFlight int) (sender, func(), error) {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = maxInFlight
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
 	if cfg.GRPC {
-		return newGRPCSender(cfg)
+		return newGRPCSender(*cfg)
 	}
 	client := cfg.Client
 	closeIdle := func() {}
@@ -372,13 +373,7 @@ func Once(ctx context.Context, cfg Config) error {
 	if cfg.URL == "" {
 		return errors.New("loadgen: no URL")
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	do, closeSender, err := newSender(cfg)
+	do, closeSender, err := newSender(&cfg, 1)
 	if err != nil {
 		return err
 	}
