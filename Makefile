@@ -197,3 +197,14 @@ autoscale:
 .PHONY: miragefig
 miragefig: build
 	bench/miragefig.sh --figures bench/figures $(MIRAGEFIG_ARGS)
+
+# The Java demo service's gRPC mode (demo/services/java/SvcGrpc.java, loaded
+# by Svc when PROTOCOL=grpc), compiled against the grpc-java jars
+# scripts/deps.sh fetches; without them the Java service has no gRPC mode and
+# `rootline demo --protocol grpc` says so.
+GRPC_JAVA ?= $(HOME)/.cache/rootline/grpc-java-1.85.1
+demo-services: build/demo/java/SvcGrpc.class
+build/demo/java/SvcGrpc.class: demo/services/java/SvcGrpc.java build/demo/java/Svc.class
+	@if [ -f "$(GRPC_JAVA)/.complete" ]; then \
+	  javac -encoding UTF-8 -cp "build/demo/java:$(GRPC_JAVA)/*" -d build/demo/java $<; \
+	else echo "no grpc-java in $(GRPC_JAVA) (scripts/deps.sh): the Java demo service is built without its gRPC mode"; fi

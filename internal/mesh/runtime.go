@@ -482,6 +482,9 @@ func (m *Mesh) startApps(ctx context.Context) error {
 			if m.opts.ForwardHeaders {
 				env = append(env, "FORWARD_HEADERS=1")
 			}
+			if m.topo.GRPC() {
+				env = append(env, "PROTOCOL=grpc")
+			}
 			if m.opts.OTLPEndpoint != "" {
 				env = append(env, "ROOTLINE_OTLP_ENDPOINT="+m.PodAddr(m.opts.OTLPEndpoint))
 			}
