@@ -1,6 +1,7 @@
 package diagnosis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -38,12 +39,17 @@ const (
 )
 
 // linkEvidence is what the kernel counted on the sockets of a service's
-// containers before and since an incident's onset.
+// containers (its pod: the app and its sidecar) before and since an
+// incident's onset.
 type linkEvidence struct {
 	// Retransmits and Drops (link reasons only) in the incident's window
 	// and in the same length of time before the onset.
 	retrans, retransBefore float64
 	drops, dropsBefore     float64
+	// onContainer is the retransmissions in the incident's window per
+	// container (containerName): in a mesh most are the sidecar's, whose
+	// sockets carry the service's traffic between pods.
+	onContainer map[string]float64
 	// seen says some series of the service was read (the agent records
 	// kernel metrics for it).
 	seen bool
@@ -73,11 +79,50 @@ func (e linkEvidence) String() string {
 	return s
 }
 
+// where says which containers the incident's retransmissions were on, most
+// first ("" when none was), to follow String.
+func (e linkEvidence) where() string {
+	names := make([]string, 0, len(e.onContainer))
+	for c, n := range e.onContainer {
+		if n > 0 {
+			names = append(names, c)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(e.onContainer[b], e.onContainer[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	if len(names) == 0 {
+		return ""
+	}
+	parts := make([]string, len(names))
+	for i, c := range names {
+		parts[i] = fmt.Sprintf("%s %.0f", c, e.onContainer[c])
+	}
+	return "; retransmissions in the incident by container: " + strings.Join(parts, ", ")
+}
+
+// containerName names the container of a kernel metric series: the name its
+// members gave (container.name, e.g. a pod's app or envoy), else its cgroup.
+func containerName(s store.MetricSeries) string {
+	if n := s.Labels["container.name"]; n != "" {
+		return n
+	}
+	if n := s.Labels["container"]; n != "" {
+		return n
+	}
+	return "?"
+}
+
 // readLink reads the kernel's retransmission and drop counters of svc's
 // containers (series whose service label names svc, alone or among the
-// services sharing a container) in [from, onset) and [onset, to].
+// services sharing a container: its app's and its sidecar's, which the
+// agent labels with the service of their pod) in [from, onset) and
+// [onset, to].
 func readLink(ctx context.Context, mr store.MetricReader, svc string, from, onset, to time.Time) (linkEvidence, error) {
-	e := linkEvidence{during: to.Sub(onset), before: onset.Sub(from)}
+	e := linkEvidence{during: to.Sub(onset), before: onset.Sub(from), onContainer: map[string]float64{}}
 	for _, name := range []string{metricRetransmits, metricSynAckRetransmits, metricDrops} {
 		series, err := mr.FindMetrics(ctx, store.MetricQuery{Name: name, From: from.UnixNano(), To: to.UnixNano()})
 		if err != nil {
@@ -98,6 +143,7 @@ func readLink(ctx context.Context, mr store.MetricReader, svc string, from, onse
 			} else {
 				e.retrans += during
 				e.retransBefore += before
+				e.onContainer[containerName(s)] += during
 			}
 		}
 	}

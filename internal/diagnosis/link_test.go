@@ -25,11 +25,16 @@ func linkTrace(n int, at time.Time, gapMs float64, anomalous bool) []*model.Span
 }
 
 // counter is a cumulative kernel counter of one container, one point a
-// second over [from, to): rate before the onset, rateAfter from it on.
-func counter(name, svc, reason string, from, onset, to time.Time, rate, rateAfter float64) []store.MetricPoint {
+// second over [from, to): rate before the onset, rateAfter from it on. A
+// named container (ctr) is one of svc's pod, labelled as the agent labels
+// the demo mesh's: the cgroup and container.name.
+func counter(name, svc, ctr, reason string, from, onset, to time.Time, rate, rateAfter float64) []store.MetricPoint {
 	var out []store.MetricPoint
 	var v float64
 	labels := map[string]string{"container": "/rootline-demo/" + svc}
+	if ctr != "" {
+		labels = map[string]string{"container": "/rootline-demo/" + svc + "/" + ctr, "container.name": ctr}
+	}
 	if reason != "" {
 		labels["reason"] = reason
 	}
@@ -55,10 +60,16 @@ func TestDiagnoseLink(t *testing.T) {
 		name, svc, reason string
 		rate, rateAfter   float64
 	}
+	// podSeries is a series of a named container of svc's pod.
+	type podSeries struct {
+		series
+		container string
+	}
 	for _, tc := range []struct {
 		name        string
 		noMetrics   bool // the Diagnoser reads no kernel metrics
 		series      []series
+		pod         []podSeries
 		wantCause   string
 		wantRunner  string
 		wantText    string // in the evidence or what is missing
@@ -78,6 +89,21 @@ func TestDiagnoseLink(t *testing.T) {
 			wantCause: CauseNetwork, wantText: "packets dropped by a queue or tc program"},
 		{name: "retransmissions grew in a shared container", series: []series{{metricRetransmits, "cart,frontend", "", 0, 1}},
 			wantCause: CauseNetwork, wantText: "TCP retransmissions"},
+		// In a mesh the traffic between pods is on the sidecars' sockets:
+		// the retransmissions of cart's pod are its sidecar's, and count.
+		{name: "retransmissions grew on the sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0}, "app"},
+			{series{metricRetransmits, "cart", "", 0.05, 2}, "envoy"}},
+			wantCause: CauseNetwork, wantText: "by container: envoy 12"},
+		{name: "retransmissions grew on the app and the sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0.5}, "app"},
+			{series{metricRetransmits, "cart", "", 0, 1}, "envoy"}},
+			wantCause: CauseNetwork, wantText: "9 TCP retransmissions in 6s (0 in the 2m0s before) on the sockets of cart's containers; retransmissions in the incident by container: envoy 6, app 3"},
+		// A sidecar of another service (a caller's) does not count for cart.
+		{name: "retransmissions grew on another pod's sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0}, "envoy"},
+			{series{metricRetransmits, "frontend", "", 0, 2}, "envoy"}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "0 TCP retransmissions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -98,8 +124,12 @@ func TestDiagnoseLink(t *testing.T) {
 			}
 			now := time.Unix(0, end).Add(time.Second)
 			var pts []store.MetricPoint
+			from := onset.Add(-DefaultConfig().Lookback)
 			for _, s := range tc.series {
-				pts = append(pts, counter(s.name, s.svc, s.reason, onset.Add(-DefaultConfig().Lookback), onset, now, s.rate, s.rateAfter)...)
+				pts = append(pts, counter(s.name, s.svc, "", s.reason, from, onset, now, s.rate, s.rateAfter)...)
+			}
+			for _, s := range tc.pod {
+				pts = append(pts, counter(s.name, s.svc, s.container, s.reason, from, onset, now, s.rate, s.rateAfter)...)
 			}
 			if len(pts) > 0 {
 				if err := st.WriteMetrics(ctx, pts); err != nil {

@@ -214,7 +214,7 @@ func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceSc
 	switch {
 	case err == nil && e.lossy():
 		v.Evidence = append(v.Evidence, timing+": the link to it",
-			fmt.Sprintf("kernel: %s on the sockets of %s's containers", e, v.Service))
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s", e, v.Service, e.where()))
 		return []causeShare{network, self}, nil
 	case d.Metrics == nil:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
@@ -223,7 +223,7 @@ func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceSc
 	case !e.seen:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: no kernel metrics of its containers (is an agent with --kmetrics running on its node?)", v.Service))
 	default:
-		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link", e, v.Service))
+		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link%s", e, v.Service, e.where()))
 	}
 	v.Evidence = append(v.Evidence, timing+": span timing points at the link, but without kernel evidence that time may as well be proxies or the network stack waiting for a CPU")
 	return []causeShare{{cause: CauseUnknown, ms: top.NetDeltaMs, share: network.share}}, &network
