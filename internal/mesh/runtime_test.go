@@ -495,9 +495,9 @@ func TestPodMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		cpu := strconv.Itoa(runtime.NumCPU() - 1)
-		setFile := filepath.Join(m.cg.cpuset, m.cg.name, "c", "cpuset.cpus")
+		setFile := filepath.Join(m.cg.cpuset, m.cg.name, "c", ContainerApp, "cpuset.cpus")
 		if m.cg.cpuset == "" {
-			setFile = filepath.Join(m.cg.v2, m.cg.name, "c", "cpuset.cpus")
+			setFile = filepath.Join(m.cg.v2, m.cg.name, "c", ContainerApp, "cpuset.cpus")
 		}
 		set, _ := os.ReadFile(setFile)
 		var neighbours []string
