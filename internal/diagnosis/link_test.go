@@ -196,3 +196,96 @@ func TestIncrease(t *testing.T) {
 		})
 	}
 }
+
+// chainTrace is frontend → cart → payment, every hop traced, with gapCart
+// ms more between frontend's call and cart's SERVER span and gapPay ms more
+// between cart's call and payment's (half before, half after each).
+func chainTrace(n int, at time.Time, gapCart, gapPay float64, anomalous bool) []*model.Span {
+	ms := func(f float64) int64 { return int64(f * 1e6) }
+	flag := func(s *model.Span) *model.Span {
+		s.Resource = []model.KeyValue{model.Int(model.AttrProcessPID, 4000), model.String(model.AttrServiceName, s.Service)}
+		if anomalous && s.Kind == model.KindServer {
+			s.Attributes = append(s.Attributes, model.Bool(model.AttrAnomaly, true), model.Float(model.AttrBaselineMs, 12))
+		}
+		return s
+	}
+	const front, cart, pay = 1.0, 2.0, 3.0
+	start := at.UnixNano()
+	payCall := pay + gapPay
+	cartSrv := cart + payCall
+	frontCall := cartSrv + gapCart
+	cartAt := start + ms(front/2) + ms(gapCart/2)
+	payCallAt := cartAt + ms(cart)
+	return []*model.Span{
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 0), Service: "frontend", Name: "GET /checkout", Kind: model.KindServer, Start: start, Duration: ms(front + frontCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 1), ParentSpanID: sid(n, 0), Service: "frontend", Name: "POST cart", Kind: model.KindClient, Start: start + ms(front/2), Duration: ms(frontCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 2), ParentSpanID: sid(n, 1), Service: "cart", Name: "POST /cart", Kind: model.KindServer, Start: cartAt, Duration: ms(cartSrv)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 3), ParentSpanID: sid(n, 2), Service: "cart", Name: "POST payment", Kind: model.KindClient, Start: payCallAt, Duration: ms(payCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 4), ParentSpanID: sid(n, 3), Service: "payment", Name: "POST /pay", Kind: model.KindServer, Start: payCallAt + ms(gapPay/2), Duration: ms(pay)}),
+	}
+}
+
+// TestDiagnoseLinkEnd: packets lost on cart's link slow the calls into cart
+// and cart's calls into payment, the latter more, so span timing ranks
+// payment first. The kernel tells the ends apart: cart's pod retransmits on
+// both of its connections, payment's only on its connection to cart. The
+// verdict names the pod that retransmitted most above its rate before.
+func TestDiagnoseLinkEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		cartRate, payRate float64 // retransmissions per second in the incident, on each sidecar
+		want, wantRunner  string
+		wantText          string
+	}{
+		{name: "cart's pod retransmits most", cartRate: 3, payRate: 1, want: "cart", wantRunner: "payment", wantText: "so the loss is at cart's end"},
+		{name: "payment's pod retransmits most", cartRate: 1, payRate: 3, want: "payment", wantRunner: "cart", wantText: "on the sockets of payment's containers"},
+		{name: "only payment's pod retransmits", cartRate: 0, payRate: 2, want: "payment", wantRunner: "cart", wantText: "on the sockets of payment's containers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t)
+			var batch []*model.Span
+			onset := t0.Add(60 * time.Second)
+			for i := range 60 {
+				batch = append(batch, chainTrace(i, t0.Add(time.Duration(i)*time.Second), 0, 0, false)...)
+			}
+			var end int64
+			for i := range 30 {
+				tr := chainTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 30, 40, true)
+				batch = append(batch, tr...)
+				end = tr[0].End()
+			}
+			if err := st.WriteSpans(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+			now := time.Unix(0, end).Add(time.Second)
+			from := onset.Add(-DefaultConfig().Lookback)
+			var pts []store.MetricPoint
+			pts = append(pts, counter(metricRetransmits, "cart", "envoy", "", from, onset, now, 0.05, tc.cartRate)...)
+			pts = append(pts, counter(metricRetransmits, "payment", "envoy", "", from, onset, now, 0.05, tc.payRate)...)
+			pts = append(pts, counter(metricRetransmits, "frontend", "envoy", "", from, onset, now, 0.05, 1)...)
+			if err := st.WriteMetrics(ctx, pts); err != nil {
+				t.Fatal(err)
+			}
+			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Metrics: st, Config: DefaultConfig(), Now: func() time.Time { return now }}
+			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
+				strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+			if len(v.Ranking) < 2 || v.Ranking[0].Service != "payment" || v.Ranking[1].Service != "cart" {
+				t.Fatalf("ranking %+v: want payment then cart by span timing", v.Ranking)
+			}
+			if v.Service != tc.want || v.Cause != CauseNetwork {
+				t.Fatalf("verdict %s/%s, want %s/network", v.Service, v.Cause, tc.want)
+			}
+			if v.RunnerUp == nil || v.RunnerUp.Service != tc.wantRunner {
+				t.Errorf("runner-up %+v, want %s", v.RunnerUp, tc.wantRunner)
+			}
+			if text := strings.Join(v.Evidence, "\n"); !strings.Contains(text, tc.wantText) {
+				t.Errorf("%q does not say %q", text, tc.wantText)
+			}
+		})
+	}
+}

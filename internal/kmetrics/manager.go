@@ -474,10 +474,10 @@ type Series struct {
 	// when none gives one.
 	ContainerName string
 	K8s           bool
-	Reason    string // drops only
-	Count     uint64
-	Sum       uint64
-	Buckets   [NumBuckets]uint64 // histograms only
+	Reason        string // drops only
+	Count         uint64
+	Sum           uint64
+	Buckets       [NumBuckets]uint64 // histograms only
 }
 
 // Read decodes the BPF maps into labelled series (cumulative values, raw

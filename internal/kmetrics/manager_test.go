@@ -475,10 +475,10 @@ func TestSidecarContainer(t *testing.T) {
 
 func TestOtelFromEnviron(t *testing.T) {
 	for env, want := range map[string]otelEnv{
-		"OTEL_RESOURCE_ATTRIBUTES=service.name=a,k8s.container.name=envoy\x00":           {service: "a", container: "envoy", k8s: true},
-		"OTEL_RESOURCE_ATTRIBUTES=container.name=app, service.name=b\x00":                {service: "b", container: "app"},
+		"OTEL_RESOURCE_ATTRIBUTES=service.name=a,k8s.container.name=envoy\x00":            {service: "a", container: "envoy", k8s: true},
+		"OTEL_RESOURCE_ATTRIBUTES=container.name=app, service.name=b\x00":                 {service: "b", container: "app"},
 		"OTEL_SERVICE_NAME=c\x00OTEL_RESOURCE_ATTRIBUTES=container.name=x,service.name=d": {service: "c", container: "x"},
-		"OTEL_RESOURCE_ATTRIBUTES=container.name=x,k8s.container.name=y\x00":             {container: "y", k8s: true},
+		"OTEL_RESOURCE_ATTRIBUTES=container.name=x,k8s.container.name=y\x00":              {container: "y", k8s: true},
 		"OTEL_RESOURCE_ATTRIBUTES=container.name=\x00":                                    {},
 	} {
 		if got := otelFromEnviron([]byte(env)); got != want {

@@ -53,8 +53,8 @@ type cgroups struct {
 	// unified is the v2 mount whatever its controllers (v2 itself when it
 	// has the cpu controller), or "": the containers' identity.
 	unified string
-	log    *slog.Logger
-	made   []string // directories made, parents first
+	log     *slog.Logger
+	made    []string // directories made, parents first
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
