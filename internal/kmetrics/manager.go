@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Target is a process the agent knows, with its service name (registered by
@@ -370,13 +371,19 @@ type envInfo struct {
 	// first member that gives one.
 	container string
 	k8s       bool
+	read      time.Time // when it was read
 }
+
+// envRetry is how long a container whose members named nothing is left
+// before they are read again: a member read as it starts (between the fork
+// and the exec of the program the environment is for) may say nothing yet.
+const envRetry = 10 * time.Second
 
 // envLocked reads the service names and the container name in the
 // OpenTelemetry environment of a few members of a container (cached per
-// key once a member was read: an empty cgroup is asked again).
+// key; when they named nothing, for envRetry only).
 func (m *Manager) envLocked(c Container) envInfo {
-	if s, ok := m.envSvc[c.Key]; ok {
+	if s, ok := m.envSvc[c.Key]; ok && (len(s.services) > 0 || s.container != "" || time.Since(s.read) < envRetry) {
 		return s
 	}
 	root := m.cg.V2Root
@@ -410,6 +417,7 @@ func (m *Manager) envLocked(c Container) envInfo {
 		}
 	}
 	if read > 0 {
+		out.read = time.Now()
 		m.envSvc[c.Key] = out
 	}
 	return out

@@ -486,3 +486,32 @@ func TestOtelFromEnviron(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvReadAgain: a container whose members named nothing when first read
+// (a member caught between its fork and its exec) is read again later.
+func TestEnvReadAgain(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	dir := filepath.Join(m.cg.V2Root, "pod2", "envoy")
+	os.MkdirAll(dir, 0o755)
+	key, _ := inode(dir)
+	os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("41\n"), 0o644)
+	os.MkdirAll(filepath.Join(m.cg.ProcRoot, "41"), 0o755)
+	env := filepath.Join(m.cg.ProcRoot, "41", "environ")
+	os.WriteFile(env, []byte("PATH=/bin\x00"), 0o644)
+	c := Container{Key: key, Path: "/pod2/envoy"}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.envLocked(c); len(e.services) != 0 {
+		t.Fatalf("first read %+v", e)
+	}
+	os.WriteFile(env, []byte("OTEL_RESOURCE_ATTRIBUTES=service.name=cart,k8s.container.name=envoy\x00"), 0o644)
+	if e := m.envLocked(c); len(e.services) != 0 {
+		t.Errorf("read again before envRetry: %+v", e)
+	}
+	e := m.envSvc[key]
+	e.read = e.read.Add(-envRetry)
+	m.envSvc[key] = e
+	if e := m.envLocked(c); !slices.Equal(e.services, []string{"cart"}) || e.container != "envoy" {
+		t.Errorf("after envRetry: %+v", e)
+	}
+}
