@@ -39,6 +39,8 @@ func TestDemoSidecarKS(t *testing.T) {
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	start := time.Now()
+	// The demo's own exit status says whether its verdicts were right,
+	// which on a loaded machine is not what this test is about.
 	err := cmd.Run()
 	t.Logf("demo ran %s (%v):\n%s", time.Since(start).Round(time.Second), err, logs.String())
 	if _, serr := os.Stat(filepath.Join(dir, "demo.json")); serr != nil {
