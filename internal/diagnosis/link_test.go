@@ -50,6 +50,27 @@ func counter(name, svc, ctr, reason string, from, onset, to time.Time, rate, rat
 	return out
 }
 
+// writeIncident stores 60 traces a second apart, then from the onset 30
+// slow ones 200 ms apart, made by trace; now is a second after the last.
+func writeIncident(t *testing.T, st store.SpanWriter, trace func(n int, at time.Time, slow bool) []*model.Span) (onset, now time.Time) {
+	t.Helper()
+	var batch []*model.Span
+	onset = t0.Add(60 * time.Second)
+	for i := range 60 {
+		batch = append(batch, trace(i, t0.Add(time.Duration(i)*time.Second), false)...)
+	}
+	var end int64
+	for i := range 30 {
+		tr := trace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), true)
+		batch = append(batch, tr...)
+		end = tr[0].End()
+	}
+	if err := st.WriteSpans(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	return onset, time.Unix(0, end).Add(time.Second)
+}
+
 // TestDiagnoseLink: calls into cart grow by 40 ms outside it while its own
 // time stays. The verdict names the network only when the kernel counted
 // retransmissions on cart's sockets growing with the slowdown; from span
@@ -108,21 +129,12 @@ func TestDiagnoseLink(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := openStore(t)
-			var batch []*model.Span
-			onset := t0.Add(60 * time.Second)
-			for i := range 60 {
-				batch = append(batch, linkTrace(i, t0.Add(time.Duration(i)*time.Second), 0, false)...)
-			}
-			var end int64
-			for i := range 30 {
-				tr := linkTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 40, true)
-				batch = append(batch, tr...)
-				end = tr[0].End()
-			}
-			if err := st.WriteSpans(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			now := time.Unix(0, end).Add(time.Second)
+			onset, now := writeIncident(t, st, func(i int, at time.Time, slow bool) []*model.Span {
+				if slow {
+					return linkTrace(i, at, 40, true)
+				}
+				return linkTrace(i, at, 0, false)
+			})
 			var pts []store.MetricPoint
 			from := onset.Add(-DefaultConfig().Lookback)
 			for _, s := range tc.series {
@@ -140,7 +152,7 @@ func TestDiagnoseLink(t *testing.T) {
 			if !tc.noMetrics {
 				d.Metrics = st
 			}
-			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -244,21 +256,12 @@ func TestDiagnoseLinkEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := openStore(t)
-			var batch []*model.Span
-			onset := t0.Add(60 * time.Second)
-			for i := range 60 {
-				batch = append(batch, chainTrace(i, t0.Add(time.Duration(i)*time.Second), 0, 0, false)...)
-			}
-			var end int64
-			for i := range 30 {
-				tr := chainTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 30, 40, true)
-				batch = append(batch, tr...)
-				end = tr[0].End()
-			}
-			if err := st.WriteSpans(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			now := time.Unix(0, end).Add(time.Second)
+			onset, now := writeIncident(t, st, func(i int, at time.Time, slow bool) []*model.Span {
+				if slow {
+					return chainTrace(i, at, 30, 40, true)
+				}
+				return chainTrace(i, at, 0, 0, false)
+			})
 			from := onset.Add(-DefaultConfig().Lookback)
 			var pts []store.MetricPoint
 			pts = append(pts, counter(metricRetransmits, "cart", "envoy", "", from, onset, now, 0.05, tc.cartRate)...)
@@ -268,7 +271,7 @@ func TestDiagnoseLinkEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Metrics: st, Config: DefaultConfig(), Now: func() time.Time { return now }}
-			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
 			if err != nil {
 				t.Fatal(err)
 			}
