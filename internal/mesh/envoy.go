@@ -326,7 +326,7 @@ func (m *Mesh) startSidecars(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p, err := m.spawn(fmt.Sprintf("%s-%d.envoy", s.Name, r.Index), r.Netns, envoyArgs(m.opts.EnvoyBin, cfg), os.Environ(), nil, true)
+			p, err := m.spawn(fmt.Sprintf("%s-%d.envoy", s.Name, r.Index), r.Netns, envoyArgs(m.opts.EnvoyBin, cfg), m.sidecarEnv(s.Name), m.sidecarCgroups(s.Name), true)
 			if err != nil {
 				return err
 			}
