@@ -34,7 +34,7 @@ func TestDemoSidecarKS(t *testing.T) {
 	dir := t.TempDir()
 	const prefix = "sks"
 	cmd := exec.Command(rootlineBin(t), "demo", "--topology", "testdata/demo-small.yaml", "--warmup", "20s",
-		"--fault", "none=30s", "--prefix", prefix, "--subnet", "10.77.153.0/24", "--query.addr", "127.0.0.1:0",
+		"--fault", "none=30s", "--settle", "10s", "--prefix", prefix, "--subnet", "10.77.153.0/24", "--query.addr", "127.0.0.1:0",
 		"--data-dir", dir, "--json", filepath.Join(dir, "demo.json"))
 	var logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
