@@ -55,12 +55,14 @@ test-cross: deps
 	GOOS=darwin GOARCH=arm64 $(GO) build -o /dev/null ./cmd/rootline
 
 # The eBPF accuracy tests (kernel recorder, kernel metrics) compare against
-# schedstat and perf on the same run: they run after the rest, one package at a
-# time, so that the other packages' tests (mesh, JVMs) do not load the machine
-# under them.
-ACCURACY_PKGS := ./internal/profiler/kernel/ ./internal/kmetrics/
+# schedstat and perf on the same run, and the mesh's fault tests measure what a
+# fault does to a service's threads (a noisy neighbour's run-queue wait, which
+# the other packages' load on the same CPU dilutes): they run after the rest,
+# one package at a time, so that the other packages' tests (JVMs, servers) do
+# not load the machine under them.
+ACCURACY_PKGS := ./internal/profiler/kernel/ ./internal/kmetrics/ ./internal/mesh/
 test-unit: web/.stamp
-	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./internal/... ./cmd/... ./web/... | grep -v -e /internal/profiler/kernel -e /internal/kmetrics)
+	$(GO) test -race -count=1 -timeout 15m $$($(GO) list ./internal/... ./cmd/... ./web/... | grep -v -e /internal/profiler/kernel -e /internal/kmetrics -e /internal/mesh$$)
 	$(GO) test -race -count=1 -timeout 15m -p 1 $(ACCURACY_PKGS)
 	cd web && npm test
 
@@ -188,3 +190,23 @@ accuracy: build
 .PHONY: autoscale
 autoscale:
 	bench/autoscale.sh $(AUTOSCALE_ARGS)
+
+# Figures 5.4/5.5 of the Mirage model (bench/miragefig.sh --help): a
+# three-service chain under `rootline run`, closed-loop clients 1…24, a CPU
+# quota and then a link limit on the backend; writes the table and
+# bench/figures/mirage-{cpu,net}.png. MIRAGEFIG_ARGS for the driver's flags.
+# About 9 min. Needs root, BPF, tc and matplotlib (scripts/deps.sh).
+.PHONY: miragefig
+miragefig: build
+	bench/miragefig.sh --figures bench/figures $(MIRAGEFIG_ARGS)
+
+# The Java demo service's gRPC mode (demo/services/java/SvcGrpc.java, loaded
+# by Svc when PROTOCOL=grpc), compiled against the grpc-java jars
+# scripts/deps.sh fetches; without them the Java service has no gRPC mode and
+# `rootline demo --protocol grpc` says so.
+GRPC_JAVA ?= $(HOME)/.cache/rootline/grpc-java-1.85.1
+demo-services: build/demo/java/SvcGrpc.class
+build/demo/java/SvcGrpc.class: demo/services/java/SvcGrpc.java build/demo/java/Svc.class
+	@if [ -f "$(GRPC_JAVA)/.complete" ]; then \
+	  javac -encoding UTF-8 -cp "build/demo/java:$(GRPC_JAVA)/*" -d build/demo/java $<; \
+	else echo "no grpc-java in $(GRPC_JAVA) (scripts/deps.sh): the Java demo service is built without its gRPC mode"; fi

@@ -99,6 +99,7 @@ struct files_struct {
 
 struct rq {
 	__u64 clock;
+	__u64 clock_task;
 	int cpu;
 } __attribute__((preserve_access_index));
 
@@ -561,7 +562,14 @@ static __always_inline struct pt_regs *user_regs(struct task_struct *cur, struct
 // clock and bpf_ktime_get_ns read together) before the switch, so user
 // space maps the CPU's rq clock onto CLOCK_MONOTONIC (the offset is constant
 // while sched_clock is stable; pairs follow any drift).
-static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_cpuctx *c)
+//
+// *stolen is set to the low 32 bits of rq->clock - rq->clock_task, the time
+// the run-queue clock advanced that the scheduler did not give to tasks
+// (steal time, interrupts where the kernel accounts them), when a run-queue
+// clock is returned: the tasks' own clock (sum_exec_runtime, what the CFS
+// quota and schedstat count) is clock_task, so a running interval's wall
+// time minus its stolen time is the CPU time the thread got.
+static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_cpuctx *c, __u32 *stolen)
 {
 	if (!bpf_core_field_exists(struct cfs_rq, rq))
 		return 0; // no CONFIG_FAIR_GROUP_SCHED: no way to the run queue
@@ -573,6 +581,7 @@ static __always_inline __u64 switch_clock(struct task_struct *prev, struct sr_cp
 	__u64 clock = rq->clock;
 	if (!c || !clock)
 		return 0;
+	*stolen = (__u32)(clock - rq->clock_task);
 	if (c->paired && clock - c->paired < SR_CLOCK_PAIR_NS)
 		return clock;
 	struct sr_event *e = reserve();
@@ -687,21 +696,26 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 	__u16 followed = tprev != TR_TARGET && tnext != TR_TARGET ? SR_F_FOLLOWED : 0;
 
 	struct sr_cpuctx *c = cpuctx();
-	__u64 rqclock = switch_clock(prev, c);
+	__u32 stolen = 0;
+	__u64 rqclock = switch_clock(prev, c, &stolen);
 	if (tnext && rqclock)
 		unthrottled(next, rqclock, followed);
 	struct sr_event *e = reserve();
 	if (!e)
 		return 0;
 	e->flags = followed;
+	e->arg = prev_state;
 	if (rqclock) {
 		e->ts = rqclock;
 		e->flags |= SR_F_RQCLOCK;
+		if (bpf_core_field_exists(struct rq, clock_task)) {
+			e->arg |= (__u64)stolen << 32;
+			e->flags |= SR_F_STOLEN;
+		}
 	} else {
 		e->ts = bpf_ktime_get_ns();
 	}
 	e->type = SR_EV_SWITCH;
-	e->arg = prev_state;
 	e->tid = prev->pid; // prev is current
 	e->tgid = prev->tgid;
 	copy_comm(e->comm, prev);

@@ -12,7 +12,9 @@
 
 // Event types (struct sr_event.type). The Go side has the same constants
 // (internal/profiler/kernel/event.go).
-#define SR_EV_SWITCH 1     // tid=prev tid2=next; arg=raw prev __state; flags SR_F_*
+#define SR_EV_SWITCH 1     // tid=prev tid2=next; arg=raw prev __state (low 32 bits),
+                           // with SR_F_STOLEN the CPU's stolen time (high 32 bits);
+                           // flags SR_F_*
 #define SR_EV_WAKING 2     // tid=wakee tid2=current (waker if ctx==SR_CTX_THREAD)
 #define SR_EV_WAKEUP 3     // tid=wakee (enqueued)
 #define SR_EV_WAKEUP_NEW 4 // tid=new task (first enqueue)
@@ -46,6 +48,14 @@
                          // thrashing, memory.high (in_memstall or PF_MEMALLOC)
 #define SR_F_PREV_UNTRACKED 64  // prev is neither a target nor followed: the record
 #define SR_F_NEXT_UNTRACKED 128 // says nothing of its state (next: the same)
+#define SR_F_STOLEN 0x100 // arg's high 32 bits hold the low 32 bits of the CPU's
+                          // stolen time so far, rq->clock - rq->clock_task: the
+                          // time its run-queue clock advanced that no task ran
+                          // for (steal time under a hypervisor with
+                          // CONFIG_PARAVIRT_TIME_ACCOUNTING, interrupts with
+                          // CONFIG_IRQ_TIME_ACCOUNTING). Its difference between
+                          // a thread's switch-in and switch-out on one CPU is
+                          // the part of that run it did not get.
 
 // Flags of every record type.
 #define SR_F_FOLLOWED 0x8000 // the record concerns followed wakers only, no target

@@ -192,6 +192,13 @@ func (e *cpEnv) waitPath(t *testing.T, trace model.TraceID, svc string) (critpat
 			}
 			for _, p := range res.Spans {
 				if p.Service == svc {
+					// A path that is wrong where the recorder dropped records
+					// says so in its notes: show them with a failure.
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("critical-path notes of trace %s: %q", trace, res.Notes)
+						}
+					})
 					return p, res
 				}
 			}
@@ -464,10 +471,12 @@ func TestCritpathThrottled(t *testing.T) {
 	if !near(p.States[critpath.Throttled], ms(thr), 0.1, 5) {
 		t.Fatalf("throttled %.1f ms on the path, cpu.stat says %.1f ms", p.States[critpath.Throttled], ms(thr))
 	}
-	// Off the CPU: throttled, or waiting for a CPU after the unthrottle
-	// (other processes' contention on this machine).
-	if !near(p.States[critpath.Throttled]+p.States[critpath.Runqueue], off, 0.1, 5) {
-		t.Fatalf("throttled+runqueue %.1f ms, the thread was off the CPU %.1f ms", p.States[critpath.Throttled]+p.States[critpath.Runqueue], off)
+	// Off the CPU: throttled, waiting for a CPU after the unthrottle (other
+	// processes' contention on this machine), or on a CPU the hypervisor
+	// gave to another guest (steal: the thread's CPU clock did not advance).
+	offPath := p.States[critpath.Throttled] + p.States[critpath.Runqueue] + p.States[critpath.Steal]
+	if !near(offPath, off, 0.1, 5) {
+		t.Fatalf("throttled+runqueue+steal %.1f ms, the thread was off the CPU %.1f ms", offPath, off)
 	}
 	if !near(p.States[critpath.Running], ms(m["cpu_ns"]), 0.1, 5) {
 		t.Fatalf("running %.1f ms, the thread used %.1f ms of CPU", p.States[critpath.Running], ms(m["cpu_ns"]))

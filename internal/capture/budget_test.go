@@ -2,6 +2,7 @@ package capture
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,7 +109,8 @@ func TestSuspectGetsTheSlotCallersWouldTake(t *testing.T) {
 			name = "culprit ranked"
 		}
 		t.Run(name, func(t *testing.T) {
-			f := newFixtureWith(t, func(c *Config) { c.MaxPerMinute = 4 }, func(m *Manager, _ string) {
+			// A window may wait past the burst's 45 s.
+			f := newFixtureWith(t, func(c *Config) { c.MaxPerMinute, c.MaxWindow = 4, 2*time.Minute }, func(m *Manager, _ string) {
 				if ranked {
 					m.SetSuspects(func() []string { return []string{"e"} })
 				}
@@ -145,6 +147,74 @@ func TestSuspectGetsTheSlotCallersWouldTake(t *testing.T) {
 				if c.Suspect != (ranked && c.Service == "e") {
 					t.Errorf("%s's capture: suspect %v", c.Service, c.Suspect)
 				}
+			}
+		})
+	}
+}
+
+// TestMaxPerAgent: an agent works on at most MaxPerAgent captures; the
+// others wait at the server, the suspect's first, and are requested as the
+// agent completes; one whose window's start gets older than MaxWindow
+// while it waits is skipped, not sent to be dumped from an evicted buffer.
+func TestMaxPerAgent(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		name := "requested as the agent completes"
+		if late {
+			name = "skipped once too old"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixtureWith(t, func(c *Config) {
+				c.MaxPerAgent = 2
+				if late {
+					c.MaxWindow = 2 * time.Second
+				}
+			}, func(m *Manager, _ string) {
+				m.SetSuspects(func() []string { return []string{"e"} })
+			})
+			ag := newTestAgent(t, f.url, "", 100)
+			hold := make(chan struct{})
+			ag.hold = hold
+			ag.register(t, agentapi.Process{PID: 41, Service: "a"}, agentapi.Process{PID: 42, Service: "b"},
+				agentapi.Process{PID: 43, Service: "c"}, agentapi.Process{PID: 45, Service: "e"})
+			t0 := time.Now().Add(-time.Second)
+			f.m.OnCommitted([]*model.Span{anomalous("a", 1, t0, 300*time.Millisecond), anomalous("b", 2, t0.Add(10*time.Millisecond), 280*time.Millisecond),
+				anomalous("c", 3, t0.Add(20*time.Millisecond), 260*time.Millisecond), anomalous("e", 4, t0.Add(30*time.Millisecond), 240*time.Millisecond)})
+			waitUntil(t, "two dumps", func() bool { return len(ag.dumps()) == 2 })
+			// The held captures are tried again every agentRetry.
+			time.Sleep(2*agentRetry + 500*time.Millisecond)
+			var got []string
+			for _, d := range ag.dumps() {
+				got = append(got, d.Service)
+			}
+			slices.Sort(got)
+			if want := []string{"a", "e"}; !slices.Equal(got, want) {
+				t.Fatalf("dumps for %v while the agent works on two, want %v (the suspect, then the earliest window)", got, want)
+			}
+			close(hold)
+			if !late {
+				waitUntil(t, "four complete captures", func() bool {
+					n := 0
+					for _, c := range f.m.Captures(0) {
+						if c.State == StateComplete {
+							n++
+						}
+					}
+					return n == 4
+				})
+				return
+			}
+			waitUntil(t, "two complete, two skipped", func() bool {
+				states := map[string]int{}
+				for _, c := range f.m.Captures(0) {
+					states[c.State]++
+					if c.State == StateSkipped && !strings.Contains(c.Error, "capture.max_per_agent") {
+						t.Errorf("%s skipped: %s", c.Service, c.Error)
+					}
+				}
+				return states[StateComplete] == 2 && states[StateSkipped] == 2
+			})
+			if n := len(ag.dumps()); n != 2 {
+				t.Errorf("%d dumps, want 2: the others' windows were older than max_window", n)
 			}
 		})
 	}

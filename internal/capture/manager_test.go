@@ -35,6 +35,8 @@ type testAgent struct {
 	mu       sync.Mutex
 	requests []agentapi.DumpRequest
 	uploads  []int // HTTP status of each upload
+	// hold, when set, keeps the dumps from completing until it is closed.
+	hold chan struct{}
 }
 
 func newTestAgent(t *testing.T, server, token string, size int) *testAgent {
@@ -59,7 +61,7 @@ func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Lock()
 	a.requests = append(a.requests, req)
-	status := a.status
+	status, hold := a.status, a.hold
 	a.mu.Unlock()
 	if status != 0 {
 		http.Error(w, "profiler not running", status)
@@ -71,6 +73,9 @@ func (a *testAgent) dump(w http.ResponseWriter, r *http.Request) {
 		server = req.UploadURL
 	}
 	go func() {
+		if hold != nil {
+			<-hold
+		}
 		for _, k := range req.Kinds {
 			u := fmt.Sprintf("%s/api/v1/captures/%s/artifacts?kind=%s&fileName=%s.bin", server, req.CaptureID, k, k)
 			code := a.post(u, "application/octet-stream", bytes.Repeat([]byte{'x'}, size))
@@ -142,6 +147,7 @@ func newFixtureWith(t *testing.T, mod func(*Config), setup func(m *Manager, url 
 	cfg := DefaultConfig()
 	cfg.Pre, cfg.Post, cfg.Settle = 0, 0, 50*time.Millisecond
 	cfg.MinInterval, cfg.MaxPerMinute = 0, 0 // TestRateLimits sets them
+	cfg.MaxPerAgent = 0                      // TestMaxPerAgent sets it
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -42,9 +42,9 @@ var (
 	ErrTooShort = errors.New("critmetrics: too few intervals")
 )
 
-// DefaultSidecarPattern matches the container names of sidecar proxies: the
-// demo mesh's <service>.sidecar cgroups, and containers named envoy or
-// istio-proxy.
+// DefaultSidecarPattern matches the container names of sidecar proxies:
+// containers named envoy (the demo mesh's <mesh>/<service>/envoy), sidecar
+// or istio-proxy, alone or as a path or name component.
 const DefaultSidecarPattern = `(^|[/._-])(sidecar|envoy|istio-proxy)([/._-]|$)`
 
 // Options of Analyze. Zero values take the defaults.
@@ -221,6 +221,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 	var all []cumulative
 	ladders := metricLadders(series)
 	serviceOf := containerServices(series)
+	isSidecar := sidecarContainers(series, opts.Sidecar)
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]
 		if !ok {
@@ -241,7 +242,7 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 		if len(opts.Services) > 0 && !slices.Contains(opts.Services, svc) {
 			continue
 		}
-		ms = append(ms, member{svc: svc, container: ctr, sidecar: opts.Sidecar.MatchString(ctr), mt: mt, c: c})
+		ms = append(ms, member{svc: svc, container: ctr, sidecar: isSidecar[ctr], mt: mt, c: c})
 	}
 	if len(ms) == 0 {
 		return nil, ErrNoData
@@ -330,6 +331,28 @@ func Analyze(series []store.MetricSeries, opts Options) (*Report, error) {
 		rep.Services = append(rep.Services, *s)
 	}
 	return rep, nil
+}
+
+// ContainerNameLabel is the resource attribute naming a container within
+// its pod or service (the semantic conventions' container.name: the agent
+// reads it, or k8s.container.name, from the container's members'
+// OTEL_RESOURCE_ATTRIBUTES), such as "app" or "envoy".
+const ContainerNameLabel = "container.name"
+
+// sidecarContainers says which containers are sidecars: those whose cgroup
+// path (ContainerLabel) or name (ContainerNameLabel) the pattern matches. A
+// Kubernetes container's cgroup is named by its id, so its name is what
+// tells a sidecar.
+func sidecarContainers(series []store.MetricSeries, re *regexp.Regexp) map[string]bool {
+	out := map[string]bool{}
+	for _, s := range series {
+		ctr := s.Labels[ContainerLabel]
+		if out[ctr] {
+			continue
+		}
+		out[ctr] = re.MatchString(ctr) || (s.Labels[ContainerNameLabel] != "" && re.MatchString(s.Labels[ContainerNameLabel]))
+	}
+	return out
 }
 
 // containerServices names the service of each container: the one its kernel

@@ -236,6 +236,41 @@ func TestKSDetectsDifferentSidecar(t *testing.T) {
 	}
 }
 
+// TestSidecarByContainerName: in a Kubernetes pod the containers' cgroups
+// are named by id; the sidecar is the container the agent labels
+// container.name=envoy (from its OTEL_RESOURCE_ATTRIBUTES), and is paired
+// with its service's app containers for the KS tests.
+func TestSidecarByContainerName(t *testing.T) {
+	series := viperProbeLike("api", "/kubepods/pod7/3f2a", 60, 3)
+	side := &synth{service: "api", container: "/kubepods/pod7/9c1e", t0: time.Unix(1_800_000_000, 0), step: 5 * time.Second}
+	side.hist(kmetrics.RunqLatency, 60, func(int) float64 { return 500 }, func(int) float64 { return 4e-4 })
+	for i := range side.out {
+		side.out[i].Labels[ContainerNameLabel] = "envoy"
+	}
+	series = append(series, side.out...)
+	rep, err := Analyze(series, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.Services[0]
+	if s.Sidecar == nil || !slices.Equal(s.Sidecar.Containers, []string{"/kubepods/pod7/9c1e"}) ||
+		s.App == nil || !slices.Equal(s.App.Containers, []string{"/kubepods/pod7/3f2a"}) {
+		t.Fatalf("app %+v sidecar %+v", s.App, s.Sidecar)
+	}
+	if len(s.KS) != 1 || s.KS[0].Metric != "runq" || !s.KS[0].Different {
+		t.Errorf("KS %+v (%s)", s.KS, s.KSNote)
+	}
+	tl, err := BuildTimeline(series, TimelineOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range tl.Containers {
+		if c.Sidecar != (c.Container == "/kubepods/pod7/9c1e") {
+			t.Errorf("timeline container %s sidecar=%v", c.Container, c.Sidecar)
+		}
+	}
+}
+
 func TestCounterResetAndGaps(t *testing.T) {
 	// A counter that restarts (agent restart) keeps counting; a container
 	// that appears late adds nothing before it exists.

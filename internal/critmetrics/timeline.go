@@ -95,6 +95,7 @@ func BuildTimeline(series []store.MetricSeries, opts TimelineOptions) (*Timeline
 	}
 	var ms []member
 	var all []cumulative
+	isSidecar := sidecarContainers(series, sidecar)
 	for _, s := range series {
 		mt, ok := byExportName[s.Name]
 		if !ok {
@@ -161,7 +162,7 @@ func BuildTimeline(series []store.MetricSeries, opts TimelineOptions) (*Timeline
 	tl := &Timeline{From: time.Unix(0, grid[0]).UTC(), To: time.Unix(0, grid[n]).UTC(), Step: step.String(),
 		StepSeconds: step.Seconds(), Intervals: n, Containers: make([]TimelineContainer, 0, len(keys))}
 	for _, k := range keys {
-		tc := TimelineContainer{Service: k.svc, Container: k.ctr, Sidecar: sidecar.MatchString(k.ctr)}
+		tc := TimelineContainer{Service: k.svc, Container: k.ctr, Sidecar: isSidecar[k.ctr]}
 		for _, mt := range kmetrics.Metrics() {
 			iv, ok := ivs[k][mt]
 			if !ok {

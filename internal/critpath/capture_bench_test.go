@@ -67,15 +67,25 @@ func BenchmarkCaptureMesh(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	an := &Analyzer{Spans: st, Artifacts: st}
-	b.ReportAllocs()
-	c0 := cpuTime()
-	for b.Loop() {
-		res, err := an.Capture(ctx, k.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(len(res.Paths)), "paths")
+	// linked: the paths of the linked spans alone; window: also those of
+	// the snapshot's processes' other slow spans in its window (the
+	// default).
+	for _, c := range []struct {
+		name string
+		more int
+	}{{"linked", -1}, {"window", 0}} {
+		b.Run(c.name, func(b *testing.B) {
+			an := &Analyzer{Spans: st, Artifacts: st, MaxWindowPaths: c.more}
+			b.ReportAllocs()
+			c0 := cpuTime()
+			for b.Loop() {
+				res, err := an.Capture(ctx, k.ID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(len(res.Paths)), "paths")
+			}
+			reportCPU(b, c0)
+		})
 	}
-	reportCPU(b, c0)
 }

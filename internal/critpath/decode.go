@@ -47,6 +47,7 @@ const (
 	fmtRunning   = "running"
 	fmtRunqueue  = "runqueue"
 	fmtThrottled = "throttled" // a run-queue reason
+	fmtSteal     = "steal"     // a run-queue reason
 	fmtPageFault = "pagefault" // a blocked reason
 )
 
@@ -140,12 +141,22 @@ func intervalKind(state, reason string) uint8 {
 	switch {
 	case state == fmtRunning:
 		return kRunning
-	case state == fmtRunqueue && reason == fmtThrottled:
-		return kThrottled
 	case state == fmtRunqueue:
-		return kRunqueue
+		return runqueueKind(reason)
 	}
 	return kBlocked
+}
+
+// runqueueKind is the kind of a RUNQUEUE interval of reason: held off by
+// its cgroup's quota, a run's stolen time, or waiting for a CPU.
+func runqueueKind[S string | []byte](reason S) uint8 {
+	switch string(reason) {
+	case fmtThrottled:
+		return kThrottled
+	case fmtSteal:
+		return kSteal
+	}
+	return kRunqueue
 }
 
 // decodeJSON reads a gzipped JSON snapshot (versions 1 and 2).
@@ -716,8 +727,8 @@ func (d *decoder) interval(tl *Timeline) (rawIv, error) {
 	})
 	r.detail = tl.details.code(reason, syscall, device)
 	r.kind = st
-	if st == kRunqueue && string(reason) == fmtThrottled {
-		r.kind = kThrottled
+	if st == kRunqueue {
+		r.kind = runqueueKind(reason)
 	}
 	return r, err
 }
@@ -913,8 +924,8 @@ func (d *decoder) fastInterval(tl *Timeline) (rawIv, bool) {
 	var reason, syscall, device []byte
 	if sc.opt(`","reason":"`) {
 		reason = sc.strOpen()
-		if r.kind == kRunqueue && string(reason) == fmtThrottled {
-			r.kind = kThrottled
+		if r.kind == kRunqueue {
+			r.kind = runqueueKind(reason)
 		}
 	}
 	if sc.opt(`","syscall":"`) {

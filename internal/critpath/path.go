@@ -360,6 +360,8 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 		return stRunqueue, false
 	case kThrottled:
 		return stThrottled, false
+	case kSteal:
+		return stSteal, false
 	}
 	rs := a.tl.details.st[j.detail]
 	// A page fault or a memory stall is memory, whoever ends it.

@@ -28,6 +28,8 @@ type Request struct {
 	// network poller is the runtime's scheduler idling, not this request's
 	// wait (see classify).
 	UserScheduled bool
+	// Client: a CLIENT span, a call whose time is mostly its callee's.
+	Client bool
 }
 
 // Activity is an interval a request was active on a thread.
@@ -65,7 +67,7 @@ func RequestFromSpan(s *model.Span) (Request, bool) {
 		return Request{}, false
 	}
 	r := Request{TraceID: s.TraceID, SpanID: s.SpanID, Parent: s.ParentSpanID, Service: s.Service,
-		Operation: s.Name, PID: uint32(pid), Start: s.Start, End: s.End()}
+		Operation: s.Name, PID: uint32(pid), Start: s.Start, End: s.End(), Client: s.Kind == model.KindClient}
 	for _, get := range []func(string) (model.Value, bool){s.Attr, s.ResourceAttr} {
 		if v, ok := get(attrRuntimeName); ok && strings.EqualFold(v.String(), "go") {
 			r.UserScheduled = true

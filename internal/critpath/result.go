@@ -54,8 +54,8 @@ type SpanPath struct {
 	Arrows   []ArrowJSON   `json:"arrows"`
 	// Snapshot is the id of the kernel artifact the path was computed from.
 	Snapshot string `json:"snapshot,omitempty"`
-	// Lost is the kernel records the recorder had dropped when it took the
-	// snapshot (0: the snapshot is complete).
+	// Lost is the kernel records the recorder dropped during the snapshot's
+	// window (0: the snapshot is complete).
 	Lost uint64 `json:"lost,omitempty"`
 }
 

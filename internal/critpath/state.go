@@ -6,6 +6,7 @@ const (
 	Running   = "running"   // on a CPU
 	Runqueue  = "runqueue"  // runnable, waiting for a CPU (preempted, or woken and not yet running)
 	Throttled = "throttled" // runnable, held off the CPU by its cgroup's CPU quota
+	Steal     = "steal"     // on a CPU the hypervisor gave to another virtual CPU (steal time), or to interrupts
 	Lock      = "lock"      // blocked on a futex (mutex, condition variable) the path could not follow further
 	Disk      = "disk"      // blocked on block I/O
 	Network   = "network"   // blocked on the network (woken by the network stack)
@@ -16,7 +17,7 @@ const (
 )
 
 // States lists the state names in display order.
-var States = []string{Running, Runqueue, Throttled, Lock, Disk, Network, Sleep, Memory, GC, Unknown}
+var States = []string{Running, Runqueue, Throttled, Steal, Lock, Disk, Network, Sleep, Memory, GC, Unknown}
 
 // state is a state name's index in States.
 type state uint8
@@ -25,6 +26,7 @@ const (
 	stRunning state = iota
 	stRunqueue
 	stThrottled
+	stSteal
 	stLock
 	stDisk
 	stNetwork
@@ -43,6 +45,7 @@ const (
 	kRunning uint8 = iota
 	kRunqueue
 	kThrottled
+	kSteal
 	kBlocked
 )
 

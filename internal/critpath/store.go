@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler/jfr"
@@ -63,6 +64,15 @@ type Analyzer struct {
 	// MaxProcesses bounds the processes of a snapshot whose spans are read
 	// (default 16; target processes first).
 	MaxProcesses int
+	// MaxWindowPaths bounds the paths Capture computes beyond the spans the
+	// snapshot is linked to (default DefaultMaxWindowPaths; negative: none):
+	// the other spans of the snapshot's own processes that ran inside its
+	// window, slower than the median of their operation's spans read, the
+	// slowest first (windowSpans). A capture is taken for the spans that
+	// triggered it, but the slow requests the detector did not flag, or
+	// whose own capture the budget skipped, ran on the same threads in the
+	// same window: their paths cost an analysis each and no more kernel data.
+	MaxWindowPaths int
 	// Slots, when set, bounds the snapshots analysed at once (a large
 	// snapshot takes seconds of CPU and hundreds of MB): compute takes a
 	// slot, waiting for one at most as long as its context allows. Reading
@@ -85,6 +95,9 @@ var (
 // compressed; Decode bounds what it decompresses to).
 const maxArtifactBytes = 1 << 30
 
+// DefaultMaxWindowPaths is Analyzer.MaxWindowPaths' default.
+const DefaultMaxWindowPaths = 64
+
 // spanLookback is how long before a snapshot's window the spans still
 // active in it may have started.
 const spanLookback = int64(60e9)
@@ -97,10 +110,11 @@ func (a *Analyzer) logger() *slog.Logger {
 }
 
 // Trace returns the critical paths of the spans of a trace that are linked
-// to a kernel snapshot: those stored when their capture completed, and, for
-// a snapshot without stored paths, computed now. It returns an error
-// wrapping store.ErrNotFound for an unknown trace and ErrNoSnapshot when no
-// snapshot is linked to it.
+// to a kernel snapshot or to its stored paths: those stored when their
+// capture completed (for the spans that triggered it and the slow others of
+// its processes in its window), and, for a snapshot without stored paths,
+// computed now. It returns an error wrapping store.ErrNotFound for an
+// unknown trace and ErrNoSnapshot when neither is linked to it.
 func (a *Analyzer) Trace(ctx context.Context, id model.TraceID) (*TraceResult, error) {
 	bySpan, err := store.SpanArtifacts(ctx, a.Artifacts, id)
 	if err != nil {
@@ -127,7 +141,9 @@ func (a *Analyzer) TraceOf(ctx context.Context, id model.TraceID, bySpan map[mod
 			kernels = append(kernels, art)
 		}
 	}
-	if len(kernels) == 0 {
+	// A span that ran in a capture's window without triggering it is
+	// linked to the capture's stored paths only (Capture's window paths).
+	if len(kernels) == 0 && !slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == ArtifactKind }) {
 		return nil, ErrNoSnapshot
 	}
 	var stored []*Stored
@@ -165,7 +181,7 @@ func (a *Analyzer) TraceOf(ctx context.Context, id model.TraceID, bySpan map[mod
 				refs = append(refs, r)
 			}
 		}
-		st, err := a.compute(ctx, k, refs, spans)
+		st, err := a.compute(ctx, k, refs, spans, 0)
 		if err != nil {
 			res.Notes = append(res.Notes, fmt.Sprintf("kernel snapshot %s: %v", k.ID, err))
 			continue
@@ -208,9 +224,10 @@ func (a *Analyzer) TraceOf(ctx context.Context, id model.TraceID, bySpan map[mod
 }
 
 // Capture computes the critical paths of the spans a kernel snapshot is
-// linked to (the anomalous spans of its capture) and stores them as a
-// "critical-path" artifact of the same capture, linked to those spans. It
-// returns the stored document.
+// linked to (the anomalous spans of its capture), and of up to
+// MaxWindowPaths other slow spans of its processes inside its window, and
+// stores them as a "critical-path" artifact of the same capture, linked to
+// the spans that have a path. It returns the stored document.
 func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error) {
 	k, err := a.Artifacts.GetArtifact(ctx, kernelID)
 	if err != nil {
@@ -219,7 +236,7 @@ func (a *Analyzer) Capture(ctx context.Context, kernelID string) (*Stored, error
 	if !IsSnapshot(k.Kind, k.MediaType) {
 		return nil, fmt.Errorf("artifact %s is a %s (%s), not a kernel snapshot", kernelID, k.Kind, k.MediaType)
 	}
-	st, err := a.compute(ctx, k, k.Spans, nil)
+	st, err := a.compute(ctx, k, k.Spans, nil, a.maxWindowPaths())
 	if err != nil {
 		return nil, err
 	}
@@ -351,9 +368,18 @@ func (a *Analyzer) read(ctx context.Context, id string) ([]byte, error) {
 	return data, nil
 }
 
-// compute computes the paths of the spans refs from kernel snapshot k.
-// known are spans already read (the trace's), to save a lookup.
-func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.SpanRef, known []*model.Span) (*Stored, error) {
+func (a *Analyzer) maxWindowPaths() int {
+	if a.MaxWindowPaths < 0 {
+		return 0
+	}
+	return cmp.Or(a.MaxWindowPaths, DefaultMaxWindowPaths)
+}
+
+// compute computes the paths of the spans refs from kernel snapshot k, and
+// of at most more others of the snapshot's processes in its window
+// (windowSpans). known are spans already read (the trace's), to save a
+// lookup.
+func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.SpanRef, known []*model.Span, more int) (*Stored, error) {
 	if a.Slots != nil {
 		select {
 		case a.Slots <- struct{}{}:
@@ -374,7 +400,7 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	}
 	st := &Stored{Version: StoredVersion, Snapshot: k.ID, Paths: []SpanPath{}, Shared: []SharedJSON{}}
 	if tl.Lost > 0 {
-		st.Notes = append(st.Notes, fmt.Sprintf("the kernel recorder had dropped %d records when it took snapshot %s: paths may be wrong where they fell", tl.Lost, k.ID))
+		st.Notes = append(st.Notes, fmt.Sprintf("the kernel recorder dropped %d records during the window of snapshot %s: paths may be wrong where they fell", tl.Lost, k.ID))
 	}
 
 	// Every span known to have run on the snapshot's processes in its
@@ -512,6 +538,13 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	in.Pauses = a.pauses(ctx, k, st)
 	an := New(in, a.Config)
 	var paths []Path
+	path := func(i int) {
+		p := an.Path(i)
+		paths = append(paths, p)
+		sp := an.JSON(&p)
+		sp.Snapshot = k.ID
+		st.Paths = append(st.Paths, sp)
+	}
 	for _, ref := range refs {
 		key := spanKey{ref.TraceID, ref.SpanID}
 		i, ok := index[key]
@@ -526,18 +559,76 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		}
 		r := &in.Requests[i]
 		if !an.seen(r) {
-			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s): none of its threads is in snapshot %s", ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID))
+			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s): snapshot %s has no record of its threads while it ran (not recorded, or evicted before the capture was taken: the snapshot's records start %s after its window does)",
+				ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID, time.Duration(max(tl.firstRecord()-tl.Start, 0)).Round(time.Millisecond)))
 			continue
 		}
-		p := an.Path(i)
-		paths = append(paths, p)
-		sp := an.JSON(&p)
-		sp.Snapshot = k.ID
-		st.Paths = append(st.Paths, sp)
+		path(i)
+	}
+	linked := len(st.Paths)
+	for _, i := range windowSpans(in.Requests, refs, tl, more) {
+		if an.seen(&in.Requests[i]) {
+			path(i)
+		}
 	}
 	st.Shared = an.SharedJSON(Merge(paths))
-	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "requests", len(in.Requests), "intervals", tl.Intervals())
+	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "linked", linked, "window", len(st.Paths)-linked,
+		"requests", len(in.Requests), "intervals", tl.Intervals())
 	return st, nil
+}
+
+// windowSpans picks, among reqs (in the association's order), the requests
+// whose paths a snapshot gives beyond refs: those of the snapshot's own
+// processes (its target threads') that ran inside its window, so that the
+// kernel saw all of their time, and are not CLIENT spans (a call's time is
+// its callee's), slower than the median of their service and operation over
+// all of reqs (which reach back spanLookback before the window, before a
+// slowdown in it), the slowest first, at most n. It returns their indexes.
+func windowSpans(reqs []Request, refs []store.SpanRef, tl *Timeline, n int) []int {
+	if n <= 0 {
+		return nil
+	}
+	targets := map[uint32]bool{}
+	if tl.PID != 0 {
+		targets[tl.PID] = true
+	}
+	for i := range tl.threads {
+		if tl.threads[i].target && tl.threads[i].pid != 0 {
+			targets[tl.threads[i].pid] = true
+		}
+	}
+	linked := make(map[spanKey]bool, len(refs))
+	for _, r := range refs {
+		linked[spanKey{r.TraceID, r.SpanID}] = true
+	}
+	type op struct{ service, name string }
+	durs := map[op][]int64{}
+	for i := range reqs {
+		r := &reqs[i]
+		if !r.Client {
+			o := op{r.Service, r.Operation}
+			durs[o] = append(durs[o], r.End-r.Start)
+		}
+	}
+	median := make(map[op]int64, len(durs))
+	for o, ds := range durs {
+		slices.Sort(ds)
+		median[o] = ds[len(ds)/2]
+	}
+	var out []int
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Client || !targets[r.PID] || r.Start < tl.Start || r.End > tl.End || linked[spanKey{r.TraceID, r.SpanID}] ||
+			r.End-r.Start <= median[op{r.Service, r.Operation}] {
+			continue
+		}
+		out = append(out, i)
+	}
+	// Stable: among equal durations the association's order (start, ids).
+	slices.SortStableFunc(out, func(x, y int) int {
+		return cmp.Compare(reqs[y].End-reqs[y].Start, reqs[x].End-reqs[x].Start)
+	})
+	return out[:min(len(out), n)]
 }
 
 // windowed are the traces of a snapshot's window: all of them by id, and
@@ -611,10 +702,27 @@ func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, li
 	return w, nil
 }
 
-// seen reports whether any of r's threads has intervals in the timeline.
+// seen reports whether any of r's threads has intervals in the timeline
+// while r was active on it. A snapshot taken after the recorder evicted the
+// span's time holds the thread's later intervals only: its path would be
+// all unknown, which says nothing of the span and would count as unknown
+// in a verdict.
 func (a *Analysis) seen(r *Request) bool {
 	for _, act := range r.Threads {
-		if i, ok := a.tl.byTID[act.TID]; ok && len(a.tl.threads[i].ivs) > 0 {
+		i, ok := a.tl.byTID[act.TID]
+		if !ok {
+			continue
+		}
+		ivs := a.tl.threads[i].ivs
+		// The intervals are in time order and do not overlap: the first
+		// ending after the activity's start is the only candidate.
+		j, _ := slices.BinarySearchFunc(ivs, act.Start, func(x iv, t int64) int {
+			if x.end <= t {
+				return -1
+			}
+			return 1
+		})
+		if j < len(ivs) && ivs[j].start < act.End {
 			return true
 		}
 	}
@@ -649,4 +757,16 @@ func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []P
 		}
 	}
 	return out
+}
+
+// firstRecord is the start of the timeline's earliest interval (its End
+// when it has none).
+func (tl *Timeline) firstRecord() int64 {
+	first := tl.End
+	for i := range tl.threads {
+		if ivs := tl.threads[i].ivs; len(ivs) > 0 {
+			first = min(first, ivs[0].start)
+		}
+	}
+	return first
 }

@@ -12,8 +12,9 @@ var ErrBadSnapshot = errors.New("malformed kernel snapshot")
 type Timeline struct {
 	Start, End int64 // the snapshot's window, Unix ns
 	PID        uint32
-	// Lost is the kernel records the recorder dropped before the snapshot:
-	// a path over a snapshot with losses may be wrong where they fell.
+	// Lost is the kernel records the recorder dropped during the snapshot's
+	// window: a path over a snapshot with losses may be wrong where they
+	// fell.
 	Lost uint64
 
 	threads []thread

@@ -15,7 +15,8 @@ import (
 
 // TestCulpritPathReadsStoredPaths: the culprit's path comes from the
 // critical-path artifacts linked to its anomalous spans in the fault's
-// window — the verdict's example trace first, else the longest — and the
+// window — the verdict's example trace first, else the one the kernel saw
+// most of, else the longest — and the
 // server is asked to compute one only when none is stored.
 func TestCulpritPathReadsStoredPaths(t *testing.T) {
 	from := time.Unix(1000, 0)
@@ -29,6 +30,11 @@ func TestCulpritPathReadsStoredPaths(t *testing.T) {
 			{TraceID: "t0", SpanID: "s5", Service: "e", Start: at(-20), Ms: 900}, // before the fault
 		}},
 		"p2": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{{TraceID: "t2", SpanID: "s2", Service: "e", Start: at(10), Ms: 120}}},
+		// A longer path the kernel saw none of, and a shorter one it saw.
+		"p3": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{
+			{TraceID: "t4", SpanID: "s4", Service: "e", Start: at(6), Ms: 500, States: map[string]float64{critpath.Unknown: 500}},
+			{TraceID: "t5", SpanID: "s5", Service: "e", Start: at(7), Ms: 100, States: map[string]float64{critpath.Lock: 90, critpath.Unknown: 10}},
+		}},
 	}
 	asked := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -74,11 +80,15 @@ func TestCulpritPathReadsStoredPaths(t *testing.T) {
 		{"the example trace's stored path first", "t1", rows, "s1", 0},
 		{"none stored: the server's for the example", "t3", []anomalyRow{row("d", 5, "p1")}, "s3", 1},
 		{"none at all", "", nil, "", 0},
+		{"the path the kernel saw most of", "", []anomalyRow{row("e", 6, "p3")}, "s5", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			asked = 0
-			p := culpritPath(context.Background(), srv.URL, "tok", diagnosis.Verdict{Service: "e", ExampleTraceID: tc.example}, tc.rows, from, to)
+			p, why := culpritPath(context.Background(), srv.URL, "tok", diagnosis.Verdict{Service: "e", ExampleTraceID: tc.example}, tc.rows, from, to)
+			if (p == nil) != (why != "") {
+				t.Errorf("path %v, why %q: want one of them", p, why)
+			}
 			got := ""
 			if p != nil {
 				got = p.SpanID

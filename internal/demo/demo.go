@@ -71,6 +71,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Topology, "topology", "", "topology YAML (default: the built-in ten services A…J, Protractor Fig. 6.6)")
 	fs.Var(&faults, "fault", "fault to inject, name@service[=amount], repeatable (default lock@e); names: "+strings.Join(mesh.FaultNames(), ", "))
 	fs.DurationVar(&m.Duration, "duration", 30*time.Second, "how long each fault stays on")
+	fs.DurationVar(&m.Settle, "settle", 3*time.Minute, "at most this long a baseline before each fault waits for the server's open incidents to close (a busy machine can keep one open)")
 	fs.DurationVar(&m.Warmup, "warmup", 0, "total warm-up before the first fault (default: the topology's load phases)")
 	fs.Float64Var(&m.Rate, "rate", 0, "request rate during faults (default: the topology's last phase)")
 	fs.StringVar(&m.Mode, "mode", "", "pod (network namespaces + iptables, needs root) or port (loopback ports); default pod when root")
@@ -79,6 +80,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Spans, "spans", SpansBoth, "who makes the spans: both (rootline run and the Envoy sidecars: twice the spans and bytes, but the callee's sidecar shows time a request waited before the callee's process read it), run (rootline run alone; the sidecars do not trace, unless --no-run: half the bytes, and that wait counts as the caller's) or sidecar (the Envoy sidecars alone, Protractor's design; implies --no-run)")
 	fs.StringVar(&m.Prefix, "prefix", "", "pod mode: prefix of the mesh's network namespaces, bridge and veths (default rl); a second mesh on the machine needs another, and another --subnet")
 	fs.StringVar(&m.Subnet, "subnet", "", "pod mode: the pods' IPv4 /24, .1 being the bridge (default 10.77.0.0/24)")
+	fs.StringVar(&m.Protocol, "protocol", "", "what the services speak: http (HTTP/1.1) or grpc (one unary gRPC method over h2c: the sidecars proxy HTTP/2, the load generator sends gRPC calls, and rootline run follows HTTP/2 with its supervisor); default the topology's protocol field, else http")
 	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")
 	kmetrics := fs.Bool("kmetrics", true, "the agent records every per-container kernel metric (needs root) and pushes it to the server, for `rootline analyze critical-metrics` and the UI's Metrics page; --kmetrics=false to leave them off")
 	o := Options{}
@@ -162,6 +164,12 @@ Flags:
 		}
 		if m.Spans == SpansSidecar && m.NoEnvoy {
 			fmt.Fprintln(stderr, "rootline demo: --spans sidecar needs the sidecars (drop --no-envoy)")
+			return 2
+		}
+		switch m.Protocol {
+		case "", mesh.ProtocolHTTP, mesh.ProtocolGRPC:
+		default:
+			fmt.Fprintf(stderr, "rootline demo: --protocol must be http or grpc, got %q\n", m.Protocol)
 			return 2
 		}
 		m.Faults = faults

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -35,13 +36,21 @@ type MeshOptions struct {
 	Faults   []string // name@service[=amount], run one after the other
 	Warmup   time.Duration
 	Duration time.Duration // of each fault
-	Rate     float64       // 0: the topology's last phase rate
-	Mode     string        // pod, port or "" (pod when root)
-	NoEnvoy  bool
-	NoRun    bool
+	// Settle bounds the baseline before each fault, which goes on until
+	// the server has no incident open (0: 3 minutes).
+	Settle  time.Duration
+	Rate    float64 // 0: the topology's last phase rate
+	Mode    string  // pod, port or "" (pod when root)
+	NoEnvoy bool
+	NoRun   bool
 	// Spans says who makes the spans (SpansRun, SpansSidecar, SpansBoth;
 	// "" is SpansBoth).
-	Spans          string
+	Spans string
+	// Protocol, when set, overrides the topology's (mesh.ProtocolHTTP or
+	// mesh.ProtocolGRPC): with gRPC the services serve and call one unary
+	// method over h2c, the sidecars proxy HTTP/2, the load is gRPC calls,
+	// and rootline run follows HTTP/2 (its supervisor).
+	Protocol       string
 	ForwardHeaders bool
 	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
 	// defaults (rl, 10.77.0.0/24). A second mesh on the machine needs both.
@@ -105,6 +114,10 @@ type FaultResult struct {
 	Load         LoadSummary        `json:"load"`
 	Correct      bool               `json:"correct"`
 	Error        string             `json:"error,omitempty"`
+
+	// NoPath says why there is no CriticalPath (the notes of the stored
+	// paths read), when there is none.
+	NoPath string `json:"noCriticalPath,omitempty"`
 }
 
 // VerdictAt is the server's verdict at a time after a fault's onset.
@@ -127,18 +140,22 @@ type LoadSummary struct {
 
 // MeshSummary is the demo's result (also written with --json).
 type MeshSummary struct {
-	Mode  string `json:"mode"`
-	Envoy bool   `json:"envoy"`
-	Run   bool   `json:"rootlineRun"`
+	Mode string `json:"mode"`
+	// Protocol is what the services speak: http or grpc.
+	Protocol string `json:"protocol"`
+	Envoy    bool   `json:"envoy"`
+	Run      bool   `json:"rootlineRun"`
 	// SidecarSpans: the sidecars send spans too (or alone).
 	SidecarSpans bool          `json:"sidecarSpans"`
 	Services     int           `json:"services"`
 	Warmup       []LoadSummary `json:"warmup"`
-	Faults       []FaultResult `json:"faults"`
-	UI           string        `json:"ui"`
-	Correct      bool          `json:"correct"`
-	Notes        []string      `json:"notes,omitempty"`
-	SpansSeen    int           `json:"spansStored"`
+	// Traces is how well the warm-up's traces joined across the hops.
+	Traces    *TraceJoin    `json:"traces,omitempty"`
+	Faults    []FaultResult `json:"faults"`
+	UI        string        `json:"ui"`
+	Correct   bool          `json:"correct"`
+	Notes     []string      `json:"notes,omitempty"`
+	SpansSeen int           `json:"spansStored"`
 	// Kmetrics says whether the agent recorded kernel metrics; Agent is
 	// the agent process's own CPU time over the run (its BPF programs run
 	// in the traced tasks and are not in it).
@@ -186,6 +203,12 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			return sum, err
 		}
 	}
+	if o.Protocol != "" {
+		topo.Protocol = o.Protocol
+		if err := topo.Validate(); err != nil {
+			return sum, err
+		}
+	}
 	var faults []mesh.Fault
 	for _, s := range o.Faults {
 		f, err := mesh.ParseFault(s)
@@ -212,8 +235,17 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		sum.Notes = append(sum.Notes, "not root: port mode; faults that need root (cpu-throttle, net-bandwidth) are unavailable")
 	}
 	sum.Mode = string(mode)
+	sum.Protocol = cmp.Or(topo.Protocol, mesh.ProtocolHTTP)
 	if err := checkServiceBinaries(topo, o.RepoRoot); err != nil {
 		return sum, err
+	}
+	serviceCmd := mesh.DefaultServiceCmd(o.RepoRoot)
+	if topo.GRPC() {
+		deps, err := mesh.FindGRPCDeps(topo)
+		if err != nil {
+			return sum, fmt.Errorf("--protocol grpc: %w", err)
+		}
+		serviceCmd = mesh.GRPCServiceCmd(o.RepoRoot, deps)
 	}
 
 	dir := o.DataDir
@@ -312,7 +344,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	opts := mesh.Options{
 		Mode: mode, Dir: filepath.Join(dir, "mesh"), EnvoyBin: envoy, Tracing: sum.SidecarSpans,
 		OTLPEndpoint: addrs.OTLPGRPC, Expose: []string{addrs.OTLPHTTP, agentAddr},
-		ServiceCmd: mesh.DefaultServiceCmd(o.RepoRoot), ForwardHeaders: o.ForwardHeaders,
+		ServiceCmd: serviceCmd, ForwardHeaders: o.ForwardHeaders,
 		Prefix: o.Prefix, Subnet: subnet, Logger: log,
 	}
 	if !o.NoRun {
@@ -321,9 +353,16 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 				log.Info("the pods' rootline runs load a datapath each", "err", err)
 			}
 		}
+		var proto []string
+		if topo.GRPC() {
+			// Only the supervisor follows HTTP/2 (docs/run.md): with
+			// -protocol grpc, rootline run's -mode auto picks it.
+			proto = []string{"--protocol", "grpc"}
+		}
 		opts.Wrap = func(svc string, argv []string) []string {
-			return append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
-				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--"}, argv...)
+			args := append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
+				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile}, proto...)
+			return append(append(args, "--"), argv...)
 		}
 	}
 	fmt.Fprintf(out, "rootline demo: starting %d services in %s mode (%s)…\n", len(topo.Services), mode, describe(sum))
@@ -346,9 +385,17 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}()
 	sum.Services = len(topo.Services)
 	entry := m.EntryURL()
-	fmt.Fprintf(out, "rootline demo: mesh up, entry %s\n", entry)
-	if err := WaitServing(ctx, entry, 90*time.Second); err != nil {
+	fmt.Fprintf(out, "rootline demo: mesh up, entry %s (%s)\n", entry, sum.Protocol)
+	wait := WaitServing
+	if topo.GRPC() {
+		wait = WaitServingGRPC
+	}
+	if err := wait(ctx, entry, 90*time.Second); err != nil {
 		return sum, err
+	}
+	// load is the load generator's target; each run adds its phases.
+	load := func(phases []loadgen.Phase, p func(loadgen.Progress)) loadgen.Config {
+		return loadgen.Config{URL: entry, GRPC: topo.GRPC(), Phases: phases, Progress: p}
 	}
 
 	anomalies := &anomalyCounter{api: api}
@@ -375,13 +422,27 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		rate = phases[len(phases)-1].Rate
 	}
 	fmt.Fprintf(out, "phase: warm-up, %s\n", phaseList(phases))
+	warmFrom := time.Now()
 	for i, ph := range phases {
-		res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
-			Progress: progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))})
+		res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: ph.Rate, Duration: ph.Duration}},
+			progress(fmt.Sprintf("warm-up %d/%d", i+1, len(phases)))))
 		if err != nil {
 			return sum, err
 		}
 		sum.Warmup = append(sum.Warmup, summarize(res.Phases[0]))
+	}
+	if sum.Run || sum.SidecarSpans {
+		// Did the warm-up's traces join across every hop? Read back from
+		// the server, once the last batches of spans are in.
+		warmTo := time.Now()
+		sleepCtx(ctx, 3*time.Second)
+		tj, err := measureTraceJoin(ctx, api, token, topo, sum.Run, sum.SidecarSpans, warmFrom, warmTo, 50)
+		if err != nil {
+			fmt.Fprintf(out, "traces: %v\n", err)
+		} else {
+			sum.Traces = &tj
+			fmt.Fprintf(out, "traces: %s\n", tj)
+		}
 	}
 
 	sum.Correct = len(faults) > 0
@@ -393,7 +454,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if f.Name == mesh.FaultNone && f.Amount != "" {
 			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
 		}
-		fr := runFault(ctx, m, api, token, entry, f, rate, d, progress(f.String()), out)
+		fr := runFault(ctx, m, api, token, load, f, rate, d, cmp.Or(o.Settle, 3*time.Minute), progress(f.String()), out)
 		if svc := topo.Service(f.Service); svc != nil {
 			fr.Language = svc.Language
 		}
@@ -412,8 +473,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if i < len(faults)-1 {
 			// Recovery: normal traffic so the detector's windows forget the fault.
 			fmt.Fprintf(out, "phase: recovery, %.0f/s for %s\n", rate, o.Duration)
-			if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: o.Duration}},
-				Progress: progress("recovery")}); err != nil {
+			if _, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: o.Duration}}, progress("recovery"))); err != nil {
 				return sum, err
 			}
 		}
@@ -472,6 +532,9 @@ func SubnetGateway(subnet string) (string, error) {
 
 func describe(s MeshSummary) string {
 	var parts []string
+	if s.Protocol == mesh.ProtocolGRPC {
+		parts = append(parts, "speaking gRPC")
+	}
 	if s.Run {
 		parts = append(parts, "each under rootline run")
 	} else {
@@ -512,8 +575,8 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 	return out
 }
 
-func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mesh.Fault, rate float64, d time.Duration,
-	progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
+func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]loadgen.Phase, func(loadgen.Progress)) loadgen.Config,
+	f mesh.Fault, rate float64, d, settle time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
 	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
 	// A baseline just before the fault, at the same rate, once the server
 	// has closed the incidents of what came before (the previous fault's),
@@ -522,12 +585,16 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 	fr.From = time.Now()
 	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s (and until no incident is open)\n", f, rate, base)
 	for first := true; ; first = false {
-		if _, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: base}}, Progress: progress}); err != nil {
+		if _, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: base}}, progress)); err != nil {
 			fr.Error = err.Error()
 			return fr
 		}
 		n, err := openIncidents(ctx, api, token)
-		if err != nil || n == 0 || time.Since(fr.From) > 3*time.Minute {
+		if err != nil || n == 0 {
+			break
+		}
+		if time.Since(fr.From) > settle {
+			fmt.Fprintf(out, "  %d incidents still open after %s (--settle); injecting the fault anyway\n", n, settle)
 			break
 		}
 		if first {
@@ -545,7 +612,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		return fr
 	}
 	watch := watchVerdicts(ctx, api, token, onset)
-	res, err := loadgen.Run(ctx, loadgen.Config{URL: entry, Phases: []loadgen.Phase{{Rate: rate, Duration: d}}, Progress: progress})
+	res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: d}}, progress))
 	if uerr := undo(); uerr != nil {
 		fmt.Fprintf(out, "  undo %s: %v\n", f, uerr)
 	}
@@ -621,7 +688,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token, entry string, f mes
 		}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
-	fr.CriticalPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
+	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
 	printFault(out, fr)
 	return fr
 }
@@ -731,12 +798,14 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 // culpritPath returns the stored critical path of the culprit's slowest
 // span in the fault's window [from, to], its segments left out: the
 // "critical-path" artifacts linked to the culprit's anomalous spans (rows),
-// newest first, the verdict's example trace preferred. When none is stored
-// it asks the server for the example trace's paths, which it may compute
-// on the spot, for at most pathWait. nil when there is none.
-func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, rows []anomalyRow, from, to time.Time) *critpath.SpanPath {
+// newest first, the verdict's example trace preferred, then the path the
+// kernel saw most of. When none is stored it asks the server for the
+// example trace's paths, which it may compute on the spot, for at most
+// pathWait. nil when there is none, with why: the stored paths' note on
+// one of the culprit's spans, or that none was stored.
+func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, rows []anomalyRow, from, to time.Time) (*critpath.SpanPath, string) {
 	if v.Service == "" {
-		return nil
+		return nil, ""
 	}
 	type art struct {
 		id    string
@@ -764,12 +833,23 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 		if ex := v.ExampleTraceID; ex != "" && (p.TraceID == ex) != (best.TraceID == ex) {
 			return p.TraceID == ex
 		}
+		if pu, bu := p.States[critpath.Unknown]/max(p.Ms, 1e-9), best.States[critpath.Unknown]/max(best.Ms, 1e-9); pu != bu {
+			return pu < bu
+		}
 		return p.Ms > best.Ms
 	}
+	why := fmt.Sprintf("no critical-path artifact is linked to %s's anomalous spans in the fault's window", v.Service)
 	for _, a := range arts[:min(len(arts), maxPathArtifacts)] {
 		st, err := storedPaths(ctx, api, token, a.id)
 		if err != nil {
+			why = err.Error()
 			continue
+		}
+		for _, n := range st.Notes {
+			if strings.Contains(n, "("+v.Service+" ") {
+				why = n
+				break
+			}
 		}
 		for i := range st.Paths {
 			p := &st.Paths[i]
@@ -790,10 +870,11 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 			}
 		}
 	}
-	if best != nil {
-		best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	if best == nil {
+		return nil, why
 	}
-	return best
+	best.Segments, best.Arrows, best.Threads = nil, nil, nil
+	return best, ""
 }
 
 // maxPathArtifacts bounds the stored critical-path documents culpritPath
@@ -874,6 +955,28 @@ func serverVerdict(ctx context.Context, api, token string, onset, to time.Time) 
 // row succeed: JVMs and sidecars answer their first requests slowly.
 func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 	client := &http.Client{Timeout: 20 * time.Second}
+	return waitServing(ctx, url, limit, func() error {
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	})
+}
+
+// WaitServingGRPC is WaitServing with gRPC calls (the demo's method) to
+// url's host:port.
+func WaitServingGRPC(ctx context.Context, url string, limit time.Duration) error {
+	return waitServing(ctx, url, limit, func() error {
+		return loadgen.Once(ctx, loadgen.Config{URL: url, GRPC: true, Timeout: 20 * time.Second})
+	})
+}
+
+func waitServing(ctx context.Context, url string, limit time.Duration, try func() error) error {
 	deadline := time.Now().Add(limit)
 	ok := 0
 	var last error
@@ -881,14 +984,10 @@ func WaitServing(ctx context.Context, url string, limit time.Duration) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the mesh does not answer at %s: %v", url, last)
 		}
-		resp, err := client.Get(url)
+		err := try()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				ok++
-				continue
-			}
-			err = fmt.Errorf("status %s", resp.Status)
+			ok++
+			continue
 		}
 		ok, last = 0, err
 		sleepCtx(ctx, 200*time.Millisecond)
@@ -981,8 +1080,8 @@ func printFault(out io.Writer, fr FaultResult) {
 			}
 			fmt.Fprintf(out, "    blocked by %s %s (trace %s) for %.1f ms\n", b.Service, b.Operation, b.TraceID, b.Ms)
 		}
-	} else if fr.Verdict.ExampleTraceID != "" {
-		fmt.Fprintf(out, "  critical path: none stored for the example trace (the agent's kernel recorder captures one per capture)\n")
+	} else if fr.Verdict.Service != "" {
+		fmt.Fprintf(out, "  critical path of %s: none (%s)\n", fr.Verdict.Service, fr.NoPath)
 	}
 	switch {
 	case strings.HasPrefix(fr.Injected, mesh.FaultNone):
@@ -1000,6 +1099,9 @@ func printFault(out io.Writer, fr FaultResult) {
 func printMeshSummary(out io.Writer, s MeshSummary) {
 	fmt.Fprintf(out, "\nWhat Rootline found\n")
 	fmt.Fprintf(out, "  %d services, %s mode, %s; %d spans stored\n", s.Services, s.Mode, describe(s), s.SpansSeen)
+	if s.Traces != nil {
+		fmt.Fprintf(out, "  traces of the warm-up: %s\n", s.Traces)
+	}
 	for _, f := range s.Faults {
 		mark := "correct"
 		if !f.Correct {
@@ -1033,13 +1135,21 @@ func checkServiceBinaries(topo *mesh.Topology, repo string) error {
 		"java":   filepath.Join(repo, "build", "demo", "java", "Svc.class"),
 		"python": filepath.Join(repo, "demo", "services", "python", "svc.py"),
 	}
+	if topo.GRPC() {
+		// The Java service's gRPC mode is a class of its own, built only
+		// when scripts/deps.sh fetched grpc-java.
+		need["java-grpc"] = filepath.Join(repo, "build", "demo", "java", "SvcGrpc.class")
+	}
 	for _, s := range topo.Services {
-		p := need[strings.ToLower(s.Language)]
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("demo service for %s (%s) missing at %s: run `make build` first", s.Name, s.Language, p)
+		lang := strings.ToLower(s.Language)
+		for _, k := range []string{lang, lang + "-grpc"} {
+			p := need[k]
+			if p == "" {
+				continue
+			}
+			if _, err := os.Stat(p); err != nil {
+				return fmt.Errorf("demo service for %s (%s) missing at %s: run `make build` first", s.Name, s.Language, p)
+			}
 		}
 	}
 	return nil

@@ -39,6 +39,7 @@ func TestSpansFlag(t *testing.T) {
 	}{
 		{[]string{"--spans", "envoy"}, "--spans must be run, sidecar or both"},
 		{[]string{"--spans", "sidecar", "--no-envoy"}, "--spans sidecar needs the sidecars"},
+		{[]string{"--protocol", "http2"}, "--protocol must be http or grpc"},
 	} {
 		var out, errb bytes.Buffer
 		if code := Main(context.Background(), tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.msg) {

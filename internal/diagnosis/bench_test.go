@@ -25,7 +25,9 @@ import (
 // with every link of each artifact (TraceArtifacts, "links") and with the
 // span → artifact rows of the trace only (SpanArtifacts, "span-artifacts"),
 // side by side; "span-artifacts+cache" keeps the decoded stored critical
-// paths between verdicts (critpath.StoredCache) as the server does.
+// paths between verdicts (critpath.StoredCache) as the server does, and
+// "span-artifacts+cache+state" also the incident's state between its
+// verdicts (VerdictState), as the tracker does.
 func BenchmarkDiagnoseLargeStore(b *testing.B) {
 	ctx := context.Background()
 	st, err := sqlite.Open(sqlite.Config{Dir: b.TempDir()}, nil)
@@ -91,7 +93,9 @@ func BenchmarkDiagnoseLargeStore(b *testing.B) {
 		name  string
 		arts  store.ArtifactStore
 		cache bool
-	}{{"links", linksOnly{st}, false}, {"span-artifacts", st, false}, {"span-artifacts+cache", st, true}} {
+		state bool
+	}{{"links", linksOnly{st}, false, false}, {"span-artifacts", st, false, false}, {"span-artifacts+cache", st, true, false},
+		{"span-artifacts+cache+state", st, true, true}} {
 		b.Run(bc.name, func(b *testing.B) {
 			var cache *critpath.StoredCache
 			if bc.cache {
@@ -100,8 +104,16 @@ func BenchmarkDiagnoseLargeStore(b *testing.B) {
 			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: bc.arts}, Config: DefaultConfig(), Cache: cache,
 				Paths: StoredPaths{Artifacts: st, Analyzer: &critpath.Analyzer{Spans: st, Artifacts: st, Cache: cache}},
 				Now:   func() time.Time { return time.Unix(0, end).Add(time.Second) }}
+			// state: the incident's verdicts in a row keep what they read
+			// (VerdictState); nothing changes between them here.
+			var vs *VerdictState
+			if bc.state {
+				d.Changes, vs = NewArtifactChanges(st), &VerdictState{}
+			}
+			c0 := cpuTime()
+			defer func() { b.ReportMetric(float64(cpuTime()-c0)/float64(b.N)/1e6, "cpu-ms/op") }()
 			for range b.N {
-				v, err := d.Diagnose(ctx, inc)
+				v, err := d.DiagnoseWith(ctx, inc, vs)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -18,13 +18,16 @@ var stateCause = map[string]string{
 	critpath.Running:   CauseCPU,
 	critpath.Runqueue:  CauseCPUContention,
 	critpath.Throttled: CauseCPUThrottle,
-	critpath.Lock:      CauseLock,
-	critpath.Disk:      CauseDisk,
-	critpath.Network:   CauseNetwork,
-	critpath.Memory:    CauseMemory,
-	critpath.GC:        CauseGC,
-	critpath.Sleep:     CauseUnknown,
-	critpath.Unknown:   CauseUnknown,
+	// Steal time is a wait for a physical CPU that the host gave to
+	// another guest: contention, one level down.
+	critpath.Steal:   CauseCPUContention,
+	critpath.Lock:    CauseLock,
+	critpath.Disk:    CauseDisk,
+	critpath.Network: CauseNetwork,
+	critpath.Memory:  CauseMemory,
+	critpath.GC:      CauseGC,
+	critpath.Sleep:   CauseUnknown,
+	critpath.Unknown: CauseUnknown,
 }
 
 // minKnownShare is the share of the measured time that known causes must

@@ -1,12 +1,14 @@
 package diagnosis
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/store"
 )
 
@@ -38,12 +40,17 @@ const (
 )
 
 // linkEvidence is what the kernel counted on the sockets of a service's
-// containers before and since an incident's onset.
+// containers (its pod: the app and its sidecar) before and since an
+// incident's onset.
 type linkEvidence struct {
 	// Retransmits and Drops (link reasons only) in the incident's window
 	// and in the same length of time before the onset.
 	retrans, retransBefore float64
 	drops, dropsBefore     float64
+	// onContainer is the retransmissions in the incident's window per
+	// container (containerName): in a mesh most are the sidecar's, whose
+	// sockets carry the service's traffic between pods.
+	onContainer map[string]float64
 	// seen says some series of the service was read (the agent records
 	// kernel metrics for it).
 	seen bool
@@ -73,35 +80,138 @@ func (e linkEvidence) String() string {
 	return s
 }
 
-// readLink reads the kernel's retransmission and drop counters of svc's
-// containers (series whose service label names svc, alone or among the
-// services sharing a container) in [from, onset) and [onset, to].
-func readLink(ctx context.Context, mr store.MetricReader, svc string, from, onset, to time.Time) (linkEvidence, error) {
-	e := linkEvidence{during: to.Sub(onset), before: onset.Sub(from)}
+// where says which containers the incident's retransmissions were on, most
+// first ("" when none was), to follow String.
+func (e linkEvidence) where() string {
+	names := make([]string, 0, len(e.onContainer))
+	for c, n := range e.onContainer {
+		if n > 0 {
+			names = append(names, c)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(e.onContainer[b], e.onContainer[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	if len(names) == 0 {
+		return ""
+	}
+	parts := make([]string, len(names))
+	for i, c := range names {
+		parts[i] = fmt.Sprintf("%s %.0f", c, e.onContainer[c])
+	}
+	return "; retransmissions in the incident by container: " + strings.Join(parts, ", ")
+}
+
+// containerName names the container of a kernel metric series: the name its
+// members gave (container.name, e.g. a pod's app or envoy), else its cgroup.
+func containerName(s store.MetricSeries) string {
+	if n := s.Labels["container.name"]; n != "" {
+		return n
+	}
+	if n := s.Labels["container"]; n != "" {
+		return n
+	}
+	return "?"
+}
+
+// readLinks reads the kernel's retransmission and drop counters of each of
+// svcs's containers (series whose service label names it, alone or among
+// the services sharing a container: its app's and its sidecar's, which the
+// agent labels with the service of their pod) in [from, onset) and
+// [onset, to]; one query per metric for all of them.
+func readLinks(ctx context.Context, mr store.MetricReader, svcs []string, from, onset, to time.Time) (map[string]*linkEvidence, error) {
+	out := map[string]*linkEvidence{}
+	for _, svc := range svcs {
+		out[svc] = &linkEvidence{during: to.Sub(onset), before: onset.Sub(from), onContainer: map[string]float64{}}
+	}
 	for _, name := range []string{metricRetransmits, metricSynAckRetransmits, metricDrops} {
 		series, err := mr.FindMetrics(ctx, store.MetricQuery{Name: name, From: from.UnixNano(), To: to.UnixNano()})
 		if err != nil {
-			return e, fmt.Errorf("kernel metric %s: %w", name, err)
+			return out, fmt.Errorf("kernel metric %s: %w", name, err)
 		}
 		for _, s := range series {
-			if !slices.Contains(strings.Split(s.Service, ","), svc) {
-				continue
-			}
-			e.seen = true
-			if name == metricDrops && !slices.Contains(linkDropReasons, strings.ToLower(s.Labels["reason"])) {
-				continue
-			}
-			before, during := increase(s.Points, onset.UnixNano())
-			if name == metricDrops {
-				e.drops += during
-				e.dropsBefore += before
-			} else {
-				e.retrans += during
-				e.retransBefore += before
+			for _, svc := range strings.Split(s.Service, ",") {
+				e, ok := out[svc]
+				if !ok {
+					continue
+				}
+				e.seen = true
+				if name == metricDrops && !slices.Contains(linkDropReasons, strings.ToLower(s.Labels["reason"])) {
+					continue
+				}
+				before, during := increase(s.Points, onset.UnixNano())
+				if name == metricDrops {
+					e.drops += during
+					e.dropsBefore += before
+				} else {
+					e.retrans += during
+					e.retransBefore += before
+					e.onContainer[containerName(s)] += during
+				}
 			}
 		}
 	}
-	return e, nil
+	return out, nil
+}
+
+// excess is how many more retransmissions the incident had than the rate
+// before the onset would give.
+func (e linkEvidence) excess() float64 {
+	if e.before <= 0 {
+		return e.retrans
+	}
+	return e.retrans - e.retransBefore*e.during.Seconds()/e.before.Seconds()
+}
+
+// Which end of a lossy link: a link that loses packets slows the calls
+// across it both ways, so span timing grows on calls into the service at
+// either end (calls into a pod whose link drops, and that pod's calls to its
+// callees). The kernel tells the ends apart: a pod whose own link loses
+// packets retransmits on all of its connections, callers' and callees',
+// while each peer retransmits only on its connection to it. So among the
+// services whose calls grew outside them (linkPeerShare of the top's growth
+// at least), the one whose pod retransmitted most above its rate before is
+// where the link loses packets.
+const (
+	linkPeerShare = 0.5
+	maxLinkPeers  = 4
+)
+
+// linkPeers are the ranking's services whose growth is mostly time outside
+// them, comparable to the top's, the top first.
+func linkPeers(ranking []analysis.ServiceScore) []analysis.ServiceScore {
+	if len(ranking) == 0 {
+		return nil
+	}
+	top := ranking[0]
+	var out []analysis.ServiceScore
+	for _, r := range ranking {
+		if r.NetDeltaMs > r.SelfDeltaMs && r.Score >= linkPeerShare*top.Score && len(out) < maxLinkPeers {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// lossyEnd returns, among peers (the top first) whose pods the kernel saw
+// retransmitting (lossy), the one with the most retransmissions above its
+// rate before; false when none is lossy.
+func lossyEnd(peers []analysis.ServiceScore, ev map[string]*linkEvidence) (analysis.ServiceScore, bool) {
+	var best analysis.ServiceScore
+	found := false
+	for _, p := range peers {
+		e := ev[p.Service]
+		if e == nil || !e.lossy() {
+			continue
+		}
+		if !found || e.excess() > ev[best.Service].excess() {
+			best, found = p, true
+		}
+	}
+	return best, found
 }
 
 // increase is how much a cumulative counter grew before at and from at on,

@@ -25,11 +25,16 @@ func linkTrace(n int, at time.Time, gapMs float64, anomalous bool) []*model.Span
 }
 
 // counter is a cumulative kernel counter of one container, one point a
-// second over [from, to): rate before the onset, rateAfter from it on.
-func counter(name, svc, reason string, from, onset, to time.Time, rate, rateAfter float64) []store.MetricPoint {
+// second over [from, to): rate before the onset, rateAfter from it on. A
+// named container (ctr) is one of svc's pod, labelled as the agent labels
+// the demo mesh's: the cgroup and container.name.
+func counter(name, svc, ctr, reason string, from, onset, to time.Time, rate, rateAfter float64) []store.MetricPoint {
 	var out []store.MetricPoint
 	var v float64
 	labels := map[string]string{"container": "/rootline-demo/" + svc}
+	if ctr != "" {
+		labels = map[string]string{"container": "/rootline-demo/" + svc + "/" + ctr, "container.name": ctr}
+	}
 	if reason != "" {
 		labels["reason"] = reason
 	}
@@ -45,6 +50,27 @@ func counter(name, svc, reason string, from, onset, to time.Time, rate, rateAfte
 	return out
 }
 
+// writeIncident stores 60 traces a second apart, then from the onset 30
+// slow ones 200 ms apart, made by trace; now is a second after the last.
+func writeIncident(t *testing.T, st store.SpanWriter, trace func(n int, at time.Time, slow bool) []*model.Span) (onset, now time.Time) {
+	t.Helper()
+	var batch []*model.Span
+	onset = t0.Add(60 * time.Second)
+	for i := range 60 {
+		batch = append(batch, trace(i, t0.Add(time.Duration(i)*time.Second), false)...)
+	}
+	var end int64
+	for i := range 30 {
+		tr := trace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), true)
+		batch = append(batch, tr...)
+		end = tr[0].End()
+	}
+	if err := st.WriteSpans(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	return onset, time.Unix(0, end).Add(time.Second)
+}
+
 // TestDiagnoseLink: calls into cart grow by 40 ms outside it while its own
 // time stays. The verdict names the network only when the kernel counted
 // retransmissions on cart's sockets growing with the slowdown; from span
@@ -55,10 +81,16 @@ func TestDiagnoseLink(t *testing.T) {
 		name, svc, reason string
 		rate, rateAfter   float64
 	}
+	// podSeries is a series of a named container of svc's pod.
+	type podSeries struct {
+		series
+		container string
+	}
 	for _, tc := range []struct {
 		name        string
 		noMetrics   bool // the Diagnoser reads no kernel metrics
 		series      []series
+		pod         []podSeries
 		wantCause   string
 		wantRunner  string
 		wantText    string // in the evidence or what is missing
@@ -78,28 +110,38 @@ func TestDiagnoseLink(t *testing.T) {
 			wantCause: CauseNetwork, wantText: "packets dropped by a queue or tc program"},
 		{name: "retransmissions grew in a shared container", series: []series{{metricRetransmits, "cart,frontend", "", 0, 1}},
 			wantCause: CauseNetwork, wantText: "TCP retransmissions"},
+		// In a mesh the traffic between pods is on the sidecars' sockets:
+		// the retransmissions of cart's pod are its sidecar's, and count.
+		{name: "retransmissions grew on the sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0}, "app"},
+			{series{metricRetransmits, "cart", "", 0.05, 2}, "envoy"}},
+			wantCause: CauseNetwork, wantText: "by container: envoy 12"},
+		{name: "retransmissions grew on the app and the sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0.5}, "app"},
+			{series{metricRetransmits, "cart", "", 0, 1}, "envoy"}},
+			wantCause: CauseNetwork, wantText: "9 TCP retransmissions in 6s (0 in the 2m0s before) on the sockets of cart's containers; retransmissions in the incident by container: envoy 6, app 3"},
+		// A sidecar of another service (a caller's) does not count for cart.
+		{name: "retransmissions grew on another pod's sidecar", pod: []podSeries{
+			{series{metricRetransmits, "cart", "", 0, 0}, "envoy"},
+			{series{metricRetransmits, "frontend", "", 0, 2}, "envoy"}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "0 TCP retransmissions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := openStore(t)
-			var batch []*model.Span
-			onset := t0.Add(60 * time.Second)
-			for i := range 60 {
-				batch = append(batch, linkTrace(i, t0.Add(time.Duration(i)*time.Second), 0, false)...)
-			}
-			var end int64
-			for i := range 30 {
-				tr := linkTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 40, true)
-				batch = append(batch, tr...)
-				end = tr[0].End()
-			}
-			if err := st.WriteSpans(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
-			now := time.Unix(0, end).Add(time.Second)
+			onset, now := writeIncident(t, st, func(i int, at time.Time, slow bool) []*model.Span {
+				if slow {
+					return linkTrace(i, at, 40, true)
+				}
+				return linkTrace(i, at, 0, false)
+			})
 			var pts []store.MetricPoint
+			from := onset.Add(-DefaultConfig().Lookback)
 			for _, s := range tc.series {
-				pts = append(pts, counter(s.name, s.svc, s.reason, onset.Add(-DefaultConfig().Lookback), onset, now, s.rate, s.rateAfter)...)
+				pts = append(pts, counter(s.name, s.svc, "", s.reason, from, onset, now, s.rate, s.rateAfter)...)
+			}
+			for _, s := range tc.pod {
+				pts = append(pts, counter(s.name, s.svc, s.container, s.reason, from, onset, now, s.rate, s.rateAfter)...)
 			}
 			if len(pts) > 0 {
 				if err := st.WriteMetrics(ctx, pts); err != nil {
@@ -110,7 +152,7 @@ func TestDiagnoseLink(t *testing.T) {
 			if !tc.noMetrics {
 				d.Metrics = st
 			}
-			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,6 +204,90 @@ func TestIncrease(t *testing.T) {
 			b, n := increase(tc.points, tc.at)
 			if b != tc.wantBefore || n != tc.wantNow {
 				t.Errorf("increase = %v, %v; want %v, %v", b, n, tc.wantBefore, tc.wantNow)
+			}
+		})
+	}
+}
+
+// chainTrace is frontend → cart → payment, every hop traced, with gapCart
+// ms more between frontend's call and cart's SERVER span and gapPay ms more
+// between cart's call and payment's (half before, half after each).
+func chainTrace(n int, at time.Time, gapCart, gapPay float64, anomalous bool) []*model.Span {
+	ms := func(f float64) int64 { return int64(f * 1e6) }
+	flag := func(s *model.Span) *model.Span {
+		s.Resource = []model.KeyValue{model.Int(model.AttrProcessPID, 4000), model.String(model.AttrServiceName, s.Service)}
+		if anomalous && s.Kind == model.KindServer {
+			s.Attributes = append(s.Attributes, model.Bool(model.AttrAnomaly, true), model.Float(model.AttrBaselineMs, 12))
+		}
+		return s
+	}
+	const front, cart, pay = 1.0, 2.0, 3.0
+	start := at.UnixNano()
+	payCall := pay + gapPay
+	cartSrv := cart + payCall
+	frontCall := cartSrv + gapCart
+	cartAt := start + ms(front/2) + ms(gapCart/2)
+	payCallAt := cartAt + ms(cart)
+	return []*model.Span{
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 0), Service: "frontend", Name: "GET /checkout", Kind: model.KindServer, Start: start, Duration: ms(front + frontCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 1), ParentSpanID: sid(n, 0), Service: "frontend", Name: "POST cart", Kind: model.KindClient, Start: start + ms(front/2), Duration: ms(frontCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 2), ParentSpanID: sid(n, 1), Service: "cart", Name: "POST /cart", Kind: model.KindServer, Start: cartAt, Duration: ms(cartSrv)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 3), ParentSpanID: sid(n, 2), Service: "cart", Name: "POST payment", Kind: model.KindClient, Start: payCallAt, Duration: ms(payCall)}),
+		flag(&model.Span{TraceID: tid(n), SpanID: sid(n, 4), ParentSpanID: sid(n, 3), Service: "payment", Name: "POST /pay", Kind: model.KindServer, Start: payCallAt + ms(gapPay/2), Duration: ms(pay)}),
+	}
+}
+
+// TestDiagnoseLinkEnd: packets lost on cart's link slow the calls into cart
+// and cart's calls into payment, the latter more, so span timing ranks
+// payment first. The kernel tells the ends apart: cart's pod retransmits on
+// both of its connections, payment's only on its connection to cart. The
+// verdict names the pod that retransmitted most above its rate before.
+func TestDiagnoseLinkEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		cartRate, payRate float64 // retransmissions per second in the incident, on each sidecar
+		want, wantRunner  string
+		wantText          string
+	}{
+		{name: "cart's pod retransmits most", cartRate: 3, payRate: 1, want: "cart", wantRunner: "payment", wantText: "so the loss is at cart's end"},
+		{name: "payment's pod retransmits most", cartRate: 1, payRate: 3, want: "payment", wantRunner: "cart", wantText: "on the sockets of payment's containers"},
+		{name: "only payment's pod retransmits", cartRate: 0, payRate: 2, want: "payment", wantRunner: "cart", wantText: "on the sockets of payment's containers"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := openStore(t)
+			onset, now := writeIncident(t, st, func(i int, at time.Time, slow bool) []*model.Span {
+				if slow {
+					return chainTrace(i, at, 30, 40, true)
+				}
+				return chainTrace(i, at, 0, 0, false)
+			})
+			from := onset.Add(-DefaultConfig().Lookback)
+			var pts []store.MetricPoint
+			pts = append(pts, counter(metricRetransmits, "cart", "envoy", "", from, onset, now, 0.05, tc.cartRate)...)
+			pts = append(pts, counter(metricRetransmits, "payment", "envoy", "", from, onset, now, 0.05, tc.payRate)...)
+			pts = append(pts, counter(metricRetransmits, "frontend", "envoy", "", from, onset, now, 0.05, 1)...)
+			if err := st.WriteMetrics(ctx, pts); err != nil {
+				t.Fatal(err)
+			}
+			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Metrics: st, Config: DefaultConfig(), Now: func() time.Time { return now }}
+			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
+				strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+			if len(v.Ranking) < 2 || v.Ranking[0].Service != "payment" || v.Ranking[1].Service != "cart" {
+				t.Fatalf("ranking %+v: want payment then cart by span timing", v.Ranking)
+			}
+			if v.Service != tc.want || v.Cause != CauseNetwork {
+				t.Fatalf("verdict %s/%s, want %s/network", v.Service, v.Cause, tc.want)
+			}
+			if v.RunnerUp == nil || v.RunnerUp.Service != tc.wantRunner {
+				t.Errorf("runner-up %+v, want %s", v.RunnerUp, tc.wantRunner)
+			}
+			if text := strings.Join(v.Evidence, "\n"); !strings.Contains(text, tc.wantText) {
+				t.Errorf("%q does not say %q", text, tc.wantText)
 			}
 		})
 	}

@@ -84,6 +84,9 @@ type tracked struct {
 	// computed (a flagged span of the incident's requests, stored
 	// artifacts), or the incident opened or closed.
 	fresh bool
+	// state is what its verdicts keep between them (VerdictState); only
+	// the verdict loop touches it.
+	state VerdictState
 }
 
 // maxVerdictAge is how long a verdict stands without new evidence before it
@@ -473,7 +476,7 @@ func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
 		return
 	}
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	v, err := t.diag.Diagnose(vctx, &inc)
+	v, err := t.diag.DiagnoseWith(vctx, &inc, &tr.state)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {

@@ -39,6 +39,10 @@ type Diagnoser struct {
 	// Cache, when set, keeps the stored critical paths read beyond the
 	// sampled traces: a verdict computed again reads none it read before.
 	Cache *critpath.StoredCache
+	// Changes, when set and the Source is an analysis.StoreSource, tells
+	// which traces' artifacts changed, so that DiagnoseWith's state keeps
+	// the others' (VerdictState).
+	Changes *ArtifactChanges
 }
 
 // maxAnomalies bounds the anomalous spans read per verdict.
@@ -73,6 +77,14 @@ func EntryKey(s *model.Span) string { return s.Service + " " + s.Name }
 // Diagnose computes the verdict of inc from the traces of its entry point
 // before and since its start. The error is the Source's.
 func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, error) {
+	return d.DiagnoseWith(ctx, inc, nil)
+}
+
+// DiagnoseWith is Diagnose for one of inc's verdicts in a row: st (nil:
+// none) keeps what the next verdict of the same incident can reuse, so that
+// it reads only what changed (VerdictState). The verdict is the one
+// Diagnose gives.
+func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *VerdictState) (*Verdict, error) {
 	cfg := d.Config
 	now := d.now()
 	v := &Verdict{Cause: CauseUnknown, Updated: now.UnixNano()}
@@ -82,12 +94,16 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	if inc.End > 0 {
 		to = time.Unix(0, inc.End)
 	}
+	pre, err := d.before(ctx, inc, from, start, now, st)
+	if err != nil {
+		return nil, err
+	}
+	since, err := d.Source.SearchTraces(ctx, inc.EntryService, start, to, cfg.MaxTraces)
+	if err != nil {
+		return nil, err
+	}
 	var traces [][]*model.Span
-	for _, span := range [][2]time.Time{{from, start.Add(-time.Nanosecond)}, {start, to}} {
-		ts, err := d.Source.SearchTraces(ctx, inc.EntryService, span[0], span[1], cfg.MaxTraces)
-		if err != nil {
-			return nil, err
-		}
+	for _, ts := range [][][]*model.Span{pre, since} {
 		for _, t := range ts {
 			if r := RootOf(t); r != nil && EntryKey(r) == inc.Entry {
 				traces = append(traces, t)
@@ -98,7 +114,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	for _, t := range traces {
 		inWindow[t[0].TraceID] = true
 	}
-	anoms, err := d.Source.Anomalies(ctx, from, maxAnomalies)
+	anoms, err := d.anomalies(ctx, from, st)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +137,32 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 	v.Service = base.Service
 	top := base.Ranking[0]
 	v.Evidence = append(v.Evidence, rankingEvidence(base.Evidence, v.Service)...)
+	known := map[string]bool{}
+	for _, t := range traces {
+		for _, s := range t {
+			known[s.Service] = true
+		}
+	}
+	// When calls into the top suspect grew outside it, the kernel's
+	// retransmissions of it and of the other services whose calls grew so
+	// say which end of the link loses packets (lossyEnd).
+	var links map[string]*linkEvidence
+	var linksErr error
+	if known[top.Service] && top.NetDeltaMs > top.SelfDeltaMs && d.Metrics != nil {
+		peers := linkPeers(base.Ranking)
+		svcs := make([]string, len(peers))
+		for i, p := range peers {
+			svcs[i] = p.Service
+		}
+		links, linksErr = readLinks(ctx, d.Metrics, svcs, from, start, to)
+		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] {
+			e, et := links[end.Service], links[top.Service]
+			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s and into %s grew outside them (%.1f and %.1f ms per trace); "+
+				"the kernel saw %s's pod retransmit %.0f more than at its rate before, %s's %.0f: a pod whose link loses packets retransmits on all its connections, its peers only on theirs to it, so the loss is at %s's end",
+				top.Service, end.Service, top.NetDeltaMs, end.NetDeltaMs, end.Service, e.excess(), top.Service, max(et.excess(), 0), end.Service))
+			v.Service, top = end.Service, end
+		}
+	}
 
 	// The culprit's slow spans: its anomalous spans in slow traces, or, when
 	// none of its spans was flagged, all of its spans there.
@@ -130,12 +172,6 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 		spans = culpritSpans(slow, v.Service, false)
 	}
 	v.SlowSpans = len(spans)
-	known := map[string]bool{}
-	for _, t := range traces {
-		for _, s := range t {
-			known[s.Service] = true
-		}
-	}
 
 	var shares []causeShare
 	var total float64
@@ -153,7 +189,7 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 			shares = []causeShare{{cause: CauseDownstream, ms: untraced, share: untraced / top.Score}, {cause: CauseNetwork, ms: top.NetDeltaMs - untraced, share: (top.NetDeltaMs - untraced) / top.Score}}
 			v.Evidence = append(v.Evidence, fmt.Sprintf("%s's calls to dependencies that send no spans grew by %.1f ms per trace", v.Service, untraced))
 		} else {
-			shares, timingOnly = d.link(ctx, v, top, from, start, to)
+			shares, timingOnly = d.link(v, top, links[v.Service], linksErr)
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
@@ -181,9 +217,15 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 			Why: fmt.Sprintf("span timing only: calls into %s grew by %.1f ms per trace outside it, with no kernel evidence of a slow link", v.Service, timingOnly.ms)}
 	case runner != nil && runner.share >= 0.1:
 		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's measured slow time", 100*runner.share, v.Service)}
-	case len(base.Ranking) > 1 && base.Ranking[1].Score > 0:
-		r := base.Ranking[1]
-		v.RunnerUp = &Alternative{Service: r.Service, Score: round2(r.Score / top.Score), Why: fmt.Sprintf("its time per trace grew by %.1f ms (the culprit's by %.1f ms)", r.Score, top.Score)}
+	default:
+		// The first other service of the ranking (the culprit may be a
+		// lower one: the lossy end of a link).
+		for _, r := range base.Ranking {
+			if r.Service != v.Service && r.Score > 0 {
+				v.RunnerUp = &Alternative{Service: r.Service, Score: round2(r.Score / top.Score), Why: fmt.Sprintf("its time per trace grew by %.1f ms (the culprit's by %.1f ms)", r.Score, top.Score)}
+				break
+			}
+		}
 	}
 	if capsErr != nil {
 		v.Missing = append(v.Missing, "the capture log: "+capsErr.Error())
@@ -202,19 +244,19 @@ func (d *Diagnoser) Diagnose(ctx context.Context, inc *Incident) (*Verdict, erro
 // link failing (retransmissions on the culprit's sockets, well above their
 // rate before the onset); otherwise the cause is unknown and the timing's
 // network is returned as timingOnly, for the runner-up.
-func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceScore, from, onset, to time.Time) (shares []causeShare, timingOnly *causeShare) {
+// ev and err are what readLinks read of the culprit (nil ev: not read).
+func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, err error) (shares []causeShare, timingOnly *causeShare) {
 	self := causeShare{cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}
 	network := causeShare{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}
 	timing := fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms", v.Service, top.NetDeltaMs, top.SelfDeltaMs)
 	var e linkEvidence
-	var err error
-	if d.Metrics != nil {
-		e, err = readLink(ctx, d.Metrics, v.Service, from, onset, to)
+	if ev != nil {
+		e = *ev
 	}
 	switch {
 	case err == nil && e.lossy():
 		v.Evidence = append(v.Evidence, timing+": the link to it",
-			fmt.Sprintf("kernel: %s on the sockets of %s's containers", e, v.Service))
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s", e, v.Service, e.where()))
 		return []causeShare{network, self}, nil
 	case d.Metrics == nil:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
@@ -223,7 +265,7 @@ func (d *Diagnoser) link(ctx context.Context, v *Verdict, top analysis.ServiceSc
 	case !e.seen:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: no kernel metrics of its containers (is an agent with --kmetrics running on its node?)", v.Service))
 	default:
-		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link", e, v.Service))
+		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link%s", e, v.Service, e.where()))
 	}
 	v.Evidence = append(v.Evidence, timing+": span timing points at the link, but without kernel evidence that time may as well be proxies or the network stack waiting for a CPU")
 	return []causeShare{{cause: CauseUnknown, ms: top.NetDeltaMs, share: network.share}}, &network

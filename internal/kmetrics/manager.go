@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Target is a process the agent knows, with its service name (registered by
@@ -47,7 +48,7 @@ type Manager struct {
 	entries  map[uint64]Entry
 	names    map[uint64]Container // keys resolved to cgroups
 	unknown  map[uint64]bool      // keys FindKey could not resolve
-	envSvc   map[uint64][]string  // services read from cgroup members' environment
+	envSvc   map[uint64]envInfo   // read from cgroup members' environment
 	gen      uint64
 	attached programSet
 	reasons  map[uint32]string
@@ -64,7 +65,7 @@ func New(k Kernel, opts Options) (*Manager, error) {
 	}
 	m := &Manager{k: k, cg: opts.Cgroups, targets: opts.Targets, logger: opts.Logger.With("component", "kmetrics"),
 		dflt: opts.Default, entries: map[uint64]Entry{}, names: map[uint64]Container{},
-		unknown: map[uint64]bool{}, envSvc: map[uint64][]string{}}
+		unknown: map[uint64]bool{}, envSvc: map[uint64]envInfo{}}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.applyLocked(); err != nil {
@@ -323,7 +324,7 @@ func (m *Manager) stateLocked(cts []ContainerState) State {
 			continue
 		}
 		c := m.names[key]
-		st.Containers = append(st.Containers, ContainerState{Container: c, Name: c.Name(), Services: m.envServicesLocked(c), Config: configMap(e)})
+		st.Containers = append(st.Containers, ContainerState{Container: c, Name: c.Name(), Services: m.envLocked(c).services, Config: configMap(e)})
 	}
 	sort.Slice(st.Containers, func(i, j int) bool { return st.Containers[i].Name < st.Containers[j].Name })
 	return st
@@ -362,56 +363,112 @@ func (m *Manager) containersOfTargets() []ContainerState {
 	return out
 }
 
-// envServicesLocked reads the service names in the OpenTelemetry environment
-// of a few members of a container without targets (cached per key).
-func (m *Manager) envServicesLocked(c Container) []string {
-	if s, ok := m.envSvc[c.Key]; ok {
+// envInfo is what the OpenTelemetry environment of a container's members
+// says of it.
+type envInfo struct {
+	services []string
+	// container is k8s.container.name (k8s set) or container.name, of the
+	// first member that gives one.
+	container string
+	k8s       bool
+	read      time.Time // when it was read
+}
+
+// envRetry is how long a container whose members named nothing is left
+// before they are read again: a member read as it starts (between the fork
+// and the exec of the program the environment is for) may say nothing yet.
+const envRetry = 10 * time.Second
+
+// envLocked reads the service names and the container name in the
+// OpenTelemetry environment of a few members of a container (cached per
+// key; when they named nothing, for envRetry only).
+func (m *Manager) envLocked(c Container) envInfo {
+	if s, ok := m.envSvc[c.Key]; ok && (len(s.services) > 0 || s.container != "" || time.Since(s.read) < envRetry) {
 		return s
 	}
 	root := m.cg.V2Root
 	if c.V1 {
 		root = m.cg.V1CPURoot
 	}
-	var out []string
+	var out envInfo
+	read := 0
 	if root != "" && c.Path != "" && c.Path != "/" {
 		data, _ := os.ReadFile(filepath.Join(root, c.Path, "cgroup.procs"))
-		n := 0
 		for line := range strings.Lines(string(data)) {
 			pid, err := strconv.Atoi(strings.TrimSpace(line))
 			if err != nil {
 				continue
 			}
-			if n++; n > 8 {
+			if read >= 8 {
 				break
 			}
-			env, _ := os.ReadFile(filepath.Join(m.cg.ProcRoot, strconv.Itoa(pid), "environ"))
-			if s := serviceFromEnviron(env); s != "" && !slices.Contains(out, s) {
-				out = append(out, s)
+			env, err := os.ReadFile(filepath.Join(m.cg.ProcRoot, strconv.Itoa(pid), "environ"))
+			if err != nil {
+				continue
+			}
+			read++
+			oe := otelFromEnviron(env)
+			if oe.service != "" && !slices.Contains(out.services, oe.service) {
+				out.services = append(out.services, oe.service)
+			}
+			if out.container == "" && oe.container != "" {
+				out.container, out.k8s = oe.container, oe.k8s
 			}
 		}
 	}
-	m.envSvc[c.Key] = out
+	if read > 0 {
+		out.read = time.Now()
+		m.envSvc[c.Key] = out
+	}
 	return out
+}
+
+// otelEnv is what an OpenTelemetry environment names.
+type otelEnv struct {
+	service, container string
+	k8s                bool // container is k8s.container.name
 }
 
 // serviceFromEnviron returns OTEL_SERVICE_NAME, else service.name in
 // OTEL_RESOURCE_ATTRIBUTES, of a NUL-separated environment.
-func serviceFromEnviron(env []byte) string {
+func serviceFromEnviron(env []byte) string { return otelFromEnviron(env).service }
+
+// otelFromEnviron reads a NUL-separated environment: the service is
+// OTEL_SERVICE_NAME, else service.name in OTEL_RESOURCE_ATTRIBUTES; the
+// container is k8s.container.name (what the OpenTelemetry operator sets in a
+// Kubernetes pod), else container.name, in OTEL_RESOURCE_ATTRIBUTES.
+func otelFromEnviron(env []byte) otelEnv {
+	var out otelEnv
 	var attrs string
 	for kv := range strings.SplitSeq(string(env), "\x00") {
-		if v, ok := strings.CutPrefix(kv, "OTEL_SERVICE_NAME="); ok && v != "" {
-			return v
+		if v, ok := strings.CutPrefix(kv, "OTEL_SERVICE_NAME="); ok && v != "" && out.service == "" {
+			out.service = v
 		}
 		if v, ok := strings.CutPrefix(kv, "OTEL_RESOURCE_ATTRIBUTES="); ok {
 			attrs = v
 		}
 	}
+	var plain string
 	for kv := range strings.SplitSeq(attrs, ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(kv), "service.name="); ok {
-			return v
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || v == "" {
+			continue
+		}
+		switch k {
+		case "service.name":
+			if out.service == "" {
+				out.service = v
+			}
+		case "k8s.container.name":
+			out.container, out.k8s = v, true
+		case "container.name":
+			plain = v
 		}
 	}
-	return ""
+	if out.container == "" {
+		out.container = plain
+	}
+	return out
 }
 
 // Series is one labelled histogram or counter.
@@ -420,10 +477,15 @@ type Series struct {
 	Container string // Container.Name, or the key when unresolved
 	CgroupID  uint64
 	Service   string // comma-separated when a container runs several
-	Reason    string // drops only
-	Count     uint64
-	Sum       uint64
-	Buckets   [NumBuckets]uint64 // histograms only
+	// ContainerName is the container's name in its members' OpenTelemetry
+	// environment (k8s.container.name when K8s, else container.name), ""
+	// when none gives one.
+	ContainerName string
+	K8s           bool
+	Reason        string // drops only
+	Count         uint64
+	Sum           uint64
+	Buckets       [NumBuckets]uint64 // histograms only
 }
 
 // Read decodes the BPF maps into labelled series (cumulative values, raw
@@ -444,7 +506,7 @@ func (m *Manager) Read() ([]Series, error) {
 		svc[c.Key] = strings.Join(c.Services, ",")
 	}
 	m.forgetRemovedLocked(&snap)
-	label := func(key uint64) (string, string) {
+	label := func(key uint64) (string, string, envInfo) {
 		c, ok := m.names[key]
 		if !ok && !m.unknown[key] && key != 0 {
 			if c, ok = m.cg.FindKey(key); ok {
@@ -456,31 +518,33 @@ func (m *Manager) Read() ([]Series, error) {
 		s, hasSvc := svc[key]
 		if !ok {
 			if key == 0 {
-				return "none", s
+				return "none", s, envInfo{}
 			}
-			return "id:" + strconv.FormatUint(key&^V1Bit, 10), s
+			return "id:" + strconv.FormatUint(key&^V1Bit, 10), s, envInfo{}
 		}
+		env := m.envLocked(c)
 		if !hasSvc {
-			s = strings.Join(m.envServicesLocked(c), ",")
+			s = strings.Join(env.services, ",")
 		}
-		return c.Name(), s
+		return c.Name(), s, env
 	}
 	out := make([]Series, 0, len(snap.Samples)+len(snap.Drops))
 	for _, s := range snap.Samples {
 		if s.Metric >= numMetrics || s.Metric == Drops {
 			continue // drops are exported per reason below
 		}
-		name, service := label(s.Key)
-		se := Series{Metric: s.Metric, Container: name, CgroupID: s.Key &^ V1Bit, Service: service, Count: s.Count, Sum: s.Sum}
+		name, service, env := label(s.Key)
+		se := Series{Metric: s.Metric, Container: name, CgroupID: s.Key &^ V1Bit, Service: service,
+			ContainerName: env.container, K8s: env.k8s, Count: s.Count, Sum: s.Sum}
 		if s.Metric.Kind() == Histogram {
 			se.Buckets = s.Buckets
 		}
 		out = append(out, se)
 	}
 	for _, d := range snap.Drops {
-		name, service := label(d.Key)
+		name, service, env := label(d.Key)
 		out = append(out, Series{Metric: Drops, Container: name, CgroupID: d.Key &^ V1Bit, Service: service,
-			Reason: m.reasonLocked(d.Reason), Count: d.Count, Sum: d.Count})
+			ContainerName: env.container, K8s: env.k8s, Reason: m.reasonLocked(d.Reason), Count: d.Count, Sum: d.Count})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]

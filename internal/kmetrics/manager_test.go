@@ -436,3 +436,82 @@ func TestRemovedCgroupsAreForgotten(t *testing.T) {
 		t.Errorf("series = %+v", series)
 	}
 }
+
+// TestSidecarContainer: a pod's sidecar has no target of the agent; its
+// container takes its service and its name from its members' OpenTelemetry
+// environment (as the OpenTelemetry operator sets it), and the OTLP
+// resource says both, so its retransmissions count for the service as a
+// container of its own.
+func TestSidecarContainer(t *testing.T) {
+	m, k, _ := newTestManager(t)
+	dir := filepath.Join(m.cg.V2Root, "pod", "envoy")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key, err := inode(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("40\n"), 0o644)
+	os.MkdirAll(filepath.Join(m.cg.ProcRoot, "40"), 0o755)
+	os.WriteFile(filepath.Join(m.cg.ProcRoot, "40", "environ"),
+		[]byte("PATH=/bin\x00OTEL_RESOURCE_ATTRIBUTES=service.name=checkout,k8s.container.name=envoy\x00"), 0o644)
+	k.snap = Snapshot{Samples: []Sample{{Key: key, Metric: TCPRetransmits, Count: 5, Sum: 5}}}
+	series, err := m.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(series) != 1 || series[0].Service != "checkout" || series[0].ContainerName != "envoy" || !series[0].K8s ||
+		series[0].Container != "/pod/envoy" {
+		t.Fatalf("series %+v", series)
+	}
+	attrs := ToOTLP(series, "n1", time.Unix(1, 0), time.Unix(2, 0)).ResourceMetrics().At(0).Resource().Attributes()
+	for k, want := range map[string]string{"service.name": "checkout", "container": "/pod/envoy", "container.name": "envoy", "k8s.container.name": "envoy"} {
+		if v, _ := attrs.Get(k); v.Str() != want {
+			t.Errorf("resource %s = %q, want %q", k, v.Str(), want)
+		}
+	}
+}
+
+func TestOtelFromEnviron(t *testing.T) {
+	for env, want := range map[string]otelEnv{
+		"OTEL_RESOURCE_ATTRIBUTES=service.name=a,k8s.container.name=envoy\x00":            {service: "a", container: "envoy", k8s: true},
+		"OTEL_RESOURCE_ATTRIBUTES=container.name=app, service.name=b\x00":                 {service: "b", container: "app"},
+		"OTEL_SERVICE_NAME=c\x00OTEL_RESOURCE_ATTRIBUTES=container.name=x,service.name=d": {service: "c", container: "x"},
+		"OTEL_RESOURCE_ATTRIBUTES=container.name=x,k8s.container.name=y\x00":              {container: "y", k8s: true},
+		"OTEL_RESOURCE_ATTRIBUTES=container.name=\x00":                                    {},
+	} {
+		if got := otelFromEnviron([]byte(env)); got != want {
+			t.Errorf("otelFromEnviron(%q) = %+v, want %+v", env, got, want)
+		}
+	}
+}
+
+// TestEnvReadAgain: a container whose members named nothing when first read
+// (a member caught between its fork and its exec) is read again later.
+func TestEnvReadAgain(t *testing.T) {
+	m, _, _ := newTestManager(t)
+	dir := filepath.Join(m.cg.V2Root, "pod2", "envoy")
+	os.MkdirAll(dir, 0o755)
+	key, _ := inode(dir)
+	os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("41\n"), 0o644)
+	os.MkdirAll(filepath.Join(m.cg.ProcRoot, "41"), 0o755)
+	env := filepath.Join(m.cg.ProcRoot, "41", "environ")
+	os.WriteFile(env, []byte("PATH=/bin\x00"), 0o644)
+	c := Container{Key: key, Path: "/pod2/envoy"}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.envLocked(c); len(e.services) != 0 {
+		t.Fatalf("first read %+v", e)
+	}
+	os.WriteFile(env, []byte("OTEL_RESOURCE_ATTRIBUTES=service.name=cart,k8s.container.name=envoy\x00"), 0o644)
+	if e := m.envLocked(c); len(e.services) != 0 {
+		t.Errorf("read again before envRetry: %+v", e)
+	}
+	e := m.envSvc[key]
+	e.read = e.read.Add(-envRetry)
+	m.envSvc[key] = e
+	if e := m.envLocked(c); !slices.Equal(e.services, []string{"cart"}) || e.container != "envoy" {
+		t.Errorf("after envRetry: %+v", e)
+	}
+}

@@ -21,7 +21,8 @@ const ScopeName = "github.com/rootline/rootline/internal/kmetrics"
 
 // ToOTLP converts series to OTLP metrics: one resource per (container,
 // service) with service.name (the container's service, else "unknown"),
-// host.name and container attributes; histograms as explicit-bucket
+// host.name, container (the cgroup) and, when its members' environment
+// names it, container.name (and k8s.container.name) attributes; histograms as explicit-bucket
 // histograms with the log2 bounds (seconds or bytes), counters as monotonic
 // sums, all cumulative since start.
 func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics {
@@ -45,6 +46,14 @@ func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics 
 			}
 			attrs.PutStr("container", s.Container)
 			attrs.PutInt("cgroup.id", int64(s.CgroupID))
+			// The container's name (app, a sidecar) within its pod or
+			// service, by the semantic conventions.
+			if s.ContainerName != "" {
+				attrs.PutStr("container.name", s.ContainerName)
+				if s.K8s {
+					attrs.PutStr("k8s.container.name", s.ContainerName)
+				}
+			}
 			sm := rm.ScopeMetrics().AppendEmpty()
 			sm.Scope().SetName(ScopeName)
 			ms = sm.Metrics()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
 	"gonum.org/v1/gonum/floats"
@@ -360,6 +361,25 @@ func TestClusterThreeShapes(t *testing.T) {
 	}
 	if !samePartition(best.Labels, truth) {
 		t.Errorf("ChooseK picked %d clusters %v (choices %+v)", len(best.Centroids), best.Labels, choices)
+	}
+}
+
+// TestChooseKOneShape: series of one shape (copies of a spike,
+// as metrics that all count one burst of a short window) leave every k ≥ 2
+// with an empty cluster; the choice is then one cluster of all of them.
+func TestChooseKOneShape(t *testing.T) {
+	spike := func(at int) []float64 {
+		s := make([]float64, 9)
+		s[at] = 1
+		return ZNormalize(s)
+	}
+	x := [][]float64{spike(7), spike(7), spike(7), spike(7)}
+	r, choices, err := ChooseK(x, 10, ClusterOptions{Starts: 10, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Centroids) != 1 || len(choices) != 0 || !slices.Equal(r.Labels, []int{0, 0, 0, 0}) {
+		t.Errorf("got %d clusters %v, choices %+v; want one cluster of all four", len(r.Centroids), r.Labels, choices)
 	}
 }
 

@@ -95,7 +95,10 @@ type Choice struct {
 // inertia: inertia falls with every added cluster, so an elbow needs a
 // judgement of where the fall flattens; the silhouette has a maximum, from
 // the same distance the clustering minimises. With fewer than three series
-// there is nothing to choose: every series is its own cluster.
+// there is nothing to choose: every series is its own cluster. When no k ≥ 2
+// keeps its clusters non-empty from any start, the series have one shape (at
+// SBD's resolution: copies, or shifts of one spike) and the result is the
+// single cluster of k = 1, with no choice scored.
 func ChooseK(x [][]float64, maxK int, opts ClusterOptions) (Result, []Choice, error) {
 	n := len(x)
 	if n < 3 {
@@ -127,7 +130,11 @@ func ChooseK(x [][]float64, maxK int, opts ClusterOptions) (Result, []Choice, er
 		}
 	}
 	if len(choices) == 0 {
-		return Result{}, nil, fmt.Errorf("kshape: no k in 2…%d gave non-empty clusters", min(maxK, n-1))
+		r, err := Cluster(x, 1, opts)
+		if err != nil {
+			return Result{}, nil, fmt.Errorf("kshape: no k in 1…%d gave non-empty clusters: %w", min(maxK, n-1), err)
+		}
+		return r, nil, nil
 	}
 	return best, choices, nil
 }

@@ -1,4 +1,4 @@
-// Package loadgen is the demo's open-loop HTTP load generator.
+// Package loadgen is the demo's open-loop HTTP and gRPC load generator.
 //
 // Requests follow a fixed timetable: the i-th request of a phase is due at
 // phaseStart + i/rate, whatever happened to the earlier ones. Latency is
@@ -41,6 +41,12 @@ type Config struct {
 	Timeout time.Duration
 	// Client sends the requests (default: a keep-alive client sized for MaxInFlight).
 	Client *http.Client
+	// GRPC sends each request as a unary gRPC call over h2c instead: of
+	// GRPCMethod (default DefaultGRPCMethod) with an empty message, to URL's
+	// host:port, every call multiplexed on one connection as gRPC clients do.
+	// A status other than OK is an error; DEADLINE_EXCEEDED a timeout.
+	GRPC       bool
+	GRPCMethod string
 	// Progress, when set, is called about once per second from a separate
 	// goroutine with a snapshot of the current phase; it must return quickly.
 	Progress func(Progress)
@@ -148,24 +154,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, fmt.Errorf("loadgen: phase %d: rate %v and duration %v must be > 0", i, p.Rate, p.Duration)
 		}
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 256
+	do, closeSender, err := newSender(&cfg, 256)
+	if err != nil {
+		return Result{}, err
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	client := cfg.Client
-	if client == nil {
-		tr := &http.Transport{
-			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:        cfg.MaxInFlight,
-			MaxIdleConnsPerHost: cfg.MaxInFlight,
-			IdleConnTimeout:     30 * time.Second,
-		}
-		defer tr.CloseIdleConnections()
-		client = &http.Client{Transport: tr}
-	}
+	defer closeSender()
 
 	states := make([]*phaseState, len(cfg.Phases))
 	for i := range states {
@@ -222,16 +215,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer func() { <-sem }()
 		rctx, cancel := context.WithTimeout(reqCtx, cfg.Timeout)
 		defer cancel()
-		req, err := http.NewRequestWithContext(rctx, http.MethodGet, cfg.URL, nil)
-		if err != nil {
-			st.errors.Add(1)
-			return
-		}
-		resp, err := client.Do(req)
-		if err == nil {
-			_, err = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
+		err := do(rctx)
 		lat := time.Since(due)
 		if reqCtx.Err() != nil {
 			return // the run was cancelled: not the target's fault
@@ -239,12 +223,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		st.done.Add(1)
 		st.record(lat)
 		switch {
-		case err != nil && (errors.Is(err, context.DeadlineExceeded) || isTimeout(err)):
+		case errors.Is(err, errTimeout):
 			st.timeouts.Add(1)
 			st.errors.Add(1)
 		case err != nil:
-			st.errors.Add(1)
-		case resp.StatusCode < 200 || resp.StatusCode > 299:
 			st.errors.Add(1)
 		default:
 			st.ok.Add(1)
@@ -329,4 +311,74 @@ schedule:
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// errTimeout is wrapped by a sender's error when the request timed out.
+var errTimeout = errors.New("timeout")
+
+// A sender sends one request and returns nil when it succeeded (a 2xx
+// answer, gRPC status OK).
+type sender func(ctx context.Context) error
+
+// newSender fills in cfg's defaults (maxInFlight for MaxInFlight) and makes
+// its sender and the sender's cleanup.
+func newSender(cfg *Config, maxInFlight int) (sender, func(), error) {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = maxInFlight
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.GRPC {
+		return newGRPCSender(*cfg)
+	}
+	client := cfg.Client
+	closeIdle := func() {}
+	if client == nil {
+		tr := &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        cfg.MaxInFlight,
+			MaxIdleConnsPerHost: cfg.MaxInFlight,
+			IdleConnTimeout:     30 * time.Second,
+		}
+		closeIdle = tr.CloseIdleConnections
+		client = &http.Client{Transport: tr}
+	}
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		switch {
+		case err != nil && (errors.Is(err, context.DeadlineExceeded) || isTimeout(err)):
+			return fmt.Errorf("%w: %v", errTimeout, err)
+		case err != nil:
+			return err
+		case resp.StatusCode < 200 || resp.StatusCode > 299:
+			return fmt.Errorf("status %s", resp.Status)
+		}
+		return nil
+	}, closeIdle, nil
+}
+
+// Once sends one request as Run would and returns nil when it succeeded, or
+// what went wrong (a transport error, the HTTP or gRPC status).
+func Once(ctx context.Context, cfg Config) error {
+	if cfg.URL == "" {
+		return errors.New("loadgen: no URL")
+	}
+	do, closeSender, err := newSender(&cfg, 1)
+	if err != nil {
+		return err
+	}
+	defer closeSender()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	return do(ctx)
 }

@@ -85,6 +85,10 @@ type sidecarSpec struct {
 	// Intercepted: the outbound listener receives iptables-redirected
 	// connections; unknown hosts pass through to their original destination.
 	Intercepted bool
+	// HTTP2: the app and the other sidecars are spoken to over HTTP/2 (h2c
+	// with prior knowledge), as gRPC needs. The listeners detect the
+	// protocol themselves (codec_type AUTO).
+	HTTP2 bool
 }
 
 type outboundSpec struct {
@@ -165,7 +169,7 @@ func route(cluster string) obj {
 
 // bootstrap is the Envoy bootstrap config of s.
 func (s sidecarSpec) bootstrap() obj {
-	clusters := []any{staticCluster("local_app", []string{s.App}, false)}
+	clusters := []any{staticCluster("local_app", []string{s.App}, s.HTTP2)}
 	listeners := []any{obj{
 		"name": "inbound", "address": socketAddr(s.Inbound), "traffic_direction": "INBOUND",
 		"filter_chains": []any{obj{"filters": []any{s.hcm("inbound", []any{
@@ -180,7 +184,7 @@ func (s sidecarSpec) bootstrap() obj {
 			vhosts = append(vhosts, obj{"name": r.Service, "domains": r.Domains, "routes": []any{route(cl)}})
 			if !seen[cl] {
 				seen[cl] = true
-				clusters = append(clusters, staticCluster(cl, r.Endpoints, false))
+				clusters = append(clusters, staticCluster(cl, r.Endpoints, s.HTTP2))
 			}
 		}
 		l := obj{"name": o.Name, "address": socketAddr(o.Listen), "traffic_direction": "OUTBOUND"}
@@ -220,7 +224,7 @@ func (s sidecarSpec) bootstrap() obj {
 
 // sidecarSpecs builds the spec of each replica's sidecar.
 func (m *Mesh) sidecarSpec(s Service, r Replica) (sidecarSpec, error) {
-	sp := sidecarSpec{Service: s.Name, NodeID: fmt.Sprintf("%s-%d", s.Name, r.Index)}
+	sp := sidecarSpec{Service: s.Name, NodeID: fmt.Sprintf("%s-%d", s.Name, r.Index), HTTP2: m.topo.GRPC()}
 	if m.opts.Tracing {
 		if m.opts.OTLPEndpoint == "" {
 			return sp, errors.New("mesh: Tracing needs OTLPEndpoint")
@@ -322,7 +326,7 @@ func (m *Mesh) startSidecars(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p, err := m.spawn(fmt.Sprintf("%s-%d.envoy", s.Name, r.Index), r.Netns, envoyArgs(m.opts.EnvoyBin, cfg), os.Environ(), nil, true)
+			p, err := m.spawn(fmt.Sprintf("%s-%d.envoy", s.Name, r.Index), r.Netns, envoyArgs(m.opts.EnvoyBin, cfg), m.sidecarEnv(s.Name), m.sidecarCgroups(s.Name), true)
 			if err != nil {
 				return err
 			}

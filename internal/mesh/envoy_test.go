@@ -45,9 +45,14 @@ func TestEnvoyConfigValidates(t *testing.T) {
 		{"pod no tracing", ModePod, false},
 		{"port tracing", ModePort, true},
 		{"port no tracing", ModePort, false},
+		{"pod tracing grpc", ModePod, true},
+		{"port no tracing grpc", ModePort, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := plannedMesh(t, tc.mode, tc.tracing)
+			if strings.HasSuffix(tc.name, "grpc") {
+				m.topo.Protocol = ProtocolGRPC
+			}
 			dir := t.TempDir()
 			for si, s := range m.topo.Services {
 				for _, r := range m.services[si].Replicas {
@@ -118,6 +123,53 @@ func TestEnvoyConfigShape(t *testing.T) {
 	}
 	if got := pod.callsEnv(pod.topo.Services[0], pod.services[0].Replicas[0]); got != "http://b:8080/,http://c:8080/" {
 		t.Errorf("pod mode CALLS %q", got)
+	}
+}
+
+// TestEnvoyConfigGRPC: with the gRPC protocol every cluster that leads to an
+// app (its own, or another sidecar) speaks HTTP/2; with HTTP none does, and
+// only the OTLP exporter's cluster is HTTP/2 in both.
+func TestEnvoyConfigGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		protocol string
+		want     bool
+	}{{ProtocolHTTP, false}, {ProtocolGRPC, true}} {
+		for _, mode := range []Mode{ModePod, ModePort} {
+			m := plannedMesh(t, mode, true)
+			m.topo.Protocol = tc.protocol
+			sp, err := m.sidecarSpec(m.topo.Services[0], m.services[0].Replicas[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(sp.bootstrap())
+			var cfg struct {
+				StaticResources struct {
+					Clusters []map[string]any `json:"clusters"`
+				} `json:"static_resources"`
+			}
+			if err := json.Unmarshal(b, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, c := range cfg.StaticResources.Clusters {
+				name := c["name"].(string)
+				_, h2 := c["typed_extension_protocol_options"]
+				switch {
+				case name == "rootline_otlp":
+					if !h2 {
+						t.Errorf("%s %s: the OTLP/gRPC cluster is not HTTP/2", tc.protocol, mode)
+					}
+				case name == "local_app" || strings.HasPrefix(name, "svc_"):
+					n++
+					if h2 != tc.want {
+						t.Errorf("%s %s: cluster %s HTTP/2 %v, want %v", tc.protocol, mode, name, h2, tc.want)
+					}
+				}
+			}
+			if n < 3 {
+				t.Errorf("%s %s: %d app clusters, want local_app and the callees'", tc.protocol, mode, n)
+			}
+		}
 	}
 }
 

@@ -12,10 +12,19 @@ import (
 	"time"
 )
 
-// Every service's apps run in a cgroup of their own, <name>/<service>, in
-// the cpu and cpuset hierarchies: cgroup v1 controllers (the hybrid layout
-// of this machine kind) or, when the unified hierarchy has them, v2. The
-// faults then only change limits; new threads and children inherit them.
+// Every service is a pod, as in Kubernetes: a cgroup <name>/<service> whose
+// two leaves are its containers, <name>/<service>/app for the apps of its
+// replicas and <name>/<service>/envoy for their sidecars. The layout is the
+// same in the cpu and cpuset hierarchies (cgroup v1 controllers, the hybrid
+// layout of this machine kind, or v2 when the unified hierarchy has them)
+// and in the unified (v2) hierarchy even where it has no controllers: that
+// is the hierarchy whose cgroup ids the agent's kernel metrics key
+// containers by, and a socket carries its creator's v2 cgroup, so the
+// sidecar's TCP retransmissions count for the sidecar's container. Processes
+// sit in leaves only (v2's no-internal-processes rule). The faults change
+// the app container's limits, so a sidecar keeps its CPU as the app loses
+// its own, as with a per-container limit in a pod; new threads and children
+// inherit the cgroups.
 
 const cgroupRoot = "/sys/fs/cgroup"
 
@@ -27,14 +36,25 @@ func cgroupName(prefix string) string {
 	return "rootline-demo-" + prefix
 }
 
+// The containers of a service's pod.
+const (
+	// ContainerApp is the container of a service's apps.
+	ContainerApp = "app"
+	// ContainerSidecar is the container of a service's Envoy sidecars.
+	ContainerSidecar = "envoy"
+)
+
 type cgroups struct {
 	name   string
 	cpu    string // v1 cpu hierarchy mount, or ""
 	cpuset string // v1 cpuset hierarchy mount, or ""
 	v2     string // v2 mount with the cpu controller, or ""
 	v2set  bool   // v2 has cpuset too
-	log    *slog.Logger
-	made   []string // directories made, parents first
+	// unified is the v2 mount whatever its controllers (v2 itself when it
+	// has the cpu controller), or "": the containers' identity.
+	unified string
+	log     *slog.Logger
+	made    []string // directories made, parents first
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
@@ -72,6 +92,17 @@ func v2Mount() (string, bool) {
 	return "", false
 }
 
+// unifiedMount is the cgroup v2 hierarchy's mount, with or without
+// controllers ("" when there is none).
+func unifiedMount() string {
+	for _, p := range []string{cgroupRoot, filepath.Join(cgroupRoot, "unified")} {
+		if fileExists(filepath.Join(p, "cgroup.controllers")) {
+			return p
+		}
+	}
+	return ""
+}
+
 func newCgroups(name string, log *slog.Logger) (*cgroups, error) {
 	cg := &cgroups{name: name, log: log}
 	cg.cpu = v1Mount("cpu", "cpu.cfs_quota_us")
@@ -88,29 +119,50 @@ func newCgroups(name string, log *slog.Logger) (*cgroups, error) {
 			_ = writeFile(filepath.Join(cg.v2, "cgroup.subtree_control"), "+cpuset")
 		}
 	}
-	for _, root := range cg.roots() {
+	cg.unified = cg.v2
+	if cg.unified == "" {
+		cg.unified = unifiedMount()
+	}
+	for _, root := range cg.allRoots() {
 		if err := cg.mkdir(filepath.Join(root, name)); err != nil {
 			return nil, errors.Join(err, cg.remove())
 		}
 	}
-	if cg.v2 != "" {
-		ctl := "+cpu"
-		if cg.v2set {
-			ctl += " +cpuset"
-		}
-		if err := writeFile(filepath.Join(cg.v2, name, "cgroup.subtree_control"), ctl); err != nil {
-			return nil, errors.Join(err, cg.remove())
-		}
+	if err := cg.delegate(filepath.Join(cg.v2, name)); err != nil {
+		return nil, errors.Join(err, cg.remove())
 	}
 	return cg, nil
 }
 
+// delegate hands v2's controllers down to dir's children (nothing to do
+// when v2 has none).
+func (cg *cgroups) delegate(dir string) error {
+	if cg.v2 == "" {
+		return nil
+	}
+	ctl := "+cpu"
+	if cg.v2set {
+		ctl += " +cpuset"
+	}
+	return writeFile(filepath.Join(dir, "cgroup.subtree_control"), ctl)
+}
+
+// roots are the hierarchies of the controllers the faults change.
 func (cg *cgroups) roots() []string {
 	var r []string
 	for _, p := range []string{cg.cpu, cg.cpuset, cg.v2} {
 		if p != "" {
 			r = append(r, p)
 		}
+	}
+	return r
+}
+
+// allRoots are roots and the unified hierarchy.
+func (cg *cgroups) allRoots() []string {
+	r := cg.roots()
+	if cg.unified != "" && cg.unified != cg.v2 {
+		r = append(r, cg.unified)
 	}
 	return r
 }
@@ -143,24 +195,52 @@ func (cg *cgroups) mkdir(dir string) error {
 	return nil
 }
 
+// addService makes svc's pod and its two containers in every hierarchy.
 func (cg *cgroups) addService(svc string) error {
-	for _, root := range cg.roots() {
-		if err := cg.mkdir(filepath.Join(root, cg.name, svc)); err != nil {
+	pod := filepath.Join(cg.name, svc)
+	for _, root := range cg.allRoots() {
+		if err := cg.mkdir(filepath.Join(root, pod)); err != nil {
 			return err
+		}
+	}
+	if err := cg.delegate(filepath.Join(cg.v2, pod)); err != nil {
+		return err
+	}
+	for _, root := range cg.allRoots() {
+		for _, c := range []string{ContainerApp, ContainerSidecar} {
+			if err := cg.mkdir(filepath.Join(root, pod, c)); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
 
-// procsFiles are the cgroup.procs files that put a process in svc's cgroups.
+// procsFiles are the cgroup.procs files that put a process in svc's app
+// container in the controllers' hierarchies (what the faults limit).
 func (cg *cgroups) procsFiles(svc string) []string {
+	return cg.containerProcs(svc, ContainerApp, false)
+}
+
+// containerProcs are the cgroup.procs files that put a process in
+// container c of svc's pod: in the controllers' hierarchies, and in the
+// unified one when unified is set. A process that keeps its own v2 cgroup
+// (an app under rootline run, whose eBPF datapath follows the cgroup the
+// run made for it) is moved in the controllers' hierarchies only.
+func (cg *cgroups) containerProcs(svc, c string, unified bool) []string {
+	roots := cg.roots()
+	if unified {
+		roots = cg.allRoots()
+	}
 	var fs []string
-	for _, root := range cg.roots() {
-		fs = append(fs, filepath.Join(root, cg.name, svc, "cgroup.procs"))
+	for _, root := range roots {
+		fs = append(fs, filepath.Join(root, cg.name, svc, c, "cgroup.procs"))
 	}
 	return fs
 }
 
+// addPID moves pid into svc's app container (controllers only, see
+// procsFiles).
 func (cg *cgroups) addPID(svc string, pid int) error {
 	var errs []error
 	for _, f := range cg.procsFiles(svc) {
@@ -169,12 +249,22 @@ func (cg *cgroups) addPID(svc string, pid int) error {
 	return errors.Join(errs...)
 }
 
-// Dir is svc's cgroup in the cpu controller (what cpu-throttle limits).
+// dir is svc's app container in the cpu controller (what cpu-throttle
+// limits).
 func (cg *cgroups) dir(svc string) string {
 	if cg.cpu != "" {
-		return filepath.Join(cg.cpu, cg.name, svc)
+		return filepath.Join(cg.cpu, cg.name, svc, ContainerApp)
 	}
-	return filepath.Join(cg.v2, cg.name, svc)
+	return filepath.Join(cg.v2, cg.name, svc, ContainerApp)
+}
+
+// unifiedDir is container c of svc's pod in the unified hierarchy, the
+// cgroup the agent knows the container by; "" without one.
+func (cg *cgroups) unifiedDir(svc, c string) string {
+	if cg.unified == "" {
+		return ""
+	}
+	return filepath.Join(cg.unified, cg.name, svc, c)
 }
 
 // setQuota limits svc to cpus CPUs per period; the returned function lifts it.
@@ -207,9 +297,9 @@ func (cg *cgroups) pin(svc string, cpu int) (func() error, error) {
 	var d string
 	switch {
 	case cg.cpuset != "":
-		d = filepath.Join(cg.cpuset, cg.name, svc)
+		d = filepath.Join(cg.cpuset, cg.name, svc, ContainerApp)
 	case cg.v2set:
-		d = filepath.Join(cg.v2, cg.name, svc)
+		d = filepath.Join(cg.v2, cg.name, svc, ContainerApp)
 	default:
 		return nil, errors.New("no cgroup cpuset controller to pin the service to a CPU")
 	}
@@ -278,13 +368,19 @@ func removeCgroups(name string, log *slog.Logger) error {
 			continue
 		}
 		log.Info("removing leftover cgroup", "dir", dir)
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			if e.IsDir() {
-				errs = append(errs, rmCgroup(filepath.Join(dir, e.Name())))
-			}
-		}
-		errs = append(errs, rmCgroup(dir))
+		errs = append(errs, rmTree(dir))
 	}
 	return errors.Join(errs...)
+}
+
+// rmTree removes the cgroup dir and its descendants, deepest first.
+func rmTree(dir string) error {
+	var errs []error
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, rmTree(filepath.Join(dir, e.Name())))
+		}
+	}
+	return errors.Join(append(errs, rmCgroup(dir))...)
 }

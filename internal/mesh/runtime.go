@@ -130,9 +130,15 @@ type Replica struct {
 	AppAddr, ServiceAddr, AdminAddr, EnvoyAdmin string
 	// Veth is the host side of the pod's link (pod mode).
 	Veth string
-	// Cgroup is the service's cgroup in the cpu hierarchy (v1 cpu or v2),
-	// shared by its replicas' apps; empty when the mesh made none (not root).
+	// Cgroup is the service's app container in the cpu hierarchy (v1 cpu
+	// or v2), <mesh>/<service>/app, shared by its replicas' apps; empty when
+	// the mesh made none (not root).
 	Cgroup string
+	// SidecarCgroup is the service's sidecar container in the unified (v2)
+	// hierarchy, <mesh>/<service>/envoy, shared by its replicas' sidecars:
+	// the cgroup the agent knows the sidecars by. Empty without sidecars or
+	// cgroups.
+	SidecarCgroup string
 
 	appPort, inPort, adminPort, envoyAdminPort int
 	outPorts                                   map[string]int // callee → port (port mode)
@@ -362,6 +368,9 @@ func (m *Mesh) start(ctx context.Context) error {
 				}
 				for j := range s.Replicas {
 					m.services[i].Replicas[j].Cgroup = cg.dir(s.Name)
+					if m.opts.EnvoyBin != "" {
+						m.services[i].Replicas[j].SidecarCgroup = cg.unifiedDir(s.Name, ContainerSidecar)
+					}
 				}
 			}
 		}
@@ -461,7 +470,7 @@ func (m *Mesh) startApps(ctx context.Context) error {
 			}
 			var cgs []string
 			if m.cg != nil {
-				cgs = m.cg.procsFiles(s.Name)
+				cgs = m.cg.containerProcs(s.Name, ContainerApp, true)
 			}
 			if m.opts.Wrap != nil {
 				// Only the app goes into the service's cgroups, not the
@@ -479,8 +488,12 @@ func (m *Mesh) startApps(ctx context.Context) error {
 				"CALLS="+m.callsEnv(s, *r),
 				"WORK="+s.Work,
 			)
+			env = append(env, containerEnv(s.Name, ContainerApp))
 			if m.opts.ForwardHeaders {
 				env = append(env, "FORWARD_HEADERS=1")
+			}
+			if m.topo.GRPC() {
+				env = append(env, "PROTOCOL=grpc")
 			}
 			if m.opts.OTLPEndpoint != "" {
 				env = append(env, "ROOTLINE_OTLP_ENDPOINT="+m.PodAddr(m.opts.OTLPEndpoint))
@@ -510,6 +523,30 @@ func (m *Mesh) startApps(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// containerEnv names a pod's container for the node's agent as the
+// OpenTelemetry operator does in a Kubernetes pod: service.name and
+// k8s.container.name in OTEL_RESOURCE_ATTRIBUTES. The agent labels the
+// container's kernel metrics with them (internal/kmetrics), so a sidecar's
+// metrics count for its service, as a container of its own.
+func containerEnv(svc, container string) string {
+	return "OTEL_RESOURCE_ATTRIBUTES=service.name=" + svc + ",k8s.container.name=" + container
+}
+
+// sidecarEnv is the environment of svc's sidecars.
+func (m *Mesh) sidecarEnv(svc string) []string {
+	return append(os.Environ(), containerEnv(svc, ContainerSidecar))
+}
+
+// sidecarCgroups are the cgroup.procs files of svc's sidecar container, in
+// every hierarchy (nil without cgroups): a sidecar starts in them, before
+// it opens a socket, as a socket keeps the v2 cgroup of its creator.
+func (m *Mesh) sidecarCgroups(svc string) []string {
+	if m.cg == nil {
+		return nil
+	}
+	return m.cg.containerProcs(svc, ContainerSidecar, true)
 }
 
 func listenAddr(mode Mode, port int) string {

@@ -269,6 +269,27 @@ func TestPodMode(t *testing.T) {
 			if !strings.Contains("\n"+string(procs), fmt.Sprintf("\n%d\n", r.AppPID)) {
 				t.Errorf("%s's app %d not in its cgroup %s (%q)", s.Name, r.AppPID, r.Cgroup, procs)
 			}
+			// The pod: the app and the sidecar are sibling containers, the
+			// sidecar outside the app's limits and in a v2 cgroup of its
+			// own, which its sockets carry.
+			if want := filepath.Join(cgroupName(prefix), s.Name, ContainerApp); !strings.HasSuffix(r.Cgroup, want) {
+				t.Errorf("%s's app cgroup %s, want …/%s", s.Name, r.Cgroup, want)
+			}
+			if strings.Contains("\n"+string(procs), fmt.Sprintf("\n%d\n", r.EnvoyPID)) {
+				t.Errorf("%s's sidecar %d is in the app's cgroup %s", s.Name, r.EnvoyPID, r.Cgroup)
+			}
+			side := filepath.Join(filepath.Dir(r.Cgroup), ContainerSidecar)
+			if procs, _ := os.ReadFile(filepath.Join(side, "cgroup.procs")); !strings.Contains("\n"+string(procs), fmt.Sprintf("\n%d\n", r.EnvoyPID)) {
+				t.Errorf("%s's sidecar %d not in %s (%q)", s.Name, r.EnvoyPID, side, procs)
+			}
+			if r.SidecarCgroup == "" || !strings.HasSuffix(r.SidecarCgroup, filepath.Join(cgroupName(prefix), s.Name, ContainerSidecar)) {
+				t.Errorf("%s's SidecarCgroup %q", s.Name, r.SidecarCgroup)
+			} else if own, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", r.EnvoyPID)); !strings.Contains(string(own), "0::/"+filepath.Join(cgroupName(prefix), s.Name, ContainerSidecar)+"\n") {
+				t.Errorf("%s's sidecar %d: /proc/…/cgroup %q has not its v2 cgroup", s.Name, r.EnvoyPID, own)
+			}
+			if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", r.EnvoyPID)); !strings.Contains(string(env), "OTEL_RESOURCE_ATTRIBUTES=service.name="+s.Name+",k8s.container.name=envoy\x00") {
+				t.Errorf("%s's sidecar %d does not name its service and container in its environment", s.Name, r.EnvoyPID)
+			}
 		}
 		deadline := time.Now().Add(15 * time.Second)
 		for sink.spans.Load() < 5 && time.Now().Before(deadline) {
@@ -474,9 +495,9 @@ func TestPodMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		cpu := strconv.Itoa(runtime.NumCPU() - 1)
-		setFile := filepath.Join(m.cg.cpuset, m.cg.name, "c", "cpuset.cpus")
+		setFile := filepath.Join(m.cg.cpuset, m.cg.name, "c", ContainerApp, "cpuset.cpus")
 		if m.cg.cpuset == "" {
-			setFile = filepath.Join(m.cg.v2, m.cg.name, "c", "cpuset.cpus")
+			setFile = filepath.Join(m.cg.v2, m.cg.name, "c", ContainerApp, "cpuset.cpus")
 		}
 		set, _ := os.ReadFile(setFile)
 		var neighbours []string

@@ -26,6 +26,13 @@ const (
 	LangPython = "python"
 )
 
+// Protocols the services speak to each other, their sidecars and the load
+// generator: HTTP/1.1, or gRPC (one unary method) over HTTP/2.
+const (
+	ProtocolHTTP = "http"
+	ProtocolGRPC = "grpc"
+)
+
 // ErrInvalid is wrapped by every error Validate returns.
 var ErrInvalid = errors.New("invalid topology")
 
@@ -37,6 +44,9 @@ type Topology struct {
 	// Phases of the load, run in order (rates usually increasing, as in
 	// Protractor's experiments).
 	Phases []Phase
+	// Protocol is ProtocolHTTP ("" is the same) or ProtocolGRPC: every
+	// hop, the sidecars' included, speaks it (the fault API stays HTTP/1).
+	Protocol string
 }
 
 // Service is one service of a topology.
@@ -88,6 +98,7 @@ func Load(path string) (*Topology, error) {
 // fileTopology is the YAML form.
 type fileTopology struct {
 	Entry    string        `yaml:"entry"`
+	Protocol string        `yaml:"protocol"`
 	Services []fileService `yaml:"services"`
 	Load     []filePhase   `yaml:"load"`
 }
@@ -142,7 +153,7 @@ func Parse(b []byte) (*Topology, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	t := &Topology{Entry: f.Entry}
+	t := &Topology{Entry: f.Entry, Protocol: f.Protocol}
 	var errs []error
 	for i, fs := range f.Services {
 		s := Service{Name: fs.Name, Language: fs.Language, Calls: fs.Calls, Replicas: 1}
@@ -223,6 +234,11 @@ func (t *Topology) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if len(t.Services) == 0 {
 		bad("services: none given")
+	}
+	switch t.Protocol {
+	case "", ProtocolHTTP, ProtocolGRPC:
+	default:
+		bad("protocol: %q is not http or grpc", t.Protocol)
 	}
 	index := map[string]int{}
 	for i, s := range t.Services {
@@ -327,6 +343,9 @@ func (t *Topology) cycle() []string {
 	}
 	return nil
 }
+
+// GRPC says whether the services speak gRPC.
+func (t *Topology) GRPC() bool { return t.Protocol == ProtocolGRPC }
 
 // Service returns the named service, or nil.
 func (t *Topology) Service(name string) *Service {

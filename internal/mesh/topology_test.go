@@ -49,6 +49,7 @@ func TestLoadBad(t *testing.T) {
 		{"name", []string{`services[0].name: "Front_End" must be`}},
 		{"self", []string{"services[0] (a).calls[0]: a service cannot call itself"}},
 		{"empty", []string{"empty file"}},
+		{"protocol", []string{`protocol: "http2" is not http or grpc`}},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			_, err := Load(filepath.Join("testdata", "topology", tc.file+".bad.yml"))
@@ -64,6 +65,25 @@ func TestLoadBad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestParseProtocol(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		grpc bool
+	}{
+		{"entry: a\nservices: [{name: a, language: go}]\n", false},
+		{"entry: a\nprotocol: http\nservices: [{name: a, language: go}]\n", false},
+		{"entry: a\nprotocol: grpc\nservices: [{name: a, language: go}]\n", true},
+	} {
+		topo, err := Parse([]byte(tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if topo.GRPC() != tc.grpc {
+			t.Errorf("%q: GRPC() = %v, want %v", tc.yaml, topo.GRPC(), tc.grpc)
+		}
 	}
 }
 

@@ -422,9 +422,21 @@ func TestStalledGRPCMessage(t *testing.T) {
 	if grpcStatus != fmt.Sprint(int(codes.Canceled)) && !strings.HasPrefix(grpcStatus, "rst") {
 		t.Errorf("grpc-status %s, want CANCELLED", grpcStatus)
 	}
-	// The one slot is free again: a normal export succeeds.
-	if _, err := grpcClient(t, r.Addrs().GRPC).Export(context.Background(), ptraceotlp.NewExportRequestFromTraces(makeTraces(1, "a"))); err != nil {
-		t.Errorf("export after the stalled one: %v", err)
+	// The one slot is free again: a normal export succeeds. The handler
+	// writes the stalled stream's status before it returns and releases the
+	// slot, so an export sent the moment the status arrives may still be
+	// told to retry (ResourceExhausted); it must succeed within a second.
+	client := grpcClient(t, r.Addrs().GRPC)
+	deadline := time.Now().Add(time.Second)
+	for {
+		_, err := client.Export(context.Background(), ptraceotlp.NewExportRequestFromTraces(makeTraces(1, "a")))
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted || time.Now().After(deadline) {
+			t.Fatalf("export after the stalled one: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

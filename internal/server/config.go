@@ -508,6 +508,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Capture.SuspectShare, "capture.suspect-share", c.Capture.SuspectShare, "share of --capture.max-per-minute kept for the processes of the services open incidents rank most suspect; the others' captures use the rest and leave one of every burst free (0: first come, first served)")
 	fs.IntVar(&c.Capture.Suspects, "capture.suspects", c.Capture.Suspects, "how many of each open incident's most suspect services (its verdict's culprit, then its ranking) --capture.suspect-share is kept for")
 	fs.IntVar(&c.Capture.Concurrency, "capture.concurrency", c.Capture.Concurrency, "dump requests in flight")
+	fs.IntVar(&c.Capture.MaxPerAgent, "capture.max-per-agent", c.Capture.MaxPerAgent, "captures one agent works on at once; more wait at the server, suspects first, until their window is older than --capture.max-window (0: no bound)")
 	fs.DurationVar(&c.Capture.CaptureTimeout, "capture.timeout", c.Capture.CaptureTimeout, "time an agent has to complete a capture")
 	fs.StringVar(&c.Capture.AgentTLS.CAFile, "capture.agent-tls.ca-file", c.Capture.AgentTLS.CAFile, "PEM bundle of the CAs to trust for agents whose dump URL is https (default: the system's)")
 	fs.StringVar(&c.Capture.AgentTLS.CertFile, "capture.agent-tls.cert-file", c.Capture.AgentTLS.CertFile, "client certificate (PEM) for agents that require mutual TLS")

@@ -37,11 +37,13 @@ type critpathRunner struct {
 // computes them on demand.
 const critpathQueue = 256
 
-func newCritpathRunner(st store.Store, logger *slog.Logger, reg prometheus.Registerer) (*critpathRunner, error) {
+// newCritpathRunner returns a runner reading spans from st and storing
+// paths through arts.
+func newCritpathRunner(st store.SpanReader, arts store.ArtifactStore, logger *slog.Logger, reg prometheus.Registerer) (*critpathRunner, error) {
 	r := &critpathRunner{
-		an: &critpath.Analyzer{Spans: st, Artifacts: st, Logger: logger.With("component", "critpath"),
+		an: &critpath.Analyzer{Spans: st, Artifacts: arts, Logger: logger.With("component", "critpath"),
 			Cache: critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)},
-		arts:   st,
+		arts:   arts,
 		queue:  make(chan []string, critpathQueue),
 		urgent: make(chan []string, critpathQueue),
 		log:    logger.With("component", "critpath"),

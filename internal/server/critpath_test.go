@@ -14,7 +14,7 @@ import (
 // TestCritpathRunnerSuspectsFirst: the captures of suspects are analysed
 // before those queued earlier, the others in their order.
 func TestCritpathRunnerSuspectsFirst(t *testing.T) {
-	r, err := newCritpathRunner(nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	r, err := newCritpathRunner(nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

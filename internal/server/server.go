@@ -53,6 +53,12 @@ type Server struct {
 	tracker  *diagnosis.Tracker // nil: incidents disabled or not kept by the store
 	exporter *export.Exporter
 	recv     *receiver.Receivers
+
+	// artifacts is the store as the capture manager and the critical-path
+	// runner write artifacts through it: it tells the verdicts which
+	// traces' artifacts changed (diagnosis.ArtifactChanges).
+	artifacts *diagnosis.ArtifactChanges
+
 	// Kafka stage (roles ingester and detector).
 	producer *kafka.Producer
 	kdet     *kafka.Detector
@@ -108,12 +114,13 @@ func New(cfg Config, logger *slog.Logger) (*Server, error) {
 			}
 			return 1
 		}))
-	if s.capture, err = capture.New(cfg.Capture, s.store, logger, s.reg); err != nil {
+	s.artifacts = diagnosis.NewArtifactChanges(s.store)
+	if s.capture, err = capture.New(cfg.Capture, s.artifacts, logger, s.reg); err != nil {
 		return fail(err)
 	}
 	// Captures complete where agents upload them: the all-in-one server, or
 	// the detector that asked (DumpRequest.UploadURL).
-	if s.critpath, err = newCritpathRunner(s.store, logger, s.reg); err != nil {
+	if s.critpath, err = newCritpathRunner(s.store, s.artifacts, logger, s.reg); err != nil {
 		return fail(err)
 	}
 	s.capture.OnFinished(s.critpath.finished)
@@ -234,6 +241,12 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	paths := diagnosis.StoredPaths{Artifacts: s.store,
 		Analyzer: &critpath.Analyzer{Spans: s.store, Artifacts: s.store, Logger: s.logger.With("component", "critpath"), Slots: make(chan struct{}, 1), Cache: cache}}
 	d := &diagnosis.Diagnoser{Source: src, Paths: paths, Metrics: s.store, Config: s.cfg.Diagnosis, Cache: cache}
+	if s.cfg.Role == RoleAll {
+		// Every artifact is written here (uploads and stored paths), so
+		// a verdict's listings are kept until their trace changes. In a
+		// scaled-out deployment another detector may write them.
+		d.Changes = s.artifacts
+	}
 	tr, err := diagnosis.NewTracker(s.cfg.Diagnosis, st, d, s.logger, s.reg)
 	if err != nil {
 		return nil, err

@@ -502,7 +502,10 @@ async function main() {
       if (res.ok) return res.json();
       throw new Error(`${res.status} after ${((Date.now() - t) / 1000).toFixed(1)}s: ${await res.text()}`);
     });
-    if (!(rep.critical['cp-ui'] ?? []).length) throw new Error(`no critical metrics for cp-ui: ${JSON.stringify(rep.critical)}`);
+    if (!(rep.critical['cp-ui'] ?? []).length) {
+      const why = (rep.services ?? []).map((s) => `${s.service}: ${s.error ?? (s.app?.metrics ?? []).map((m) => m.metric).join(' ')}`);
+      throw new Error(`no critical metrics for cp-ui: ${JSON.stringify(rep.critical)} (${why.join('; ')})`);
+    }
 
     // The page analyses its own window (the last 15 minutes when it loads):
     // what it shows must be what the server answered it.

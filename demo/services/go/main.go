@@ -14,6 +14,8 @@
 //	WORK             per-request work, e.g. "cpu=2ms,sleep=0ms,lock=0ms,alloc=0KB,disk=0KB"
 //	FORWARD_HEADERS  "1" copies traceparent/tracestate/b3/x-b3-*/x-request-id downstream
 //	ADMIN            host:port of the fault API (default 127.0.0.1:0 = disabled)
+//	PROTOCOL         "http" (default) or "grpc": serve one unary gRPC method and
+//	                 call the downstreams over gRPC (grpc.go); the fault API stays HTTP/1
 package main
 
 import (
@@ -121,6 +123,13 @@ func main() {
 		amux.HandleFunc("GET /healthz", healthz)
 		go func() { log.Fatal(http.Serve(aln, amux)) }()
 	}
+	switch p := os.Getenv("PROTOCOL"); p {
+	case "", "http":
+	case "grpc":
+		log.Fatal(s.serveGRPC(ln, admin))
+	default:
+		log.Fatalf("%s: PROTOCOL %q: want http or grpc", s.name, p)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", healthz)
 	mux.HandleFunc("/", s.serve)
@@ -139,6 +148,29 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 // serve does the request's work, then calls every downstream in order.
 func (s *service) serve(w http.ResponseWriter, r *http.Request) {
 	io.Copy(io.Discard, r.Body)
+	s.requestWork()
+
+	status := http.StatusOK
+	var parts []string
+	for _, u := range s.calls {
+		code, err := s.call(r, u)
+		if err != nil || code < 200 || code > 299 {
+			status = http.StatusBadGateway
+		}
+		if err != nil {
+			parts = append(parts, hostOf(u)+"=ERR")
+		} else {
+			parts = append(parts, hostOf(u)+"="+strconv.Itoa(code))
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%s %s [%s]\n", s.name, statusWord(status), strings.Join(parts, " "))
+}
+
+// requestWork does one request's WORK plus the faults that are on, on the
+// calling goroutine: the same for an HTTP request and a gRPC call.
+func (s *service) requestWork() {
 	s.mu.Lock()
 	faults := make(map[string]fault, len(s.faults))
 	for k, v := range s.faults {
@@ -163,23 +195,6 @@ func (s *service) serve(w http.ResponseWriter, r *http.Request) {
 	if f := faults["gc"]; f.On {
 		s.gcStorm(f.size)
 	}
-
-	status := http.StatusOK
-	var parts []string
-	for _, u := range s.calls {
-		code, err := s.call(r, u)
-		if err != nil || code < 200 || code > 299 {
-			status = http.StatusBadGateway
-		}
-		if err != nil {
-			parts = append(parts, hostOf(u)+"=ERR")
-		} else {
-			parts = append(parts, hostOf(u)+"="+strconv.Itoa(code))
-		}
-	}
-	w.Header().Set("Content-Type", "text/plain")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, "%s %s [%s]\n", s.name, statusWord(status), strings.Join(parts, " "))
 }
 
 func statusWord(code int) string {

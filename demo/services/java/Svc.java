@@ -12,6 +12,9 @@
 // inbound read and the outbound write on one thread; HttpClient hands the I/O to
 // its selector thread. Its keep-alive cache reuses connections (http.maxConnections).
 //
+// With PROTOCOL=grpc it serves one unary gRPC method instead (SvcGrpc.java,
+// grpc-java) with the same work, faults and calls.
+//
 // Build: javac -d build/demo/java demo/services/java/Svc.java
 // Run:   SERVICE_NAME=e LISTEN=127.0.0.1:18005 java -cp build/demo/java Svc
 import com.sun.net.httpserver.HttpExchange;
@@ -101,12 +104,29 @@ public final class Svc {
         String admin = env("ADMIN", "127.0.0.1:0");
         int threads = Integer.parseInt(env("THREADS", "64"));
 
+        String protocol = env("PROTOCOL", "http");
+        if (protocol.equals("grpc")) {
+            mainGrpc(listen, admin, threads);
+            return;
+        }
+        if (!protocol.equals("http")) {
+            System.err.println(name + ": PROTOCOL \"" + protocol + "\": want http or grpc");
+            System.exit(1);
+        }
+
         HttpServer srv = HttpServer.create(addr(listen), 1024);
         ExecutorService pool = Executors.newFixedThreadPool(threads);
         srv.setExecutor(pool);
         srv.createContext("/healthz", Svc::healthz);
         srv.createContext("/", Svc::serve);
         srv.start();
+        startAdmin(admin);
+        System.err.println("svc-java " + name + " listening on " + srv.getAddress().getHostString() + ":" + srv.getAddress().getPort() + " (admin " + admin
+            + "), calls " + calls + ", work \"" + env("WORK", "") + "\", forward-headers " + forward
+            + ", pid " + ProcessHandle.current().pid());
+    }
+
+    static void startAdmin(String admin) throws IOException {
         if (!admin.isEmpty() && !admin.equals("127.0.0.1:0")) {
             HttpServer adm = HttpServer.create(addr(admin), 64);
             adm.setExecutor(Executors.newSingleThreadExecutor());
@@ -115,9 +135,24 @@ public final class Svc {
             adm.createContext("/healthz", Svc::healthz);
             adm.start();
         }
-        System.err.println("svc-java " + name + " listening on " + srv.getAddress().getHostString() + ":" + srv.getAddress().getPort() + " (admin " + admin
-            + "), calls " + calls + ", work \"" + env("WORK", "") + "\", forward-headers " + forward
-            + ", pid " + ProcessHandle.current().pid());
+    }
+
+    // mainGrpc runs the gRPC mode (PROTOCOL=grpc, SvcGrpc.java): one unary
+    // method with the same work, faults and calls; the fault API stays
+    // HTTP/1. SvcGrpc is compiled against grpc-java (make demo-services) and
+    // loaded by name, so that this file still builds and runs in HTTP mode
+    // with the JDK alone.
+    static void mainGrpc(String listen, String admin, int threads) throws Exception {
+        Class<?> c;
+        try {
+            c = Class.forName("SvcGrpc");
+        } catch (ClassNotFoundException | NoClassDefFoundError e) {
+            System.err.println(name + ": PROTOCOL=grpc needs SvcGrpc and grpc-java on the class path (make demo-services): " + e);
+            System.exit(1);
+            return;
+        }
+        startAdmin(admin);
+        c.getMethod("serve", String.class, String.class, int.class).invoke(null, listen, admin, threads);
     }
 
     static InetSocketAddress addr(String hostPort) {
@@ -155,18 +190,7 @@ public final class Svc {
     static void serve(HttpExchange ex) throws IOException {
         try {
             drain(ex.getRequestBody());
-            Map<String, Fault> f;
-            synchronized (faults) {
-                f = new LinkedHashMap<>(faults);
-            }
-            Work wk = new Work();
-            wk.cpuNs = work.cpuNs + (f.get("cpu").on ? f.get("cpu").ns : 0);
-            wk.sleepNs = work.sleepNs + (f.get("slow").on ? f.get("slow").ns : 0);
-            wk.lockNs = work.lockNs + (f.get("lock").on ? f.get("lock").ns : 0);
-            wk.alloc = work.alloc;
-            wk.disk = work.disk + (f.get("disk").on ? f.get("disk").bytes : 0);
-            doWork(wk);
-            if (f.get("gc").on) gcStorm(f.get("gc").bytes);
+            requestWork();
 
             int status = 200;
             StringBuilder parts = new StringBuilder();
@@ -187,6 +211,23 @@ public final class Svc {
         } finally {
             ex.close();
         }
+    }
+
+    // requestWork does one request's WORK plus the faults that are on, on the
+    // calling thread: the same for an HTTP request and a gRPC call.
+    static void requestWork() throws IOException {
+        Map<String, Fault> f;
+        synchronized (faults) {
+            f = new LinkedHashMap<>(faults);
+        }
+        Work wk = new Work();
+        wk.cpuNs = work.cpuNs + (f.get("cpu").on ? f.get("cpu").ns : 0);
+        wk.sleepNs = work.sleepNs + (f.get("slow").on ? f.get("slow").ns : 0);
+        wk.lockNs = work.lockNs + (f.get("lock").on ? f.get("lock").ns : 0);
+        wk.alloc = work.alloc;
+        wk.disk = work.disk + (f.get("disk").on ? f.get("disk").bytes : 0);
+        doWork(wk);
+        if (f.get("gc").on) gcStorm(f.get("gc").bytes);
     }
 
     static int call(HttpExchange in, String u) throws IOException {

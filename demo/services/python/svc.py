@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """The demo's uninstrumented forwarding service (Python flavour).
 
+With PROTOCOL=grpc it serves one unary gRPC method instead (svc_grpc.py,
+grpcio) with the same work, faults and calls.
+
 It must behave exactly like demo/services/go/main.go and
 demo/services/java/Svc.java: same environment contract (SERVICE_NAME, LISTEN,
 CALLS, WORK, FORWARD_HEADERS, ADMIN), same responses, same work and faults. It
@@ -180,6 +183,25 @@ def do_work(w):
         time.sleep(w["sleep"])
 
 
+def request_work():
+    """One request's WORK plus the faults that are on, on the calling thread:
+    the same for an HTTP request and a gRPC call."""
+    with FAULTS_MU:
+        f = dict(FAULTS)
+    w = dict(WORK)
+    if f["cpu"].on:
+        w["cpu"] += f["cpu"].value
+    if f["slow"].on:
+        w["sleep"] += f["slow"].value
+    if f["lock"].on:
+        w["lock"] += f["lock"].value
+    if f["disk"].on:
+        w["disk"] += f["disk"].value
+    do_work(w)
+    if f["gc"].on:
+        gc_storm(f["gc"].value)
+
+
 def host_of(u):
     """Names a downstream in the response body: its host without the port."""
     return urllib.parse.urlsplit(u).hostname or u
@@ -259,20 +281,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/healthz":
             self.reply(200, "text/plain", "ok\n")
             return
-        with FAULTS_MU:
-            f = dict(FAULTS)
-        w = dict(WORK)
-        if f["cpu"].on:
-            w["cpu"] += f["cpu"].value
-        if f["slow"].on:
-            w["sleep"] += f["slow"].value
-        if f["lock"].on:
-            w["lock"] += f["lock"].value
-        if f["disk"].on:
-            w["disk"] += f["disk"].value
-        do_work(w)
-        if f["gc"].on:
-            gc_storm(f["gc"].value)
+        request_work()
         status, parts = 200, []
         for u in CALLS:
             try:
@@ -350,6 +359,12 @@ class Server(ThreadingHTTPServer):
 def main():
     listen = os.environ.get("LISTEN") or "0.0.0.0:8080"
     admin = os.environ.get("ADMIN") or "127.0.0.1:0"
+    protocol = os.environ.get("PROTOCOL") or "http"
+    if protocol == "grpc":
+        main_grpc(listen, admin)
+        return
+    if protocol != "http":
+        sys.exit('%s: PROTOCOL "%s": want http or grpc' % (NAME, protocol))
     srv = Server(split_addr(listen), Handler)
     if admin != "127.0.0.1:0":
         adm = Server(split_addr(admin), AdminHandler)
@@ -361,6 +376,24 @@ def main():
         srv.serve_forever()
     except KeyboardInterrupt:
         pass
+
+
+def main_grpc(listen, admin):
+    """The gRPC mode (PROTOCOL=grpc, svc_grpc.py): one unary method with the
+    same work, faults and calls; the fault API stays HTTP/1. grpcio is
+    imported only here, so the HTTP mode needs nothing beyond the standard
+    library."""
+    import svc_grpc  # next to this file: on sys.path when run as a script
+
+    if admin != "127.0.0.1:0":
+        adm = Server(split_addr(admin), AdminHandler)
+        threading.Thread(target=adm.serve_forever, daemon=True).start()
+    svc_grpc.serve(NAME, listen, CALLS, FORWARDED if FORWARD else (), request_work, host_of,
+                   lambda port: print("svc-python %s listening on %s (admin %s), protocol grpc, calls %s, "
+                                      "work \"%s\", forward-headers %s, pid %d"
+                                      % (NAME, "%s:%d" % (split_addr(listen)[0], port), admin, CALLS,
+                                         os.environ.get("WORK", ""), FORWARD, os.getpid()),
+                                      file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":

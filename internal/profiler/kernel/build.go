@@ -18,7 +18,18 @@ const (
 // passes the raw __state and the preempt flag; the formatted tracepoint's
 // prev_state is derived from them (reportedState).
 func runnable(ev *Event) bool {
-	return ev.Flags&FlagPreempt != 0 || ev.Arg&(taskReport|taskDead|taskRTLock) == 0
+	return ev.Flags&FlagPreempt != 0 || prevState(ev)&(taskReport|taskDead|taskRTLock) == 0
+}
+
+// prevState is the raw prev __state of a switch record.
+func prevState(ev *Event) uint64 { return ev.Arg & 0xffffffff }
+
+// stolenTime is the CPU's stolen-time counter a switch record carries (its
+// low 32 bits, in ns), and whether it carries one. The difference of two
+// readings on one CPU, modulo 2³², is the time stolen between them: exact
+// unless more than 4.29 s were stolen in between.
+func stolenTime(ev *Event) (uint32, bool) {
+	return uint32(ev.Arg >> 32), ev.Flags&FlagStolen != 0
 }
 
 // reportedState is the prev_state the sched_switch tracepoint would print
@@ -28,13 +39,13 @@ func reportedState(ev *Event) int64 {
 	if ev.Flags&FlagPreempt != 0 {
 		return taskReportMx
 	}
-	if ev.Arg == taskIdle {
+	if prevState(ev) == taskIdle {
 		return 0x80 // TASK_REPORT_IDLE
 	}
-	if ev.Arg&taskDead != 0 {
+	if prevState(ev)&taskDead != 0 {
 		return 0x10 // EXIT_DEAD ("X")
 	}
-	s := ev.Arg & taskReport
+	s := prevState(ev) & taskReport
 	if s == 0 {
 		return 0
 	}
@@ -74,11 +85,13 @@ const (
 	rMemory
 	rKernel
 	rUnknown
+	rSteal
 )
 
 var reasonNames = [...]string{rNone: "", rPreempted: ReasonPreempted, rWakeup: ReasonWakeup, rNew: ReasonNew,
 	rThrottled: ReasonThrottled, rLock: ReasonLock, rNetwork: ReasonNetwork, rDisk: ReasonDisk, rTimer: ReasonTimer,
-	rSyscall: ReasonSyscall, rPageFault: ReasonPageFault, rMemory: ReasonMemory, rKernel: ReasonKernel, rUnknown: ReasonUnknown}
+	rSyscall: ReasonSyscall, rPageFault: ReasonPageFault, rMemory: ReasonMemory, rKernel: ReasonKernel, rUnknown: ReasonUnknown,
+	rSteal: ReasonSteal}
 
 // noSyscall is ival.sys outside a syscall.
 const noSyscall = -1
@@ -122,8 +135,12 @@ type thread struct {
 	cpu     int16
 	state   uint8
 	reason  uint8
-	proc    bool // one of the snapshot's processes (a target thread)
-	kernel  bool
+	// stolen is the CPU's stolen-time counter when the thread's current run
+	// began (hasStolen: the switch-in record carried one).
+	stolen    uint32
+	hasStolen bool
+	proc      bool // one of the snapshot's processes (a target thread)
+	kernel    bool
 	// unfollowed: an EvUnfollow said the recorder stopped following it;
 	// records naming it are ignored until a wakeup follows it again.
 	unfollowed bool
@@ -207,6 +224,22 @@ func (b *builder) close(t *thread, ts int64, wake int32) {
 		state: t.state, reason: t.reason})
 }
 
+// closeRun ends t's run at switch record ev. The time stolen from the run
+// (the CPU's stolen-time counter at ev minus at the switch-in, on the same
+// CPU) ends it as a RUNQUEUE "steal" interval: the run's RUNNING time is then
+// the CPU time the thread got, as the kernel's own accounting (schedstat,
+// cpu.stat, the CFS quota) counts it.
+func (b *builder) closeRun(t *thread, ev *Event) {
+	now, ok := stolenTime(ev)
+	if ok && t.hasStolen && int(ev.CPU) == int(t.cpu) {
+		if d := int64(now - t.stolen); d > 0 && d < ev.TS-t.since {
+			b.close(t, ev.TS-d, -1)
+			t.set(stRunqueue, rSteal, ev.TS-d, -1)
+		}
+	}
+	b.close(t, ev.TS, -1)
+}
+
 func (t *thread) set(state, reason uint8, ts int64, wake int32) {
 	t.state, t.reason, t.sys, t.dev, t.since, t.wake = state, reason, noSyscall, 0, ts, wake
 }
@@ -219,7 +252,7 @@ func (b *builder) event(ev *Event) {
 				p.kernel = true
 			}
 			if p.state == stRunning {
-				b.close(p, ev.TS, -1)
+				b.closeRun(p, ev)
 			}
 			switch {
 			case p.state == stDead:
@@ -229,7 +262,7 @@ func (b *builder) event(ev *Event) {
 					r = rThrottled
 				}
 				p.set(stRunqueue, r, ev.TS, -1)
-			case ev.Arg&taskDead != 0:
+			case prevState(ev)&taskDead != 0:
 				p.set(stDead, rNone, ev.TS, -1)
 			default:
 				r, sys := blockReason(ev)
@@ -246,6 +279,7 @@ func (b *builder) event(ev *Event) {
 			}
 			n.set(stRunning, rNone, ev.TS, -1)
 			n.cpu = int16(ev.CPU)
+			n.stolen, n.hasStolen = stolenTime(ev)
 		}
 	case EvWaking:
 		if ev.TID == 0 {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -479,4 +480,70 @@ func rawEvents(events []Event, s *Snapshot, start, end int64) []Event {
 		}
 	}
 	return raw
+}
+
+// TestBuildStolenTime: the CPU's stolen-time counter at a run's switch-in
+// and switch-out (FlagStolen, Arg's high 32 bits) ends the run with a
+// RUNQUEUE "steal" interval of their difference, so that RUNNING is the CPU
+// time the thread got. A run whose ends are on different CPUs (a lost
+// record) or lack the counter keeps its wall time, and the counter wraps.
+func TestBuildStolenTime(t *testing.T) {
+	stolen := func(ev Event, counter uint32) Event {
+		ev.Flags |= FlagStolen
+		ev.Arg |= uint64(counter) << 32
+		return ev
+	}
+	const sleeping = 1 // TASK_INTERRUPTIBLE
+	events := []Event{
+		stolen(swIn(0, 0, 101), 1000),
+		stolen(preempt(10, 0, 101, 200), 1004), // 4 of 10 stolen
+		stolen(swIn(12, 1, 101), 1<<32-3),
+		stolen(swOut(20, 1, 101, sleeping, 202, 0, 0), 2), // wraps: 5 stolen
+		waking(22, 101, 0, CtxHrtimer, 0),
+		swIn(24, 0, 101),                       // no counter
+		stolen(preempt(30, 0, 101, 200), 9000), // the run keeps its 6
+		stolen(swIn(31, 0, 101), 50),
+		stolen(preempt(35, 1, 101, 200), 60), // another CPU: a record was lost
+	}
+	s := build(events, buildInput{pid: 100, start: 0, end: 40, comm: func(uint32) string { return "worker" }})
+	want := []string{
+		"101 running 0-6 cpu0",
+		"101 runqueue/steal 6-10",
+		"101 runqueue/preempted 10-12",
+		"101 running 12-15 cpu1",
+		"101 runqueue/steal 15-20",
+		"101 blocked/lock(futex) 20-22 <timer:0:hrtimer",
+		"101 runqueue/wakeup 22-24 <timer:0:hrtimer",
+		"101 running 24-30 cpu0",
+		"101 runqueue/preempted 30-31",
+		"101 running 31-35 cpu0",
+		"101 runqueue/preempted 35-40",
+	}
+	if got := render(s); !slices.Equal(got, want) {
+		t.Errorf("intervals:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestLossLog: a snapshot's losses are the count since the last sample at
+// or before its window's start; samples older than the ring keeps are
+// forgotten but for the newest of them.
+func TestLossLog(t *testing.T) {
+	var l lossLog
+	if got := l.before(5); got != 0 {
+		t.Errorf("no samples: %d, want 0", got)
+	}
+	for i, n := range []uint64{0, 0, 7, 7, 30} {
+		l.add(int64(10*(i+1)), n, 25) // samples at 10…50, keep from 25
+	}
+	for _, c := range []struct {
+		mono int64
+		want uint64
+	}{{5, 0}, {20, 0}, {29, 0}, {30, 7}, {49, 7}, {50, 30}, {99, 30}} {
+		if got := l.before(c.mono); got != c.want {
+			t.Errorf("before(%d) = %d, want %d", c.mono, got, c.want)
+		}
+	}
+	if len(l.samples) != 4 || l.samples[0].mono != 20 {
+		t.Errorf("samples kept %+v, want from 20 (the newest before 25) on", l.samples)
+	}
 }

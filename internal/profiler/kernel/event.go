@@ -54,6 +54,11 @@ const (
 	// the other side).
 	FlagPrevUntracked = 64
 	FlagNextUntracked = 128
+	// FlagStolen: Arg's high 32 bits are the low 32 bits of the CPU's
+	// stolen time so far (its run-queue clock minus the tasks' clock: steal
+	// time under a hypervisor, interrupt time where the kernel accounts it);
+	// the low 32 bits are prev's raw state. See stolenTime.
+	FlagStolen = 0x100
 	// FlagFollowed (any type): the record concerns followed wakers only.
 	FlagFollowed = 0x8000
 )

@@ -151,6 +151,11 @@ type Recorder struct {
 	done    chan struct{}
 	wg      sync.WaitGroup
 
+	// losses samples the source's cumulative Lost count every second, so
+	// that a snapshot reports the records dropped around its window, not
+	// since the recorder started.
+	losses lossLog
+
 	readerTID atomic.Int32
 	dumps     atomic.Uint64
 	dumpErrs  atomic.Uint64
@@ -215,7 +220,9 @@ func (r *Recorder) maintain() {
 			return
 		case <-t.C:
 		}
-		r.ring.expire(kclock.Monotonic.Now() - r.cfg.Retention.Nanoseconds())
+		now := kclock.Monotonic.Now()
+		r.losses.add(now, r.src.Lost(), now-r.cfg.Retention.Nanoseconds()-r.cfg.Preroll.Nanoseconds())
+		r.ring.expire(now - r.cfg.Retention.Nanoseconds())
 		r.mu.Lock()
 		for pid, st := range r.targets {
 			if st != 0 && !procfs.Alive(pid, st) {
@@ -448,7 +455,8 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	if needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
-	snap.Lost = r.src.Lost()
+	total := r.src.Lost()
+	snap.Lost = total - r.losses.before(mStart-r.cfg.Preroll.Nanoseconds())
 	var js, ctf bytes.Buffer
 	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
@@ -457,11 +465,12 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
-		"events":    strconv.Itoa(nEvents),
-		"threads":   strconv.Itoa(len(snap.Threads)),
-		"intervals": strconv.Itoa(ivs.Len()),
-		"wakeups":   strconv.Itoa(len(snap.Wakeups)),
-		"lost":      strconv.FormatUint(snap.Lost, 10),
+		"events":     strconv.Itoa(nEvents),
+		"threads":    strconv.Itoa(len(snap.Threads)),
+		"intervals":  strconv.Itoa(ivs.Len()),
+		"wakeups":    strconv.Itoa(len(snap.Wakeups)),
+		"lost":       strconv.FormatUint(snap.Lost, 10),
+		"lost_total": strconv.FormatUint(total, 10),
 		// The format, for tools that read the artifact's metadata
 		// before its bytes (the media type says it too).
 		"format": fmt.Sprintf("rootline-kernel-snapshot-%d", SnapshotVersion),
@@ -568,4 +577,46 @@ func (r *Recorder) Close() error {
 	err := r.src.Close()
 	r.wg.Wait()
 	return err
+}
+
+// lossLog is the source's cumulative count of dropped records, sampled
+// every second (by maintain), for as long as the ring keeps events. Safe for
+// concurrent use.
+type lossLog struct {
+	mu      sync.Mutex
+	samples []lossSample // in time order
+}
+
+type lossSample struct {
+	mono int64 // CLOCK_MONOTONIC ns
+	lost uint64
+}
+
+// add records the count at mono and forgets samples older than keep, except
+// the newest of them (the baseline of a window that starts after it).
+func (l *lossLog) add(mono int64, lost uint64, keep int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := 0
+	for i+1 < len(l.samples) && l.samples[i+1].mono < keep {
+		i++
+	}
+	l.samples = append(l.samples[i:], lossSample{mono, lost})
+}
+
+// before is the count at the last sample at or before mono: what had been
+// dropped before a window starting at mono (up to a second before it, as
+// samples are a second apart). 0 when there is no sample that old (the
+// recorder started after mono).
+func (l *lossLog) before(mono int64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n uint64
+	for _, s := range l.samples {
+		if s.mono > mono {
+			break
+		}
+		n = s.lost
+	}
+	return n
 }

@@ -195,17 +195,22 @@ func TestAccuracyOnCPU(t *testing.T) {
 	w.run(t)
 	end := time.Now()
 	after := schedstat(t, w.pid())
-	// schedstat is the task clock, which leaves out the irq and steal time
-	// spent while the thread was on a CPU (a VM's host steals up to several
-	// percent here); RUNNING intervals are wall-clock. Allow that time above
-	// schedstat (it is 0 on a quiet machine), plus 2 % either way.
+	// schedstat is the task clock, which leaves out the steal time (and,
+	// with CONFIG_IRQ_TIME_ACCOUNTING, the irq time) spent while the thread
+	// was on a CPU; a VM's host steals up to several percent here. The
+	// recorder ends each run with that time as RUNQUEUE "steal", so RUNNING
+	// is the task clock's time, within 2 %, however much the host stole
+	// meanwhile (logged).
 	excl := int64(bpftest.ExcludedTime(t) - excl0)
 	snap, _ := dumpSnapshot(t, r, w.pid(), start, end)
 
-	running := map[uint32]int64{}
+	running, stolen := map[uint32]int64{}, map[uint32]int64{}
 	for _, iv := range snap.Intervals {
-		if iv.State == StateRunning {
+		switch {
+		case iv.State == StateRunning:
 			running[iv.TID] += iv.End - iv.Start
+		case iv.Reason == ReasonSteal:
+			stolen[iv.TID] += iv.End - iv.Start
 		}
 	}
 	checked := 0
@@ -219,11 +224,11 @@ func TestAccuracyOnCPU(t *testing.T) {
 		got := running[tid]
 		sumGot, sumWant = sumGot+got, sumWant+want
 		diff := float64(got-want) / float64(want)
-		t.Logf("tid %d: recorder %v, schedstat %v (%+.3f%%); host irq+softirq+steal meanwhile %v",
-			tid, time.Duration(got), time.Duration(want), 100*diff, time.Duration(excl))
-		if diff < -0.02 || float64(got-want) > 0.02*float64(want)+float64(excl) {
-			t.Errorf("tid %d: on-CPU %v, schedstat says %v: %+.2f%% off (beyond −2 %%/+2 %% + %v irq/steal)",
-				tid, time.Duration(got), time.Duration(want), 100*diff, time.Duration(excl))
+		t.Logf("tid %d: recorder %v, schedstat %v (%+.3f%%); host irq+softirq+steal meanwhile %v, stolen from its runs %v",
+			tid, time.Duration(got), time.Duration(want), 100*diff, time.Duration(excl), time.Duration(stolen[tid]))
+		if diff < -0.02 || diff > 0.02 {
+			t.Errorf("tid %d: on-CPU %v, schedstat says %v: %+.2f%% off (beyond ±2 %%; host irq+softirq+steal %v, stolen from the threads' runs %v)",
+				tid, time.Duration(got), time.Duration(want), 100*diff, time.Duration(excl), time.Duration(stolen[tid]))
 		}
 	}
 	// Switches are timed with the run queues' clocks, mapped through the
@@ -235,10 +240,9 @@ func TestAccuracyOnCPU(t *testing.T) {
 	if checked < 2 {
 		t.Errorf("only %d threads ran ≥ 50ms", checked)
 	}
-	// The host's irq and steal time is shared by all threads, not each's.
-	if float64(sumGot-sumWant) > 0.02*float64(sumWant)+float64(excl) {
-		t.Errorf("all threads: on-CPU %v, schedstat says %v: more than 2 %% + %v irq/steal above",
-			time.Duration(sumGot), time.Duration(sumWant), time.Duration(excl))
+	if float64(sumGot-sumWant) > 0.02*float64(sumWant) {
+		t.Errorf("all threads: on-CPU %v, schedstat says %v: more than 2 %% above",
+			time.Duration(sumGot), time.Duration(sumWant))
 	}
 }
 

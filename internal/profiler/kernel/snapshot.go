@@ -50,8 +50,11 @@ type Snapshot struct {
 	PID     uint32 `json:"pid"`
 	Start   int64  `json:"start_ns"`
 	End     int64  `json:"end_ns"`
-	// Lost is the number of kernel records dropped (ring buffer full) since
-	// the recorder started; a snapshot is exact only when it is 0.
+	// Lost is the number of kernel records dropped (ring buffer full)
+	// during the window and its preroll, counted from the recorder's
+	// per-second samples (so up to a second before them too); a snapshot is
+	// exact only when it is 0. The count since the recorder started is the
+	// artifact's "lost_total" attribute.
 	Lost uint64 `json:"lost"`
 	// Events is the number of raw kernel records the snapshot was built from.
 	Events    int        `json:"events"`

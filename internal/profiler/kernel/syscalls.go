@@ -9,6 +9,11 @@ const (
 	ReasonWakeup    = "wakeup"    // RUNQUEUE: woken or unthrottled, waiting for a CPU (contention)
 	ReasonNew       = "new"       // RUNQUEUE: a new thread's first wait
 	ReasonThrottled = "throttled" // RUNQUEUE: its cgroup's CFS quota ran out, until the unthrottle
+	// ReasonSteal: RUNQUEUE, the part of a run on a CPU the thread did not
+	// get: the hypervisor ran another virtual CPU (steal time), or, on
+	// kernels that account interrupt time, interrupts ran. The kernel tells
+	// how long, not when within the run: the interval is put at its end.
+	ReasonSteal     = "steal"
 	ReasonLock      = "lock"      // BLOCKED: futex (mutexes, condition variables), flock, semaphores
 	ReasonNetwork   = "network"   // BLOCKED: socket I/O, poll/select/epoll
 	ReasonDisk      = "disk"      // BLOCKED: file I/O, fsync, io_schedule (with Interval.Device)

@@ -88,6 +88,11 @@ func netEcho() {
 	}
 	served := make(chan int)
 	go func() {
+		// Serve on one thread, as a thread-per-request server does: the
+		// test checks the supervisor's per-thread state (the response is
+		// written by the thread that read the request), and an unlocked
+		// goroutine may resume on another thread after its read parks it.
+		runtime.LockOSThread()
 		c, err := ln.Accept()
 		if err != nil {
 			panic(err)
