@@ -473,12 +473,12 @@ int BPF_PROG(rd_seg, struct sock *sk, const struct sk_buff *skb)
 #endif
 	if (!sk->sk_user_data)
 		return 0;
+	__u32 se[2]; // struct tcp_skb_cb's seq and end_seq
+	if (bpf_core_read(se, sizeof(se), &skb->cb) < 0 || se[0] == se[1])
+		return 0; // a pure ACK (about half the segments of a request/response exchange): no lookup
 	__u64 key = (__u64)sk;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
 	if (!c || c->dir != DIR_IN || c->rd.state == H_OPAQUE || !live(c, key))
-		return 0;
-	__u32 se[2]; // struct tcp_skb_cb's seq and end_seq
-	if (bpf_core_read(se, sizeof(se), &skb->cb) < 0)
 		return 0;
 	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
 	arrival_note(&c->arr, se[0], se[1], rcv_nxt, bpf_ktime_get_ns());
