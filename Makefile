@@ -112,7 +112,7 @@ test-scaleout: build
 	set -a; . "$$dir/env"; set +a; export ROOTLINE_REQUIRE_SCALEOUT=1; \
 	$(GO) test -count=1 -timeout 30m $(SCALEOUT_PKGS); \
 	ROOTLINE_BIN=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -v -run '^TestScaleOut' ./test/ 2>&1 | \
-	  grep -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|panic)|scaleout_test.go'; \
+	  grep -E '^(=== RUN|--- |\s+--- |PASS|FAIL|ok|panic)|_test\.go:[0-9]+: '; \
 	echo "test-scaleout: engines started in $$((t1 - t0))s, tests took $$((SECONDS - t1))s"
 
 # The web UI in headless Chromium (web/e2e/ui.e2e.mjs, playwright-core with

@@ -43,15 +43,22 @@ for line in open(f"{tmp}/owners"):
     i, exe = line.split(maxsplit=1)
     owner[int(i)] = exe.strip()
 ns = collections.defaultdict(collections.Counter)
+cnt = collections.defaultdict(collections.Counter)
 for p in json.load(open(f"{tmp}/progs.json")):
     b = owner.get(p["id"])
     if b and p.get("name", "").startswith("rd_"):
         ns[b][p["name"]] += p.get("run_time_ns", 0)
+        cnt[b][p["name"]] += p.get("run_cnt", 0)
 req = rate * secs
 names = sorted({n for b in ns for n in ns[b]})
 print("µs per request".ljust(18) + "".join(os.path.basename(b).rjust(16) for b in builds))
 for n in names + ["all"]:
     row = [(sum(ns[b].values()) if n == "all" else ns[b][n]) / req / 1000 for b in builds]
     print(n.ljust(18) + "".join(f"{v:16.2f}" for v in row))
+# Per run of each program (a tracepoint program runs for every event of the
+# node, a run's or not: rd_seg for every TCP segment received).
+print("ns per run".ljust(18) + "".join(os.path.basename(b).rjust(16) for b in builds))
+for n in names:
+    print(n.ljust(18) + "".join((f"{ns[b][n] / cnt[b][n]:10.0f} ({cnt[b][n] / secs:5.0f}/s)" if cnt[b][n] else "-".rjust(16)) for b in builds))
 print("".join(l + "\n" for l in open(f"{tmp}/out").read().splitlines() if l.startswith("| ")), end="")
 PY

@@ -330,7 +330,24 @@ static __always_inline int head_begin(struct conn *c, struct half *h, __u64 sk, 
 	__builtin_memset(&h->hi, 0, sizeof(h->hi));
 	h->state = H_HEAD;
 	h->start = ts;
+	h->sock = 0;
 	return p;
+}
+
+// head_arrived dates a request head whose first byte (TCP sequence number
+// seq) the service read at ts: from when that byte arrived in the socket
+// (arrival.h), never later than the read. The difference is the time the
+// request waited in the socket's receive queue for the service to read it.
+__noinline int head_arrived(struct conn *c, __u32 seq, __u64 ts)
+{
+	if (!c)
+		return 0;
+	__u64 at = arrival_of(&c->arr, seq);
+	if (!at || at > ts)
+		at = ts;
+	c->rd.start = at;
+	c->rd.sock = ts - at;
+	return 0;
 }
 
 // One read being followed, in SCR-byte steps.
@@ -342,6 +359,7 @@ struct read_ctx {
 	__u64 ts;
 	__u32 n;
 	__u32 off;
+	__u32 seq; // TCP sequence number of ubuf[0] (inbound connections)
 };
 
 // read_step follows the next piece of a read: a body skipped without
@@ -384,6 +402,8 @@ static long read_step(__u32 i, struct read_ctx *x)
 			return 0;
 		}
 		p = b;
+		if (c->dir == DIR_IN)
+			head_arrived(c, x->seq + x->off + p, x->ts);
 	}
 	__u32 end = head_feed(c, 0, s, p, m);
 	PROF(5);
@@ -411,6 +431,7 @@ struct iov_ctx {
 	__u64 iovcnt;
 	__u64 left;
 	__u64 ts;
+	__u32 seq; // TCP sequence number of the next byte read
 };
 
 static long iov_cb(__u32 i, struct iov_ctx *x)
@@ -426,11 +447,41 @@ static long iov_cb(__u32 i, struct iov_ctx *x)
 		return 1;
 	}
 	__u64 k = v.len < x->left ? v.len : x->left;
-	struct read_ctx r = {.c = x->c, .s = x->s, .sk = x->sk, .ubuf = v.base, .ts = x->ts, .n = OPQ(k), .off = ZERO};
+	struct read_ctx r = {.c = x->c, .s = x->s, .sk = x->sk, .ubuf = v.base, .ts = x->ts, .n = OPQ(k), .off = ZERO,
+			     .seq = x->seq};
 	bpf_loop(MAX_STEPS, read_step, &r, 0);
 	if (r.off < r.n && x->c->rd.state != H_OPAQUE && x->c->rd.state != H_CLOSE)
 		make_opaque(x->c, x->sk, x->s);
 	x->left -= k;
+	x->seq += k;
+	return 0;
+}
+
+// A segment reached an established socket: tcp_probe fires at the start
+// of tcp_rcv_established, before the segment is queued, for every segment
+// of every TCP socket on the node (from the backlog, when the segment came
+// while a reader held the socket, the time is when the reader let go). On
+// an inbound connection followed, the new in-order bytes it carries are
+// recorded with the time (arrival.h), so that a request head read later
+// is dated from its arrival. The same one-load filter as rd_recv turns
+// away the sockets of no run.
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(rd_seg, struct sock *sk, const struct sk_buff *skb)
+{
+#ifdef RD_FLOOR
+	return 0;
+#endif
+	if (!sk->sk_user_data)
+		return 0;
+	__u32 se[2]; // struct tcp_skb_cb's seq and end_seq
+	if (bpf_core_read(se, sizeof(se), &skb->cb) < 0 || se[0] == se[1])
+		return 0; // a pure ACK (about half the segments of a request/response exchange): no lookup
+	__u64 key = (__u64)sk;
+	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
+	if (!c || c->dir != DIR_IN || c->rd.state == H_OPAQUE || !live(c, key))
+		return 0;
+	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
+	arrival_note(&c->arr, se[0], se[1], rcv_nxt, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -503,8 +554,13 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 		make_opaque(c, sk, s);
 		return 0;
 	}
+	// The read took the bytes before copied_seq: the first one's sequence
+	// number dates the request heads it holds (head_arrived).
+	__u32 seq = 0;
+	if (c->dir == DIR_IN)
+		seq = BPF_CORE_READ((struct tcp_sock *)sock, copied_seq) - (__u32)ret;
 	struct iov_ctx x = {.c = c, .s = s, .sk = sk, .buf = buf, .iovcnt = OPQ(iovcnt), .left = OPQ(ret),
-			    .ts = bpf_ktime_get_ns()};
+			    .ts = bpf_ktime_get_ns(), .seq = seq};
 	PROF(1);
 	bpf_loop(4, iov_cb, &x, 0);
 	PROF(7);

@@ -62,10 +62,11 @@ struct rd_event {
 	__u64 span;    // REQ*: the SERVER span; CALL*: the CLIENT span
 	__u64 parent;  // REQ*: the caller's span (0: root); CALL*: the SERVER span it is part of (0: unbound)
 	__u64 start;   // *_END: the span's start
-	__u64 local_ns;  // REQ_END: run-queue wait of the request's threads
+	__u64 local_ns;  // REQ_END: run-queue wait of the request's threads and its socket wait (sock_ns)
 	__u64 net_ns;    // REQ_END: largest network wait of its calls; CALL_END: this call's
 	__u64 remote_ns; // REQ_END: largest wait its downstreams reported; CALL_END: this call's downstream's
 	__u64 server_ns; // CALL_END: the downstream's rootline-server-time
+	__u64 sock_ns;   // REQ, REQ_END: how long the request's first byte waited in the socket before the service read it (start is its arrival; in local_ns too)
 	__u32 status;    // *_END: HTTP status (0: none); SKIP: the reason
 	__u32 ntids;
 	__u32 tids[RD_MAX_TIDS]; // REQ_END: threads that worked on the request

@@ -40,6 +40,14 @@ struct sock {
 
 struct tcp_sock {
 	__u32 write_seq;
+	__u32 rcv_nxt;    // the next byte expected
+	__u32 copied_seq; // the next byte the application reads
+} __attribute__((preserve_access_index));
+
+// A received segment: its struct tcp_skb_cb (seq, end_seq) is at the start
+// of cb while TCP processes it.
+struct sk_buff {
+	char cb[48];
 } __attribute__((preserve_access_index));
 
 struct iovec_u {

@@ -207,6 +207,7 @@ __noinline int end_span(struct conn *c, __u64 sk, __u64 span, __u32 flags, struc
 		ev->parent = r->parent;
 		ev->start = r->start;
 		ev->local_ns = r->local_ns;
+		ev->sock_ns = r->sock_ns;
 		ev->net_ns = r->max_net;
 		ev->remote_ns = r->max_remote;
 		ev->status = span == c->req ? c->rsp_status : 0;
@@ -344,6 +345,11 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	r->sk = sk;
 	r->tgid = id >> 32;
 	r->start = c->rd.start;
+	// The time the head waited in the socket for the service to read it
+	// is the service's own wait (Mirage's local wait), not its caller's
+	// network: it starts the request's local wait.
+	r->sock_ns = c->rd.sock;
+	r->local_ns = c->rd.sock;
 	r->seg_tid = (__u32)id;
 	r->seg_rd = run_delay();
 	r->tids[0] = (__u32)id;
@@ -380,6 +386,7 @@ __noinline int request_read(struct conn *c, __u64 sk, struct scratch *s, __u32 h
 	ev->span = span;
 	ev->parent = r->parent;
 	ev->start = r->start;
+	ev->sock_ns = r->sock_ns;
 	copy_head(ev, &c->qhead, kept);
 	PROF(24);
 	emit(ev, c);

@@ -6,6 +6,7 @@
 
 #include <linux/types.h>
 #include "run_datapath.h"
+#include "run/arrival.h"
 
 // Half states: what the next byte of one direction is.
 #define H_IDLE 0    // the start of a message (a head)
@@ -114,7 +115,8 @@ struct half {
 	__u32 lines;   // head lines completed
 	__u32 finals;  // heads completed on this side (final ones for responses)
 	__u64 body;    // body bytes left (H_BODY)
-	__u64 start;   // when the current head began (ns)
+	__u64 start;   // when the current head began (ns): a request head's first byte's arrival in the socket
+	__u64 sock;    // a request head: how long its first byte waited in the socket before the read (ns)
 	// chunked body parser
 	__u32 cstate;  // CS_*
 	__u32 cdigits; // hex digits of the size line so far
@@ -175,6 +177,7 @@ struct conn {
 	__u32 _pad2;
 	struct callrec cq[RQ];
 	struct callrec call;
+	struct arrivals arr;   // inbound: when the last segments arrived (tcp_probe)
 	struct head_buf qhead; // a request head (inbound: read; outbound: written)
 	struct head_buf shead; // a response head (inbound: written; outbound: read)
 };
@@ -189,6 +192,7 @@ struct req {
 	__u64 local_ns;
 	__u64 max_net;
 	__u64 max_remote;
+	__u64 sock_ns;  // its head's wait in the socket's receive queue (in local_ns too)
 	__u64 seg_rd;   // run_delay of seg_tid at the request's last event on it
 	__u64 g;        // Go: the goroutine bound
 	__u32 seg_tid;

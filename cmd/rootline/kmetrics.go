@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/rootline/rootline/internal/agent"
@@ -20,6 +21,7 @@ type kmetricsFlags struct {
 	rate     uint
 	interval time.Duration
 	otlpURL  string
+	only     string
 }
 
 func addKmetricsFlags(fs *flag.FlagSet, k *kmetricsFlags) {
@@ -29,6 +31,7 @@ func addKmetricsFlags(fs *flag.FlagSet, k *kmetricsFlags) {
 	fs.StringVar(&k.metrics, "kmetrics.enable", "", "kernel metrics enabled for every container from the start (comma-separated names, or all); others are enabled through PUT /api/v1/kmetrics/config")
 	fs.UintVar(&k.rate, "kmetrics.sample", k.rate, "default sampling rate of the metrics in --kmetrics.enable: record 1 event in N")
 	fs.DurationVar(&k.interval, "kmetrics.push-interval", k.interval, "how often the kernel metrics are pushed to the server as OTLP (0: never)")
+	fs.StringVar(&k.only, "kmetrics.cgroups", "", "report only the containers whose cgroup path is one of these or below one (comma-separated, e.g. /kubepods.slice): the node's other workloads can have services of the same names (default: every container)")
 	fs.StringVar(&k.otlpURL, "kmetrics.otlp-url", "", "OTLP/HTTP metrics endpoint (default: the --server host, port 4318, /v1/metrics)")
 }
 
@@ -40,6 +43,15 @@ func startKmetrics(a *agent.Agent, k kmetricsFlags, cfg agent.Config, logger *sl
 	metrics, err := kmetrics.ParseMetrics(k.metrics)
 	if err != nil {
 		return err
+	}
+	var only []string
+	for p := range strings.SplitSeq(k.only, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			if !strings.HasPrefix(p, "/") {
+				return fmt.Errorf("--kmetrics.cgroups: %q is not a cgroup path (it starts with /)", p)
+			}
+			only = append(only, p)
+		}
 	}
 	var dflt kmetrics.Entry
 	for _, m := range metrics {
@@ -57,7 +69,7 @@ func startKmetrics(a *agent.Agent, k kmetricsFlags, cfg agent.Config, logger *sl
 		}
 		return out
 	}
-	m, err := kmetrics.New(kern, kmetrics.Options{Targets: targets, Default: dflt, Logger: logger})
+	m, err := kmetrics.New(kern, kmetrics.Options{Targets: targets, Default: dflt, Logger: logger, Only: only})
 	if err != nil {
 		kern.Close()
 		return err

@@ -289,7 +289,10 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	case !root:
 		sum.Notes = append(sum.Notes, "not root: the agent records no kernel metrics")
 	default:
+		// Only this mesh's pods: another mesh on the node has services of
+		// the same names.
 		kmArgs = []string{"--kmetrics", "--kmetrics.enable", "all", "--kmetrics.push-interval", "1s",
+			"--kmetrics.cgroups", mesh.CgroupPath(o.Prefix),
 			"--kmetrics.otlp-url", "http://" + addrs.OTLPHTTP + "/v1/metrics"}
 	}
 	agent, err := startAgentProc(ctx, self, api, dir, tokenFile, kmArgs...)

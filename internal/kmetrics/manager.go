@@ -32,6 +32,22 @@ type Options struct {
 	Default Entry
 	// Logger; nil discards.
 	Logger *slog.Logger
+	// Only, when set, limits what Read returns to the containers whose
+	// cgroup path is one of these or below one ("/kubepods", or a demo
+	// mesh's "/rootline-demo"): a node runs other workloads whose
+	// services can carry the same names. Unnamed cgroups are left out then.
+	Only []string
+}
+
+// under says whether the cgroup path name is one of prefixes or below one.
+func under(name string, prefixes []string) bool {
+	for _, p := range prefixes {
+		p = "/" + strings.Trim(p, "/")
+		if p == "/" || name == p || strings.HasPrefix(name, p+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Manager owns the BPF config: it turns API requests into config map
@@ -42,6 +58,7 @@ type Manager struct {
 	cg      Cgroups
 	targets func() []Target
 	logger  *slog.Logger
+	only    []string // Options.Only
 
 	mu       sync.Mutex
 	dflt     Entry
@@ -65,7 +82,7 @@ func New(k Kernel, opts Options) (*Manager, error) {
 	}
 	m := &Manager{k: k, cg: opts.Cgroups, targets: opts.Targets, logger: opts.Logger.With("component", "kmetrics"),
 		dflt: opts.Default, entries: map[uint64]Entry{}, names: map[uint64]Container{},
-		unknown: map[uint64]bool{}, envSvc: map[uint64]envInfo{}}
+		unknown: map[uint64]bool{}, envSvc: map[uint64]envInfo{}, only: opts.Only}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.applyLocked(); err != nil {
@@ -534,6 +551,9 @@ func (m *Manager) Read() ([]Series, error) {
 			continue // drops are exported per reason below
 		}
 		name, service, env := label(s.Key)
+		if m.only != nil && !under(name, m.only) {
+			continue
+		}
 		se := Series{Metric: s.Metric, Container: name, CgroupID: s.Key &^ V1Bit, Service: service,
 			ContainerName: env.container, K8s: env.k8s, Count: s.Count, Sum: s.Sum}
 		if s.Metric.Kind() == Histogram {
@@ -543,6 +563,9 @@ func (m *Manager) Read() ([]Series, error) {
 	}
 	for _, d := range snap.Drops {
 		name, service, env := label(d.Key)
+		if m.only != nil && !under(name, m.only) {
+			continue
+		}
 		out = append(out, Series{Metric: Drops, Container: name, CgroupID: d.Key &^ V1Bit, Service: service,
 			ContainerName: env.container, K8s: env.k8s, Reason: m.reasonLocked(d.Reason), Count: d.Count, Sum: d.Count})
 	}

@@ -515,3 +515,42 @@ func TestEnvReadAgain(t *testing.T) {
 		t.Errorf("after envRetry: %+v", e)
 	}
 }
+
+// TestOnlyUnderCgroups: with Options.Only, Read reports the containers at or
+// below those cgroup paths (not a sibling that shares the prefix's name),
+// and no unnamed cgroup.
+func TestOnlyUnderCgroups(t *testing.T) {
+	cg, keys := fakeCgroups(t)
+	k := newFake()
+	m, err := New(k, Options{Cgroups: cg, Only: []string{"/app/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sibling := filepath.Join(cg.V2Root, "application")
+	if err := os.MkdirAll(sibling, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sk, err := inode(sibling)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.snap = Snapshot{
+		Samples: []Sample{{Key: keys["unified/app"], Metric: RunqLatency, Count: 1, Sum: 1},
+			{Key: keys["unified/db"], Metric: RunqLatency, Count: 2, Sum: 2},
+			{Key: sk, Metric: RunqLatency, Count: 3, Sum: 3},
+			{Key: 0, Metric: RunqLatency, Count: 4, Sum: 4}},
+		Drops: []DropSample{{Key: keys["unified/app"], Reason: 2, Count: 5}, {Key: keys["unified/db"], Reason: 2, Count: 6}},
+	}
+	series, err := m.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range series {
+		got = append(got, fmt.Sprintf("%s %s %d", s.Metric, s.Container, s.Count))
+	}
+	want := []string{"runq /app 1", "drops /app 5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("series %q, want %q", got, want)
+	}
+}

@@ -28,6 +28,16 @@ import (
 
 const cgroupRoot = "/sys/fs/cgroup"
 
+// CgroupPath is the cgroup path (as the agent names containers: from the
+// hierarchy's root) under which the mesh of Options.Prefix prefix puts its
+// pods.
+func CgroupPath(prefix string) string {
+	if prefix == "" {
+		prefix = "rl"
+	}
+	return "/" + cgroupName(prefix)
+}
+
 // cgroupName is the parent cgroup of a mesh's services.
 func cgroupName(prefix string) string {
 	if prefix == "rl" {

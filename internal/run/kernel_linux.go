@@ -76,7 +76,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 			}
 			kev = KernelEvent{Type: ev.Type, Flags: ev.Flags, Tgid: ev.Tgid, Tid: ev.Tid, Mono: ev.Mono,
 				Conn: ev.Conn, TraceID: ev.TraceID, SpanID: ev.SpanID, ParentID: ev.ParentID, StartMono: ev.StartMono,
-				Local: ev.Local, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
+				Local: ev.Local, Sock: ev.SockWait, Net: ev.Net, Remote: ev.Remote, Server: ev.ServerTime, Status: ev.Status,
 				Tids: ev.Tids, Peer: ev.Peer, Head: ev.Head}
 			spans.Event(&kev)
 		}, flush)

@@ -24,7 +24,8 @@ type KernelEvent struct {
 	SpanID    uint64
 	ParentID  uint64
 	StartMono int64
-	Local     time.Duration
+	Local     time.Duration // the request's local wait, its socket wait included
+	Sock      time.Duration // its first byte's wait in the socket before the service read it
 	Net       time.Duration
 	Remote    time.Duration
 	Server    time.Duration
@@ -152,7 +153,7 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 	case KevRequest:
 		r := &request{
 			span: spanID(ev.SpanID), start: k.wall(ev.StartMono), pid: ev.Tgid,
-			threads: []threadDelay{{tid: ev.Tid}},
+			threads: []threadDelay{{tid: ev.Tid}}, sock: ev.Sock,
 		}
 		r.ctx.TraceID = ev.TraceID
 		r.ctx.SpanID = spanID(ev.ParentID)
@@ -178,7 +179,7 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 		}
 		r.end = k.wall(ev.Mono)
 		r.status = ev.Status
-		r.local, r.maxNet, r.maxRemote = ev.Local, ev.Net, ev.Remote
+		r.local, r.maxNet, r.maxRemote, r.sock = ev.Local, ev.Net, ev.Remote, ev.Sock
 		if len(ev.Tids) > 0 {
 			r.threads = r.threads[:0]
 			for _, t := range ev.Tids {

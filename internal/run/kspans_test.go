@@ -58,7 +58,8 @@ func TestKernelSpans(t *testing.T) {
 		Server: 700 * time.Microsecond, Remote: 50 * time.Microsecond})
 	k.Event(&KernelEvent{Type: KevRequestEnd, Flags: KflagSampled, Tgid: 40, Tid: 41, Mono: 1_500_000,
 		StartMono: 100_000, TraceID: trace, SpanID: server, ParentID: caller, Status: 200,
-		Local: 30 * time.Microsecond, Net: 300 * time.Microsecond, Remote: 50 * time.Microsecond, Tids: []int{41, 42}})
+		Local: 30 * time.Microsecond, Sock: 20 * time.Microsecond, Net: 300 * time.Microsecond, Remote: 50 * time.Microsecond,
+		Tids: []int{41, 42}})
 	if len(sink.spans) != 2 || k.Pending() != 0 {
 		t.Fatalf("%d spans, %d pending; want 2 and 0", len(sink.spans), k.Pending())
 	}
@@ -76,6 +77,7 @@ func TestKernelSpans(t *testing.T) {
 		"network.peer.address": "10.0.0.7:4242", "http.response.status_code": int64(200),
 		model.AttrWaitLocalMs: 0.03, model.AttrWaitNetMs: 0.3, model.AttrWaitRemoteMs: 0.05,
 		model.AttrThreadIDs: "41,42", model.AttrThreadID: int64(41), "http.request.header.x-request-id": "rid-1",
+		AttrWaitSocketMs: 0.02,
 	} {
 		if got, ok := attr(ss, key); !ok || got != want {
 			t.Errorf("server span %s = %v (%T), want %v", key, got, got, want)

@@ -45,7 +45,17 @@ type request struct {
 	reset      bool
 
 	maxNet, maxRemote, local time.Duration
+	// sock: how long the request waited in the socket's receive queue
+	// before the service read it (the span starts at its arrival; the
+	// in-kernel datapath only). It is part of local.
+	sock time.Duration
 }
+
+// AttrWaitSocketMs is the SERVER span attribute that says how long the
+// request's first byte waited in the service's socket before the service
+// read it, in ms (part of rootline.wait.local_ms; the span starts at the
+// byte's arrival, so start + this is when the service read it).
+const AttrWaitSocketMs = "rootline.wait.socket_ms"
 
 // threadDelay remembers a thread's run-queue delay counter when it first
 // worked on the request, and when it first and last did (zero when not
@@ -200,6 +210,9 @@ func (rs *resource) serverSpan(r *request) *model.Span {
 	}
 	if r.status != 0 {
 		s.Attributes = append(s.Attributes, model.Int("http.response.status_code", int64(r.status)))
+	}
+	if r.sock > 0 {
+		s.Attributes = append(s.Attributes, model.Float(AttrWaitSocketMs, ms(r.sock)))
 	}
 	if len(r.threads) > 0 {
 		s.Attributes = append(s.Attributes, model.Int(model.AttrThreadID, int64(r.threads[0].tid)))

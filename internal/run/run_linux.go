@@ -151,6 +151,12 @@ func Run(o Options) int {
 		log.Warn("in-kernel datapath unavailable; tracing with the ptrace supervisor (slower)", "err", err)
 	}
 
+	// The supervisor sees a request when the service reads it: the time
+	// the request waited in the socket before that read is not in its
+	// server time (docs/run.md, "The socket wait"), and a caller counts
+	// it as network. Only the in-kernel datapath dates a request from
+	// its arrival.
+	log.Info("ptrace supervisor: a request's server time starts when the service reads it, not when it arrived in the socket (its caller counts the socket wait as network)")
 	scfg := supervisor.Config{Logger: base, Env: env}
 	var reads ReadSource
 	if o.Reads != "ptrace" {

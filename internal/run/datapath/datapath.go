@@ -70,18 +70,21 @@ type Event struct {
 	Mono        int64 // CLOCK_MONOTONIC ns
 	Conn        uint64
 	TraceID     [16]byte
-	SpanID      uint64 // Request*: the SERVER span; Call*: the CLIENT span
-	ParentID    uint64 // Request*: the caller's span; Call*: the SERVER span (0: none)
-	StartMono   int64  // *End: the span's start
-	Local       time.Duration
-	Net         time.Duration
-	Remote      time.Duration
-	ServerTime  time.Duration // CallEnd: the downstream's rootline-server-time
-	Status      int
-	Tids        []int
-	Peer        netip.AddrPort
-	LocalPort   int
-	Head        []byte // Request/Call: the head as read or written, before insertion; Exec: the file name
+	SpanID      uint64        // Request*: the SERVER span; Call*: the CLIENT span
+	ParentID    uint64        // Request*: the caller's span; Call*: the SERVER span (0: none)
+	StartMono   int64         // Request, *End: the span's start (a request: its first byte's arrival in the socket)
+	Local       time.Duration // RequestEnd: run-queue wait of its threads and SockWait
+	// Request, RequestEnd: how long the request's first byte waited in the
+	// socket's receive queue before the service read it.
+	SockWait   time.Duration
+	Net        time.Duration
+	Remote     time.Duration
+	ServerTime time.Duration // CallEnd: the downstream's rootline-server-time
+	Status     int
+	Tids       []int
+	Peer       netip.AddrPort
+	LocalPort  int
+	Head       []byte // Request/Call: the head as read or written, before insertion; Exec: the file name
 }
 
 // Stats are the programs' counters.

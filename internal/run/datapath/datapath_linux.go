@@ -577,7 +577,7 @@ func decode(b []byte, ev *Event, tids []int, fixed *runDatapathRdEvent) bool {
 	*ev = Event{
 		Type: r.Type, Flags: r.Flags, Tgid: int(r.Tgid), Tid: int(r.Tid), Mono: int64(r.Ts), Conn: r.Sk,
 		TraceID: r.Trace, SpanID: r.Span, ParentID: r.Parent, StartMono: int64(r.Start),
-		Local: time.Duration(r.LocalNs), Net: time.Duration(r.NetNs), Remote: time.Duration(r.RemoteNs),
+		Local: time.Duration(r.LocalNs), SockWait: time.Duration(r.SockNs), Net: time.Duration(r.NetNs), Remote: time.Duration(r.RemoteNs),
 		ServerTime: time.Duration(r.ServerNs), Status: int(r.Status), LocalPort: int(r.Lport),
 	}
 	for i := 0; i < int(min(r.Ntids, 8)); i++ {

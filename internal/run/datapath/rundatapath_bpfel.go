@@ -42,6 +42,7 @@ type runDatapathConn struct {
 		Finals  uint32
 		Body    uint64
 		Start   uint64
+		Sock    uint64
 		Cstate  uint32
 		Cdigits uint32
 		Csize   uint64
@@ -82,6 +83,7 @@ type runDatapathConn struct {
 		Finals  uint32
 		Body    uint64
 		Start   uint64
+		Sock    uint64
 		Cstate  uint32
 		Cdigits uint32
 		Csize   uint64
@@ -144,6 +146,17 @@ type runDatapathConn struct {
 		Pad    uint32
 		Trace  [16]uint8
 	}
+	Arr struct {
+		_ structs.HostLayout
+		A [8]struct {
+			_   structs.HostLayout
+			Seq uint32
+			End uint32
+			Ts  uint64
+		}
+		Next uint32
+		Pad  uint32
+	}
 	Qhead struct {
 		_ structs.HostLayout
 		B [8200]uint8
@@ -177,6 +190,7 @@ type runDatapathRdEvent struct {
 	NetNs    uint64
 	RemoteNs uint64
 	ServerNs uint64
+	SockNs   uint64
 	Status   uint32
 	Ntids    uint32
 	Tids     [8]uint32
@@ -197,6 +211,7 @@ type runDatapathReq struct {
 	LocalNs   uint64
 	MaxNet    uint64
 	MaxRemote uint64
+	SockNs    uint64
 	SegRd     uint64
 	G         uint64
 	SegTid    uint32
@@ -309,6 +324,7 @@ const (
 	runDatapathProgRdMsg         = "rd_msg"
 	runDatapathProgRdRecv        = "rd_recv"
 	runDatapathProgRdRunexit     = "rd_runexit"
+	runDatapathProgRdSeg         = "rd_seg"
 	runDatapathProgRdSockops     = "rd_sockops"
 	runDatapathVarRdEvent        = "_rd_event"
 	runDatapathVarRdCgroup       = "rd_cgroup"
@@ -369,6 +385,7 @@ type runDatapathProgramSpecs struct {
 	RdMsg         *ebpf.ProgramSpec `ebpf:"rd_msg"`
 	RdRecv        *ebpf.ProgramSpec `ebpf:"rd_recv"`
 	RdRunexit     *ebpf.ProgramSpec `ebpf:"rd_runexit"`
+	RdSeg         *ebpf.ProgramSpec `ebpf:"rd_seg"`
 	RdSockops     *ebpf.ProgramSpec `ebpf:"rd_sockops"`
 }
 
@@ -488,6 +505,7 @@ type runDatapathPrograms struct {
 	RdMsg         *ebpf.Program `ebpf:"rd_msg"`
 	RdRecv        *ebpf.Program `ebpf:"rd_recv"`
 	RdRunexit     *ebpf.Program `ebpf:"rd_runexit"`
+	RdSeg         *ebpf.Program `ebpf:"rd_seg"`
 	RdSockops     *ebpf.Program `ebpf:"rd_sockops"`
 }
 
@@ -501,6 +519,7 @@ func (p *runDatapathPrograms) Close() error {
 		p.RdMsg,
 		p.RdRecv,
 		p.RdRunexit,
+		p.RdSeg,
 		p.RdSockops,
 	)
 }

@@ -69,19 +69,21 @@ type sharedPrograms struct {
 	RdMsg     *ebpf.Program `ebpf:"rd_msg"`
 	RdRecv    *ebpf.Program `ebpf:"rd_recv"`
 	RdRunexit *ebpf.Program `ebpf:"rd_runexit"`
+	RdSeg     *ebpf.Program `ebpf:"rd_seg"`
 }
 
 // sharedProgNames name the shared programs' pins (prog_<name>).
-var sharedProgNames = []string{"rd_msg", "rd_recv", "rd_runexit"}
+var sharedProgNames = []string{"rd_msg", "rd_recv", "rd_runexit", "rd_seg"}
 
 // named returns the shared programs by the names of their pins.
 func (s *sharedPrograms) named() map[string]**ebpf.Program {
-	return map[string]**ebpf.Program{"rd_msg": &s.RdMsg, "rd_recv": &s.RdRecv, "rd_runexit": &s.RdRunexit}
+	return map[string]**ebpf.Program{"rd_msg": &s.RdMsg, "rd_recv": &s.RdRecv, "rd_runexit": &s.RdRunexit,
+		"rd_seg": &s.RdSeg}
 }
 
 // Close closes the programs (nil ones are skipped).
 func (s *sharedPrograms) Close() error {
-	return errors.Join(s.RdMsg.Close(), s.RdRecv.Close(), s.RdRunexit.Close())
+	return errors.Join(s.RdMsg.Close(), s.RdRecv.Close(), s.RdRunexit.Close(), s.RdSeg.Close())
 }
 
 // shared returns the specs of the maps every run of the node uses: all but
@@ -93,7 +95,7 @@ func (s *runDatapathSpecs) shared() []*ebpf.MapSpec {
 }
 
 // sharedLinked are the shared programs attached to tracepoints.
-var sharedLinked = []string{"rd_recv", "rd_runexit"}
+var sharedLinked = []string{"rd_recv", "rd_runexit", "rd_seg"}
 
 // numSlots is RD_SLOTS (bpf/run_datapath.h).
 const numSlots = 64
