@@ -172,7 +172,7 @@ struct conn {
 	// whose response is being read
 	__u32 cq_first;
 	__u32 cq_next;
-	__u32 _pad2;
+	__u32 noprop;    // the formats its run does not write (rd_noprop)
 	struct callrec cq[RQ];
 	struct callrec call;
 	struct head_buf qhead; // a request head (inbound: read; outbound: written)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
 	"github.com/rootline/rootline/internal/run/supervisor"
 )
@@ -54,6 +55,10 @@ type Options struct {
 	ReadsBuf int
 	// Metrics is the decentralised mode's listener (off when Listen is "").
 	Metrics MetricsOptions
+	// Omit are the propagation formats not written on the service's
+	// outbound requests, in either mode (0: every format is written).
+	// Extraction reads every format whatever it says.
+	Omit httpstream.Formats
 	// Argv is the command.
 	Argv []string
 	// Logger is the run's logger; Stderr gets the few lines meant for the
@@ -168,7 +173,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
