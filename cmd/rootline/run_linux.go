@@ -36,6 +36,7 @@ type runFlags struct {
 	policy    string
 	propagate string
 	omit      httpstream.Formats
+	sample    float64
 	argv      []string
 }
 
@@ -56,6 +57,9 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.propagate, "propagate", "w3c,b3,b3multi,request-id", "trace context formats written on outbound requests (comma-separated): w3c (traceparent, tracestate), b3 (the single header), b3multi (x-b3-*), request-id (x-request-id); none writes no context. "+
 		"Inbound requests are read in every format whatever this says, and headers the application wrote itself are never changed. "+
 		"Each line costs bytes on every hop (traceparent 70 B, b3 74 B, x-b3-* 133 B, x-request-id 52 B): keep only what the services, proxies and tracers between them read")
+	fs.Float64Var(&f.sample, "sample", 1, "node-side tail sampling of the spans shipped to -server: with a share in (0, 1), every span of a trace this process finds slower than its operation's baseline "+
+		"(the server's detector, run here on all its spans) is shipped, and of the other traces this share, chosen by trace id so that every process keeps the same ones "+
+		"(their spans carry the sampling threshold, by which the server weights its baselines); spans wait ~2s for their trace's verdict. 1 ships every span")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
@@ -125,6 +129,9 @@ Flags:
 		return f, fmt.Errorf("-propagate: %w", err)
 	}
 	f.omit = httpstream.AllFormats &^ prop
+	if !(f.sample > 0 && f.sample <= 1) {
+		return f, fmt.Errorf("-sample %g: want a share in (0, 1]", f.sample)
+	}
 	switch f.reads {
 	case "auto", "ebpf", "ptrace":
 	default:
@@ -185,7 +192,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Argv: f.argv,
+		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Sample: f.sample, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

@@ -117,6 +117,9 @@ func TestRunPropagateFlag(t *testing.T) {
 		{[]string{"-propagate", "none"}, httpstream.AllFormats, ""},
 		{[]string{"-propagate", "jaeger"}, 0, "-propagate"},
 		{[]string{"-propagate", ""}, 0, "empty name"},
+		{[]string{"-sample", "0.1"}, 0, ""},
+		{[]string{"-sample", "0"}, 0, "-sample"},
+		{[]string{"-sample", "1.5"}, 0, "-sample"},
 	} {
 		f, err := parseRunFlags(append(tc.args, "--", "true"), io.Discard)
 		if tc.fails != "" {

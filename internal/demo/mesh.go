@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -55,6 +56,9 @@ type MeshOptions struct {
 	// Propagate is rootline run's -propagate for every service (""
 	// is DefaultPropagate).
 	Propagate string
+	// Sample is rootline run's -sample (node-side tail sampling) for
+	// every service; 0 leaves it off.
+	Sample float64
 	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
 	// defaults (rl, 10.77.0.0/24). A second mesh on the machine needs both.
 	Prefix, Subnet string
@@ -367,6 +371,9 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			// x-request-id would cost 259 B per hop for no reader.
 			args := append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
 				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--propagate", o.propagate()}, proto...)
+			if o.Sample > 0 && o.Sample < 1 {
+				args = append(args, "--sample", strconv.FormatFloat(o.Sample, 'g', -1, 64))
+			}
 			return append(append(args, "--"), argv...)
 		}
 	}
