@@ -65,6 +65,10 @@ volatile const __u32 rd_gen = 0;
 // Bytes a CPU sends to a run's ring before it wakes the reader: a quarter
 // of the ring over the CPUs. Set at load.
 volatile const __u64 rd_wake_bytes = 1 << 18;
+// The propagation formats (RD_PROP_*) the run does not write on its
+// outbound requests; 0 writes them all. Set at load; its sock_ops copies it
+// into each connection (conn.noprop), where the shared rd_msg reads it.
+volatile const __u32 rd_noprop = 0;
 
 // Writable globals, so their values are unknown to the verifier (it does
 // not track what map memory holds). The state of bpf_loop callbacks starts
@@ -666,7 +670,9 @@ static __noinline int insert(struct sk_msg_md *msg, __u32 at, __u8 *text, __u32 
 // request_lines builds what a request head from the request r (NULL: none)
 // gets: the propagation headers of httpstream.AppendInjectHeaders.
 
-static __noinline __u32 request_lines(struct text *t, struct req *r, struct call_ids *ci, struct hinfo *hi)
+// off are the formats (RD_PROP_*) the run does not write (its conn's
+// noprop).
+static __noinline __u32 request_lines(struct text *t, struct req *r, struct call_ids *ci, struct hinfo *hi, __u32 off)
 {
 	__u8 *trace = ci->trace;
 	__u64 span = ci->span, parent = ci->parent;
@@ -674,47 +680,54 @@ static __noinline __u32 request_lines(struct text *t, struct req *r, struct call
 	int instrumented = hi->has & (HD_TRACEPARENT | HD_B3 | HD_B3TRACE | HD_B3SPAN);
 	if (!instrumented) {
 		__u8 smp = sampled ? '1' : '0';
-		PUT(t, "traceparent: 00-");
-		put_hex(t, trace, 16);
-		PUT(t, "-");
-		put_span(t, span);
-		PUT(t, "-0");
-		put(t, (const char *)&smp, 1);
-		PUT(t, "\r\n");
-		if (r && r->ts_len > 0 && !(hi->has & HD_TRACESTATE)) {
-			PUT(t, "tracestate: ");
-			struct put_ctx p = {.src = r->ts, .n = OPQ(r->ts_len), .text = t->b, .at = OPQ(t->n)};
-			bpf_loop(RD_TS, put_ts_cb, &p, 0);
-			t->n += p.n;
-			PUT(t, "\r\n");
-		}
-		PUT(t, "b3: ");
-		put_hex(t, trace, 16);
-		PUT(t, "-");
-		put_span(t, span);
-		PUT(t, "-");
-		put(t, (const char *)&smp, 1);
-		if (parent) {
+		if (!(off & RD_PROP_W3C)) {
+			PUT(t, "traceparent: 00-");
+			put_hex(t, trace, 16);
 			PUT(t, "-");
-			put_span(t, parent);
-		}
-		PUT(t, "\r\nx-b3-traceid: ");
-		put_hex(t, trace, 16);
-		PUT(t, "\r\nx-b3-spanid: ");
-		put_span(t, span);
-		PUT(t, "\r\n");
-		if (parent && !(hi->has & HD_B3PARENT)) {
-			PUT(t, "x-b3-parentspanid: ");
-			put_span(t, parent);
-			PUT(t, "\r\n");
-		}
-		if (!(hi->has & (HD_B3SAMPLED | HD_B3FLAGS))) {
-			PUT(t, "x-b3-sampled: ");
+			put_span(t, span);
+			PUT(t, "-0");
 			put(t, (const char *)&smp, 1);
 			PUT(t, "\r\n");
+			if (r && r->ts_len > 0 && !(hi->has & HD_TRACESTATE)) {
+				PUT(t, "tracestate: ");
+				struct put_ctx p = {.src = r->ts, .n = OPQ(r->ts_len), .text = t->b, .at = OPQ(t->n)};
+				bpf_loop(RD_TS, put_ts_cb, &p, 0);
+				t->n += p.n;
+				PUT(t, "\r\n");
+			}
+		}
+		if (!(off & RD_PROP_B3)) {
+			PUT(t, "b3: ");
+			put_hex(t, trace, 16);
+			PUT(t, "-");
+			put_span(t, span);
+			PUT(t, "-");
+			put(t, (const char *)&smp, 1);
+			if (parent) {
+				PUT(t, "-");
+				put_span(t, parent);
+			}
+			PUT(t, "\r\n");
+		}
+		if (!(off & RD_PROP_B3MULTI)) {
+			PUT(t, "x-b3-traceid: ");
+			put_hex(t, trace, 16);
+			PUT(t, "\r\nx-b3-spanid: ");
+			put_span(t, span);
+			PUT(t, "\r\n");
+			if (parent && !(hi->has & HD_B3PARENT)) {
+				PUT(t, "x-b3-parentspanid: ");
+				put_span(t, parent);
+				PUT(t, "\r\n");
+			}
+			if (!(hi->has & (HD_B3SAMPLED | HD_B3FLAGS))) {
+				PUT(t, "x-b3-sampled: ");
+				put(t, (const char *)&smp, 1);
+				PUT(t, "\r\n");
+			}
 		}
 	}
-	if (!(hi->has & HD_RID)) {
+	if (!(off & RD_PROP_RID) && !(hi->has & HD_RID)) {
 		PUT(t, "x-request-id: ");
 		if (r && r->rid_len > 0) {
 			struct put_ctx p = {.src = r->rid, .n = OPQ(r->rid_len), .text = t->b, .at = OPQ(t->n)};
@@ -773,7 +786,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 
 	struct text t = {.b = s->text};
 	PROF(41);
-	request_lines(&t, r, ci, hi);
+	request_lines(&t, r, ci, hi, c->noprop);
 	PROF(42);
 	if (t.n > 0) {
 		if (c->wr.cut)
@@ -1167,6 +1180,7 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		c->addr = sk;
 		c->slot = rd_slot;
 		c->gen = rd_gen;
+		c->noprop = rd_noprop;
 		c->dir = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? DIR_OUT : DIR_IN;
 		c->family = family;
 		c->lport = skops->local_port;

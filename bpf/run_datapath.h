@@ -38,6 +38,13 @@
 #define RD_F_H2 512      // OPAQUE: the connection began as HTTP/2 (preface or SETTINGS), which the datapath does not follow
 
 // Reasons a head was left unchanged (RD_EV_SKIP status).
+// Propagation formats (rd_noprop: those a run does not write); the bits of
+// httpstream.Formats.
+#define RD_PROP_W3C 1     // traceparent (and tracestate)
+#define RD_PROP_B3 2      // b3
+#define RD_PROP_B3MULTI 4 // x-b3-traceid, x-b3-spanid, x-b3-parentspanid, x-b3-sampled
+#define RD_PROP_RID 8     // x-request-id
+
 #define RD_SKIP_SNDBUF 1 // the send buffer could not take the message whole: inserting could mislead the application's byte count
 #define RD_SKIP_PUSH 2   // bpf_msg_push_data failed
 #define RD_SKIP_SPLIT 3  // the head's end was in a later write than its start and the earlier part was already sent

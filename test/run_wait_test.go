@@ -49,7 +49,10 @@ func TestRunWaitFields(t *testing.T) {
 		// One client at a time: with more, requests queue in the starved
 		// leaf's accept backlog, which the Mirage formula counts as network
 		// time (the "artificial network bottleneck" of the Mirage dissertation,
-		// "Request Reconstruction in MirageOS Unikernels", §5.3).
+		// "Request Reconstruction in MirageOS Unikernels", §5.3). The eBPF
+		// datapath dates a request by its bytes' arrival in the socket, so a
+		// request waiting there is the leaf's; the accept backlog before the
+		// connection is accepted is not.
 		load(t, midPort, "/base", 1, 20)
 		mustWrite(t, cg+"/cpu.cfs_quota_us", "5000") // 5% of one CPU
 		load(t, midPort, "/slow", 1, 25)
@@ -60,8 +63,13 @@ func TestRunWaitFields(t *testing.T) {
 		slowMid := waitsOf(t, srv, "mid-cpu", "GET /slow", "server")
 		t.Logf("leaf local_wait median: base %.2f ms, throttled %.2f ms; mid remote %.2f ms, net %.2f ms",
 			baseLeaf.local, slowLeaf.local, slowMid.remote, slowMid.net)
-		if slowLeaf.local < 5*baseLeaf.local+2 {
-			t.Errorf("throttled leaf local_wait %.2f ms not well above base %.2f ms", slowLeaf.local, baseLeaf.local)
+		// 8 ms of CPU per request against 5 ms per 100 ms period: every
+		// request is throttled at least once, for most of a period. On a
+		// loaded machine the base itself can be tens of ms (the Python
+		// server's threads waiting for a CPU), so the bound is the added
+		// time, not a multiple of the base.
+		if slowLeaf.local < baseLeaf.local+40 {
+			t.Errorf("throttled leaf local_wait %.2f ms not 40 ms above base %.2f ms", slowLeaf.local, baseLeaf.local)
 		}
 		if slowMid.remote < 0.5*slowLeaf.local {
 			t.Errorf("mid remote_wait %.2f ms does not carry the leaf's local wait %.2f ms", slowMid.remote, slowLeaf.local)

@@ -174,15 +174,77 @@ func testRunByteExactResponses(t *testing.T) {
 func TestRunByteExactRequests(t *testing.T) { forEachMode(t, testRunByteExactRequests) }
 
 func testRunByteExactRequests(t *testing.T) {
+	prop := map[string]bool{"traceparent": true, "tracestate": true, "b3": true, "x-b3-traceid": true,
+		"x-b3-spanid": true, "x-b3-parentspanid": true, "x-b3-sampled": true, "x-request-id": true}
+	const n = 40
+	lines := tracedRequestLines(t, n, nil, prop)
+	tp := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "traceparent: 00-") {
+			tp++
+		}
+	}
+	if tp != n {
+		t.Fatalf("%d requests carry a traceparent, want %d; added lines: %d", tp, n, len(lines))
+	}
+}
+
+// TestRunPropagateFormats: with -propagate, each mode writes exactly the
+// configured header lines on every request (and only those), the
+// application's bytes otherwise unchanged.
+func TestRunPropagateFormats(t *testing.T) { forEachMode(t, testRunPropagateFormats) }
+
+func testRunPropagateFormats(t *testing.T) {
+	const n = 12
+	for _, tc := range []struct {
+		propagate string
+		// lines each request gets, by name (the traced client's calls are
+		// roots: no x-b3-parentspanid, no tracestate)
+		want map[string]int
+	}{
+		{"w3c", map[string]int{"traceparent": 1}},
+		{"w3c,request-id", map[string]int{"traceparent": 1, "x-request-id": 1}},
+		{"b3", map[string]int{"b3": 1}},
+		{"b3multi", map[string]int{"x-b3-traceid": 1, "x-b3-spanid": 1, "x-b3-sampled": 1}},
+		{"none", map[string]int{}},
+	} {
+		t.Run(tc.propagate, func(t *testing.T) {
+			allowed := map[string]bool{}
+			for name := range tc.want {
+				allowed[name] = true
+			}
+			lines := tracedRequestLines(t, n, []string{"--propagate", tc.propagate}, allowed)
+			got := map[string]int{}
+			for _, l := range lines {
+				name, _, _ := strings.Cut(l, ":")
+				got[strings.ToLower(name)]++
+			}
+			for name, per := range tc.want {
+				if got[name] != per*n {
+					t.Errorf("%d %s lines for %d requests, want %d", got[name], name, n, per*n)
+				}
+			}
+			if len(lines) != len(tc.want)*n {
+				t.Errorf("%d lines added, want %d: %q", len(lines), len(tc.want)*n, lines)
+			}
+		})
+	}
+}
+
+// tracedRequestLines runs the wire peer's client under `rootline run` with
+// flags, writing n random requests in random pieces to a slow reader (so
+// the kernel takes partial writes), checks that the wire carries exactly
+// its bytes plus whole lines named in allowed, and returns those lines.
+func tracedRequestLines(t *testing.T, n int, flags []string, allowed map[string]bool) []string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	out := filepath.Join(t.TempDir(), "sent.bin")
-	const n = 40
 	cmd, _ := startTraced(t, []string{"TARGET=" + l.Addr().String(), "OUT=" + out, "SEED=5", fmt.Sprint("N=", n)}, false,
-		[]string{"--server", ""}, wirePeer(t))
+		append([]string{"--server", ""}, flags...), wirePeer(t))
 	c, err := l.Accept()
 	if err != nil {
 		t.Fatal(err)
@@ -206,22 +268,12 @@ func testRunByteExactRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prop := map[string]bool{"traceparent": true, "tracestate": true, "b3": true, "x-b3-traceid": true,
-		"x-b3-spanid": true, "x-b3-parentspanid": true, "x-b3-sampled": true, "x-request-id": true}
-	lines, err := stripAdded(got, want, prop)
+	lines, err := stripAdded(got, want, allowed)
 	if err != nil {
 		t.Fatalf("%d bytes on the wire, %d written by the app: %v", len(got), len(want), err)
 	}
-	tp := 0
-	for _, l := range lines {
-		if strings.HasPrefix(l, "traceparent: 00-") {
-			tp++
-		}
-	}
-	if tp != n {
-		t.Fatalf("%d requests carry a traceparent, want %d; added lines: %d", tp, n, len(lines))
-	}
-	t.Logf("%d request bytes identical apart from %d added lines (%d traceparent)", len(want), len(lines), tp)
+	t.Logf("%d request bytes identical apart from %d added lines", len(want), len(lines))
+	return lines
 }
 
 // runMode is the `rootline run` flags choosing how it traces, for the run

@@ -13,7 +13,10 @@
 // server alone). A mode with agent flags after a
 // colon, e.g. envoy+rootline:profilers=jfr:kmetrics=true, runs the agent
 // with --profilers=jfr --kmetrics=true: variants of one mode side by side
-// (a comma inside a value is written "/": profilers=cpu/kernel). A mode
+// (a comma inside a value is written "/": profilers=cpu/kernel); a flag
+// named run.X goes to every `rootline run` as -X instead
+// (envoy+rootline-no-sidecar-tracing:run.propagate=w3c is the demo's
+// default, which writes W3C trace context alone). A mode
 // with a label after "#" runs once more in each round: envoy#2 against
 // envoy is the A/A control, how far the baseline's p95 moves by itself.
 // Δp95 is given for the medians over the rounds and round by round.
@@ -108,7 +111,7 @@ func main() {
 	duration := flag.Duration("duration", 20*time.Second, "measured load per rate")
 	rounds := flag.Int("rounds", 2, "rounds; each runs every mode at every rate")
 	modeList := flag.String("modes", "envoy,envoy+rootline,envoy+rootline-no-run,envoy+run",
-		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent, MODE@PATH runs the rootline binary at PATH (two builds side by side), MODE#LABEL runs MODE once more (envoy#2: an A/A control of the baseline)")
+		"modes, comma-separated: envoy (no tracing), envoy+rootline (everything), envoy+rootline-no-run (no rootline run), envoy+rootline-no-sidecar-tracing (everything but the sidecars' spans), envoy+run (server and rootline run only, no agent), envoy+tracing (sidecars tracing to the server, nothing else); MODE:flag=value/value… passes flags to the agent (MODE:run.flag=value to every rootline run, e.g. run.propagate=w3c), MODE@PATH runs the rootline binary at PATH (two builds side by side), MODE#LABEL runs MODE once more (envoy#2: an A/A control of the baseline)")
 	warmup := flag.Duration("warmup", 3*time.Second, "load before each measured rate (the first one after the mesh starts gets 3× as much: JIT warm-up of the JVMs)")
 	byCommand := flag.Int("by-command", 0, "also print, per mode and rate, the N commands that used the most CPU per request (rootline run, envoy, java…; medians over the rounds)")
 	idleFor := flag.Duration("idle", 10*time.Second, "after the rates, measure each mode's fixed costs (CPU per second by command, bytes per second) this long with no load; 0 skips")
@@ -135,13 +138,18 @@ func main() {
 		fail(fmt.Errorf("-modes must start with envoy, the baseline"))
 	}
 	for _, m := range modes {
-		base, agentFlags := splitMode(m)
+		base, flags := splitMode(m)
 		if !slices.Contains(allModes, base) {
 			fail(fmt.Errorf("unknown mode %q", m))
 		}
+		agentFlags, runFlags := splitRunFlags(flags)
 		if len(agentFlags) > 0 && !strings.HasPrefix(base, "envoy+rootline") {
 			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
+		if len(runFlags) > 0 && (base == "envoy" || base == "envoy+rootline-no-run" || base == "envoy+tracing") {
+			fail(fmt.Errorf("mode %q: rootline run flags but no rootline run", m))
+		}
+		runFormats(runFlags) // fails on a bad -propagate
 	}
 	gw, err := demo.SubnetGateway(*subnet)
 	check(err)
@@ -351,6 +359,33 @@ func splitMode(mode string) (string, []string) {
 	return parts[0], flags
 }
 
+// splitRunFlags separates a mode's flags (splitMode) into the agent's and
+// those of `rootline run` (--run.X=v → --X=v).
+func splitRunFlags(flags []string) (agent, run []string) {
+	for _, f := range flags {
+		if rest, ok := strings.CutPrefix(f, "--run."); ok {
+			run = append(run, "--"+rest)
+		} else {
+			agent = append(agent, f)
+		}
+	}
+	return agent, run
+}
+
+// runFormats returns the propagation formats `rootline run` writes with
+// these flags (its default: all).
+func runFormats(runFlags []string) httpstream.Formats {
+	f := httpstream.AllFormats
+	for _, fl := range runFlags {
+		if v, ok := strings.CutPrefix(fl, "--propagate="); ok {
+			var err error
+			f, err = httpstream.ParseFormats(v)
+			check(err)
+		}
+	}
+	return f
+}
+
 // copyOf is the mode a labelled copy runs: "envoy#2" is envoy again, an
 // A/A control of the baseline in the same rounds.
 func copyOf(mode string) string {
@@ -382,7 +417,9 @@ type meshPlace struct{ prefix, subnet, gw string }
 func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, modeName string, rates []float64, d, warmup, idleFor time.Duration, serverFlags []string) (map[float64]result, *idle) {
 	ctx := context.Background()
 	self = modeBinary(modeName, self)
-	mode, agentFlags := splitMode(modeName)
+	mode, flags := splitMode(modeName)
+	agentFlags, runFlags := splitRunFlags(flags)
+	formats := runFormats(runFlags)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
 	check(err)
 	defer os.RemoveAll(dir)
@@ -422,8 +459,9 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		if mode != "envoy+rootline-no-run" && mode != "envoy+tracing" {
 			check(demo.ShareDatapath()) // as the demo does
 			opts.Wrap = func(svc string, argv []string) []string {
-				return append([]string{self, "run", "--service", svc, "--server", "http://" + pod(httpAddr),
-					"--agent", agentURL, "--auth.token-file", tokenFile, "--"}, argv...)
+				args := append([]string{self, "run", "--service", svc, "--server", "http://" + pod(httpAddr),
+					"--agent", agentURL, "--auth.token-file", tokenFile}, runFlags...)
+				return append(append(args, "--"), argv...)
 			}
 		}
 	}
@@ -445,7 +483,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	}
 	inBand := 0.0
 	if opts.Wrap != nil {
-		inBand = float64(visits * inBandBytes())
+		inBand = float64(visits * inBandBytes(formats))
 	}
 	out := map[float64]result{}
 	for i, rate := range rates {
@@ -583,12 +621,12 @@ const (
 var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, senderRunAgent}
 
 // inBandBytes is what `rootline run` adds to one hop: the propagation lines
-// on the request (traceparent, b3, x-b3-*, x-request-id) and the timing
-// lines on the response (rootline-server-time, rootline-wait), as the
-// tracer writes them for a typical request.
-func inBandBytes() int {
+// of the formats it writes on the request (all: traceparent, b3, x-b3-*,
+// x-request-id) and the timing lines on the response (rootline-server-time,
+// rootline-wait), as the tracer writes them for a typical request.
+func inBandBytes(formats httpstream.Formats) int {
 	ctx := httpstream.Context{TraceID: httpstream.TraceID{1: 1}, SpanID: httpstream.SpanID{1: 1}, Sampled: true}
-	req := httpstream.AppendInjectHeaders(nil, ctx, httpstream.SpanID{2: 2}, nil)
+	req := httpstream.AppendInjectFormats(nil, ctx, httpstream.SpanID{2: 2}, nil, formats)
 	resp := httpstream.AppendTimingHeaders(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
 		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 85 * time.Microsecond},
 			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}})

@@ -1,14 +1,36 @@
 package main
 
 import (
+	"slices"
 	"testing"
+
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // The in-band bytes are what the tracer writes: the propagation lines of a
 // request (traceparent 70 bytes, b3 and the four x-b3-* lines, x-request-id)
-// and the timing lines of a response.
+// and the timing lines of a response; with -propagate w3c, traceparent
+// alone (70 bytes with its line break).
 func TestInBandBytes(t *testing.T) {
-	if n := inBandBytes(); n < 300 || n > 500 {
-		t.Errorf("inBandBytes() = %d, want the ~330 + ~90 the tracer adds per hop", n)
+	all, w3c := inBandBytes(httpstream.AllFormats), inBandBytes(httpstream.FormatW3C)
+	if all < 300 || all > 500 {
+		t.Errorf("inBandBytes(all) = %d, want the ~330 + ~90 the tracer adds per hop", all)
+	}
+	if all-w3c != 74+133+52 {
+		t.Errorf("inBandBytes(all) - inBandBytes(w3c) = %d, want b3 74 + x-b3-* 133 + x-request-id 52", all-w3c)
+	}
+}
+
+func TestSplitRunFlags(t *testing.T) {
+	_, flags := splitMode("envoy+rootline-no-sidecar-tracing:profilers=cpu/jfr:run.propagate=w3c")
+	agent, run := splitRunFlags(flags)
+	if !slices.Equal(agent, []string{"--profilers=cpu,jfr"}) || !slices.Equal(run, []string{"--propagate=w3c"}) {
+		t.Fatalf("agent %q, run %q", agent, run)
+	}
+	if f := runFormats(run); f != httpstream.FormatW3C {
+		t.Fatalf("runFormats(%q) = %v", run, f)
+	}
+	if f := runFormats(nil); f != httpstream.AllFormats {
+		t.Fatalf("runFormats(nil) = %v", f)
 	}
 }

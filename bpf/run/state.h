@@ -174,7 +174,7 @@ struct conn {
 	// whose response is being read
 	__u32 cq_first;
 	__u32 cq_next;
-	__u32 _pad2;
+	__u32 noprop;    // the formats its run does not write (rd_noprop)
 	struct callrec cq[RQ];
 	struct callrec call;
 	struct arrivals arr;   // inbound: when the last segments arrived (tcp_probe)

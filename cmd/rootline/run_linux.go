@@ -13,6 +13,7 @@ import (
 	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/mirage"
 	runner "github.com/rootline/rootline/internal/run"
+	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
 )
 
@@ -33,6 +34,9 @@ type runFlags struct {
 	readsBuf  int
 	metrics   runner.MetricsOptions
 	policy    string
+	propagate string
+	omit      httpstream.Formats
+	sample    float64
 	argv      []string
 }
 
@@ -50,6 +54,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.mode, "mode", f.mode, "how the service's traffic is traced: ebpf (the in-kernel datapath: sk_msg and tracepoints, the service never stops for the tracer; needs root, cgroup v2 and sockmap), ptrace (the syscall supervisor: ptrace + seccomp, any machine with ptrace rights), or auto (ebpf when it loads, else ptrace; ptrace when -protocol is h2c or grpc)")
 	fs.StringVar(&f.protocol, "protocol", f.protocol, "what the service speaks: http1 (HTTP/1.x), h2c or grpc (HTTP/2 in cleartext, prior knowledge or Upgrade: h2c). Only ptrace follows HTTP/2: with h2c or grpc, -mode auto picks it and -mode ebpf is refused. "+
 		"Either mode passes what it does not follow through unchanged, and the eBPF datapath warns when it sees HTTP/2")
+	fs.StringVar(&f.propagate, "propagate", "w3c,b3,b3multi,request-id", "trace context formats written on outbound requests (comma-separated): w3c (traceparent, tracestate), b3 (the single header), b3multi (x-b3-*), request-id (x-request-id); none writes no context. "+
+		"Inbound requests are read in every format whatever this says, and headers the application wrote itself are never changed. "+
+		"Each line costs bytes on every hop (traceparent 70 B, b3 74 B, x-b3-* 133 B, x-request-id 52 B): keep only what the services, proxies and tracers between them read")
+	fs.Float64Var(&f.sample, "sample", 1, "node-side tail sampling of the spans shipped to -server: with a share in (0, 1), every span of a trace this process finds slower than its operation's baseline "+
+		"(the server's detector, run here on all its spans) is shipped, and of the other traces this share, chosen by trace id so that every process keeps the same ones "+
+		"(their spans carry the sampling threshold, by which the server weights its baselines); spans wait ~2s for their trace's verdict. 1 ships every span")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
@@ -70,8 +80,9 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 Starts CMD and traces it with no change to its code, in any language:
   - inbound HTTP/1.x requests: the trace context is read from traceparent, b3,
     x-b3-* or x-request-id, or a trace is started; a SERVER span per request;
-  - outbound requests the servicing thread writes get traceparent, b3 and
-    x-request-id (headers the application set itself are kept), and a CLIENT span;
+  - outbound requests the servicing thread writes get traceparent, b3, x-b3-*
+    and x-request-id, or the formats -propagate names (headers the application
+    set itself are kept), and a CLIENT span;
   - responses get rootline-server-time and rootline-wait (Mirage wait model);
     spans carry rootline.wait.local_ms / net_ms / remote_ms;
   - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
@@ -113,6 +124,14 @@ Flags:
 	if f.ringBytes < 4096 || f.ringBytes&(f.ringBytes-1) != 0 {
 		return f, fmt.Errorf("-datapath.buffer-bytes %d: want a power of two ≥ 4096", f.ringBytes)
 	}
+	prop, err := httpstream.ParseFormats(f.propagate)
+	if err != nil {
+		return f, fmt.Errorf("-propagate: %w", err)
+	}
+	f.omit = httpstream.AllFormats &^ prop
+	if !(f.sample > 0 && f.sample <= 1) {
+		return f, fmt.Errorf("-sample %g: want a share in (0, 1]", f.sample)
+	}
 	switch f.reads {
 	case "auto", "ebpf", "ptrace":
 	default:
@@ -135,7 +154,6 @@ Flags:
 	if f.metrics.Model.MinWait < 0 || f.metrics.Model.SLA < 0 {
 		return f, errors.New("-metrics.min-wait and -metrics.sla must not be negative")
 	}
-	var err error
 	if f.metrics.Model.Policy, err = mirage.ParsePolicy(f.policy); err != nil {
 		return f, fmt.Errorf("-metrics.policy: %w", err)
 	}
@@ -174,7 +192,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Argv: f.argv,
+		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Sample: f.sample, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

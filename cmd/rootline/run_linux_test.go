@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // A command that cannot be run gets the shell's status and a plain reason,
@@ -99,6 +101,35 @@ func TestRunProtocolFlag(t *testing.T) {
 		}
 		if err != nil || f.mode != tc.mode {
 			t.Errorf("%v: mode %q, err %v; want %q", tc.args, f.mode, err, tc.mode)
+		}
+	}
+}
+
+func TestRunPropagateFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		omit  httpstream.Formats
+		fails string
+	}{
+		{nil, 0, ""},
+		{[]string{"-propagate", "w3c"}, httpstream.FormatB3 | httpstream.FormatB3Multi | httpstream.FormatRequestID, ""},
+		{[]string{"-propagate", "w3c,request-id"}, httpstream.FormatB3 | httpstream.FormatB3Multi, ""},
+		{[]string{"-propagate", "none"}, httpstream.AllFormats, ""},
+		{[]string{"-propagate", "jaeger"}, 0, "-propagate"},
+		{[]string{"-propagate", ""}, 0, "empty name"},
+		{[]string{"-sample", "0.1"}, 0, ""},
+		{[]string{"-sample", "0"}, 0, "-sample"},
+		{[]string{"-sample", "1.5"}, 0, "-sample"},
+	} {
+		f, err := parseRunFlags(append(tc.args, "--", "true"), io.Discard)
+		if tc.fails != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.fails) {
+				t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.fails)
+			}
+			continue
+		}
+		if err != nil || f.omit != tc.omit {
+			t.Errorf("%v: omit %v, err %v; want %v", tc.args, f.omit, err, tc.omit)
 		}
 	}
 }

@@ -81,6 +81,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&m.Prefix, "prefix", "", "pod mode: prefix of the mesh's network namespaces, bridge and veths (default rl); a second mesh on the machine needs another, and another --subnet")
 	fs.StringVar(&m.Subnet, "subnet", "", "pod mode: the pods' IPv4 /24, .1 being the bridge (default 10.77.0.0/24)")
 	fs.StringVar(&m.Protocol, "protocol", "", "what the services speak: http (HTTP/1.1) or grpc (one unary gRPC method over h2c: the sidecars proxy HTTP/2, the load generator sends gRPC calls, and rootline run follows HTTP/2 with its supervisor); default the topology's protocol field, else http")
+	fs.StringVar(&m.Propagate, "propagate", DefaultPropagate, "trace context formats each rootline run writes on the services' calls (its -propagate): w3c is all the mesh reads (the sidecars' OpenTelemetry tracer reads traceparent; Envoy makes x-request-id where it is missing); w3c,b3,b3multi,request-id is rootline run's own default, 259 B more per hop")
+	fs.Float64Var(&m.Sample, "sample", 0, "node-side tail sampling in each rootline run (its -sample): ship every span of a trace the process finds anomalous and this share of the others; 0 ships every span")
 	fs.BoolVar(&m.ForwardHeaders, "forward-headers", false, "make the services forward trace headers themselves (what meshes ask of applications)")
 	kmetrics := fs.Bool("kmetrics", true, "the agent records every per-container kernel metric (needs root) and pushes it to the server, for `rootline analyze critical-metrics` and the UI's Metrics page; --kmetrics=false to leave them off")
 	o := Options{}

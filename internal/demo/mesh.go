@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -52,6 +53,12 @@ type MeshOptions struct {
 	// and rootline run follows HTTP/2 (its supervisor).
 	Protocol       string
 	ForwardHeaders bool
+	// Propagate is rootline run's -propagate for every service (""
+	// is DefaultPropagate).
+	Propagate string
+	// Sample is rootline run's -sample (node-side tail sampling) for
+	// every service; 0 leaves it off.
+	Sample float64
 	// Prefix and Subnet place the mesh (mesh.Options); "" keeps the
 	// defaults (rl, 10.77.0.0/24). A second mesh on the machine needs both.
 	Prefix, Subnet string
@@ -363,8 +370,13 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			proto = []string{"--protocol", "grpc"}
 		}
 		opts.Wrap = func(svc string, argv []string) []string {
+			// DefaultPropagate says why W3C alone: b3, x-b3-* and
+			// x-request-id would cost 259 B per hop for no reader.
 			args := append([]string{self, "run", "--service", svc, "--server", "http://" + podAddr(addrs.OTLPHTTP),
-				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile}, proto...)
+				"--agent", "http://" + podAddr(agentAddr), "--auth.token-file", tokenFile, "--propagate", o.propagate()}, proto...)
+			if o.Sample > 0 && o.Sample < 1 {
+				args = append(args, "--sample", strconv.FormatFloat(o.Sample, 'g', -1, 64))
+			}
 			return append(append(args, "--"), argv...)
 		}
 	}
@@ -496,6 +508,20 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		<-ctx.Done()
 	}
 	return sum, nil
+}
+
+// DefaultPropagate is the trace context formats the demo's rootline runs
+// write: W3C alone, the only one anything in the mesh reads (the sidecars'
+// OpenTelemetry tracer; Envoy makes its own x-request-id where a request
+// has none; the services read no context; the analysis reads no
+// x-request-id).
+const DefaultPropagate = "w3c"
+
+func (o *MeshOptions) propagate() string {
+	if o.Propagate == "" {
+		return DefaultPropagate
+	}
+	return o.Propagate
 }
 
 // Who makes the spans in the mesh (MeshOptions.Spans).

@@ -316,7 +316,7 @@ func (p *Pipeline) detect(spans []*model.Span) {
 func Detect(det anomaly.Detector, keyBy string, spans []*model.Span) int {
 	n := 0
 	for _, s := range spans {
-		v := det.ObserveAt(KeyOf(keyBy, s), s.Duration, s.End())
+		v := anomaly.ObserveWeighted(det, KeyOf(keyBy, s), s.Duration, s.End(), SampleWeight(s))
 		if !v.Anomalous {
 			continue
 		}
@@ -324,6 +324,23 @@ func Detect(det anomaly.Detector, keyBy string, spans []*model.Span) int {
 		Annotate(s, v)
 	}
 	return n
+}
+
+// SampleWeight is the number of spans s stands for: the adjusted count of
+// the threshold it was sampled under (anomaly.AttrSamplingThreshold), 1
+// when it carries none or an invalid one. The detector's baselines weight
+// each duration by it, so that a node-side sample that keeps every slow
+// trace and some of the normal ones does not pull baselines up.
+func SampleWeight(s *model.Span) int {
+	v, ok := s.Attr(anomaly.AttrSamplingThreshold)
+	if !ok {
+		return 1
+	}
+	t, ok := anomaly.ParseThreshold(v.Str)
+	if !ok {
+		return 1
+	}
+	return anomaly.AdjustedCount(t)
 }
 
 // KeyOf returns the detector key of a span under keyBy (KeyBy).

@@ -329,7 +329,7 @@ func (tr *Tracer) h2Inject(t *supervisor.Task, p *proc, c *conn, sc *supervisor.
 	} else {
 		ctx.TraceID, ctx.SpanID, ctx.Sampled = cl.traceID, cl.parentS, true
 	}
-	return keepLines(httpstream.AppendInjectHeaders(dst, ctx, cl.span, m.Headers), len(dst), h2Propagated)
+	return keepLines(httpstream.AppendInjectFormats(dst, ctx, cl.span, m.Headers, tr.cfg.propagated()), len(dst), h2Propagated)
 }
 
 // h2Status records what a response block says of the request's outcome.

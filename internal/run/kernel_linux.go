@@ -27,7 +27,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 		return 0, false, err
 	}
 	SweepDatapaths(log, new(bool)) // what killed runs left attached
-	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: o.RingBytes})
+	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: o.RingBytes, Omit: uint32(o.Omit)})
 	if err != nil {
 		_ = removeCgroup()
 		return 0, false, err

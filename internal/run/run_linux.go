@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
 	"github.com/rootline/rootline/internal/run/supervisor"
 )
@@ -54,6 +55,13 @@ type Options struct {
 	ReadsBuf int
 	// Metrics is the decentralised mode's listener (off when Listen is "").
 	Metrics MetricsOptions
+	// Omit are the propagation formats not written on the service's
+	// outbound requests, in either mode (0: every format is written).
+	// Extraction reads every format whatever it says.
+	Omit httpstream.Formats
+	// Sample is the shipper's node-side tail sampling (ShipperConfig.Sample:
+	// the share of normal traces shipped; 0 or 1 ships every span).
+	Sample float64
 	// Argv is the command.
 	Argv []string
 	// Logger is the run's logger; Stderr gets the few lines meant for the
@@ -111,7 +119,7 @@ func Run(o Options) int {
 	var ship *Shipper
 	if o.Server != "" {
 		ship = NewShipper(ShipperConfig{
-			Endpoint: strings.TrimRight(o.Server, "/") + "/v1/traces", Token: o.Token, Logger: base})
+			Endpoint: strings.TrimRight(o.Server, "/") + "/v1/traces", Token: o.Token, Sample: o.Sample, Logger: base})
 		go ship.Run(ctx)
 		sink = ship
 	}
@@ -174,7 +182,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec
@@ -219,6 +227,9 @@ func finishShipping(ship *Shipper, cancel context.CancelFunc, log *slog.Logger) 
 		return
 	}
 	ship.Wait()
+	if out, anomalous := ship.SampledOut(); out+anomalous > 0 {
+		log.Info("node-side sampling", "spans_not_shipped", out, "anomalous_traces_shipped", anomalous, "sent", ship.Sent.Load())
+	}
 	if d, x := ship.Dropped.Load(), ship.Failed.Load(); d+x > 0 {
 		log.Warn("spans not delivered", "dropped_queue_full", d, "failed_to_send", x, "sent", ship.Sent.Load())
 	}

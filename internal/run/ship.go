@@ -52,6 +52,16 @@ type Shipper struct {
 	gzip     bool
 	raw      []byte // the last batch's protobuf bytes, reused (Run's goroutine only)
 	zipped   []byte // raw gzipped, reused likewise
+	smp      *sampler
+}
+
+// SampledOut returns the spans node-side sampling did not ship and the
+// traces it shipped for being anomalous (0, 0 when it is off).
+func (s *Shipper) SampledOut() (spans, anomalousTraces int64) {
+	if s.smp == nil {
+		return 0, 0
+	}
+	return s.smp.counts()
 }
 
 // ShipperConfig configures a Shipper.
@@ -77,6 +87,17 @@ type ShipperConfig struct {
 	// accepts and which takes ~3/4 off the bytes of a batch of the
 	// tracer's spans.
 	NoCompression bool
+	// Sample turns on node-side tail sampling when in (0, 1): every span
+	// of a trace the process finds anomalous (the server's detector, run
+	// here on all its spans) is shipped, and of the other traces this
+	// share, chosen by trace id so that every process keeps the same ones;
+	// their spans carry the threshold (anomaly.AttrSamplingThreshold) by
+	// which the server weights them. 0 or ≥ 1 ships every span.
+	Sample float64
+	// SampleHold is how long a trace's spans wait for its verdict when
+	// sampling (default 2s: past the second the datapath's reader batches
+	// events for); a span that ends later is decided alone.
+	SampleHold time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -124,8 +145,15 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 	if cfg.MaxRetryTime == 0 {
 		cfg.MaxRetryTime = 30 * time.Second
 	}
+	var smp *sampler
+	if cfg.Sample > 0 && cfg.Sample < 1 {
+		if cfg.SampleHold <= 0 {
+			cfg.SampleHold = 2 * time.Second
+		}
+		smp = newSampler(cfg.Sample, cfg.SampleHold)
+	}
 	return &Shipper{
-		url: cfg.Endpoint, token: cfg.Token, client: &http.Client{Timeout: 10 * time.Second},
+		smp: smp, url: cfg.Endpoint, token: cfg.Token, client: &http.Client{Timeout: 10 * time.Second},
 		log: cfg.Logger.With("component", "shipper"), queue: make(chan *model.Span, cfg.Queue),
 		gzip: !cfg.NoCompression, batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
 		retry: retryPolicy{initial: cfg.RetryInitial, maxDelay: cfg.RetryMaxDelay, maxTime: cfg.MaxRetryTime, sleep: sleepCtx, now: time.Now},
@@ -140,8 +168,19 @@ func (s *Shipper) Flush() {
 	}
 }
 
-// Emit queues s, or drops it when the queue is full.
+// Emit queues s, or drops it when the queue is full; with sampling, it
+// holds s for its trace's verdict.
 func (s *Shipper) Emit(sp *model.Span) {
+	if s.smp != nil {
+		for _, x := range s.smp.add(sp, time.Now()) {
+			s.enqueue(x)
+		}
+		return
+	}
+	s.enqueue(sp)
+}
+
+func (s *Shipper) enqueue(sp *model.Span) {
 	select {
 	case s.queue <- sp:
 	default:
@@ -166,8 +205,28 @@ func (s *Shipper) Run(ctx context.Context) {
 			buf = buf[:0]
 		}
 	}
+	// With sampling, held traces are decided twice per hold; their spans
+	// join the batch (and arm its timer) as if just queued.
+	var decide <-chan time.Time
+	if s.smp != nil {
+		tick := time.NewTicker(s.smp.hold / 2)
+		defer tick.Stop()
+		decide = tick.C
+	}
+	var released []*model.Span
 	for {
 		select {
+		case now := <-decide:
+			released = s.smp.release(now, false, released[:0])
+			for _, sp := range released {
+				if len(buf) == 0 {
+					timer.Reset(s.every)
+				}
+				buf = append(buf, sp)
+				if len(buf) >= s.batch {
+					flush(ctx)
+				}
+			}
 		case sp := <-s.queue:
 			if len(buf) == 0 {
 				timer.Reset(s.every)
@@ -203,6 +262,14 @@ func (s *Shipper) Run(ctx context.Context) {
 				default:
 				}
 				break
+			}
+			if s.smp != nil {
+				for _, sp := range s.smp.release(time.Now(), true, nil) {
+					buf = append(buf, sp)
+					if len(buf) >= s.batch {
+						flush(fctx)
+					}
+				}
 			}
 			flush(fctx)
 			if n := s.Retried.Load(); n > 0 {

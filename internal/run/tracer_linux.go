@@ -47,7 +47,13 @@ type Config struct {
 	// Stats receives the counters (nil: the tracer's own), so that a
 	// metrics listener started before the tracer can read them.
 	Stats *Stats
+	// Omit are the propagation formats not written on outbound requests
+	// (0: every format is written).
+	Omit httpstream.Formats
 }
+
+// propagated returns the formats the tracer writes.
+func (c *Config) propagated() httpstream.Formats { return httpstream.AllFormats &^ c.Omit }
 
 // ReadSource delivers the reads of watched sockets (readtap.Tap).
 type ReadSource interface {
@@ -858,7 +864,7 @@ func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *superv
 		ctx.SpanID = httpstream.SpanID{}
 	}
 	cl.traceID, cl.parentS = ctx.TraceID, ctx.SpanID
-	return httpstream.AppendInjectHeaders(dst, ctx, cl.span, m.Headers)
+	return httpstream.AppendInjectFormats(dst, ctx, cl.span, m.Headers, tr.cfg.propagated())
 }
 
 // firstBytes returns up to n bytes from the start of bufs.

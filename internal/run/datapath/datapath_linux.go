@@ -46,6 +46,10 @@ type Config struct {
 	// Private loads a datapath of the run's own instead of joining the one
 	// the node's runs share (see shared_linux.go).
 	Private bool
+	// Omit are the propagation formats (httpstream.Formats bits, RD_PROP_*
+	// in bpf/run_datapath.h) the run does not write on outbound requests;
+	// 0 writes them all.
+	Omit uint32
 }
 
 // Datapath is the datapath of one `rootline run`: its own programs and
@@ -176,7 +180,8 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 	for _, v := range []struct {
 		spec *ebpf.VariableSpec
 		val  any
-	}{{specs.RdCgroup, cgroup}, {specs.RdSlot, d.slot}, {specs.RdGen, d.gen}, {specs.RdWakeBytes, wake}} {
+	}{{specs.RdCgroup, cgroup}, {specs.RdSlot, d.slot}, {specs.RdGen, d.gen}, {specs.RdWakeBytes, wake},
+		{specs.RdNoprop, cfg.Omit}} {
 		if err := v.spec.Set(v.val); err != nil {
 			undo()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)

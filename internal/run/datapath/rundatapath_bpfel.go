@@ -119,7 +119,7 @@ type runDatapathConn struct {
 	RspStatus uint32
 	CqFirst   uint32
 	CqNext    uint32
-	Pad2      uint32
+	Noprop    uint32
 	Cq        [32]struct {
 		_      structs.HostLayout
 		Span   uint64
@@ -329,6 +329,7 @@ const (
 	runDatapathVarRdEvent        = "_rd_event"
 	runDatapathVarRdCgroup       = "rd_cgroup"
 	runDatapathVarRdGen          = "rd_gen"
+	runDatapathVarRdNoprop       = "rd_noprop"
 	runDatapathVarRdSlot         = "rd_slot"
 	runDatapathVarRdWakeBytes    = "rd_wake_bytes"
 	runDatapathVarRtM1           = "rt_m1"
@@ -417,6 +418,7 @@ type runDatapathVariableSpecs struct {
 	RdEvent     *ebpf.VariableSpec `ebpf:"_rd_event"`
 	RdCgroup    *ebpf.VariableSpec `ebpf:"rd_cgroup"`
 	RdGen       *ebpf.VariableSpec `ebpf:"rd_gen"`
+	RdNoprop    *ebpf.VariableSpec `ebpf:"rd_noprop"`
 	RdSlot      *ebpf.VariableSpec `ebpf:"rd_slot"`
 	RdWakeBytes *ebpf.VariableSpec `ebpf:"rd_wake_bytes"`
 	RtM1        *ebpf.VariableSpec `ebpf:"rt_m1"`
@@ -487,6 +489,7 @@ type runDatapathVariables struct {
 	RdEvent     *ebpf.Variable `ebpf:"_rd_event"`
 	RdCgroup    *ebpf.Variable `ebpf:"rd_cgroup"`
 	RdGen       *ebpf.Variable `ebpf:"rd_gen"`
+	RdNoprop    *ebpf.Variable `ebpf:"rd_noprop"`
 	RdSlot      *ebpf.Variable `ebpf:"rd_slot"`
 	RdWakeBytes *ebpf.Variable `ebpf:"rd_wake_bytes"`
 	RtM1        *ebpf.Variable `ebpf:"rt_m1"`

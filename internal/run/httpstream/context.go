@@ -470,6 +470,16 @@ func InjectHeaders(ctx Context, child SpanID, existing Headers) []byte {
 // AppendInjectHeaders is InjectHeaders appending to dst; it fits an
 // InjectFunc as is.
 func AppendInjectHeaders(dst []byte, ctx Context, child SpanID, existing Headers) []byte {
+	return AppendInjectFormats(dst, ctx, child, existing, AllFormats)
+}
+
+// AppendInjectFormats is AppendInjectHeaders writing only the formats in
+// f: traceparent and tracestate for FormatW3C, b3 for FormatB3, the
+// x-b3-* lines for FormatB3Multi, x-request-id for FormatRequestID. What
+// the application wrote decides as in InjectHeaders, whatever f: an
+// application that propagates its own context in any format gets no trace
+// header, and none of its headers is written again.
+func AppendInjectFormats(dst []byte, ctx Context, child SpanID, existing Headers, f Formats) []byte {
 	const (
 		hasTraceparent = 1 << iota
 		hasTracestate
@@ -515,41 +525,48 @@ func AppendInjectHeaders(dst []byte, ctx Context, child SpanID, existing Headers
 		if ctx.Sampled {
 			sampled = '1'
 		}
-		dst = append(dst, HeaderTraceparent+": 00-"...)
-		dst = append(dst, trace[:]...)
-		dst = append(dst, '-')
-		dst = append(dst, span[:]...)
-		dst = append(dst, '-', '0', sampled, '\r', '\n')
-		if ts := ctx.TraceState; ts != "" && has&hasTracestate == 0 && validTraceState(ts) {
-			dst = append(dst, HeaderTracestate+": "...)
-			dst = append(dst, ts...)
-			dst = append(dst, '\r', '\n')
-		}
-		dst = append(dst, HeaderB3+": "...)
-		dst = append(dst, trace[:]...)
-		dst = append(dst, '-')
-		dst = append(dst, span[:]...)
-		dst = append(dst, '-', sampled)
-		if ctx.SpanID.IsValid() {
+		if f&FormatW3C != 0 {
+			dst = append(dst, HeaderTraceparent+": 00-"...)
+			dst = append(dst, trace[:]...)
 			dst = append(dst, '-')
-			dst = append(dst, parent[:]...)
+			dst = append(dst, span[:]...)
+			dst = append(dst, '-', '0', sampled, '\r', '\n')
+			if ts := ctx.TraceState; ts != "" && has&hasTracestate == 0 && validTraceState(ts) {
+				dst = append(dst, HeaderTracestate+": "...)
+				dst = append(dst, ts...)
+				dst = append(dst, '\r', '\n')
+			}
 		}
-		dst = append(dst, "\r\n"+HeaderB3TraceID+": "...)
-		dst = append(dst, trace[:]...)
-		dst = append(dst, "\r\n"+HeaderB3SpanID+": "...)
-		dst = append(dst, span[:]...)
-		dst = append(dst, '\r', '\n')
-		if ctx.SpanID.IsValid() && has&hasParent == 0 {
-			dst = append(dst, HeaderB3ParentSpanID+": "...)
-			dst = append(dst, parent[:]...)
+		if f&FormatB3 != 0 {
+			dst = append(dst, HeaderB3+": "...)
+			dst = append(dst, trace[:]...)
+			dst = append(dst, '-')
+			dst = append(dst, span[:]...)
+			dst = append(dst, '-', sampled)
+			if ctx.SpanID.IsValid() {
+				dst = append(dst, '-')
+				dst = append(dst, parent[:]...)
+			}
 			dst = append(dst, '\r', '\n')
 		}
-		if has&(hasSampled|hasFlags) == 0 {
-			dst = append(dst, HeaderB3Sampled+": "...)
-			dst = append(dst, sampled, '\r', '\n')
+		if f&FormatB3Multi != 0 {
+			dst = append(dst, HeaderB3TraceID+": "...)
+			dst = append(dst, trace[:]...)
+			dst = append(dst, "\r\n"+HeaderB3SpanID+": "...)
+			dst = append(dst, span[:]...)
+			dst = append(dst, '\r', '\n')
+			if ctx.SpanID.IsValid() && has&hasParent == 0 {
+				dst = append(dst, HeaderB3ParentSpanID+": "...)
+				dst = append(dst, parent[:]...)
+				dst = append(dst, '\r', '\n')
+			}
+			if has&(hasSampled|hasFlags) == 0 {
+				dst = append(dst, HeaderB3Sampled+": "...)
+				dst = append(dst, sampled, '\r', '\n')
+			}
 		}
 	}
-	if has&hasRequestID == 0 {
+	if f&FormatRequestID != 0 && has&hasRequestID == 0 {
 		id := ctx.RequestID
 		if !validRequestID(id) {
 			id = ""
