@@ -81,13 +81,13 @@ type Config struct {
 	Concurrency int `yaml:"concurrency"`
 	// MaxPerAgent bounds the captures one agent is working on (requested,
 	// not yet completed); more wait here, suspects first (0: no bound). An
-	// agent accepts every request at once and dumps a few at a time
-	// (its max_concurrent_dumps, 2): on a loaded node a dump takes tens of
-	// seconds, and requests queued at the agent were dumped a minute or
-	// two after their window, when the kernel recorder (60 s) had evicted
-	// it (bench/RESULTS.md, "the culprit's path in the demo"). Waiting
+	// agent copies a request's kernel window when it accepts it and
+	// encodes it when one of its dump slots (max_concurrent_dumps, 2)
+	// frees: on a loaded node a dump takes tens of seconds, and a capture
+	// that waits at the agent too long expires (CaptureTimeout). Waiting
 	// here, they keep their order, and are skipped once their window's
-	// start is more than MaxWindow old.
+	// start is more than MaxWindow old (bench/RESULTS.md, "the culprit's
+	// path in the demo" and "dumps that keep their window").
 	MaxPerAgent int `yaml:"max_per_agent"`
 	// Queue bounds anomalies waiting to be routed; beyond it they are dropped
 	// (counted), because capture must never slow ingest.
