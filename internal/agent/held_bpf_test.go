@@ -123,18 +123,7 @@ func TestDumpKeepsItsWindow(t *testing.T) {
 
 	close(release)
 	relOnce = true
-	var c agentapi.Completion
-	var arts []capturedArtifact
-	deadline = time.Now().Add(time.Minute)
-	for ok := false; !ok; c, arts, ok = srv.done("held") {
-		if time.Now().After(deadline) {
-			t.Fatal("held dump not completed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if c.Status != agentapi.StatusComplete || len(arts) != 2 || arts[0].kind != "kernel" {
-		t.Fatalf("completion %+v, %d artifacts", c, len(arts))
-	}
+	arts := srv.kernelDump(t, "held")
 	snap, err := kernel.DecodeSnapshot(arts[0].data)
 	if err != nil {
 		t.Fatal(err)
