@@ -166,6 +166,11 @@ func TestMaxPerAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixtureWith(t, func(c *Config) {
 				c.MaxPerAgent = 2
+				// The four windows are due at once: a settle longer than a
+				// loaded machine's scheduling delay lets all four be routed
+				// before any fires (with 50 ms, a and b fired before e was
+				// routed in 2 of 5 runs under load).
+				c.Settle = time.Second
 				if late {
 					c.MaxWindow = 2 * time.Second
 				}
