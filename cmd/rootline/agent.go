@@ -75,6 +75,8 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 	fs.DurationVar(&c.DiscoverInterval, "discover-interval", c.DiscoverInterval, "how often /proc is scanned for targets")
 	fs.DurationVar(&c.MaxWindow, "max-window", c.MaxWindow, "longest dump window accepted")
 	fs.IntVar(&c.MaxConcurrentDumps, "max-concurrent-dumps", c.MaxConcurrentDumps, "profiler dumps running at once")
+	fs.Int64Var(&c.MaxHeldBytes, "max-held-bytes", c.MaxHeldBytes, "memory of the kernel recorder's windows copied when their dump request is accepted, "+
+		"waiting for a dump slot to be encoded; a request beyond it is answered 429 (the server asks again later); 0: windows are copied when their dump starts")
 	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
 	fs.IntVar(&c.DumpNice, "dump-nice", c.DumpNice, "nice value (0–19) of the threads building a dump, so that a capture does not slow the node's services further (0: the agent's priority)")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")

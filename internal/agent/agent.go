@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,6 +65,11 @@ type Agent struct {
 	closed     bool
 	dumps      sync.WaitGroup
 	dumpSem    chan struct{}
+	// heldBytes is the memory of the windows copied for accepted dumps
+	// and not yet encoded (Config.MaxHeldBytes bounds it).
+	heldBytes atomic.Int64
+	heldLimit atomic.Int64 // Config.MaxHeldBytes
+	holdMu    sync.Mutex   // one window copied at a time
 
 	changed chan struct{} // the target set changed: heartbeat early
 	agentID string        // the server's id for this agent ("": not registered)
@@ -179,6 +185,7 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 		retryMin:   time.Second, retryMax: 30 * time.Second,
 		reg: prometheus.NewRegistry(),
 	}
+	a.heldLimit.Store(cfg.MaxHeldBytes)
 	fail := func(err error) (*Agent, error) {
 		ln.Close()
 		if sock != nil {

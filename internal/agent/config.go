@@ -76,6 +76,15 @@ type Config struct {
 	MaxConcurrentDumps int `yaml:"max_concurrent_dumps"`
 	// DumpTimeout bounds one dump, uploads included.
 	DumpTimeout time.Duration `yaml:"dump_timeout"`
+	// MaxHeldBytes bounds the memory of the recorders' windows copied when
+	// their dump request is accepted and not yet encoded (default 256 MiB).
+	// A dump waits for one of MaxConcurrentDumps, which can take a minute
+	// on a busy node, while the kernel flight recorder keeps only its
+	// retention (60 s): its window is copied at once, and encoded when the
+	// dump's turn comes. A request whose copy would go beyond this bound is
+	// refused with 429 Too Many Requests, which the server takes as "busy,
+	// ask again later". 0: windows are copied when their dump starts.
+	MaxHeldBytes int64 `yaml:"max_held_bytes"`
 	// DumpNice is the nice value (0–19) of the threads that build a dump
 	// (JFR parsing, symbolization, kernel snapshots): a capture is asked for
 	// when the node's services are slow, and its CPU must not make them
@@ -101,6 +110,7 @@ func DefaultConfig() Config {
 		MaxWindow:          10 * time.Minute,
 		MaxConcurrentDumps: 2,
 		DumpTimeout:        2 * time.Minute,
+		MaxHeldBytes:       256 << 20,
 		DumpNice:           10,
 	}
 }
@@ -150,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.DumpNice < 0 || c.DumpNice > 19 {
 		errs = append(errs, fmt.Errorf("agent dump nice %d must be within 0–19", c.DumpNice))
+	}
+	if c.MaxHeldBytes < 0 {
+		errs = append(errs, errors.New("agent max held bytes must not be negative (0: windows are copied when their dump starts)"))
 	}
 	if c.MaxConcurrentDumps < 1 {
 		errs = append(errs, errors.New("agent max concurrent dumps must be ≥ 1"))

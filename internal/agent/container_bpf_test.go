@@ -111,6 +111,25 @@ func newArtifactServer(t *testing.T) (*artifactServer, string) {
 	return s, srv.URL
 }
 
+// kernelDump waits (a minute at most) until capture id completes with its
+// two kernel artifacts, and returns them.
+func (s *artifactServer) kernelDump(t *testing.T, id string) []capturedArtifact {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var c agentapi.Completion
+	var arts []capturedArtifact
+	for ok := false; !ok; c, arts, ok = s.done(id) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dump %s not completed", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c.Status != agentapi.StatusComplete || len(arts) != 2 || arts[0].kind != "kernel" {
+		t.Fatalf("completion %+v, %d artifacts", c, len(arts))
+	}
+	return arts
+}
+
 func (s *artifactServer) done(id string) (agentapi.Completion, []capturedArtifact, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,18 +196,7 @@ func TestContainerKernelRecording(t *testing.T) {
 	if code, body := postJSON(t, apiURL(a, agentapi.DumpPath), "", req); code != http.StatusAccepted {
 		t.Fatalf("dump: %d %s", code, body)
 	}
-	deadline := time.Now().Add(time.Minute)
-	var c agentapi.Completion
-	var arts []capturedArtifact
-	for ok := false; !ok; c, arts, ok = srv.done("ctr-1") {
-		if time.Now().After(deadline) {
-			t.Fatal("dump not completed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if c.Status != agentapi.StatusComplete || len(arts) != 2 || arts[0].kind != "kernel" {
-		t.Fatalf("completion %+v, %d artifacts", c, len(arts))
-	}
+	arts := srv.kernelDump(t, "ctr-1")
 	wantFile := fmt.Sprintf("kernel-svc-container-cgroup-%d%s", cts[0].CgroupID, kernel.FileExt)
 	if arts[0].fileName != wantFile || !strings.Contains(arts[0].attrs, `"cgroup_id":"`+strconv.FormatUint(cts[0].CgroupID, 10)+`"`) {
 		t.Errorf("artifact %s %s, want %s", arts[0].fileName, arts[0].attrs, wantFile)

@@ -28,6 +28,9 @@ type dumpJob struct {
 	notes  []string // requested kinds this pid has no recording of
 	done   chan struct{}
 	result map[string]kindResult // by kind; written before done is closed
+	// held are the windows copied when the job was accepted, by kind,
+	// until they are encoded.
+	held map[string]heldWindow
 }
 
 type kindResult struct {
@@ -141,14 +144,6 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 		a.reject(w, http.StatusNotFound, fmt.Sprintf("pid %d has no recording of kinds %v (recorded: %v)", req.PID, req.Kinds, t.kinds))
 		return
 	}
-	var prior []*dumpJob
-	for _, o := range a.jobs[t.PID] {
-		if o.overlaps(job) {
-			prior = append(prior, o)
-		}
-	}
-	a.jobs[t.PID] = append(a.jobs[t.PID], job)
-	a.dumps.Add(1)
 	tgt := t.Target
 	var cg *container
 	if c := a.containers[t.cgroup]; c != nil {
@@ -157,8 +152,132 @@ func (a *Agent) handleDump(w http.ResponseWriter, r *http.Request) {
 	}
 	a.mu.Unlock()
 
+	// The window is copied at once (runDump), its encoding waits for a dump
+	// slot. Refused while the copies waiting to be encoded fill their bound.
+	if limit := a.heldLimit.Load(); limit > 0 {
+		if used := a.heldBytes.Load(); used >= limit {
+			msg := fmt.Sprintf("agent busy: %d bytes of accepted windows wait to be encoded (max_held_bytes %d); retry later", used, limit)
+			a.logger.Warn("dump request refused", "capture", req.CaptureID, "pid", req.PID, "reason", msg)
+			w.Header().Set("Retry-After", "1")
+			a.reject(w, http.StatusTooManyRequests, msg)
+			return
+		}
+	}
+
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		a.reject(w, http.StatusServiceUnavailable, "agent is shutting down")
+		return
+	}
+	var prior []*dumpJob
+	for _, o := range a.jobs[tgt.PID] {
+		if o.overlaps(job) {
+			prior = append(prior, o)
+		}
+	}
+	a.jobs[tgt.PID] = append(a.jobs[tgt.PID], job)
+	a.dumps.Add(1)
+	a.mu.Unlock()
+
 	go a.runDump(job, tgt, cg, prior)
 	writeJSON(w, http.StatusAccepted, agentapi.DumpAccepted{CaptureID: req.CaptureID, Kinds: job.kinds})
+}
+
+// errBusy: the windows held for accepted dumps fill Config.MaxHeldBytes.
+var errBusy = errors.New("agent busy")
+
+// hold copies the job's window from each of its profilers that can copy
+// it now and encode it later (profiler.Holder: the kernel flight recorder,
+// whose history is short). A copy that would take the copies waiting to be
+// encoded beyond Config.MaxHeldBytes is dropped, and hold returns an error
+// wrapping errBusy. A profiler whose window is not copied is dumped when
+// the job's turn comes, as the others are.
+func (a *Agent) hold(ctx context.Context, job *dumpJob, t profiler.Target, cg *container) error {
+	limit := a.heldLimit.Load()
+	if limit <= 0 {
+		return nil
+	}
+	// One copy at a time: each walks the recorder's whole ring under its
+	// lock, and a burst of requests would otherwise hold up its reader.
+	a.holdMu.Lock()
+	defer a.holdMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, holdTimeout)
+	defer cancel()
+	for _, p := range a.profilers {
+		if !slices.Contains(job.kinds, p.Name()) {
+			continue
+		}
+		ch, isCg := p.(CgroupHolder)
+		isCg = isCg && cg != nil && slices.Contains(cg.kinds, p.Name())
+		h, isHolder := p.(profiler.Holder)
+		if !isCg && !isHolder {
+			continue
+		}
+		if used := a.heldBytes.Load(); used >= limit {
+			job.release(a)
+			return fmt.Errorf("%w: %d bytes of accepted windows wait to be encoded (max_held_bytes %d); retry later", errBusy, used, limit)
+		}
+		t0 := time.Now()
+		var held profiler.Held
+		var err error
+		if isCg {
+			held, err = ch.HoldCgroup(ctx, cg.id, cg.dir, t, job.w)
+		} else {
+			held, err = h.Hold(ctx, t, job.w)
+		}
+		if err != nil {
+			a.logger.Debug("cannot copy the window now: dumped when its turn comes", "capture", job.req.CaptureID, "kind", p.Name(), "err", err)
+			continue
+		}
+		n := held.Bytes()
+		if used := a.heldBytes.Add(n); used > limit {
+			a.heldBytes.Add(-n)
+			job.release(a)
+			return fmt.Errorf("%w: the window's copy (%d bytes) would take the accepted windows waiting to be encoded to %d bytes, beyond max_held_bytes %d; retry later",
+				errBusy, n, used, limit)
+		}
+		a.logger.Debug("window copied", "capture", job.req.CaptureID, "kind", p.Name(), "bytes", n, "took", time.Since(t0))
+		if job.held == nil {
+			job.held = map[string]heldWindow{}
+		}
+		job.held[p.Name()] = heldWindow{held, n}
+	}
+	return nil
+}
+
+// holdTimeout bounds the copy of a window (the recorder drains its ring
+// buffers first, which waits for at most its flush interval).
+const holdTimeout = 5 * time.Second
+
+// CgroupHolder is a CgroupProfiler that can copy a container's window
+// now and encode it later (see profiler.Holder).
+type CgroupHolder interface {
+	CgroupProfiler
+	HoldCgroup(ctx context.Context, id uint64, dir string, t profiler.Target, w profiler.Window) (profiler.Held, error)
+}
+
+// heldWindow is a window copied for a job, and its bytes counted in
+// Agent.heldBytes.
+type heldWindow struct {
+	profiler.Held
+	bytes int64
+}
+
+// release gives back the memory of the job's copies not yet encoded.
+func (j *dumpJob) release(a *Agent) {
+	for k, h := range j.held {
+		a.heldBytes.Add(-h.bytes)
+		delete(j.held, k)
+	}
+}
+
+// take returns the job's copy for kind, if any; its memory is released by
+// the caller once encoded.
+func (j *dumpJob) take(kind string) (heldWindow, bool) {
+	h, ok := j.held[kind]
+	delete(j.held, kind)
+	return h, ok
 }
 
 func (a *Agent) reject(w http.ResponseWriter, status int, msg string) {
@@ -188,6 +307,17 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 	defer cancel()
 	log := a.logger.With("capture", job.req.CaptureID, "pid", t.PID)
 
+	defer job.release(a) // copies not encoded (a covering earlier dump answered, or cancelled)
+	if wait := time.Until(job.w.End); wait > 0 {
+		// Asked before the window ended: copied when it ends.
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
+	if err := a.hold(ctx, job, t, cg); err != nil {
+		log.Info("window not copied ahead: dumped when its turn comes", "err", err)
+	}
 	for _, p := range prior {
 		select {
 		case <-p.done:
@@ -216,33 +346,53 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 // at once. A cgroup profiler dumps the whole container of a process in one
 // (cg).
 func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *container) {
+	queued := time.Now()
 	select {
 	case a.dumpSem <- struct{}{}:
 		defer func() { <-a.dumpSem }()
 	case <-ctx.Done():
 		return
 	}
+	started := time.Now()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	took := map[string]time.Duration{}
 	for _, p := range a.profilers {
 		if !slices.Contains(job.kinds, p.Name()) {
 			continue
 		}
+		held, isHeld := job.take(p.Name())
 		wg.Go(func() {
 			a.lowerPriority()
+			t0 := time.Now()
 			var arts []profiler.Artifact
 			var err error
-			if cp, ok := p.(CgroupProfiler); ok && cg != nil && slices.Contains(cg.kinds, p.Name()) {
+			switch cp, ok := p.(CgroupProfiler); {
+			case isHeld:
+				arts, err = held.Dump(ctx)
+				a.heldBytes.Add(-held.bytes)
+			case ok && cg != nil && slices.Contains(cg.kinds, p.Name()):
 				arts, err = cp.DumpCgroup(ctx, cg.id, cg.dir, t, job.w)
-			} else {
+			default:
 				arts, err = p.Dump(ctx, t, job.w)
 			}
 			mu.Lock()
 			job.result[p.Name()] = kindResult{arts: arts, err: err}
+			took[p.Name()] = time.Since(t0)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
+	// Where a capture's time goes on a busy node: waiting for a slot,
+	// then each profiler's dump.
+	args := []any{"capture", job.req.CaptureID, "pid", t.PID, "waited", started.Sub(queued).Round(time.Millisecond),
+		"took", time.Since(started).Round(time.Millisecond), "after_window", time.Since(job.w.End).Round(time.Millisecond)}
+	for _, k := range job.kinds {
+		if d, ok := took[k]; ok {
+			args = append(args, k, d.Round(time.Millisecond))
+		}
+	}
+	a.logger.Info("dumped", args...)
 }
 
 // lowerPriority gives the calling goroutine an OS thread of its own at

@@ -28,12 +28,15 @@ func (a *Agent) registerMetrics() error {
 			Help: "API requests refused for their caller or target: a local user acting on a process it does not own (register, forget, dump), a dump request for another registration or service (dump)."},
 			[]string{"request"}),
 	}
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agent_dump_held_bytes",
+		Help: "Memory of the recorders' windows copied when their dump request was accepted, not yet encoded (bounded by max_held_bytes)."},
+		func() float64 { return float64(a.heldBytes.Load()) })
 	targets := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agent_targets", Help: "Processes being recorded."}, func() float64 {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return float64(len(a.targets))
 	})
-	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, a.metrics.refused, targets, profilerStats{a}} {
+	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, a.metrics.refused, held, targets, profilerStats{a}} {
 		if err := a.reg.Register(c); err != nil {
 			return fmt.Errorf("agent: register metrics: %w", err)
 		}

@@ -292,3 +292,44 @@ func TestProfilesSpread(t *testing.T) {
 		t.Errorf("reads %v: want every third span from the first", arts.reads)
 	}
 }
+
+// TestSocketWaitCharged: a service's socket wait is its own in the share its
+// threads' time was its own work. b's requests queue in its socket while
+// its threads wait on c (a pool blocked on a throttled dependency): c is the
+// culprit, and b keeps only its own work's share of the queue. When b's
+// threads are busy with their own work instead, the queue is all b's.
+func TestSocketWaitCharged(t *testing.T) {
+	ms := int64(time.Millisecond)
+	id := byte(0)
+	mk := func(parent byte, svc string, kind model.SpanKind, start, dur int64, attrs ...model.KeyValue) *model.Span {
+		id++
+		return &model.Span{TraceID: model.TraceID{id}, SpanID: sid(id), ParentSpanID: sid(parent), Service: svc, Kind: kind,
+			Start: start * ms, Duration: dur * ms, Attributes: attrs}
+	}
+	// a → b → c; b waits sock ms in its socket, works own ms, calls c for
+	// cdur ms (c's own time).
+	chain := func(sock, own, cdur int64) *trace {
+		id = 0
+		a := mk(0, "a", model.KindServer, 0, sock+own+cdur+2)
+		ac := mk(a.SpanID[7], "a", model.KindClient, 1, sock+own+cdur)
+		b := mk(ac.SpanID[7], "b", model.KindServer, 1, sock+own+cdur,
+			model.Float(model.AttrWaitSocketMs, float64(sock)), model.Float(model.AttrWaitLocalMs, float64(sock)))
+		bc := mk(b.SpanID[7], "b", model.KindClient, 1+sock+own, cdur)
+		c := mk(bc.SpanID[7], "c", model.KindServer, 1+sock+own, cdur)
+		return newTrace([]*model.Span{a, ac, b, bc, c})
+	}
+	base := []*trace{chain(0, 2, 5), chain(0, 2, 5)}
+	blocked := rank([]*trace{chain(4000, 2, 900), chain(4000, 2, 900)}, base)
+	if blocked[0].Service != "c" {
+		t.Errorf("pool blocked on c: ranked %+v, want c first", blocked)
+	}
+	for _, r := range blocked {
+		if r.Service == "b" && (r.SelfDeltaMs > 20 || r.LocalDeltaMs > 20) {
+			t.Errorf("b keeps %.1f ms own, %.1f ms local of a queue its calls to c caused", r.SelfDeltaMs, r.LocalDeltaMs)
+		}
+	}
+	busy := rank([]*trace{chain(400, 200, 5), chain(400, 200, 5)}, base)
+	if busy[0].Service != "b" || busy[0].SelfDeltaMs < 580 || busy[0].LocalDeltaMs < 380 {
+		t.Errorf("b's threads busy with their own work: ranked %+v, want b first with its queue", busy)
+	}
+}

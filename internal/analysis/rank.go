@@ -224,14 +224,43 @@ func meanTimes(traces []*trace, known map[string]bool) map[string]times {
 			s.self += x.self
 			s.net += x.net
 			s.local += x.local
+			s.sock += x.sock
+			s.remote += x.remote
 			sum[svc] = s
 		}
 	}
 	n := float64(len(traces))
 	for svc, s := range sum {
-		sum[svc] = times{s.self / n, s.net / n, s.local / n}
+		s = s.chargeSocket()
+		sum[svc] = times{self: s.self / n, net: s.net / n, local: s.local / n, sock: s.sock / n, remote: s.remote / n}
 	}
 	return sum
+}
+
+// chargeSocket keeps of a service's socket wait the part its own work
+// caused. A request waits in the socket while every thread that would read
+// it is busy, and a busy thread either works (its exclusive time) or waits
+// for the service's own calls out (remote). When the calls out are what
+// holds the threads (a pool blocked on a slow dependency), the queue is the
+// dependency's doing, not the service's: counted as the service's own, the
+// queue in front of a blocked pool made the caller of a throttled service
+// the culprit. So the wait is charged to the service in the share its
+// threads' time was its own work, over the same traces, and the rest is left
+// to its dependencies, whose own time says whether they grew.
+func (s times) chargeSocket() times {
+	if s.sock <= 0 {
+		return s
+	}
+	own := s.self - s.sock
+	share := 1.0
+	if own+s.remote > 0 {
+		share = own / (own + s.remote)
+	}
+	cut := s.sock * (1 - share)
+	s.self -= cut
+	s.local = max(s.local-cut, 0)
+	s.sock -= cut
+	return s
 }
 
 // slowSpans lists svc's anomalous spans in the slow traces, in the order of

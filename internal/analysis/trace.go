@@ -20,6 +20,7 @@ type span struct {
 	start, dur         int64  // ns; dur may be cut (see newTrace)
 	anomaly            bool
 	waitLocal, waitNet float64 // ms; NaN when absent
+	waitSocket         float64 // ms; NaN when absent
 	threads            []int64
 	up                 *span // parent span in this trace
 	children           []*span
@@ -43,13 +44,15 @@ func newTrace(spans []*model.Span) *trace {
 		}
 		t.id = ms.TraceID
 		s := &span{id: ms.SpanID, parent: ms.ParentSpanID, service: ms.Service, kind: ms.Kind.String(),
-			start: ms.Start, dur: ms.Duration, anomaly: ms.IsAnomalous(), waitLocal: math.NaN(), waitNet: math.NaN()}
+			start: ms.Start, dur: ms.Duration, anomaly: ms.IsAnomalous(), waitLocal: math.NaN(), waitNet: math.NaN(), waitSocket: math.NaN()}
 		for _, kv := range ms.Attributes {
 			switch kv.Key {
 			case model.AttrWaitLocalMs:
 				s.waitLocal = number(kv.Value)
 			case model.AttrWaitNetMs:
 				s.waitNet = number(kv.Value)
+			case model.AttrWaitSocketMs:
+				s.waitSocket = number(kv.Value)
 			case model.AttrServerAddress:
 				if kv.Value.Type == model.TypeString {
 					s.serverAddr = kv.Value.Str
@@ -136,8 +139,12 @@ func (t *trace) visits(svc string) bool {
 	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.service == svc })
 }
 
-// times is one service's time in one trace (or a mean over traces), in ns.
-type times struct{ self, net, local float64 }
+// times is one service's time in one trace (or a mean over traces), in ns:
+// its own (exclusive) time, the network time of the calls into it, its
+// threads' run-queue wait; and, of its SERVER spans, the time their requests
+// waited in its sockets before it read them (part of self and local) and the
+// time covered by its own calls out (remote).
+type times struct{ self, net, local, sock, remote float64 }
 
 // times splits the trace's time among services. A span's exclusive time is
 // its duration minus the union of its children's intervals. A CLIENT span's
@@ -163,9 +170,22 @@ func (t *trace) times(known map[string]bool) map[string]times {
 			continue
 		}
 		x := out[s.service]
-		x.self += float64(s.exclusive())
+		excl := float64(s.exclusive())
+		x.self += excl
 		if !math.IsNaN(s.waitLocal) {
 			x.local += s.waitLocal * 1e6
+		}
+		if s.kind == "server" {
+			if !math.IsNaN(s.waitSocket) {
+				x.sock += min(max(s.waitSocket*1e6, 0), excl)
+			}
+			var calls []*span
+			for _, c := range s.children {
+				if c.kind == "client" {
+					calls = append(calls, c)
+				}
+			}
+			x.remote += float64(s.dur - s.exclusiveOf(calls))
 		}
 		out[s.service] = x
 	}

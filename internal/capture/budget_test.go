@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -165,6 +166,11 @@ func TestMaxPerAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixtureWith(t, func(c *Config) {
 				c.MaxPerAgent = 2
+				// The four windows are due at once: a settle longer than a
+				// loaded machine's scheduling delay lets all four be routed
+				// before any fires (with 50 ms, a and b fired before e was
+				// routed in 2 of 5 runs under load).
+				c.Settle = time.Second
 				if late {
 					c.MaxWindow = 2 * time.Second
 				}
@@ -216,6 +222,48 @@ func TestMaxPerAgent(t *testing.T) {
 			if n := len(ag.dumps()); n != 2 {
 				t.Errorf("%d dumps, want 2: the others' windows were older than max_window", n)
 			}
+		})
+	}
+}
+
+// TestAgentBusy: an agent that answers 429 (the windows it holds for
+// accepted dumps fill its memory bound) is asked again, and the capture
+// completes once it accepts; one whose window gets older than MaxWindow
+// meanwhile is skipped, saying why.
+func TestAgentBusy(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		name := "asked again until accepted"
+		if late {
+			name = "skipped once too old"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) {
+				if late {
+					c.MaxWindow = 2 * time.Second
+				}
+			})
+			ag := newTestAgent(t, f.url, "", 100)
+			ag.status = http.StatusTooManyRequests
+			ag.register(t, agentapi.Process{PID: 41, Service: "a"})
+			f.m.OnCommitted([]*model.Span{anomalous("a", 1, time.Now().Add(-time.Second), 300*time.Millisecond)})
+			waitUntil(t, "asked twice", func() bool { return len(ag.dumps()) >= 2 })
+			if cs := f.m.Captures(0); len(cs) != 1 || cs[0].State == StateFailed {
+				t.Fatalf("captures after a 429: %+v, want one waiting", cs)
+			}
+			if late {
+				waitUntil(t, "skipped", func() bool {
+					cs := f.m.Captures(0)
+					return len(cs) == 1 && cs[0].State == StateSkipped
+				})
+				if c := f.m.Captures(0)[0]; !strings.Contains(c.Error, "429") {
+					t.Errorf("skipped for %q, want the agent's 429 named", c.Error)
+				}
+				return
+			}
+			ag.mu.Lock()
+			ag.status = 0
+			ag.mu.Unlock()
+			f.waitComplete(t)
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
 	"sort"
 	"strconv"
@@ -80,13 +81,13 @@ type Config struct {
 	Concurrency int `yaml:"concurrency"`
 	// MaxPerAgent bounds the captures one agent is working on (requested,
 	// not yet completed); more wait here, suspects first (0: no bound). An
-	// agent accepts every request at once and dumps a few at a time
-	// (its max_concurrent_dumps, 2): on a loaded node a dump takes tens of
-	// seconds, and requests queued at the agent were dumped a minute or
-	// two after their window, when the kernel recorder (60 s) had evicted
-	// it (bench/RESULTS.md, "the culprit's path in the demo"). Waiting
+	// agent copies a request's kernel window when it accepts it and
+	// encodes it when one of its dump slots (max_concurrent_dumps, 2)
+	// frees: on a loaded node a dump takes tens of seconds, and a capture
+	// that waits at the agent too long expires (CaptureTimeout). Waiting
 	// here, they keep their order, and are skipped once their window's
-	// start is more than MaxWindow old.
+	// start is more than MaxWindow old (bench/RESULTS.md, "the culprit's
+	// path in the demo" and "dumps that keep their window").
 	MaxPerAgent int `yaml:"max_per_agent"`
 	// Queue bounds anomalies waiting to be routed; beyond it they are dropped
 	// (counted), because capture must never slow ingest.
@@ -118,7 +119,7 @@ func DefaultConfig() Config {
 		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 45 * time.Second,
 		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, MaxPerMinute: 12,
 		SuspectShare: 0.5, Suspects: 2,
-		Concurrency: 4, MaxPerAgent: 2, Queue: 10_000,
+		Concurrency: 4, MaxPerAgent: 4, Queue: 10_000,
 		RequestTimeout: 10 * time.Second, CaptureTimeout: 2 * time.Minute,
 		Heartbeat: 10 * time.Second, MaxTargets: 4,
 	}
@@ -811,12 +812,36 @@ func (m *Manager) send(ctx context.Context, id string, client *agentapi.AgentCli
 	}
 	defer func() { <-m.sem }()
 	if _, err := client.Dump(ctx, req); err != nil {
+		if agentapi.StatusOf(err) == http.StatusTooManyRequests {
+			m.retryBusy(id, err)
+			return
+		}
 		if agentapi.StatusOf(err) != 0 {
 			m.fail(id, err.Error())
 		} else {
 			m.fail(id, fmt.Sprintf("dump request to agent failed: %v", err))
 		}
 	}
+}
+
+// retryBusy: the agent refused the capture for now (429: the windows it
+// holds for accepted dumps fill its memory bound). The capture waits here
+// as for a busy agent (MaxPerAgent), and is skipped once its window is
+// older than MaxWindow.
+func (m *Manager) retryBusy(id string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.captures[id]
+	if c == nil || c.State != StateRequested {
+		return
+	}
+	now := m.now()
+	if now.Sub(time.Unix(0, c.Start)) > m.cfg.MaxWindow {
+		m.finishLocked(c, StateSkipped, "the agent was busy (it answered 429) past capture.max_window: "+err.Error())
+		return
+	}
+	c.State, c.Requested = StatePending, time.Time{}
+	m.holdLocked(procKey{c.AgentID, c.PID}, c, now.Add(agentRetry))
 }
 
 func (m *Manager) fail(id, reason string) {

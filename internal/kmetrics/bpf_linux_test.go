@@ -371,9 +371,15 @@ func testBPFDiskIO(t *testing.T, others int) {
 		devBytes := (d1.sectors - d0.sectors) * 512
 		t.Logf("device %s: %d requests, %d bytes, %v in flight (mean %v); BPF: %d requests, %v (mean %v)", devStat,
 			d1.ios-d0.ios, devBytes, dev, dev/time.Duration(d1.ios-d0.ios), lat.Count, ours, ours/time.Duration(max(lat.Count, 1)))
-		// The device counts whole milliseconds: assert from 20 ms on.
-		if devBytes <= uint64(size.Sum)*11/10 && d1.ms-d0.ms >= 20 && math.Abs(float64(ours-dev)) > 0.25*float64(dev) {
-			t.Errorf("BPF disk time %v vs the device's %v: off by more than 25%%", ours, dev)
+		// The device times a request from its start (allocated, before
+		// the plug and the I/O scheduler: the kernel's start_time_ns), the
+		// tracepoints from its issue to the driver to its completion. So
+		// ours is shorter by the time requests queued before their issue
+		// (a 1 MiB direct write is split into requests that wait behind
+		// each other: 37.3 of 55 ms in one CI run), and never longer but
+		// for the device's whole milliseconds: assert from 20 ms on.
+		if devBytes <= uint64(size.Sum)*11/10 && d1.ms-d0.ms >= 20 && (float64(ours) > 1.25*float64(dev) || float64(ours) < 0.5*float64(dev)) {
+			t.Errorf("BPF disk time %v vs the device's %v: not within 50–125%% of it", ours, dev)
 		}
 	}
 }

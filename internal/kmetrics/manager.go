@@ -34,8 +34,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Only, when set, limits what Read returns to the containers whose
 	// cgroup path is one of these or below one ("/kubepods", or a demo
-	// mesh's "/rootline-demo"): a node runs other workloads whose
-	// services can carry the same names. Unnamed cgroups are left out then.
+	// mesh's "/rootline-demo"), and those of the agent's targets: a node
+	// runs other workloads whose services can carry the same names.
+	// Unnamed cgroups are left out then.
 	Only []string
 }
 
@@ -551,7 +552,7 @@ func (m *Manager) Read() ([]Series, error) {
 			continue // drops are exported per reason below
 		}
 		name, service, env := label(s.Key)
-		if m.only != nil && !under(name, m.only) {
+		if !m.reported(name, s.Key, svc) {
 			continue
 		}
 		se := Series{Metric: s.Metric, Container: name, CgroupID: s.Key &^ V1Bit, Service: service,
@@ -563,7 +564,7 @@ func (m *Manager) Read() ([]Series, error) {
 	}
 	for _, d := range snap.Drops {
 		name, service, env := label(d.Key)
-		if m.only != nil && !under(name, m.only) {
+		if !m.reported(name, d.Key, svc) {
 			continue
 		}
 		out = append(out, Series{Metric: Drops, Container: name, CgroupID: d.Key &^ V1Bit, Service: service,
@@ -580,6 +581,18 @@ func (m *Manager) Read() ([]Series, error) {
 		return a.Reason < b.Reason
 	})
 	return out, nil
+}
+
+// reported says whether Read reports the container: every one without
+// Options.Only; with it, those at or below its paths and those holding the
+// agent's own targets (targets maps their keys to their services): `rootline
+// run` puts its service in a cgroup of its own, /rootline-run-PID.
+func (m *Manager) reported(name string, key uint64, targets map[uint64]string) bool {
+	if m.only == nil {
+		return true
+	}
+	_, ok := targets[key]
+	return ok || under(name, m.only)
 }
 
 // forgetRemovedLocked drops from snap, and from the BPF maps, the values of

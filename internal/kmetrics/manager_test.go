@@ -517,12 +517,13 @@ func TestEnvReadAgain(t *testing.T) {
 }
 
 // TestOnlyUnderCgroups: with Options.Only, Read reports the containers at or
-// below those cgroup paths (not a sibling that shares the prefix's name),
-// and no unnamed cgroup.
+// below those cgroup paths (not a sibling that shares the prefix's name)
+// and those of the agent's targets (pid 20 in /batch), and no unnamed cgroup.
 func TestOnlyUnderCgroups(t *testing.T) {
 	cg, keys := fakeCgroups(t)
 	k := newFake()
-	m, err := New(k, Options{Cgroups: cg, Only: []string{"/app/"}})
+	m, err := New(k, Options{Cgroups: cg, Only: []string{"/app/"},
+		Targets: func() []Target { return []Target{{PID: 20, Service: "batch"}} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +539,8 @@ func TestOnlyUnderCgroups(t *testing.T) {
 		Samples: []Sample{{Key: keys["unified/app"], Metric: RunqLatency, Count: 1, Sum: 1},
 			{Key: keys["unified/db"], Metric: RunqLatency, Count: 2, Sum: 2},
 			{Key: sk, Metric: RunqLatency, Count: 3, Sum: 3},
-			{Key: 0, Metric: RunqLatency, Count: 4, Sum: 4}},
+			{Key: 0, Metric: RunqLatency, Count: 4, Sum: 4},
+			{Key: keys["cpu/batch"], Metric: RunqLatency, Count: 7, Sum: 7}},
 		Drops: []DropSample{{Key: keys["unified/app"], Reason: 2, Count: 5}, {Key: keys["unified/db"], Reason: 2, Count: 6}},
 	}
 	series, err := m.Read()
@@ -549,7 +551,7 @@ func TestOnlyUnderCgroups(t *testing.T) {
 	for _, s := range series {
 		got = append(got, fmt.Sprintf("%s %s %d", s.Metric, s.Container, s.Count))
 	}
-	want := []string{"runq /app 1", "drops /app 5"}
+	want := []string{"runq /app 1", "runq cpu:/batch 7", "drops /app 5"}
 	if !slices.Equal(got, want) {
 		t.Errorf("series %q, want %q", got, want)
 	}

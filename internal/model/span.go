@@ -28,6 +28,10 @@ const (
 	AttrWaitLocalMs  = "rootline.wait.local_ms"  // run-queue wait of the servicing threads
 	AttrWaitNetMs    = "rootline.wait.net_ms"    // client time − downstream server time
 	AttrWaitRemoteMs = "rootline.wait.remote_ms" // largest wait reported from below this hop
+	// AttrWaitSocketMs: how long the request's first byte waited in the
+	// service's socket before the service read it (part of local_ms; a
+	// SERVER span starts at the byte's arrival).
+	AttrWaitSocketMs = "rootline.wait.socket_ms"
 	// AttrThreadIDs lists every thread that worked on a SERVER span's request
 	// (its first is also in thread.id): with process.pid and the span's times
 	// these are the thread↔request records the kernel analysis joins on.

@@ -55,7 +55,7 @@ type request struct {
 // request's first byte waited in the service's socket before the service
 // read it, in ms (part of rootline.wait.local_ms; the span starts at the
 // byte's arrival, so start + this is when the service read it).
-const AttrWaitSocketMs = "rootline.wait.socket_ms"
+const AttrWaitSocketMs = model.AttrWaitSocketMs
 
 // threadDelay remembers a thread's run-queue delay counter when it first
 // worked on the request, and when it first and last did (zero when not

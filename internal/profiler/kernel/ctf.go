@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"archive/tar"
-	"compress/gzip"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/rootline/rootline/internal/profiler"
 )

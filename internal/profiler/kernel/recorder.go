@@ -332,6 +332,15 @@ func (r *Recorder) Dump(ctx context.Context, t profiler.Target, w profiler.Windo
 }
 
 func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	h, err := r.hold(ctx, t, w)
+	if err != nil {
+		return nil, err
+	}
+	return h.encode()
+}
+
+// hold copies the window of t.PID (see Hold).
+func (r *Recorder) hold(ctx context.Context, t profiler.Target, w profiler.Window) (*Held, error) {
 	r.mu.Lock()
 	st, started := r.targets[t.PID]
 	r.mu.Unlock()
@@ -342,14 +351,11 @@ func (r *Recorder) dump(ctx context.Context, t profiler.Target, w profiler.Windo
 		_, err := procfs.StartTime(t.PID)
 		isAlive = err == nil
 	}
-	arts, err := r.snapshot(ctx, t, w, nil, !started, isAlive)
-	if err != nil {
-		return nil, err
+	h, err := r.copyWindow(ctx, t, w, nil, !started, isAlive)
+	if err == nil && !isAlive {
+		h.gone = fmt.Errorf("kernel: pid %d exited: %w", t.PID, profiler.ErrTargetGone)
 	}
-	if !isAlive {
-		return arts, fmt.Errorf("kernel: pid %d exited: %w", t.PID, profiler.ErrTargetGone)
-	}
-	return arts, nil
+	return h, err
 }
 
 // DumpCgroup is Dump for a cgroup v2 started with StartCgroup (a
@@ -375,6 +381,15 @@ func (r *Recorder) DumpCgroup(ctx context.Context, id uint64, dir string, t prof
 }
 
 func (r *Recorder) dumpCgroup(ctx context.Context, id uint64, dir string, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+	h, err := r.holdCgroup(ctx, id, dir, t, w)
+	if err != nil {
+		return nil, err
+	}
+	return h.encode()
+}
+
+// holdCgroup copies the window of a cgroup's processes (see HoldCgroup).
+func (r *Recorder) holdCgroup(ctx context.Context, id uint64, dir string, t profiler.Target, w profiler.Window) (*Held, error) {
 	r.mu.Lock()
 	started := r.cgroups[id]
 	r.mu.Unlock()
@@ -390,14 +405,11 @@ func (r *Recorder) dumpCgroup(ctx context.Context, id uint64, dir string, t prof
 	for _, p := range pids {
 		sel.members[p] = true
 	}
-	arts, err := r.snapshot(ctx, t, w, sel, false, isAlive)
-	if err != nil {
-		return nil, err
+	h, err := r.copyWindow(ctx, t, w, sel, false, isAlive)
+	if err == nil && !isAlive {
+		h.gone = fmt.Errorf("kernel: cgroup %d (%s) was removed: %w", id, dir, profiler.ErrTargetGone)
 	}
-	if !isAlive {
-		return arts, fmt.Errorf("kernel: cgroup %d (%s) was removed: %w", id, dir, profiler.ErrTargetGone)
-	}
-	return arts, nil
+	return h, err
 }
 
 // cgroupSel selects the processes of a cgroup in a snapshot.
@@ -422,10 +434,11 @@ func cgroupProcs(dir string) ([]uint32, error) {
 	return out, nil
 }
 
-// snapshot builds the artifacts of the window for t.PID, or for the
-// processes of a cgroup when sel is set. needThreads: an empty snapshot is
-// ErrUnknownTarget (the pid was never recorded).
-func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.Window, sel *cgroupSel, needThreads, isAlive bool) ([]profiler.Artifact, error) {
+// copyWindow copies the records of the window for t.PID, or for the
+// processes of a cgroup when sel is set, with what encoding them needs
+// from the recorder's state now (comms, dropped records). needThreads: an
+// empty snapshot is ErrUnknownTarget (the pid was never recorded).
+func (r *Recorder) copyWindow(ctx context.Context, t profiler.Target, w profiler.Window, sel *cgroupSel, needThreads, isAlive bool) (*Held, error) {
 	end := w.End
 	if end.IsZero() || end.After(time.Now()) {
 		end = time.Now()
@@ -438,30 +451,45 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	mStart, mEnd := start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
-	in := buildInput{pid: uint32(t.PID), start: mStart, end: mEnd, offset: r.offsetNs, comm: r.ring.comm,
-		devName: r.devs.name, maxDepth: max(r.cfg.FollowDepth, 1), maxThreads: r.cfg.FollowThreads,
-		recording: r.cfg.following() || r.cfg.All}
-	procs := map[uint32]bool{in.pid: true}
+	h := &Held{r: r, t: t, spans: w.Spans, start: start, end: end, sel: sel, needThreads: needThreads, isAlive: isAlive}
+	h.mStart, h.mEnd = start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
+	procs := map[uint32]bool{uint32(t.PID): true}
 	if sel != nil {
-		procs, in.pids = sel.members, sel.members
+		procs = sel.members
 	}
-	win := r.ring.windowOf(mStart-r.cfg.Preroll.Nanoseconds(), mEnd, procs, sel != nil, in.maxDepth)
-	in.complete = win.complete
+	h.win = r.ring.windowOf(h.mStart-r.cfg.Preroll.Nanoseconds(), h.mEnd, procs, sel != nil, max(r.cfg.FollowDepth, 1))
+	h.comms = r.ring.commsOf(h.win.events)
+	h.lostTotal = r.src.Lost()
+	h.lost = h.lostTotal - r.losses.before(h.mStart-r.cfg.Preroll.Nanoseconds())
+	h.evicted = r.ring.stats().evicted
+	return h, nil
+}
+
+// encode builds the artifacts of a copied window: the snapshot and its CTF
+// export.
+func (h *Held) encode() ([]profiler.Artifact, error) {
+	r, t, sel := h.r, h.t, h.sel
+	comm := func(tid uint32) string { return h.comms[tid] }
+	in := buildInput{pid: uint32(t.PID), start: h.mStart, end: h.mEnd, offset: r.offsetNs, comm: comm,
+		devName: r.devs.name, maxDepth: max(r.cfg.FollowDepth, 1), maxThreads: r.cfg.FollowThreads,
+		recording: r.cfg.following() || r.cfg.All, complete: h.win.complete}
+	if sel != nil {
+		in.pids = sel.members
+	}
+	win := h.win
 	// The intervals stay in the builder's compact form (ivs), named as the
 	// encoders write them.
 	snap, ivs := replay(win.events, in).snapshot(win.total)
 	nEvents := win.total
-	if needThreads && len(snap.Threads) == 0 {
+	if h.needThreads && len(snap.Threads) == 0 {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
-	total := r.src.Lost()
-	snap.Lost = total - r.losses.before(mStart-r.cfg.Preroll.Nanoseconds())
+	snap.Lost = h.lost
 	var js, ctf bytes.Buffer
 	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, mStart, mEnd), w.Spans, r.offsetNs, r.ring.comm, r.host); err != nil {
+	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
 		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 	}
 	attrs := map[string]string{
@@ -470,13 +498,12 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		"intervals":  strconv.Itoa(ivs.Len()),
 		"wakeups":    strconv.Itoa(len(snap.Wakeups)),
 		"lost":       strconv.FormatUint(snap.Lost, 10),
-		"lost_total": strconv.FormatUint(total, 10),
+		"lost_total": strconv.FormatUint(h.lostTotal, 10),
 		// The format, for tools that read the artifact's metadata
 		// before its bytes (the media type says it too).
 		"format": fmt.Sprintf("rootline-kernel-snapshot-%d", SnapshotVersion),
 	}
-	rs := r.ring.stats()
-	attrs["evicted"] = strconv.FormatUint(rs.evicted, 10)
+	attrs["evicted"] = strconv.FormatUint(h.evicted, 10)
 	others, recorded := 0, 0
 	for _, th := range snap.Threads {
 		if !th.Target {
@@ -505,13 +532,14 @@ func (r *Recorder) snapshot(ctx context.Context, t profiler.Target, w profiler.W
 		}
 		attrs["processes"] = strconv.Itoa(len(procs))
 	}
+	start, end, isAlive := h.start, h.end, h.isAlive
 	return []profiler.Artifact{
 		{Kind: "kernel", MediaType: MediaType, FileName: base + FileExt,
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
 			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
-				"spans": strconv.Itoa(len(w.Spans))}},
-	}, nil
+				"spans": strconv.Itoa(len(h.spans))}},
+	}, h.gone
 }
 
 // sanitize keeps a service name safe in a file name.

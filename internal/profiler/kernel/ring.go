@@ -1,7 +1,8 @@
 package kernel
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -168,6 +169,15 @@ type windowEvents struct {
 // its share. With follow, children forked by procs in the range join procs
 // (procs is updated). nil procs: every event.
 func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool, depth int) windowEvents {
+	w := r.copyWindow(from, to, procs, follow, depth)
+	// Records of different CPUs, and of the two lists, arrive out of order.
+	// Sorted once copied, so that the reader is not held up meanwhile.
+	w.events = sortByTS(w.events)
+	return w
+}
+
+// copyWindow is windowOf's copy, in the order the records arrived.
+func (r *ring) copyWindow(from, to int64, procs map[uint32]bool, follow bool, depth int) windowEvents {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var chunks [][]Event
@@ -241,9 +251,37 @@ func (r *ring) windowOf(from, to int64, procs map[uint32]bool, follow bool, dept
 			}
 		}
 	}
-	// Records of different CPUs, and of the two lists, arrive out of order.
-	sort.SliceStable(w.events, func(i, j int) bool { return w.events[i].TS < w.events[j].TS })
 	return w
+}
+
+// sortByTS sorts events by TS, those with the same TS in the order given,
+// and returns them (the slice given or a new one). It sorts 16-byte keys
+// rather than the records: a stable sort of the records themselves moved
+// them around by rotations, the dump's largest cost after compression on a
+// busy node (bench/RESULTS.md, "Dumps that keep their window").
+func sortByTS(evs []Event) []Event {
+	if slices.IsSortedFunc(evs, func(a, b Event) int { return cmp.Compare(a.TS, b.TS) }) {
+		return evs
+	}
+	type key struct {
+		ts int64
+		i  int
+	}
+	keys := make([]key, len(evs))
+	for i := range evs {
+		keys[i] = key{evs[i].TS, i}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(a.ts, b.ts); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.i, b.i)
+	})
+	out := make([]Event, len(evs))
+	for j, k := range keys {
+		out[j] = evs[k.i]
+	}
+	return out
 }
 
 // wakeEdge is a causal wakeup: waker woke wakee.
@@ -263,13 +301,7 @@ func (r *ring) comm(tid uint32) string {
 	if e == nil {
 		return ""
 	}
-	c := e.comm[:]
-	for i, b := range c {
-		if b == 0 {
-			return string(c[:i])
-		}
-	}
-	return string(c)
+	return commString(&e.comm)
 }
 
 // ringStats are a ring's counters.
