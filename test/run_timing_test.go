@@ -215,3 +215,77 @@ func checkTimingForm(t *testing.T, form, head string) int {
 	}
 	return n
 }
+
+// TestRunTimingOwnFields: a response that already carries timing fields
+// (the application's own, or a downstream's it passes on) reaches the
+// client with exactly those fields, unchanged, and none of rootline run's,
+// whichever form the application wrote; a response without any gets
+// rootline run's line. A second set would make the caller refuse both.
+func TestRunTimingOwnFields(t *testing.T) { forEachMode(t, testRunTimingOwnFields) }
+
+func testRunTimingOwnFields(t *testing.T) {
+	needTool(t, "python3")
+	server := `
+import http.server
+OWN = {"/compact": [("rl", "5;r=7")], "/long": [("rootline-server-time", "6"), ("rootline-wait", "1;kind=local")],
+       "/wait-only": [("Rootline-Wait", "2;kind=net")], "/none": []}
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        self.send_response(200)
+        for k, v in OWN[self.path]:
+            self.send_header(k, v)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print("listening", s.server_address[1], flush=True)
+s.serve_forever()
+`
+	_, port := startTraced(t, nil, true, []string{"--server", ""}, "python3", "-c", server)
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	br := bufio.NewReader(c)
+	for _, tc := range []struct {
+		path string
+		want []string // the response's timing lines, in order
+	}{
+		{"/compact", []string{"rl: 5;r=7"}},
+		{"/long", []string{"rootline-server-time: 6", "rootline-wait: 1;kind=local"}},
+		{"/wait-only", []string{"Rootline-Wait: 2;kind=net"}},
+		{"/none", nil},
+	} {
+		if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: own\r\n\r\n", tc.path); err != nil {
+			t.Fatal(err)
+		}
+		var raw bytes.Buffer
+		rsp, err := http.ReadResponse(bufio.NewReader(io.TeeReader(br, &raw)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, rsp.Body)
+		rsp.Body.Close()
+		head, _, _ := strings.Cut(raw.String(), "\r\n\r\n")
+		var got []string
+		for _, l := range strings.Split(head, "\r\n") {
+			name, _, _ := strings.Cut(strings.ToLower(l), ":")
+			if timingNames[name] {
+				got = append(got, l)
+			}
+		}
+		if tc.want == nil {
+			if len(got) != 1 || !compactLine.MatchString(got[0]) {
+				t.Errorf("%s: timing lines %q, want rootline run's one rl line", tc.path, got)
+			}
+			continue
+		}
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("%s: timing lines %q, want the application's %q alone", tc.path, got, tc.want)
+		}
+	}
+}
