@@ -177,6 +177,9 @@ clean:
 # The h2c upgrade's framing (internal/run/h2stream/upgrade.go).
 FUZZ_TARGETS += ./internal/run/h2stream:FuzzUpgrade
 
+# The timing fields of both forms (internal/run/httpstream/timing.go).
+FUZZ_TARGETS += ./internal/run/httpstream:FuzzParseTiming
+
 # The diagnosis fault suite (bench/accuracy.sh --help): the full matrix by
 # default; ACCURACY_ARGS=--quick for a short one. Needs root.
 .PHONY: accuracy

@@ -10,12 +10,14 @@
 //   on a socket) follows what the service reads: request heads on
 //   inbound connections (the caller's trace context: traceparent, b3,
 //   x-b3-*, x-request-id, tracestate), response heads on outbound ones (the
-//   downstream's rootline-server-time and rootline-wait).
+//   downstream's timing fields: rl, or rootline-server-time and
+//   rootline-wait).
 // - The sk_msg program sees what the service writes, before it is queued:
 //   a request head on an outbound connection gets traceparent, b3, x-b3-*
 //   and x-request-id lines for the request the writing thread (or Go
-//   goroutine) services; a response head on an inbound connection gets
-//   rootline-server-time and rootline-wait. bpf_msg_push_data inserts the
+//   goroutine) services; a response head on an inbound connection gets the
+//   timing line rl (or, with rd_timing, rootline-server-time and
+//   rootline-wait). bpf_msg_push_data inserts the
 //   lines before the head's final line break: the application's buffer is
 //   untouched and its write returns its own byte count.
 // - Go: goroutines move between threads, so requests are bound to the
@@ -69,6 +71,10 @@ volatile const __u64 rd_wake_bytes = 1 << 18;
 // outbound requests; 0 writes them all. Set at load; its sock_ops copies it
 // into each connection (conn.noprop), where the shared rd_msg reads it.
 volatile const __u32 rd_noprop = 0;
+// The form of the timing fields the run writes on responses (RD_TIMING_*).
+// Set at load, and copied into each connection (conn.timing) by sock_ops
+// as rd_noprop is.
+volatile const __u32 rd_timing = RD_TIMING_COMPACT;
 
 // Writable globals, so their values are unknown to the verifier (it does
 // not track what map memory holds). The state of bpf_loop callbacks starts
@@ -886,18 +892,42 @@ __noinline int response_written(struct sk_msg_md *msg, struct conn *c, __u64 sk,
 	if (r) {
 		touch(r);
 		unbind_request(r);
-		if (!(hi->has & (HD_SERVERTIME | HD_WAIT))) {
+		// A response with timing fields of its own (the application's, or a
+		// downstream's it passes on) keeps them and gets none: a second set
+		// would conflict with them at the caller.
+		if (!(hi->has & (HD_SERVERTIME | HD_WAIT | HD_RL))) {
 			__u64 now = bpf_ktime_get_ns();
+			__u64 server = now > r->start ? (now - r->start) / 1000 : 0;
+			__u64 local = r->local_ns / 1000, net = r->max_net / 1000, remote = r->max_remote / 1000;
 			struct text t = {.b = s->text};
-			PUT(&t, "rootline-server-time: ");
-			put_num(&t, now > r->start ? (now - r->start) / 1000 : 0);
-			PUT(&t, "\r\nrootline-wait: ");
-			put_num(&t, r->local_ns / 1000);
-			PUT(&t, ";kind=local, ");
-			put_num(&t, r->max_net / 1000);
-			PUT(&t, ";kind=net, ");
-			put_num(&t, r->max_remote / 1000);
-			PUT(&t, ";kind=remote\r\n");
+			if (c->timing == RD_TIMING_LONG) {
+				PUT(&t, "rootline-server-time: ");
+				put_num(&t, server);
+				PUT(&t, "\r\nrootline-wait: ");
+				put_num(&t, local);
+				PUT(&t, ";kind=local, ");
+				put_num(&t, net);
+				PUT(&t, ";kind=net, ");
+				put_num(&t, remote);
+				PUT(&t, ";kind=remote\r\n");
+			} else {
+				// httpstream.AppendCompactTiming: the waits that are not 0.
+				PUT(&t, "rl: ");
+				put_num(&t, server);
+				if (local) {
+					PUT(&t, ";l=");
+					put_num(&t, local);
+				}
+				if (net) {
+					PUT(&t, ";n=");
+					put_num(&t, net);
+				}
+				if (remote) {
+					PUT(&t, ";r=");
+					put_num(&t, remote);
+				}
+				PUT(&t, "\r\n");
+			}
 			PROF(48);
 			if (brk < 0)
 				skip(c, sk, RD_SKIP_SPLIT);
@@ -1082,7 +1112,7 @@ static __always_inline int floor_msg(struct sk_msg_md *msg, struct scratch *s)
 		PUT(&t, "x-b3-parentspanid: 00f067aa0ba902b7\r\nx-b3-sampled: 1\r\n");
 		PUT(&t, "x-request-id: 4bf92f35-77b3-4da6-a3ce-929d0e0e4736\r\n");
 	} else {
-		PUT(&t, "rootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net, 456;kind=remote\r\n");
+		PUT(&t, "rl: 1234;l=12;n=3;r=456\r\n");
 	}
 	__u32 n = t.n;
 	__u32 size = msg->size;
@@ -1181,6 +1211,7 @@ int rd_sockops(struct bpf_sock_ops *skops)
 		c->slot = rd_slot;
 		c->gen = rd_gen;
 		c->noprop = rd_noprop;
+		c->timing = rd_timing;
 		c->dir = op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB ? DIR_OUT : DIR_IN;
 		c->family = family;
 		c->lport = skops->local_port;

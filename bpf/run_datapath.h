@@ -45,6 +45,11 @@
 #define RD_PROP_B3MULTI 4 // x-b3-traceid, x-b3-spanid, x-b3-parentspanid, x-b3-sampled
 #define RD_PROP_RID 8     // x-request-id
 
+// The form of the timing fields written on responses (rd_timing; see
+// httpstream.HeaderCompact).
+#define RD_TIMING_COMPACT 0 // rl: <server>;l=<local>;n=<net>;r=<remote>
+#define RD_TIMING_LONG 1    // rootline-server-time and rootline-wait
+
 #define RD_SKIP_SNDBUF 1 // the send buffer could not take the message whole: inserting could mislead the application's byte count
 #define RD_SKIP_PUSH 2   // bpf_msg_push_data failed
 #define RD_SKIP_SPLIT 3  // the head's end was in a later write than its start and the earlier part was already sent

@@ -7,19 +7,19 @@ import (
 	"net/http"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // TestRunSocketWait: a callee under `rootline run --mode ebpf` that leaves
 // each request in its socket for at least delay before it reads it (it
 // polls until the bytes are there, then sleeps), called directly and
 // through a middle service also under `rootline run`. The time in the
-// callee's socket is the callee's: its rootline-server-time and its local
+// callee's socket is the callee's: its server time (the rl field) and its local
 // wait hold at least delay (the span starts at the request's arrival, not
 // at the read), for keep-alive, pipelined and fresh connections, and the
 // middle service's network wait to it does not hold it (its remote wait
@@ -124,22 +124,44 @@ func TestRunSocketWait(t *testing.T) {
 	})
 }
 
-// timingOf reads the rootline-server-time and rootline-wait fields of a
-// response (µs).
+// timingOf reads the timing fields of a response, in either form
+// (httpstream.HeaderCompact): its server time and its waits by kind.
 func timingOf(t *testing.T, h http.Header) (time.Duration, map[string]time.Duration) {
 	t.Helper()
-	st, err := strconv.ParseInt(h.Get("rootline-server-time"), 10, 64)
-	if err != nil {
-		t.Fatalf("rootline-server-time %q: %v", h.Get("rootline-server-time"), err)
+	tm, err := httpstream.ParseTiming(streamHeaders(h))
+	if err != nil || !tm.HasServerTime {
+		t.Fatalf("timing fields %q %q %q: %v (no server time: %v)", h.Values(httpstream.HeaderCompact),
+			h.Values(httpstream.HeaderServerTime), h.Values(httpstream.HeaderWait), err, !tm.HasServerTime)
 	}
 	w := map[string]time.Duration{}
-	for _, part := range strings.Split(h.Get("rootline-wait"), ",") {
-		v, kind, ok := strings.Cut(strings.TrimSpace(part), ";kind=")
-		n, err := strconv.ParseInt(v, 10, 64)
-		if !ok || err != nil {
-			t.Fatalf("rootline-wait %q", h.Get("rootline-wait"))
-		}
-		w[kind] = time.Duration(n) * time.Microsecond
+	for _, x := range tm.Waits {
+		w[x.Kind.String()] = max(w[x.Kind.String()], x.Duration)
 	}
-	return time.Duration(st) * time.Microsecond, w
+	return tm.ServerTime, w
+}
+
+// hasTiming reports whether a response carries timing fields that give a
+// server time, in either form.
+func hasTiming(h http.Header) bool {
+	tm, err := httpstream.ParseTiming(streamHeaders(h))
+	return err == nil && tm.HasServerTime
+}
+
+// anyTiming reports whether a response carries a timing field at all.
+func anyTiming(h http.Header) bool {
+	return h.Get(httpstream.HeaderCompact) != "" || h.Get(httpstream.HeaderServerTime) != "" || h.Get(httpstream.HeaderWait) != ""
+}
+
+// timingNames are the names of the timing fields of both forms, for
+// stripAdded.
+var timingNames = map[string]bool{httpstream.HeaderCompact: true, httpstream.HeaderServerTime: true, httpstream.HeaderWait: true}
+
+func streamHeaders(h http.Header) httpstream.Headers {
+	var out httpstream.Headers
+	for name, vs := range h {
+		for _, v := range vs {
+			out = append(out, httpstream.Header{Name: []byte(name), Value: []byte(v)})
+		}
+	}
+	return out
 }

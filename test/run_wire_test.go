@@ -115,14 +115,13 @@ func snip(b []byte, i int) []byte { return b[i:min(len(b), i+40)] }
 
 // TestRunByteExactResponses: a traced server writes random responses in
 // random pieces (single bytes, writev, header blocks cut anywhere, large
-// chunked bodies); the client receives exactly those bytes plus the two
-// timing lines per response.
+// chunked bodies); the client receives exactly those bytes plus the
+// compact timing line per response.
 func TestRunByteExactResponses(t *testing.T) { forEachMode(t, testRunByteExactResponses) }
 
 func testRunByteExactResponses(t *testing.T) {
 	dir := t.TempDir()
 	_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0", "OUT=" + dir}, true, []string{"--server", ""}, wirePeer(t))
-	timing := map[string]bool{"rootline-server-time": true, "rootline-wait": true}
 	r := rand.New(rand.NewPCG(1, 2))
 	for conn := 1; conn <= 3; conn++ {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
@@ -156,12 +155,17 @@ func testRunByteExactResponses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines, err := stripAdded(got, want, timing)
+		lines, err := stripAdded(got, want, timingNames)
 		if err != nil {
 			t.Fatalf("conn %d (%d bytes on the wire, %d written by the app): %v", conn, len(got), len(want), err)
 		}
-		if len(lines) != 2*n {
-			t.Fatalf("conn %d: %d added lines, want %d (2 per response): %q", conn, len(lines), 2*n, lines)
+		if len(lines) != n {
+			t.Fatalf("conn %d: %d added lines, want %d (1 per response): %q", conn, len(lines), n, lines)
+		}
+		for _, l := range lines {
+			if !compactLine.MatchString(l) {
+				t.Fatalf("conn %d: added line %q is not a compact timing line", conn, l)
+			}
 		}
 		t.Logf("conn %d: %d response bytes identical apart from %d added lines", conn, len(want), len(lines))
 	}
@@ -339,8 +343,8 @@ func TestRunTLSPassThrough(t *testing.T) {
 			if h2 {
 				want = "secure HTTP/2.0 \"\""
 			}
-			if string(body) != want || resp.Header.Get("rootline-server-time") != "" {
-				t.Fatalf("h2=%v: got %q (rootline-server-time %q), want %q untouched", h2, body, resp.Header.Get("rootline-server-time"), want)
+			if string(body) != want || anyTiming(resp.Header) {
+				t.Fatalf("h2=%v: got %q (headers %v), want %q untouched", h2, body, resp.Header, want)
 			}
 		}
 	}
@@ -349,7 +353,7 @@ func TestRunTLSPassThrough(t *testing.T) {
 // TestRunReadTapOverflow: when the eBPF read tap's buffer cannot hold a read
 // (here a 4 KiB buffer and a request with a 6 KB header), the connection
 // passes through untraced from then on: the responses stay byte-exact, those
-// before the loss carry the timing lines, those after none, and the service
+// before the loss carry the timing line, those after none, and the service
 // keeps answering.
 func TestRunReadTapOverflow(t *testing.T) {
 	requireTracing(t)
@@ -394,15 +398,15 @@ func TestRunReadTapOverflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := raw.Bytes()[:raw.Len()-br.Buffered()]
-	lines, err := stripAdded(got, want, map[string]bool{"rootline-server-time": true, "rootline-wait": true})
+	lines, err := stripAdded(got, want, timingNames)
 	if err != nil {
 		t.Fatalf("%d bytes on the wire, %d written by the app: %v", len(got), len(want), err)
 	}
-	// 2 lines for each of the 5 responses before the loss, maybe for the
+	// A line for each of the 5 responses before the loss, maybe for the
 	// one whose request was lost (its response was written before the gap
 	// showed), none after.
-	if len(lines) != 10 && len(lines) != 12 {
-		t.Fatalf("%d added lines, want 10 or 12: %q", len(lines), lines)
+	if len(lines) != 5 && len(lines) != 6 {
+		t.Fatalf("%d added lines, want 5 or 6: %q", len(lines), lines)
 	}
 	t.Logf("%d response bytes identical apart from %d added lines; the connection went untraced at the lost read", len(want), len(lines))
 }
@@ -508,8 +512,8 @@ s.serve_forever()
 		if string(body) != "hello" || len(rsp.Header.Get("Set-Cookie")) != n+2 {
 			t.Fatalf("n=%d: body %q, Set-Cookie of %d bytes", n, body, len(rsp.Header.Get("Set-Cookie")))
 		}
-		if rsp.Header.Get("rootline-server-time") == "" {
-			t.Errorf("n=%d: response without rootline-server-time (the connection went untraced)", n)
+		if !hasTiming(rsp.Header) {
+			t.Errorf("n=%d: response without timing fields (the connection went untraced)", n)
 		}
 	}
 }

@@ -622,12 +622,12 @@ var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, sen
 
 // inBandBytes is what `rootline run` adds to one hop: the propagation lines
 // of the formats it writes on the request (all: traceparent, b3, x-b3-*,
-// x-request-id) and the timing lines on the response (rootline-server-time,
-// rootline-wait), as the tracer writes them for a typical request.
+// x-request-id) and the timing line on the response (rl, the default
+// compact form), as the tracer writes them for a typical request.
 func inBandBytes(formats httpstream.Formats) int {
 	ctx := httpstream.Context{TraceID: httpstream.TraceID{1: 1}, SpanID: httpstream.SpanID{1: 1}, Sampled: true}
 	req := httpstream.AppendInjectFormats(nil, ctx, httpstream.SpanID{2: 2}, nil, formats)
-	resp := httpstream.AppendTimingHeaders(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
+	resp := httpstream.AppendCompactTiming(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
 		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 85 * time.Microsecond},
 			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}})
 	return len(req) + len(resp)

@@ -9,12 +9,16 @@ import (
 
 // The in-band bytes are what the tracer writes: the propagation lines of a
 // request (traceparent 70 bytes, b3 and the four x-b3-* lines, x-request-id)
-// and the timing lines of a response; with -propagate w3c, traceparent
-// alone (70 bytes with its line break).
+// and the timing line of a response (rl: 29 bytes for the example's four
+// numbers); with -propagate w3c, traceparent alone (70 bytes with its line
+// break).
 func TestInBandBytes(t *testing.T) {
 	all, w3c := inBandBytes(httpstream.AllFormats), inBandBytes(httpstream.FormatW3C)
 	if all < 300 || all > 500 {
-		t.Errorf("inBandBytes(all) = %d, want the ~330 + ~90 the tracer adds per hop", all)
+		t.Errorf("inBandBytes(all) = %d, want the ~330 + ~29 the tracer adds per hop", all)
+	}
+	if w3c != 70+29 {
+		t.Errorf("inBandBytes(w3c) = %d, want traceparent 70 + rl 29", w3c)
 	}
 	if all-w3c != 74+133+52 {
 		t.Errorf("inBandBytes(all) - inBandBytes(w3c) = %d, want b3 74 + x-b3-* 133 + x-request-id 52", all-w3c)

@@ -136,6 +136,10 @@ __noinline int classify(struct head_buf *hb, struct hinfo *hi, __u32 ls, __u32 c
 	case 2:
 		if (NAME_IS(h, ls, "b3"))
 			field(hi, HX_B3, HD_B3, vs, ve);
+		else if (NAME_IS(h, ls, "rl")) {
+			field(hi, HX_RL, HD_RL, vs, ve);
+			hi->rl_count++;
+		}
 		break;
 	case 10:
 		if (NAME_IS(h, ls, "tracestate")) {
@@ -281,6 +285,128 @@ static __noinline __u64 number(__u8 *h, __u32 at, __u32 n, __u32 list)
 	if (!list && x.digits > 19)
 		return 0;
 	return x.best;
+}
+
+// The compact timing form, rl: <server>;<key>=<µs>... (httpstream's
+// HeaderCompact): rl_cb reads a value a byte per iteration (the end acts as
+// a ';'), strictly, for a value off the grammar is ignored whole, as
+// httpstream's ParseTiming refuses it: numbers of 1 to 15 digits, keys of
+// 1 to 8 lower-case letters, the waits l, n and r at most once each, other
+// keys skipped.
+#define RL_MAX 128 // httpstream.MaxCompactTiming
+#define RL_L 1
+#define RL_N 2
+#define RL_R 4
+
+struct rl_ctx {
+	__u8 *h;
+	__u32 at;
+	__u32 end;
+	__u64 v;
+	__u64 server;
+	__u64 wait;   // the largest wait
+	__u32 digits;
+	__u32 phase;  // 0: in the server time, 1: in a key, 2: in a key's value
+	__u32 key;    // RL_* of the key being read (0: another key)
+	__u32 klen;
+	__u32 seen;   // RL_* of the waits read
+	__u32 bad;
+	__u32 done;
+};
+
+static long rl_cb(__u32 i, struct rl_ctx *x)
+{
+	int last = x->at >= x->end;
+	__u8 c = last ? ';' : x->h[x->at & HEAD_MASK];
+	x->at++;
+	if (x->phase == 1) {
+		if (c >= 'a' && c <= 'z' && x->klen < 8) {
+			__u32 k = c == 'l' ? RL_L : c == 'n' ? RL_N : c == 'r' ? RL_R : 0;
+			x->key = x->klen == 0 ? k : 0;
+			x->klen++;
+			return 0;
+		}
+		if (c == '=' && x->klen > 0 && !last) {
+			x->phase = 2;
+			return 0;
+		}
+		x->bad = 1;
+		return 1;
+	}
+	if (c >= '0' && c <= '9') {
+		if (x->digits >= 15) {
+			x->bad = 1;
+			return 1;
+		}
+		x->v = x->v * 10 + (c - '0');
+		x->digits++;
+		return 0;
+	}
+	if (c != ';' || x->digits == 0) {
+		x->bad = 1;
+		return 1;
+	}
+	if (x->phase == 0) {
+		x->server = x->v;
+	} else if (x->key) {
+		if (x->seen & x->key) {
+			x->bad = 1;
+			return 1;
+		}
+		x->seen |= x->key;
+		if (x->v > x->wait)
+			x->wait = x->v;
+	}
+	x->v = 0;
+	x->digits = 0;
+	x->phase = 1;
+	x->key = 0;
+	x->klen = 0;
+	if (!last)
+		return 0;
+	x->done = 1;
+	return 1;
+}
+
+// decode_timing reads a downstream's timing fields, of either form
+// (httpstream's ParseTiming): hi->timed when they give a server time, with
+// hi->server_us and hi->wait_us, the largest wait they report. The long
+// form's values are read leniently (leading digits); a malformed or
+// repeated rl, or one whose server time differs from rootline-server-time,
+// leaves the response untimed.
+__noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
+{
+	if (!hb || !hi)
+		return 0;
+	__u8 *h = hb->b;
+	__u64 server = 0, wait = 0;
+	__u32 have = 0;
+	hi->timed = 0;
+	if (hi->has & HD_SERVERTIME) {
+		server = number(h, hi->off[HX_ST], hi->len[HX_ST], 0);
+		have = 1;
+	}
+	if (hi->has & HD_WAIT)
+		wait = number(h, hi->off[HX_WAIT], hi->len[HX_WAIT], 1);
+	if (hi->has & HD_RL) {
+		__u32 n = hi->len[HX_RL], at = hi->off[HX_RL];
+		if (hi->rl_count != 1 || n > RL_MAX)
+			return 0;
+		struct rl_ctx x = {.h = h, .at = OPQ(at), .end = OPQ(at + n), .v = ZERO, .server = ZERO, .wait = ZERO,
+				   .digits = ZERO, .phase = ZERO, .key = ZERO, .klen = ZERO, .seen = ZERO, .bad = ZERO,
+				   .done = ZERO};
+		bpf_loop(RL_MAX + 1, rl_cb, &x, 0);
+		if (x.bad || !x.done || (have && x.server != server))
+			return 0;
+		server = x.server;
+		have = 1;
+		if (x.wait > wait)
+			wait = x.wait;
+	}
+	hi->server_us = server;
+	hi->wait_us = wait;
+	hi->timed = have;
+	return 0;
 }
 
 // te_cb finds the last coding of a Transfer-Encoding value h[vs:at),

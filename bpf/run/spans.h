@@ -428,7 +428,7 @@ __noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 		c->cq_first++;
 	}
 	c->call.status = hi->status;
-	if (hi->has & HD_SERVERTIME) {
+	if (hi->timed) {
 		c->call.flags |= RD_F_TIMED;
 		c->call.server = hi->server_us;
 		c->call.wait = hi->wait_us;

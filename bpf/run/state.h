@@ -56,6 +56,7 @@
 #define HD_BAD 0x8000 // a malformed field line: the head is not followed
 #define HD_TE 0x10000       // a Transfer-Encoding field (the last one is HX_TE)
 #define HD_TE_OTHER 0x20000 // Transfer-Encoding whose last coding is not chunked
+#define HD_RL 0x40000       // an rl field (the compact timing form)
 
 // Header fields a head's parse records (value offsets, first occurrence).
 #define HX_TP 0
@@ -70,7 +71,8 @@
 #define HX_TE 9
 #define HX_ST 10
 #define HX_WAIT 11
-#define HX_N 12
+#define HX_RL 12
+#define HX_N 13
 
 // tracestate: fields of a head combined, and list members (W3C Trace
 // Context allows 32; httpstream.maxTraceStateFields).
@@ -81,7 +83,7 @@ struct hinfo {
 	__u32 has;     // HD_* bits
 	__u32 status;  // a response's status code
 	__u32 tp_count;
-	__u32 _pad;
+	__u32 rl_count; // rl fields (more than one: malformed)
 	__u16 off[HX_N];
 	__u16 len[HX_N];
 	// decoded
@@ -93,7 +95,8 @@ struct hinfo {
 	__u8 sampled;
 	__u8 ctx_ok;
 	__u8 w3c;      // the context came from traceparent (tracestate goes with it)
-	__u8 _pad2[5];
+	__u8 timed;    // a response's timing fields gave a server time (decode_timing)
+	__u8 _pad2[4];
 	__u8 tmp[16];
 	// The non-empty tracestate fields, in order (combined into one list).
 	__u32 ts_fields; // how many were seen (past TS_FIELDS: the list is dropped)
@@ -175,6 +178,7 @@ struct conn {
 	__u32 cq_first;
 	__u32 cq_next;
 	__u32 noprop;    // the formats its run does not write (rd_noprop)
+	__u32 timing;    // the timing form its run writes (rd_timing)
 	struct callrec cq[RQ];
 	struct callrec call;
 	struct arrivals arr;   // inbound: when the last segments arrived (tcp_probe)

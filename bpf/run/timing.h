@@ -1,5 +1,6 @@
 // The Mirage wait model's clocks: run-queue delay of the threads that work
-// on a request, and the downstream's rootline-server-time and rootline-wait.
+// on a request. (A downstream's timing fields are read by decode_timing in
+// bpf/run/parse.h.)
 #pragma once
 
 #include "run/maps.h"
@@ -35,19 +36,4 @@ static __always_inline void touch(struct req *r)
 		r->seg_tid = tid;
 	}
 	r->seg_rd = rd;
-}
-
-// decode_timing reads a downstream's rootline-server-time and rootline-wait.
-__noinline int decode_timing(struct head_buf *hb, struct hinfo *hi)
-{
-	if (!hb)
-		return 0;
-	__u8 *h = hb->b;
-	if (!hi)
-		return 0;
-	if (hi->has & HD_SERVERTIME)
-		hi->server_us = number(h, hi->off[HX_ST], hi->len[HX_ST], 0);
-	if (hi->has & HD_WAIT)
-		hi->wait_us = number(h, hi->off[HX_WAIT], hi->len[HX_WAIT], 1);
-	return 0;
 }

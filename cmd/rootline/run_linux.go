@@ -36,6 +36,8 @@ type runFlags struct {
 	policy    string
 	propagate string
 	omit      httpstream.Formats
+	timingHdr string
+	timing    httpstream.TimingForm
 	sample    float64
 	argv      []string
 }
@@ -57,6 +59,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.StringVar(&f.propagate, "propagate", "w3c,b3,b3multi,request-id", "trace context formats written on outbound requests (comma-separated): w3c (traceparent, tracestate), b3 (the single header), b3multi (x-b3-*), request-id (x-request-id); none writes no context. "+
 		"Inbound requests are read in every format whatever this says, and headers the application wrote itself are never changed. "+
 		"Each line costs bytes on every hop (traceparent 70 B, b3 74 B, x-b3-* 133 B, x-request-id 52 B): keep only what the services, proxies and tracers between them read")
+	fs.StringVar(&f.timingHdr, "timing-header", "compact", "form of the timing fields written on responses: compact (one line, rl: <server µs>;l=<local µs>;n=<net µs>;r=<remote µs>, zero waits left out, ~25 B) "+
+		"or long (rootline-server-time and rootline-wait, ~91 B, what Rootline before the compact form reads). Both forms are read whatever this says")
 	fs.Float64Var(&f.sample, "sample", 1, "node-side tail sampling of the spans shipped to -server: with a share in (0, 1), every span of a trace this process finds slower than its operation's baseline "+
 		"(the server's detector, run here on all its spans) is shipped, and of the other traces this share, chosen by trace id so that every process keeps the same ones "+
 		"(their spans carry the sampling threshold, by which the server weights its baselines); spans wait ~2s for their trace's verdict. 1 ships every span")
@@ -83,7 +87,8 @@ Starts CMD and traces it with no change to its code, in any language:
   - outbound requests the servicing thread writes get traceparent, b3, x-b3-*
     and x-request-id, or the formats -propagate names (headers the application
     set itself are kept), and a CLIENT span;
-  - responses get rootline-server-time and rootline-wait (Mirage wait model);
+  - responses get the timing line rl: <server µs>;l=..;n=..;r=.. (Mirage wait
+    model; -timing-header long writes rootline-server-time and rootline-wait);
     spans carry rootline.wait.local_ms / net_ms / remote_ms;
   - SERVER spans carry thread.id and rootline.thread.ids (thread↔request records);
   - the process is registered with the local agent so its profilers record it;
@@ -129,6 +134,9 @@ Flags:
 		return f, fmt.Errorf("-propagate: %w", err)
 	}
 	f.omit = httpstream.AllFormats &^ prop
+	if f.timing, err = httpstream.ParseTimingForm(f.timingHdr); err != nil {
+		return f, fmt.Errorf("-timing-header: %w", err)
+	}
 	if !(f.sample > 0 && f.sample <= 1) {
 		return f, fmt.Errorf("-sample %g: want a share in (0, 1]", f.sample)
 	}
@@ -192,7 +200,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Sample: f.sample, Argv: f.argv,
+		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Timing: f.timing, Sample: f.sample, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

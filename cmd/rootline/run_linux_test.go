@@ -133,3 +133,28 @@ func TestRunPropagateFlag(t *testing.T) {
 		}
 	}
 }
+
+// -timing-header: compact by default, long on request, nothing else.
+func TestRunTimingHeaderFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		want  httpstream.TimingForm
+		fails string
+	}{
+		{nil, httpstream.TimingCompact, ""},
+		{[]string{"-timing-header", "compact"}, httpstream.TimingCompact, ""},
+		{[]string{"-timing-header", "long"}, httpstream.TimingLong, ""},
+		{[]string{"-timing-header", "short"}, 0, "want compact or long"},
+	} {
+		f, err := parseRunFlags(append(tc.args, "--", "true"), io.Discard)
+		if tc.fails != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.fails) {
+				t.Errorf("%v: error %v, want one saying %q", tc.args, err, tc.fails)
+			}
+			continue
+		}
+		if err != nil || f.timing != tc.want {
+			t.Errorf("%v: timing %v, err %v; want %v", tc.args, f.timing, err, tc.want)
+		}
+	}
+}

@@ -52,7 +52,7 @@ type Policy int
 const (
 	// Max keeps the largest single-resource wait: one allocation step, on
 	// the resource where most time can be saved. It is what `rootline run`
-	// propagates in rootline-wait, and the default.
+	// propagates in its timing headers, and the default.
 	Max Policy = iota
 	// Sum adds the waits that lie one after the other on the request's
 	// path: the hop's local wait plus, per stage of sequential calls, the
@@ -258,7 +258,7 @@ func (h *Hop) Candidates(p Policy) []Candidate {
 
 // Aggregate is the wait the hop reports upstream under c.Policy (the value
 // the caller sees as its remote wait): under Max the largest candidate (what
-// `rootline run` sends in rootline-wait); under Sum the local wait plus, per
+// `rootline run` sends in its timing headers); under Sum the local wait plus, per
 // stage of sequential calls, the largest net+remote among its parallel
 // calls; under Min the smallest candidate at or above MinWait (zero if none).
 func (c Config) Aggregate(h *Hop) time.Duration {

@@ -10,7 +10,8 @@
 // requests; each request's trace context is extracted (W3C, B3, x-request-id)
 // or a new trace is started, and the request is bound to the thread that
 // read it (Go: to the goroutine, see below). Responses the service writes get
-// rootline-server-time and rootline-wait header lines; when a response ends
+// the timing line (rl, or rootline-server-time and rootline-wait in the long
+// form: httpstream.HeaderCompact); when a response ends
 // the SERVER span is emitted.
 //
 // Outbound sockets (connected): requests the service writes get traceparent,

@@ -267,8 +267,8 @@ func (tr *Tracer) h2Response(p *proc, c *conn, ev h2stream.Event, now time.Time)
 		cl.grpcStatus = gs
 	}
 	hs := h2stream.Headers(ev.Fields)
-	if hs.Has(httpstream.HeaderServerTime) {
-		if tm, err := httpstream.ParseTiming(hs); err == nil {
+	if httpstream.HasTiming(hs) {
+		if tm, err := httpstream.ParseTiming(hs); err == nil && tm.HasServerTime {
 			cl.timing, cl.timed = tm, true
 		} else {
 			tr.Stats.TimingInvalid.Add(1)
@@ -307,14 +307,14 @@ func (tr *Tracer) h2Inject(t *supervisor.Task, p *proc, c *conn, sc *supervisor.
 		// A gRPC response's timing goes into its trailers (or a
 		// trailers-only response), written when the handler is done;
 		// another response's into its first block.
-		if r.grpc && !b.EndStream || m.Headers.Has(httpstream.HeaderServerTime) || m.Headers.Has(httpstream.HeaderWait) {
+		if r.grpc && !b.EndStream || httpstream.HasTiming(m.Headers) {
 			return nil
 		}
 		r.final = true
 		tr.touch(r, p.pid, t.Tid)
 		r.local = tr.localWait(r)
-		return httpstream.AppendTimingHeaders(dst, httpstream.Timing{
-			ServerTime: now.Sub(r.start), HasServerTime: true, Waits: r.waits()})
+		return httpstream.AppendTiming(dst, httpstream.Timing{
+			ServerTime: now.Sub(r.start), HasServerTime: true, Waits: r.waits()}, tr.cfg.Timing)
 	}
 	if !m.Request || b.Stream <= h.lastOut {
 		return nil // trailers, or a block the Rewriter saw before

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/run/datapath"
+	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
@@ -27,7 +28,8 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 		return 0, false, err
 	}
 	SweepDatapaths(log, new(bool)) // what killed runs left attached
-	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: o.RingBytes, Omit: uint32(o.Omit)})
+	d, err := datapath.Open(datapath.Config{Cgroup: dir, RingBytes: o.RingBytes, Omit: uint32(o.Omit),
+		LongTiming: o.Timing == httpstream.TimingLong})
 	if err != nil {
 		_ = removeCgroup()
 		return 0, false, err

@@ -98,7 +98,7 @@ func (r *request) context() httpstream.Context {
 	return c
 }
 
-// waits are the waits r reports upstream in rootline-wait.
+// waits are the waits r reports upstream in its timing fields.
 func (r *request) waits() []httpstream.Wait {
 	return []httpstream.Wait{
 		{Kind: httpstream.WaitLocal, Duration: r.local},

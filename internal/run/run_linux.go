@@ -59,6 +59,10 @@ type Options struct {
 	// outbound requests, in either mode (0: every format is written).
 	// Extraction reads every format whatever it says.
 	Omit httpstream.Formats
+	// Timing is the form of the timing fields written on responses, in
+	// either mode (httpstream.HeaderCompact; the zero value is compact).
+	// Both forms are read whatever it says.
+	Timing httpstream.TimingForm
 	// Sample is the shipper's node-side tail sampling (ShipperConfig.Sample:
 	// the share of normal traces shipped; 0 or 1 ships every span).
 	Sample float64
@@ -182,7 +186,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit, Timing: o.Timing})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec

@@ -50,6 +50,9 @@ type Config struct {
 	// Omit are the propagation formats not written on outbound requests
 	// (0: every format is written).
 	Omit httpstream.Formats
+	// Timing is the form of the timing fields written on responses
+	// (httpstream.HeaderCompact); both forms are read whatever it says.
+	Timing httpstream.TimingForm
 }
 
 // propagated returns the formats the tracer writes.
@@ -822,9 +825,14 @@ func (tr *Tracer) injectResponse(t *supervisor.Task, p *proc, c *conn, dst []byt
 	r.status = m.Status
 	tr.touch(r, p.pid, t.Tid)
 	r.local = tr.localWait(r)
-	return httpstream.AppendTimingHeaders(dst, httpstream.Timing{
+	if httpstream.HasTiming(m.Headers) {
+		// The application's own (or a downstream's it passes on): a second
+		// set would conflict with it at the caller.
+		return nil
+	}
+	return httpstream.AppendTiming(dst, httpstream.Timing{
 		ServerTime: now.Sub(r.start), HasServerTime: true, Waits: r.waits(),
-	})
+	}, tr.cfg.Timing)
 }
 
 func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Syscall, dst []byte, m *httpstream.Message, now time.Time) []byte {

@@ -48,7 +48,7 @@ const (
 	FlagOwn      = 4   // Call: the application wrote its own context
 	FlagCut      = 8   // the head was longer than kept
 	FlagClosed   = 16  // *End: the connection closed first
-	FlagTimed    = 32  // CallEnd: the downstream sent rootline-server-time
+	FlagTimed    = 32  // CallEnd: the downstream's timing fields gave its server time
 	FlagUnbound  = 64  // Call: made outside any request
 	FlagInjected = 128 // the head got Rootline's header lines
 	FlagH2       = 512 // Opaque: the connection began as HTTP/2 (its preface, or a SETTINGS frame first)
@@ -79,7 +79,7 @@ type Event struct {
 	SockWait   time.Duration
 	Net        time.Duration
 	Remote     time.Duration
-	ServerTime time.Duration // CallEnd: the downstream's rootline-server-time
+	ServerTime time.Duration // CallEnd: the downstream's server time (its timing fields)
 	Status     int
 	Tids       []int
 	Peer       netip.AddrPort

@@ -50,6 +50,10 @@ type Config struct {
 	// in bpf/run_datapath.h) the run does not write on outbound requests;
 	// 0 writes them all.
 	Omit uint32
+	// LongTiming writes the timing fields on responses in the long form
+	// (rootline-server-time and rootline-wait) instead of the compact rl
+	// line (httpstream.HeaderCompact). Both are read either way.
+	LongTiming bool
 }
 
 // Datapath is the datapath of one `rootline run`: its own programs and
@@ -181,7 +185,7 @@ func open(cfg Config, cgroup uint64, root string) (d *Datapath, err error) {
 		spec *ebpf.VariableSpec
 		val  any
 	}{{specs.RdCgroup, cgroup}, {specs.RdSlot, d.slot}, {specs.RdGen, d.gen}, {specs.RdWakeBytes, wake},
-		{specs.RdNoprop, cfg.Omit}} {
+		{specs.RdNoprop, cfg.Omit}, {specs.RdTiming, timingForm(cfg.LongTiming)}} {
 		if err := v.spec.Set(v.val); err != nil {
 			undo()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
@@ -779,4 +783,12 @@ func loadOptions() *ebpf.CollectionOptions {
 		return &ebpf.CollectionOptions{}
 	}
 	return &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats}}
+}
+
+// timingForm is rd_timing's value (RD_TIMING_* in bpf/run_datapath.h).
+func timingForm(long bool) uint32 {
+	if long {
+		return 1
+	}
+	return 0
 }

@@ -51,9 +51,10 @@ type runDatapathConn struct {
 			Has      uint32
 			Status   uint32
 			TpCount  uint32
-			Pad      uint32
-			Off      [12]uint16
-			Len      [12]uint16
+			RlCount  uint32
+			Off      [13]uint16
+			Len      [13]uint16
+			_        [4]byte
 			Cl       uint64
 			ServerUs uint64
 			WaitUs   uint64
@@ -62,7 +63,8 @@ type runDatapathConn struct {
 			Sampled  uint8
 			CtxOk    uint8
 			W3c      uint8
-			Pad2     [5]uint8
+			Timed    uint8
+			Pad2     [4]uint8
 			Tmp      [16]uint8
 			TsFields uint32
 			TsOff    [32]uint16
@@ -92,9 +94,10 @@ type runDatapathConn struct {
 			Has      uint32
 			Status   uint32
 			TpCount  uint32
-			Pad      uint32
-			Off      [12]uint16
-			Len      [12]uint16
+			RlCount  uint32
+			Off      [13]uint16
+			Len      [13]uint16
+			_        [4]byte
 			Cl       uint64
 			ServerUs uint64
 			WaitUs   uint64
@@ -103,7 +106,8 @@ type runDatapathConn struct {
 			Sampled  uint8
 			CtxOk    uint8
 			W3c      uint8
-			Pad2     [5]uint8
+			Timed    uint8
+			Pad2     [4]uint8
 			Tmp      [16]uint8
 			TsFields uint32
 			TsOff    [32]uint16
@@ -120,6 +124,8 @@ type runDatapathConn struct {
 	CqFirst   uint32
 	CqNext    uint32
 	Noprop    uint32
+	Timing    uint32
+	_         [4]byte
 	Cq        [32]struct {
 		_      structs.HostLayout
 		Span   uint64
@@ -236,9 +242,10 @@ type runDatapathScratch struct {
 		Has      uint32
 		Status   uint32
 		TpCount  uint32
-		Pad      uint32
-		Off      [12]uint16
-		Len      [12]uint16
+		RlCount  uint32
+		Off      [13]uint16
+		Len      [13]uint16
+		_        [4]byte
 		Cl       uint64
 		ServerUs uint64
 		WaitUs   uint64
@@ -247,7 +254,8 @@ type runDatapathScratch struct {
 		Sampled  uint8
 		CtxOk    uint8
 		W3c      uint8
-		Pad2     [5]uint8
+		Timed    uint8
+		Pad2     [4]uint8
 		Tmp      [16]uint8
 		TsFields uint32
 		TsOff    [32]uint16
@@ -331,6 +339,7 @@ const (
 	runDatapathVarRdGen          = "rd_gen"
 	runDatapathVarRdNoprop       = "rd_noprop"
 	runDatapathVarRdSlot         = "rd_slot"
+	runDatapathVarRdTiming       = "rd_timing"
 	runDatapathVarRdWakeBytes    = "rd_wake_bytes"
 	runDatapathVarRtM1           = "rt_m1"
 	runDatapathVarRtZero         = "rt_zero"
@@ -420,6 +429,7 @@ type runDatapathVariableSpecs struct {
 	RdGen       *ebpf.VariableSpec `ebpf:"rd_gen"`
 	RdNoprop    *ebpf.VariableSpec `ebpf:"rd_noprop"`
 	RdSlot      *ebpf.VariableSpec `ebpf:"rd_slot"`
+	RdTiming    *ebpf.VariableSpec `ebpf:"rd_timing"`
 	RdWakeBytes *ebpf.VariableSpec `ebpf:"rd_wake_bytes"`
 	RtM1        *ebpf.VariableSpec `ebpf:"rt_m1"`
 	RtZero      *ebpf.VariableSpec `ebpf:"rt_zero"`
@@ -491,6 +501,7 @@ type runDatapathVariables struct {
 	RdGen       *ebpf.Variable `ebpf:"rd_gen"`
 	RdNoprop    *ebpf.Variable `ebpf:"rd_noprop"`
 	RdSlot      *ebpf.Variable `ebpf:"rd_slot"`
+	RdTiming    *ebpf.Variable `ebpf:"rd_timing"`
 	RdWakeBytes *ebpf.Variable `ebpf:"rd_wake_bytes"`
 	RtM1        *ebpf.Variable `ebpf:"rt_m1"`
 	RtZero      *ebpf.Variable `ebpf:"rt_zero"`

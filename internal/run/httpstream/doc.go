@@ -18,8 +18,8 @@
 //     back to the application's bytes (see its contract).
 //   - ExtractContext, NewRootContext and InjectHeaders handle W3C Trace
 //     Context, B3 and x-request-id.
-//   - ParseTiming and AppendTimingHeaders carry the Mirage wait model's
-//     rootline-server-time and rootline-wait headers.
+//   - ParseTiming and AppendTiming carry the Mirage wait model's timing
+//     headers: rl, or rootline-server-time and rootline-wait.
 //
 // A supervisor wires one connection of a server like this:
 //

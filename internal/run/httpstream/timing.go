@@ -11,13 +11,33 @@ import (
 // Headers of the Mirage wait model. A supervised service's response tells
 // the caller how long the service worked on the request and how much of
 // that time it spent waiting, and on what, so that the caller's side can
-// split its own wait into network and server time:
+// split its own wait into network and server time. Two forms carry the same
+// values; readers accept both, in one response too, and writers write one
+// (TimingForm).
+//
+// The compact form (TimingCompact, the default) is a single field:
+//
+//	rl: 1234;l=567;n=80;r=300
+//
+// Its value, with no whitespace inside it (OWS around it is the field's):
+//
+//	rl-value = micros *( ";" key "=" micros )
+//	key      = 1*8( %x61-7A )        ; lower-case letters
+//	micros   = 1*15DIGIT
+//
+// The first number is the server time. The keys l, n and r are the local,
+// net and remote waits (the kinds below); each appears at most once, and
+// writers leave out the waits that are 0. Other keys are ignored, so that
+// later versions can add some. A value longer than MaxCompactTiming bytes,
+// an rl field repeated in one response, or a value off this grammar is
+// malformed (ErrBadTiming).
+//
+// The long form (TimingLong) is two fields:
 //
 //	rootline-server-time: 1234
 //	rootline-wait: 567;kind=local, 80;kind=net
 //	rootline-wait: 300;kind=remote
 //
-// Values are non-negative integer microseconds (at most 15 digits).
 // rootline-server-time appears at most once (repeats must be equal).
 // rootline-wait is a comma-separated list, possibly over several lines, of
 // waits, each a value followed by ";"-separated key=value parameters; the
@@ -29,10 +49,57 @@ import (
 //
 // Unknown parameters are ignored, so that later versions can add some.
 // Whitespace is allowed around ',', ';' and '='.
+//
+// In both forms values are non-negative integer microseconds (at most 15
+// digits). A response carrying both forms must agree on the server time;
+// its waits are those of both.
 const (
 	HeaderServerTime = "rootline-server-time"
 	HeaderWait       = "rootline-wait"
+	HeaderCompact    = "rl"
 )
+
+// MaxCompactTiming bounds an rl value: a server time and the three waits at
+// 15 digits each take 69 bytes, the rest is room for keys added later.
+const MaxCompactTiming = 128
+
+// TimingForm is the form a writer gives the timing fields.
+type TimingForm uint8
+
+// Timing forms; see HeaderCompact.
+const (
+	TimingCompact TimingForm = iota // one rl field
+	TimingLong                      // rootline-server-time and rootline-wait
+)
+
+// String returns the form's name as ParseTimingForm takes it.
+func (f TimingForm) String() string {
+	if f == TimingLong {
+		return "long"
+	}
+	return "compact"
+}
+
+// ErrBadTimingForm reports a timing form name that is neither compact nor
+// long.
+var ErrBadTimingForm = errors.New("httpstream: unknown timing header form (want compact or long)")
+
+// ParseTimingForm reads a form's name: "compact" or "long".
+func ParseTimingForm(s string) (TimingForm, error) {
+	switch s {
+	case "compact":
+		return TimingCompact, nil
+	case "long":
+		return TimingLong, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrBadTimingForm, s)
+}
+
+// HasTiming reports whether h carries a timing field of either form (a
+// response the application gave its own is left as it is).
+func HasTiming(h Headers) bool {
+	return h.Has(HeaderCompact) || h.Has(HeaderServerTime) || h.Has(HeaderWait)
+}
 
 // ErrBadTiming reports a malformed rootline-server-time or rootline-wait
 // value.
@@ -76,30 +143,103 @@ type Timing struct {
 	Waits         []Wait
 }
 
-// ParseTiming reads the rootline-server-time and rootline-wait fields of h.
+// ParseTiming reads the timing fields of h, in either form (HeaderCompact).
 // A response without them gives the zero Timing and no error.
 func ParseTiming(h Headers) (Timing, error) {
 	var t Timing
+	compact := false
 	for i := range h {
+		var d time.Duration
 		switch {
 		case equalFold(h[i].Name, HeaderServerTime):
-			d, err := ParseServerTime(h[i].Value)
-			if err != nil {
+			var err error
+			if d, err = ParseServerTime(h[i].Value); err != nil {
 				return Timing{}, err
 			}
-			if t.HasServerTime && d != t.ServerTime {
-				return Timing{}, fmt.Errorf("%w: conflicting %s fields", ErrBadTiming, HeaderServerTime)
+		case equalFold(h[i].Name, HeaderCompact):
+			if compact {
+				return Timing{}, fmt.Errorf("%w: repeated %s field", ErrBadTiming, HeaderCompact)
 			}
-			t.ServerTime, t.HasServerTime = d, true
+			compact = true
+			var err error
+			if d, t.Waits, err = appendCompact(t.Waits, h[i].Value); err != nil {
+				return Timing{}, err
+			}
 		case equalFold(h[i].Name, HeaderWait):
 			var err error
 			if t.Waits, err = AppendWaits(t.Waits, h[i].Value); err != nil {
 				return Timing{}, err
 			}
+			continue
+		default:
+			continue
 		}
+		if t.HasServerTime && d != t.ServerTime {
+			return Timing{}, fmt.Errorf("%w: conflicting server times", ErrBadTiming)
+		}
+		t.ServerTime, t.HasServerTime = d, true
 	}
 	return t, nil
 }
+
+// appendCompact parses an rl value: its server time, and its waits
+// appended to dst.
+func appendCompact(dst []Wait, v []byte) (time.Duration, []Wait, error) {
+	s, e := trimOWS(v, 0, len(v))
+	v = v[s:e]
+	if len(v) > MaxCompactTiming {
+		return 0, dst, fmt.Errorf("%w: %s value of %d bytes", ErrBadTiming, HeaderCompact, len(v))
+	}
+	n0 := len(dst)
+	k := bytes.IndexByte(v, ';')
+	if k < 0 {
+		k = len(v)
+	}
+	st, err := parseMicros(v[:k])
+	if err != nil {
+		return 0, dst, err
+	}
+	var seen [WaitRemote + 1]bool
+	for v = v[k:]; len(v) > 0; {
+		v = v[1:] // the ';'
+		k := bytes.IndexByte(v, ';')
+		if k < 0 {
+			k = len(v)
+		}
+		kv := v[:k]
+		v = v[k:]
+		eq := bytes.IndexByte(kv, '=')
+		if eq < 1 || eq > 8 {
+			return 0, dst[:n0], fmt.Errorf("%w: %s parameter %q", ErrBadTiming, HeaderCompact, kv)
+		}
+		for _, c := range kv[:eq] {
+			if c < 'a' || c > 'z' {
+				return 0, dst[:n0], fmt.Errorf("%w: %s parameter %q", ErrBadTiming, HeaderCompact, kv)
+			}
+		}
+		d, err := parseMicros(kv[eq+1:])
+		if err != nil {
+			return 0, dst[:n0], err
+		}
+		var kind WaitKind
+		if eq == 1 {
+			kind = compactKinds[kv[0]]
+		}
+		if kind == 0 {
+			continue // a key of a later version
+		}
+		if seen[kind] {
+			return 0, dst[:n0], fmt.Errorf("%w: repeated %s wait %q", ErrBadTiming, HeaderCompact, kv[:eq])
+		}
+		seen[kind] = true
+		dst = append(dst, Wait{Kind: kind, Duration: d})
+	}
+	return st, dst, nil
+}
+
+// compactKinds maps an rl key to its wait kind (0: not a wait Rootline
+// knows).
+var compactKinds = [256]WaitKind{'l': WaitLocal, 'n': WaitNet, 'r': WaitRemote}
 
 // ParseServerTime parses a rootline-server-time value.
 func ParseServerTime(v []byte) (time.Duration, error) {
@@ -189,6 +329,41 @@ func parseMicros(v []byte) (time.Duration, error) {
 		n = 10*n + int64(c-'0')
 	}
 	return time.Duration(n) * time.Microsecond, nil
+}
+
+// AppendTiming appends the timing fields for t in the form f
+// (AppendCompactTiming or AppendTimingHeaders).
+func AppendTiming(dst []byte, t Timing, f TimingForm) []byte {
+	if f == TimingLong {
+		return AppendTimingHeaders(dst, t)
+	}
+	return AppendCompactTiming(dst, t)
+}
+
+// AppendCompactTiming appends the rl line for t to dst: the server time,
+// then each kind's wait that is not 0 (the largest when t has several of a
+// kind), in the order l, n, r. Durations are truncated to whole
+// microseconds; negative ones are written as 0. A Timing without a server
+// time has no compact form: nothing is appended.
+func AppendCompactTiming(dst []byte, t Timing) []byte {
+	if !t.HasServerTime {
+		return dst
+	}
+	var w [WaitRemote + 1]int64
+	for _, x := range t.Waits {
+		if x.Kind >= WaitLocal && x.Kind <= WaitRemote {
+			w[x.Kind] = max(w[x.Kind], micros(x.Duration))
+		}
+	}
+	dst = append(dst, HeaderCompact+": "...)
+	dst = strconv.AppendInt(dst, micros(t.ServerTime), 10)
+	for k, key := range [...]string{WaitLocal: ";l=", WaitNet: ";n=", WaitRemote: ";r="} {
+		if w[k] > 0 {
+			dst = append(dst, key...)
+			dst = strconv.AppendInt(dst, w[k], 10)
+		}
+	}
+	return append(dst, '\r', '\n')
 }
 
 // AppendTimingHeaders appends the header lines for t to dst: a

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/httpstream/tracecontexttest"
@@ -302,7 +303,94 @@ func compareResponse(t testing.TB, b []byte, split int, headReq bool) string {
 	if c.Framing != want {
 		return fmt.Sprintf("framing: datapath %d, httpstream %v (%d), status %d", c.Framing, msg.Body, want, msg.Status)
 	}
+	return compareTiming(c, msg.Headers)
+}
+
+// compareTiming checks that the datapath reads a response's timing fields
+// as httpstream.ParseTiming does: the same server time and largest wait, or
+// nothing where ParseTiming refuses them. The datapath reads the long form
+// leniently (leading digits, the first rootline-wait field only), so where
+// a long field is malformed, or rootline-wait repeats, only the compact
+// form's part is held to agreement.
+func compareTiming(c Result, h httpstream.Headers) string {
+	tm, err := httpstream.ParseTiming(h)
+	long, waits := 0, 0
+	for _, f := range h {
+		switch strings.ToLower(string(f.Name)) {
+		case httpstream.HeaderServerTime:
+			long++
+		case httpstream.HeaderWait:
+			long++
+			waits++
+		}
+	}
+	if err != nil || !tm.HasServerTime {
+		if long == 0 && c.Timed {
+			return fmt.Sprintf("timing: the datapath read server time %d µs, httpstream none (%v)", c.ServerUs, err)
+		}
+		return ""
+	}
+	if !c.Timed || c.ServerUs != uint64(tm.ServerTime/time.Microsecond) {
+		return fmt.Sprintf("timing: datapath timed %v, %d µs; httpstream %s", c.Timed, c.ServerUs, tm.ServerTime)
+	}
+	var wait time.Duration
+	for _, w := range tm.Waits {
+		wait = max(wait, w.Duration)
+	}
+	if waits <= 1 && c.WaitUs != uint64(wait/time.Microsecond) {
+		return fmt.Sprintf("timing: datapath largest wait %d µs, httpstream %s", c.WaitUs, wait)
+	}
 	return ""
+}
+
+// TestTimingForms: both parsers read each form of the timing fields to the
+// same values, and refuse the same malformed compact ones.
+func TestTimingForms(t *testing.T) {
+	for _, tc := range []struct {
+		lines        string
+		timed        bool
+		server, wait uint64
+	}{
+		{"rl: 1234;l=12;n=3;r=456\r\n", true, 1234, 456},
+		{"RL: 0\r\n", true, 0, 0},
+		{"rl:   77;r=5;xy=9;l=80   \r\n", true, 77, 80},
+		{"rl: 999999999999999;n=999999999999999\r\n", true, 999999999999999, 999999999999999},
+		{"rootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net, 456;kind=remote\r\n", true, 1234, 456},
+		{"rootline-server-time: 40\r\nrl: 40;n=2\r\nrootline-wait: 9;kind=remote\r\n", true, 40, 9},
+		{"rl: 40;r=90\r\nrootline-wait: 9;kind=remote\r\n", true, 40, 90},
+		{"rl: 40\r\nrootline-server-time: 41\r\n", false, 0, 0},
+		{"rl: 40\r\nrl: 40\r\n", false, 0, 0},
+		{"rl: 40;l=1;l=1\r\n", false, 0, 0},
+		{"rl: \r\n", false, 0, 0},
+		{"rl: ;l=3\r\n", false, 0, 0},
+		{"rl: 4;\r\n", false, 0, 0},
+		{"rl: 4;l\r\n", false, 0, 0},
+		{"rl: 4;l=\r\n", false, 0, 0},
+		{"rl: 4;=5\r\n", false, 0, 0},
+		{"rl: 4;L=5\r\n", false, 0, 0},
+		{"rl: 4;abcdefghi=5\r\n", false, 0, 0},
+		{"rl: 4; l=5\r\n", false, 0, 0},
+		{"rl: 4, 5\r\n", false, 0, 0},
+		{"rl: 1000000000000000\r\n", false, 0, 0},
+		{"rl: 1;r=1000000000000000\r\n", false, 0, 0},
+		{"rl: 1;x=y\r\n", false, 0, 0},
+		{"rl: 1" + strings.Repeat(";x=1", 32) + "\r\n", false, 0, 0},
+		{"rl: 1" + strings.Repeat(";x=1", 31) + "\r\n", true, 1, 0},
+	} {
+		head := []byte("HTTP/1.1 200 OK\r\n" + tc.lines + "Content-Length: 0\r\n\r\n")
+		for _, split := range []int{0, 20, len(head) - 3} {
+			c, err := datapathParser(t).ParseResponse(head, split, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Timed != tc.timed || tc.timed && (c.ServerUs != tc.server || c.WaitUs != tc.wait) {
+				t.Errorf("%q split %d: datapath timed %v, server %d, wait %d; want %v %d %d", tc.lines, split, c.Timed, c.ServerUs, c.WaitUs, tc.timed, tc.server, tc.wait)
+			}
+			if d := compareResponse(t, head, split, false); d != "" {
+				t.Errorf("%q split %d: %s", tc.lines, split, d)
+			}
+		}
+	}
 }
 
 func spanU64(s httpstream.SpanID) uint64 {
@@ -396,6 +484,9 @@ func responseSeeds() []string {
 		"HTTP/1.1 100 Continue\r\n\r\n",
 		"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nrootline-server-time: 1234\r\nrootline-wait: 12;kind=local, 3;kind=net\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nrl: 1234;l=12;n=3;r=456\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nrl: 40;r=90\r\nrootline-server-time: 40\r\nContent-Length: 2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nRL: 7;q=1;n=0\r\nrl: 7\r\n\r\n",
 	}
 }
 

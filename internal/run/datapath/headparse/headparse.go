@@ -2,7 +2,7 @@
 // (bpf/run/parse.h, bpf/run/context.h) in user space, so that tests can feed
 // it the same bytes as httpstream's parser and compare what the two find:
 // the head's end, its framing, the trace context, tracestate and
-// x-request-id. Start compiles c/main.c, which includes those headers, with
+// x-request-id, and a response's timing fields. Start compiles c/main.c, which includes those headers, with
 // the system C compiler and keeps it running as a filter; rootline itself
 // runs the parser only in the kernel.
 package headparse
@@ -66,6 +66,12 @@ type Result struct {
 	// the status code.
 	Framing    int
 	StatusCode int
+	// Responses: whether the timing fields (either form) gave a server
+	// time, and then it and the largest wait they report, in µs
+	// (decode_timing in bpf/run/parse.h).
+	Timed    bool
+	ServerUs uint64
+	WaitUs   uint64
 }
 
 // Response framings (RB_* in bpf/run/parse.h).
@@ -79,7 +85,7 @@ const (
 )
 
 // answerSize is sizeof(struct hp_req).
-const answerSize = 840
+const answerSize = 864
 
 // ErrNoCompiler: there is no C compiler to build the parser with.
 var ErrNoCompiler = errors.New("headparse: no C compiler ($CC, cc, gcc or clang; scripts/deps.sh installs gcc)")
@@ -217,5 +223,8 @@ func (p *Parser) parse(b []byte, split int, flags uint32) (Result, error) {
 	r.RequestID = string(a[576 : 576+ridLen])
 	r.Framing = int(int32(le.Uint32(a[832:])))
 	r.StatusCode = int(le.Uint32(a[836:]))
+	r.ServerUs = le.Uint64(a[840:])
+	r.WaitUs = le.Uint64(a[848:])
+	r.Timed = le.Uint32(a[856:]) != 0
 	return r, nil
 }

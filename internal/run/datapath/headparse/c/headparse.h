@@ -22,6 +22,10 @@ struct hp_req {
 	uint8_t rid[256];
 	int32_t framing;   // responses: RB_* (bpf/run/parse.h)
 	uint32_t rstatus;  // responses: the status code
+	uint64_t server_us; // responses: the timing fields' server time (timed)
+	uint64_t wait_us;   // responses: the largest wait they report (timed)
+	uint32_t timed;     // responses: the timing fields gave a server time
+	uint32_t _pad;
 };
 
 #define HP_NOT_HTTP -2   // the start line is not a request (status) line

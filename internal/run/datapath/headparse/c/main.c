@@ -1,4 +1,5 @@
-// The datapath's head parser (bpf/run/parse.h and bpf/run/context.h) built
+// The datapath's head parser (bpf/run/parse.h and bpf/run/context.h: the
+// fields of request heads, and the framing and timing fields of responses) built
 // for user space, as a filter: the BPF helpers and verifier aids those
 // headers use are defined here as plain C. It reads heads from stdin, each
 // a little-endian u32 length, u32 split, u32 flags (1: a response, 2: it
@@ -112,10 +113,14 @@ void hp_parse_response(const uint8_t *b, uint32_t n, uint32_t split, int head_re
 	if (scan(c, &c->shead, b, n, split, 0, out) >= 0) {
 		struct hinfo *hi = &c->rd.hi;
 		decode_framing(&c->shead, hi);
+		decode_timing(&c->shead, hi);
 		out->has = hi->has;
 		out->cl = hi->cl;
 		out->rstatus = hi->status;
 		out->framing = response_framing(hi, head_req);
+		out->timed = hi->timed;
+		out->server_us = hi->server_us;
+		out->wait_us = hi->wait_us;
 	}
 	free(c);
 }
