@@ -15,8 +15,9 @@ import (
 
 // TestCulpritPathReadsStoredPaths: the culprit's path comes from the
 // critical-path artifacts linked to its anomalous spans in the fault's
-// window — the verdict's example trace first, else the one the kernel saw
-// most of, else the longest — and the
+// window — the one whose threads waited longest in the verdict's cause,
+// then the verdict's example trace, else the one the kernel saw most of,
+// else the longest — and the
 // server is asked to compute one only when none is stored.
 func TestCulpritPathReadsStoredPaths(t *testing.T) {
 	from := time.Unix(1000, 0)
@@ -29,6 +30,8 @@ func TestCulpritPathReadsStoredPaths(t *testing.T) {
 			{TraceID: "t1", SpanID: "s0", Service: "d", Start: at(5), Ms: 300},
 			{TraceID: "t0", SpanID: "s5", Service: "e", Start: at(-20), Ms: 900}, // before the fault
 		}},
+		"p6": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{
+			{TraceID: "t6", SpanID: "s6", Service: "e", Start: at(8), Ms: 40, Waits: map[string]float64{"network": 38, "running": 2}}}},
 		"p2": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{{TraceID: "t2", SpanID: "s2", Service: "e", Start: at(10), Ms: 120}}},
 		// A longer path the kernel saw none of, and a shorter one it saw.
 		"p3": {Version: critpath.StoredVersion, Paths: []critpath.SpanPath{
@@ -72,20 +75,25 @@ func TestCulpritPathReadsStoredPaths(t *testing.T) {
 	cases := []struct {
 		name    string
 		example string
+		cause   string
 		rows    []anomalyRow
 		want    string // span id
 		asked   int
 	}{
-		{"the longest stored path in the window", "", rows, "s2", 0},
-		{"the example trace's stored path first", "t1", rows, "s1", 0},
-		{"none stored: the server's for the example", "t3", []anomalyRow{row("d", 5, "p1")}, "s3", 1},
-		{"none at all", "", nil, "", 0},
-		{"the path the kernel saw most of", "", []anomalyRow{row("e", 6, "p3")}, "s5", 0},
+		{"the longest stored path in the window", "", "", rows, "s2", 0},
+		{"the example trace's stored path first", "t1", "", rows, "s1", 0},
+		{"none stored: the server's for the example", "t3", "", []anomalyRow{row("d", 5, "p1")}, "s3", 1},
+		{"none at all", "", "", nil, "", 0},
+		{"the path the kernel saw most of", "", "", []anomalyRow{row("e", 6, "p3")}, "s5", 0},
+		// The example trace's path of e is a call waiting on its callee;
+		// another shows the verdict's lock.
+		{"the path showing the verdict's cause before the example's", "t6", diagnosis.CauseLock, []anomalyRow{row("e", 5, "p1"), row("e", 8, "p6")}, "s1", 0},
+		{"the example's when no path shows the cause", "t6", diagnosis.CauseDisk, []anomalyRow{row("e", 5, "p1"), row("e", 8, "p6")}, "s6", 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			asked = 0
-			p, why := culpritPath(context.Background(), srv.URL, "tok", diagnosis.Verdict{Service: "e", ExampleTraceID: tc.example}, tc.rows, from, to)
+			p, why := culpritPath(context.Background(), srv.URL, "tok", diagnosis.Verdict{Service: "e", Cause: tc.cause, ExampleTraceID: tc.example}, tc.rows, from, to)
 			if (p == nil) != (why != "") {
 				t.Errorf("path %v, why %q: want one of them", p, why)
 			}

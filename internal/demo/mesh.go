@@ -855,9 +855,28 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 	}
 	sort.Slice(arts, func(i, j int) bool { return arts[i].start > arts[j].start })
 	var best *critpath.SpanPath
+	// causeMs is the time a path's own threads spent in the states that
+	// point to the verdict's cause: the path printed is one that shows
+	// the verdict's evidence (a span of the culprit that made a call has
+	// a path too, mostly waiting on its callee), then the example trace's.
+	causeMs := func(p *critpath.SpanPath) float64 {
+		var ms float64
+		if v.Cause == "" || v.Cause == diagnosis.CauseUnknown {
+			return 0
+		}
+		for st, w := range p.Waits {
+			if diagnosis.StateCause(st) == v.Cause {
+				ms += w
+			}
+		}
+		return ms
+	}
 	better := func(p *critpath.SpanPath) bool {
 		if best == nil {
 			return true
+		}
+		if pc, bc := causeMs(p), causeMs(best); pc != bc {
+			return pc > bc
 		}
 		if ex := v.ExampleTraceID; ex != "" && (p.TraceID == ex) != (best.TraceID == ex) {
 			return p.TraceID == ex

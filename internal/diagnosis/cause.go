@@ -30,6 +30,15 @@ var stateCause = map[string]string{
 	critpath.Unknown: CauseUnknown,
 }
 
+// StateCause is the cause a critical-path state points to (CauseUnknown for
+// a state that is evidence of none).
+func StateCause(state string) string {
+	if c, ok := stateCause[state]; ok {
+		return c
+	}
+	return CauseUnknown
+}
+
 // minKnownShare is the share of the measured time that known causes must
 // cover for the verdict to name one: below it the kernel saw too little of
 // the slow time to say, and the cause is unknown.
