@@ -378,16 +378,11 @@ func hostPortOf(port int) string { return fmt.Sprintf("127.0.0.1:%d", port) }
 
 func waitTCPPort(t *testing.T, port int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, 60*time.Second, "a listener on "+hostPortOf(port), func() bool {
 		c, err := net.DialTimeout("tcp", hostPortOf(port), time.Second)
 		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %d after 60s", port)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
