@@ -38,8 +38,10 @@
 // window is a sub-interval of the one it came from; one that would not
 // narrow it (data describing a cycle) and waits deeper than Config.MaxDepth
 // keep their own state, so the walk ends, in time proportional to the
-// intervals it visits. Time a thread has no interval for is unknown on the
-// request's own thread; under a waker it stays a wait of the thread that was
+// intervals it visits. Time before a thread was created in the snapshot
+// (its first interval starts with a "fork" wakeup) is its creator's path,
+// as through a wakeup. Other time a thread has no interval for is unknown
+// on the request's own thread; under a waker it stays a wait of the thread that was
 // woken (lock, network…), attributed to the waker's request.
 //
 // What the kernel cannot see is never guessed: in a process that schedules

@@ -57,6 +57,7 @@ func generate(c genConfig) (*kernel.Snapshot, []Request) {
 		reason string
 	}
 	var pending []pendingWake
+	var forks []int // threads created in the window
 	reasons := []struct {
 		reason string
 		weight float64
@@ -66,6 +67,14 @@ func generate(c genConfig) (*kernel.Snapshot, []Request) {
 		t := c.start - exp(rng, c.meanBlock) // states before the window are cut off below
 		if i%7 == 3 {
 			t = c.start + exp(rng, c.dur/10) // a thread first seen inside the window
+			if i%2 == 1 {
+				// Created then by another thread: its first interval
+				// starts with its creation.
+				q := exp(rng, 20_000)
+				th.ivs = append(th.ivs, kernel.Interval{TID: th.tid, State: kernel.StateRunqueue, Reason: kernel.ReasonNew, Start: t, End: t + q, CPU: -1, Wakeup: -1})
+				forks = append(forks, i)
+				t += q
+			}
 		}
 		for t < c.start+c.dur {
 			run := exp(rng, c.meanRun)
@@ -146,6 +155,21 @@ func generate(c genConfig) (*kernel.Snapshot, []Request) {
 		iv.Wakeup = len(s.Wakeups)
 		th.ivs[pw.iv+1].Wakeup = len(s.Wakeups)
 		s.Wakeups = append(s.Wakeups, w)
+	}
+	for _, k := range forks {
+		th := ths[k]
+		w := kernel.Wakeup{TS: th.ivs[0].Start, Wakee: th.tid, Context: kernel.CtxNameFork, Causal: true}
+		for range 6 {
+			j := rng.IntN(len(ths))
+			if j != k && (c.chaos || runningAt(j, w.TS)) {
+				w.Waker = ths[j].tid
+				break
+			}
+		}
+		if w.Waker != 0 {
+			th.ivs[0].Wakeup = len(s.Wakeups)
+			s.Wakeups = append(s.Wakeups, w)
+		}
 	}
 	// Clip to the window, as the recorder does.
 	for _, th := range ths {

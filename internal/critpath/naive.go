@@ -138,6 +138,17 @@ func (n *naive) at(ti int, t, wlo, whi int64, depth int, g gap, wait state) (tid
 		}
 		return tid, attr, st2, w2, d2
 	}
+	// Before the thread's creation: its creator's state.
+	if len(th.ivs) > 0 && t < th.ivs[0].start && depth < n.a.cfg.MaxDepth {
+		if w, _, ok := n.a.creator(int32(ti)); ok {
+			ci, _ := n.thread(w.waker)
+			tid, attr, st2, w2, d2 := n.at(ci, t, wlo, min(whi, th.ivs[0].start), depth+1, g, wait)
+			if tid != th.tid && w.ts > wlo && w.ts <= whi {
+				n.arrows[Arrow{From: w.waker, To: th.tid, TS: w.ts}] = true
+			}
+			return tid, attr, st2, w2, d2
+		}
+	}
 	return g.tid, th.tid, g.st, g.wait, g.detail
 }
 

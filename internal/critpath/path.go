@@ -278,7 +278,11 @@ func (b *builder) walk(ti int32, lo, hi int64, depth int, g gap, wait state) {
 	i := sort.Search(len(ivs), func(k int) bool { return ivs[k].start >= hi }) - 1
 	cur := hi
 	for cur > lo {
-		if i < 0 || ivs[i].end <= lo {
+		if i < 0 {
+			b.beforeCreation(ti, lo, cur, hi, depth, g, wait)
+			return
+		}
+		if ivs[i].end <= lo {
 			b.emit(g.tid, attr, lo, cur, g.st, g.wait, g.detail)
 			return
 		}
@@ -292,6 +296,47 @@ func (b *builder) walk(ti int32, lo, hi int64, depth int, g gap, wait state) {
 		cur = pLo
 		i--
 	}
+}
+
+// beforeCreation covers [lo, cur), the time of a walk over thread ti's
+// window [lo, hi) before ti's first interval: where ti was created in the
+// snapshot, what its creator did until then (the thread did not exist yet;
+// its creator was the one doing the work, as a server's dispatcher starting
+// a pool thread for a request); else g, as any time without an interval.
+func (b *builder) beforeCreation(ti int32, lo, cur, hi int64, depth int, g gap, wait state) {
+	th := &b.a.tl.threads[ti]
+	w, ci, ok := b.a.creator(ti)
+	if !ok || depth >= b.a.cfg.MaxDepth {
+		b.emit(g.tid, th.tid, lo, cur, g.st, g.wait, g.detail)
+		return
+	}
+	n := len(b.out)
+	var prev seg
+	if n > 0 {
+		prev = b.out[n-1]
+	}
+	b.walk(ci, lo, cur, depth+1, g, wait)
+	went := slices.ContainsFunc(b.out[n:], func(s seg) bool { return s.tid != th.tid }) ||
+		n > 0 && b.out[n-1].start != prev.start && prev.tid != th.tid
+	if w.ts > lo && w.ts <= hi && went {
+		b.arrows = append(b.arrows, Arrow{From: w.waker, To: th.tid, TS: w.ts})
+	}
+}
+
+// creator returns the creation of thread ti when the snapshot has it (its
+// first interval starts with it, a "fork" wakeup by another thread) and
+// the creator's index in the timeline.
+func (a *Analysis) creator(ti int32) (*wake, int32, bool) {
+	th := &a.tl.threads[ti]
+	if len(th.ivs) == 0 || th.ivs[0].wake < 0 {
+		return nil, 0, false
+	}
+	w := &a.tl.wakeups[th.ivs[0].wake]
+	if w.ctx != cFork || !w.causal || w.waker == 0 || w.waker == th.tid || w.ts > th.ivs[0].start {
+		return nil, 0, false
+	}
+	ci, ok := a.tl.byTID[w.waker]
+	return w, ci, ok
 }
 
 // interval emits the piece [lo, hi) of thread ti's interval j: its own state,

@@ -57,6 +57,7 @@ const (
 	cDisk
 	cHardirq
 	cSoftirq
+	cFork // the waker created the thread (its first interval's)
 	cOther
 )
 
@@ -74,6 +75,8 @@ func contextCode(s string) uint8 {
 		return cHardirq
 	case "softirq":
 		return cSoftirq
+	case "fork":
+		return cFork
 	}
 	return cOther
 }

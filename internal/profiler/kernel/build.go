@@ -108,8 +108,12 @@ type ival struct {
 	reason     uint8
 }
 
-// ctxUnthrottle is wake.ctx of an unthrottle (beside the CtxThread… codes).
-const ctxUnthrottle = 0xff
+// ctxUnthrottle is wake.ctx of an unthrottle, ctxFork of a thread's
+// creation (beside the CtxThread… codes).
+const (
+	ctxUnthrottle = 0xff
+	ctxFork       = 0xfe
+)
 
 // wake is a wakeup inside the builder.
 type wake struct {
@@ -147,14 +151,23 @@ type thread struct {
 	// cut is why the recorder declined to follow it (UnrecordedDepth or
 	// UnrecordedCount), from the last wakeup it did that said so.
 	cut string
+	// slept: a target thread whose first record was a wakeup (its current
+	// RUNQUEUE interval's); it was blocked since before builder.known, in
+	// a syscall not seen. Said by an interval only once a switch-in shows
+	// it was off the CPU until then (see sleptBefore).
+	slept bool
 }
 
 // builder turns a time-ordered event sequence into intervals. Times stay
 // CLOCK_MONOTONIC until build converts them.
 type builder struct {
 	start, end int64 // window, monotonic ns
-	threads    map[uint32]*thread
-	tl         []*thread // by thread.idx
+	// known is the time from which the records of the snapshot's
+	// processes are complete: the first record replayed, or later if the
+	// ring evicted records after it.
+	known   int64
+	threads map[uint32]*thread
+	tl      []*thread // by thread.idx
 	// The two threads looked up last: consecutive records often name the
 	// same threads (a switch-in, then its switch-out; two threads handing
 	// work to each other).
@@ -242,6 +255,29 @@ func (b *builder) closeRun(t *thread, ev *Event) {
 
 func (t *thread) set(state, reason uint8, ts int64, wake int32) {
 	t.state, t.reason, t.sys, t.dev, t.since, t.wake = state, reason, noSyscall, 0, ts, wake
+	t.slept = false
+}
+
+// sleptBefore adds the wait that ended with the wakeup of t's current
+// RUNQUEUE interval, for a target thread whose first record was that
+// wakeup, now that it is switched in: t was off the CPU (no switch record
+// since b.known) and asleep when woken (the kernel wakes only a sleeping
+// task), so it was blocked from before b.known until the wakeup, in a
+// syscall the records do not name (reason unknown). A thread that sits in
+// a pool between requests, longer than the recorder's preroll, is first
+// seen so; without this wait the time until it was woken had no interval,
+// and a path through it could not follow its waker.
+func (b *builder) sleptBefore(t *thread) {
+	if !t.slept {
+		return
+	}
+	t.slept = false
+	s, e := max(b.known, b.start), min(t.since, b.end)
+	if e <= s {
+		return
+	}
+	b.ivs = append(b.ivs, ival{start: s, end: e, th: t.idx, wake: t.wake, sys: noSyscall, cpu: -1,
+		state: stBlocked, reason: rUnknown})
 }
 
 func (b *builder) event(ev *Event) {
@@ -275,6 +311,7 @@ func (b *builder) event(ev *Event) {
 		}
 		if n := b.side(ev.TID2, ev.TGID2, ev.TS, ev.Flags&FlagNextUntracked != 0); n != nil {
 			if n.state == stRunqueue {
+				b.sleptBefore(n)
 				b.close(n, ev.TS, n.wake)
 			}
 			n.set(stRunning, rNone, ev.TS, -1)
@@ -307,6 +344,8 @@ func (b *builder) event(ev *Event) {
 			w.set(stRunqueue, r, ev.TS, idx)
 		case stUnknown:
 			w.set(stRunqueue, r, ev.TS, idx)
+			// Not before b.known: the thread may have had records before it.
+			w.slept = w.proc && ev.TS > b.known
 		}
 	case EvWakeup:
 		if t := b.threads[ev.TID]; t != nil && t.pendEnq >= 0 {
@@ -334,7 +373,15 @@ func (b *builder) event(ev *Event) {
 		}
 	case EvFork:
 		if t := b.side(ev.TID, ev.TGID, ev.TS, false); t != nil && (t.state == stUnknown || t.state == stDead) {
-			t.set(stRunqueue, rNew, ev.TS, -1)
+			// The creator is the new thread's first waker: what a path
+			// finds before a thread existed is what its creator did (a
+			// server's dispatcher starting a pool thread for a request).
+			idx := int32(-1)
+			if ev.TID2 != 0 && ev.TID2 != ev.TID {
+				idx = int32(len(b.wakeups))
+				b.wakeups = append(b.wakeups, wake{ts: ev.TS, wakee: ev.TID, waker: ev.TID2, cpu: ev.CPU, ctx: ctxFork, causal: true})
+			}
+			t.set(stRunqueue, rNew, ev.TS, idx)
 		}
 		b.get(ev.TID2, ev.TGID2)
 	case EvExit:
@@ -450,6 +497,9 @@ func replay(events []Event, in buildInput) *builder {
 	}
 	b := &builder{start: in.start, end: in.end, threads: map[uint32]*thread{}, in: &in,
 		ivs: make([]ival, 0, len(events)+16), wakeups: make([]wake, 0, nWake)}
+	if len(events) > 0 {
+		b.known = max(events[0].TS, in.complete)
+	}
 	for i := range events {
 		if events[i].TS > in.end {
 			break
@@ -656,9 +706,12 @@ func (n *namer) dev(d uint32) string {
 
 func (n *namer) wakeup(w *wake, offset int64) Wakeup {
 	out := Wakeup{TS: w.ts + offset, Wakee: w.wakee, Waker: w.waker, Causal: w.causal, CPU: int(w.cpu)}
-	if w.ctx == ctxUnthrottle {
+	switch w.ctx {
+	case ctxUnthrottle:
 		out.Context, out.Detail = CtxNameUnthrottle, "cfs bandwidth"
-	} else {
+	case ctxFork:
+		out.Context = CtxNameFork
+	default:
 		out.Context, out.Detail = wakeContext(w.ctx, w.detail)
 	}
 	if w.dev != 0 {

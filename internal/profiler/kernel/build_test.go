@@ -194,6 +194,30 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			// A pool's thread idle since before the records (the preroll)
+			// is first seen woken: it was asleep until then (only a
+			// sleeping task is woken) and off the CPU (its next record is
+			// a switch-in), in a syscall not seen. 102 also is first seen
+			// woken, but its next record is a switch-out: it was still on
+			// the CPU when woken, and nothing is said of it before.
+			name: "thread first seen woken: blocked before, in an unknown syscall",
+			events: []Event{
+				swIn(0, 0, 200),
+				waking(40, 101, 200, CtxThread, 0),
+				swOut(45, 0, 200, 1, 232, fileSock, 101),
+				waking(60, 102, 101, CtxThread, 0),
+				swOut(70, 1, 102, 1, 202, 0, 0),
+			},
+			start: 10, end: 80,
+			want: []string{
+				"101 blocked/unknown 10-40 <thread:200",
+				"101 runqueue/wakeup 40-45 <thread:200",
+				"101 running 45-80 cpu0",
+				"102 blocked/lock(futex) 70-80",
+				"200 blocked/network(epoll_wait) 45-80",
+			},
+		},
+		{
 			name: "new thread and exit",
 			events: []Event{
 				{Type: EvFork, TS: 0, TID: 102, TGID: 100, TID2: 101, TGID2: 100},
@@ -204,7 +228,7 @@ func TestBuild(t *testing.T) {
 			},
 			end: 30,
 			want: []string{
-				"102 runqueue/new 0-4",
+				"102 runqueue/new 0-4 <fork:101",
 				"102 running 4-20 cpu1",
 			},
 		},

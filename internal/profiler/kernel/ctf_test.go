@@ -149,7 +149,9 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.Threads) != 2 || len(snap.Wakeups) != 2 {
+	// Wakeups: 102's creation by 101 (fork), 102 waking 101, NET_RX
+	// waking 102.
+	if len(snap.Threads) != 2 || len(snap.Wakeups) != 3 {
 		t.Errorf("snapshot threads %+v wakeups %+v", snap.Threads, snap.Wakeups)
 	}
 
@@ -158,7 +160,7 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	want := map[string]int{
 		"sched_switch": 8, "sched_waking": 2, "sched_wakeup": 1, "sched_wakeup_new": 1,
 		"sched_process_fork": 1, "sched_process_exec": 1, "sched_process_exit": 1,
-		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 2, "rootline_thread": len(snap.Threads),
+		"rootline_thread_state": len(snap.Intervals), "rootline_wakeup": 3, "rootline_thread": len(snap.Threads),
 		"rootline_span_begin": 3, "rootline_span_end": 3,
 	}
 	for name, n := range want {

@@ -155,9 +155,16 @@
 //
 // and wakeup edges: the waker thread (context "thread"), or the interrupt
 // context ("timer", "network", "disk", "hardirq", "softirq", "unthrottle"),
-// Causal when the waker caused it (its own context, or a softirq it raised).
-// Time before a thread's first record, and while it was not followed, is
-// unknown and has no interval. Syscall numbers are classified with the
+// Causal when the waker caused it (its own context, or a softirq it raised);
+// a thread created in the window has its creator as its first waker
+// (context "fork", on its RUNQUEUE "new" interval). Time before a thread's
+// first record, and while it was not followed, is unknown and has no
+// interval, with one exception: a target thread whose first record is its
+// wakeup, followed by its switch-in, was asleep (only a sleeping task is
+// woken) and off the CPU (no switch record) since the records of its
+// process are complete (the replay's first record, or the newest the ring
+// evicted): BLOCKED "unknown" from then until that wakeup, whose waker ended
+// it. A server's pool thread idle longer than the preroll is first seen so. Syscall numbers are classified with the
 // x86-64 table (syscalls.go).
 //
 // The builder keeps intervals and wakeups as small codes (no strings) while

@@ -158,7 +158,8 @@ type Interval struct {
 	CPU int `json:"cpu"`
 	// Wakeup is the index in Snapshot.Wakeups of the wakeup that ended a
 	// BLOCKED interval or a RUNQUEUE "throttled" one (Context "unthrottle"),
-	// or started a RUNQUEUE "wakeup" one; -1 if none.
+	// or started a RUNQUEUE "wakeup" one, or the creation (Context "fork")
+	// that started a RUNQUEUE "new" one; -1 if none.
 	Wakeup int `json:"wakeup"`
 }
 
@@ -171,6 +172,7 @@ const (
 	CtxNameHardirq    = "hardirq"    // another device interrupt
 	CtxNameSoftirq    = "softirq"    // another softirq
 	CtxNameUnthrottle = "unthrottle" // the CFS bandwidth timer unthrottled Wakee's cgroup
+	CtxNameFork       = "fork"       // Waker created Wakee (clone): the RUNQUEUE "new" interval's
 )
 
 // Wakeup is a wakeup edge: Waker (Context "thread") or an interrupt context
