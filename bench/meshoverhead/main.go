@@ -149,7 +149,7 @@ func main() {
 		if len(runFlags) > 0 && (base == "envoy" || base == "envoy+rootline-no-run" || base == "envoy+tracing") {
 			fail(fmt.Errorf("mode %q: rootline run flags but no rootline run", m))
 		}
-		runFormats(runFlags) // fails on a bad -propagate
+		runFormats(runFlags) // fails on a bad -propagate or -timing-header
 	}
 	gw, err := demo.SubnetGateway(*subnet)
 	check(err)
@@ -373,17 +373,20 @@ func splitRunFlags(flags []string) (agent, run []string) {
 }
 
 // runFormats returns the propagation formats `rootline run` writes with
-// these flags (its default: all).
-func runFormats(runFlags []string) httpstream.Formats {
-	f := httpstream.AllFormats
+// these flags (its default: all) and the form of its timing lines (its
+// default: compact).
+func runFormats(runFlags []string) (httpstream.Formats, httpstream.TimingForm) {
+	f, form := httpstream.AllFormats, httpstream.TimingCompact
 	for _, fl := range runFlags {
+		var err error
 		if v, ok := strings.CutPrefix(fl, "--propagate="); ok {
-			var err error
 			f, err = httpstream.ParseFormats(v)
-			check(err)
+		} else if v, ok := strings.CutPrefix(fl, "--timing-header="); ok {
+			form, err = httpstream.ParseTimingForm(v)
 		}
+		check(err)
 	}
-	return f
+	return f, form
 }
 
 // copyOf is the mode a labelled copy runs: "envoy#2" is envoy again, an
@@ -419,7 +422,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	self = modeBinary(modeName, self)
 	mode, flags := splitMode(modeName)
 	agentFlags, runFlags := splitRunFlags(flags)
-	formats := runFormats(runFlags)
+	formats, form := runFormats(runFlags)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
 	check(err)
 	defer os.RemoveAll(dir)
@@ -483,7 +486,7 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	}
 	inBand := 0.0
 	if opts.Wrap != nil {
-		inBand = float64(visits * inBandBytes(formats))
+		inBand = float64(visits * inBandBytes(formats, form))
 	}
 	out := map[float64]result{}
 	for i, rate := range rates {
@@ -622,14 +625,15 @@ var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, sen
 
 // inBandBytes is what `rootline run` adds to one hop: the propagation lines
 // of the formats it writes on the request (all: traceparent, b3, x-b3-*,
-// x-request-id) and the timing line on the response (rl, the default
-// compact form), as the tracer writes them for a typical request.
-func inBandBytes(formats httpstream.Formats) int {
+// x-request-id) and the timing on the response (rl, the default compact
+// form, or the two long lines), as the tracer writes them for a typical
+// request.
+func inBandBytes(formats httpstream.Formats, form httpstream.TimingForm) int {
 	ctx := httpstream.Context{TraceID: httpstream.TraceID{1: 1}, SpanID: httpstream.SpanID{1: 1}, Sampled: true}
 	req := httpstream.AppendInjectFormats(nil, ctx, httpstream.SpanID{2: 2}, nil, formats)
-	resp := httpstream.AppendCompactTiming(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
+	resp := httpstream.AppendTiming(nil, httpstream.Timing{ServerTime: 12345 * time.Microsecond, HasServerTime: true,
 		Waits: []httpstream.Wait{{Kind: httpstream.WaitLocal, Duration: 85 * time.Microsecond},
-			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}})
+			{Kind: httpstream.WaitNet, Duration: 410 * time.Microsecond}, {Kind: httpstream.WaitRemote, Duration: 8120 * time.Microsecond}}}, form)
 	return len(req) + len(resp)
 }
 

@@ -13,12 +13,17 @@ import (
 // numbers); with -propagate w3c, traceparent alone (70 bytes with its line
 // break).
 func TestInBandBytes(t *testing.T) {
-	all, w3c := inBandBytes(httpstream.AllFormats), inBandBytes(httpstream.FormatW3C)
+	all, w3c := inBandBytes(httpstream.AllFormats, httpstream.TimingCompact), inBandBytes(httpstream.FormatW3C, httpstream.TimingCompact)
 	if all < 300 || all > 500 {
 		t.Errorf("inBandBytes(all) = %d, want the ~330 + ~29 the tracer adds per hop", all)
 	}
 	if w3c != 70+29 {
 		t.Errorf("inBandBytes(w3c) = %d, want traceparent 70 + rl 29", w3c)
+	}
+	// --timing-header long: rootline-server-time and rootline-wait, 91
+	// bytes for the same numbers.
+	if long := inBandBytes(httpstream.FormatW3C, httpstream.TimingLong); long != 70+91 {
+		t.Errorf("inBandBytes(w3c, long) = %d, want traceparent 70 + the two long lines 91", long)
 	}
 	if all-w3c != 74+133+52 {
 		t.Errorf("inBandBytes(all) - inBandBytes(w3c) = %d, want b3 74 + x-b3-* 133 + x-request-id 52", all-w3c)
@@ -31,10 +36,10 @@ func TestSplitRunFlags(t *testing.T) {
 	if !slices.Equal(agent, []string{"--profilers=cpu,jfr"}) || !slices.Equal(run, []string{"--propagate=w3c"}) {
 		t.Fatalf("agent %q, run %q", agent, run)
 	}
-	if f := runFormats(run); f != httpstream.FormatW3C {
+	if f, _ := runFormats(run); f != httpstream.FormatW3C {
 		t.Fatalf("runFormats(%q) = %v", run, f)
 	}
-	if f := runFormats(nil); f != httpstream.AllFormats {
+	if f, form := runFormats(nil); f != httpstream.AllFormats || form != httpstream.TimingCompact {
 		t.Fatalf("runFormats(nil) = %v", f)
 	}
 }
