@@ -152,10 +152,7 @@ type causeShare struct {
 func causesOf(waits map[string]float64, untracedMs float64) (out []causeShare, total float64) {
 	by := map[string]float64{}
 	for st, ms := range waits {
-		c, ok := stateCause[st]
-		if !ok {
-			c = CauseUnknown // a state a newer build knows
-		}
+		c := StateCause(st) // unknown for a state a newer build knows
 		by[c] += ms
 		total += ms
 	}
