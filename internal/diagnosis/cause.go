@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -121,22 +122,78 @@ func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span) spanTime
 	return spanTime{own: own, untraced: union(untraced), untracedTo: to}
 }
 
-// pathWaits adds to waits (ms by state) what the path p says the span's own
-// threads did during the span's exclusive intervals: a segment counts as
-// the state its thread was blocked in where the path left it (Wait), else
-// its own state.
-func pathWaits(waits map[string]float64, p *critpath.SpanPath, own []interval) {
+// holderStates are the states of another thread that say why the span's
+// own thread, blocked on it, waited: the thread it waited for (a lock's
+// holder, the thread that completes its I/O or future) was itself held off
+// by a resource — its cgroup's CPU quota, a CPU the host gave away, a disk,
+// memory, a GC pause, the network. A holder running or waiting for a CPU in
+// the run queue is the contention the wait names (a lock's holder works
+// while its waiters wait, and in a convoy it queues for a CPU behind them),
+// and a holder sleeping or in a state the kernel cannot tell says nothing
+// more than the wait itself.
+var holderStates = map[string]bool{
+	critpath.Throttled: true, critpath.Steal: true, critpath.Disk: true,
+	critpath.Memory: true, critpath.GC: true, critpath.Network: true,
+}
+
+// segmentState is the state a path segment counts as for the span whose
+// path it is: its own thread's state, or, where the path left that thread
+// for the one it waited on (Wait), the wait — unless the other thread was
+// itself held off by a resource (holderStates), which is then the cause of
+// both. A lock wait behind a holder throttled by its cgroup's quota is the
+// quota's doing; removing the lock would not make the requests faster.
+func segmentState(s critpath.SegmentJSON) string {
+	if s.Wait == "" || holderStates[s.State] {
+		return s.State
+	}
+	return s.Wait
+}
+
+// waitTally is what the paths of a culprit's slow spans add up to: ms by
+// the state each segment counts as (segmentState), and, of that, the time
+// a wait was named by the state of the thread it waited on ("lock" behind
+// a "throttled" holder: via["lock"]["throttled"]).
+type waitTally struct {
+	by  map[string]float64
+	via map[string]map[string]float64
+}
+
+func newWaitTally() *waitTally {
+	return &waitTally{by: map[string]float64{}, via: map[string]map[string]float64{}}
+}
+
+// add adds what the path p says the span's own threads did during the
+// span's exclusive intervals own, each segment as segmentState says.
+func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 	for _, s := range p.Segments {
 		ns := overlap(own, s.Start, s.End)
 		if ns <= 0 {
 			continue
 		}
-		st := s.State
-		if s.Wait != "" {
-			st = s.Wait
+		ms := float64(ns) / 1e6
+		st := segmentState(s)
+		w.by[st] += ms
+		if s.Wait != "" && st != s.Wait {
+			if w.via[s.Wait] == nil {
+				w.via[s.Wait] = map[string]float64{}
+			}
+			w.via[s.Wait][st] += ms
 		}
-		waits[st] += float64(ns) / 1e6
 	}
+}
+
+// describeVia renders the waits named by their holder's state for an
+// evidence line ("" when there are none of note).
+func (w *waitTally) describeVia() string {
+	var parts []string
+	for _, wait := range slices.Sorted(maps.Keys(w.via)) {
+		for _, st := range slices.Sorted(maps.Keys(w.via[wait])) {
+			if ms := w.via[wait][st]; ms >= 0.05 {
+				parts = append(parts, fmt.Sprintf("%.1f ms of %s waits on threads that were %s", ms, wait, st))
+			}
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // causeShare is one cause's share of the measured time.

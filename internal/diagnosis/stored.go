@@ -26,7 +26,7 @@ const (
 // first; each path's span is read with its trace to restrict the path to the
 // span's exclusive time, as measure does. It returns the spans and the
 // traces it read, and the first error met (the others are like it).
-func (d *Diagnoser) storedPaths(ctx context.Context, waits map[string]float64, culprit string, anoms []analysis.Anomaly, onset, to int64,
+func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit string, anoms []analysis.Anomaly, onset, to int64,
 	done map[model.TraceID]bool, limit int) (spans, traces int, firstErr error) {
 	type ref struct {
 		id      string
@@ -97,7 +97,7 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits map[string]float64, c
 				if err != nil || byID[sid] == nil || byID[sid].Kind == model.KindClient {
 					continue
 				}
-				pathWaits(waits, p, splitSpan(byID[sid], ch).own)
+				waits.add(p, splitSpan(byID[sid], ch).own)
 				n++
 			}
 			if n > 0 {

@@ -372,7 +372,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		}
 		want[s.TraceID][s.SpanID] = s
 	}
-	waits := map[string]float64{}
+	tally := newWaitTally()
 	var untracedMs float64
 	var noSnap, read int
 	var notes []string
@@ -403,7 +403,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			if err != nil || mine[sid] == nil {
 				continue
 			}
-			pathWaits(waits, p, splitSpan(mine[sid], ch).own)
+			tally.add(p, splitSpan(mine[sid], ch).own)
 			v.PathSpans++
 			if example == "" {
 				example = res.TraceID
@@ -420,7 +420,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		for _, t := range slow {
 			done[t[0].TraceID] = true
 		}
-		n, extra, err := d.storedPaths(ctx, waits, v.Service, anoms, onset, to, done, d.Config.MaxPaths-read)
+		n, extra, err := d.storedPaths(ctx, tally, v.Service, anoms, onset, to, done, d.Config.MaxPaths-read)
 		if err != nil && len(notes) < 3 {
 			notes = append(notes, err.Error())
 		}
@@ -442,6 +442,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		v.ExampleTraceID = example
 	}
 	untracedMs = untracedPerTrace * float64(read)
+	waits := tally.by
 	for k, ms := range waits {
 		waits[k] = round2(ms)
 	}
@@ -451,6 +452,9 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	}
 	v.Evidence = append(v.Evidence, fmt.Sprintf("kernel critical paths of %d of %s's %d slow spans (%d traces): in their exclusive time its threads spent %s",
 		v.PathSpans, v.Service, len(spans), read, describeWaits(waits, untracedMs)))
+	if via := tally.describeVia(); via != "" {
+		v.Evidence = append(v.Evidence, "counted by what held them up: "+via+" (the thread waited on was itself held off, so that is the cause of both)")
+	}
 	if len(notes) > 0 {
 		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
 	}

@@ -33,6 +33,30 @@ func TestDiagnose(t *testing.T) {
 				// holder ran, then the database call.
 				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0, critpath.Network, "", 3.0)
 			}},
+		{name: "lock behind a convoy", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseLock, wantRunner: CauseCPU,
+			path: func(s *model.Span) *critpath.SpanPath {
+				// The holder works and, in the convoy, waits for a CPU
+				// behind the waiters: still the lock.
+				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 30.0,
+					critpath.Runqueue, critpath.Lock, 32.0, critpath.Network, "", 3.0)
+			}},
+		{name: "lock holder throttled", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseCPUThrottle, wantRunner: CauseLock,
+			path: func(s *model.Span) *critpath.SpanPath {
+				// Blocked on a futex whose holder spent most of that time
+				// held off by the cgroup's quota: the quota's doing.
+				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 20.0,
+					critpath.Throttled, critpath.Lock, 42.0, critpath.Network, "", 3.0)
+			}},
+		{name: "lock holder in a GC pause", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseGC,
+			path: func(s *model.Span) *critpath.SpanPath {
+				return segmentsPath(s, critpath.Running, "", 8.0, critpath.GC, critpath.Lock, 50.0,
+					critpath.Running, critpath.Lock, 12.0, critpath.Network, "", 3.0)
+			}},
+		{name: "future completed by a thread in disk I/O", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseDisk,
+			path: func(s *model.Span) *critpath.SpanPath {
+				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Disk, critpath.Lock, 55.0,
+					critpath.Sleep, critpath.Lock, 7.0, critpath.Network, "", 3.0)
+			}},
 		{name: "cpu quota", cartMs: 45, dbMs: 3, wantService: "cart", wantCause: CauseCPUThrottle, wantRunner: CauseCPU,
 			path: func(s *model.Span) *critpath.SpanPath {
 				return segmentsPath(s, critpath.Running, "", 10.0, critpath.Throttled, "", 35.0, critpath.Network, "", 3.0)
