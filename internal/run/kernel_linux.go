@@ -70,6 +70,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 				// A process of the run executed a program: a Go one gets
 				// goroutine binding and probes.
 				if path := string(ev.Head); datapath.IsGo(path) {
+					spans.MarkGo(ev.Tgid)
 					if _, err := d.AddGo(ev.Tgid, path); err != nil {
 						log.Debug("Go probes", "exe", path, "err", err)
 					}
@@ -108,6 +109,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 	}
 	pid := cmd.Process.Pid
 	if isGo {
+		spans.MarkGo(pid)
 		if err := d.MarkGo(pid); err != nil {
 			log.Warn("Go binding", "err", err)
 		}

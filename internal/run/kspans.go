@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/rootline/rootline/internal/run/httpstream"
@@ -67,6 +68,9 @@ type KernelSpans struct {
 	reqs       map[uint64]*request // by SERVER span id
 	calls      map[uint64]*call    // by CLIENT span id
 
+	goMu  sync.Mutex
+	goPID map[int]bool // processes that are Go programs (MarkGo)
+
 	// Stats are the counters: the config's, or its own.
 	Stats *Stats
 }
@@ -99,6 +103,25 @@ func NewKernelSpans(cfg KernelSpansConfig) *KernelSpans {
 		sink: cfg.Sink, log: cfg.Logger.With("component", "tracer"), monoOffset: cfg.MonoOffset,
 		reqs: map[uint64]*request{}, calls: map[uint64]*call{},
 	}
+}
+
+// MarkGo says that process pid is a Go program: its SERVER spans say so
+// (process.runtime.name "go"), so that the kernel analysis knows its threads
+// carry goroutines, not requests (a thread parked in the runtime's poller
+// is no request's network wait). Safe to call from any goroutine.
+func (k *KernelSpans) MarkGo(pid int) {
+	k.goMu.Lock()
+	defer k.goMu.Unlock()
+	if k.goPID == nil {
+		k.goPID = map[int]bool{}
+	}
+	k.goPID[pid] = true
+}
+
+func (k *KernelSpans) isGo(pid int) bool {
+	k.goMu.Lock()
+	defer k.goMu.Unlock()
+	return k.goPID[pid]
 }
 
 func (k *KernelSpans) wall(mono int64) time.Time { return time.Unix(0, mono+k.monoOffset) }
@@ -153,7 +176,7 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 	case KevRequest:
 		r := &request{
 			span: spanID(ev.SpanID), start: k.wall(ev.StartMono), pid: ev.Tgid,
-			threads: []threadDelay{{tid: ev.Tid}}, sock: ev.Sock,
+			threads: []threadDelay{{tid: ev.Tid}}, sock: ev.Sock, goProc: k.isGo(ev.Tgid),
 		}
 		r.ctx.TraceID = ev.TraceID
 		r.ctx.SpanID = spanID(ev.ParentID)
@@ -173,7 +196,7 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 		delete(k.reqs, ev.SpanID)
 		if r == nil {
 			// Its start was lost (a full ring buffer): what the end knows.
-			r = &request{span: spanID(ev.SpanID), start: k.wall(ev.StartMono), pid: ev.Tgid, method: "HTTP"}
+			r = &request{span: spanID(ev.SpanID), start: k.wall(ev.StartMono), pid: ev.Tgid, method: "HTTP", goProc: k.isGo(ev.Tgid)}
 			r.ctx.TraceID = ev.TraceID
 			r.ctx.SpanID = spanID(ev.ParentID)
 		}

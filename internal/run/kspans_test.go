@@ -203,3 +203,26 @@ func TestReadHead(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelSpansGo: the SERVER spans of a process marked as a Go program
+// say so (process.runtime.name "go", which the kernel analysis reads to treat
+// its threads as carriers of goroutines); other processes' do not.
+func TestKernelSpansGo(t *testing.T) {
+	sink := &spanSink{}
+	k := NewKernelSpans(KernelSpansConfig{Service: "s", Host: "h", Sink: sink})
+	k.MarkGo(7)
+	for i, pid := range []int{7, 8} {
+		id := uint64(10 + i)
+		k.Event(&KernelEvent{Type: KevRequest, Tgid: pid, Tid: pid, SpanID: id, StartMono: 10, Head: []byte("GET / HTTP/1.1\r\n\r\n")})
+		k.Event(&KernelEvent{Type: KevRequestEnd, Tgid: pid, Tid: pid, SpanID: id, StartMono: 10, Mono: 20, Status: 200})
+	}
+	if len(sink.spans) != 2 {
+		t.Fatalf("%d spans, want 2", len(sink.spans))
+	}
+	for i, want := range []bool{true, false} {
+		v, ok := attr(sink.spans[i], "process.runtime.name")
+		if got := ok && v == "go"; got != want {
+			t.Errorf("span of pid %d: process.runtime.name %v (%v), want go: %v", 7+i, v, ok, want)
+		}
+	}
+}
