@@ -42,7 +42,9 @@ func sid(n byte) model.SpanID { return model.SpanID{7: n} }
 
 // With sidecars a hop is app CLIENT → sidecar egress CLIENT → sidecar ingress
 // SERVER → app SERVER: the time between the two services is charged once, to
-// the callee, and the sidecar's ingress time to the callee's own time.
+// the callee, and so is the sidecar's ingress time (a proxy on the link, not
+// the callee's work) — unless the caller's CLIENT span measured the link
+// end to end (rootline.wait.net_ms), which includes it.
 func TestTraceTimesSidecars(t *testing.T) {
 	ms := int64(time.Millisecond)
 	mk := func(id, parent byte, svc string, kind model.SpanKind, start, dur int64, attrs ...model.KeyValue) *model.Span {
@@ -59,14 +61,33 @@ func TestTraceTimesSidecars(t *testing.T) {
 	got := jt.times(map[string]bool{"a": true, "e": true, "j": true})
 	want := map[string]times{
 		"a": {self: float64(20 * ms)},
-		"e": {self: float64((2 + 58) * ms), net: float64(10 * ms)},
+		"e": {self: float64(58 * ms), net: float64((10 + 2) * ms)},
 		"j": {net: float64(10 * ms)},
 	}
-	for svc, w := range want {
-		if g := got[svc]; g.self != w.self || g.net != w.net {
-			t.Errorf("%s: self %v net %v, want self %v net %v", svc, time.Duration(g.self), time.Duration(g.net), time.Duration(w.self), time.Duration(w.net))
+	check := func(got, want map[string]times) {
+		t.Helper()
+		for svc, w := range want {
+			if g := got[svc]; g.self != w.self || g.net != w.net {
+				t.Errorf("%s: self %v net %v, want self %v net %v", svc, time.Duration(g.self), time.Duration(g.net), time.Duration(w.self), time.Duration(w.net))
+			}
 		}
 	}
+	check(got, want)
+
+	// The caller's CLIENT span measured the link (rootline run's net
+	// wait: its time minus e's server time, both sidecars included): the
+	// ingress time is in it, not counted again.
+	jt = newTrace([]*model.Span{
+		mk(1, 0, "a", model.KindServer, 0, 100),
+		mk(2, 1, "a", model.KindClient, 10, 80, model.Float(model.AttrWaitNetMs, 12)),
+		mk(3, 2, "a", model.KindClient, 12, 76),
+		mk(4, 3, "e", model.KindServer, 15, 70),
+		mk(5, 4, "e", model.KindServer, 16, 68),
+	})
+	check(jt.times(map[string]bool{"a": true, "e": true}), map[string]times{
+		"a": {self: float64(20 * ms)},
+		"e": {self: float64(68 * ms), net: float64(12 * ms)},
+	})
 }
 
 // newTrace reads the attributes the analysis needs whatever their value

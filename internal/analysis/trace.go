@@ -150,8 +150,10 @@ type times struct{ self, net, local, sock, remote float64 }
 // its duration minus the union of its children's intervals. A CLIENT span's
 // time outside the callee (its rootline.wait.net_ms, or its duration not
 // covered by the callee's spans) is time spent between two services —
-// network and proxies — and is charged to the callee as network time; every
-// other span's exclusive time is the service's own.
+// network and proxies — and is charged to the callee as network time, as is
+// a proxy's ingress span's own time (proxiesServer) where the CLIENT span
+// did not measure it; every other span's exclusive time is the service's
+// own.
 func (t *trace) times(known map[string]bool) map[string]times {
 	out := map[string]times{}
 	for _, s := range t.spans {
@@ -167,6 +169,18 @@ func (t *trace) times(known map[string]bool) map[string]times {
 				c.net += float64(s.exclusiveOf(s.across()))
 			}
 			out[callee] = c
+			continue
+		}
+		if s.proxiesServer() {
+			// A proxy in front of the service (its sidecar's ingress
+			// span): its own time is on the link into the service, which
+			// the caller's CLIENT span already measured when it says its
+			// net wait.
+			if !s.linkMeasured() {
+				c := out[s.service]
+				c.net += float64(s.exclusive())
+				out[s.service] = c
+			}
 			continue
 		}
 		x := out[s.service]
@@ -190,6 +204,33 @@ func (t *trace) times(known map[string]bool) map[string]times {
 		out[s.service] = x
 	}
 	return out
+}
+
+// proxiesServer reports whether s is a SERVER span in front of a SERVER
+// span of its own service: a sidecar's (or another proxy's) ingress span,
+// whose child is the application's own span of the same request. Its
+// exclusive time is the proxy's, before it forwards the request and after
+// the application answered: time on the link into the service, not the
+// service's work. (The application's SERVER span starts when the request's
+// first byte reaches its socket, so a wait there is in the child.)
+func (s *span) proxiesServer() bool {
+	if s.kind != "server" {
+		return false
+	}
+	return slices.ContainsFunc(s.children, func(c *span) bool { return c.kind == "server" && c.service == s.service })
+}
+
+// linkMeasured reports whether a CLIENT span above s, through nested CLIENT
+// spans of one service (a sidecar's egress span under the application's
+// call), says its net wait (rootline.wait.net_ms): the time on the link,
+// proxies included, measured end to end by the caller.
+func (s *span) linkMeasured() bool {
+	for c := s.up; c != nil && c.kind == "client"; c = c.up {
+		if !math.IsNaN(c.waitNet) {
+			return true
+		}
+	}
+	return false
 }
 
 // nestedClient reports whether s is a CLIENT span inside a CLIENT span of the
