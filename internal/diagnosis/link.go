@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +21,27 @@ const (
 	metricRetransmits       = "rootline_kernel_tcp_retransmits_total"
 	metricSynAckRetransmits = "rootline_kernel_tcp_synack_retransmits_total"
 	metricDrops             = "rootline_kernel_skb_drops_total"
+	// metricRunq is the run-queue latency histogram (wakeup or preemption
+	// to switch-in) per container: with its sum and count, the mean time a
+	// thread of the container waited for a CPU each time it was runnable.
+	// A cgroup held off by its quota is runnable too, so it counts the
+	// throttled time as well.
+	metricRunq = "rootline_kernel_runq_latency_seconds"
+)
+
+// wakeupsPerCall bounds how many times a call's path through the link
+// (the caller's egress proxy, the callee's ingress proxy, both ways, and the
+// threads that read and write for them) waits to be run: a call crosses
+// about six such waits, and the bound is generous so that the CPU is
+// excluded only when it could not have made the link slow. When
+// wakeupsPerCall × the mean run-queue wait of the culprit's pod and of the
+// node during the incident is below cpuLinkShare of the growth of the calls'
+// time on the link, no wait for a CPU can account for that growth, and with
+// no retransmissions either the time passed in the link itself: a delay on
+// the path (a proxy holding the request, a queue, a slow route).
+const (
+	wakeupsPerCall = 10
+	cpuLinkShare   = 0.25
 )
 
 // linkDropReasons are the drop reasons (skb:kfree_skb, lower case as
@@ -56,6 +78,43 @@ type linkEvidence struct {
 	seen bool
 	// during and before are the lengths of the two windows.
 	during, before time.Duration
+	// runq is the run-queue latency of the service's containers in the
+	// incident's window and before it.
+	runq, runqBefore runqTotal
+}
+
+// runqTotal adds up run-queue latency histograms: the time waited (s) and
+// the number of waits.
+type runqTotal struct{ sum, count float64 }
+
+// mean is the mean wait in ms (NaN without waits).
+func (r runqTotal) meanMs() float64 {
+	if r.count <= 0 {
+		return math.NaN()
+	}
+	return 1e3 * r.sum / r.count
+}
+
+// nodeRunq is the run-queue latency of every container with kernel metrics
+// (the node's, or the nodes' in a shared store) in the incident's window.
+type nodeRunq struct {
+	during runqTotal
+	seen   bool
+}
+
+// cpuBound is the most a wait for a CPU can have added to a call's time on
+// the link, in ms: wakeupsPerCall × the larger of the mean run-queue wait of
+// the service's pod and of the node during the incident; NaN when the
+// kernel measured no run-queue latency of the pod.
+func (e linkEvidence) cpuBound(node nodeRunq) float64 {
+	m := e.runq.meanMs()
+	if math.IsNaN(m) {
+		return m
+	}
+	if n := node.during.meanMs(); node.seen && !math.IsNaN(n) {
+		m = max(m, n)
+	}
+	return wakeupsPerCall * m
 }
 
 // lossy says whether the kernel measured the link of the service losing
@@ -117,22 +176,40 @@ func containerName(s store.MetricSeries) string {
 	return "?"
 }
 
-// readLinks reads the kernel's retransmission and drop counters of each of
-// svcs's containers (series whose service label names it, alone or among
-// the services sharing a container: its app's and its sidecar's, which the
-// agent labels with the service of their pod) in [from, onset) and
-// [onset, to]; one query per metric for all of them.
-func readLinks(ctx context.Context, mr store.MetricReader, svcs []string, from, onset, to time.Time) (map[string]*linkEvidence, error) {
+// readLinks reads the kernel's retransmission and drop counters and the
+// run-queue latency of each of svcs's containers (series whose service label
+// names it, alone or among the services sharing a container: its app's and
+// its sidecar's, which the agent labels with the service of their pod) in
+// [from, onset) and [onset, to], and the run-queue latency of every
+// container in [onset, to]; one query per metric for all of them.
+func readLinks(ctx context.Context, mr store.MetricReader, svcs []string, from, onset, to time.Time) (map[string]*linkEvidence, nodeRunq, error) {
 	out := map[string]*linkEvidence{}
+	var node nodeRunq
 	for _, svc := range svcs {
 		out[svc] = &linkEvidence{during: to.Sub(onset), before: onset.Sub(from), onContainer: map[string]float64{}}
 	}
-	for _, name := range []string{metricRetransmits, metricSynAckRetransmits, metricDrops} {
+	for _, name := range []string{metricRetransmits, metricSynAckRetransmits, metricDrops, metricRunq} {
 		series, err := mr.FindMetrics(ctx, store.MetricQuery{Name: name, From: from.UnixNano(), To: to.UnixNano()})
 		if err != nil {
-			return out, fmt.Errorf("kernel metric %s: %w", name, err)
+			return out, node, fmt.Errorf("kernel metric %s: %w", name, err)
 		}
 		for _, s := range series {
+			if name == metricRunq {
+				sb, sd := increaseOf(s.Points, onset.UnixNano(), func(p store.MetricPoint) float64 { return p.Sum })
+				cb, cd := increaseOf(s.Points, onset.UnixNano(), func(p store.MetricPoint) float64 { return float64(p.Count) })
+				node.during.sum += sd
+				node.during.count += cd
+				node.seen = true
+				for _, svc := range strings.Split(s.Service, ",") {
+					if e, ok := out[svc]; ok {
+						e.runq.sum += sd
+						e.runq.count += cd
+						e.runqBefore.sum += sb
+						e.runqBefore.count += cb
+					}
+				}
+				continue
+			}
 			for _, svc := range strings.Split(s.Service, ",") {
 				e, ok := out[svc]
 				if !ok {
@@ -154,7 +231,7 @@ func readLinks(ctx context.Context, mr store.MetricReader, svcs []string, from, 
 			}
 		}
 	}
-	return out, nil
+	return out, node, nil
 }
 
 // excess is how many more retransmissions the incident had than the rate
@@ -218,10 +295,16 @@ func lossyEnd(peers []analysis.ServiceScore, ev map[string]*linkEvidence) (analy
 // over points oldest first; a value below the previous one is a restart of
 // its source, from which the counter counts again from zero.
 func increase(points []store.MetricPoint, at int64) (before, during float64) {
+	return increaseOf(points, at, func(p store.MetricPoint) float64 { return p.Value })
+}
+
+// increaseOf is increase of the cumulative value v reads of each point (a
+// histogram's sum or count).
+func increaseOf(points []store.MetricPoint, at int64, v func(store.MetricPoint) float64) (before, during float64) {
 	for i := 1; i < len(points); i++ {
-		d := points[i].Value - points[i-1].Value
+		d := v(points[i]) - v(points[i-1])
 		if d < 0 {
-			d = points[i].Value
+			d = v(points[i])
 		}
 		if points[i].Time < at {
 			before += d

@@ -50,6 +50,27 @@ func counter(name, svc, ctr, reason string, from, onset, to time.Time, rate, rat
 	return out
 }
 
+// runqHist is a container's cumulative run-queue latency histogram, one
+// point a second over [from, to): 100 waits a second of meanMs on average
+// before the onset, of meanAfter from it on.
+func runqHist(svc string, from, onset, to time.Time, meanMs, meanAfter float64) []store.MetricPoint {
+	var out []store.MetricPoint
+	var count uint64
+	var sum float64
+	for at := from; at.Before(to); at = at.Add(time.Second) {
+		m := meanMs
+		if !at.Before(onset) {
+			m = meanAfter
+		}
+		count += 100
+		sum += 100 * m / 1e3
+		out = append(out, store.MetricPoint{Name: metricRunq, Service: svc, Kind: store.MetricHistogram, Unit: "s",
+			Labels: map[string]string{"container": "/rootline-demo/" + svc}, StartTime: from.UnixNano(), Time: at.UnixNano(),
+			Count: count, Sum: sum, Bounds: []float64{0.001}, Buckets: []uint64{count, 0}})
+	}
+	return out
+}
+
 // writeIncident stores 60 traces a second apart, then from the onset 30
 // slow ones 200 ms apart, made by trace; now is a second after the last.
 func writeIncident(t *testing.T, st store.SpanWriter, trace func(n int, at time.Time, slow bool) []*model.Span) (onset, now time.Time) {
@@ -87,10 +108,13 @@ func TestDiagnoseLink(t *testing.T) {
 		container string
 	}
 	for _, tc := range []struct {
-		name        string
-		noMetrics   bool // the Diagnoser reads no kernel metrics
-		series      []series
-		pod         []podSeries
+		name      string
+		noMetrics bool // the Diagnoser reads no kernel metrics
+		series    []series
+		pod       []podSeries
+		// runq: run-queue latency of each service's container, mean ms
+		// per wait before and from the onset.
+		runq        map[string][2]float64
 		wantCause   string
 		wantRunner  string
 		wantText    string // in the evidence or what is missing
@@ -125,6 +149,20 @@ func TestDiagnoseLink(t *testing.T) {
 			{series{metricRetransmits, "cart", "", 0, 0}, "envoy"},
 			{series{metricRetransmits, "frontend", "", 0, 2}, "envoy"}},
 			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "0 TCP retransmissions"},
+		// No loss, and no wait for a CPU that could make 40 ms: a delay
+		// on the path (10 × 0.3 ms < 10 ms).
+		{name: "delay: no loss, no CPU wait", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq:      map[string][2]float64{"cart": {0.1, 0.2}, "frontend": {0.1, 0.3}},
+			wantCause: CauseNetwork, wantText: "no wait for a CPU either"},
+		// The pod's threads waited 2 ms per wakeup: the CPU may be it.
+		{name: "no loss, a starved pod", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq:      map[string][2]float64{"cart": {0.1, 2}, "frontend": {0.1, 0.1}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "no sign of a lossy link"},
+		// The pod's own waits are short but the node is starved (the
+		// caller's sidecar on the link may be what waits).
+		{name: "no loss, a starved node", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq:      map[string][2]float64{"cart": {0.1, 0.1}, "frontend": {0.1, 20}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "no sign of a lossy link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -142,6 +180,9 @@ func TestDiagnoseLink(t *testing.T) {
 			}
 			for _, s := range tc.pod {
 				pts = append(pts, counter(s.name, s.svc, s.container, s.reason, from, onset, now, s.rate, s.rateAfter)...)
+			}
+			for svc, m := range tc.runq {
+				pts = append(pts, runqHist(svc, from, onset, now, m[0], m[1])...)
 			}
 			if len(pts) > 0 {
 				if err := st.WriteMetrics(ctx, pts); err != nil {

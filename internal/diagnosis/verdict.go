@@ -147,6 +147,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	// retransmissions of it and of the other services whose calls grew so
 	// say which end of the link loses packets (lossyEnd).
 	var links map[string]*linkEvidence
+	var node nodeRunq
 	var linksErr error
 	if known[top.Service] && top.NetDeltaMs > top.SelfDeltaMs && d.Metrics != nil {
 		peers := linkPeers(base.Ranking)
@@ -154,7 +155,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		for i, p := range peers {
 			svcs[i] = p.Service
 		}
-		links, linksErr = readLinks(ctx, d.Metrics, svcs, from, start, to)
+		links, node, linksErr = readLinks(ctx, d.Metrics, svcs, from, start, to)
 		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] {
 			e, et := links[end.Service], links[top.Service]
 			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s and into %s grew outside them (%.1f and %.1f ms per trace); "+
@@ -189,7 +190,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			shares = []causeShare{{cause: CauseDownstream, ms: untraced, share: untraced / top.Score}, {cause: CauseNetwork, ms: top.NetDeltaMs - untraced, share: (top.NetDeltaMs - untraced) / top.Score}}
 			v.Evidence = append(v.Evidence, fmt.Sprintf("%s's calls to dependencies that send no spans grew by %.1f ms per trace", v.Service, untraced))
 		} else {
-			shares, timingOnly = d.link(v, top, links[v.Service], linksErr)
+			shares, timingOnly = d.link(v, top, links[v.Service], node, linksErr)
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
@@ -244,8 +245,15 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 // link failing (retransmissions on the culprit's sockets, well above their
 // rate before the onset); otherwise the cause is unknown and the timing's
 // network is returned as timingOnly, for the runner-up.
-// ev and err are what readLinks read of the culprit (nil ev: not read).
-func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, err error) (shares []causeShare, timingOnly *causeShare) {
+//
+// A link can also be slow without losing packets: a delay on the path, a
+// proxy holding requests. Then the kernel excludes the CPU instead: when
+// the run-queue latency of the culprit's pod and of the node during the
+// incident is too small for any wait for a CPU to account for a quarter of
+// the growth (cpuBound, wakeupsPerCall), the time passed on the link
+// itself, and the cause is network.
+// ev, node and err are what readLinks read (nil ev: not read).
+func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, node nodeRunq, err error) (shares []causeShare, timingOnly *causeShare) {
 	self := causeShare{cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}
 	network := causeShare{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}
 	timing := fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms", v.Service, top.NetDeltaMs, top.SelfDeltaMs)
@@ -257,6 +265,11 @@ func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence
 	case err == nil && e.lossy():
 		v.Evidence = append(v.Evidence, timing+": the link to it",
 			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s", e, v.Service, e.where()))
+		return []causeShare{network, self}, nil
+	case err == nil && e.cpuBound(node) < cpuLinkShare*top.NetDeltaMs:
+		v.Evidence = append(v.Evidence, timing+": the link to it",
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s: no loss, but no wait for a CPU either — its pod's threads waited %.2f ms on average each time they were runnable (%.2f before), the node's %.2f ms: even %d such waits per call make %.1f ms, under a quarter of the %.1f ms the calls grew, so the time passed on the link itself (a delay on the path or in a proxy)",
+				e, v.Service, e.where(), e.runq.meanMs(), e.runqBefore.meanMs(), node.during.meanMs(), wakeupsPerCall, e.cpuBound(node), top.NetDeltaMs))
 		return []causeShare{network, self}, nil
 	case d.Metrics == nil:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
