@@ -23,7 +23,7 @@
 #
 # Usage: bench/accuracy.sh [--quick] [--runs N] [--classes a,b] [--services x,y]
 #          [--rates r1,r2] [--duration D] [--fault-free D] [--out DIR]
-#          [--prefix P] [--subnet S] [--dry-run]
+#          [--prefix P] [--subnet S] [--demo-args "A"] [--dry-run]
 #   --runs N         repeats of each (class, service, rate) cell (default 2)
 #   --classes        fault classes (default: every class with a measurable cause)
 #   --services       target services (default e,b,f: Java, Python, Go)
@@ -39,6 +39,7 @@
 #   --rotate         one service per (class, rate, repeat) instead of every service,
 #                    rotating through --services (a smaller matrix that still puts
 #                    every class on several languages)
+#   --demo-args "A"  more flags for `rootline demo` (e.g. "--spans run")
 #   --dry-run        print the runs and the demo commands only
 # Needs root (pod mode, cgroups, tc) and `make build`.
 set -euo pipefail
@@ -55,6 +56,7 @@ prefix=acc
 subnet=10.78.0.0/24
 dry=0
 rotate=0
+demo_args=""
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) runs=$2; shift ;;
@@ -69,6 +71,7 @@ while [ $# -gt 0 ]; do
 	--quick) runs=1; rates=15; classes="lock,cpu-throttle,disk,net-delay"; services="e,b,f"; free=1m; duration=20s ;;
 	--dry-run) dry=1 ;;
 	--rotate) rotate=1 ;;
+	--demo-args) demo_args=$2; shift ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	*) echo "accuracy: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
@@ -145,6 +148,8 @@ for ri in "${!rate_list[@]}"; do
 	printf 'load:\n  - {rate: %s, duration: 20s}\n  - {rate: %s, duration: 40s}\n' "$(awk -v r="$rate" 'BEGIN{print r/2}')" "$rate" >>"$topo"
 	args=(demo --topology "$topo" --duration "$duration" --rate "$rate" --query.addr 127.0.0.1:0 --prefix "$prefix" --subnet "$subnet")
 	for f in "${faults[@]}"; do args+=(--fault "$f"); done
+	# shellcheck disable=SC2206 # word splitting of the extra flags is meant
+	[ -n "$demo_args" ] && args+=($demo_args)
 	if [ "$dry" = 1 ]; then
 		echo "  $bin ${args[*]}"
 		continue
