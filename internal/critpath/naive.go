@@ -65,7 +65,7 @@ func (a *Analysis) NaivePath(i int) Path {
 		} else {
 			s.tid, s.attr, s.st, s.wait, s.detail = n.at(ti, t0, an.lo, an.hi, 0, gap{tid: an.tid, st: stUnknown, wait: noWait}, noWait)
 		}
-		if n.paused(s.tid, t0) {
+		if n.in(n.a.pauses, s.tid, t0) {
 			s.st = stGC
 		}
 		q := n.active(s.attr, t0)
@@ -78,6 +78,11 @@ func (a *Analysis) NaivePath(i int) Path {
 		own := r.UserScheduled && n.pid(s.tid) == r.PID
 		if own && (q < 0 || s.blocking) {
 			s.st, s.blocking = stUnknown, false
+		}
+		// Where it is unknown, the process held off by its quota holds it
+		// off too.
+		if own && s.st == stUnknown && n.in(n.a.frozen, s.tid, t0) {
+			s.st = stThrottled
 		}
 		segs = appendSeg(segs, s)
 	}
@@ -159,8 +164,10 @@ func (n *naive) pid(tid uint32) uint32 {
 	return 0
 }
 
-func (n *naive) paused(tid uint32, t int64) bool {
-	for _, p := range n.a.pauses[n.pid(tid)] {
+// in reports whether t is in one of the intervals of tid's process in ivs
+// (Analysis.pauses or frozen).
+func (n *naive) in(ivs map[uint32][]Pause, tid uint32, t int64) bool {
+	for _, p := range ivs[n.pid(tid)] {
 		if p.Start <= t && t < p.End {
 			return true
 		}

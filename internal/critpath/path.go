@@ -44,6 +44,9 @@ type Analysis struct {
 	pauses map[uint32][]Pause
 	// user[i]: thread i belongs to a process that schedules in user space.
 	user []bool
+	// frozen[pid]: when a thread of pid, a process that schedules in user
+	// space, was held off by its cgroup's CPU quota (see overlayFrozen).
+	frozen map[uint32][]Pause
 }
 
 // New prepares the analysis of in.
@@ -59,9 +62,20 @@ func New(in Input, cfg Config) *Analysis {
 		}
 	}
 	a.user = make([]bool, len(a.tl.threads))
+	var frozen []Pause
 	for i := range a.tl.threads {
-		a.user[i] = userPID[a.tl.threads[i].pid]
+		th := &a.tl.threads[i]
+		a.user[i] = userPID[th.pid]
+		if !a.user[i] {
+			continue
+		}
+		for _, j := range th.ivs {
+			if j.kind == kThrottled {
+				frozen = append(frozen, Pause{PID: th.pid, Start: j.start, End: j.end})
+			}
+		}
 	}
+	a.frozen = mergePauses(frozen)
 	return a
 }
 
@@ -219,8 +233,9 @@ func (a *Analysis) Path(i int) Path {
 			segs = appendSeg(segs, s)
 		}
 	}
-	segs = a.overlayPauses(segs)
+	segs = overlay(segs, a.pauses, a.pidOf, stGC, nil)
 	segs = a.attribute(i, segs)
+	segs = overlay(segs, a.frozen, a.pidOf, stThrottled, func(s seg) bool { return s.st == stUnknown && a.userSched(i, s.tid) })
 	return a.summarize(i, segs, b.arrows)
 }
 
@@ -445,19 +460,28 @@ func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
 	return rs, false
 }
 
-// overlayPauses turns the time of a paused process's threads into gc.
-func (a *Analysis) overlayPauses(segs []seg) []seg {
-	if len(a.pauses) == 0 {
+// overlay turns the time of segments inside the intervals of their
+// thread's process (ivs, by pid; merged, in time order) into state st; only
+// the segments that only accepts (nil: all).
+//
+// Two overlays: a paused process's threads are in gc (JFR's pauses: the
+// JVM stopped them all), and a process that schedules in user space (Go)
+// was held off by its cgroup's CPU quota whenever one of its threads was
+// (frozen): the quota is the cgroup's, spent for all its CPUs at once, so
+// then no goroutine of the process ran, and a request's goroutine the
+// kernel cannot see (a segment unknown for it) waited for the quota too.
+func overlay(segs []seg, ivs map[uint32][]Pause, pidOf func(uint32) uint32, st state, only func(seg) bool) []seg {
+	if len(ivs) == 0 {
 		return segs
 	}
 	var out []seg
 	for _, s := range segs {
-		ps := a.pauses[a.pidOf(s.tid)]
-		if len(ps) == 0 {
+		ps := ivs[pidOf(s.tid)]
+		if len(ps) == 0 || only != nil && !only(s) {
 			out = appendSeg(out, s)
 			continue
 		}
-		// The first pause ending after s starts.
+		// The first interval ending after s starts.
 		k := sort.Search(len(ps), func(k int) bool { return ps[k].End > s.start })
 		cur := s.start
 		for ; k < len(ps) && ps[k].Start < s.end; k++ {
@@ -468,7 +492,7 @@ func (a *Analysis) overlayPauses(segs []seg) []seg {
 				cur = ps[k].Start
 			}
 			piece := s
-			piece.start, piece.end, piece.st = cur, min(s.end, ps[k].End), stGC
+			piece.start, piece.end, piece.st = cur, min(s.end, ps[k].End), st
 			out = appendSeg(out, piece)
 			cur = piece.end
 		}
