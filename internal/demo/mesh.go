@@ -860,16 +860,10 @@ func culpritPath(ctx context.Context, api, token string, v diagnosis.Verdict, ro
 	// the verdict's evidence (a span of the culprit that made a call has
 	// a path too, mostly waiting on its callee), then the example trace's.
 	causeMs := func(p *critpath.SpanPath) float64 {
-		var ms float64
 		if v.Cause == "" || v.Cause == diagnosis.CauseUnknown {
 			return 0
 		}
-		for st, w := range p.Waits {
-			if diagnosis.StateCause(st) == v.Cause {
-				ms += w
-			}
-		}
-		return ms
+		return diagnosis.PathCauses(p)[v.Cause]
 	}
 	better := func(p *critpath.SpanPath) bool {
 		if best == nil {

@@ -149,6 +149,23 @@ func segmentState(s critpath.SegmentJSON) string {
 	return s.Wait
 }
 
+// PathCauses is the time (ms) of a whole critical path by the cause each
+// of its segments points to, counted as a verdict counts them
+// (segmentState, then StateCause); from its Waits when it has no segments.
+func PathCauses(p *critpath.SpanPath) map[string]float64 {
+	out := map[string]float64{}
+	if len(p.Segments) == 0 {
+		for st, ms := range p.Waits {
+			out[StateCause(st)] += ms
+		}
+		return out
+	}
+	for _, s := range p.Segments {
+		out[StateCause(segmentState(s))] += float64(s.End-s.Start) / 1e6
+	}
+	return out
+}
+
 // waitTally is what the paths of a culprit's slow spans add up to: ms by
 // the state each segment counts as (segmentState), and, of that, the time
 // a wait was named by the state of the thread it waited on ("lock" behind

@@ -138,3 +138,24 @@ func TestDiagnose(t *testing.T) {
 		})
 	}
 }
+
+// TestPathCauses: a path's time by cause counts a wait behind a holder held
+// off by a resource as that resource, as the verdict does.
+func TestPathCauses(t *testing.T) {
+	s := &model.Span{Start: 0, Duration: 100e6}
+	p := segmentsPath(s, critpath.Running, "", 10.0, critpath.Throttled, critpath.Lock, 50.0,
+		critpath.Running, critpath.Lock, 30.0, critpath.Sleep, "", 10.0)
+	got := PathCauses(p)
+	want := map[string]float64{CauseCPU: 10, CauseCPUThrottle: 50, CauseLock: 30, CauseUnknown: 10}
+	for c, ms := range want {
+		if got[c] != ms {
+			t.Errorf("%s: %v ms, want %v (all: %v)", c, got[c], ms, got)
+		}
+	}
+	// Without segments, from the path's waits.
+	p.Segments = nil
+	p.Waits = map[string]float64{critpath.Lock: 80, critpath.Running: 20}
+	if got := PathCauses(p); got[CauseLock] != 80 || got[CauseCPU] != 20 {
+		t.Errorf("from waits: %v", got)
+	}
+}
