@@ -51,6 +51,14 @@ type Run struct {
 	// VerdictMs is the time from the onset to the first verdict that
 	// named the final verdict's service and cause (-1: none seen).
 	VerdictMs int64 `json:"verdictMs"`
+	// P95Ms is the entry's p95 latency while the fault was on (over the
+	// stretch for a fault-free run), BaseP95Ms the baseline's just before
+	// it (else the fault-free run's at the same rate: withBaselines), and
+	// Effect their ratio (0 when either is unknown): a fault that barely
+	// slowed requests should open no incident.
+	P95Ms     float64 `json:"p95Ms"`
+	BaseP95Ms float64 `json:"baseP95Ms,omitempty"`
+	Effect    float64 `json:"effect,omitempty"`
 	// FreeSeconds is the length of a fault-free run.
 	FreeSeconds float64  `json:"freeSeconds,omitempty"`
 	Why         []string `json:"why,omitempty"`
@@ -93,6 +101,13 @@ type Summary struct {
 	// Confusion counts runs by expected cause, then the verdict's cause
 	// ("no incident" when none opened).
 	Confusion map[string]map[string]int `json:"confusion"`
+	// Effective tallies the runs whose fault slowed the entry's p95 by
+	// at least minEffect against its baseline; Small counts the others
+	// (effect known) and SmallQuiet those of them that opened no incident,
+	// as a slowdown too small to matter should.
+	Effective  Tally `json:"effective"`
+	Small      int   `json:"smallRuns"`
+	SmallQuiet int   `json:"smallRunsWithoutIncident"`
 	// FreeRuns, FreeMinutes and FreeIncidents are the fault-free runs.
 	FreeRuns      int     `json:"freeRuns"`
 	FreeMinutes   float64 `json:"freeMinutes"`
@@ -100,6 +115,10 @@ type Summary struct {
 }
 
 const noIncident = "no incident"
+
+// minEffect is the growth of the entry's p95 latency (fault over baseline)
+// from which a fault counts as one that slowed requests.
+const minEffect = 1.25
 
 func main() {
 	if len(os.Args) != 2 || strings.HasPrefix(os.Args[1], "-") {
@@ -126,6 +145,7 @@ func main() {
 		}
 		runs = append(runs, Score(strings.TrimSuffix(filepath.Base(f), ".json"), fr))
 	}
+	withBaselines(runs)
 	sum := Summarize(runs)
 	b, _ := json.MarshalIndent(sum, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
@@ -149,7 +169,11 @@ func main() {
 func Score(id string, fr demo.FaultResult) Run {
 	f, _ := mesh.ParseFault(fr.Injected)
 	r := Run{ID: id, Fault: fr.Injected, Class: f.Name, Service: fr.Service, Language: fr.Language, Rate: fr.Load.Rate,
-		Expected: fr.ExpectedCause, Incidents: fr.Incidents, Incident: fr.Incident != nil, VerdictMs: -1, Error: fr.Error}
+		Expected: fr.ExpectedCause, Incidents: fr.Incidents, Incident: fr.Incident != nil, VerdictMs: -1, Error: fr.Error,
+		P95Ms: fr.Load.P95Ms}
+	if fr.Baseline != nil && fr.Baseline.P95Ms > 0 && r.P95Ms > 0 {
+		r.BaseP95Ms, r.Effect = fr.Baseline.P95Ms, r.P95Ms/fr.Baseline.P95Ms
+	}
 	if f.Name == mesh.FaultNone {
 		r.FreeSeconds = fr.To.Sub(fr.Onset).Seconds()
 		if fr.Incident != nil && fr.Incident.Verdict != nil {
@@ -203,6 +227,24 @@ func Score(id string, fr demo.FaultResult) Run {
 	return r
 }
 
+// withBaselines gives the runs whose result has no baseline of its own
+// (results written before the demo kept it) the p95 of the fault-free run
+// at the same rate as theirs.
+func withBaselines(runs []Run) {
+	free := map[float64]float64{}
+	for _, r := range runs {
+		if r.Class == mesh.FaultNone && r.P95Ms > 0 {
+			free[r.Rate] = r.P95Ms
+		}
+	}
+	for i := range runs {
+		r := &runs[i]
+		if b := free[r.Rate]; r.Class != mesh.FaultNone && r.BaseP95Ms == 0 && b > 0 && r.P95Ms > 0 {
+			r.BaseP95Ms, r.Effect = b, r.P95Ms/b
+		}
+	}
+}
+
 // Summarize totals the runs.
 func Summarize(runs []Run) Summary {
 	slices.SortFunc(runs, func(a, b Run) int { return cmp.Compare(a.ID, b.ID) })
@@ -217,6 +259,15 @@ func Summarize(runs []Run) Summary {
 		}
 		if s.add(r) && r.VerdictMs >= 0 {
 			times = append(times, r.VerdictMs)
+		}
+		switch {
+		case r.Effect >= minEffect:
+			s.Effective.add(r)
+		case r.Effect > 0:
+			s.Small++
+			if !r.Incident {
+				s.SmallQuiet++
+			}
 		}
 		got := r.GotCause
 		if !r.Incident {
@@ -257,7 +308,10 @@ func Markdown(w io.Writer, s Summary) {
 	} else {
 		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
 	}
-	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min |\n\n", s.FreeIncidents, s.FreeMinutes)
+	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min |\n", s.FreeIncidents, s.FreeMinutes)
+	fmt.Fprintf(w, "| of the runs whose fault slowed the entry's p95 by ≥ %.0f %%: service, cause, both | %s, %s, %s |\n",
+		100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
+	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident), without an incident | %d of %d |\n\n", s.SmallQuiet, s.Small)
 
 	// By class and by language.
 	for _, by := range []struct {
@@ -311,21 +365,25 @@ func Markdown(w io.Writer, s Summary) {
 	}
 	fmt.Fprintln(w)
 
-	fmt.Fprintf(w, "| run | rate | verdict | service | cause | onset → verdict |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| run | rate | p95 vs baseline | verdict | service | cause | onset → verdict |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Runs {
 		verdict := noIncident
 		if r.Incident {
 			verdict = r.GotService + " / " + r.GotCause
 		}
 		if r.Class == mesh.FaultNone {
-			fmt.Fprintf(w, "| %s | %.0f/s | %d incidents in %.0f s | | | |\n", r.ID, r.Rate, r.Incidents, r.FreeSeconds)
+			fmt.Fprintf(w, "| %s | %.0f/s | %.1f ms | %d incidents in %.0f s | | | |\n", r.ID, r.Rate, r.P95Ms, r.Incidents, r.FreeSeconds)
 			continue
 		}
 		t := "–"
 		if r.VerdictMs >= 0 {
 			t = (time.Duration(r.VerdictMs) * time.Millisecond).Round(100 * time.Millisecond).String()
 		}
-		fmt.Fprintf(w, "| %s | %.0f/s | %s | %s | %s (want %s) | %s |\n", r.ID, r.Rate, verdict, mark(r.ServiceRight), mark(r.CauseRight), cmp.Or(r.Expected, "—"), t)
+		effect := "–"
+		if r.Effect > 0 {
+			effect = fmt.Sprintf("%.1f / %.1f ms (×%.2f)", r.P95Ms, r.BaseP95Ms, r.Effect)
+		}
+		fmt.Fprintf(w, "| %s | %.0f/s | %s | %s | %s | %s (want %s) | %s |\n", r.ID, r.Rate, effect, verdict, mark(r.ServiceRight), mark(r.CauseRight), cmp.Or(r.Expected, "—"), t)
 	}
 	fmt.Fprintln(w)
 	wrong := 0

@@ -51,4 +51,41 @@ func TestScore(t *testing.T) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
 		}
 	}
+	if s.Effective.Faulty != 0 || s.Small != 0 {
+		t.Errorf("effect without loads: %+v, %d small", s.Effective, s.Small)
+	}
+
+	// The effect of a fault: its p95 over its baseline's, else over the
+	// fault-free run's at the same rate.
+	load := func(rate, p95 float64) demo.LoadSummary { return demo.LoadSummary{Rate: rate, P95Ms: p95} }
+	runs = []Run{
+		Score("lock@e.1", demo.FaultResult{Injected: "lock@e", Service: "e", ExpectedCause: "lock", Incident: verdict("e", "lock"),
+			Verdict: *verdict("e", "lock").Verdict, Load: load(8, 300), Baseline: &demo.LoadSummary{Rate: 8, P95Ms: 60}}),
+		Score("disk@d.1", demo.FaultResult{Injected: "disk@d", Service: "d", ExpectedCause: "disk", Load: load(8, 66)}),
+		Score("cpu@f.1", demo.FaultResult{Injected: "cpu@f", Service: "f", ExpectedCause: "cpu", Load: load(15, 90)}),
+		Score("none.1", demo.FaultResult{Injected: "none=2m", Onset: onset, To: onset.Add(2 * time.Minute), Load: load(8, 55)}),
+	}
+	withBaselines(runs)
+	s = Summarize(runs)
+	byID := map[string]Run{}
+	for _, r := range s.Runs {
+		byID[r.ID] = r
+	}
+	if r := byID["lock@e.1"]; r.Effect != 5 || r.BaseP95Ms != 60 {
+		t.Errorf("own baseline: %+v", r)
+	}
+	if r := byID["disk@d.1"]; r.Effect != 1.2 || r.BaseP95Ms != 55 {
+		t.Errorf("fault-free baseline: %+v", r)
+	}
+	if r := byID["cpu@f.1"]; r.Effect != 0 {
+		t.Errorf("no baseline at its rate: %+v", r)
+	}
+	if s.Effective.Faulty != 1 || s.Effective.BothRight != 1 || s.Small != 1 || s.SmallQuiet != 1 {
+		t.Errorf("effective %+v, small %d (%d quiet)", s.Effective, s.Small, s.SmallQuiet)
+	}
+	b.Reset()
+	Markdown(&b, s)
+	if !strings.Contains(b.String(), "without an incident | 1 of 1") || !strings.Contains(b.String(), "(×5.00)") {
+		t.Errorf("markdown:\n%s", b.String())
+	}
 }

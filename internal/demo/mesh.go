@@ -119,8 +119,11 @@ type FaultResult struct {
 	CriticalPath *critpath.SpanPath `json:"criticalPath,omitempty"`
 	Evidence     map[string]int     `json:"evidenceArtifacts"`
 	Load         LoadSummary        `json:"load"`
-	Correct      bool               `json:"correct"`
-	Error        string             `json:"error,omitempty"`
+	// Baseline is the load of the baseline phase just before the onset,
+	// at the same rate: with Load, how much the fault slowed requests.
+	Baseline *LoadSummary `json:"baseline,omitempty"`
+	Correct  bool         `json:"correct"`
+	Error    string       `json:"error,omitempty"`
 
 	// NoPath says why there is no CriticalPath (the notes of the stored
 	// paths read), when there is none.
@@ -614,9 +617,14 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 	fr.From = time.Now()
 	fmt.Fprintf(out, "phase: baseline for %s, %.0f/s for %s (and until no incident is open)\n", f, rate, base)
 	for first := true; ; first = false {
-		if _, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: base}}, progress)); err != nil {
+		res, err := loadgen.Run(ctx, load([]loadgen.Phase{{Rate: rate, Duration: base}}, progress))
+		if err != nil {
 			fr.Error = err.Error()
 			return fr
+		}
+		if len(res.Phases) > 0 {
+			b := summarize(res.Phases[0])
+			fr.Baseline = &b
 		}
 		n, err := openIncidents(ctx, api, token)
 		if err != nil || n == 0 {
