@@ -18,11 +18,15 @@ import (
 // "monitor_enter" samples are the time threads blocked entering a monitor.
 const (
 	kindCPU           = "cpu"
-	kindJFR           = "jfr"
+	kindJFR           = KindJFR
 	sampleCPU         = "cpu"
 	sampleMonitorWait = "monitor_enter"
 	unitNanoseconds   = "nanoseconds"
 )
+
+// KindJFR is the artifact kind of the agent's JFR recordings (the raw
+// recording and its pprof conversion).
+const KindJFR = "jfr"
 
 // maxProfiledSpans bounds the slow spans whose profiles are read.
 const maxProfiledSpans = 20

@@ -57,20 +57,9 @@ func newTrace(spans []*model.Span) *trace {
 				if kv.Value.Type == model.TypeString {
 					s.serverAddr = kv.Value.Str
 				}
-			case model.AttrThreadIDs:
-				if kv.Value.Type == model.TypeString {
-					for _, f := range strings.Split(kv.Value.Str, ",") {
-						if n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err == nil && !slices.Contains(s.threads, n) {
-							s.threads = append(s.threads, n)
-						}
-					}
-				}
-			case model.AttrThreadID:
-				if n := number(kv.Value); !math.IsNaN(n) && !slices.Contains(s.threads, int64(n)) {
-					s.threads = append(s.threads, int64(n))
-				}
 			}
 		}
+		s.threads = SpanThreads(ms)
 		t.spans = append(t.spans, s)
 		byID[s.id] = s
 	}
@@ -92,6 +81,30 @@ func newTrace(spans []*model.Span) *trace {
 		}
 	}
 	return t
+}
+
+// SpanThreads returns the threads a span says worked on it
+// (rootline.thread.ids, thread.id), each once, in the order its attributes
+// name them; none when it does not say.
+func SpanThreads(ms *model.Span) []int64 {
+	var out []int64
+	for _, kv := range ms.Attributes {
+		switch kv.Key {
+		case model.AttrThreadIDs:
+			if kv.Value.Type == model.TypeString {
+				for _, f := range strings.Split(kv.Value.Str, ",") {
+					if n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64); err == nil && !slices.Contains(out, n) {
+						out = append(out, n)
+					}
+				}
+			}
+		case model.AttrThreadID:
+			if n := number(kv.Value); !math.IsNaN(n) && !slices.Contains(out, int64(n)) {
+				out = append(out, int64(n))
+			}
+		}
+	}
+	return out
 }
 
 // number reads a numeric attribute whatever its producer chose to store it

@@ -456,6 +456,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	}
 	untracedMs = untracedPerTrace * float64(read)
 	waits := tally.by
+	d.monitorSpin(ctx, v, spans, anoms, waits)
 	for k, ms := range waits {
 		waits[k] = round2(ms)
 	}
@@ -483,18 +484,7 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 		v.Missing = append(v.Missing, "a kernel snapshot, to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)")
 		return []causeShare{{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}}
 	}
-	arts := map[model.SpanID][]store.Artifact{}
-	for _, a := range anoms {
-		if a.Span != nil {
-			arts[a.Span.SpanID] = a.Artifacts
-		}
-	}
-	var slow []analysis.SlowSpan
-	for _, s := range spans {
-		slow = append(slow, analysis.SlowSpan{TraceID: s.TraceID, SpanID: s.SpanID, Service: s.Service, Start: s.Start, End: s.End(),
-			Exclusive: s.Duration, Artifacts: arts[s.SpanID]})
-	}
-	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, slow)
+	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, profiledSpans(spans, anoms))
 	if err != nil {
 		v.Missing = append(v.Missing, "profiles unreadable: "+err.Error())
 	}
@@ -522,6 +512,69 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 		return []causeShare{cpu, lock}
 	}
 	return []causeShare{{cause: CauseUnknown, share: 1 - cpu.share - lock.share}}
+}
+
+// profiledSpans are the culprit's slow spans as the profiles are read for:
+// with their threads and the artifacts linked to them (anoms).
+func profiledSpans(spans []*model.Span, anoms []analysis.Anomaly) []analysis.SlowSpan {
+	arts := map[model.SpanID][]store.Artifact{}
+	for _, a := range anoms {
+		if a.Span != nil {
+			arts[a.Span.SpanID] = a.Artifacts
+		}
+	}
+	var slow []analysis.SlowSpan
+	for _, s := range spans {
+		slow = append(slow, analysis.SlowSpan{TraceID: s.TraceID, SpanID: s.SpanID, Service: s.Service, Start: s.Start, End: s.End(),
+			Exclusive: s.Duration, Threads: analysis.SpanThreads(s), Artifacts: arts[s.SpanID]})
+	}
+	return slow
+}
+
+// monitorSpin corrects the measured waits of a Java culprit whose threads
+// the kernel saw mostly running: a JVM spins on a contended monitor before
+// it parks, so a thread acquiring a lock is on CPU, and only JFR's
+// monitor-enter events (the whole acquisition, spin and park) tell that
+// time from work. The share of the slow spans' time their threads spent
+// entering monitors (analysis.Profiles, from the JFR recordings
+// captured for them), beyond the lock waits the kernel saw, is moved from
+// running (then the run queue, where a spinning thread is preempted) to
+// lock. Nothing changes without JFR recordings of the spans.
+func (d *Diagnoser) monitorSpin(ctx context.Context, v *Verdict, spans []*model.Span, anoms []analysis.Anomaly, waits map[string]float64) {
+	var total float64
+	for _, ms := range waits {
+		total += ms
+	}
+	if total <= 0 || waits[critpath.Running] < waits[critpath.Lock] {
+		return
+	}
+	slow := profiledSpans(spans, anoms)
+	slow = slices.DeleteFunc(slow, func(s analysis.SlowSpan) bool {
+		return !slices.ContainsFunc(s.Artifacts, func(a store.Artifact) bool { return a.Kind == analysis.KindJFR })
+	})
+	if len(slow) == 0 {
+		return
+	}
+	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, slow)
+	if err != nil || b.LockSpans == 0 || b.LockOfNs <= 0 {
+		return
+	}
+	share := float64(b.LockNs) / float64(b.LockOfNs)
+	spin := share*total - waits[critpath.Lock]
+	if spin < 0.05*total {
+		return
+	}
+	moved := 0.0
+	for _, st := range []string{critpath.Running, critpath.Runqueue} {
+		if m := min(spin-moved, waits[st]); m > 0 {
+			waits[st] -= m
+			moved += m
+		}
+	}
+	waits[critpath.Lock] += moved
+	v.Evidence = append(v.Evidence, fmt.Sprintf("JFR: the threads of %d of %s's slow spans were entering contended Java monitors for %.0f%% of their time; "+
+		"%.1f ms of the time the kernel saw them on CPU or runnable counts as lock (a JVM spins on a contended monitor before it parks)",
+		b.LockSpans, v.Service, 100*share, moved))
 }
 
 func round2(x float64) float64 { return math.Round(x*100) / 100 }
