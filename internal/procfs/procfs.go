@@ -38,6 +38,33 @@ func stat(pid int) (start uint64, state string, err error) {
 	return start, f[0], err
 }
 
+// clockTicks is USER_HZ, the unit of /proc's times: 100 on every Linux
+// architecture Rootline runs on.
+const clockTicks = 100
+
+// Age is how long ago process pid started (its start time against the
+// system's uptime, at the clock tick's grain).
+func Age(pid int) (time.Duration, error) {
+	st, err := StartTime(pid)
+	if err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("bad /proc/uptime")
+	}
+	up, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad /proc/uptime: %w", err)
+	}
+	age := time.Duration(up*float64(time.Second)) - time.Duration(st)*time.Second/clockTicks
+	return max(age, 0), nil
+}
+
 // Alive reports whether the process pid that started at start still runs.
 // A zombie (exited, not yet reaped by its parent) does not: its memory and
 // file descriptors are gone, only its pid and start time are left.

@@ -120,3 +120,18 @@ func TestThreadSchedstat(t *testing.T) {
 		t.Error("schedstat of a process that does not exist")
 	}
 }
+
+// TestAge: this process started before now and after the system did; a
+// child started now is younger than this process.
+func TestAge(t *testing.T) {
+	self, err := Age(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self < 0 || self > 24*time.Hour {
+		t.Fatalf("this process's age %v", self)
+	}
+	if _, err := Age(1 << 30); err == nil {
+		t.Error("no error for a pid that does not exist")
+	}
+}

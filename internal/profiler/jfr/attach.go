@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // The HotSpot attach protocol, spoken directly instead of through jcmd, which
@@ -38,6 +40,16 @@ var errNoListener = errors.New("no attach listener")
 // waits 10 s, jattach ~6 s); a JVM answers within milliseconds unless it is
 // stopped or starting.
 const socketWait = 5 * time.Second
+
+// A JVM started with -XX:+StartAttachListener opens its socket during its
+// start by itself. A SIGQUIT that comes once its listener is up but before
+// its socket shows makes it print a thread dump on its standard output (the
+// application's) instead: a JVM younger than youngJVM gets startGrace to
+// open it before it is signalled.
+const (
+	youngJVM   = 10 * time.Second
+	startGrace = 2 * time.Second
+)
 
 // canAttachNatively reports whether this process may talk to the JVM's
 // listener itself: as root, or as the JVM's own user.
@@ -150,21 +162,36 @@ func startListener(ctx context.Context, pid int, pi procInfo, sock string) error
 	if err := waitCatchesQuit(ctx, pid); err != nil {
 		return err
 	}
+	if age, err := procfs.Age(pid); err == nil && age < youngJVM {
+		if ok, err := waitSocket(ctx, sock, startGrace); ok || err != nil {
+			return err
+		}
+	}
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
 		return fmt.Errorf("signalling the JVM: %w", err)
 	}
-	wait := time.NewTimer(socketWait)
+	ok, err := waitSocket(ctx, sock, socketWait)
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: the JVM did not open %s within %s of SIGQUIT", errNoListener, sock, socketWait)
+	}
+	return err
+}
+
+// waitSocket polls for the socket sock for up to d: whether it showed, or
+// ctx's error.
+func waitSocket(ctx context.Context, sock string, d time.Duration) (bool, error) {
+	wait := time.NewTimer(d)
 	defer wait.Stop()
 	for delay := 10 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
+		if isSocket(sock) {
+			return true, nil
+		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-wait.C:
-			return fmt.Errorf("%w: the JVM did not open %s within %s of SIGQUIT", errNoListener, sock, socketWait)
+			return isSocket(sock), nil
 		case <-time.After(delay):
-		}
-		if isSocket(sock) {
-			return nil
 		}
 	}
 }
