@@ -103,18 +103,34 @@ type nodeRunq struct {
 }
 
 // cpuBound is the most a wait for a CPU can have added to a call's time on
-// the link, in ms: wakeupsPerCall × the larger of the mean run-queue wait of
-// the service's pod and of the node during the incident; NaN when the
+// the link, in ms: wakeupsPerCall × the largest mean run-queue wait during
+// the incident of the service's pod, of its callers' pods (the link starts
+// at them: their threads and egress proxies) and of the node; NaN when the
 // kernel measured no run-queue latency of the pod.
-func (e linkEvidence) cpuBound(node nodeRunq) float64 {
+func (e linkEvidence) cpuBound(callers []*linkEvidence, node nodeRunq) float64 {
 	m := e.runq.meanMs()
 	if math.IsNaN(m) {
 		return m
+	}
+	if c := worstMeanMs(callers); !math.IsNaN(c) {
+		m = max(m, c)
 	}
 	if n := node.during.meanMs(); node.seen && !math.IsNaN(n) {
 		m = max(m, n)
 	}
 	return wakeupsPerCall * m
+}
+
+// worstMeanMs is the largest mean run-queue wait during the incident among
+// pods (NaN when none was measured).
+func worstMeanMs(pods []*linkEvidence) float64 {
+	w := math.NaN()
+	for _, p := range pods {
+		if m := p.runq.meanMs(); !math.IsNaN(m) && (math.IsNaN(w) || m > w) {
+			w = m
+		}
+	}
+	return w
 }
 
 // lossy says whether the kernel measured the link of the service losing

@@ -163,6 +163,14 @@ func TestDiagnoseLink(t *testing.T) {
 		{name: "no loss, a starved node", series: []series{{metricRetransmits, "cart", "", 0, 0}},
 			runq:      map[string][2]float64{"cart": {0.1, 0.1}, "frontend": {0.1, 20}},
 			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "no sign of a lossy link"},
+		// The caller's pod is starved (its CPU quota spent: the link
+		// starts at its threads and egress proxy), the node at large is
+		// not (ten idle bystanders): the CPU may be it.
+		{name: "no loss, a starved caller", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq: map[string][2]float64{"cart": {0.1, 0.1}, "frontend": {0.1, 5}, "x0": {0.05, 0.05}, "x1": {0.05, 0.05},
+				"x2": {0.05, 0.05}, "x3": {0.05, 0.05}, "x4": {0.05, 0.05}, "x5": {0.05, 0.05}, "x6": {0.05, 0.05},
+				"x7": {0.05, 0.05}, "x8": {0.05, 0.05}, "x9": {0.05, 0.05}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "no sign of a lossy link"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

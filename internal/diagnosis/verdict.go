@@ -147,15 +147,21 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	// retransmissions of it and of the other services whose calls grew so
 	// say which end of the link loses packets (lossyEnd).
 	var links map[string]*linkEvidence
+	var callers map[string][]string
 	var node nodeRunq
 	var linksErr error
 	if known[top.Service] && top.NetDeltaMs > top.SelfDeltaMs && d.Metrics != nil {
 		peers := linkPeers(base.Ranking)
-		svcs := make([]string, len(peers))
-		for i, p := range peers {
-			svcs[i] = p.Service
+		// The link into a service starts at its callers, whose pods'
+		// threads (and egress proxies) a starved CPU holds up too.
+		callers = callersOf(traces, peers)
+		var svcs []string
+		for _, p := range peers {
+			svcs = append(svcs, p.Service)
+			svcs = append(svcs, callers[p.Service]...)
 		}
-		links, node, linksErr = readLinks(ctx, d.Metrics, svcs, from, start, to)
+		slices.Sort(svcs)
+		links, node, linksErr = readLinks(ctx, d.Metrics, slices.Compact(svcs), from, start, to)
 		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] {
 			e, et := links[end.Service], links[top.Service]
 			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s and into %s grew outside them (%.1f and %.1f ms per trace); "+
@@ -190,7 +196,13 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			shares = []causeShare{{cause: CauseDownstream, ms: untraced, share: untraced / top.Score}, {cause: CauseNetwork, ms: top.NetDeltaMs - untraced, share: (top.NetDeltaMs - untraced) / top.Score}}
 			v.Evidence = append(v.Evidence, fmt.Sprintf("%s's calls to dependencies that send no spans grew by %.1f ms per trace", v.Service, untraced))
 		} else {
-			shares, timingOnly = d.link(v, top, links[v.Service], node, linksErr)
+			var from []*linkEvidence
+			for _, c := range callers[v.Service] {
+				if e := links[c]; e != nil {
+					from = append(from, e)
+				}
+			}
+			shares, timingOnly = d.link(v, top, links[v.Service], from, node, linksErr)
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
@@ -252,8 +264,9 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 // incident is too small for any wait for a CPU to account for a quarter of
 // the growth (cpuBound, wakeupsPerCall), the time passed on the link
 // itself, and the cause is network.
-// ev, node and err are what readLinks read (nil ev: not read).
-func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, node nodeRunq, err error) (shares []causeShare, timingOnly *causeShare) {
+// ev, callers (the culprit's callers' pods), node and err are what
+// readLinks read (nil ev: not read).
+func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, callers []*linkEvidence, node nodeRunq, err error) (shares []causeShare, timingOnly *causeShare) {
 	self := causeShare{cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}
 	network := causeShare{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}
 	timing := fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms", v.Service, top.NetDeltaMs, top.SelfDeltaMs)
@@ -266,10 +279,10 @@ func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence
 		v.Evidence = append(v.Evidence, timing+": the link to it",
 			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s", e, v.Service, e.where()))
 		return []causeShare{network, self}, nil
-	case err == nil && e.cpuBound(node) < cpuLinkShare*top.NetDeltaMs:
+	case err == nil && e.cpuBound(callers, node) < cpuLinkShare*top.NetDeltaMs:
 		v.Evidence = append(v.Evidence, timing+": the link to it",
-			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s: no loss, but no wait for a CPU either — its pod's threads waited %.2f ms on average each time they were runnable (%.2f before), the node's %.2f ms: even %d such waits per call make %.1f ms, under a quarter of the %.1f ms the calls grew, so the time passed on the link itself (a delay on the path or in a proxy)",
-				e, v.Service, e.where(), e.runq.meanMs(), e.runqBefore.meanMs(), node.during.meanMs(), wakeupsPerCall, e.cpuBound(node), top.NetDeltaMs))
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s: no loss, but no wait for a CPU either — its pod's threads waited %.2f ms on average each time they were runnable (%.2f before), its callers' pods' %.2f ms at most, the node's %.2f ms: even %d such waits per call make %.1f ms, under a quarter of the %.1f ms the calls grew, so the time passed on the link itself (a delay on the path or in a proxy)",
+				e, v.Service, e.where(), e.runq.meanMs(), e.runqBefore.meanMs(), worstMeanMs(callers), node.during.meanMs(), wakeupsPerCall, e.cpuBound(callers, node), top.NetDeltaMs))
 		return []causeShare{network, self}, nil
 	case d.Metrics == nil:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
@@ -282,6 +295,39 @@ func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence
 	}
 	v.Evidence = append(v.Evidence, timing+": span timing points at the link, but without kernel evidence that time may as well be proxies or the network stack waiting for a CPU")
 	return []causeShare{{cause: CauseUnknown, ms: top.NetDeltaMs, share: network.share}}, &network
+}
+
+// callersOf names, for each of peers, the other services whose calls led
+// to its spans in traces (through a sidecar's ingress span of its own
+// service), sorted.
+func callersOf(traces [][]*model.Span, peers []analysis.ServiceScore) map[string][]string {
+	want := map[string]bool{}
+	for _, p := range peers {
+		want[p.Service] = true
+	}
+	out := map[string][]string{}
+	for _, t := range traces {
+		byID := make(map[model.SpanID]*model.Span, len(t))
+		for _, s := range t {
+			byID[s.SpanID] = s
+		}
+		for _, s := range t {
+			if !want[s.Service] || s.Kind != model.KindServer {
+				continue
+			}
+			up := byID[s.ParentSpanID]
+			for up != nil && up.Service == s.Service && up != s {
+				up = byID[up.ParentSpanID]
+			}
+			if up != nil && up.Service != s.Service && !slices.Contains(out[s.Service], up.Service) {
+				out[s.Service] = append(out[s.Service], up.Service)
+			}
+		}
+	}
+	for _, c := range out {
+		slices.Sort(c)
+	}
+	return out
 }
 
 // slowTraces returns the traces from since on with an anomalous span,
