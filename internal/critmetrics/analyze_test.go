@@ -298,6 +298,42 @@ func TestCounterResetAndGaps(t *testing.T) {
 	}
 }
 
+func TestContainerStartsMidInterval(t *testing.T) {
+	// Another container sets the grid (0, 10, …, 80 s); this one's first
+	// push is at 14 s, a burst of 30 events comes before its 16 s push and
+	// it is idle after. The burst lies in the interval [10, 20) s, of which
+	// the series covers only the end: it counts there, not nowhere.
+	t0 := time.Unix(1_800_000_000, 0)
+	grid := &synth{service: "other", container: "/other", t0: t0, step: 10 * time.Second}
+	grid.counter(kmetrics.TLBFlushes, 8, func(i int) float64 { return float64(i % 3) })
+	late := store.MetricSeries{Name: kmetrics.TLBFlushes.ExportName(), Service: "late", Kind: store.MetricSum,
+		Labels: map[string]string{ContainerLabel: "/late"}}
+	for i, sec := range []int{14, 15, 16, 30, 50, 80} {
+		v := 30.0
+		if i < 2 {
+			v = 2
+		}
+		late.Points = append(late.Points, store.MetricPoint{StartTime: t0.UnixNano(), Time: t0.Add(time.Duration(sec) * time.Second).UnixNano(), Value: v})
+	}
+	rep, err := Analyze(append(grid.out, late), Options{Step: 10 * time.Second, Services: []string{"late"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Services[0].App.Metrics[0]
+	want := []float64{2.8, 2.8, 0, 0, 0, 0, 0, 0} // 28 events in [10, 20) s; the first interval takes the first value
+	if len(m.Values) != len(want) {
+		t.Fatalf("rates %v, want %v", m.Values, want)
+	}
+	for i, v := range m.Values {
+		if math.Abs(v-want[i]) > 1e-9 {
+			t.Fatalf("rates %v, want %v", m.Values, want)
+		}
+	}
+	if got := rep.Critical["late"]; len(got) != 1 || got[0] != kmetrics.TLBFlushes.String() {
+		t.Fatalf("critical %v, want the burst's metric", got)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	if _, err := Analyze(nil, Options{}); !errors.Is(err, ErrNoData) {
 		t.Errorf("no series: %v", err)

@@ -187,10 +187,16 @@ func newIntervals(mt kmetrics.Metric, n int) *intervals {
 	return &intervals{metric: mt, count: make([]float64, n), sum: make([]float64, n), seen: make([]bool, n)}
 }
 
-// add accumulates c's increments over each grid interval [g[i], g[i+1]].
-// An interval the series does not cover adds nothing: no data is no events
-// (a container that started later, a replica stopped earlier).
+// add accumulates c's increments over each grid interval [g[i], g[i+1]],
+// cut to the series' span: an interval the series does not reach adds
+// nothing (no data is no events: a container that started later, a replica
+// stopped earlier), one it covers in part adds what it recorded there (a
+// container that starts mid-interval and is busy at once).
 func (iv *intervals) add(c cumulative, grid []int64) {
+	if len(c.t) == 0 {
+		return
+	}
+	first, last := c.t[0], c.t[len(c.t)-1]
 	if c.buckets != nil && iv.buckets == nil {
 		iv.bounds = c.bounds
 		iv.buckets = make([][]float64, len(grid)-1)
@@ -199,8 +205,12 @@ func (iv *intervals) add(c cumulative, grid []int64) {
 	// this holds unless a sender used other bounds altogether.
 	sameBounds := slices.Equal(c.bounds, iv.bounds)
 	for i := range len(grid) - 1 {
-		c0, s0, b0, ok0 := c.at(grid[i])
-		c1, s1, b1, ok1 := c.at(grid[i+1])
+		t0, t1 := max(grid[i], first), min(grid[i+1], last)
+		if t0 >= t1 {
+			continue
+		}
+		c0, s0, b0, ok0 := c.at(t0)
+		c1, s1, b1, ok1 := c.at(t1)
 		if !ok0 || !ok1 {
 			continue
 		}

@@ -19,7 +19,7 @@
 // <repo>/build/screenshots/. Prints "N passed, N failed" and exits non-zero on
 // any failure. Every process it starts is killed on the way out.
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, existsSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -90,7 +90,9 @@ async function stopAll() {
     for (let i = 0; i < 100 && !r.exited; i++) await sleep(100);
     if (!r.exited) r.p.kill('SIGKILL');
   }
-  rmSync(tmp, { recursive: true, force: true });
+  // ROOTLINE_E2E_KEEP=1 keeps the data directory and the logs to look into.
+  if (process.env.ROOTLINE_E2E_KEEP === '1') console.log(`kept ${tmp}`);
+  else rmSync(tmp, { recursive: true, force: true });
 }
 
 let cleaning = false;
@@ -504,6 +506,7 @@ async function main() {
     });
     if (!(rep.critical['cp-ui'] ?? []).length) {
       const why = (rep.services ?? []).map((s) => `${s.service}: ${s.error ?? (s.app?.metrics ?? []).map((m) => m.metric).join(' ')}`);
+      writeFileSync(join(shots, 'critical-metrics-failed.json'), JSON.stringify(rep, null, 1));
       throw new Error(`no critical metrics for cp-ui: ${JSON.stringify(rep.critical)} (${why.join('; ')})`);
     }
 
