@@ -52,6 +52,10 @@ type SpanPath struct {
 	Threads  []ThreadJSON  `json:"threads"`
 	Segments []SegmentJSON `json:"segments"`
 	Arrows   []ArrowJSON   `json:"arrows"`
+	// Trimmed, when set, says what the stored path leaves out beyond the
+	// bounds (MaxPathSegments, MaxPathBlockedBy): the shortest segments.
+	// States and Waits are over the whole path all the same.
+	Trimmed *Trimmed `json:"trimmed,omitempty"`
 	// Snapshot is the id of the kernel artifact the path was computed from.
 	Snapshot string `json:"snapshot,omitempty"`
 	// Lost is the kernel records the recorder dropped during the snapshot's
@@ -128,6 +132,8 @@ type SharedJSON struct {
 	Ms    float64      `json:"ms"`
 	State string       `json:"state"`
 	Spans []RequestRef `json:"spans"`
+	// MoreSpans counts the spans beyond MaxSharedSpans not named.
+	MoreSpans int `json:"moreSpans,omitempty"`
 	// TraceID/SpanID name the span active on the thread then, if any.
 	TraceID string `json:"traceId,omitempty"`
 	SpanID  string `json:"spanId,omitempty"`

@@ -73,6 +73,11 @@ type Analyzer struct {
 	// whose own capture the budget skipped, ran on the same threads in the
 	// same window: their paths cost an analysis each and no more kernel data.
 	MaxWindowPaths int
+	// MaxLinkedPaths bounds the paths computed for the spans a snapshot is
+	// linked to (default DefaultMaxLinkedPaths): the slowest. Under a fault
+	// a capture's window holds hundreds of anomalous spans of one service,
+	// whose paths say much the same.
+	MaxLinkedPaths int
 	// Slots, when set, bounds the snapshots analysed at once (a large
 	// snapshot takes seconds of CPU and hundreds of MB): compute takes a
 	// slot, waiting for one at most as long as its context allows. Reading
@@ -368,6 +373,8 @@ func (a *Analyzer) read(ctx context.Context, id string) ([]byte, error) {
 	return data, nil
 }
 
+func (a *Analyzer) maxLinkedPaths() int { return cmp.Or(a.MaxLinkedPaths, DefaultMaxLinkedPaths) }
+
 func (a *Analyzer) maxWindowPaths() int {
 	if a.MaxWindowPaths < 0 {
 		return 0
@@ -543,8 +550,11 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		paths = append(paths, p)
 		sp := an.JSON(&p)
 		sp.Snapshot = k.ID
+		sp.bound()
 		st.Paths = append(st.Paths, sp)
 	}
+	var unnamed noteCounter
+	var wanted []int // in.Requests of refs that get a path
 	for _, ref := range refs {
 		key := spanKey{ref.TraceID, ref.SpanID}
 		i, ok := index[key]
@@ -554,7 +564,7 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s is not in the store", ref.SpanID, ref.TraceID))
 			continue
 		case !ok:
-			st.Notes = append(st.Notes, fmt.Sprintf("span %s of trace %s (%s %s) says neither its process nor its threads (process.pid, thread.id or rootline.thread.ids)", ref.SpanID, ref.TraceID, s.Service, s.Name))
+			unnamed.add(fmt.Sprintf("span %s of trace %s (%s %s)", ref.SpanID, ref.TraceID, s.Service, s.Name))
 			continue
 		}
 		r := &in.Requests[i]
@@ -563,6 +573,24 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 				ref.SpanID, ref.TraceID, s.Service, s.Name, k.ID, time.Duration(max(tl.firstRecord()-tl.Start, 0)).Round(time.Millisecond)))
 			continue
 		}
+		wanted = append(wanted, i)
+	}
+	if n := unnamed.note("spans say neither their process nor their threads (process.pid, thread.id or rootline.thread.ids)"); n != "" {
+		if unnamed.n == 1 {
+			n += " says neither its process nor its threads (process.pid, thread.id or rootline.thread.ids)"
+		}
+		st.Notes = append(st.Notes, n)
+	}
+	if limit := a.maxLinkedPaths(); len(wanted) > limit {
+		// The slowest, in the association's order.
+		slices.SortStableFunc(wanted, func(x, y int) int {
+			return cmp.Compare(in.Requests[y].End-in.Requests[y].Start, in.Requests[x].End-in.Requests[x].Start)
+		})
+		st.Notes = append(st.Notes, fmt.Sprintf("%d of the snapshot's %d spans with records got a path (Analyzer.MaxLinkedPaths): the slowest", limit, len(wanted)))
+		wanted = wanted[:limit]
+		slices.Sort(wanted)
+	}
+	for _, i := range wanted {
 		path(i)
 	}
 	linked := len(st.Paths)
@@ -571,7 +599,8 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 			path(i)
 		}
 	}
-	st.Shared = an.SharedJSON(Merge(paths))
+	st.Shared = boundShared(an.SharedJSON(Merge(paths)))
+	st.Notes = boundNotes(st.Notes)
 	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "linked", linked, "window", len(st.Paths)-linked,
 		"requests", len(in.Requests), "intervals", tl.Intervals())
 	return st, nil

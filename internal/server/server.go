@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"strings"
@@ -303,6 +304,11 @@ func (s *Server) handler() http.Handler {
 	// /metrics names services and operations: a read endpoint like the
 	// others, behind the token when one is set. Health checks stay open.
 	mux.Handle("GET /metrics", httpjson.RequireBearer(s.cfg.AuthToken, promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{Registry: s.reg})))
+	// Go's profiles of the server itself (heap, CPU, goroutines), for its
+	// operators: behind the token like /metrics.
+	mux.Handle("GET /debug/pprof/", httpjson.RequireBearer(s.cfg.AuthToken, http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/profile", httpjson.RequireBearer(s.cfg.AuthToken, http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/trace", httpjson.RequireBearer(s.cfg.AuthToken, http.HandlerFunc(pprof.Trace)))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !s.ready.Load() {

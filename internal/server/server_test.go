@@ -2,6 +2,8 @@ package server
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 )
@@ -38,5 +40,42 @@ func TestAdvertiseURL(t *testing.T) {
 				t.Fatalf("advertiseURL = %q, %v; want %q (error %v)", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestDebugEndpointsNeedTheToken: /metrics and Go's profiles of the server
+// are read endpoints: with a token configured, refused without it.
+func TestDebugEndpointsNeedTheToken(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.AuthToken = "s3cret"
+	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "", "127.0.0.1:0", ""
+	srv, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.store.Close()
+	h := srv.handler()
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/goroutine?debug=1"} {
+		for _, tok := range []string{"", "wrong", "s3cret"} {
+			req := httptest.NewRequest(http.MethodGet, path, nil)
+			if tok != "" {
+				req.Header.Set("Authorization", "Bearer "+tok)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			want := http.StatusUnauthorized
+			if tok == "s3cret" {
+				want = http.StatusOK
+			}
+			if rec.Code != want {
+				t.Errorf("GET %s with token %q: %d, want %d", path, tok, rec.Code, want)
+			}
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if rec.Code != http.StatusOK {
+		t.Errorf("GET /healthz without a token: %d, want 200", rec.Code)
 	}
 }
