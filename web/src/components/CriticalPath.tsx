@@ -1,5 +1,5 @@
 import { Link } from 'react-router';
-import { layoutPath, segmentTitle, shares, stateColor, STATES, type CPSpanPath, type Share } from '../lib/critpath';
+import { layoutPath, segmentTitle, shares, stateColor, STATES, trimmedNote, type CPSpanPath, type Share } from '../lib/critpath';
 
 const ROW = 22;
 const LABEL = 140;
@@ -101,6 +101,7 @@ export function CriticalPath({ path }: { path: CPSpanPath }) {
           );
         })}
       </svg>
+      {trimmedNote(path) && <p className="cptrimmed">{trimmedNote(path)}</p>}
       {(path.lost ?? 0) > 0 && <p className="error">The kernel recorder had dropped {path.lost} records: the path may be wrong where they fell.</p>}
     </div>
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { layoutPath, segmentTitle, shares, stateColor, type CPSpanPath } from './critpath';
+import { layoutPath, segmentTitle, shares, stateColor, trimmedNote, type CPSpanPath } from './critpath';
 
 const ms = 1_000_000;
 const path: CPSpanPath = {
@@ -70,5 +70,17 @@ describe('stateColor and titles', () => {
   it('says what blocked a segment', () => {
     expect(segmentTitle(path.segments[1]!, 0)).toContain('blocked by span s2');
     expect(segmentTitle(path.segments[2]!, 0)).toContain('in futex');
+  });
+});
+
+describe('trimmedNote', () => {
+  it('says nothing of a whole path', () => {
+    expect(trimmedNote({ states: {} })).toBeUndefined();
+    expect(trimmedNote({ states: {}, trimmed: {} })).toBeUndefined();
+  });
+  it('says what a bounded path left out', () => {
+    expect(trimmedNote({ states: {}, trimmed: { segments: 7209, segmentsMs: 412.25, arrows: 300, blockedBy: 3 } })).toBe(
+      'The server stored this long path without its 7209 shortest segments (412.3 ms), 300 wakeup arrows, 3 more blocking requests; the state totals are over the whole path.',
+    );
   });
 });

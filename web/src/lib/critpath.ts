@@ -57,6 +57,27 @@ export interface CPSpanPath {
   arrows: CPArrow[];
   snapshot?: string;
   lost?: number;
+  /** What the stored path left out beyond the server's bounds (its shortest segments). */
+  trimmed?: CPTrimmed;
+}
+
+export interface CPTrimmed {
+  segments?: number;
+  segmentsMs?: number;
+  arrows?: number;
+  blockedBy?: number;
+}
+
+/** trimmedNote says what a stored path left out, or undefined when it is whole. */
+export function trimmedNote(p: Pick<CPSpanPath, 'trimmed' | 'states'>): string | undefined {
+  const t = p.trimmed;
+  if (!t) return undefined;
+  const parts: string[] = [];
+  if (t.segments) parts.push(`its ${t.segments} shortest segments (${(t.segmentsMs ?? 0).toFixed(1)} ms)`);
+  if (t.arrows) parts.push(`${t.arrows} wakeup arrows`);
+  if (t.blockedBy) parts.push(`${t.blockedBy} more blocking requests`);
+  if (parts.length === 0) return undefined;
+  return `The server stored this long path without ${parts.join(', ')}; the state totals are over the whole path.`;
 }
 
 export interface CPTrace {
