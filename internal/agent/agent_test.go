@@ -383,6 +383,41 @@ func TestMaxBytes(t *testing.T) {
 	}
 }
 
+// TestMaxBytesKeepsEvidence: past the budget an artifact is skipped, not
+// every one after it, and exports (a snapshot's CTF) go after the evidence
+// the server reads.
+func TestMaxBytesKeepsEvidence(t *testing.T) {
+	srv := newServer(t, func(c *capture.Config) { c.BudgetBytesPerMinute = 250 })
+	proc := child(t)
+	kernel := &fakeProfiler{name: "kernel", dumpFn: func(_ context.Context, _ profiler.Target, _ profiler.Window) ([]profiler.Artifact, error) {
+		return []profiler.Artifact{
+			{Kind: "kernel", FileName: "snap", Data: make([]byte, 100)},
+			{Kind: "kernel-ctf", FileName: "snap.ctf", Data: make([]byte, 120)},
+			{Kind: "kernel", FileName: "big", Data: make([]byte, 200)},
+		}, nil
+	}}
+	jfr := &fakeProfiler{name: "jfr", dumpFn: func(_ context.Context, _ profiler.Target, _ profiler.Window) ([]profiler.Artifact, error) {
+		return []profiler.Artifact{{Kind: "jfr", FileName: "rec", Data: make([]byte, 100)}}, nil
+	}}
+	cfg := testConfig(srv.url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-budget"}}
+	startAgent(t, cfg, kernel, jfr)
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 1 })
+
+	srv.anomaly("svc-budget", 1)
+	c := srv.finished(t)
+	var names []string
+	for _, a := range srv.arts.All() {
+		names = append(names, a.FileName)
+	}
+	slices.Sort(names)
+	// snap (100) and rec (100) fit; big (200) and the CTF (120) do not.
+	if c.State != capture.StatePartial || strings.Join(names, ",") != "rec,snap" ||
+		!strings.Contains(c.Error, "budget of 250 bytes exceeded: big (200 bytes), snap.ctf (120 bytes) not uploaded") {
+		t.Fatalf("capture: state %s, artifacts %v, error %q", c.State, names, c.Error)
+	}
+}
+
 func TestTargetExitsMidDump(t *testing.T) {
 	srv := newServer(t, nil)
 	proc := child(t)

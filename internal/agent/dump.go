@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -419,6 +420,7 @@ func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (str
 	}
 	var used int64
 	uploaded, partial, stop := 0, false, false
+	var arts []profiler.Artifact
 	for _, k := range job.kinds {
 		res, ok := job.result[k]
 		if !ok {
@@ -433,36 +435,44 @@ func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (str
 				problems = append(problems, fmt.Sprintf("%s: %v", k, res.err))
 			}
 		}
-		for _, art := range res.arts {
-			if stop {
-				break
-			}
-			n := int64(len(art.Data))
-			if job.req.MaxBytes > 0 && used+n > job.req.MaxBytes {
-				problems = append(problems, fmt.Sprintf("capture budget of %d bytes exceeded: %s (%d bytes) and the artifacts after it were not uploaded", job.req.MaxBytes, art.FileName, n))
-				stop = true
-				break
-			}
-			status, err := a.uploadOne(ctx, job, art)
-			switch {
-			case err == nil:
-				used += n
-				uploaded++
-				a.metrics.uploadBytes.Add(float64(n))
-				if art.Partial {
-					partial = true
-				}
-			case status == http.StatusRequestEntityTooLarge:
-				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-				stop = true
-			case status == http.StatusNotFound || status == http.StatusConflict:
-				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-				stop = true
-			default:
-				log.Warn("upload artifact", "file", art.FileName, "err", err)
-				problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-			}
+		arts = append(arts, res.arts...)
+	}
+	// Exports of evidence (the kernel snapshot's CTF) go after all the
+	// evidence: within the budget, what the server's analyses read first.
+	slices.SortStableFunc(arts, func(x, y profiler.Artifact) int { return cmp.Compare(isExport(x), isExport(y)) })
+	var overBudget []string
+	for _, art := range arts {
+		if stop {
+			break
 		}
+		n := int64(len(art.Data))
+		if job.req.MaxBytes > 0 && used+n > job.req.MaxBytes {
+			// Skipped; a smaller one after it may still fit.
+			overBudget = append(overBudget, fmt.Sprintf("%s (%d bytes)", art.FileName, n))
+			continue
+		}
+		status, err := a.uploadOne(ctx, job, art)
+		switch {
+		case err == nil:
+			used += n
+			uploaded++
+			a.metrics.uploadBytes.Add(float64(n))
+			if art.Partial {
+				partial = true
+			}
+		case status == http.StatusRequestEntityTooLarge:
+			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+			stop = true
+		case status == http.StatusNotFound || status == http.StatusConflict:
+			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+			stop = true
+		default:
+			log.Warn("upload artifact", "file", art.FileName, "err", err)
+			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+		}
+	}
+	if len(overBudget) > 0 {
+		problems = append(problems, fmt.Sprintf("capture budget of %d bytes exceeded: %s not uploaded", job.req.MaxBytes, strings.Join(overBudget, ", ")))
 	}
 	msg := strings.Join(problems, "; ")
 	switch {
@@ -511,4 +521,13 @@ func (a *Agent) complete(ctx context.Context, srv *agentapi.ServerClient, id, st
 	if err := srv.Complete(ctx, id, agentapi.Completion{Status: status, Error: msg}); err != nil {
 		log.Warn("complete capture", "status", status, "err", err)
 	}
+}
+
+// isExport says whether art is an export of other evidence (the kernel
+// snapshot's CTF for trace viewers), which no analysis of the server reads.
+func isExport(art profiler.Artifact) int {
+	if strings.HasSuffix(art.Kind, "-ctf") {
+		return 1
+	}
+	return 0
 }
