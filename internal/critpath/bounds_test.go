@@ -1,6 +1,7 @@
 package critpath
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -101,5 +102,33 @@ func TestNotesBound(t *testing.T) {
 	b := boundNotes(notes)
 	if len(b) != maxNotes || !strings.Contains(b[len(b)-1], "6 more notes") {
 		t.Errorf("bounded notes: %d, last %q", len(b), b[len(b)-1])
+	}
+}
+
+func TestPickLinked(t *testing.T) {
+	// The snapshot is of pid 7; its callers' spans (pid 3) are longer,
+	// since they hold its time.
+	reqs := []Request{
+		{PID: 3, Start: 0, End: 900}, // 0
+		{PID: 7, Start: 0, End: 100}, // 1
+		{PID: 3, Start: 0, End: 800}, // 2
+		{PID: 7, Start: 0, End: 300}, // 3
+		{PID: 7, Start: 0, End: 200}, // 4
+		{PID: 3, Start: 0, End: 50},  // 5
+	}
+	all := []int{0, 1, 2, 3, 4, 5}
+	targets := map[uint32]bool{7: true}
+	for _, tc := range []struct {
+		limit int
+		want  []int
+	}{
+		{2, []int{3, 4}},       // the target's two slowest
+		{4, []int{0, 1, 3, 4}}, // all three of the target's, then the slowest other
+		{6, []int{0, 1, 2, 3, 4, 5}},
+	} {
+		got := pickLinked(reqs, all, targets, tc.limit)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("limit %d: %v, want %v", tc.limit, got, tc.want)
+		}
 	}
 }

@@ -582,13 +582,8 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		st.Notes = append(st.Notes, n)
 	}
 	if limit := a.maxLinkedPaths(); len(wanted) > limit {
-		// The slowest, in the association's order.
-		slices.SortStableFunc(wanted, func(x, y int) int {
-			return cmp.Compare(in.Requests[y].End-in.Requests[y].Start, in.Requests[x].End-in.Requests[x].Start)
-		})
-		st.Notes = append(st.Notes, fmt.Sprintf("%d of the snapshot's %d spans with records got a path (Analyzer.MaxLinkedPaths): the slowest", limit, len(wanted)))
-		wanted = wanted[:limit]
-		slices.Sort(wanted)
+		st.Notes = append(st.Notes, fmt.Sprintf("%d of the snapshot's %d spans with records got a path (Analyzer.MaxLinkedPaths): its own processes' first, the slowest", limit, len(wanted)))
+		wanted = pickLinked(in.Requests, wanted, tl.targetPIDs(), limit)
 	}
 	for _, i := range wanted {
 		path(i)
@@ -606,6 +601,31 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	return st, nil
 }
 
+// pickLinked picks limit of the requests wanted (indexes into reqs): those
+// of the snapshot's own processes (targets) first — the capture was taken
+// for them, and the kernel recorded their threads whole — then the others
+// (a caller's span holds the callee's time, and would crowd its paths out),
+// the slowest first within each. It returns them in the association's order.
+func pickLinked(reqs []Request, wanted []int, targets map[uint32]bool, limit int) []int {
+	if len(wanted) <= limit {
+		return wanted
+	}
+	by := slices.Clone(wanted)
+	slices.SortStableFunc(by, func(x, y int) int {
+		rx, ry := &reqs[x], &reqs[y]
+		if tx, ty := targets[rx.PID], targets[ry.PID]; tx != ty {
+			if tx {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(ry.End-ry.Start, rx.End-rx.Start)
+	})
+	by = by[:limit]
+	slices.Sort(by)
+	return by
+}
+
 // windowSpans picks, among reqs (in the association's order), the requests
 // whose paths a snapshot gives beyond refs: those of the snapshot's own
 // processes (its target threads') that ran inside its window, so that the
@@ -617,15 +637,7 @@ func windowSpans(reqs []Request, refs []store.SpanRef, tl *Timeline, n int) []in
 	if n <= 0 {
 		return nil
 	}
-	targets := map[uint32]bool{}
-	if tl.PID != 0 {
-		targets[tl.PID] = true
-	}
-	for i := range tl.threads {
-		if tl.threads[i].target && tl.threads[i].pid != 0 {
-			targets[tl.threads[i].pid] = true
-		}
-	}
+	targets := tl.targetPIDs()
 	linked := make(map[spanKey]bool, len(refs))
 	for _, r := range refs {
 		linked[spanKey{r.TraceID, r.SpanID}] = true
@@ -790,6 +802,21 @@ func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []P
 
 // firstRecord is the start of the timeline's earliest interval (its End
 // when it has none).
+// targetPIDs are the processes a snapshot was taken of: its own pid and
+// those of its target threads.
+func (tl *Timeline) targetPIDs() map[uint32]bool {
+	targets := map[uint32]bool{}
+	if tl.PID != 0 {
+		targets[tl.PID] = true
+	}
+	for i := range tl.threads {
+		if tl.threads[i].target && tl.threads[i].pid != 0 {
+			targets[tl.threads[i].pid] = true
+		}
+	}
+	return targets
+}
+
 func (tl *Timeline) firstRecord() int64 {
 	first := tl.End
 	for i := range tl.threads {
