@@ -169,10 +169,13 @@ func TestMaxPerAgent(t *testing.T) {
 				// The four windows are due at once: a settle longer than a
 				// loaded machine's scheduling delay lets all four be routed
 				// before any fires (with 50 ms, a and b fired before e was
-				// routed in 2 of 5 runs under load).
-				c.Settle = time.Second
+				// routed in 2 of 5 runs under load; with 1 s, once in a
+				// clean-clone CI run, under -race beside other packages).
+				// The late case keeps 1 s: its windows must still be young
+				// enough (MaxWindow) when they fire.
+				c.Settle = 3 * time.Second
 				if late {
-					c.MaxWindow = 2 * time.Second
+					c.Settle, c.MaxWindow = time.Second, 2*time.Second
 				}
 			}, func(m *Manager, _ string) {
 				m.SetSuspects(func() []string { return []string{"e"} })
