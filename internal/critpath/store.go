@@ -74,7 +74,8 @@ type Analyzer struct {
 	// same window: their paths cost an analysis each and no more kernel data.
 	MaxWindowPaths int
 	// MaxLinkedPaths bounds the paths computed for the spans a snapshot is
-	// linked to (default DefaultMaxLinkedPaths): the slowest. Under a fault
+	// linked to (default DefaultMaxLinkedPaths; pickLinked: the snapshot's
+	// own processes' spans first, then the slowest). Under a fault
 	// a capture's window holds hundreds of anomalous spans of one service,
 	// whose paths say much the same.
 	MaxLinkedPaths int
@@ -800,8 +801,6 @@ func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []P
 	return out
 }
 
-// firstRecord is the start of the timeline's earliest interval (its End
-// when it has none).
 // targetPIDs are the processes a snapshot was taken of: its own pid and
 // those of its target threads.
 func (tl *Timeline) targetPIDs() map[uint32]bool {
@@ -817,6 +816,8 @@ func (tl *Timeline) targetPIDs() map[uint32]bool {
 	return targets
 }
 
+// firstRecord is the start of the timeline's earliest interval (its End
+// when it has none).
 func (tl *Timeline) firstRecord() int64 {
 	first := tl.End
 	for i := range tl.threads {
