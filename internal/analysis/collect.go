@@ -41,6 +41,11 @@ type Window struct {
 	// could not be read.
 	Captures    []Capture
 	CapturesErr error
+	// SlowAbove, when set, makes a trace whose root span took longer count
+	// as slow besides the traces with a flagged span: an incident opened by
+	// a shift of its entry point's latency, which the detector's flags
+	// (relative to each operation's recent median) mostly miss.
+	SlowAbove time.Duration
 }
 
 // Collect reads the window [from, to] from src. The entry service is the

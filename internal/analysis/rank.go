@@ -31,7 +31,9 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 	}
 	all := make([]*trace, 0, len(w.Traces))
 	for _, spans := range w.Traces {
-		all = append(all, newTrace(spans))
+		t := newTrace(spans)
+		t.over = w.SlowAbove > 0 && t.duration() > int64(w.SlowAbove)
+		all = append(all, t)
 	}
 	sortByStart(all)
 	anoms := w.Anomalies
@@ -53,6 +55,9 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 			time.Unix(0, onset).UTC().Format("15:04:05.000"), len(slow), len(base), len(all), len(anoms)))
 	default:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%d anomalous traces compared with %d normal ones (of %d sampled; %d anomalous spans in the window)", len(slow), len(base), len(all), len(anoms)))
+	}
+	if w.SlowAbove > 0 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("a trace counts as anomalous also when its root span took more than %.1f ms (the entry point's 90th percentile before its latency shifted)", ms(float64(w.SlowAbove))))
 	}
 	clamped := 0
 	for _, t := range all {

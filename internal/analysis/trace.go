@@ -31,6 +31,8 @@ type trace struct {
 	model   []*model.Span // what the trace was built from
 	spans   []*span
 	clamped int // server spans cut to their caller's CLIENT span
+	// over: its root took longer than the window's SlowAbove.
+	over bool
 }
 
 // newTrace builds the tree of one trace's spans. The model spans are read,
@@ -145,7 +147,7 @@ func (t *trace) duration() int64 {
 }
 
 func (t *trace) anomalous() bool {
-	return slices.ContainsFunc(t.spans, func(s *span) bool { return s.anomaly })
+	return t.over || slices.ContainsFunc(t.spans, func(s *span) bool { return s.anomaly })
 }
 
 func (t *trace) visits(svc string) bool {

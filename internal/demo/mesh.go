@@ -1099,6 +1099,9 @@ func printFault(out io.Writer, fr FaultResult) {
 	fmt.Fprintf(out, "  anomalous spans: %s%d (%s)\n", atLeast, fr.Anomalies, strings.Join(parts, ", "))
 	if inc := fr.Incident; inc != nil {
 		fmt.Fprintf(out, "  incident %s at %s: %d anomalous of %d requests\n", inc.ID, inc.Entry, inc.Anomalous, inc.Requests)
+		if sh := inc.Shift; sh != nil {
+			fmt.Fprintf(out, "    opened on a latency shift: p50 %.1f ms, p90 %.1f ms over the window against %.1f and %.1f ms before\n", sh.P50Ms, sh.P90Ms, sh.BaseP50Ms, sh.BaseP90Ms)
+		}
 	} else {
 		fmt.Fprintf(out, "  no incident opened\n")
 	}

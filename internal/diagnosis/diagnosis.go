@@ -54,6 +54,22 @@ const (
 // Causes lists every cause in display order.
 var Causes = []string{CauseCPU, CauseCPUContention, CauseCPUThrottle, CauseLock, CauseDisk, CauseNetwork, CauseGC, CauseMemory, CauseDownstream, CauseUnknown}
 
+// Incident triggers.
+const (
+	TriggerAnomalies = "anomalies"
+	TriggerShift     = "shift"
+)
+
+// Shift is an entry point's latency over the window that opened an
+// incident, against its baseline, in ms.
+type Shift struct {
+	P50Ms     float64 `json:"p50Ms"`
+	P90Ms     float64 `json:"p90Ms"`
+	BaseP50Ms float64 `json:"baseP50Ms"`
+	BaseP90Ms float64 `json:"baseP90Ms"`
+	Requests  int     `json:"requests"`
+}
+
 // Incident states.
 const (
 	StateOpen   = "open"
@@ -78,12 +94,22 @@ type Incident struct {
 	Closed int64 `json:"closed,omitempty"`
 	// Requests counts the entry point's root spans committed while the
 	// incident was open (the opening window included); Anomalous those of
-	// them the detector flagged.
+	// them the detector flagged (or, by MinImpact, one of their spans), and
+	// for an incident a shift opened also those slower than SlowAboveMs.
 	Requests  int `json:"requests"`
 	Anomalous int `json:"anomalous"`
 	// BaselineMs is the detector's baseline for the entry point when the
 	// incident opened (rootline.baseline_ms of its anomalous spans).
 	BaselineMs float64 `json:"baselineMs"`
+	// Trigger is the rule that opened it: TriggerAnomalies or TriggerShift.
+	Trigger string `json:"trigger,omitempty"`
+	// Shift is the entry point's latency against its baseline when a
+	// shift opened the incident.
+	Shift *Shift `json:"shift,omitempty"`
+	// SlowAboveMs, for an incident a shift opened, is the latency over
+	// which a request counts as anomalous (and its trace as slow for the
+	// verdict) besides the detector's flags: the baseline's 90th percentile.
+	SlowAboveMs float64 `json:"slowAboveMs,omitempty"`
 	// Rule says the open/close rule the incident was judged by.
 	Rule    string   `json:"rule"`
 	Verdict *Verdict `json:"verdict,omitempty"`
@@ -177,6 +203,14 @@ type Config struct {
 	// MaxEntries bounds the entry points tracked (past it new ones are not
 	// counted until retention drops idle ones).
 	MaxEntries int `yaml:"max_entries"`
+	// MinShift, ShiftFor and ShiftBaseline are the shift rule (shift.go):
+	// an incident opens also when the entry point's median or 90th
+	// percentile over Window has stayed at least MinShift above its
+	// baseline for ShiftFor, the baseline being its latency before, decayed
+	// with time constant ShiftBaseline. 0 turns the rule off.
+	MinShift      float64       `yaml:"min_shift"`
+	ShiftFor      time.Duration `yaml:"shift_for"`
+	ShiftBaseline time.Duration `yaml:"shift_baseline"`
 	// Disabled turns incidents off.
 	Disabled bool `yaml:"disabled"`
 }
@@ -184,18 +218,21 @@ type Config struct {
 // DefaultConfig returns the defaults docs/diagnosis.md explains.
 func DefaultConfig() Config {
 	return Config{
-		Window:       10 * time.Second,
-		MinAnomalies: 5,
-		MinShare:     0.2,
-		MinImpact:    0.2,
-		CloseShare:   0.05,
-		Quiet:        20 * time.Second,
-		VerdictEvery: 2 * time.Second,
-		EvidenceWait: 60 * time.Second,
-		Lookback:     2 * time.Minute,
-		MaxTraces:    200,
-		MaxPaths:     20,
-		MaxEntries:   1000,
+		Window:        10 * time.Second,
+		MinAnomalies:  5,
+		MinShare:      0.2,
+		MinImpact:     0.2,
+		CloseShare:    0.05,
+		Quiet:         20 * time.Second,
+		VerdictEvery:  2 * time.Second,
+		EvidenceWait:  60 * time.Second,
+		Lookback:      2 * time.Minute,
+		MaxTraces:     200,
+		MaxPaths:      20,
+		MaxEntries:    1000,
+		MinShift:      0.25,
+		ShiftFor:      3 * time.Second,
+		ShiftBaseline: time.Minute,
 	}
 }
 
@@ -219,6 +256,9 @@ func (c Config) Validate() error {
 	}
 	if c.Quiet <= 0 || c.VerdictEvery <= 0 || c.EvidenceWait < 0 || c.Lookback <= 0 {
 		errs = append(errs, errors.New("diagnosis quiet, verdict_every and lookback must be > 0, evidence_wait ≥ 0"))
+	}
+	if c.MinShift < 0 || (c.MinShift > 0 && (c.ShiftFor < time.Second || c.ShiftBaseline < 10*time.Second)) {
+		errs = append(errs, errors.New("diagnosis min_shift must be ≥ 0; with it, shift_for at least 1s and shift_baseline at least 10s"))
 	}
 	if c.MaxTraces < 10 || c.MaxPaths < 1 || c.MaxEntries < 1 {
 		errs = append(errs, errors.New("diagnosis max_traces must be ≥ 10, max_paths and max_entries ≥ 1"))

@@ -44,6 +44,13 @@ type Tracker struct {
 type entry struct {
 	buckets  []bucket // ring, indexed by second modulo its length
 	lastSeen int64    // Unix s
+	// base is its latency before the window (the shift rule); shiftRun the
+	// seconds in a row the rule found the window shifted; slowAbove (ns)
+	// the baseline's 90th percentile at the last step, which the buckets'
+	// over counts use.
+	base      baseline
+	shiftRun  int
+	slowAbove int64
 }
 
 type bucket struct {
@@ -53,6 +60,16 @@ type bucket struct {
 	lastEnd       int64 // latest end of its anomalous spans
 	baselineMs    float64
 	baselineSpans int
+	// lat counts the root spans' latencies (the shift rule); over those
+	// slower than the entry's slowAbove when they came, overFirst the
+	// earliest start among them.
+	lat       hist
+	over      int
+	overFirst int64
+	overLast  int64 // the latest end among them
+	// folded: the second was added to the entry's baseline (or passed
+	// over); shifted: a step found the window holding it shifted.
+	folded, shifted bool
 }
 
 // traceNote is what the tracker remembers of a recent trace: where its
@@ -87,6 +104,9 @@ type tracked struct {
 	// state is what its verdicts keep between them (VerdictState); only
 	// the verdict loop touches it.
 	state VerdictState
+	// slowAbove (ns), for an incident a shift opened: a root span slower
+	// counts as anomalous.
+	slowAbove int64
 }
 
 // maxVerdictAge is how long a verdict stands without new evidence before it
@@ -126,8 +146,14 @@ func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slo
 
 // Rule describes the open/close rule of cfg in words.
 func (c Config) Rule() string {
-	return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans; closes when that share stayed under %.0f%% for %s",
-		c.Window, c.MinAnomalies, 100*c.MinShare, 100*c.CloseShare, c.Quiet)
+	if c.MinShift <= 0 {
+		return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans; closes when that share stayed under %.0f%% for %s",
+			c.Window, c.MinAnomalies, 100*c.MinShare, 100*c.CloseShare, c.Quiet)
+	}
+	return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans, "+
+		"or when its median or 90th percentile over %s stayed %.0f%% or more above its baseline (its latency before, decayed over %s) for %s; "+
+		"closes when the anomalous share stayed under %.0f%% and the latency within %.1f%% of the baseline for %s",
+		c.Window, c.MinAnomalies, 100*c.MinShare, c.Window, 100*c.MinShift, c.ShiftBaseline, c.ShiftFor, 100*c.CloseShare, 50*c.MinShift, c.Quiet)
 }
 
 // OnCommitted implements pipeline.Sink: it counts root spans (a trace's
@@ -155,9 +181,18 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 		e.lastSeen = sec
 		b := &e.buckets[sec%t.nbuck]
 		if b.sec != sec {
+			t.fold(e, b, t.open[key])
 			*b = bucket{sec: sec}
 		}
 		b.total++
+		b.lat.add(s.Duration)
+		if e.slowAbove > 0 && s.Duration > e.slowAbove {
+			b.over++
+			if b.overFirst == 0 || s.Start < b.overFirst {
+				b.overFirst = s.Start
+			}
+			b.overLast = max(b.overLast, s.End())
+		}
 		note := t.notes[s.TraceID]
 		anomalous := s.IsAnomalous() || (note != nil && t.impact(note.excess, s.Duration))
 		if t.cfg.MinImpact > 0 && (note != nil || len(t.notes) < maxNotes) {
@@ -175,7 +210,7 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 		}
 		if tr := t.open[key]; tr != nil {
 			tr.inc.Requests++
-			if anomalous {
+			if anomalous || (tr.slowAbove > 0 && s.Duration > tr.slowAbove) {
 				tr.inc.Anomalous++
 				tr.lastEnd = max(tr.lastEnd, s.End())
 			}
@@ -313,8 +348,98 @@ func (t *Tracker) window(e *entry, now int64) (sum bucket) {
 		sum.lastEnd = max(sum.lastEnd, b.lastEnd)
 		sum.baselineMs += b.baselineMs
 		sum.baselineSpans += b.baselineSpans
+		sum.over += b.over
+		sum.lastEnd = max(sum.lastEnd, b.overLast)
 	}
 	return sum
+}
+
+// fold adds a second that left the window to e's baseline, once, unless
+// the shift rule found it shifted or an incident of the entry is open
+// (what an incident's requests took is no baseline) — for
+// relearnBaselines × ShiftBaseline at most: a lasting change (a release
+// that made the entry slower) becomes the baseline then, and the incident
+// it opened closes. The caller holds t.mu.
+func (t *Tracker) fold(e *entry, b *bucket, open *tracked) {
+	if b.sec == 0 || b.folded {
+		return
+	}
+	b.folded = true
+	if t.cfg.MinShift <= 0 {
+		return
+	}
+	relearn := int64(relearnBaselines * t.cfg.ShiftBaseline / time.Second)
+	if b.shifted && int64(e.shiftRun) < relearn {
+		return
+	}
+	if open != nil && b.sec-open.inc.Opened/1e9 < relearn {
+		return
+	}
+	e.base.fold(&b.lat, b.sec, t.cfg.ShiftBaseline.Seconds())
+}
+
+// relearnBaselines is how many ShiftBaselines a shift or an open incident
+// keeps the baseline from learning what the entry takes now.
+const relearnBaselines = 10
+
+// shifted applies the shift rule to e's window at sec: its latencies
+// against its baseline, whether they moved up by MinShift, and the counts
+// it keeps (the window's seconds marked shifted, the run of shifted steps,
+// the baseline's 90th percentile for the next seconds' over counts). The
+// caller holds t.mu.
+func (t *Tracker) shifted(e *entry, sec int64) (shift, bool) {
+	if t.cfg.MinShift <= 0 {
+		return shift{}, false
+	}
+	var win hist
+	n := 0
+	for i := range e.buckets {
+		b := &e.buckets[i]
+		if b.sec <= sec-t.nbuck || b.sec > sec {
+			continue
+		}
+		n += b.total
+		for j, c := range b.lat {
+			win[j] += c
+		}
+	}
+	sh := compare(&win, n, &e.base)
+	if e.base.n >= minBaseRequests {
+		e.slowAbove = int64(sh.baseP90)
+	}
+	if !sh.comparable() || sh.ratio() < 1+t.cfg.MinShift {
+		e.shiftRun = 0
+		return sh, false
+	}
+	e.shiftRun++
+	for i := range e.buckets {
+		if b := &e.buckets[i]; b.sec > sec-t.nbuck && b.sec <= sec {
+			b.shifted = true
+		}
+	}
+	return sh, true
+}
+
+// shiftStart is the onset of a shift: the start of the first request slower
+// than the baseline's 90th percentile in the run of seconds, up to sec, in
+// which at least MinShare of the requests were (or the window's start when
+// its newest second has too few).
+func (t *Tracker) shiftStart(e *entry, sec int64, w bucket) int64 {
+	start := int64(0)
+	for s := sec; s > sec-t.nbuck; s-- {
+		b := &e.buckets[s%t.nbuck]
+		if b.sec != s || b.total == 0 || float64(b.over) < t.cfg.MinShare*float64(b.total) {
+			break
+		}
+		start = b.overFirst
+	}
+	if start == 0 {
+		start = (sec - t.nbuck + 1) * 1e9
+	}
+	if w.firstStart > 0 && w.firstStart < start && w.anom >= t.cfg.MinAnomalies {
+		start = w.firstStart
+	}
+	return start
 }
 
 func incidentID(entry string, start int64) string {
@@ -330,22 +455,28 @@ func (t *Tracker) step(now time.Time) []Incident {
 	defer t.mu.Unlock()
 	var changed []Incident
 	for key, e := range t.entries {
-		w := t.window(e, sec)
 		tr := t.open[key]
+		for i := range e.buckets {
+			if b := &e.buckets[i]; b.sec <= sec-t.nbuck {
+				t.fold(e, b, tr)
+			}
+		}
+		w := t.window(e, sec)
+		sh, shifted := t.shifted(e, sec)
 		share := float64(w.anom) / float64(max(w.total, 1))
+		var inc *Incident
 		switch {
 		case tr == nil && w.anom >= t.cfg.MinAnomalies && share >= t.cfg.MinShare:
-			svc, op := splitEntry(key)
-			inc := Incident{ID: incidentID(key, w.firstStart), Entry: key, EntryService: svc, EntryOperation: op, State: StateOpen,
-				Start: w.firstStart, Opened: now.UnixNano(), Requests: w.total, Anomalous: w.anom, Rule: t.cfg.Rule()}
+			inc = &Incident{Trigger: TriggerAnomalies, Start: w.firstStart, Anomalous: w.anom}
 			if w.baselineSpans > 0 {
 				inc.BaselineMs = round2(w.baselineMs / float64(w.baselineSpans))
 			}
-			t.open[key] = &tracked{inc: inc, lastEnd: w.lastEnd, fresh: true}
-			changed = append(changed, inc)
-			t.opened.WithLabelValues().Inc()
-			t.log.Info("incident opened", "id", inc.ID, "entry", key, "anomalous", w.anom, "of", w.total, "window", t.cfg.Window)
-		case tr != nil && share < t.cfg.CloseShare:
+		case tr == nil && shifted && e.shiftRun >= int(t.cfg.ShiftFor/time.Second):
+			inc = &Incident{Trigger: TriggerShift, Start: t.shiftStart(e, sec, w), Anomalous: max(w.anom, w.over),
+				SlowAboveMs: round2(sh.baseP90 / 1e6),
+				Shift: &Shift{P50Ms: round2(sh.p50 / 1e6), P90Ms: round2(sh.p90 / 1e6), BaseP50Ms: round2(sh.baseP50 / 1e6),
+					BaseP90Ms: round2(sh.baseP90 / 1e6), Requests: sh.n}}
+		case tr != nil && share < t.cfg.CloseShare && !(sh.comparable() && sh.ratio() >= 1+t.cfg.MinShift/2):
 			if tr.quietSince.IsZero() {
 				tr.quietSince = now
 			}
@@ -361,6 +492,19 @@ func (t *Tracker) step(now time.Time) []Incident {
 			}
 		case tr != nil:
 			tr.quietSince = time.Time{}
+		}
+		if inc != nil {
+			svc, op := splitEntry(key)
+			inc.ID, inc.Entry, inc.EntryService, inc.EntryOperation = incidentID(key, inc.Start), key, svc, op
+			inc.State, inc.Opened, inc.Requests, inc.Rule = StateOpen, now.UnixNano(), w.total, t.cfg.Rule()
+			t.open[key] = &tracked{inc: *inc, lastEnd: w.lastEnd, fresh: true, slowAbove: int64(inc.SlowAboveMs * 1e6)}
+			changed = append(changed, *inc)
+			t.opened.WithLabelValues().Inc()
+			attrs := []any{"id", inc.ID, "entry", key, "trigger", inc.Trigger, "anomalous", inc.Anomalous, "of", w.total, "window", t.cfg.Window}
+			if inc.Shift != nil {
+				attrs = append(attrs, "p50_ms", inc.Shift.P50Ms, "baseline_p50_ms", inc.Shift.BaseP50Ms, "p90_ms", inc.Shift.P90Ms, "baseline_p90_ms", inc.Shift.BaseP90Ms)
+			}
+			t.log.Info("incident opened", attrs...)
 		}
 		if tr == nil && t.open[key] == nil && e.lastSeen < sec-int64(t.cfg.Quiet/time.Second)-t.nbuck {
 			delete(t.entries, key) // idle: its buckets are all outside the window
@@ -525,7 +669,7 @@ func (t *Tracker) resume(ctx context.Context) {
 			continue
 		}
 		if t.open[inc.Entry] == nil {
-			t.open[inc.Entry] = &tracked{inc: inc, lastEnd: inc.Start, fresh: true}
+			t.open[inc.Entry] = &tracked{inc: inc, lastEnd: inc.Start, fresh: true, slowAbove: int64(inc.SlowAboveMs * 1e6)}
 		}
 	}
 }

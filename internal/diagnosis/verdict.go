@@ -124,7 +124,8 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	all := anoms
 	anoms = slices.DeleteFunc(slices.Clone(anoms), func(a analysis.Anomaly) bool { return a.Span == nil || !inWindow[a.Span.TraceID] })
 	caps, capsErr := d.Source.Captures(ctx, 2000)
-	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr}
+	slowAbove := time.Duration(inc.SlowAboveMs * float64(time.Millisecond))
+	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr, SlowAbove: slowAbove}
 	base := analysis.Analyze(ctx, w, nil)
 	v.SlowTraces, v.BaseTraces = base.SlowTraces, base.BaseTraces
 	v.Ranking = base.Ranking[:min(len(base.Ranking), 5)]
@@ -173,7 +174,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 
 	// The culprit's slow spans: its anomalous spans in slow traces, or, when
 	// none of its spans was flagged, all of its spans there.
-	slow := slowTraces(traces, start.UnixNano())
+	slow := slowTraces(traces, start.UnixNano(), slowAbove)
 	spans := culpritSpans(slow, v.Service, true)
 	if len(spans) == 0 {
 		spans = culpritSpans(slow, v.Service, false)
@@ -330,9 +331,9 @@ func callersOf(traces [][]*model.Span, peers []analysis.ServiceScore) map[string
 	return out
 }
 
-// slowTraces returns the traces from since on with an anomalous span,
-// newest first.
-func slowTraces(traces [][]*model.Span, since int64) [][]*model.Span {
+// slowTraces returns the traces from since on with an anomalous span or,
+// when slowAbove > 0, a root span that took longer, newest first.
+func slowTraces(traces [][]*model.Span, since int64, slowAbove time.Duration) [][]*model.Span {
 	// Each trace's root found once, not in every comparison.
 	type slow struct {
 		spans []*model.Span
@@ -340,7 +341,7 @@ func slowTraces(traces [][]*model.Span, since int64) [][]*model.Span {
 	}
 	var found []slow
 	for _, t := range traces {
-		if r := RootOf(t); r != nil && r.Start >= since && slices.ContainsFunc(t, (*model.Span).IsAnomalous) {
+		if r := RootOf(t); r != nil && r.Start >= since && ((slowAbove > 0 && r.Duration > int64(slowAbove)) || slices.ContainsFunc(t, (*model.Span).IsAnomalous)) {
 			found = append(found, slow{t, r.Start})
 		}
 	}

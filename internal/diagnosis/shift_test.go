@@ -1,0 +1,212 @@
+package diagnosis
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
+)
+
+// TestQuantile: the log-binned quantiles are within a bin's width (9 %) of
+// the exact ones, over latencies from 0.2 ms to 20 s.
+func TestQuantile(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, median := range []float64{0.2e6, 3e6, 50e6, 800e6, 20e9} {
+		var h hist
+		var xs []float64
+		for range 5000 {
+			x := median * math.Exp(0.4*rng.NormFloat64())
+			h.add(int64(x))
+			xs = append(xs, x)
+		}
+		slices.Sort(xs)
+		w := func(i int) float64 { return float64(h[i]) }
+		for _, p := range []float64{0.5, 0.9} {
+			got, want := quantile(w, float64(len(xs)), p), xs[int(p*float64(len(xs)))]
+			if math.Abs(got/want-1) > 0.09 {
+				t.Errorf("median %.0f ns: p%.0f %.0f, exact %.0f", median, 100*p, got, want)
+			}
+		}
+	}
+	if b := binOf(1); b != 0 {
+		t.Errorf("1 ns in bin %d", b)
+	}
+	if b := binOf(math.MaxInt64); b != histBins-1 {
+		t.Errorf("MaxInt64 in bin %d", b)
+	}
+}
+
+// shiftFeed drives a tracker with one entry point's root spans, rate a
+// second, none flagged, each second's latencies drawn around median(sec)
+// (lognormal, σ 0.15: a healthy service's spread); it steps the rule every
+// second as Run would and stores what changed.
+type shiftFeed struct {
+	t    *testing.T
+	tr   *Tracker
+	st   store.IncidentStore
+	now  time.Time
+	n    int
+	rng  *rand.Rand
+	rate int
+}
+
+func newShiftFeed(t *testing.T, cfg Config, rate int) *shiftFeed {
+	st := openStore(t)
+	tr, err := NewTracker(cfg, st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &shiftFeed{t: t, tr: tr, st: st, now: t0, rng: rand.New(rand.NewPCG(3, 4)), rate: rate}
+	tr.now = func() time.Time { return f.now }
+	return f
+}
+
+func (f *shiftFeed) run(seconds int, median func(i int) time.Duration) {
+	for i := range seconds {
+		var spans []*model.Span
+		m := float64(median(i))
+		for range f.rate {
+			d := int64(m * math.Exp(0.15*f.rng.NormFloat64()))
+			spans = append(spans, &model.Span{TraceID: tid(f.n), SpanID: sid(f.n, 0), Service: "frontend", Name: "GET /checkout",
+				Kind: model.KindServer, Start: f.now.UnixNano() - d, Duration: d})
+			f.n++
+		}
+		f.tr.OnCommitted(spans)
+		for _, inc := range f.tr.step(f.now) {
+			f.tr.put(context.Background(), inc)
+		}
+		f.now = f.now.Add(time.Second)
+	}
+}
+
+func (f *shiftFeed) incidents() []Incident {
+	l, err := f.st.FindIncidents(context.Background(), store.IncidentQuery{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []Incident
+	for _, s := range l {
+		inc, err := FromStored(s)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out = append(out, inc)
+	}
+	return out
+}
+
+func constant(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }
+
+// TestShiftRule: a sustained slowdown the detector flags nothing of opens an
+// incident when the entry's latency moved by MinShift, not when it moved
+// less or drifted slowly; it closes once the latency is back.
+func TestShiftRule(t *testing.T) {
+	cfg := DefaultConfig()
+	f := newShiftFeed(t, cfg, 20)
+	f.run(120, constant(50*time.Millisecond))
+	// +15 %: under MinShift, no incident.
+	f.run(60, constant(57500*time.Microsecond))
+	f.run(60, constant(50*time.Millisecond))
+	// A drift of +40 % over 5 minutes: the baseline follows it.
+	f.run(300, func(i int) time.Duration { return time.Duration(50e6 * (1 + 0.4*float64(i)/300)) })
+	f.run(120, constant(70*time.Millisecond))
+	if l := f.incidents(); len(l) != 0 {
+		t.Fatalf("incidents without a shift of %.0f%%: %+v", 100*cfg.MinShift, l)
+	}
+	// +50 % at once.
+	onset := f.now
+	f.run(15, constant(105*time.Millisecond))
+	l := f.incidents()
+	if len(l) != 1 {
+		t.Fatalf("%d incidents after a 50 %% shift, want 1", len(l))
+	}
+	inc := l[0]
+	if inc.Trigger != TriggerShift || inc.Shift == nil || inc.State != StateOpen {
+		t.Fatalf("incident %+v", inc)
+	}
+	if opened := time.Unix(0, inc.Opened); opened.Sub(onset) > cfg.ShiftFor+3*time.Second {
+		t.Errorf("opened %v after the onset", opened.Sub(onset))
+	}
+	if d := time.Duration(inc.Start - onset.UnixNano()); d < -time.Second || d > time.Second {
+		t.Errorf("start %v from the onset", d)
+	}
+	// The window that opened it holds ShiftFor of the new latency and the
+	// old before it: its 90th percentile has moved, its median less.
+	if inc.Shift.BaseP50Ms < 65 || inc.Shift.BaseP50Ms > 75 || inc.Shift.P90Ms < 95 || inc.Shift.P90Ms > 125 || inc.Shift.P50Ms < inc.Shift.BaseP50Ms {
+		t.Errorf("shift %+v, want a baseline median near 70 ms and a window's 90th percentile near 105 ms", *inc.Shift)
+	}
+	if inc.SlowAboveMs != inc.Shift.BaseP90Ms || inc.SlowAboveMs < 70 || inc.SlowAboveMs > 95 {
+		t.Errorf("slow above %.1f ms, baseline p90 %.1f ms", inc.SlowAboveMs, inc.Shift.BaseP90Ms)
+	}
+	// It stays open while the shift lasts, its requests slower than
+	// SlowAbove anomalous (all but the opening window's older ones and a
+	// few of the new ones); and closes once the latency is back.
+	f.run(60, constant(105*time.Millisecond))
+	if l = f.incidents(); len(l) != 1 || l[0].State != StateOpen || l[0].Anomalous < l[0].Requests*8/10 {
+		t.Fatalf("during the shift: %+v", l)
+	}
+	f.run(int((cfg.Window+cfg.Quiet)/time.Second)+2, constant(70*time.Millisecond))
+	if l = f.incidents(); len(l) != 1 || l[0].State != StateClosed {
+		t.Fatalf("after the shift: %+v, want it closed", l)
+	}
+}
+
+// TestShiftRelearn: a lasting shift (a release that made the entry slower)
+// becomes the baseline after relearnBaselines × ShiftBaseline, and its
+// incident closes; an entry of too few requests is never judged by it.
+func TestShiftRelearn(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ShiftBaseline = 10 * time.Second
+	f := newShiftFeed(t, cfg, 10)
+	f.run(60, constant(20*time.Millisecond))
+	f.run(30, constant(40*time.Millisecond))
+	if l := f.incidents(); len(l) != 1 || l[0].State != StateOpen {
+		t.Fatalf("after a doubling: %+v, want one open incident", l)
+	}
+	f.run(int(relearnBaselines*cfg.ShiftBaseline/time.Second)+5*int(cfg.ShiftBaseline/time.Second)+int((cfg.Quiet+cfg.Window)/time.Second), constant(40*time.Millisecond))
+	if l := f.incidents(); len(l) != 1 || l[0].State != StateClosed {
+		t.Fatalf("after the new latency lasted: %+v, want the incident closed and no other", l)
+	}
+
+	few := newShiftFeed(t, cfg, 2) // 20 requests a window: under minShiftRequests
+	few.run(120, constant(20*time.Millisecond))
+	few.run(60, constant(60*time.Millisecond))
+	if l := few.incidents(); len(l) != 0 {
+		t.Fatalf("%d incidents at 2 requests a second", len(l))
+	}
+}
+
+// TestSlowAbove: for an incident a shift opened, the traces slower than its
+// SlowAboveMs are the slow ones though the detector flagged none, and the
+// ranking names the service whose time grew.
+func TestSlowAbove(t *testing.T) {
+	var traces [][]*model.Span
+	onset := t0.Add(time.Minute)
+	for i := range 60 {
+		traces = append(traces, shopTrace(i, t0.Add(time.Duration(i)*time.Second), 10, 20, 15, false))
+	}
+	for i := range 40 {
+		cart := 20.0
+		if i%4 != 0 {
+			cart = 40 // three requests in four through a slower cart
+		}
+		traces = append(traces, shopTrace(100+i, onset.Add(time.Duration(i)*250*time.Millisecond), 10, cart, 15, false))
+	}
+	if got := slowTraces(traces, onset.UnixNano(), 0); len(got) != 0 {
+		t.Errorf("%d slow traces by flags alone, want 0", len(got))
+	}
+	if got := slowTraces(traces, onset.UnixNano(), 50*time.Millisecond); len(got) != 30 {
+		t.Errorf("%d slow traces over 50 ms, want 30", len(got))
+	}
+	w := &analysis.Window{From: t0, To: onset.Add(time.Minute), Entry: "frontend", Traces: traces, SlowAbove: 50 * time.Millisecond}
+	v := analysis.Analyze(context.Background(), w, nil)
+	if v.Service != "cart" || v.SlowTraces != 30 || v.BaseTraces != 61 {
+		t.Errorf("verdict %s from %d slow and %d baseline traces, want cart from 30 and 61 (the normal ones before the onset, at the second trace of the shift); evidence %q", v.Service, v.SlowTraces, v.BaseTraces, v.Evidence)
+	}
+}
