@@ -307,6 +307,7 @@ type captureMetrics struct {
 	unregistered                            *prometheus.CounterVec
 	captures                                *prometheus.CounterVec
 	uploadBytes                             prometheus.Counter
+	requested                               prometheus.Counter
 	agents                                  prometheus.GaugeFunc
 }
 
@@ -351,6 +352,8 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		coalesced:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_capture_coalesced_total", Help: "Anomalous spans folded into an existing capture."}, nil),
 		captures:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_captures_total", Help: "Captures by final state."}, []string{"state"}),
 		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_capture_artifact_bytes_total", Help: "Artifact bytes accepted from agents."}),
+		requested: prometheus.NewCounter(prometheus.CounterOpts{Name: "rootline_capture_requested_spans_total",
+			Help: "Spans the diagnosis asked captures for (slow spans of an incident's culprit the detector did not flag)."}),
 		agents: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "rootline_agents", Help: "Registered agents."}, func() float64 {
 			m.mu.Lock()
 			defer m.mu.Unlock()
@@ -358,7 +361,7 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.m.anomalies, m.m.dropped, m.m.unrouted, m.m.unregistered, m.m.coalesced, m.m.captures, m.m.uploadBytes, m.m.agents} {
+		for _, c := range []prometheus.Collector{m.m.anomalies, m.m.dropped, m.m.unrouted, m.m.unregistered, m.m.coalesced, m.m.captures, m.m.uploadBytes, m.m.requested, m.m.agents} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register capture metrics: %w", err)
 			}
@@ -380,6 +383,27 @@ func (m *Manager) OnCommitted(spans []*model.Span) {
 			m.m.dropped.WithLabelValues().Inc()
 		}
 	}
+}
+
+// CaptureSpans queues spans the detector did not flag for capture as if it
+// had: the slow spans of an incident's culprit that no capture holds (an
+// incident opened on a shift of its entry point's latency, which flags few
+// spans). They share the anomalies' queue, rate limits and budgets; a span
+// whose process was captured over its time already just joins that capture.
+// It never blocks; it returns how many were queued.
+func (m *Manager) CaptureSpans(spans []*model.Span) int {
+	n := 0
+	for _, s := range spans {
+		select {
+		case m.anomalies <- s:
+			n++
+			m.m.requested.Inc()
+		default:
+			m.m.dropped.WithLabelValues().Inc()
+			return n
+		}
+	}
+	return n
 }
 
 // Run routes anomalies, fires captures when their windows close and expires

@@ -606,3 +606,34 @@ func TestMirroredAgentsAndUploadURL(t *testing.T) {
 		t.Errorf("mirrored %q, want %q", events, want)
 	}
 }
+
+// TestCaptureSpans: a span the detector did not flag is captured when the
+// diagnosis asks (CaptureSpans), while the same span committed by the
+// pipeline is not; the capture links it.
+func TestCaptureSpans(t *testing.T) {
+	f := newFixture(t, nil)
+	got := make(chan Capture, 4)
+	f.m.OnFinished(func(c Capture) { got <- c })
+	ag := newTestAgent(t, f.url, "", 100)
+	ag.register(t, agentapi.Process{PID: 42, Service: "checkout"})
+	slow := &model.Span{TraceID: model.TraceID{9}, SpanID: model.SpanID{9, 1}, Service: "checkout", Name: "op",
+		Start: time.Now().Add(-time.Minute).UnixNano(), Duration: int64(80 * time.Millisecond), Resource: []model.KeyValue{model.String("service.name", "checkout")}}
+	f.m.OnCommitted([]*model.Span{slow})
+	select {
+	case c := <-got:
+		t.Fatalf("a capture of an unflagged committed span: %+v", c)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if n := f.m.CaptureSpans([]*model.Span{slow}); n != 1 {
+		t.Fatalf("CaptureSpans queued %d, want 1", n)
+	}
+	var c Capture
+	select {
+	case c = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no capture of the span asked for")
+	}
+	if c.State != StateComplete || len(c.Spans) != 1 || c.Spans[0].TraceID != slow.TraceID || c.PID != 42 {
+		t.Fatalf("capture %+v", c)
+	}
+}

@@ -31,10 +31,11 @@ package diagnosis
 
 import (
 	"errors"
-	"github.com/rootline/rootline/internal/mirage"
 	"time"
 
 	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/mirage"
+	"github.com/rootline/rootline/internal/model"
 )
 
 // Causes a Verdict names.
@@ -155,6 +156,10 @@ type Verdict struct {
 	Advice *mirage.Advice `json:"advice,omitempty"`
 	// Updated is when it was computed (server clock).
 	Updated int64 `json:"updated"`
+	// capture: recent slow spans of the culprit the detector did not flag,
+	// for which the tracker asks captures while the verdict lacks kernel
+	// paths (Tracker.SetCapture).
+	capture []*model.Span
 }
 
 // Alternative is a runner-up explanation.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/analysis"
+	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
 )
@@ -208,5 +209,70 @@ func TestSlowAbove(t *testing.T) {
 	v := analysis.Analyze(context.Background(), w, nil)
 	if v.Service != "cart" || v.SlowTraces != 30 || v.BaseTraces != 61 {
 		t.Errorf("verdict %s from %d slow and %d baseline traces, want cart from 30 and 61 (the normal ones before the onset, at the second trace of the shift); evidence %q", v.Service, v.SlowTraces, v.BaseTraces, v.Evidence)
+	}
+}
+
+// TestShiftVerdictAsksCaptures: the verdict of an open incident a shift
+// opened, whose requests the detector flagged none of, compares the traces
+// slower than SlowAboveMs with those before, names the service whose time
+// grew, and — without kernel paths — lists the culprit's recent slow spans
+// for the tracker to ask captures of; the tracker hands them over.
+func TestShiftVerdictAsksCaptures(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	byTrace := map[model.TraceID][]*model.Span{}
+	var batch []*model.Span
+	onset := t0.Add(60 * time.Second)
+	for i := range 60 {
+		tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
+		byTrace[tr[0].TraceID] = tr
+		batch = append(batch, tr...)
+	}
+	var end int64
+	for i := range 30 {
+		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 14, 3, false)
+		byTrace[tr[0].TraceID] = tr
+		batch = append(batch, tr...)
+		end = tr[0].End()
+	}
+	if err := st.WriteSpans(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, end).Add(time.Second)
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(), Now: func() time.Time { return now },
+		Paths: &fakePaths{spans: byTrace, path: func(*model.Span) *critpath.SpanPath { return nil }}}
+	inc := &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(),
+		Trigger: TriggerShift, SlowAboveMs: 12}
+	v, err := d.Diagnose(ctx, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Service != "cart" || v.SlowTraces != 30 {
+		t.Fatalf("verdict %s from %d slow traces, want cart from 30; evidence %q", v.Service, v.SlowTraces, v.Evidence)
+	}
+	if len(v.capture) != maxCapture {
+		t.Fatalf("%d spans to capture, want %d", len(v.capture), maxCapture)
+	}
+	for i, s := range v.capture {
+		if s.Service != "cart" || s.Kind == model.KindClient || s.IsAnomalous() || (i > 0 && s.Start > v.capture[i-1].Start) {
+			t.Fatalf("span %d to capture: %s %s %v (want cart's, unflagged, newest first)", i, s.Service, s.Kind, s.IsAnomalous())
+		}
+	}
+	// Once it closed, nothing to capture.
+	closed := *inc
+	closed.End = end
+	if v, err := d.Diagnose(ctx, &closed); err != nil || len(v.capture) != 0 {
+		t.Fatalf("closed incident: %d spans to capture (%v)", len(v.capture), err)
+	}
+
+	tr, err := NewTracker(DefaultConfig(), st, d, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []*model.Span
+	tr.SetCapture(func(s []*model.Span) int { asked = append(asked, s...); return len(s) })
+	tr.verdict(ctx, &tracked{inc: *inc}, now)
+	if len(asked) != maxCapture {
+		t.Fatalf("the tracker asked captures of %d spans, want %d", len(asked), maxCapture)
 	}
 }

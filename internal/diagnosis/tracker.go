@@ -38,7 +38,17 @@ type Tracker struct {
 	settled []*tracked          // closed, still gathering evidence
 
 	opened, closed, verdicts *prometheus.CounterVec
+	// capture, when set, is asked captures of a verdict's unflagged slow
+	// spans of the culprit (SetCapture).
+	capture func([]*model.Span) int
 }
+
+// SetCapture makes the tracker hand capture (the capture manager's
+// CaptureSpans) the recent slow spans of an open incident's culprit that the
+// detector did not flag, while its verdict lacks kernel critical paths: an
+// incident a shift opened may have no flagged span of the culprit at all, and
+// without a capture of it the cause stays unknown. Call before Run.
+func (t *Tracker) SetCapture(capture func([]*model.Span) int) { t.capture = capture }
 
 // entry counts one entry point's root spans per second of arrival.
 type entry struct {
@@ -630,6 +640,10 @@ func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
 		return
 	}
 	t.verdicts.WithLabelValues("ok").Inc()
+	if t.capture != nil && len(v.capture) > 0 {
+		n := t.capture(v.capture)
+		t.log.Debug("captures asked for the culprit's slow spans", "incident", inc.ID, "service", v.Service, "spans", n)
+	}
 	t.mu.Lock()
 	tr.inc.Verdict = v
 	inc = tr.inc

@@ -212,6 +212,9 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			shares = d.fallback(ctx, v, top, spans, all)
 		}
 	}
+	if inc.End == 0 && known[v.Service] && v.PathSpans < cfg.MaxPaths {
+		v.capture = toCapture(slow, v.Service, now.Add(-captureRecent).UnixNano())
+	}
 	best, runner := pickCause(shares)
 	v.Cause = best.cause
 	v.ServiceConfidence = round2(base.Confidence)
@@ -327,6 +330,30 @@ func callersOf(traces [][]*model.Span, peers []analysis.ServiceScore) map[string
 	}
 	for _, c := range out {
 		slices.Sort(c)
+	}
+	return out
+}
+
+// captureRecent is how old a slow span may be for the tracker to ask a
+// capture of it: agents keep their kernel window for a minute.
+const captureRecent = 40 * time.Second
+
+// maxCapture bounds the spans one verdict asks captures for (the capture
+// manager joins those of one process whose windows overlap).
+const maxCapture = 8
+
+// toCapture returns svc's unflagged non-CLIENT spans in slow (newest first)
+// that started after since, up to maxCapture: the flagged ones went to the
+// capture manager when they were stored.
+func toCapture(slow [][]*model.Span, svc string, since int64) []*model.Span {
+	var out []*model.Span
+	for _, s := range culpritSpans(slow, svc, false) {
+		if len(out) >= maxCapture {
+			break
+		}
+		if s.Start >= since && !s.IsAnomalous() {
+			out = append(out, s)
+		}
 	}
 	return out
 }

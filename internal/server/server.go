@@ -255,6 +255,9 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	// Verdicts are computed again when evidence comes: a capture's
 	// artifacts, then the critical paths computed from its snapshot.
 	s.capture.OnFinished(func(capture.Capture) { tr.Evidence() })
+	// An incident whose culprit's slow spans were not flagged (a shift
+	// of the entry's latency) asks captures of them.
+	tr.SetCapture(s.capture.CaptureSpans)
 	s.critpath.onStored = tr.Evidence
 	return tr, nil
 }
