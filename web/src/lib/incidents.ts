@@ -50,8 +50,24 @@ export interface Incident {
   requests: number;
   anomalous: number;
   baselineMs: number;
+  /** The rule that opened it: a surge of anomalous requests, or a shift of the entry point's latency. */
+  trigger?: 'anomalies' | 'shift';
+  shift?: { p50Ms: number; p90Ms: number; baseP50Ms: number; baseP90Ms: number; requests: number };
+  slowAboveMs?: number;
   rule: string;
   verdict?: Verdict;
+}
+
+/** triggerText says what opened an incident. */
+export function triggerText(inc: Incident): string {
+  const s = inc.shift;
+  if (inc.trigger === 'shift' && s) {
+    return (
+      `Opened on a latency shift: p50 ${s.p50Ms.toFixed(1)} ms and p90 ${s.p90Ms.toFixed(1)} ms over ${s.requests} requests, ` +
+      `against ${s.baseP50Ms.toFixed(1)} and ${s.baseP90Ms.toFixed(1)} ms before; requests over ${(inc.slowAboveMs ?? s.baseP90Ms).toFixed(1)} ms count as anomalous.`
+    );
+  }
+  return `Opened on a surge of anomalous requests: ${inc.anomalous} of ${inc.requests}.`;
 }
 
 /** verdictText is the one-line verdict: "cart: lock (confidence 0.68)". */

@@ -3,7 +3,7 @@ import { Link } from 'react-router';
 import { api } from '../lib/api';
 import { usePoll } from '../lib/usePoll';
 import { shares, stateColor } from '../lib/critpath';
-import { verdictText, type Incident } from '../lib/incidents';
+import { triggerText, verdictText, type Incident } from '../lib/incidents';
 import { formatTime } from '../lib/timescale';
 
 const REFRESH_MS = 5000;
@@ -83,6 +83,7 @@ function IncidentRow({ inc, expanded, onToggle }: { inc: Incident; expanded: boo
       {expanded && (
         <tr className="incidentdetail">
           <td colSpan={5}>
+            <p>{triggerText(inc)}</p>
             {v && (
               <div>
                 {v.exampleTraceId && (
