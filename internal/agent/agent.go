@@ -206,7 +206,8 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 		return fail(err)
 	}
 	a.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute,
-		TLSConfig: tlsCfg, ConnContext: connContext,
+		IdleTimeout: agentapi.AgentIdleTimeout,
+		TLSConfig:   tlsCfg, ConnContext: connContext,
 		// Failed handshakes and the like: whoever sends them, not the agent, is at fault.
 		ErrorLog: slog.NewLogLogger(a.logger.Handler(), slog.LevelDebug)}
 	return a, nil

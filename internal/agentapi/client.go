@@ -133,8 +133,19 @@ type ClientOptions struct {
 
 // httpClient builds the http.Client for an address: TCP with TLS settings,
 // or one that dials the unix socket for every request.
+// IdleConnTimeout is how long a client of an agent keeps an idle
+// connection; AgentIdleTimeout how long an agent keeps one open. The client
+// gives up first: when an agent closed an idle connection just as the client
+// sent a request on it, the request failed ("connection reset by peer") and
+// a dump request is not sent again (a POST is not replayed).
+const (
+	IdleConnTimeout  = 30 * time.Second
+	AgentIdleTimeout = 2 * time.Minute
+)
+
 func httpClient(a Address, o ClientOptions) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.IdleConnTimeout = IdleConnTimeout
 	tr.TLSClientConfig = o.TLS
 	if a.Socket != "" {
 		path, owners := a.Socket, o.SocketOwners

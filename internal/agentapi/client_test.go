@@ -95,3 +95,18 @@ func TestSocketOwners(t *testing.T) {
 		c.CloseIdleConnections()
 	}
 }
+
+// TestClientDropsIdleConnectionsFirst: a client of an agent closes an idle
+// connection before the agent would, so that a dump request is never
+// written on a connection the agent is closing (it failed with "connection
+// reset by peer" in a demo run, and a POST is not replayed).
+func TestClientDropsIdleConnectionsFirst(t *testing.T) {
+	c, err := NewAgentClient("http://127.0.0.1:1", ClientOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := c.hc.Transport.(*http.Transport)
+	if tr.IdleConnTimeout <= 0 || tr.IdleConnTimeout >= AgentIdleTimeout {
+		t.Fatalf("client idle timeout %v, agent's %v: the client must give up first", tr.IdleConnTimeout, AgentIdleTimeout)
+	}
+}
