@@ -27,9 +27,10 @@ const svcJavaWork = "cpu=0.5ms,sleep=1ms,lock=0.2ms,alloc=16KB"
 // TestCritpathMonitorJavaSvc: TestCritpathMonitorJava on the demo's own Java
 // service (demo/services/java/Svc.java with the demo's E work: the JDK HTTP
 // server, whose dispatcher thread hands connections to a fixed pool of 64
-// worker threads) under `rootline run`'s datapath, with the demo's default
-// fault, lock (a monitor held 20 ms by each request), and four concurrent
-// clients so that requests queue on it. Two rounds of load: while the pool
+// worker threads) under `rootline run`'s datapath, with the service's fault
+// hold (a monitor held 20 ms by each request; the demo's lock fault has
+// another thread hold it), and four concurrent clients so that requests
+// queue on it. Two rounds of load: while the pool
 // still grows (the dispatcher creates a worker for each new request), and
 // after every worker sat idle longer than the recorder's preroll (each
 // request goes to the worker idle longest, first seen by the recorder when
@@ -49,7 +50,7 @@ func TestCritpathMonitorJavaSvc(t *testing.T) {
 	e.waitProcess(t, "cp-svc")
 	baseline(t, port, "", 30)
 	resp, err := http.Post(fmt.Sprintf("http://%s/fault", hostPortOf(admin)), "application/json",
-		strings.NewReader(`{"name":"lock","on":true,"amount":"20ms"}`))
+		strings.NewReader(`{"name":"hold","on":true,"amount":"20ms"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,8 @@ into, and removes every process, namespace, cgroup and qdisc it made (also on
 Ctrl-C).
 
 Faults (name@service[=amount]):
-  lock             a hot lock the service's request threads share (amount: held per request, 20ms)
+  lock             a hot lock each request takes, held by another thread of the service across a
+                   slow call (amount: how long it holds it each time, 20ms; then a quarter of that free)
   cpu-throttle     a CPU quota on the service's cgroup (amount: share of a CPU, 20%)
   cpu-hog          busy processes in the service's own cgroup (a noisy neighbour in its pod),
                    which gets a limit of half a CPU meanwhile (amount: processes, 2)

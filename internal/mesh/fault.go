@@ -21,7 +21,7 @@ const (
 	FaultCPUHog         = "cpu-hog"         // busy processes in the service's cgroup, under a pod CPU limit
 	FaultNetBandwidth   = "net-bandwidth"   // tbf on the service's links (pod mode)
 	FaultNetDelay       = "net-delay"       // Envoy fault filter on calls into the service
-	FaultLock           = "lock"            // app: hot lock shared by request threads
+	FaultLock           = "lock"            // app: hot lock the request threads wait for, held across a slow call
 	FaultGC             = "gc"              // app: allocation storm
 	FaultSlowDownstream = "slow-downstream" // app: slow calls to its downstreams
 	FaultDisk           = "disk"            // app: fsync storm
@@ -80,8 +80,9 @@ var DefaultAmounts = map[string]string{
 	FaultCPUHog:       "2",
 	FaultNetBandwidth: "2mbit",
 	FaultNetDelay:     "100ms",
-	// The hot lock: 20 ms held per request shows at the demo's rates
-	// (visits/s × 20 ms well below 1 s/s, but queueing under concurrency).
+	// The hot lock: a holder in the service keeps it 20 ms at a time (then
+	// 5 ms free), each request takes it: ~8 ms more per request on
+	// average, up to 20 ms, whatever the rate.
 	FaultLock: "20ms",
 	// A tenth of the packets: TCP recovers most by retransmission after a
 	// timeout (200 ms at least), which is what makes a lossy link slow.

@@ -152,7 +152,7 @@ func TestServicesContract(t *testing.T) {
 				t.Errorf("slow fault on: request took %v", d)
 			}
 			for _, f := range []string{`{"name":"slow","on":false}`, `{"name":"lock","on":true,"amount":"2ms"}`, `{"name":"gc","on":true,"amount":"64KB"}`,
-				`{"name":"disk","on":true,"amount":"8KB"}`, `{"name":"cpu","on":true,"amount":"2ms"}`} {
+				`{"name":"disk","on":true,"amount":"8KB"}`, `{"name":"cpu","on":true,"amount":"2ms"}`, `{"name":"hold","on":true,"amount":"1ms"}`} {
 				if code, body := svcPost(t, admin+"/fault", f); code != 200 {
 					t.Errorf("POST %s: %d %q", f, code, body)
 				}
@@ -165,7 +165,7 @@ func TestServicesContract(t *testing.T) {
 				On     bool   `json:"on"`
 				Amount string `json:"amount"`
 			}
-			if err := json.Unmarshal([]byte(body), &faults); code != 200 || err != nil || len(faults) != 5 ||
+			if err := json.Unmarshal([]byte(body), &faults); code != 200 || err != nil || len(faults) != 6 ||
 				faults["slow"].On || faults["slow"].Amount != "300ms" || !faults["lock"].On || faults["lock"].Amount != "2ms" {
 				t.Errorf("GET /faults: %d %q (%v)", code, body, err)
 			}

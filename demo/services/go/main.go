@@ -46,7 +46,7 @@ type work struct {
 
 // faultDefaults are the amounts used when POST /fault gives none.
 // Must match Svc.java and svc.py.
-var faultDefaults = map[string]string{"lock": "10ms", "gc": "1MB", "slow": "100ms", "disk": "1MB", "cpu": "10ms"}
+var faultDefaults = map[string]string{"lock": "10ms", "hold": "10ms", "gc": "1MB", "slow": "100ms", "disk": "1MB", "cpu": "10ms"}
 
 type fault struct {
 	On     bool   `json:"on"`
@@ -95,6 +95,7 @@ func main() {
 		f, _ := newFault(n, false, a)
 		s.faults[n] = f
 	}
+	go s.lockHolder()
 	s.client = &http.Client{
 		Timeout: 30 * time.Second,
 		Transport: &http.Transport{
@@ -168,6 +169,27 @@ func (s *service) serve(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "%s %s [%s]\n", s.name, statusWord(status), strings.Join(parts, " "))
 }
 
+// lockHolder is the lock fault: while it is on, a goroutine holds the hot
+// lock across a slow call (a sleep of the fault's amount), lets it go for a
+// quarter of that, and again; each request takes the lock on its way
+// (requestWork), so requests queue behind the holder — lock contention, not
+// work of their own. Same in svc.py and Svc.java.
+func (s *service) lockHolder() {
+	for {
+		s.mu.Lock()
+		f := s.faults["lock"]
+		s.mu.Unlock()
+		if !f.On || f.dur <= 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s.hot.Lock()
+		time.Sleep(f.dur)
+		s.hot.Unlock()
+		time.Sleep(f.dur / 4)
+	}
+}
+
 // requestWork does one request's WORK plus the faults that are on, on the
 // calling goroutine: the same for an HTTP request and a gRPC call.
 func (s *service) requestWork() {
@@ -186,7 +208,13 @@ func (s *service) requestWork() {
 		wk.sleep += f.dur
 	}
 	if f := faults["lock"]; f.On {
-		wk.lock += f.dur
+		// The hot lock is held by lockHolder most of the time: the
+		// request waits for it.
+		s.hot.Lock()
+		s.hot.Unlock() //nolint:staticcheck // an empty critical section: the wait is the point
+	}
+	if f := faults["hold"]; f.On {
+		wk.lock += f.dur // busy work while holding the hot lock
 	}
 	if f := faults["disk"]; f.On {
 		wk.disk += f.size
@@ -319,7 +347,7 @@ func (s *service) setFault(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if _, ok := faultDefaults[body.Name]; !ok {
-		http.Error(w, fmt.Sprintf("unknown fault %q: want lock, gc, slow, disk or cpu", body.Name), http.StatusBadRequest)
+		http.Error(w, fmt.Sprintf("unknown fault %q: want lock, hold, gc, slow, disk or cpu", body.Name), http.StatusBadRequest)
 		return
 	}
 	s.mu.Lock()

@@ -43,7 +43,7 @@ public final class Svc {
     // Must match the lists in main.go and svc.py.
     static final String[] FORWARDED = {"traceparent", "tracestate", "b3", "x-b3-traceid", "x-b3-spanid",
         "x-b3-parentspanid", "x-b3-sampled", "x-b3-flags", "x-request-id"};
-    static final String[][] FAULT_DEFAULTS = {{"lock", "10ms"}, {"gc", "1MB"}, {"slow", "100ms"},
+    static final String[][] FAULT_DEFAULTS = {{"lock", "10ms"}, {"hold", "10ms"}, {"gc", "1MB"}, {"slow", "100ms"},
         {"disk", "1MB"}, {"cpu", "10ms"}};
 
     static final class Work {
@@ -104,6 +104,9 @@ public final class Svc {
         String admin = env("ADMIN", "127.0.0.1:0");
         int threads = Integer.parseInt(env("THREADS", "64"));
 
+        Thread holder = new Thread(Svc::lockHolder, "lock-holder");
+        holder.setDaemon(true);
+        holder.start();
         String protocol = env("PROTOCOL", "http");
         if (protocol.equals("grpc")) {
             mainGrpc(listen, admin, threads);
@@ -213,6 +216,32 @@ public final class Svc {
         }
     }
 
+    // lockHolder is the lock fault: while it is on, a thread holds the hot
+    // lock across a slow call (a sleep of the fault's amount), lets it go for
+    // a quarter of that, and again; each request takes the lock on its way
+    // (requestWork), so requests queue behind the holder: lock contention,
+    // not work of their own. Same in main.go and svc.py.
+    static void lockHolder() {
+        while (true) {
+            Fault f;
+            synchronized (faults) {
+                f = faults.get("lock");
+            }
+            try {
+                if (!f.on || f.ns <= 0) {
+                    Thread.sleep(50);
+                    continue;
+                }
+                synchronized (HOT) {
+                    Thread.sleep(f.ns / 1_000_000, (int) (f.ns % 1_000_000));
+                }
+                Thread.sleep(f.ns / 4_000_000);
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+    }
+
     // requestWork does one request's WORK plus the faults that are on, on the
     // calling thread: the same for an HTTP request and a gRPC call.
     static void requestWork() throws IOException {
@@ -223,7 +252,15 @@ public final class Svc {
         Work wk = new Work();
         wk.cpuNs = work.cpuNs + (f.get("cpu").on ? f.get("cpu").ns : 0);
         wk.sleepNs = work.sleepNs + (f.get("slow").on ? f.get("slow").ns : 0);
-        wk.lockNs = work.lockNs + (f.get("lock").on ? f.get("lock").ns : 0);
+        // hold: busy work while holding the hot lock.
+        wk.lockNs = work.lockNs + (f.get("hold").on ? f.get("hold").ns : 0);
+        if (f.get("lock").on) {
+            // The hot lock is held by lockHolder most of the time: the
+            // request waits for it.
+            synchronized (HOT) {
+                // An empty critical section: the wait is the point.
+            }
+        }
         wk.alloc = work.alloc;
         wk.disk = work.disk + (f.get("disk").on ? f.get("disk").bytes : 0);
         doWork(wk);
@@ -378,7 +415,7 @@ public final class Svc {
             boolean on = mo.find() && mo.group(1).equals("true");
             synchronized (faults) {
                 if (!faults.containsKey(fname)) {
-                    reply(ex, 400, "text/plain", "unknown fault \"" + fname + "\": want lock, gc, slow, disk or cpu\n");
+                    reply(ex, 400, "text/plain", "unknown fault \"" + fname + "\": want lock, hold, gc, slow, disk or cpu\n");
                     return;
                 }
                 String amount = ma.find() && !ma.group(1).isEmpty() ? ma.group(1) : faults.get(fname).amount;

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 # Must match the lists in main.go and Svc.java.
 FORWARDED = ["traceparent", "tracestate", "b3", "x-b3-traceid", "x-b3-spanid",
              "x-b3-parentspanid", "x-b3-sampled", "x-b3-flags", "x-request-id"]
-FAULT_DEFAULTS = {"lock": "10ms", "gc": "1MB", "slow": "100ms", "disk": "1MB", "cpu": "10ms"}
+FAULT_DEFAULTS = {"lock": "10ms", "hold": "10ms", "gc": "1MB", "slow": "100ms", "disk": "1MB", "cpu": "10ms"}
 SIZE_FAULTS = ("gc", "disk")
 
 
@@ -183,6 +183,23 @@ def do_work(w):
         time.sleep(w["sleep"])
 
 
+def lock_holder():
+    """The lock fault: while it is on, a thread holds the hot lock across a
+    slow call (a sleep of the fault's amount), lets it go for a quarter of
+    that, and again; each request takes the lock on its way (request_work),
+    so requests queue behind the holder: lock contention, not work of their
+    own. Same in main.go and Svc.java."""
+    while True:
+        with FAULTS_MU:
+            f = FAULTS["lock"]
+        if not f.on or f.value <= 0:
+            time.sleep(0.05)
+            continue
+        with HOT:
+            time.sleep(f.value)
+        time.sleep(f.value / 4)
+
+
 def request_work():
     """One request's WORK plus the faults that are on, on the calling thread:
     the same for an HTTP request and a gRPC call."""
@@ -194,7 +211,12 @@ def request_work():
     if f["slow"].on:
         w["sleep"] += f["slow"].value
     if f["lock"].on:
-        w["lock"] += f["lock"].value
+        # The hot lock is held by lock_holder most of the time: the request
+        # waits for it.
+        with HOT:
+            pass
+    if f["hold"].on:
+        w["lock"] += f["hold"].value  # busy work while holding the hot lock
     if f["disk"].on:
         w["disk"] += f["disk"].value
     do_work(w)
@@ -323,7 +345,7 @@ class AdminHandler(Handler):
         name = req.get("name", "")
         with FAULTS_MU:
             if name not in FAULTS:
-                self.reply(400, "text/plain", 'unknown fault "%s": want lock, gc, slow, disk or cpu\n' % name)
+                self.reply(400, "text/plain", 'unknown fault "%s": want lock, hold, gc, slow, disk or cpu\n' % name)
                 return
             amount = req.get("amount") or FAULTS[name].amount
             try:
@@ -360,6 +382,7 @@ def main():
     listen = os.environ.get("LISTEN") or "0.0.0.0:8080"
     admin = os.environ.get("ADMIN") or "127.0.0.1:0"
     protocol = os.environ.get("PROTOCOL") or "http"
+    threading.Thread(target=lock_holder, daemon=True, name="lock-holder").start()
     if protocol == "grpc":
         main_grpc(listen, admin)
         return
