@@ -110,7 +110,8 @@ Ctrl-C).
 
 Faults (name@service[=amount]):
   lock             a hot lock each request takes, held by another thread of the service across a
-                   slow call (amount: how long it holds it each time, 20ms; then a quarter of that free)
+                   slow call (amount: how long it holds it each time, 20ms; then free for a quarter of
+                   that on average)
   cpu-throttle     a CPU quota on the service's cgroup (amount: share of a CPU, 20%)
   cpu-hog          busy processes in the service's own cgroup (a noisy neighbour in its pod),
                    which gets a limit of half a CPU meanwhile (amount: processes, 2)

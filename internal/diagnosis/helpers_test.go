@@ -119,3 +119,31 @@ func gzipJSON(t testing.TB, v any) *bytes.Buffer {
 	}
 	return &buf
 }
+
+// shopIncident stores a minute of the shop's normal traffic from t0 (cart
+// 6 ms, the database 3 ms), then 30 requests every 200 ms from the onset
+// t0+60s with cart's own time cartMs and the database's dbMs, flagged by
+// the detector or not. It returns the traces by id, the slow requests' cart
+// SERVER spans and the end of the last one.
+func shopIncident(t testing.TB, st *sqlite.Store, cartMs, dbMs float64, flagged bool) (byTrace map[model.TraceID][]*model.Span, slowCart []*model.Span, end int64) {
+	t.Helper()
+	byTrace = map[model.TraceID][]*model.Span{}
+	var batch []*model.Span
+	for i := range 60 {
+		tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
+		byTrace[tr[0].TraceID] = tr
+		batch = append(batch, tr...)
+	}
+	onset := t0.Add(60 * time.Second)
+	for i := range 30 {
+		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, cartMs, dbMs, flagged)
+		byTrace[tr[0].TraceID] = tr
+		batch = append(batch, tr...)
+		slowCart = append(slowCart, tr[2])
+		end = tr[0].End()
+	}
+	if err := st.WriteSpans(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	return byTrace, slowCart, end
+}

@@ -220,24 +220,8 @@ func TestSlowAbove(t *testing.T) {
 func TestShiftVerdictAsksCaptures(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t)
-	byTrace := map[model.TraceID][]*model.Span{}
-	var batch []*model.Span
+	byTrace, _, end := shopIncident(t, st, 14, 3, false)
 	onset := t0.Add(60 * time.Second)
-	for i := range 60 {
-		tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
-		byTrace[tr[0].TraceID] = tr
-		batch = append(batch, tr...)
-	}
-	var end int64
-	for i := range 30 {
-		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 14, 3, false)
-		byTrace[tr[0].TraceID] = tr
-		batch = append(batch, tr...)
-		end = tr[0].End()
-	}
-	if err := st.WriteSpans(ctx, batch); err != nil {
-		t.Fatal(err)
-	}
 	now := time.Unix(0, end).Add(time.Second)
 	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(), Now: func() time.Time { return now },
 		Paths: &fakePaths{spans: byTrace, path: func(*model.Span) *critpath.SpanPath { return nil }}}

@@ -42,25 +42,8 @@ func TestDiagnoseMonitorSpin(t *testing.T) {
 	for _, withJFR := range []bool{false, true} {
 		ctx := context.Background()
 		st := openStore(t)
-		byTrace := map[model.TraceID][]*model.Span{}
-		var batch, slowCart []*model.Span
+		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
 		onset := t0.Add(60 * time.Second)
-		for i := range 60 {
-			tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
-			byTrace[tr[0].TraceID] = tr
-			batch = append(batch, tr...)
-		}
-		var end int64
-		for i := range 30 {
-			tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
-			byTrace[tr[0].TraceID] = tr
-			batch = append(batch, tr...)
-			slowCart = append(slowCart, tr[2])
-			end = tr[0].End()
-		}
-		if err := st.WriteSpans(ctx, batch); err != nil {
-			t.Fatal(err)
-		}
 		if withJFR {
 			// 60 of each slow span's 73 ms entering a monitor, one
 			// recording for all of them.

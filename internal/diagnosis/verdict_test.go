@@ -75,24 +75,9 @@ func TestDiagnose(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := openStore(t)
-			byTrace := map[model.TraceID][]*model.Span{}
-			var batch []*model.Span
+			// A minute of normal traffic, then the fault, every 200 ms.
+			byTrace, _, end := shopIncident(t, st, tc.cartMs, tc.dbMs, true)
 			onset := t0.Add(60 * time.Second)
-			for i := range 60 { // a minute of normal traffic
-				tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)
-				byTrace[tr[0].TraceID] = tr
-				batch = append(batch, tr...)
-			}
-			var end int64
-			for i := range 30 { // then the fault, every 200 ms
-				tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, tc.cartMs, tc.dbMs, true)
-				byTrace[tr[0].TraceID] = tr
-				batch = append(batch, tr...)
-				end = tr[0].End()
-			}
-			if err := st.WriteSpans(ctx, batch); err != nil {
-				t.Fatal(err)
-			}
 			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
 				Now: func() time.Time { return time.Unix(0, end).Add(time.Second) }}
 			if tc.path != nil {

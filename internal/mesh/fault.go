@@ -81,7 +81,7 @@ var DefaultAmounts = map[string]string{
 	FaultNetBandwidth: "2mbit",
 	FaultNetDelay:     "100ms",
 	// The hot lock: a holder in the service keeps it 20 ms at a time (then
-	// 5 ms free), each request takes it: ~8 ms more per request on
+	// 0–10 ms free), each request takes it: ~8 ms more per request on
 	// average, up to 20 ms, whatever the rate.
 	FaultLock: "20ms",
 	// A tenth of the packets: TCP recovers most by retransmission after a

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -171,7 +172,7 @@ func (s *service) serve(w http.ResponseWriter, r *http.Request) {
 
 // lockHolder is the lock fault: while it is on, a goroutine holds the hot
 // lock across a slow call (a sleep of the fault's amount), lets it go for a
-// quarter of that, and again; each request takes the lock on its way
+// quarter of that on average, and again; each request takes the lock on its way
 // (requestWork), so requests queue behind the holder — lock contention, not
 // work of their own. Same in svc.py and Svc.java.
 func (s *service) lockHolder() {
@@ -186,7 +187,10 @@ func (s *service) lockHolder() {
 		s.hot.Lock()
 		time.Sleep(f.dur)
 		s.hot.Unlock()
-		time.Sleep(f.dur / 4)
+		// Free for a quarter of the hold on average, at random: a fixed
+		// cycle would let requests sent one after the other fall into
+		// step with it and never wait.
+		time.Sleep(time.Duration(rand.Int64N(int64(f.dur)/2 + 1)))
 	}
 }
 

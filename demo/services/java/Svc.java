@@ -218,7 +218,7 @@ public final class Svc {
 
     // lockHolder is the lock fault: while it is on, a thread holds the hot
     // lock across a slow call (a sleep of the fault's amount), lets it go for
-    // a quarter of that, and again; each request takes the lock on its way
+    // a quarter of that on average, and again; each request takes the lock on its way
     // (requestWork), so requests queue behind the holder: lock contention,
     // not work of their own. Same in main.go and svc.py.
     static void lockHolder() {
@@ -235,7 +235,11 @@ public final class Svc {
                 synchronized (HOT) {
                     Thread.sleep(f.ns / 1_000_000, (int) (f.ns % 1_000_000));
                 }
-                Thread.sleep(f.ns / 4_000_000);
+                // Free for a quarter of the hold on average, at random: a
+                // fixed cycle would let requests sent one after the other
+                // fall into step with it and never wait.
+                long free = java.util.concurrent.ThreadLocalRandom.current().nextLong(f.ns / 2 + 1);
+                Thread.sleep(free / 1_000_000, (int) (free % 1_000_000));
             } catch (InterruptedException e) {
                 return;
             }

@@ -20,6 +20,7 @@ Run: SERVICE_NAME=c LISTEN=127.0.0.1:18003 python3 demo/services/python/svc.py
 import http.client
 import json
 import os
+import random
 import socket
 import sys
 import tempfile
@@ -186,7 +187,7 @@ def do_work(w):
 def lock_holder():
     """The lock fault: while it is on, a thread holds the hot lock across a
     slow call (a sleep of the fault's amount), lets it go for a quarter of
-    that, and again; each request takes the lock on its way (request_work),
+    that on average, and again; each request takes the lock on its way (request_work),
     so requests queue behind the holder: lock contention, not work of their
     own. Same in main.go and Svc.java."""
     while True:
@@ -197,7 +198,10 @@ def lock_holder():
             continue
         with HOT:
             time.sleep(f.value)
-        time.sleep(f.value / 4)
+        # Free for a quarter of the hold on average, at random: a fixed
+        # cycle would let requests sent one after the other fall into step
+        # with it and never wait.
+        time.sleep(random.uniform(0, f.value / 2))
 
 
 def request_work():
