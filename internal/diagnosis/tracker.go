@@ -360,6 +360,9 @@ func (t *Tracker) window(e *entry, now int64) (sum bucket) {
 		sum.baselineSpans += b.baselineSpans
 		sum.over += b.over
 		sum.lastEnd = max(sum.lastEnd, b.overLast)
+		for j, c := range b.lat {
+			sum.lat[j] += c
+		}
 	}
 	return sum
 }
@@ -392,28 +395,16 @@ func (t *Tracker) fold(e *entry, b *bucket, open *tracked) {
 // keeps the baseline from learning what the entry takes now.
 const relearnBaselines = 10
 
-// shifted applies the shift rule to e's window at sec: its latencies
-// against its baseline, whether they moved up by MinShift, and the counts
+// shifted applies the shift rule to e's window at sec (w, its sum): its
+// latencies against its baseline, whether they moved up by MinShift, and the counts
 // it keeps (the window's seconds marked shifted, the run of shifted steps,
 // the baseline's 90th percentile for the next seconds' over counts). The
 // caller holds t.mu.
-func (t *Tracker) shifted(e *entry, sec int64) (shift, bool) {
+func (t *Tracker) shifted(e *entry, sec int64, w *bucket) (shift, bool) {
 	if t.cfg.MinShift <= 0 {
 		return shift{}, false
 	}
-	var win hist
-	n := 0
-	for i := range e.buckets {
-		b := &e.buckets[i]
-		if b.sec <= sec-t.nbuck || b.sec > sec {
-			continue
-		}
-		n += b.total
-		for j, c := range b.lat {
-			win[j] += c
-		}
-	}
-	sh := compare(&win, n, &e.base)
+	sh := compare(&w.lat, w.total, &e.base)
 	if e.base.n >= minBaseRequests {
 		e.slowAbove = int64(sh.baseP90)
 	}
@@ -472,7 +463,7 @@ func (t *Tracker) step(now time.Time) []Incident {
 			}
 		}
 		w := t.window(e, sec)
-		sh, shifted := t.shifted(e, sec)
+		sh, shifted := t.shifted(e, sec, &w)
 		share := float64(w.anom) / float64(max(w.total, 1))
 		var inc *Incident
 		switch {
