@@ -126,7 +126,7 @@ func decodeBinary(data []byte) (*Timeline, error) {
 	raws := make([]rawIv, bs.NumIntervals)
 	if err := bs.EachInterval(func(k int, p *kernel.PackedInterval) {
 		m := ik[p.Kind]
-		raws[k] = rawIv{iv: iv{start: p.Start, end: p.End, wake: p.Wakeup, detail: m.detail, kind: m.kind}, tid: p.TID}
+		raws[k] = rawIv{iv: iv{start: p.Start, end: p.End, wake: p.Wakeup, detail: m.detail, kind: m.kind, cpu1: cpuCode(int64(p.CPU))}, tid: p.TID}
 	}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadSnapshot, err)
 	}
@@ -714,6 +714,9 @@ func (d *decoder) interval(tl *Timeline) (rawIv, error) {
 			r.start, err = d.int()
 		case "end_ns":
 			r.end, err = d.int()
+		case "cpu":
+			v, err = d.int()
+			r.cpu1 = cpuCode(v)
 		case "wakeup":
 			v, err = d.int()
 			if v < -1 || v > 1<<31-1 {
@@ -940,7 +943,7 @@ func (d *decoder) fastInterval(tl *Timeline) (rawIv, bool) {
 	sc.lit(`,"end_ns":`)
 	r.end = sc.int()
 	sc.lit(`,"cpu":`)
-	sc.int()
+	r.cpu1 = cpuCode(sc.int())
 	sc.lit(`,"wakeup":`)
 	w := sc.int()
 	sc.lit(`}`)

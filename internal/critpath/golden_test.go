@@ -26,7 +26,7 @@ type timelineCase struct {
 	// Threads: [tid, pid, "comm"].
 	Threads [][3]any `json:"threads"`
 	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu(,
-	// "syscall"(, "device")))].
+	// "syscall"(, "device")))]; cpu -1: unknown (the default).
 	Intervals [][]any `json:"intervals"`
 	// Wakeups: [ts, wakee, waker, "context"(, causal)].
 	Wakeups  [][]any      `json:"wakeups"`
@@ -79,11 +79,10 @@ func (c *timelineCase) snapshot() (*kernel.Snapshot, int64) {
 	for _, iv := range c.Intervals {
 		in := kernel.Interval{TID: uint32(num(iv[0])), State: iv[1].(string), Reason: iv[2].(string),
 			Start: num(iv[3]) * sc, End: num(iv[4]) * sc, CPU: -1, Wakeup: int(num(iv[5]))}
-		if in.State == kernel.StateRunning {
-			in.CPU = 0
-			if len(iv) > 6 {
-				in.CPU = int(num(iv[6]))
-			}
+		// A running interval's CPU is unknown unless the case gives it:
+		// the cases run threads at once without saying on which CPUs.
+		if in.State == kernel.StateRunning && len(iv) > 6 {
+			in.CPU = int(num(iv[6]))
 		}
 		if len(iv) > 7 {
 			in.Syscall = iv[7].(string)

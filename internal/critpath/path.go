@@ -47,6 +47,15 @@ type Analysis struct {
 	// frozen[pid]: when a thread of pid, a process that schedules in user
 	// space, was held off by its cgroup's CPU quota (see overlayFrozen).
 	frozen map[uint32][]Pause
+	// oncpu[pid][cpu1]: when pid's threads ran on a CPU (iv.cpu1), in time
+	// order (one thread at a time on a CPU: they do not overlap).
+	oncpu map[uint32]map[uint8][]onCPU
+}
+
+// onCPU is a thread's running interval.
+type onCPU struct {
+	tid        uint32
+	start, end int64
 }
 
 // New prepares the analysis of in.
@@ -62,10 +71,12 @@ func New(in Input, cfg Config) *Analysis {
 		}
 	}
 	a.user = make([]bool, len(a.tl.threads))
+	a.oncpu = map[uint32]map[uint8][]onCPU{}
 	var frozen []Pause
 	for i := range a.tl.threads {
 		th := &a.tl.threads[i]
 		a.user[i] = userPID[th.pid]
+		a.addOnCPU(th)
 		if !a.user[i] {
 			continue
 		}
@@ -76,7 +87,64 @@ func New(in Input, cfg Config) *Analysis {
 		}
 	}
 	a.frozen = mergePauses(frozen)
+	for _, byCPU := range a.oncpu {
+		for _, l := range byCPU {
+			slices.SortFunc(l, func(x, y onCPU) int { return cmp.Compare(x.start, y.start) })
+		}
+	}
 	return a
+}
+
+// addOnCPU indexes th's running intervals by process and CPU.
+func (a *Analysis) addOnCPU(th *thread) {
+	if th.pid == 0 || !th.target {
+		return
+	}
+	byCPU := a.oncpu[th.pid]
+	for _, j := range th.ivs {
+		if j.kind != kRunning || j.cpu1 == 0 {
+			continue
+		}
+		if byCPU == nil {
+			byCPU = map[uint8][]onCPU{}
+			a.oncpu[th.pid] = byCPU
+		}
+		byCPU[j.cpu1] = append(byCPU[j.cpu1], onCPU{tid: th.tid, start: j.start, end: j.end})
+	}
+}
+
+// ownQueue is how much of thread tid's run-queue time in [lo, hi) the CPU
+// it waited for ran other threads of its own process: the process's own
+// demand held it off, not another program. The CPU waited for is the one
+// the thread ran on when its wait ended (a thread that moved to another
+// CPU's queue meanwhile is counted against the last).
+func (a *Analysis) ownQueue(tid uint32, lo, hi int64) int64 {
+	i, ok := a.tl.byTID[tid]
+	if !ok {
+		return 0
+	}
+	th := &a.tl.threads[i]
+	byCPU := a.oncpu[th.pid]
+	if len(byCPU) == 0 {
+		return 0
+	}
+	var own int64
+	k := sort.Search(len(th.ivs), func(k int) bool { return th.ivs[k].end > lo })
+	for ; k < len(th.ivs) && th.ivs[k].start < hi; k++ {
+		j := &th.ivs[k]
+		if j.kind != kRunqueue || k+1 >= len(th.ivs) || th.ivs[k+1].kind != kRunning || th.ivs[k+1].cpu1 == 0 {
+			continue
+		}
+		s, e := max(lo, j.start), min(hi, j.end)
+		runs := byCPU[th.ivs[k+1].cpu1]
+		m := sort.Search(len(runs), func(m int) bool { return runs[m].end > s })
+		for ; m < len(runs) && runs[m].start < e; m++ {
+			if runs[m].tid != tid {
+				own += min(e, runs[m].end) - max(s, runs[m].start)
+			}
+		}
+	}
+	return own
 }
 
 // mergePauses sorts each process's pauses and merges those that overlap.
@@ -126,6 +194,10 @@ type Segment struct {
 	// Syscall and Device qualify a blocked state of the thread's own (the
 	// syscall it waited in, the block device of a disk wait), when known.
 	Syscall, Device string
+	// OwnQueue is, of a runqueue segment, the time the CPU the thread
+	// waited for ran other threads of its own process (ns): the process's
+	// own demand held it off rather than another program.
+	OwnQueue int64
 }
 
 // Arrow is a wakeup the path followed: From woke To at TS.
@@ -172,6 +244,9 @@ type Path struct {
 	Threads  []ThreadTime
 	Segments []Segment
 	Arrows   []Arrow
+	// OwnQueue is the segments' OwnQueue added up: of the runqueue time in
+	// States, how much was spent behind the same process's threads.
+	OwnQueue int64
 }
 
 // StateDurations returns the time per state name (States).
@@ -595,9 +670,14 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			}
 			blockedWait[q][w] += d
 		}
+		var own int64
+		if s.st == stRunqueue {
+			own = a.ownQueue(s.tid, s.start, s.end)
+			p.OwnQueue += own
+		}
 		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
 			Wait: wait, Active: int(s.active), Blocking: s.blocking,
-			Syscall: a.tl.details.syscall[s.detail], Device: a.tl.details.device[s.detail]})
+			Syscall: a.tl.details.syscall[s.detail], Device: a.tl.details.device[s.detail], OwnQueue: own})
 	}
 	for q, d := range blocked {
 		b := Blocker{Request: q, Duration: d}

@@ -34,7 +34,7 @@ func timelineOf(s *kernel.Snapshot) *Timeline {
 			k = kRunqueue
 		}
 		tl.threads[i].ivs = append(tl.threads[i].ivs, iv{start: in.Start, end: in.End, wake: int32(in.Wakeup),
-			kind: k, detail: tl.details.code([]byte(in.Reason), []byte(in.Syscall), []byte(in.Device))})
+			kind: k, cpu1: cpuCode(int64(in.CPU)), detail: tl.details.code([]byte(in.Reason), []byte(in.Syscall), []byte(in.Device))})
 	}
 	for i := range tl.threads {
 		slices.SortStableFunc(tl.threads[i].ivs, func(a, b iv) int { return compareInt64(a.start, b.start) })

@@ -61,6 +61,10 @@ type SpanPath struct {
 	// Lost is the kernel records the recorder dropped during the snapshot's
 	// window (0: the snapshot is complete).
 	Lost uint64 `json:"lost,omitempty"`
+	// OwnQueueMs is, of the runqueue time in States, the time the CPU
+	// waited for ran other threads of the same process: its own demand
+	// held it off, not another program.
+	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
 }
 
 // LocalWait is the local wait (in the Mirage wait model's sense,
@@ -113,6 +117,9 @@ type SegmentJSON struct {
 	// syscall it waited in, the block device of a disk wait.
 	Syscall string `json:"syscall,omitempty"`
 	Device  string `json:"device,omitempty"`
+	// OwnQueueMs: of a runqueue segment, the time the CPU it waited for
+	// ran other threads of its own process.
+	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
 }
 
 // ArrowJSON is a wakeup the path followed: thread From woke thread To at TS.
@@ -157,7 +164,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 		Start: r.Start, End: r.End, Ms: ms(r.End - r.Start), States: make(map[string]float64, numStates),
 		Waits:     make(map[string]float64, numStates),
 		BlockedBy: []BlockedBy{}, Threads: []ThreadJSON{}, Segments: []SegmentJSON{}, Arrows: []ArrowJSON{},
-		Lost: a.tl.Lost}
+		Lost: a.tl.Lost, OwnQueueMs: ms(p.OwnQueue)}
 	for i := range p.States {
 		out.States[States[i]] = ms(p.States[i])
 		out.Waits[States[i]] = ms(p.Waits[i])
@@ -173,7 +180,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	}
 	for _, s := range p.Segments {
 		sj := SegmentJSON{TID: s.TID, Start: s.Start, End: s.End, Ms: ms(s.End - s.Start), State: s.State, Wait: s.Wait,
-			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device}
+			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device, OwnQueueMs: ms(s.OwnQueue)}
 		if s.Active >= 0 {
 			q := &a.assoc.reqs[s.Active]
 			if s.Blocking {

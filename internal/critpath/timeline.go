@@ -38,6 +38,17 @@ type iv struct {
 	wake       int32  // index in Timeline.wakeups, -1: none
 	detail     uint16 // index in Timeline.details: reason, syscall, device
 	kind       uint8
+	// cpu1 is 1 + the CPU of a running interval, 0 when unknown (not
+	// running, or a CPU past 254).
+	cpu1 uint8
+}
+
+// cpuCode is iv.cpu1 for CPU cpu (-1: none).
+func cpuCode(cpu int64) uint8 {
+	if cpu < 0 || cpu > 254 {
+		return 0
+	}
+	return uint8(cpu + 1)
 }
 
 // wake is a wakeup edge.

@@ -36,7 +36,7 @@ func advise(v *Verdict) *mirage.Advice {
 		}
 		n := float64(v.PathSpans)
 		per := func(ms float64) time.Duration { return time.Duration(ms / n * float64(time.Millisecond)) }
-		thr, rq := v.Waits[critpath.Throttled], v.Waits[critpath.Runqueue]
+		thr, rq := v.Waits[critpath.Throttled], v.Waits[critpath.Runqueue]+v.Waits[OwnQueue]
 		d := mirage.Decision{Cause: mirage.CauseLocal, Wait: per(thr + rq), Self: per(self), LocalKnown: true}
 		adv := mirage.Advise(v.Service, d, mirage.Resources{Throttled: per(thr)}, 0)
 		if adv.Scaling == mirage.ScaleNone && v.Cause == CauseCPU {

@@ -16,7 +16,11 @@ import (
 // program's own choice (a backoff, a poll interval) and a state the kernel
 // cannot tell is not evidence of anything: both are unknown.
 var stateCause = map[string]string{
-	critpath.Running:   CauseCPU,
+	critpath.Running: CauseCPU,
+	// Waiting for a CPU that the process's own threads held is its own
+	// demand (a thread pool with more busy threads than CPUs), not another
+	// program's: cpu, as its running is.
+	OwnQueue:           CauseCPU,
 	critpath.Runqueue:  CauseCPUContention,
 	critpath.Throttled: CauseCPUThrottle,
 	// Steal time is a wait for a physical CPU that the host gave to
@@ -39,6 +43,11 @@ func StateCause(state string) string {
 	}
 	return CauseUnknown
 }
+
+// OwnQueue is the key, in a verdict's waits, of the run-queue time during
+// which the CPU the span's thread waited for ran other threads of its own
+// process (critpath.SegmentJSON.OwnQueueMs); the rest stays runqueue.
+const OwnQueue = "runqueue-own"
 
 // minKnownShare is the share of the measured time that known causes must
 // cover for the verdict to name one: below it the kernel saw too little of
@@ -189,6 +198,11 @@ func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 		}
 		ms := float64(ns) / 1e6
 		st := segmentState(s)
+		if st == critpath.Runqueue && s.OwnQueueMs > 0 && s.End > s.Start {
+			own := ms * min(1, s.OwnQueueMs*1e6/float64(s.End-s.Start))
+			w.by[OwnQueue] += own
+			ms -= own
+		}
 		w.by[st] += ms
 		if s.Wait != "" && st != s.Wait {
 			if w.via[s.Wait] == nil {

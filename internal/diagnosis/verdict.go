@@ -639,7 +639,7 @@ func (d *Diagnoser) monitorSpin(ctx context.Context, v *Verdict, spans []*model.
 		return
 	}
 	moved := 0.0
-	for _, st := range []string{critpath.Running, critpath.Runqueue} {
+	for _, st := range []string{critpath.Running, OwnQueue, critpath.Runqueue} {
 		if m := min(spin-moved, waits[st]); m > 0 {
 			waits[st] -= m
 			moved += m

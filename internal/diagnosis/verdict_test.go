@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,29 @@ func TestPathCauses(t *testing.T) {
 	p.Waits = map[string]float64{critpath.Lock: 80, critpath.Running: 20}
 	if got := PathCauses(p); got[CauseLock] != 80 || got[CauseCPU] != 20 {
 		t.Errorf("from waits: %v", got)
+	}
+}
+
+// TestOwnQueue: run-queue time behind the process's own threads counts as
+// its own CPU demand (cpu), the rest as contention, in proportion where
+// only part of a segment is in the span's exclusive time.
+func TestOwnQueue(t *testing.T) {
+	p := &critpath.SpanPath{Segments: []critpath.SegmentJSON{
+		{Start: 0, End: 20e6, Ms: 20, State: critpath.Running},
+		{Start: 20e6, End: 60e6, Ms: 40, State: critpath.Runqueue, OwnQueueMs: 30},
+		{Start: 60e6, End: 100e6, Ms: 40, State: critpath.Runqueue, OwnQueueMs: 10},
+	}}
+	w := newWaitTally()
+	// The span's exclusive time leaves out 80-100 (a child's).
+	w.add(p, []interval{{0, 80e6}})
+	want := map[string]float64{critpath.Running: 20, OwnQueue: 30 + 5, critpath.Runqueue: 10 + 15}
+	for k, ms := range want {
+		if math.Abs(w.by[k]-ms) > 1e-9 {
+			t.Errorf("%s: %v ms, want %v (all: %v)", k, w.by[k], ms, w.by)
+		}
+	}
+	shares, _ := causesOf(w.by, 0)
+	if shares[0].cause != CauseCPU || math.Abs(shares[0].ms-55) > 1e-9 || shares[1].cause != CauseCPUContention {
+		t.Errorf("causes %+v, want cpu 55 ms first, then cpu-contention", shares)
 	}
 }

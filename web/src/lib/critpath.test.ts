@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { layoutPath, segmentTitle, shares, stateColor, trimmedNote, type CPSpanPath } from './critpath';
+import { layoutPath, segmentTitle, shares, stateColor, trimmedNote, VERDICT_WAITS, type CPSpanPath } from './critpath';
 
 const ms = 1_000_000;
 const path: CPSpanPath = {
@@ -60,6 +60,13 @@ describe('shares', () => {
       { state: 'running', ms: 20, pct: 20 },
     ]);
     expect(shares(undefined, 10)).toEqual([]);
+    // A verdict's waits have keys beyond the states: run-queue time behind the process's own threads, untraced calls.
+    expect(shares({ running: 6, 'runqueue-own': 3, runqueue: 1, downstream: 0 }, 10, VERDICT_WAITS)).toEqual([
+      { state: 'running', ms: 6, pct: 60 },
+      { state: 'runqueue-own', ms: 3, pct: 30 },
+      { state: 'runqueue', ms: 1, pct: 10 },
+    ]);
+    expect(stateColor('runqueue-own')).not.toEqual(stateColor('unknown'));
   });
 });
 
@@ -70,6 +77,7 @@ describe('stateColor and titles', () => {
   it('says what blocked a segment', () => {
     expect(segmentTitle(path.segments[1]!, 0)).toContain('blocked by span s2');
     expect(segmentTitle(path.segments[2]!, 0)).toContain('in futex');
+    expect(segmentTitle({ tid: 1, start: 0, end: ms, ms: 1, state: 'runqueue', ownQueueMs: 0.25 }, 0)).toContain("0.250 ms of it behind its own process's threads");
   });
 });
 

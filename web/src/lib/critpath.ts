@@ -33,6 +33,8 @@ export interface CPSegment {
   blocking?: boolean;
   syscall?: string;
   device?: string;
+  /** Of a runqueue segment: the time the CPU it waited for ran other threads of its own process. */
+  ownQueueMs?: number;
 }
 
 export interface CPArrow {
@@ -102,8 +104,17 @@ export const STATE_COLORS: Record<State, string> = {
   unknown: '#d1d5db',
 };
 
+/** Keys a verdict's waits have beside the states: run-queue time behind the process's own threads, calls without spans. */
+export const VERDICT_WAIT_COLORS: Record<string, string> = {
+  'runqueue-own': '#65a30d',
+  downstream: '#475569',
+};
+
+/** VERDICT_WAITS are the keys of a verdict's waits, in display order. */
+export const VERDICT_WAITS: readonly string[] = ['running', 'runqueue-own', ...STATES.slice(1), 'downstream'];
+
 export function stateColor(s: string): string {
-  return (STATE_COLORS as Record<string, string>)[s] ?? STATE_COLORS.unknown;
+  return (STATE_COLORS as Record<string, string>)[s] ?? VERDICT_WAIT_COLORS[s] ?? STATE_COLORS.unknown;
 }
 
 export interface Share {
@@ -113,10 +124,11 @@ export interface Share {
 }
 
 /** shares lists the non-zero states of a summary, largest first, with their share of total. */
-export function shares(m: Record<string, number> | null | undefined, total: number): Share[] {
+export function shares(m: Record<string, number> | null | undefined, total: number, keys: readonly string[] = STATES): Share[] {
   if (!m) return [];
-  return STATES.filter((s) => (m[s] ?? 0) > 0)
-    .map((s) => ({ state: s as string, ms: m[s]!, pct: total > 0 ? (100 * m[s]!) / total : 0 }))
+  return keys
+    .filter((s) => (m[s] ?? 0) > 0)
+    .map((s) => ({ state: s, ms: m[s]!, pct: total > 0 ? (100 * m[s]!) / total : 0 }))
     .sort((a, b) => b.ms - a.ms);
 }
 
@@ -187,5 +199,6 @@ export function segmentTitle(s: CPSegment, spanStart: number): string {
   if (s.syscall) parts.push(`in ${s.syscall}${s.device ? ` on ${s.device}` : ''}`);
   if (s.wait) parts.push(`the span's thread waiting on ${s.wait}`);
   if (s.blocking && s.spanId) parts.push(`blocked by span ${s.spanId}`);
+  if (s.ownQueueMs) parts.push(`${s.ownQueueMs.toFixed(3)} ms of it behind its own process's threads`);
   return parts.join(' · ');
 }

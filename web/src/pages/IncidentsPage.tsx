@@ -2,7 +2,7 @@ import { useState } from 'react';
 import { Link } from 'react-router';
 import { api } from '../lib/api';
 import { usePoll } from '../lib/usePoll';
-import { shares, stateColor } from '../lib/critpath';
+import { shares, stateColor, VERDICT_WAITS } from '../lib/critpath';
 import { triggerText, verdictText, type Incident } from '../lib/incidents';
 import { formatTime } from '../lib/timescale';
 
@@ -66,7 +66,7 @@ export function IncidentsPage() {
 function IncidentRow({ inc, expanded, onToggle }: { inc: Incident; expanded: boolean; onToggle: () => void }) {
   const v = inc.verdict;
   const waits = v?.waits;
-  const bars = shares(waits, waits ? Object.values(waits).reduce((a, b) => a + b, 0) : 0);
+  const bars = shares(waits, waits ? Object.values(waits).reduce((a, b) => a + b, 0) : 0, VERDICT_WAITS);
   return (
     <>
       <tr className="incident" onClick={onToggle}>
