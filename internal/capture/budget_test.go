@@ -9,6 +9,7 @@ import (
 
 	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // TestNextSlotKeepsSuspectShare: with a ranking, the services it names
@@ -32,6 +33,7 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		fired   []firing
 		last    time.Time // the process's last capture, zero: none
 		service string
+		asked   bool // a verdict asked for the capture (AskedInterval)
 		want    time.Time
 	}{
 		{name: "no ranking source: first come", share: 0.5, fired: others(2, 1), service: "caller", want: now},
@@ -45,11 +47,14 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		{name: "share 1: only suspects", share: 1, ranking: []string{"e"}, service: "caller", want: now.Add(15 * time.Second)},
 		{name: "a suspect's capture leaves the others theirs", share: 0.5, ranking: []string{"e"}, fired: []firing{{at: ago(2), service: "e", suspect: true}, {at: ago(1), service: "caller"}}, service: "caller", want: now},
 		{name: "min interval holds a suspect", share: 0.5, ranking: []string{"e"}, last: ago(10), service: "e", want: now.Add(20 * time.Second)},
+		{name: "a verdict's ask waits the asked interval only", share: 0.5, last: ago(10), service: "e", asked: true, want: now},
+		{name: "a verdict's ask within the asked interval", share: 0.5, last: ago(2), service: "e", asked: true, want: now.Add(3 * time.Second)},
+		{name: "a full burst holds a verdict's ask too", share: 0.5, fired: others(3, 2, 1), last: ago(10), service: "e", asked: true, want: ago(3).Add(15 * time.Second)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			cfg.MaxPerMinute, cfg.MinInterval, cfg.SuspectShare = 12, 30*time.Second, tc.share
+			cfg.MaxPerMinute, cfg.MinInterval, cfg.AskedInterval, cfg.SuspectShare = 12, 30*time.Second, 5*time.Second, tc.share
 			m, err := New(cfg, nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -62,12 +67,53 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 				m.lastFired[key] = tc.last
 			}
 			m.mu.Lock()
-			got := m.nextSlotLocked(key, tc.service, now)
+			got := m.nextSlotLocked(key, tc.service, now, tc.asked)
 			m.mu.Unlock()
 			if !got.Equal(tc.want) {
 				t.Errorf("next slot %v after now, want %v", got.Sub(now), tc.want.Sub(now))
 			}
 		})
+	}
+}
+
+// TestAskedReleasesHeld: a span a verdict asks for that joins a capture
+// held by MinInterval brings it forward to AskedInterval; an anomaly that
+// joins it does not.
+func TestAskedReleasesHeld(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	cfg := DefaultConfig()
+	cfg.MinInterval, cfg.AskedInterval = 30*time.Second, 5*time.Second
+	m, err := New(cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return now }
+	key := procKey{"agent", 7}
+	m.lastFired[key] = now.Add(-10 * time.Second)
+	held := &Capture{ID: "c", Start: now.Add(-8 * time.Second).UnixNano(), End: now.Add(-4 * time.Second).UnixNano(),
+		due: now.Add(20 * time.Second), held: true}
+	m.pending[key] = []*Capture{held}
+	span := func(i byte) (store.SpanRef, int64, int64) {
+		s, e := now.Add(-3*time.Second).UnixNano(), now.Add(-2*time.Second).UnixNano()
+		return store.SpanRef{TraceID: model.TraceID{i}, SpanID: model.SpanID{i}}, s, e
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref, s, e := span(1)
+	if !m.coalesce(key, "e", ref, s-int64(cfg.Pre), e+int64(cfg.Post), s, e, false) {
+		t.Fatal("an anomaly did not join the held capture")
+	}
+	if !held.due.Equal(now.Add(20*time.Second)) || !held.held || held.asked {
+		t.Fatalf("an anomaly moved the held capture: due in %v, held %v, asked %v", held.due.Sub(now), held.held, held.asked)
+	}
+	ref, s, e = span(2)
+	if !m.coalesce(key, "e", ref, s-int64(cfg.Pre), e+int64(cfg.Post), s, e, true) {
+		t.Fatal("an asked span did not join the held capture")
+	}
+	// Its window ends Post after the span: settled Settle after that.
+	want := time.Unix(0, e).Add(cfg.Post + cfg.Settle)
+	if !held.due.Equal(want) || held.held || !held.asked || len(held.Spans) != 2 {
+		t.Fatalf("after the ask: due in %v (want %v), held %v, asked %v, %d spans", held.due.Sub(now), want.Sub(now), held.held, held.asked, len(held.Spans))
 	}
 }
 

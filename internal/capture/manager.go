@@ -59,6 +59,12 @@ type Config struct {
 	// window grows to cover them (within MaxWindow): a burst of slow
 	// requests costs the process one dump per interval, not one per window.
 	MinInterval time.Duration `yaml:"min_interval"`
+	// AskedInterval stands for MinInterval for the spans an open
+	// incident's verdict asks captures of (CaptureSpans): the verdict
+	// waits for them, so they need not wait a whole MinInterval after the
+	// capture the incident's first anomalies took. MaxPerMinute and the
+	// budgets hold all the same.
+	AskedInterval time.Duration `yaml:"asked_interval"`
 	// MaxPerMinute bounds captures requested per minute over all processes
 	// (0: no bound), at most 3 of them within any 3/MaxPerMinute of a
 	// minute (15 s at 12). Captures beyond it wait for a slot while their
@@ -117,7 +123,7 @@ func DefaultConfig() Config {
 		// room for the dump to start: a window older than that is evicted
 		// before it is dumped.
 		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 45 * time.Second,
-		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, MaxPerMinute: 12,
+		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, AskedInterval: 5 * time.Second, MaxPerMinute: 12,
 		SuspectShare: 0.5, Suspects: 2,
 		Concurrency: 4, MaxPerAgent: 4, Queue: 10_000,
 		RequestTimeout: 10 * time.Second, CaptureTimeout: 2 * time.Minute,
@@ -128,8 +134,8 @@ func DefaultConfig() Config {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 || c.MinInterval < 0 {
-		errs = append(errs, errors.New("capture pre, post, settle and min_interval must not be negative"))
+	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 || c.MinInterval < 0 || c.AskedInterval < 0 {
+		errs = append(errs, errors.New("capture pre, post, settle, min_interval and asked_interval must not be negative"))
 	}
 	if c.MaxPerMinute < 0 {
 		errs = append(errs, errors.New("capture max_per_minute must not be negative (0: no bound)"))
@@ -181,6 +187,8 @@ type Capture struct {
 	// held: the capture waits for MinInterval or MaxPerMinute, and takes
 	// any anomaly of its process that fits MaxWindow.
 	held bool
+	// asked: it holds a span a verdict asked for (AskedInterval applies).
+	asked bool
 }
 
 type agent struct {
@@ -188,6 +196,13 @@ type agent struct {
 	lastSeen time.Time
 	// client sends dump requests to the registration's DumpURL.
 	client *agentapi.AgentClient
+}
+
+// queued is a span waiting to be routed; asked: an incident's verdict asked
+// for it (CaptureSpans), which AskedInterval lets through sooner.
+type queued struct {
+	span  *model.Span
+	asked bool
 }
 
 type procKey struct {
@@ -216,7 +231,7 @@ type Manager struct {
 	dumpOpts agentapi.ClientOptions
 	now      func() time.Time
 
-	anomalies chan *model.Span
+	anomalies chan queued
 	wake      chan struct{}
 	sem       chan struct{}
 	wg        sync.WaitGroup
@@ -334,7 +349,7 @@ func New(cfg Config, artifacts store.ArtifactStore, logger *slog.Logger, reg pro
 		dumpOpts: agentapi.ClientOptions{Token: cfg.AuthToken, TLS: tlsCfg, Timeout: cfg.RequestTimeout,
 			SocketOwners: []uint32{0, uint32(os.Geteuid())}},
 		now:       time.Now,
-		anomalies: make(chan *model.Span, cfg.Queue),
+		anomalies: make(chan queued, cfg.Queue),
 		wake:      make(chan struct{}, 1),
 		sem:       make(chan struct{}, cfg.Concurrency),
 		agents:    map[string]*agent{},
@@ -378,7 +393,7 @@ func (m *Manager) OnCommitted(spans []*model.Span) {
 		}
 		m.m.anomalies.WithLabelValues().Inc()
 		select {
-		case m.anomalies <- s:
+		case m.anomalies <- queued{span: s}:
 		default:
 			m.m.dropped.WithLabelValues().Inc()
 		}
@@ -388,14 +403,16 @@ func (m *Manager) OnCommitted(spans []*model.Span) {
 // CaptureSpans queues spans the detector did not flag for capture as if it
 // had: the slow spans of an incident's culprit that no capture holds (an
 // incident opened on a shift of its entry point's latency, which flags few
-// spans). They share the anomalies' queue, rate limits and budgets; a span
-// whose process was captured over its time already just joins that capture.
-// It never blocks; it returns how many were queued.
+// spans). They share the anomalies' queue, rate limits and budgets, except
+// that AskedInterval stands for MinInterval: the verdict waits for them, and
+// it asks only while it lacks paths. A span whose process was captured over
+// its time already just joins that capture. It never blocks; it returns how
+// many were queued.
 func (m *Manager) CaptureSpans(spans []*model.Span) int {
 	n := 0
 	for _, s := range spans {
 		select {
-		case m.anomalies <- s:
+		case m.anomalies <- queued{span: s, asked: true}:
 			n++
 			m.m.requested.Inc()
 		default:
@@ -420,8 +437,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			m.wg.Wait()
 			return nil
-		case s := <-m.anomalies:
-			m.route(s)
+		case q := <-m.anomalies:
+			m.route(q.span, q.asked)
 		case <-m.wake:
 		case <-timer.C:
 		case <-tick.C:
@@ -528,8 +545,8 @@ func (m *Manager) resolve(s *model.Span) (targets []target, unregistered bool) {
 }
 
 // route folds an anomalous span into a pending or in-flight capture of its
-// process, or starts a new one.
-func (m *Manager) route(s *model.Span) {
+// process, or starts a new one; asked: a verdict asked for it.
+func (m *Manager) route(s *model.Span, asked bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	targets, unregistered := m.resolve(s)
@@ -547,7 +564,7 @@ func (m *Manager) route(s *model.Span) {
 	start, end := s.Start-int64(m.cfg.Pre), s.End()+int64(m.cfg.Post)
 	for _, t := range targets {
 		key := procKey{t.agent.AgentID, t.proc.PID}
-		if m.coalesce(key, ref, start, end, s.Start, s.End()) {
+		if m.coalesce(key, t.proc.Service, ref, start, end, s.Start, s.End(), asked) {
 			m.m.coalesced.WithLabelValues().Inc()
 			continue
 		}
@@ -555,11 +572,11 @@ func (m *Manager) route(s *model.Span) {
 			ID: newID(), AgentID: t.agent.AgentID, Host: t.agent.Host, PID: t.proc.PID,
 			Service: t.proc.Service, Start: start, End: end, Kinds: m.kindsFor(t),
 			Spans: []store.SpanRef{ref}, State: StatePending, Created: m.now(),
-			Artifacts: []string{},
+			Artifacts: []string{}, asked: asked,
 		}
 		c.due = laterOf(time.Unix(0, end), m.now()).Add(m.cfg.Settle)
 		m.captures[c.ID] = c
-		if next := m.nextSlotLocked(key, c.Service, m.now()); next.After(c.due) {
+		if next := m.nextSlotLocked(key, c.Service, m.now(), asked); next.After(c.due) {
 			// The process waits for its interval: later anomalies join this.
 			c.due, c.held = next, true
 		}
@@ -573,8 +590,9 @@ func (m *Manager) route(s *model.Span) {
 // the span itself, [spanStart, spanEnd], just explains one more span: its
 // recording holds every moment of the span, which is what the span's
 // critical path reads, and a capture of its own would cost the process a
-// dump for what is already being uploaded.
-func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end, spanStart, spanEnd int64) bool {
+// dump for what is already being uploaded. A span a verdict asked for
+// (asked) releases a held capture it joins as soon as AskedInterval allows.
+func (m *Manager) coalesce(key procKey, service string, ref store.SpanRef, start, end, spanStart, spanEnd int64, asked bool) bool {
 	for _, c := range m.pending[key] {
 		if !c.held && (start > c.End || end < c.Start) {
 			continue
@@ -584,7 +602,15 @@ func (m *Manager) coalesce(key procKey, ref store.SpanRef, start, end, spanStart
 			continue
 		}
 		c.Start, c.End = ns, ne
-		c.due = laterOf(c.due, time.Unix(0, ne).Add(m.cfg.Settle))
+		settled := laterOf(time.Unix(0, ne), m.now()).Add(m.cfg.Settle)
+		c.due = laterOf(c.due, settled)
+		if asked && !c.asked {
+			c.asked = true
+			if c.held {
+				slot := m.nextSlotLocked(key, service, m.now(), true)
+				c.due, c.held = laterOf(settled, slot), slot.After(settled)
+			}
+		}
 		c.Spans = append(c.Spans, ref)
 		return true
 	}
@@ -660,7 +686,7 @@ func (m *Manager) fireDue(ctx context.Context) {
 	for _, c := range due {
 		c.SpanCount = len(c.Spans)
 		key := procKey{c.AgentID, c.PID}
-		if next := m.nextSlotLocked(key, c.Service, now); next.After(now) {
+		if next := m.nextSlotLocked(key, c.Service, now, c.asked); next.After(now) {
 			if next.Sub(time.Unix(0, c.Start)) > m.cfg.MaxWindow {
 				// The agents' buffers will not reach back that far.
 				m.finishLocked(c, StateSkipped, "capture rate limit (capture.min_interval, capture.max_per_minute) held it past capture.max_window")
@@ -715,7 +741,11 @@ func (m *Manager) holdLocked(key procKey, c *Capture, next time.Time) {
 		}
 		w.Start, w.End = min(w.Start, c.Start), max(w.End, c.End)
 		w.Spans = append(w.Spans, c.Spans...)
-		w.due = laterOf(w.due, next)
+		if c.asked && !w.asked {
+			w.asked, w.due = true, next
+		} else {
+			w.due = laterOf(w.due, next)
+		}
 		delete(m.captures, c.ID)
 		return
 	}
@@ -751,12 +781,17 @@ func (m *Manager) orderLocked(due []*Capture, now time.Time) {
 }
 
 // nextSlotLocked returns when a capture of key, a process of service, may
-// next be requested under MinInterval, MaxPerMinute and SuspectShare (now
-// or earlier: at once). m.mu is held.
-func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time) time.Time {
+// next be requested under MinInterval (AskedInterval for a capture a
+// verdict asked for), MaxPerMinute and SuspectShare (now or earlier: at
+// once). m.mu is held.
+func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time, asked bool) time.Time {
 	next := now
-	if last, ok := m.lastFired[key]; ok && m.cfg.MinInterval > 0 {
-		next = laterOf(next, last.Add(m.cfg.MinInterval))
+	interval := m.cfg.MinInterval
+	if asked {
+		interval = min(interval, m.cfg.AskedInterval)
+	}
+	if last, ok := m.lastFired[key]; ok && interval > 0 {
+		next = laterOf(next, last.Add(interval))
 	}
 	i := 0
 	for i < len(m.fired) && now.Sub(m.fired[i].at) >= time.Minute {
