@@ -137,7 +137,8 @@ FUZZ_TARGETS := \
 	./internal/receiver:FuzzOTLPJSON \
 	./internal/receiver:FuzzZipkin \
 	./internal/query:FuzzQueryParams \
-	./internal/critpath:FuzzDecodeBinary
+	./internal/critpath:FuzzDecodeBinary \
+	./internal/profiler/goroutine:FuzzDecode
 
 test-fuzz: deps
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -169,7 +170,8 @@ check-generated: deps
 	$(GO) generate ./internal/kmetrics/
 	$(GO) generate ./internal/run/readtap/
 	$(GO) generate ./internal/run/datapath/
-	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/run/readtap/ internal/run/datapath/ bpf/
+	$(GO) generate ./internal/profiler/goroutine/
+	git diff --exit-code -- internal/profiler/cpu/ internal/profiler/kernel/ internal/kmetrics/ internal/run/readtap/ internal/run/datapath/ internal/profiler/goroutine/ bpf/
 
 clean:
 	rm -rf bin

@@ -321,7 +321,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	if sum.Kmetrics {
 		km = "every metric, pushed every second"
 	}
-	fmt.Fprintf(out, "rootline demo: agent up at %s (profilers: cpu, jfr, and kernel when available; kernel metrics: %s)\n", agentAddr, km)
+	fmt.Fprintf(out, "rootline demo: agent up at %s (profilers: cpu, jfr, and kernel and goroutines when available; kernel metrics: %s)\n", agentAddr, km)
 
 	envoy := ""
 	if !o.NoEnvoy {
