@@ -446,6 +446,32 @@ func TestCritpathGoMutexUnknown(t *testing.T) {
 	}
 }
 
+// TestCritpathGoMutex: the same contention with the agent's goroutine
+// tracker (a uprobe on the Go runtime): the path follows the waiting
+// request's goroutine and says lock, in sync.Mutex.Lock, for the time it
+// waited, instead of unknown.
+func TestCritpathGoMutex(t *testing.T) {
+	needTool(t, "go")
+	e := newCPEnv(t, "kernel,goroutines")
+	bin := buildTestdata(t, "cpgo")
+	port, _ := e.run(t, "cp-gor", "ebpf", nil, bin)
+	baseline(t, port, "do=fast", 20)
+	_, waiter, waited := lockContention(t, port, 600*time.Millisecond)
+	p, _ := e.waitPath(t, waiter, "cp-gor")
+	logPath(t, p)
+	t.Logf("measured: %.1f ms in sync.Mutex.Lock", ms(waited))
+	if !near(p.Waits[critpath.Lock], ms(waited), 0.1, 5) || p.Waits[critpath.Unknown] > 0.1*ms(waited) {
+		t.Fatalf("lock %.1f ms, unknown %.1f ms, for %.1f ms waited in sync.Mutex.Lock", p.Waits[critpath.Lock], p.Waits[critpath.Unknown], ms(waited))
+	}
+	var named bool
+	for _, s := range p.Segments {
+		named = named || s.State == critpath.Lock && s.Syscall == "sync.Mutex.Lock"
+	}
+	if !named {
+		t.Fatal("no lock segment names sync.Mutex.Lock")
+	}
+}
+
 // TestCritpathThrottled: a CPU-bound request in a cgroup whose CPU quota is
 // 10 % of a CPU. The path says throttled (not run-queue contention) for the
 // time the thread was off the CPU, and running for the CPU time it measured.

@@ -8,13 +8,15 @@ import (
 // TestEquivalence checks the fast critical path against the naive reference
 // on random timelines: consistent ones (wakers running when they wake) and
 // chaotic ones (any thread may be the waker, cycles included), with
-// hand-offs, shared threads, runtime pauses, a Go process, wakers without
-// intervals and a low depth bound.
+// hand-offs, shared threads, runtime pauses, a Go process (with goroutine
+// events for some of its requests), wakers without intervals and a low
+// depth bound.
 func TestEquivalence(t *testing.T) {
 	seeds := 16
 	if testing.Short() {
 		seeds = 8
 	}
+	viaGoroutine, created := 0, 0
 	for seed := range seeds {
 		for _, chaos := range []bool{false, true} {
 			c := genConfig{seed: uint64(seed), procs: 3, threads: 3, dur: 20_000_000, meanRun: 300_000, meanBlock: 600_000,
@@ -28,7 +30,7 @@ func TestEquivalence(t *testing.T) {
 				in := Input{Timeline: tl, Requests: reqs, Pauses: []Pause{
 					{PID: 2000, Start: c.start + 2_000_000, End: c.start + 2_500_000},
 					{PID: 2000, Start: c.start + 9_000_000, End: c.start + 9_100_000},
-				}}
+				}, Goroutines: generateGoroutines(c, s, reqs)}
 				cfg := Config{}
 				if seed%4 == 1 {
 					cfg.MaxDepth = 2
@@ -36,6 +38,12 @@ func TestEquivalence(t *testing.T) {
 				a := New(in, cfg)
 				followed := 0
 				for i := range reqs {
+					if p, g := a.goroutineOf(&reqs[i]); g != 0 {
+						viaGoroutine++
+						if p.byG[g][0].TS > reqs[i].Start {
+							created++
+						}
+					}
 					p, np := a.Path(i), a.NaivePath(i)
 					checkPath(t, a, &p)
 					if !equalPaths(p, np) {
@@ -48,5 +56,8 @@ func TestEquivalence(t *testing.T) {
 				}
 			})
 		}
+	}
+	if viaGoroutine == 0 || created == 0 {
+		t.Fatalf("%d requests followed their goroutine, %d one created after they began: the generator does not exercise goroutine paths", viaGoroutine, created)
 	}
 }

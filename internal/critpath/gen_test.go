@@ -3,9 +3,11 @@ package critpath
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler/goroutine"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
@@ -220,4 +222,70 @@ func generate(c genConfig) (*kernel.Snapshot, []Request) {
 		}
 	}
 	return s, reqs
+}
+
+// generateGoroutines gives half of the user-scheduled requests a goroutine
+// whose events move it between the process's threads (running, in a
+// syscall), park it with a reason and make it runnable, from just before
+// the request starts (on its first thread) to past its end; in chaos mode
+// some goroutines share threads at once. Events are in time order.
+func generateGoroutines(c genConfig, s *kernel.Snapshot, reqs []Request) []goroutine.Event {
+	rng := rand.New(rand.NewPCG(c.seed^0xabcdef, c.seed))
+	byPID := map[uint32][]uint32{}
+	for _, th := range s.Threads {
+		byPID[th.PID] = append(byPID[th.PID], th.TID)
+	}
+	reasons := []string{"sync.Mutex.Lock", "IO wait", "sleep", "chan receive", "GC assist wait", "select", "preempted"}
+	var out []goroutine.Event
+	for i, r := range reqs {
+		if !r.UserScheduled || len(r.Threads) == 0 || rng.IntN(2) == 0 {
+			continue
+		}
+		g := uint64(100 + i)
+		ths := byPID[r.PID]
+		t := r.Start - exp(rng, c.meanRun)
+		tid := r.Threads[0].TID
+		switch {
+		case rng.IntN(3) == 0:
+			// Created after the request's first byte came (a connection's
+			// goroutine), running on its first thread when it reads it.
+			t = r.Start + exp(rng, (r.End-r.Start)/4)
+			r.Read = t + 1
+			reqs[i].Read = r.Read
+		case !c.chaos:
+			// The first thread runs nothing else from then (no other
+			// goroutine's events name it meanwhile: not checked; the
+			// chaos runs cover the overlap).
+			t = r.Threads[0].Start - 1
+		}
+		cur := uint32(goroutine.Runnable)
+		add := func(ts int64, tid uint32, next uint32, reason string) {
+			out = append(out, goroutine.Event{TS: ts, PID: r.PID, TID: tid, Goid: g, Old: cur, New: next, Reason: reason})
+			cur = next
+		}
+		add(t, tid, goroutine.Running, "")
+		for t < r.End+c.meanRun {
+			t += exp(rng, c.meanRun)
+			switch cur {
+			case goroutine.Running:
+				switch x := rng.IntN(3); x {
+				case 0:
+					add(t, tid, goroutine.Syscall, "")
+				case 1:
+					add(t, tid, goroutine.Waiting, reasons[rng.IntN(len(reasons))])
+				default:
+					add(t, tid, goroutine.Runnable, "")
+				}
+			case goroutine.Syscall:
+				add(t, tid, goroutine.Running, "")
+			case goroutine.Waiting:
+				add(t, ths[rng.IntN(len(ths))], goroutine.Runnable, "")
+			default:
+				tid = ths[rng.IntN(len(ths))]
+				add(t, tid, goroutine.Running, "")
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(x, y goroutine.Event) int { return compareInt64(x.TS, y.TS) })
+	return out
 }

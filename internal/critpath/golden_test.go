@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler/goroutine"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 )
 
@@ -32,6 +33,9 @@ type timelineCase struct {
 	Wakeups  [][]any      `json:"wakeups"`
 	Requests []caseSpan   `json:"requests"`
 	Pauses   [][3]float64 `json:"pauses"`
+	// Goroutines: [pid, ts, tid, goid, old, new(, "reason")], the goroutine
+	// tracker's status changes (goroutine.Running…), in time order.
+	Goroutines [][]any `json:"goroutines"`
 	// Paths are the span ids whose paths are checked (all when empty).
 	Paths []string `json:"paths"`
 }
@@ -119,6 +123,14 @@ func (c *timelineCase) input(t testing.TB) Input {
 	}
 	for _, p := range c.Pauses {
 		in.Pauses = append(in.Pauses, Pause{PID: uint32(p[0]), Start: int64(p[1] * float64(sc)), End: int64(p[2] * float64(sc))})
+	}
+	for _, g := range c.Goroutines {
+		e := goroutine.Event{PID: uint32(num(g[0])), TS: num(g[1]) * sc, TID: uint32(num(g[2])), Goid: uint64(num(g[3])),
+			Old: uint32(num(g[4])), New: uint32(num(g[5]))}
+		if len(g) > 6 {
+			e.Reason = g[6].(string)
+		}
+		in.Goroutines = append(in.Goroutines, e)
 	}
 	return in
 }

@@ -1,6 +1,10 @@
 package critpath
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/rootline/rootline/internal/profiler/goroutine"
+)
 
 // NaivePath is a reference implementation of Analysis.Path with the same
 // semantics, written from the definitions instead of for speed: the
@@ -43,6 +47,14 @@ func (a *Analysis) NaivePath(i int) Path {
 		add(an.lo)
 		add(an.hi)
 	}
+	// A request whose goroutine's events cover it follows the goroutine.
+	var gevs []goroutine.Event
+	if p, g := a.goroutineOf(r); g != 0 {
+		gevs = p.byG[g]
+		for _, e := range gevs {
+			add(e.TS)
+		}
+	}
 	bounds = append(bounds, r.Start, r.End)
 	slices.Sort(bounds)
 	bounds = slices.Compact(bounds)
@@ -59,29 +71,42 @@ func (a *Analysis) NaivePath(i int) Path {
 			}
 		}
 		s := seg{start: t0, end: t1, active: -1}
-		ti, ok := n.thread(an.tid)
-		if !ok {
-			s.tid, s.attr, s.st, s.wait = an.tid, an.tid, stUnknown, noWait
+		if gevs != nil && gevs[0].TS <= t0 {
+			s = n.goroutineAt(gevs, t0, t1, r)
 		} else {
-			s.tid, s.attr, s.st, s.wait, s.detail = n.at(ti, t0, an.lo, an.hi, 0, gap{tid: an.tid, st: stUnknown, wait: noWait}, noWait)
+			if gevs != nil {
+				// Before the goroutine's first event: the threads' path up
+				// to it.
+				an.hi = min(an.hi, gevs[0].TS)
+			}
+			ti, ok := n.thread(an.tid)
+			if !ok {
+				s.tid, s.attr, s.st, s.wait = an.tid, an.tid, stUnknown, noWait
+			} else {
+				s.tid, s.attr, s.st, s.wait, s.detail = n.at(ti, t0, an.lo, an.hi, 0, gap{tid: an.tid, st: stUnknown, wait: noWait}, noWait)
+			}
 		}
 		if n.in(n.a.pauses, s.tid, t0) {
 			s.st = stGC
 		}
-		q := n.active(s.attr, t0)
-		s.active = int32(q)
-		if q >= 0 {
-			s.blocking = !a.assoc.related(i, q) && !a.assoc.related(i, a.assoc.lroot[q])
-		}
-		// A user-scheduled request's own process's threads say nothing of
-		// it where they work for another request or none.
 		own := r.UserScheduled && n.pid(s.tid) == r.PID
-		if own && (q < 0 || s.blocking) {
-			s.st, s.blocking = stUnknown, false
+		if s.goroutine {
+			s.active = int32(i)
+		} else {
+			q := n.active(s.attr, t0)
+			s.active = int32(q)
+			if q >= 0 {
+				s.blocking = !a.assoc.related(i, q) && !a.assoc.related(i, a.assoc.lroot[q])
+			}
+			// A user-scheduled request's own process's threads say nothing
+			// of it where they work for another request or none.
+			if own && (q < 0 || s.blocking) {
+				s.st, s.blocking = stUnknown, false
+			}
 		}
-		// Where it is unknown, the process held off by its quota holds it
-		// off too.
-		if own && s.st == stUnknown && n.in(n.a.frozen, s.tid, t0) {
+		// Where it is unknown (or its goroutine waits for a thread), the
+		// process held off by its quota holds it off too.
+		if (own && s.st == stUnknown || s.parked && s.st == stRunqueue) && n.in(n.a.frozen, s.tid, t0) {
 			s.st = stThrottled
 		}
 		segs = appendSeg(segs, s)
@@ -91,6 +116,49 @@ func (a *Analysis) NaivePath(i int) Path {
 		arrows = append(arrows, ar)
 	}
 	return a.summarize(i, segs, arrows)
+}
+
+// goroutineAt is the state on the path over [t0, t1) of a request whose
+// goroutine's events are evs: the events scanned from the start.
+func (n *naive) goroutineAt(evs []goroutine.Event, t0, t1 int64, r *Request) seg {
+	var e *goroutine.Event
+	var next int64 = r.End
+	var lastTID uint32
+	for k := range evs {
+		if evs[k].TS > t0 {
+			next = min(next, evs[k].TS)
+			break
+		}
+		e = &evs[k]
+		if onThread(e.New) {
+			lastTID = e.TID
+		}
+	}
+	s := seg{start: t0, end: t1, active: -1, wait: noWait}
+	if onThread(e.New) {
+		lo, hi := max(e.TS, r.Start), next
+		ti, ok := n.thread(e.TID)
+		if !ok {
+			s.tid, s.attr, s.st = e.TID, e.TID, stUnknown
+		} else {
+			s.tid, s.attr, s.st, s.wait, s.detail = n.at(ti, t0, lo, hi, 0, gap{tid: e.TID, st: stUnknown, wait: noWait}, noWait)
+		}
+		s.goroutine = s.tid == e.TID
+		return s
+	}
+	s.st, s.note = stUnknown, ""
+	switch e.New {
+	case goroutine.Runnable:
+		s.st, s.note = stRunqueue, "goroutine runnable"
+	case goroutine.Waiting:
+		s.st, s.note = goroutineWaitState(e.Reason), e.Reason
+	}
+	s.tid = lastTID
+	if s.tid == 0 {
+		s.tid = e.TID
+	}
+	s.attr, s.goroutine, s.parked = s.tid, true, true
+	return s
 }
 
 type naive struct {

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+
+	"github.com/rootline/rootline/internal/profiler/goroutine"
 )
 
 // Config tunes the analysis. Zero fields take DefaultConfig's values.
@@ -33,6 +35,10 @@ type Input struct {
 	Requests []Request
 	// Pauses are runtime pauses laid over the paths (state gc).
 	Pauses []Pause
+	// Goroutines are the goroutine status changes of Go processes (the
+	// goroutine tracker's), in time order per process: a user-scheduled
+	// request's path follows its goroutine where they cover it.
+	Goroutines []goroutine.Event
 }
 
 // Analysis computes critical paths over one timeline. It is read-only after
@@ -50,6 +56,8 @@ type Analysis struct {
 	// oncpu[pid][cpu1]: when pid's threads ran on a CPU (iv.cpu1), in time
 	// order (one thread at a time on a CPU: they do not overlap).
 	oncpu map[uint32]map[uint8][]onCPU
+	// goroutines indexes Input.Goroutines by process.
+	goroutines map[uint32]*goProc
 }
 
 // onCPU is a thread's running interval.
@@ -63,7 +71,8 @@ func New(in Input, cfg Config) *Analysis {
 	if cfg.MaxDepth <= 0 {
 		cfg.MaxDepth = DefaultConfig().MaxDepth
 	}
-	a := &Analysis{cfg: cfg, tl: in.Timeline, assoc: newAssociation(in.Requests), pauses: mergePauses(in.Pauses)}
+	a := &Analysis{cfg: cfg, tl: in.Timeline, assoc: newAssociation(in.Requests), pauses: mergePauses(in.Pauses),
+		goroutines: indexGoroutines(in.Goroutines)}
 	userPID := map[uint32]bool{}
 	for i := range in.Requests {
 		if in.Requests[i].UserScheduled {
@@ -276,6 +285,11 @@ type seg struct {
 	detail     uint16 // the interval's details (reason, syscall, device) when st is the thread's own
 	active     int32
 	blocking   bool
+	// goroutine: the request's own goroutine's time (goroutinePath), its
+	// own whatever the thread's association says; parked: off any thread
+	// (runnable or waiting in the runtime), note the runtime's reason.
+	goroutine, parked bool
+	note              string
 }
 
 // gap is what a walk emits where its thread has no interval: the thread the
@@ -300,17 +314,16 @@ func (a *Analysis) Path(i int) Path {
 	r := &a.assoc.reqs[i]
 	b := &builder{a: a}
 	var segs []seg
-	for _, an := range anchors(r) {
-		b.out = b.out[:0]
-		b.threadPath(an.tid, an.lo, an.hi)
-		slices.Reverse(b.out)
-		for _, s := range b.out {
-			segs = appendSeg(segs, s)
-		}
+	if p, g := a.goroutineOf(r); g != 0 {
+		segs = b.goroutinePath(r, p, g)
+	} else {
+		segs = b.anchorsPath(r, r.Start, r.End)
 	}
 	segs = overlay(segs, a.pauses, a.pidOf, stGC, nil)
 	segs = a.attribute(i, segs)
-	segs = overlay(segs, a.frozen, a.pidOf, stThrottled, func(s seg) bool { return s.st == stUnknown && a.userSched(i, s.tid) })
+	segs = overlay(segs, a.frozen, a.pidOf, stThrottled, func(s seg) bool {
+		return s.st == stUnknown && a.userSched(i, s.tid) || s.parked && s.st == stRunqueue
+	})
 	return a.summarize(i, segs, b.arrows)
 }
 
@@ -323,7 +336,7 @@ func appendSeg(segs []seg, s seg) []seg {
 	if n := len(segs); n > 0 {
 		l := &segs[n-1]
 		if l.end == s.start && l.tid == s.tid && l.attr == s.attr && l.st == s.st && l.wait == s.wait && l.detail == s.detail &&
-			l.active == s.active && l.blocking == s.blocking {
+			l.active == s.active && l.blocking == s.blocking && l.goroutine == s.goroutine && l.parked == s.parked && l.note == s.note {
 			l.end = s.end
 			return segs
 		}
@@ -593,6 +606,13 @@ func (a *Analysis) pidOf(tid uint32) uint32 {
 func (a *Analysis) attribute(r int, segs []seg) []seg {
 	var out []seg
 	for _, s := range segs {
+		if s.goroutine {
+			// The request's own goroutine: its time whoever the thread's
+			// association names.
+			s.active = int32(r)
+			out = appendSeg(out, s)
+			continue
+		}
 		cur := s.start
 		for cur < s.end {
 			q, until := a.assoc.at(s.attr, cur)
@@ -671,13 +691,21 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			blockedWait[q][w] += d
 		}
 		var own int64
-		if s.st == stRunqueue {
+		switch {
+		case s.st == stRunqueue && s.parked:
+			// A runnable goroutine waits for the runtime to give it a
+			// thread: behind its own process's goroutines.
+			own = d
+		case s.st == stRunqueue:
 			own = a.ownQueue(s.tid, s.start, s.end)
-			p.OwnQueue += own
+		}
+		p.OwnQueue += own
+		sc, dev := a.tl.details.syscall[s.detail], a.tl.details.device[s.detail]
+		if s.parked {
+			sc, dev = s.note, ""
 		}
 		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
-			Wait: wait, Active: int(s.active), Blocking: s.blocking,
-			Syscall: a.tl.details.syscall[s.detail], Device: a.tl.details.device[s.detail], OwnQueue: own})
+			Wait: wait, Active: int(s.active), Blocking: s.blocking, Syscall: sc, Device: dev, OwnQueue: own})
 	}
 	for q, d := range blocked {
 		b := Blocker{Request: q, Duration: d}

@@ -30,6 +30,10 @@ type Request struct {
 	UserScheduled bool
 	// Client: a CLIENT span, a call whose time is mostly its callee's.
 	Client bool
+	// Read is when its first thread read it (Unix ns; 0: not said): a
+	// SERVER span of `rootline run` starts when the request's first byte
+	// arrived, rootline.wait.socket_ms before the service read it.
+	Read int64
 }
 
 // Activity is an interval a request was active on a thread.
@@ -72,6 +76,9 @@ func RequestFromSpan(s *model.Span) (Request, bool) {
 		if v, ok := get(attrRuntimeName); ok && strings.EqualFold(v.String(), "go") {
 			r.UserScheduled = true
 		}
+	}
+	if v, ok := s.Attr(model.AttrWaitSocketMs); ok && v.Type == model.TypeFloat && v.Float > 0 && v.Float*1e6 < float64(r.End-r.Start) {
+		r.Read = r.Start + int64(v.Float*1e6)
 	}
 	if v, ok := s.Attr(AttrThreadIntervals); ok {
 		r.Threads = model.ParseThreadIntervals(v.String(), r.Start, r.End)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/profiler/goroutine"
 	"github.com/rootline/rootline/internal/profiler/jfr"
 	"github.com/rootline/rootline/internal/profiler/kernel"
 	"github.com/rootline/rootline/internal/store"
@@ -543,7 +544,7 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 			in.Requests = append(in.Requests, r)
 		}
 	}
-	in.Pauses = a.pauses(ctx, k, st)
+	in.Pauses, in.Goroutines = a.runtimeEvents(ctx, k, st)
 	an := New(in, a.Config)
 	var paths []Path
 	path := func(i int) {
@@ -771,23 +772,39 @@ func (a *Analysis) seen(r *Request) bool {
 	return false
 }
 
-// pauses reads the GC pauses of the JVM recordings of k's capture.
-func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []Pause {
+// runtimeEvents reads what the runtimes of k's capture's processes
+// recorded: the GC pauses of its JVM recordings and the goroutine status
+// changes of its Go programs.
+func (a *Analyzer) runtimeEvents(ctx context.Context, k store.Artifact, st *Stored) ([]Pause, []goroutine.Event) {
 	if k.CaptureID == "" || len(k.Spans) == 0 {
-		return nil
+		return nil, nil
 	}
 	arts, err := a.Artifacts.TraceArtifacts(ctx, k.Spans[0].TraceID)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	var out []Pause
+	var pauses []Pause
+	var gev []goroutine.Event
 	for _, art := range arts {
-		if art.CaptureID != k.CaptureID || art.MediaType != jfrMediaType {
+		if art.CaptureID != k.CaptureID || art.MediaType != jfrMediaType && art.MediaType != goroutine.MediaType {
 			continue
 		}
 		data, err := a.read(ctx, art.ID)
 		if err != nil {
-			st.Notes = append(st.Notes, fmt.Sprintf("JFR recording %s unreadable: %v", art.ID, err))
+			st.Notes = append(st.Notes, fmt.Sprintf("%s artifact %s unreadable: %v", art.Kind, art.ID, err))
+			continue
+		}
+		if art.MediaType == goroutine.MediaType {
+			pid, evs, err := goroutine.Decode(data)
+			if err != nil {
+				st.Notes = append(st.Notes, fmt.Sprintf("goroutine events %s: %v", art.ID, err))
+				continue
+			}
+			if int64(pid) != art.PID {
+				st.Notes = append(st.Notes, fmt.Sprintf("goroutine events %s: of process %d, the artifact says %d", art.ID, pid, art.PID))
+				continue
+			}
+			gev = append(gev, evs...)
 			continue
 		}
 		ps, err := jfr.GCPauses(data)
@@ -795,10 +812,10 @@ func (a *Analyzer) pauses(ctx context.Context, k store.Artifact, st *Stored) []P
 			st.Notes = append(st.Notes, fmt.Sprintf("JFR recording %s: GC pauses read up to an error: %v", art.ID, err))
 		}
 		for _, p := range ps {
-			out = append(out, Pause{PID: uint32(art.PID), Start: p.Start, End: p.End})
+			pauses = append(pauses, Pause{PID: uint32(art.PID), Start: p.Start, End: p.End})
 		}
 	}
-	return out
+	return pauses, gev
 }
 
 // targetPIDs are the processes a snapshot was taken of: its own pid and
