@@ -17,6 +17,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 #define G_SCAN 0x1000
 #define G_WAITING 4
+#define G_COPYSTACK 8 // a stack being grown: says nothing of the goroutine's state
 
 // gs_layout: tgid -> the runtime.g offsets of its binary.
 struct {
@@ -25,6 +26,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct go_sched_layout);
 } gs_layout SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct go_sched_config);
+} gs_config SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -40,6 +48,7 @@ struct {
 
 const struct go_sched_event *unused_gs_event __attribute__((unused));
 const struct go_sched_layout *unused_gs_layout __attribute__((unused));
+const struct go_sched_config *unused_gs_config __attribute__((unused));
 
 SEC("uprobe")
 int go_casgstatus(struct pt_regs *ctx)
@@ -52,7 +61,7 @@ int go_casgstatus(struct pt_regs *ctx)
 	void *gp = (void *)ctx->rax;
 	__u32 oldval = (__u32)ctx->rbx & ~G_SCAN;
 	__u32 newval = (__u32)ctx->rcx & ~G_SCAN;
-	if (oldval == newval)
+	if (oldval == newval || oldval == G_COPYSTACK || newval == G_COPYSTACK)
 		return 0;
 
 	struct go_sched_event *e = bpf_ringbuf_reserve(&gs_events, sizeof(*e), 0);
@@ -74,6 +83,13 @@ int go_casgstatus(struct pt_regs *ctx)
 	bpf_probe_read_user(&e->goid, sizeof(e->goid), gp + l->goid_off);
 	if (newval == G_WAITING)
 		bpf_probe_read_user(&e->reason, sizeof(e->reason), gp + l->waitreason_off);
-	bpf_ringbuf_submit(e, 0);
+	// Waking the reader per event costs more than the event: batch the
+	// wake-ups; the reader polls on a timer for the rest.
+	__u32 zero = 0;
+	struct go_sched_config *cfg = bpf_map_lookup_elem(&gs_config, &zero);
+	__u64 flags = 0;
+	if (cfg && cfg->wakeup_bytes)
+		flags = bpf_ringbuf_query(&gs_events, BPF_RB_AVAIL_DATA) >= cfg->wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 	return 0;
 }

@@ -5,8 +5,15 @@
 
 #include <linux/types.h>
 
-// struct go_sched_config is element 0 of the gs_config array; one layout
-// per tracked binary would need a map keyed by tgid (gs_layout below).
+// struct go_sched_config is element 0 of the gs_config array.
+struct go_sched_config {
+	__u32 wakeup_bytes; // wake the reader only once this much data is
+	                    // pending (0: on every event); it also polls
+	__u32 _pad;
+};
+
+// struct go_sched_layout is a tracked process's runtime.g layout
+// (gs_layout, by tgid).
 struct go_sched_layout {
 	__u32 goid_off;       // offset of runtime.g.goid (int64 / uint64)
 	__u32 waitreason_off; // offset of runtime.g.waitreason (uint8)

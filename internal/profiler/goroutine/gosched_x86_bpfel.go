@@ -13,6 +13,12 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type goSchedGoSchedConfig struct {
+	_           structs.HostLayout
+	WakeupBytes uint32
+	Pad         uint32
+}
+
 type goSchedGoSchedEvent struct {
 	_       structs.HostLayout
 	KtimeNs uint64
@@ -35,10 +41,12 @@ type goSchedGoSchedLayout struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	goSchedMapGsConfig       = "gs_config"
 	goSchedMapGsEvents       = "gs_events"
 	goSchedMapGsLayout       = "gs_layout"
 	goSchedMapGsLost         = "gs_lost"
 	goSchedProgGoCasgstatus  = "go_casgstatus"
+	goSchedVarUnusedGsConfig = "unused_gs_config"
 	goSchedVarUnusedGsEvent  = "unused_gs_event"
 	goSchedVarUnusedGsLayout = "unused_gs_layout"
 )
@@ -92,6 +100,7 @@ type goSchedProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type goSchedMapSpecs struct {
+	GsConfig *ebpf.MapSpec `ebpf:"gs_config"`
 	GsEvents *ebpf.MapSpec `ebpf:"gs_events"`
 	GsLayout *ebpf.MapSpec `ebpf:"gs_layout"`
 	GsLost   *ebpf.MapSpec `ebpf:"gs_lost"`
@@ -101,6 +110,7 @@ type goSchedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type goSchedVariableSpecs struct {
+	UnusedGsConfig *ebpf.VariableSpec `ebpf:"unused_gs_config"`
 	UnusedGsEvent  *ebpf.VariableSpec `ebpf:"unused_gs_event"`
 	UnusedGsLayout *ebpf.VariableSpec `ebpf:"unused_gs_layout"`
 }
@@ -125,6 +135,7 @@ func (o *goSchedObjects) Close() error {
 //
 // It can be passed to loadGoSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type goSchedMaps struct {
+	GsConfig *ebpf.Map `ebpf:"gs_config"`
 	GsEvents *ebpf.Map `ebpf:"gs_events"`
 	GsLayout *ebpf.Map `ebpf:"gs_layout"`
 	GsLost   *ebpf.Map `ebpf:"gs_lost"`
@@ -132,6 +143,7 @@ type goSchedMaps struct {
 
 func (m *goSchedMaps) Close() error {
 	return _GoSchedClose(
+		m.GsConfig,
 		m.GsEvents,
 		m.GsLayout,
 		m.GsLost,
@@ -142,6 +154,7 @@ func (m *goSchedMaps) Close() error {
 //
 // It can be passed to loadGoSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type goSchedVariables struct {
+	UnusedGsConfig *ebpf.Variable `ebpf:"unused_gs_config"`
 	UnusedGsEvent  *ebpf.Variable `ebpf:"unused_gs_event"`
 	UnusedGsLayout *ebpf.Variable `ebpf:"unused_gs_layout"`
 }

@@ -80,8 +80,9 @@ func NewProfiler(cfg Config, logger *slog.Logger) (*Profiler, error) {
 
 func (p *Profiler) loop() {
 	defer p.wg.Done()
+	var e Event
 	for {
-		e, err := p.tr.Read()
+		err := p.tr.Read(&e)
 		if errors.Is(err, ringbuf.ErrClosed) {
 			return
 		}
@@ -186,6 +187,10 @@ func (p *Profiler) Dump(ctx context.Context, t profiler.Target, w profiler.Windo
 	p.dumps.Add(1)
 	pid := uint32(t.PID)
 	from, to := w.Start.Add(-leadIn).UnixNano(), w.End.UnixNano()
+	// The events until now are read before the window is copied.
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	_ = p.tr.Drain(dctx)
+	cancel()
 	p.mu.Lock()
 	ev := p.procs[pid]
 	var out []Event

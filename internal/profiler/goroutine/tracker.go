@@ -3,16 +3,19 @@
 package goroutine
 
 import (
-	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
+	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
+	"github.com/rootline/rootline/internal/bpfring"
 	"github.com/rootline/rootline/internal/kclock"
 )
 
@@ -20,8 +23,9 @@ import (
 // their goroutines' status changes.
 type Tracker struct {
 	objs   goSchedObjects
-	rd     *ringbuf.Reader
+	rd     *bpfring.Reader // waits in the netpoller
 	offset int64
+	rec    ringbuf.Record // Read's, reused
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
@@ -32,18 +36,30 @@ type proc struct {
 	reasons []string
 }
 
+// ringBytes is the ring buffer's size; the reader is woken once a quarter
+// of it is pending, else polls every pollInterval.
+const (
+	ringBytes    = 4 << 20
+	pollInterval = 100 * time.Millisecond
+)
+
 // New loads the tracker's BPF program. Close releases it.
 func New() (*Tracker, error) {
 	t := &Tracker{procs: map[uint32]*proc{}, offset: kclock.Monotonic.Offset()}
 	if err := loadGoSchedObjects(&t.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the goroutine tracker: %w", err)
 	}
-	rd, err := ringbuf.NewReader(t.objs.GsEvents)
+	if err := t.objs.GsConfig.Put(uint32(0), goSchedGoSchedConfig{WakeupBytes: ringBytes / 4}); err != nil {
+		t.objs.Close()
+		return nil, err
+	}
+	rd, err := bpfring.NewReader(t.objs.GsEvents)
 	if err != nil {
 		t.objs.Close()
 		return nil, err
 	}
 	t.rd = rd
+	t.rd.SetDeadline(time.Now().Add(pollInterval))
 	return t, nil
 }
 
@@ -87,29 +103,47 @@ func (t *Tracker) Remove(pid uint32) error {
 	return errors.Join(p.link.Close(), t.objs.GsLayout.Delete(&key))
 }
 
-// Read returns the next event; it blocks until one comes or the tracker is
-// closed (ringbuf.ErrClosed).
-func (t *Tracker) Read() (Event, error) {
-	rec, err := t.rd.Read()
-	if err != nil {
-		return Event{}, err
-	}
-	var e goSchedGoSchedEvent
-	if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &e); err != nil {
-		return Event{}, err
-	}
-	ev := Event{TS: int64(e.KtimeNs) + t.offset, PID: e.Tgid, TID: e.Tid, Goid: e.Goid, Old: e.Oldval, New: e.Newval}
-	if e.Newval == Waiting {
-		t.mu.Lock()
-		if p := t.procs[e.Tgid]; p != nil && int(e.Reason) < len(p.reasons) {
-			ev.Reason = p.reasons[e.Reason]
-		} else {
-			ev.Reason = "reason " + strconv.Itoa(int(e.Reason))
+// Read reads the next event into e; it blocks until one comes or the
+// tracker is closed (ringbuf.ErrClosed). It is not safe for concurrent
+// use (one reader).
+func (t *Tracker) Read(e *Event) error {
+	var ev goSchedGoSchedEvent
+	const size = int(unsafe.Sizeof(ev))
+	for {
+		err := t.rd.ReadInto(&t.rec)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, ringbuf.ErrFlushed):
+			t.rd.SetDeadline(time.Now().Add(pollInterval))
+			continue
+		case err != nil:
+			return err
+		case len(t.rec.RawSample) < size:
+			continue
 		}
-		t.mu.Unlock()
+		// The layout is struct go_sched_event (bpf/go_sched.h), generated
+		// by bpf2go; copied out of the record's buffer, which is reused.
+		ev = *(*goSchedGoSchedEvent)(unsafe.Pointer(&t.rec.RawSample[0]))
+		*e = Event{TS: int64(ev.KtimeNs) + t.offset, PID: ev.Tgid, TID: ev.Tid, Goid: ev.Goid, Old: ev.Oldval, New: ev.Newval}
+		if ev.Newval == Waiting {
+			e.Reason = t.reason(ev.Tgid, ev.Reason)
+		}
+		return nil
 	}
-	return ev, nil
 }
+
+// reason names wait reason r of process pid.
+func (t *Tracker) reason(pid uint32, r uint8) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.procs[pid]; p != nil && int(r) < len(p.reasons) {
+		return p.reasons[r]
+	}
+	return "reason " + strconv.Itoa(int(r))
+}
+
+// Drain returns once Read has returned every event submitted before the
+// call (or ctx ends).
+func (t *Tracker) Drain(ctx context.Context) error { return t.rd.Drain(ctx) }
 
 // Lost is the events dropped because the ring buffer was full.
 func (t *Tracker) Lost() (uint64, error) {

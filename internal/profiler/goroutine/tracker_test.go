@@ -67,9 +67,9 @@ func TestTrackMutexWait(t *testing.T) {
 	waitStart := map[uint64]int64{}
 	var waits []time.Duration
 	deadline := time.Now().Add(5 * time.Second)
+	var e Event
 	for len(waits) < 5 && time.Now().Before(deadline) {
-		e, err := tr.Read()
-		if err != nil {
+		if err := tr.Read(&e); err != nil {
 			t.Fatal(err)
 		}
 		if e.PID != pid {
