@@ -52,6 +52,9 @@ type caseSpan struct {
 	// Threads: [tid, start, end].
 	Threads [][3]int64 `json:"threads"`
 	Go      bool       `json:"go"`
+	// Read: when its first thread read it (the span's start plus its
+	// rootline.wait.socket_ms), 0: not said.
+	Read int64 `json:"read"`
 }
 
 func num(v any) int64 {
@@ -112,7 +115,7 @@ func (c *timelineCase) input(t testing.TB) Input {
 	in := Input{Timeline: tl}
 	for _, r := range c.Requests {
 		req := Request{TraceID: mustTrace(t, r.Trace), SpanID: mustSpan(t, r.Span), Service: r.Service,
-			Operation: r.Operation, PID: r.PID, Start: r.Start * sc, End: r.End * sc, UserScheduled: r.Go}
+			Operation: r.Operation, PID: r.PID, Start: r.Start * sc, End: r.End * sc, UserScheduled: r.Go, Read: r.Read * sc}
 		if r.Parent != "" {
 			req.Parent = mustSpan(t, r.Parent)
 		}

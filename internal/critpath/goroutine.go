@@ -133,6 +133,7 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 		segs = b.anchorsPath(r, r.Start, evs[0].TS)
 		k = 0
 	}
+	read := readAt(r)
 	var lastTID uint32 // the thread it last ran on: where its parked time is shown
 	for _, e := range evs[:k] {
 		if onThread(e.New) {
@@ -163,22 +164,41 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 				segs = appendSeg(segs, s)
 			}
 		default:
-			st, note := stUnknown, ""
-			switch e.New {
-			case goroutine.Runnable:
-				st, note = stRunqueue, "goroutine runnable"
-			case goroutine.Waiting:
-				st, note = goroutineWaitState(e.Reason), e.Reason
-			}
 			tid := lastTID
 			if tid == 0 {
 				tid = e.TID
 			}
-			segs = appendSeg(segs, seg{tid: tid, attr: tid, start: lo, end: hi, st: st, wait: noWait, active: -1,
-				goroutine: true, parked: true, note: note})
+			// Split where the request was read: a poller wait before it
+			// is not the network's (parkedState).
+			for _, cut := range [][2]int64{{lo, min(hi, max(lo, read))}, {max(lo, read), hi}} {
+				if cut[1] > cut[0] {
+					st, note := parkedState(e, cut[0] < read)
+					segs = appendSeg(segs, seg{tid: tid, attr: tid, start: cut[0], end: cut[1], st: st, wait: noWait, active: -1,
+						goroutine: true, parked: true, note: note})
+				}
+			}
 		}
 	}
 	return segs
+}
+
+// parkedState is the state of a goroutine off any thread after event e,
+// and the note the segment shows: runnable, it waits for a thread (behind
+// its own goroutines); parked, for what its reason names. A goroutine in
+// the network poller before its request was read (unread: the request's
+// first byte was in its socket already, rootline.wait.socket_ms) waits for
+// its runtime to poll, not for the network: runnable too.
+func parkedState(e *goroutine.Event, unread bool) (state, string) {
+	switch e.New {
+	case goroutine.Runnable:
+		return stRunqueue, "goroutine runnable"
+	case goroutine.Waiting:
+		if unread && e.Reason == "IO wait" {
+			return stRunqueue, "IO wait, the request in its socket"
+		}
+		return goroutineWaitState(e.Reason), e.Reason
+	}
+	return stUnknown, ""
 }
 
 // anchorsPath is the path of r's threads (anchors) over [lo, hi).

@@ -54,6 +54,7 @@ func (a *Analysis) NaivePath(i int) Path {
 		for _, e := range gevs {
 			add(e.TS)
 		}
+		add(readAt(r))
 	}
 	bounds = append(bounds, r.Start, r.End)
 	slices.Sort(bounds)
@@ -146,13 +147,7 @@ func (n *naive) goroutineAt(evs []goroutine.Event, t0, t1 int64, r *Request) seg
 		s.goroutine = s.tid == e.TID
 		return s
 	}
-	s.st, s.note = stUnknown, ""
-	switch e.New {
-	case goroutine.Runnable:
-		s.st, s.note = stRunqueue, "goroutine runnable"
-	case goroutine.Waiting:
-		s.st, s.note = goroutineWaitState(e.Reason), e.Reason
-	}
+	s.st, s.note = parkedState(e, t0 < readAt(r))
 	s.tid = lastTID
 	if s.tid == 0 {
 		s.tid = e.TID
