@@ -429,15 +429,7 @@ func TestCritpathMonitorJava(t *testing.T) {
 // does not see it: its path says unknown for that time, never "blocked by"
 // (nor lock) made up from what the program's threads did meanwhile.
 func TestCritpathGoMutexUnknown(t *testing.T) {
-	needTool(t, "go")
-	e := newCPEnv(t, "kernel")
-	bin := buildTestdata(t, "cpgo")
-	port, _ := e.run(t, "cp-go", "ptrace", nil, bin)
-	baseline(t, port, "do=fast", 20)
-	_, waiter, waited := lockContention(t, port, 600*time.Millisecond)
-	p, _ := e.waitPath(t, waiter, "cp-go")
-	logPath(t, p)
-	t.Logf("measured: %.1f ms in sync.Mutex.Lock", ms(waited))
+	p, waited := goMutexPath(t, "kernel", "cp-go", "ptrace")
 	if len(p.BlockedBy) != 0 {
 		t.Fatalf("blocked by %+v: the kernel cannot tell which goroutine held a sync.Mutex", p.BlockedBy)
 	}
@@ -451,15 +443,7 @@ func TestCritpathGoMutexUnknown(t *testing.T) {
 // request's goroutine and says lock, in sync.Mutex.Lock, for the time it
 // waited, instead of unknown.
 func TestCritpathGoMutex(t *testing.T) {
-	needTool(t, "go")
-	e := newCPEnv(t, "kernel,goroutines")
-	bin := buildTestdata(t, "cpgo")
-	port, _ := e.run(t, "cp-gor", "ebpf", nil, bin)
-	baseline(t, port, "do=fast", 20)
-	_, waiter, waited := lockContention(t, port, 600*time.Millisecond)
-	p, _ := e.waitPath(t, waiter, "cp-gor")
-	logPath(t, p)
-	t.Logf("measured: %.1f ms in sync.Mutex.Lock", ms(waited))
+	p, waited := goMutexPath(t, "kernel,goroutines", "cp-gor", "ebpf")
 	if !near(p.Waits[critpath.Lock], ms(waited), 0.1, 5) || p.Waits[critpath.Unknown] > 0.1*ms(waited) {
 		t.Fatalf("lock %.1f ms, unknown %.1f ms, for %.1f ms waited in sync.Mutex.Lock", p.Waits[critpath.Lock], p.Waits[critpath.Unknown], ms(waited))
 	}
@@ -470,6 +454,24 @@ func TestCritpathGoMutex(t *testing.T) {
 	if !named {
 		t.Fatal("no lock segment names sync.Mutex.Lock")
 	}
+}
+
+// goMutexPath runs the Go test service under `rootline run --mode mode`
+// with the agent's profilers, makes two requests contend for its
+// sync.Mutex and returns the waiter's path and the time it measured in the
+// lock.
+func goMutexPath(t *testing.T, profilers, svc, mode string) (critpath.SpanPath, int64) {
+	t.Helper()
+	needTool(t, "go")
+	e := newCPEnv(t, profilers)
+	bin := buildTestdata(t, "cpgo")
+	port, _ := e.run(t, svc, mode, nil, bin)
+	baseline(t, port, "do=fast", 20)
+	_, waiter, waited := lockContention(t, port, 600*time.Millisecond)
+	p, _ := e.waitPath(t, waiter, svc)
+	logPath(t, p)
+	t.Logf("measured: %.1f ms in sync.Mutex.Lock", ms(waited))
+	return p, waited
 }
 
 // TestCritpathThrottled: a CPU-bound request in a cgroup whose CPU quota is

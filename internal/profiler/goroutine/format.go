@@ -2,6 +2,7 @@ package goroutine
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -130,20 +131,10 @@ func Decode(data []byte) (uint32, []Event, error) {
 	if d.err != nil {
 		return 0, nil, d.err
 	}
-	if !slices.IsSortedFunc(events, func(a, b Event) int { return cmpInt64(a.TS, b.TS) }) {
+	if !slices.IsSortedFunc(events, func(a, b Event) int { return cmp.Compare(a.TS, b.TS) }) {
 		return 0, nil, fmt.Errorf("%w: events out of time order", ErrBadData)
 	}
 	return uint32(pid), events, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 type decoder struct {
