@@ -175,7 +175,7 @@ Flags:
 	// Go's soft limit, under --memory-limit: the garbage collector works
 	// harder as the heap nears it, so garbage never takes the server past
 	// its bounds.
-	debug.SetMemoryLimit(server.GoMemoryLimit(cfg.MemoryLimit))
+	debug.SetMemoryLimit(cfg.GoMemoryLimit())
 	srv, err := server.New(cfg, logger)
 	if err != nil {
 		logger.Error("cannot start", "err", err)

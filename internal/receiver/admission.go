@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	runtimemetrics "runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,14 +36,15 @@ const budgetWait = 2 * time.Second
 
 // budget is a count of bytes shared by requests.
 type budget struct {
-	size int64
-	used atomic.Int64
+	size  int64
+	used  atomic.Int64
+	gauge *memoryGauge // nil: the process's memory is not watched
 
 	mu    sync.Mutex
 	freed chan struct{} // closed when bytes are given back; nil when nobody waits
 }
 
-func newBudget(size int64) *budget { return &budget{size: size} }
+func newBudget(size int64, gauge *memoryGauge) *budget { return &budget{size: size, gauge: gauge} }
 
 // tryTake takes n bytes, or nothing and false when fewer are left.
 func (b *budget) tryTake(n int64) bool {
@@ -90,9 +93,10 @@ type reservation struct {
 func (b *budget) reserve(ctx context.Context) *reservation { return &reservation{b: b, ctx: ctx} }
 
 // grow takes n more bytes, waiting up to budgetWait for others to give some
-// back. It returns errOverBudget when they did not, errExceedsBudget at
-// once when the request alone would need more than the whole budget, or the
-// request's context error.
+// back and, while the process's memory is at its limit, for the collector
+// to bring it down. It returns errOverBudget or errMemoryPressure when
+// neither happened in time, errExceedsBudget at once when the request alone
+// would need more than the whole budget, or the request's context error.
 func (r *reservation) grow(n int64) error {
 	if r.held+n > r.b.size {
 		return errExceedsBudget
@@ -100,7 +104,11 @@ func (r *reservation) grow(n int64) error {
 	var timeout <-chan time.Time
 	for {
 		freed := r.b.whenFreed()
-		if r.b.tryTake(n) {
+		var recheck <-chan time.Time
+		pressed := r.b.gauge.pressed()
+		if pressed {
+			recheck = time.After(gaugeEvery)
+		} else if r.b.tryTake(n) {
 			r.held += n
 			return nil
 		}
@@ -111,12 +119,68 @@ func (r *reservation) grow(n int64) error {
 		}
 		select {
 		case <-freed:
+		case <-recheck:
 		case <-timeout:
+			if pressed {
+				return errMemoryPressure
+			}
 			return errOverBudget
 		case <-r.ctx.Done():
 			return r.ctx.Err()
 		}
 	}
+}
+
+// gaugeEvery is how often a memoryGauge reads the runtime's figures.
+const gaugeEvery = 10 * time.Millisecond
+
+// memoryGauge tells when the process's memory has reached Go's soft limit
+// (debug.SetMemoryLimit, which the server sets below --memory-limit). The
+// bounded parts of the server hold less than that limit; what takes the
+// process to it under a flood is garbage the collector has not caught up
+// with — past the limit the runtime caps the collector at half the CPU and
+// lets the heap grow rather than stall. While the gauge says so, requests
+// take no new memory (they wait, then get 429 / RESOURCE_EXHAUSTED): the
+// allocation that outruns the collector stops where it comes from, as a
+// collector's memory limiter does.
+type memoryGauge struct {
+	limit   atomic.Int64 // bytes of Go-mapped memory that count as at the limit
+	next    atomic.Int64 // monotonic ns of the next reading
+	over    atomic.Bool
+	mu      sync.Mutex // one reader at a time
+	samples []runtimemetrics.Sample
+	start   time.Time
+}
+
+// newMemoryGauge watches for limit bytes; nil (no watching) when limit is
+// math.MaxInt64 or less than one.
+func newMemoryGauge(limit int64) *memoryGauge {
+	if limit <= 0 || limit == math.MaxInt64 {
+		return nil
+	}
+	g := &memoryGauge{start: time.Now(), samples: []runtimemetrics.Sample{
+		{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"},
+	}}
+	g.limit.Store(limit)
+	return g
+}
+
+// pressed reports whether the memory Go has mapped and not released (what
+// its soft limit is compared with) is at the limit, as read at most
+// gaugeEvery ago.
+func (g *memoryGauge) pressed() bool {
+	if g == nil {
+		return false
+	}
+	now := int64(time.Since(g.start))
+	if now >= g.next.Load() && g.mu.TryLock() {
+		runtimemetrics.Read(g.samples)
+		used := int64(g.samples[0].Value.Uint64()) - int64(g.samples[1].Value.Uint64())
+		g.over.Store(used >= g.limit.Load())
+		g.next.Store(now + int64(gaugeEvery))
+		g.mu.Unlock()
+	}
+	return g.over.Load()
 }
 
 // shrink gives n bytes back early (memory the request no longer holds).
@@ -194,6 +258,8 @@ func overloaded(msg string) *rejection {
 var (
 	errBodyTooLarge = errors.New("body too large")
 	errOverBudget   = errors.New("over the memory budget")
+	// errMemoryPressure: the process's memory is at its limit.
+	errMemoryPressure = fmt.Errorf("%w: the process's memory is at its limit", errOverBudget)
 	// errExceedsBudget: the request needs more than the whole budget.
 	errExceedsBudget = errors.New("more than the whole memory budget")
 )

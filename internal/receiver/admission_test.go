@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -553,4 +554,49 @@ func TestTokenAndTLS(t *testing.T) {
 			t.Error("gRPC without a client certificate was accepted")
 		}
 	})
+}
+
+// TestMemoryPressureHoldsReservations reads the process's real memory
+// figures: a gauge whose limit is below them holds every reservation (it
+// waits, then errMemoryPressure, which is a 429), one above them does not,
+// and a waiting reservation goes through once the memory is under the limit.
+func TestMemoryPressureHoldsReservations(t *testing.T) {
+	if newMemoryGauge(math.MaxInt64) != nil || newMemoryGauge(0) != nil {
+		t.Fatal("a gauge without a limit should be nil")
+	}
+	free := newBudget(1<<20, newMemoryGauge(1<<62))
+	if err := free.reserve(context.Background()).grow(1 << 10); err != nil {
+		t.Fatalf("under the limit: %v", err)
+	}
+
+	gauge := newMemoryGauge(1) // every process is over one byte
+	b := newBudget(1<<20, gauge)
+	res := b.reserve(context.Background())
+	begin := time.Now()
+	err := res.grow(1 << 10)
+	if !errors.Is(err, errMemoryPressure) || !errors.Is(err, errOverBudget) || res.held != 0 || b.used.Load() != 0 {
+		t.Fatalf("over the limit: %v, held %d, used %d", err, res.held, b.used.Load())
+	}
+	if waited := time.Since(begin); waited < budgetWait {
+		t.Errorf("answered after %v, before budgetWait", waited)
+	}
+	if rej := (&Receivers{budget: b}).budgetRejection(err, 1<<10); rej.status != http.StatusTooManyRequests || rej.code != codes.ResourceExhausted || !rej.retry {
+		t.Errorf("rejection %+v, want a retryable 429", rej)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- b.reserve(context.Background()).grow(1 << 10) }()
+	time.Sleep(5 * gaugeEvery)
+	gauge.limit.Store(1 << 62)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("once under the limit: %v", err)
+		}
+	case <-time.After(budgetWait + time.Second):
+		t.Fatal("the reservation was not taken once the memory was under the limit")
+	}
+	if b.used.Load() != 1<<10 {
+		t.Errorf("used %d, want 1 KiB", b.used.Load())
+	}
 }

@@ -85,6 +85,8 @@ func (r *Receivers) budgetRejection(err error, need int64) *rejection {
 		return refusal(http.StatusRequestEntityTooLarge, outcomeTooLarge, fmt.Sprintf(
 			"this request needs about %s to be read and decoded, more than the receivers may hold for all requests in flight "+
 				"(%s, receiver.max_inflight_bytes): send smaller batches", mib(need), mib(r.budget.size)))
+	case errors.Is(err, errMemoryPressure):
+		return overloaded("the server's memory is at its limit (--memory-limit) while the collector catches up: retry later")
 	}
 	return r.overBudget()
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -222,7 +223,7 @@ func New(cfg Config, c pipeline.Consumer, logger *slog.Logger, reg prometheus.Re
 		logger:   logger,
 		token:    bearer.New(cfg.AuthToken),
 		tls:      tlsCfg,
-		budget:   newBudget(cfg.MaxInflightBytes),
+		budget:   newBudget(cfg.MaxInflightBytes, newMemoryGauge(debug.SetMemoryLimit(-1))),
 		slots:    map[string]slots{},
 	}
 	for _, name := range []string{receiverOTLPGRPC, receiverOTLPHTTP, receiverZipkin} {

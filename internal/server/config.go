@@ -166,6 +166,9 @@ func (c Config) StorageConfig() (factory.Config, error) {
 		st.Artifacts.S3 = &cp
 	}
 	st.ApplyDefaults(c.DataDir)
+	if sq := st.Spans.SQLite; sq != nil && sq.CacheMiB == 0 {
+		sq.CacheMiB = c.sqliteCacheMiB()
+	}
 	if cs := st.Spans.Cassandra; cs != nil && cs.TTL == 0 && c.Retention.Normal > 0 && c.Retention.Anomalous > 0 {
 		// The TTL backs up the retention sweep: a day past the longest
 		// period, so that it never takes what the sweep would keep.
@@ -471,7 +474,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.QueryAddr, "query.addr", c.QueryAddr, "query API, agent API, UI, /metrics, /healthz address; beyond loopback it needs an auth token")
 	fs.Int64Var(&c.MaxRequestBytes, "receiver.max-request-bytes", c.MaxRequestBytes, "largest accepted receiver request in bytes (after decompression); larger ones get 413 / RESOURCE_EXHAUSTED")
 	c.registerReceiverFlags(fs)
-	fs.Var(&c.MemoryLimit, "memory-limit", "memory limit of the process (e.g. 1GiB; 0: none; Go's soft limit GOMEMLIMIT is set to 7/8 of it); the receivers' in-flight memory and the intake queue default to 1/4 and 1/8 of it, and the server refuses to start when its bounds add up to more")
+	fs.Var(&c.MemoryLimit, "memory-limit", "memory limit of the process (e.g. 1GiB; 0: none; Go's soft limit GOMEMLIMIT is set to it less SQLite's page caches and 1/16); the receivers' in-flight memory and the intake queue default to 1/4 and 1/8 of it, and the server refuses to start when its bounds add up to more")
 	fs.StringVar(&c.QueryTLS.CertFile, "query.tls.cert-file", c.QueryTLS.CertFile, "serve the query port over TLS with this PEM certificate (chain)")
 	fs.StringVar(&c.QueryTLS.KeyFile, "query.tls.key-file", c.QueryTLS.KeyFile, "PEM private key of --query.tls.cert-file")
 	fs.StringVar(&c.QueryTLS.ClientCAFile, "query.tls.client-ca-file", c.QueryTLS.ClientCAFile, "require query clients to present a certificate signed by a CA in this PEM file (mutual TLS)")

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/rootline/rootline/internal/store/factory"
 )
 
 // ByteSize is a number of bytes written as a plain number or with a binary
@@ -64,19 +66,41 @@ func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	return b.Set(n.Value)
 }
 
-// GoMemoryLimit is the soft limit the server gives Go's runtime for a
-// --memory-limit of limit (0: none). The runtime's limit counts only the
-// memory it maps itself, and under a flood of allocations it lets the heap
-// pass the limit for a moment rather than spend more than half the CPU on
-// collection; the process's resident memory also holds the mapped binary.
-// So the runtime gets ⅞ of the limit, and the rest is left for those: with
+// GoMemoryLimit is the soft limit the server gives Go's runtime under
+// --memory-limit (none without one). The runtime's limit counts only the
+// memory it maps itself: SQLite's page caches are allocated outside it, the
+// process's resident memory also holds the mapped binary (34 MiB), and under
+// a flood of allocations the runtime lets the heap pass its limit for a
+// moment rather than spend more than half the CPU on collection. So the
+// runtime gets the limit less the page caches' bound and a sixteenth. (With
 // the whole limit, a 640 MiB server reached a peak RSS of 661–738 MiB under
-// TestServerMemoryBoundUnderFlood.
-func GoMemoryLimit(limit ByteSize) int64 {
-	if limit <= 0 {
+// TestServerMemoryBoundUnderFlood; with ⅞ of it and 64 MiB of writer cache,
+// 588–702 MiB, the page cache filling with the flood's accepted spans.)
+func (c Config) GoMemoryLimit() int64 {
+	if c.MemoryLimit <= 0 {
 		return math.MaxInt64
 	}
-	return int64(limit) - int64(limit)/8
+	limit := int64(c.MemoryLimit)
+	return limit - c.sqliteCacheBytes() - limit/16
+}
+
+// sqliteCacheMiB is the writer's page cache the server gives the SQLite
+// store unless set: 1/32 of the memory limit, 8 to 64 MiB.
+func (c Config) sqliteCacheMiB() int {
+	if c.MemoryLimit <= 0 {
+		return 64
+	}
+	return int(min(max(int64(c.MemoryLimit)/32>>20, 8), 64))
+}
+
+// sqliteCacheBytes bounds the SQLite store's page caches (0 when spans go
+// elsewhere).
+func (c Config) sqliteCacheBytes() int64 {
+	st, err := c.StorageConfig()
+	if err != nil || st.Spans.Type != factory.TypeSQLite || st.Spans.SQLite == nil {
+		return 0
+	}
+	return st.Spans.SQLite.StoreConfig(nil).CacheBytes()
 }
 
 // Memory of the parts of the server no bound covers, measured on an idle
@@ -117,6 +141,9 @@ func (c Config) memoryParts() []memoryPart {
 		{"intake queue", "pipeline.queue_bytes", c.Pipeline.QueueBytes},
 		{"anomaly detector", "detector.max_keys × detector.window", int64(c.Detector.MaxKeys) * int64(c.Detector.Window) * detectorBytesPerDuration},
 		{"runtime, store and the rest", "", baselineBytes},
+	}
+	if b := c.sqliteCacheBytes(); b > 0 {
+		parts = append(parts, memoryPart{"SQLite page caches", "storage.spans.sqlite.cache_mib", b})
 	}
 	if c.OTLPGRPCAddr != "" {
 		// gRPC reads a message before the handler can reserve it.

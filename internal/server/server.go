@@ -554,7 +554,7 @@ func (s *Server) retentionLoop(ctx context.Context, mine func() bool) {
 func (s *Server) logMemoryBound() {
 	soft := "none"
 	if s.cfg.MemoryLimit > 0 {
-		soft = ByteSize(GoMemoryLimit(s.cfg.MemoryLimit) >> 20 << 20).String()
+		soft = ByteSize(s.cfg.GoMemoryLimit() >> 20 << 20).String()
 	}
 	attrs := []any{"memory_limit", s.cfg.MemoryLimit.String(), "go_soft_limit", soft, "bound", ByteSize(s.cfg.memoryBound() / (1 << 20) << 20).String()}
 	for _, p := range s.cfg.memoryParts() {

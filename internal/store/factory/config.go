@@ -22,8 +22,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rootline/rootline/internal/store"
 	"github.com/rootline/rootline/internal/store/cassandra"
 	"github.com/rootline/rootline/internal/store/s3"
+	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
 // Backend type names.
@@ -60,6 +62,14 @@ type SQLiteConfig struct {
 	// Synchronous is FULL (an acknowledged span survives power loss, the
 	// default) or NORMAL (it survives a crash of the server process; faster).
 	Synchronous string `yaml:"synchronous"`
+	// CacheMiB is the writer's page cache in MiB; each reader has a quarter
+	// of it. 0: the server sets 1/32 of its memory limit, 8 to 64 MiB.
+	CacheMiB int `yaml:"cache_mib"`
+}
+
+// StoreConfig is the sqlite package's configuration of the store in c.
+func (c SQLiteConfig) StoreConfig(blobs store.BlobStore) sqlite.Config {
+	return sqlite.Config{Dir: c.Dir, Synchronous: c.Synchronous, CacheMiB: c.CacheMiB, Blobs: blobs}
 }
 
 // ArtifactsConfig chooses where artifact content (blobs) goes.

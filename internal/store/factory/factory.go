@@ -70,7 +70,7 @@ func Open(cfg Config, opts Options) (*Storage, error) {
 
 	switch cfg.Spans.Type {
 	case TypeSQLite:
-		db, err := sqlite.Open(sqlite.Config{Dir: cfg.Spans.SQLite.Dir, Synchronous: cfg.Spans.SQLite.Synchronous, Blobs: blobs}, opts.Logger)
+		db, err := sqlite.Open(cfg.Spans.SQLite.StoreConfig(blobs), opts.Logger)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("open span store in %s: %w", cfg.Spans.SQLite.Dir, err), c.Close())
 		}

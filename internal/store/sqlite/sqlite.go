@@ -20,6 +20,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -68,8 +69,9 @@ type Config struct {
 	BusyTimeout time.Duration
 	// ReadConns is the size of the read pool. Default: GOMAXPROCS, at least 2.
 	ReadConns int
-	// CacheMiB is SQLite's page cache per connection, in MiB. Default 64 for
-	// the writer and a quarter of it for each reader.
+	// CacheMiB is SQLite's page cache of the writer, in MiB (default 64);
+	// each reader has a quarter of it, less with more than four readers
+	// (readerShare).
 	CacheMiB int
 }
 
@@ -98,6 +100,30 @@ func (c *Config) applyDefaults() error {
 		c.CacheMiB = 64
 	}
 	return nil
+}
+
+// readerShare divides the writer's page cache for each reader (the read
+// pool and the two metadata connections): a quarter, less with more than
+// four readers, so the readers together never hold more than the writer.
+func (c Config) readerShare() int { return max(c.readers(), 4) }
+
+// readers counts the read-only connections.
+func (c Config) readers() int {
+	n := c.ReadConns
+	if n <= 0 {
+		n = max(runtime.GOMAXPROCS(0), 2)
+	}
+	return n + 2
+}
+
+// CacheBytes is the most memory the store's page caches take with c's
+// settings (defaults resolved): the writer's cache and the readers' shares,
+// with the allocator's overhead (a full 64 MiB cache measured 81 MiB of
+// resident memory). SQLite allocates outside Go's heap, so Go's memory limit
+// does not count it.
+func (c Config) CacheBytes() int64 {
+	cache := int64(cmp.Or(max(c.CacheMiB, 0), 64)) << 20
+	return (cache + int64(c.readers())*(cache/int64(c.readerShare()))) * 5 / 4
 }
 
 // Store implements store.Store on SQLite. It is safe for concurrent use.
@@ -185,7 +211,7 @@ func (s *Store) dsn(readOnly bool) string {
 	q.Add("_pragma", "temp_store(MEMORY)")
 	cache := s.cfg.CacheMiB * 1024
 	if readOnly {
-		cache /= 4
+		cache /= s.cfg.readerShare()
 		q.Add("_pragma", "query_only(1)")
 		q.Add("_pragma", "mmap_size(268435456)")
 	} else {
