@@ -91,7 +91,7 @@ func TestAskedReleasesHeld(t *testing.T) {
 	key := procKey{"agent", 7}
 	m.lastFired[key] = now.Add(-10 * time.Second)
 	held := &Capture{ID: "c", Start: now.Add(-8 * time.Second).UnixNano(), End: now.Add(-4 * time.Second).UnixNano(),
-		due: now.Add(20 * time.Second), held: true}
+		due: now.Add(20 * time.Second), held: true, latest: now.Add(20*time.Second + cfg.MaxDelay)}
 	m.pending[key] = []*Capture{held}
 	span := func(i byte) (store.SpanRef, int64, int64) {
 		s, e := now.Add(-3*time.Second).UnixNano(), now.Add(-2*time.Second).UnixNano()
@@ -114,6 +114,49 @@ func TestAskedReleasesHeld(t *testing.T) {
 	want := time.Unix(0, e).Add(cfg.Post + cfg.Settle)
 	if !held.due.Equal(want) || held.held || !held.asked || len(held.Spans) != 2 {
 		t.Fatalf("after the ask: due in %v (want %v), held %v, asked %v, %d spans", held.due.Sub(now), want.Sub(now), held.held, held.asked, len(held.Spans))
+	}
+}
+
+// TestMaxDelay: anomalies that coalesce into a pending capture move its
+// window's end and its due time, but not past MaxDelay after it was first
+// due: a later one is left for the next capture.
+func TestMaxDelay(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	cfg := DefaultConfig()
+	cfg.MaxDelay, cfg.Post, cfg.Settle = 2*time.Second, 2*time.Second, time.Second
+	m, err := New(cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return now }
+	key := procKey{"agent", 7}
+	// First due 1 s after its window's end (the span's end + Post).
+	first := now.Add(cfg.Post + cfg.Settle)
+	c := &Capture{ID: "c", Start: now.Add(-6 * time.Second).UnixNano(), End: now.Add(cfg.Post).UnixNano(), due: first, latest: first.Add(cfg.MaxDelay)}
+	m.pending[key] = []*Capture{c}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	join := func(i byte, spanEnd time.Duration) bool {
+		s, e := now.Add(spanEnd-100*time.Millisecond).UnixNano(), now.Add(spanEnd).UnixNano()
+		ref := store.SpanRef{TraceID: model.TraceID{i}, SpanID: model.SpanID{i}}
+		return m.coalesce(key, "e", ref, s-int64(cfg.Pre), e+int64(cfg.Post), s, e, false)
+	}
+	if !join(1, 1500*time.Millisecond) {
+		t.Fatal("a span ending 1.5 s later did not join")
+	}
+	if want := first.Add(1500 * time.Millisecond); !c.due.Equal(want) {
+		t.Fatalf("due in %v, want %v", c.due.Sub(now), want.Sub(now))
+	}
+	if join(2, 2500*time.Millisecond) {
+		t.Fatalf("a span ending 2.5 s later joined: due in %v, past MaxDelay after %v", c.due.Sub(now), first.Sub(now))
+	}
+	if len(c.Spans) != 1 || !c.due.Equal(first.Add(1500*time.Millisecond)) {
+		t.Fatalf("%d spans, due in %v", len(c.Spans), c.due.Sub(now))
+	}
+	// 0: no bound.
+	m.cfg.MaxDelay = 0
+	if !join(3, 5*time.Second) {
+		t.Fatal("without MaxDelay a later span did not join")
 	}
 }
 

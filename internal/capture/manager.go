@@ -52,6 +52,12 @@ type Config struct {
 	Settle time.Duration `yaml:"settle"`
 	// MaxWindow caps a coalesced window.
 	MaxWindow time.Duration `yaml:"max_window"`
+	// MaxDelay bounds how much later than when it was first due a pending
+	// capture may be asked for because anomalies coalesced into it (each
+	// moves its window's end): a steady stream of slow requests would
+	// otherwise postpone it until the window stops growing. Anomalies past
+	// it start the next capture. 0: no bound.
+	MaxDelay time.Duration `yaml:"max_delay"`
 	// BudgetBytesPerMinute bounds artifact bytes per process per minute.
 	BudgetBytesPerMinute int64 `yaml:"budget_bytes_per_minute"`
 	// MinInterval is the least time between two captures of one process
@@ -122,7 +128,7 @@ func DefaultConfig() Config {
 		// MaxWindow within the kernel recorder's 60 s retention, with
 		// room for the dump to start: a window older than that is evicted
 		// before it is dumped.
-		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 45 * time.Second,
+		Pre: 5 * time.Second, Post: 2 * time.Second, Settle: time.Second, MaxWindow: 45 * time.Second, MaxDelay: 2 * time.Second,
 		BudgetBytesPerMinute: 64 << 20, MinInterval: 30 * time.Second, AskedInterval: 5 * time.Second, MaxPerMinute: 12,
 		SuspectShare: 0.5, Suspects: 2,
 		Concurrency: 4, MaxPerAgent: 4, Queue: 10_000,
@@ -134,8 +140,8 @@ func DefaultConfig() Config {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 || c.MinInterval < 0 || c.AskedInterval < 0 {
-		errs = append(errs, errors.New("capture pre, post, settle, min_interval and asked_interval must not be negative"))
+	if c.Pre < 0 || c.Post < 0 || c.Settle < 0 || c.MinInterval < 0 || c.AskedInterval < 0 || c.MaxDelay < 0 {
+		errs = append(errs, errors.New("capture pre, post, settle, min_interval, asked_interval and max_delay must not be negative"))
 	}
 	if c.MaxPerMinute < 0 {
 		errs = append(errs, errors.New("capture max_per_minute must not be negative (0: no bound)"))
@@ -189,6 +195,9 @@ type Capture struct {
 	held bool
 	// asked: it holds a span a verdict asked for (AskedInterval applies).
 	asked bool
+	// latest is how late coalescing may make it due (MaxDelay past when it
+	// was first due, or held to).
+	latest time.Time
 }
 
 type agent struct {
@@ -580,6 +589,7 @@ func (m *Manager) route(s *model.Span, asked bool) {
 			// The process waits for its interval: later anomalies join this.
 			c.due, c.held = next, true
 		}
+		c.latest = c.due.Add(m.cfg.MaxDelay)
 		m.pending[key] = append(m.pending[key], c)
 	}
 }
@@ -601,14 +611,20 @@ func (m *Manager) coalesce(key procKey, service string, ref store.SpanRef, start
 		if ne-ns > int64(m.cfg.MaxWindow) {
 			continue
 		}
-		c.Start, c.End = ns, ne
 		settled := laterOf(time.Unix(0, ne), m.now()).Add(m.cfg.Settle)
+		if m.cfg.MaxDelay > 0 && settled.After(c.latest) {
+			// It would postpone the capture past MaxDelay: the next one
+			// takes it.
+			continue
+		}
+		c.Start, c.End = ns, ne
 		c.due = laterOf(c.due, settled)
 		if asked && !c.asked {
 			c.asked = true
 			if c.held {
 				slot := m.nextSlotLocked(key, service, m.now(), true)
 				c.due, c.held = laterOf(settled, slot), slot.After(settled)
+				c.latest = c.due.Add(m.cfg.MaxDelay)
 			}
 		}
 		c.Spans = append(c.Spans, ref)
@@ -746,10 +762,12 @@ func (m *Manager) holdLocked(key procKey, c *Capture, next time.Time) {
 		} else {
 			w.due = laterOf(w.due, next)
 		}
+		w.latest = laterOf(w.latest, w.due.Add(m.cfg.MaxDelay))
 		delete(m.captures, c.ID)
 		return
 	}
 	c.due, c.held = next, true
+	c.latest = next.Add(m.cfg.MaxDelay)
 	m.pending[key] = append(m.pending[key], c)
 }
 

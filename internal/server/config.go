@@ -510,6 +510,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Capture.MaxWindow, "capture.max-window", c.Capture.MaxWindow, "longest coalesced capture window")
 	fs.Int64Var(&c.Capture.BudgetBytesPerMinute, "capture.budget-bytes-per-minute", c.Capture.BudgetBytesPerMinute, "artifact bytes accepted per process per minute")
 	fs.DurationVar(&c.Capture.MinInterval, "capture.min-interval", c.Capture.MinInterval, "least time between two captures of one process; anomalies meanwhile join the waiting capture (0: none)")
+	fs.DurationVar(&c.Capture.MaxDelay, "capture.max-delay", c.Capture.MaxDelay, "how much later than first due anomalies coalescing into a pending capture may make it (each moves its window's end); later ones start the next capture (0: no bound)")
 	fs.DurationVar(&c.Capture.AskedInterval, "capture.asked-interval", c.Capture.AskedInterval, "least time between two captures of one process when an open incident's verdict asked for the second (it lacks kernel paths); stands for capture.min-interval then")
 	fs.IntVar(&c.Capture.MaxPerMinute, "capture.max-per-minute", c.Capture.MaxPerMinute, "captures requested per minute over all processes, at most 3 within any 3/N of a minute; more wait, or are skipped once too late for their window (0: no bound)")
 	fs.Float64Var(&c.Capture.SuspectShare, "capture.suspect-share", c.Capture.SuspectShare, "share of --capture.max-per-minute kept for the processes of the services open incidents rank most suspect; the others' captures use the rest and leave one of every burst free (0: first come, first served)")
