@@ -344,10 +344,12 @@ static __always_inline int head_begin(struct conn *c, struct half *h, __u64 sk, 
 	return p;
 }
 
-// head_arrived dates a request head whose first byte (TCP sequence number
-// seq) the service read at ts: from when that byte arrived in the socket
-// (arrival.h), never later than the read. The difference is the time the
-// request waited in the socket's receive queue for the service to read it.
+// head_arrived dates a head whose first byte (TCP sequence number seq) the
+// service read at ts: from when that byte arrived in the socket (arrival.h),
+// never later than the read. The difference is the time the head waited in
+// the socket's receive queue for the service to read it: a request's, which
+// its SERVER span starts before; a response's, which its call does not
+// count as the network's (a caller held off its CPU reads it late).
 __noinline int head_arrived(struct conn *c, __u32 seq, __u64 ts)
 {
 	if (!c)
@@ -369,7 +371,7 @@ struct read_ctx {
 	__u64 ts;
 	__u32 n;
 	__u32 off;
-	__u32 seq; // TCP sequence number of ubuf[0] (inbound connections)
+	__u32 seq; // TCP sequence number of ubuf[0]
 };
 
 // read_step follows the next piece of a read: a body skipped without
@@ -412,8 +414,7 @@ static long read_step(__u32 i, struct read_ctx *x)
 			return 0;
 		}
 		p = b;
-		if (c->dir == DIR_IN)
-			head_arrived(c, x->seq + x->off + p, x->ts);
+		head_arrived(c, x->seq + x->off + p, x->ts);
 	}
 	__u32 end = head_feed(c, 0, s, p, m);
 	PROF(5);
@@ -471,10 +472,10 @@ static long iov_cb(__u32 i, struct iov_ctx *x)
 // of tcp_rcv_established, before the segment is queued, for every segment
 // of every TCP socket on the node (from the backlog, when the segment came
 // while a reader held the socket, the time is when the reader let go). On
-// an inbound connection followed, the new in-order bytes it carries are
-// recorded with the time (arrival.h), so that a request head read later
-// is dated from its arrival. The same one-load filter as rd_recv turns
-// away the sockets of no run.
+// a connection followed, the new in-order bytes it carries are recorded
+// with the time (arrival.h), so that a head read later is dated from its
+// arrival: a request's, and a response's. The same one-load filter as
+// rd_recv turns away the sockets of no run.
 SEC("tp_btf/tcp_probe")
 int BPF_PROG(rd_seg, struct sock *sk, const struct sk_buff *skb)
 {
@@ -488,7 +489,7 @@ int BPF_PROG(rd_seg, struct sock *sk, const struct sk_buff *skb)
 		return 0; // a pure ACK (about half the segments of a request/response exchange): no lookup
 	__u64 key = (__u64)sk;
 	struct conn *c = bpf_map_lookup_elem(&rd_conns, &key);
-	if (!c || c->dir != DIR_IN || c->rd.state == H_OPAQUE || !live(c, key))
+	if (!c || c->rd.state == H_OPAQUE || !live(c, key))
 		return 0;
 	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)sk, rcv_nxt);
 	arrival_note(&c->arr, se[0], se[1], rcv_nxt, bpf_ktime_get_ns());
@@ -565,10 +566,8 @@ int BPF_PROG(rd_recv, struct sock *sock, int ret, int flags)
 		return 0;
 	}
 	// The read took the bytes before copied_seq: the first one's sequence
-	// number dates the request heads it holds (head_arrived).
-	__u32 seq = 0;
-	if (c->dir == DIR_IN)
-		seq = BPF_CORE_READ((struct tcp_sock *)sock, copied_seq) - (__u32)ret;
+	// number dates the heads it holds (head_arrived).
+	__u32 seq = BPF_CORE_READ((struct tcp_sock *)sock, copied_seq) - (__u32)ret;
 	struct iov_ctx x = {.c = c, .s = s, .sk = sk, .buf = buf, .iovcnt = OPQ(iovcnt), .left = OPQ(ret),
 			    .ts = bpf_ktime_get_ns(), .seq = seq};
 	PROF(1);
@@ -822,6 +821,7 @@ __noinline int request_written(struct sk_msg_md *msg, struct conn *c, __u64 sk, 
 	q->tid = tid;
 	q->flags = flags | (c->head_req ? CALL_HEAD : 0);
 	q->status = 0;
+	q->sock_us = 0;
 	q->server = 0;
 	q->wait = 0;
 	__builtin_memcpy(q->trace, ci->trace, 16);

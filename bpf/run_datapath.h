@@ -78,7 +78,7 @@ struct rd_event {
 	__u64 net_ns;    // REQ_END: largest network wait of its calls; CALL_END: this call's
 	__u64 remote_ns; // REQ_END: largest wait its downstreams reported; CALL_END: this call's downstream's
 	__u64 server_ns; // CALL_END: the downstream's rootline-server-time
-	__u64 sock_ns;   // REQ, REQ_END: how long the request's first byte waited in the socket before the service read it (start is its arrival; in local_ns too)
+	__u64 sock_ns;   // REQ, REQ_END: how long the request's first byte waited in the socket before the service read it (start is its arrival; in local_ns too); CALL_END: the response's, before the caller read it (not in net_ns)
 	__u32 status;    // *_END: HTTP status (0: none); SKIP: the reason
 	__u32 ntids;
 	__u32 tids[RD_MAX_TIDS]; // REQ_END: threads that worked on the request

@@ -23,7 +23,9 @@ import (
 // wait hold at least delay (the span starts at the request's arrival, not
 // at the read), for keep-alive, pipelined and fresh connections, and the
 // middle service's network wait to it does not hold it (its remote wait
-// does).
+// does). A caller under it that leaves each response in its socket for
+// delay before it reads it: that time is the caller's, not the network's
+// (its call's network wait does not hold it).
 func TestRunSocketWait(t *testing.T) {
 	requireTracing(t)
 	bpftest.RequireBPF(t)
@@ -41,6 +43,11 @@ func TestRunSocketWait(t *testing.T) {
 		[]string{"--service", "slow-reader", "--server", ""}, "python3", py("slowread.py"))
 	_, midPort := startTraced(t, []string{"LISTEN=127.0.0.1:0", fmt.Sprintf("CALL=http://127.0.0.1:%d", calleePort)}, true,
 		[]string{"--service", "mid", "--server", ""}, "python3", py("svc.py"))
+	_, leafPort := startTraced(t, []string{"LISTEN=127.0.0.1:0"}, true,
+		[]string{"--service", "leaf", "--server", ""}, "python3", py("svc.py"))
+	_, slowCallerPort := startTraced(t, []string{"LISTEN=127.0.0.1:0", fmt.Sprintf("DELAY_MS=%d", delay.Milliseconds()),
+		fmt.Sprintf("CALL=127.0.0.1:%d", leafPort)}, true,
+		[]string{"--service", "slow-caller", "--server", ""}, "python3", py("slowread.py"))
 
 	t.Run("keep-alive", func(t *testing.T) {
 		client := &http.Client{Timeout: 30 * time.Second}
@@ -120,6 +127,30 @@ func TestRunSocketWait(t *testing.T) {
 		sort.Slice(nets, func(i, j int) bool { return nets[i] < nets[j] })
 		if med := nets[len(nets)/2]; med >= delay/2 {
 			t.Errorf("mid's median network wait to the slow reader %v: the time in the callee's socket (≥ %v) is still counted as network", med, delay)
+		}
+	})
+
+	t.Run("slow-caller", func(t *testing.T) {
+		// The caller reads each response delay after it arrived: its
+		// server time holds the delay, its call's network wait does not.
+		client := &http.Client{Timeout: 30 * time.Second}
+		var nets []time.Duration
+		for i := range 8 {
+			resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/c%d", slowCallerPort, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			st, w := timingOf(t, resp.Header)
+			t.Logf("slow caller %d: server time %v, net wait %v", i, st, w["net"])
+			if st < delay {
+				t.Errorf("slow caller %d: server time %v, want ≥ %v", i, st, delay)
+			}
+			nets = append(nets, w["net"])
+		}
+		sort.Slice(nets, func(i, j int) bool { return nets[i] < nets[j] })
+		if med := nets[len(nets)/2]; med >= delay/2 {
+			t.Errorf("slow caller's median network wait %v: the time the response waited in its own socket (≥ %v) is counted as network", med, delay)
 		}
 	})
 }

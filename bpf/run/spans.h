@@ -240,9 +240,10 @@ __noinline int end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 fl
 	__u64 now = bpf_ktime_get_ns();
 	__u64 client = now > q->start ? now - q->start : 0;
 	__u64 server = q->server * 1000;
+	__u64 sockw = (__u64)q->sock_us * 1000; // the caller's, not the network's
 	__u64 net = 0, remote = q->wait * 1000;
 	if (q->flags & RD_F_TIMED)
-		net = client > server ? client - server : 0;
+		net = client > server + sockw ? client - server - sockw : 0;
 	else
 		remote = 0;
 	if (q->parent) {
@@ -268,6 +269,7 @@ __noinline int end_callrec(struct conn *c, __u64 sk, struct callrec *q, __u32 fl
 		ev->net_ns = net;
 		ev->remote_ns = remote;
 		ev->server_ns = server;
+		ev->sock_ns = sockw;
 		ev->status = q->status;
 		ev->tids[0] = q->tid;
 		emit(ev, c);
@@ -428,6 +430,7 @@ __noinline int response_read(struct conn *c, __u64 sk, struct scratch *s)
 		c->cq_first++;
 	}
 	c->call.status = hi->status;
+	c->call.sock_us = c->rd.sock / 1000;
 	if (hi->timed) {
 		c->call.flags |= RD_F_TIMED;
 		c->call.server = hi->server_us;

@@ -119,7 +119,7 @@ struct half {
 	__u32 finals;  // heads completed on this side (final ones for responses)
 	__u64 body;    // body bytes left (H_BODY)
 	__u64 start;   // when the current head began (ns): a request head's first byte's arrival in the socket
-	__u64 sock;    // a request head: how long its first byte waited in the socket before the read (ns)
+	__u64 sock;    // how long the head's first byte waited in the socket before the read (ns)
 	// chunked body parser
 	__u32 cstate;  // CS_*
 	__u32 cdigits; // hex digits of the size line so far
@@ -140,7 +140,7 @@ struct callrec {
 	__u32 tid;
 	__u32 flags;   // RD_F_*; RD_F_CUT is reused for "HEAD request"
 	__u32 status;
-	__u32 _pad;
+	__u32 sock_us; // how long its response's first byte waited in the socket before the caller read it
 	__u8 trace[16];
 };
 #define CALL_HEAD RD_F_CUT
@@ -181,7 +181,7 @@ struct conn {
 	__u32 timing;    // the timing form its run writes (rd_timing)
 	struct callrec cq[RQ];
 	struct callrec call;
-	struct arrivals arr;   // inbound: when the last segments arrived (tcp_probe)
+	struct arrivals arr;   // when the last segments arrived (tcp_probe)
 	struct head_buf qhead; // a request head (inbound: read; outbound: written)
 	struct head_buf shead; // a response head (inbound: written; outbound: read)
 };

@@ -354,3 +354,31 @@ func TestSocketWaitCharged(t *testing.T) {
 		t.Errorf("b's threads busy with their own work: ranked %+v, want b first with its queue", busy)
 	}
 }
+
+// A caller held off its CPU reads its callee's answers late: the time a
+// response waited in the caller's socket (rootline.wait.response_socket_ms)
+// is the caller's, and the link's net wait does not hold it, so the
+// caller ranks first, not its callee.
+func TestResponseSocketWaitCharged(t *testing.T) {
+	ms := int64(time.Millisecond)
+	// f → j: f works 2 ms, calls j (j works 5 ms; the call's net wait 1 ms
+	// without the answer's wait in f's socket, resp).
+	call := func(resp int64) *trace {
+		f := &model.Span{SpanID: sid(1), Service: "f", Kind: model.KindServer, Duration: (8 + resp) * ms}
+		fc := &model.Span{SpanID: sid(2), ParentSpanID: sid(1), Service: "f", Kind: model.KindClient, Start: 2 * ms, Duration: (6 + resp) * ms,
+			Attributes: []model.KeyValue{model.Float(model.AttrWaitNetMs, 1)}}
+		if resp > 0 {
+			fc.Attributes = append(fc.Attributes, model.Float(model.AttrWaitResponseSocketMs, float64(resp)))
+		}
+		j := &model.Span{SpanID: sid(3), ParentSpanID: sid(2), Service: "j", Kind: model.KindServer, Start: 2 * ms, Duration: 5 * ms}
+		return newTrace([]*model.Span{f, fc, j})
+	}
+	got := call(20).times(map[string]bool{"f": true, "j": true})
+	if got["f"].self != float64(22*ms) || got["j"].net != float64(ms) || got["j"].self != float64(5*ms) {
+		t.Errorf("times %+v: want f's own 22 ms (2 + the answer's 20 in its socket), j's net 1 ms", got)
+	}
+	ranked := rank([]*trace{call(20), call(20)}, []*trace{call(0), call(0)})
+	if ranked[0].Service != "f" || ranked[0].SelfDeltaMs != 20 {
+		t.Errorf("ranked %+v: want f first, its own time 20 ms longer", ranked)
+	}
+}

@@ -21,6 +21,9 @@ type span struct {
 	anomaly            bool
 	waitLocal, waitNet float64 // ms; NaN when absent
 	waitSocket         float64 // ms; NaN when absent
+	// respSocket: a CLIENT span's response's wait in the caller's socket
+	// (ms; 0 when absent).
+	respSocket float64
 	threads            []int64
 	up                 *span // parent span in this trace
 	children           []*span
@@ -55,6 +58,10 @@ func newTrace(spans []*model.Span) *trace {
 				s.waitNet = number(kv.Value)
 			case model.AttrWaitSocketMs:
 				s.waitSocket = number(kv.Value)
+			case model.AttrWaitResponseSocketMs:
+				if v := number(kv.Value); v > 0 && v*1e6 < float64(ms.Duration) {
+					s.respSocket = v
+				}
 			case model.AttrServerAddress:
 				if kv.Value.Type == model.TypeString {
 					s.serverAddr = kv.Value.Str
@@ -168,7 +175,10 @@ type times struct{ self, net, local, sock, remote float64 }
 // network and proxies — and is charged to the callee as network time, as is
 // a proxy's ingress span's own time (proxiesServer) where the CLIENT span
 // did not measure it; every other span's exclusive time is the service's
-// own.
+// own. The time a response waited in the caller's socket before the caller
+// read it (rootline.wait.response_socket_ms) is the caller's own: a caller
+// held off its CPU reads its answers late, and counted as the link's, that
+// made its callee the culprit.
 func (t *trace) times(known map[string]bool) map[string]times {
 	out := map[string]times{}
 	for _, s := range t.spans {
@@ -178,12 +188,18 @@ func (t *trace) times(known map[string]bool) map[string]times {
 			}
 			callee := s.callee(known)
 			c := out[callee]
+			resp := s.respSocket * 1e6
 			if !math.IsNaN(s.waitNet) {
-				c.net += s.waitNet * 1e6
+				c.net += s.waitNet * 1e6 // without resp (rootline run)
 			} else {
-				c.net += float64(s.exclusiveOf(s.across()))
+				c.net += max(float64(s.exclusiveOf(s.across()))-resp, 0)
 			}
 			out[callee] = c
+			if resp > 0 {
+				x := out[s.service]
+				x.self += resp
+				out[s.service] = x
+			}
 			continue
 		}
 		if s.proxiesServer() {

@@ -16,7 +16,7 @@ func TestEquivalence(t *testing.T) {
 	if testing.Short() {
 		seeds = 8
 	}
-	viaGoroutine, created := 0, 0
+	viaGoroutine, created, answered := 0, 0, 0
 	for seed := range seeds {
 		for _, chaos := range []bool{false, true} {
 			c := genConfig{seed: uint64(seed), procs: 3, threads: 3, dur: 20_000_000, meanRun: 300_000, meanBlock: 600_000,
@@ -27,10 +27,12 @@ func TestEquivalence(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				gevs := generateGoroutines(c, s, reqs)
+				reqs = withCalls(c, reqs)
 				in := Input{Timeline: tl, Requests: reqs, Pauses: []Pause{
 					{PID: 2000, Start: c.start + 2_000_000, End: c.start + 2_500_000},
 					{PID: 2000, Start: c.start + 9_000_000, End: c.start + 9_100_000},
-				}, Goroutines: generateGoroutines(c, s, reqs)}
+				}, Goroutines: gevs}
 				cfg := Config{}
 				if seed%4 == 1 {
 					cfg.MaxDepth = 2
@@ -40,6 +42,9 @@ func TestEquivalence(t *testing.T) {
 				for i := range reqs {
 					if p, g := a.goroutineOf(&reqs[i]); g != 0 {
 						viaGoroutine++
+						if len(a.answered[reqKey{reqs[i].TraceID, reqs[i].SpanID}]) > 0 {
+							answered++
+						}
 						if p.byG[g][0].TS > reqs[i].Start {
 							created++
 						}
@@ -57,7 +62,8 @@ func TestEquivalence(t *testing.T) {
 			})
 		}
 	}
-	if viaGoroutine == 0 || created == 0 {
-		t.Fatalf("%d requests followed their goroutine, %d one created after they began: the generator does not exercise goroutine paths", viaGoroutine, created)
+	if viaGoroutine == 0 || created == 0 || answered == 0 {
+		t.Fatalf("%d requests followed their goroutine, %d one created after they began, %d with responses waiting in their sockets: "+
+			"the generator does not exercise goroutine paths", viaGoroutine, created, answered)
 	}
 }

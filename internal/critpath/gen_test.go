@@ -289,3 +289,26 @@ func generateGoroutines(c genConfig, s *kernel.Snapshot, reqs []Request) []gorou
 	slices.SortStableFunc(out, func(x, y goroutine.Event) int { return compareInt64(x.TS, y.TS) })
 	return out
 }
+
+// withCalls adds to half of the user-scheduled requests a CLIENT span of
+// their process inside them whose response waited in the socket for part
+// of its end (Request.Answered).
+func withCalls(c genConfig, reqs []Request) []Request {
+	rng := rand.New(rand.NewPCG(c.seed^0x5eed, c.seed))
+	n := len(reqs)
+	for i := range n {
+		r := reqs[i]
+		if !r.UserScheduled || len(r.Threads) == 0 || rng.IntN(2) == 0 || r.End-r.Start < 4 {
+			continue
+		}
+		d := r.End - r.Start
+		start := r.Start + rng.Int64N(d/2)
+		end := start + 1 + rng.Int64N(r.End-start-1)
+		span := r.SpanID
+		span[7] ^= 0xcc
+		reqs = append(reqs, Request{TraceID: r.TraceID, SpanID: span, Parent: r.SpanID, Service: r.Service, Operation: "call",
+			PID: r.PID, Start: start, End: end, Client: true, UserScheduled: true, Answered: start + rng.Int64N(end-start),
+			Threads: []Activity{{TID: r.Threads[0].TID, Start: start, End: end}}})
+	}
+	return reqs
+}

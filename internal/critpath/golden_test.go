@@ -55,6 +55,10 @@ type caseSpan struct {
 	// Read: when its first thread read it (the span's start plus its
 	// rootline.wait.socket_ms), 0: not said.
 	Read int64 `json:"read"`
+	// Client: a CLIENT span; Answered: when its response's first byte was
+	// in the socket (its end less rootline.wait.response_socket_ms).
+	Client   bool  `json:"client"`
+	Answered int64 `json:"answered"`
 }
 
 func num(v any) int64 {
@@ -115,7 +119,8 @@ func (c *timelineCase) input(t testing.TB) Input {
 	in := Input{Timeline: tl}
 	for _, r := range c.Requests {
 		req := Request{TraceID: mustTrace(t, r.Trace), SpanID: mustSpan(t, r.Span), Service: r.Service,
-			Operation: r.Operation, PID: r.PID, Start: r.Start * sc, End: r.End * sc, UserScheduled: r.Go, Read: r.Read * sc}
+			Operation: r.Operation, PID: r.PID, Start: r.Start * sc, End: r.End * sc, UserScheduled: r.Go, Read: r.Read * sc,
+			Client: r.Client, Answered: r.Answered * sc}
 		if r.Parent != "" {
 			req.Parent = mustSpan(t, r.Parent)
 		}

@@ -1,6 +1,7 @@
 package critpath
 
 import (
+	"math"
 	"slices"
 	"sort"
 
@@ -121,6 +122,40 @@ func readAt(r *Request) int64 {
 	return max(r.Start, r.Read, r.Threads[0].Start)
 }
 
+// socketWait is when bytes for a request waited in its process's socket:
+// the request's own before the service read it, or a response to one of its
+// calls before it was read (what names which).
+type socketWait struct {
+	lo, hi int64
+	what   string
+}
+
+// socketWaits lists, in time order, when bytes for request r waited in a
+// socket of its process: from its start to when it was read, and from when
+// each of its calls' responses came (Request.Answered) to the call's end.
+func (a *Analysis) socketWaits(r *Request) []socketWait {
+	var out []socketWait
+	if read := readAt(r); read > r.Start {
+		out = append(out, socketWait{r.Start, read, "request"})
+	}
+	return append(out, a.answered[reqKey{r.TraceID, r.SpanID}]...)
+}
+
+// inSocket says what waited in a socket for r at t ("" : nothing), from
+// waits (socketWaits), and until when that holds (or the next wait starts).
+func inSocket(waits []socketWait, t int64) (what string, until int64) {
+	until = math.MaxInt64
+	for _, w := range waits {
+		switch {
+		case w.lo <= t && t < w.hi:
+			return w.what, w.hi
+		case t < w.lo:
+			until = min(until, w.lo)
+		}
+	}
+	return "", until
+}
+
 // goroutinePath builds request r's path from its goroutine g's events over
 // [r.Start, r.End), in time order. Before g's first event (a goroutine
 // created for the request's connection after its first byte arrived) the
@@ -133,7 +168,7 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 		segs = b.anchorsPath(r, r.Start, evs[0].TS)
 		k = 0
 	}
-	read := readAt(r)
+	waits := b.a.socketWaits(r)
 	var lastTID uint32 // the thread it last ran on: where its parked time is shown
 	for _, e := range evs[:k] {
 		if onThread(e.New) {
@@ -168,14 +203,15 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 			if tid == 0 {
 				tid = e.TID
 			}
-			// Split where the request was read: a poller wait before it
-			// is not the network's (parkedState).
-			for _, cut := range [][2]int64{{lo, min(hi, max(lo, read))}, {max(lo, read), hi}} {
-				if cut[1] > cut[0] {
-					st, note := parkedState(e, cut[0] < read)
-					segs = appendSeg(segs, seg{tid: tid, attr: tid, start: cut[0], end: cut[1], st: st, wait: noWait, active: -1,
-						goroutine: true, parked: true, note: note})
-				}
+			// Split where bytes for the request waited in a socket: a
+			// poller wait then is not the network's (parkedState).
+			for at := lo; at < hi; {
+				what, until := inSocket(waits, at)
+				end := min(hi, until)
+				st, note := parkedState(e, what)
+				segs = appendSeg(segs, seg{tid: tid, attr: tid, start: at, end: end, st: st, wait: noWait, active: -1,
+					goroutine: true, parked: true, note: note})
+				at = end
 			}
 		}
 	}
@@ -185,16 +221,18 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 // parkedState is the state of a goroutine off any thread after event e,
 // and the note the segment shows: runnable, it waits for a thread (behind
 // its own goroutines); parked, for what its reason names. A goroutine in
-// the network poller before its request was read (unread: the request's
-// first byte was in its socket already, rootline.wait.socket_ms) waits for
-// its runtime to poll, not for the network: runnable too.
-func parkedState(e *goroutine.Event, unread bool) (state, string) {
+// the network poller while bytes it waits for are in its socket already
+// (inSocket names them: its request before it was read,
+// rootline.wait.socket_ms, or a response to one of its calls,
+// rootline.wait.response_socket_ms) waits for its runtime to poll, not for
+// the network: runnable too.
+func parkedState(e *goroutine.Event, inSocket string) (state, string) {
 	switch e.New {
 	case goroutine.Runnable:
 		return stRunqueue, "goroutine runnable"
 	case goroutine.Waiting:
-		if unread && e.Reason == "IO wait" {
-			return stRunqueue, "IO wait, the request in its socket"
+		if inSocket != "" && e.Reason == "IO wait" {
+			return stRunqueue, "IO wait, the " + inSocket + " in its socket"
 		}
 		return goroutineWaitState(e.Reason), e.Reason
 	}

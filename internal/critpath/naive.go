@@ -54,7 +54,10 @@ func (a *Analysis) NaivePath(i int) Path {
 		for _, e := range gevs {
 			add(e.TS)
 		}
-		add(readAt(r))
+		for _, w := range a.socketWaits(r) {
+			add(w.lo)
+			add(w.hi)
+		}
 	}
 	bounds = append(bounds, r.Start, r.End)
 	slices.Sort(bounds)
@@ -147,7 +150,8 @@ func (n *naive) goroutineAt(evs []goroutine.Event, t0, t1 int64, r *Request) seg
 		s.goroutine = s.tid == e.TID
 		return s
 	}
-	s.st, s.note = parkedState(e, t0 < readAt(r))
+	what, _ := inSocket(n.a.socketWaits(r), t0)
+	s.st, s.note = parkedState(e, what)
 	s.tid = lastTID
 	if s.tid == 0 {
 		s.tid = e.TID

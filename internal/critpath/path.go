@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler/goroutine"
 )
 
@@ -58,6 +59,15 @@ type Analysis struct {
 	oncpu map[uint32]map[uint8][]onCPU
 	// goroutines indexes Input.Goroutines by process.
 	goroutines map[uint32]*goProc
+	// answered[request] are when the responses to its calls waited in its
+	// socket (socketWaits).
+	answered map[reqKey][]socketWait
+}
+
+// reqKey names a request by its span.
+type reqKey struct {
+	trace model.TraceID
+	span  model.SpanID
 }
 
 // onCPU is a thread's running interval.
@@ -72,12 +82,20 @@ func New(in Input, cfg Config) *Analysis {
 		cfg.MaxDepth = DefaultConfig().MaxDepth
 	}
 	a := &Analysis{cfg: cfg, tl: in.Timeline, assoc: newAssociation(in.Requests), pauses: mergePauses(in.Pauses),
-		goroutines: indexGoroutines(in.Goroutines)}
+		goroutines: indexGoroutines(in.Goroutines), answered: map[reqKey][]socketWait{}}
 	userPID := map[uint32]bool{}
 	for i := range in.Requests {
-		if in.Requests[i].UserScheduled {
-			userPID[in.Requests[i].PID] = true
+		r := &in.Requests[i]
+		if r.UserScheduled {
+			userPID[r.PID] = true
 		}
+		if r.Client && r.Answered > 0 {
+			k := reqKey{r.TraceID, r.Parent}
+			a.answered[k] = append(a.answered[k], socketWait{r.Answered, r.End, "response"})
+		}
+	}
+	for _, l := range a.answered {
+		slices.SortFunc(l, func(x, y socketWait) int { return cmp.Compare(x.lo, y.lo) })
 	}
 	a.user = make([]bool, len(a.tl.threads))
 	a.oncpu = map[uint32]map[uint8][]onCPU{}

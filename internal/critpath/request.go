@@ -34,6 +34,10 @@ type Request struct {
 	// SERVER span of `rootline run` starts when the request's first byte
 	// arrived, rootline.wait.socket_ms before the service read it.
 	Read int64
+	// Answered, on a CLIENT span, is when its response's first byte was in
+	// the caller's socket (Unix ns; 0: not said): the caller read it
+	// rootline.wait.response_socket_ms later, by the span's end.
+	Answered int64
 }
 
 // Activity is an interval a request was active on a thread.
@@ -79,6 +83,9 @@ func RequestFromSpan(s *model.Span) (Request, bool) {
 	}
 	if v, ok := s.Attr(model.AttrWaitSocketMs); ok && v.Type == model.TypeFloat && v.Float > 0 && v.Float*1e6 < float64(r.End-r.Start) {
 		r.Read = r.Start + int64(v.Float*1e6)
+	}
+	if v, ok := s.Attr(model.AttrWaitResponseSocketMs); ok && r.Client && v.Type == model.TypeFloat && v.Float > 0 && v.Float*1e6 < float64(r.End-r.Start) {
+		r.Answered = r.End - int64(v.Float*1e6)
 	}
 	if v, ok := s.Attr(AttrThreadIntervals); ok {
 		r.Threads = model.ParseThreadIntervals(v.String(), r.Start, r.End)

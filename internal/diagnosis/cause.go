@@ -107,7 +107,15 @@ func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span) spanTime
 		return false
 	}
 	for _, c := range children[sp.SpanID] {
-		iv := interval{max(c.Start, sp.Start), min(c.End(), sp.End())}
+		end := c.End()
+		if c.Kind == model.KindClient {
+			// The response's wait in the span's own socket is its own
+			// (rootline.wait.response_socket_ms; analysis.Analyze).
+			if v, ok := c.Attr(model.AttrWaitResponseSocketMs); ok && v.Type == model.TypeFloat && v.Float > 0 {
+				end = max(c.Start, end-int64(v.Float*1e6))
+			}
+		}
+		iv := interval{max(c.Start, sp.Start), min(end, sp.End())}
 		covered = append(covered, iv)
 		if c.Kind == model.KindClient && c.Service == sp.Service && !leadsOut(c) {
 			untraced = append(untraced, iv)

@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,19 @@ func TestOwnQueue(t *testing.T) {
 	shares, _ := causesOf(w.by, 0)
 	if shares[0].cause != CauseCPU || math.Abs(shares[0].ms-55) > 1e-9 || shares[1].cause != CauseCPUContention {
 		t.Errorf("causes %+v, want cpu 55 ms first, then cpu-contention", shares)
+	}
+}
+
+// The answer's wait in a span's own socket (a CLIENT child's
+// rootline.wait.response_socket_ms) is the span's own time: its path's
+// states there say why it read late.
+func TestSplitSpanResponseWait(t *testing.T) {
+	sp := &model.Span{SpanID: model.SpanID{1}, Service: "f", Kind: model.KindServer, Start: 0, Duration: 100}
+	call := &model.Span{SpanID: model.SpanID{2}, ParentSpanID: sp.SpanID, Service: "f", Kind: model.KindClient, Start: 20, Duration: 60,
+		Attributes: []model.KeyValue{model.Float(model.AttrWaitResponseSocketMs, 30e-6)}} // 30 ns
+	got := splitSpan(sp, map[model.SpanID][]*model.Span{sp.SpanID: {call}})
+	want := []interval{{0, 20}, {50, 100}}
+	if !slices.Equal(got.own, want) || !slices.Equal(got.untraced, []interval{{20, 50}}) {
+		t.Errorf("own %v untraced %v, want own %v (the answer waited 50-80 in f's socket) and untraced [{20 50}]", got.own, got.untraced, want)
 	}
 }

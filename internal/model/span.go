@@ -32,6 +32,11 @@ const (
 	// service's socket before the service read it (part of local_ms; a
 	// SERVER span starts at the byte's arrival).
 	AttrWaitSocketMs = "rootline.wait.socket_ms"
+	// AttrWaitResponseSocketMs: on a CLIENT span, how long the response's
+	// first byte waited in the caller's socket before the caller read it:
+	// the caller's wait (held off its CPU, busy elsewhere), not the
+	// network's, so not in net_ms.
+	AttrWaitResponseSocketMs = "rootline.wait.response_socket_ms"
 	// AttrThreadIDs lists every thread that worked on a SERVER span's request
 	// (its first is also in thread.id): with process.pid and the span's times
 	// these are the thread↔request records the kernel analysis joins on.

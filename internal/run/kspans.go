@@ -26,7 +26,7 @@ type KernelEvent struct {
 	ParentID  uint64
 	StartMono int64
 	Local     time.Duration // the request's local wait, its socket wait included
-	Sock      time.Duration // its first byte's wait in the socket before the service read it
+	Sock      time.Duration // its first byte's wait in the socket before the service read it (CallEnd: the response's)
 	Net       time.Duration
 	Remote    time.Duration
 	Server    time.Duration
@@ -243,7 +243,7 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 				c.host = ev.Peer.String()
 			}
 		}
-		c.status = ev.Status
+		c.status, c.respSock = ev.Status, ev.Sock
 		if ev.Flags&KflagTimed != 0 {
 			c.timed = true
 			c.timing.HasServerTime = true

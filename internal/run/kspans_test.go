@@ -55,7 +55,7 @@ func TestKernelSpans(t *testing.T) {
 		Head: []byte("POST /pay HTTP/1.1\r\nHost: pay\r\nContent-Length: 3\r\n\r\n")})
 	k.Event(&KernelEvent{Type: KevCallEnd, Flags: KflagSampled | KflagTimed, Tgid: 40, Tid: 42, Mono: 1_200_000,
 		StartMono: 200_000, TraceID: trace, SpanID: client, ParentID: server, Status: 201,
-		Server: 700 * time.Microsecond, Remote: 50 * time.Microsecond})
+		Server: 700 * time.Microsecond, Remote: 50 * time.Microsecond, Sock: 100 * time.Microsecond})
 	k.Event(&KernelEvent{Type: KevRequestEnd, Flags: KflagSampled, Tgid: 40, Tid: 41, Mono: 1_500_000,
 		StartMono: 100_000, TraceID: trace, SpanID: server, ParentID: caller, Status: 200,
 		Local: 30 * time.Microsecond, Sock: 20 * time.Microsecond, Net: 300 * time.Microsecond, Remote: 50 * time.Microsecond,
@@ -90,7 +90,8 @@ func TestKernelSpans(t *testing.T) {
 	}
 	for key, want := range map[string]any{
 		"url.full": "http://pay/pay", "http.response.status_code": int64(201),
-		model.AttrWaitNetMs: 0.3, model.AttrWaitRemoteMs: 0.05, "rootline.downstream.server_time_ms": 0.7,
+		model.AttrWaitNetMs: 0.2, model.AttrWaitRemoteMs: 0.05, "rootline.downstream.server_time_ms": 0.7,
+		model.AttrWaitResponseSocketMs: 0.1, // the caller's: not in the 0.3 ms outside the callee
 	} {
 		if got, ok := attr(cs, key); !ok || got != want {
 			t.Errorf("client span %s = %v, want %v", key, got, want)

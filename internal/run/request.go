@@ -82,6 +82,9 @@ type call struct {
 	status  int
 	timing  httpstream.Timing
 	timed   bool
+	// respSock is how long the response's first byte waited in the socket
+	// before the caller read it (the in-kernel datapath; 0: not measured).
+	respSock time.Duration
 	// HTTP/2, as for request.
 	h2         bool
 	stream     uint32
@@ -114,7 +117,7 @@ func (c *call) waits(end time.Time) (net, remote time.Duration, ok bool) {
 	if !c.timed || !c.timing.HasServerTime {
 		return 0, 0, false
 	}
-	net = max(0, end.Sub(c.start)-c.timing.ServerTime)
+	net = max(0, end.Sub(c.start)-c.timing.ServerTime-c.respSock)
 	for _, w := range c.timing.Waits {
 		remote = max(remote, w.Duration)
 	}
@@ -326,6 +329,9 @@ func (rs *resource) clientSpan(c *call, pid int, end time.Time) *model.Span {
 			model.Float(model.AttrWaitNetMs, ms(net)),
 			model.Float(model.AttrWaitRemoteMs, ms(remote)),
 			model.Float("rootline.downstream.server_time_ms", ms(c.timing.ServerTime)))
+	}
+	if c.respSock > 0 {
+		s.Attributes = append(s.Attributes, model.Float(model.AttrWaitResponseSocketMs, ms(c.respSock)))
 	}
 	if c.h2 {
 		s.Attributes = append(s.Attributes, model.String("url.path", path(c.target)))

@@ -75,7 +75,8 @@ type Event struct {
 	StartMono   int64         // Request, *End: the span's start (a request: its first byte's arrival in the socket)
 	Local       time.Duration // RequestEnd: run-queue wait of its threads and SockWait
 	// Request, RequestEnd: how long the request's first byte waited in the
-	// socket's receive queue before the service read it.
+	// socket's receive queue before the service read it; CallEnd: how long
+	// the response's did before the caller read it (not in Net).
 	SockWait   time.Duration
 	Net        time.Duration
 	Remote     time.Duration

@@ -136,7 +136,7 @@ type runDatapathConn struct {
 		Tid    uint32
 		Flags  uint32
 		Status uint32
-		Pad    uint32
+		SockUs uint32
 		Trace  [16]uint8
 	}
 	Call struct {
@@ -149,7 +149,7 @@ type runDatapathConn struct {
 		Tid    uint32
 		Flags  uint32
 		Status uint32
-		Pad    uint32
+		SockUs uint32
 		Trace  [16]uint8
 	}
 	Arr struct {
