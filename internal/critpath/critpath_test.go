@@ -16,7 +16,7 @@ func TestEquivalence(t *testing.T) {
 	if testing.Short() {
 		seeds = 8
 	}
-	viaGoroutine, created, answered := 0, 0, 0
+	viaGoroutine, created, answered, readied := 0, 0, 0, 0
 	for seed := range seeds {
 		for _, chaos := range []bool{false, true} {
 			c := genConfig{seed: uint64(seed), procs: 3, threads: 3, dur: 20_000_000, meanRun: 300_000, meanBlock: 600_000,
@@ -45,6 +45,11 @@ func TestEquivalence(t *testing.T) {
 						if len(a.answered[reqKey{reqs[i].TraceID, reqs[i].SpanID}]) > 0 {
 							answered++
 						}
+						for k, evs := 0, p.byG[g]; k+1 < len(evs); k++ {
+							if _, _, ok := a.readier(p, g, k, evs[k].TS, evs[k+1].TS, 0); ok {
+								readied++
+							}
+						}
 						if p.byG[g][0].TS > reqs[i].Start {
 							created++
 						}
@@ -62,8 +67,8 @@ func TestEquivalence(t *testing.T) {
 			})
 		}
 	}
-	if viaGoroutine == 0 || created == 0 || answered == 0 {
-		t.Fatalf("%d requests followed their goroutine, %d one created after they began, %d with responses waiting in their sockets: "+
-			"the generator does not exercise goroutine paths", viaGoroutine, created, answered)
+	if viaGoroutine == 0 || created == 0 || answered == 0 || readied == 0 {
+		t.Fatalf("%d requests followed their goroutine, %d one created after they began, %d with responses waiting in their sockets, "+
+			"%d waits another goroutine ended: the generator does not exercise goroutine paths", viaGoroutine, created, answered, readied)
 	}
 }

@@ -22,7 +22,7 @@ import (
 // goroutineWaitState is the state of a goroutine parked for reason (the Go
 // runtime's waitReason strings). A reason that names no resource (a channel,
 // a select, a condition variable: waits for another goroutine) is unknown:
-// the goroutine that woke it is not followed yet.
+// the path follows the goroutine that woke it where it can (readier).
 func goroutineWaitState(reason string) state {
 	switch reason {
 	case "sync.Mutex.Lock", "sync.RWMutex.RLock", "sync.RWMutex.Lock", "semacquire":
@@ -168,29 +168,36 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 		segs = b.anchorsPath(r, r.Start, evs[0].TS)
 		k = 0
 	}
-	waits := b.a.socketWaits(r)
+	return b.goroutineSegs(segs, p, g, k, r.Start, r.End, b.a.socketWaits(r), 0)
+}
+
+// goroutineSegs appends goroutine g's path over [lo, hi) to segs, from its
+// event k (the last at or before lo, or its first). waits are when bytes
+// for its request waited in a socket (the request's own goroutine; nil for
+// one that readied it).
+func (b *builder) goroutineSegs(segs []seg, p *goProc, g uint64, k int, lo, hi int64, waits []socketWait, depth int) []seg {
+	evs := p.byG[g]
 	var lastTID uint32 // the thread it last ran on: where its parked time is shown
 	for _, e := range evs[:k] {
 		if onThread(e.New) {
 			lastTID = e.TID
 		}
 	}
-	for i := k; i < len(evs) && evs[i].TS < r.End; i++ {
+	for i := k; i < len(evs) && evs[i].TS < hi; i++ {
 		e := &evs[i]
-		lo, hi := max(e.TS, r.Start), r.End
+		elo, ehi := max(e.TS, lo), hi
 		if i+1 < len(evs) {
-			hi = min(hi, evs[i+1].TS)
+			ehi = min(ehi, evs[i+1].TS)
 		}
 		if onThread(e.New) {
 			lastTID = e.TID
 		}
-		if hi <= lo {
+		if ehi <= elo {
 			continue
 		}
-		switch {
-		case onThread(e.New):
+		if onThread(e.New) {
 			b.out = b.out[:0]
-			b.threadPath(e.TID, lo, hi)
+			b.threadPath(e.TID, elo, ehi)
 			slices.Reverse(b.out)
 			for _, s := range b.out {
 				if s.tid == e.TID {
@@ -198,24 +205,58 @@ func (b *builder) goroutinePath(r *Request, p *goProc, g uint64) (segs []seg) {
 				}
 				segs = appendSeg(segs, s)
 			}
-		default:
-			tid := lastTID
-			if tid == 0 {
-				tid = e.TID
-			}
-			// Split where bytes for the request waited in a socket: a
-			// poller wait then is not the network's (parkedState).
-			for at := lo; at < hi; {
-				what, until := inSocket(waits, at)
-				end := min(hi, until)
-				st, note := parkedState(e, what)
-				segs = appendSeg(segs, seg{tid: tid, attr: tid, start: at, end: end, st: st, wait: noWait, active: -1,
-					goroutine: true, parked: true, note: note})
-				at = end
-			}
+			continue
+		}
+		tid := lastTID
+		if tid == 0 {
+			tid = e.TID
+		}
+		if rg, rk, ok := b.a.readier(p, g, i, elo, ehi, depth); ok {
+			// Another goroutine ended the wait: what it did meanwhile is
+			// the path.
+			b.arrows = append(b.arrows, Arrow{From: evs[i+1].TID, To: tid, TS: ehi})
+			segs = b.goroutineSegs(segs, p, rg, rk, elo, ehi, nil, depth+1)
+			continue
+		}
+		// Split where bytes for the request waited in a socket: a poller
+		// wait then is not the network's (parkedState).
+		for at := elo; at < ehi; {
+			what, until := inSocket(waits, at)
+			end := min(ehi, until)
+			st, note := parkedState(e, what)
+			segs = appendSeg(segs, seg{tid: tid, attr: tid, start: at, end: end, st: st, wait: noWait, active: -1,
+				goroutine: true, parked: true, note: note})
+			at = end
 		}
 	}
 	return segs
+}
+
+// readier returns the goroutine that ended goroutine g's wait after its
+// event i, when the path follows it over the wait's piece [lo, hi):
+// a wait whose reason names no resource (a channel, a select, a condition
+// variable, a WaitGroup: goroutineWaitState's unknown) that another
+// goroutine ended — the one running on the thread that made g runnable, at
+// that moment, so it ends at hi (not cut by the request's end) — with
+// events at or before lo (k: the last of them), within MaxDepth. A wait ended by the runtime itself (a timer, the poller: no
+// goroutine on the thread) keeps its reason.
+func (a *Analysis) readier(p *goProc, g uint64, i int, lo, hi int64, depth int) (uint64, int, bool) {
+	evs := p.byG[g]
+	e := &evs[i]
+	if e.New != goroutine.Waiting || goroutineWaitState(e.Reason) != stUnknown || depth >= a.cfg.MaxDepth ||
+		i+1 >= len(evs) || evs[i+1].TS != hi || evs[i+1].New != goroutine.Runnable {
+		return 0, 0, false
+	}
+	rg := p.at(evs[i+1].TID, hi)
+	if rg == 0 || rg == g {
+		return 0, 0, false
+	}
+	revs := p.byG[rg]
+	k := sort.Search(len(revs), func(k int) bool { return revs[k].TS > lo }) - 1
+	if k < 0 {
+		return 0, 0, false
+	}
+	return rg, k, true
 }
 
 // parkedState is the state of a goroutine off any thread after event e,

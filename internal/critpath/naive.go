@@ -49,10 +49,15 @@ func (a *Analysis) NaivePath(i int) Path {
 	}
 	// A request whose goroutine's events cover it follows the goroutine.
 	var gevs []goroutine.Event
-	if p, g := a.goroutineOf(r); g != 0 {
-		gevs = p.byG[g]
-		for _, e := range gevs {
-			add(e.TS)
+	gp, g := a.goroutineOf(r)
+	if g != 0 {
+		gevs = gp.byG[g]
+		// Every goroutine of the process: the path may follow one that
+		// readied another.
+		for _, evs := range gp.byG {
+			for _, e := range evs {
+				add(e.TS)
+			}
 		}
 		for _, w := range a.socketWaits(r) {
 			add(w.lo)
@@ -76,7 +81,7 @@ func (a *Analysis) NaivePath(i int) Path {
 		}
 		s := seg{start: t0, end: t1, active: -1}
 		if gevs != nil && gevs[0].TS <= t0 {
-			s = n.goroutineAt(gevs, t0, t1, r)
+			s = n.goroutineAt(gp, g, t0, t1, r.Start, r.End, a.socketWaits(r), 0)
 		} else {
 			if gevs != nil {
 				// Before the goroutine's first event: the threads' path up
@@ -122,25 +127,34 @@ func (a *Analysis) NaivePath(i int) Path {
 	return a.summarize(i, segs, arrows)
 }
 
-// goroutineAt is the state on the path over [t0, t1) of a request whose
-// goroutine's events are evs: the events scanned from the start.
-func (n *naive) goroutineAt(evs []goroutine.Event, t0, t1 int64, r *Request) seg {
-	var e *goroutine.Event
-	var next int64 = r.End
+// goroutineAt is the state on the path over [t0, t1) of goroutine g of
+// process p followed over the window [wlo, whi): its events scanned from
+// the start; a wait another goroutine ended, that goroutine's state then
+// (readier), recursively. waits: the request's socket waits (its own
+// goroutine only).
+func (n *naive) goroutineAt(p *goProc, g uint64, t0, t1, wlo, whi int64, waits []socketWait, depth int) seg {
+	evs := p.byG[g]
+	i := 0
 	var lastTID uint32
 	for k := range evs {
 		if evs[k].TS > t0 {
-			next = min(next, evs[k].TS)
 			break
 		}
-		e = &evs[k]
+		i = k
+	}
+	for _, e := range evs[:i+1] {
 		if onThread(e.New) {
 			lastTID = e.TID
 		}
 	}
+	e := &evs[i]
+	next := whi
+	if i+1 < len(evs) {
+		next = min(next, evs[i+1].TS)
+	}
 	s := seg{start: t0, end: t1, active: -1, wait: noWait}
 	if onThread(e.New) {
-		lo, hi := max(e.TS, r.Start), next
+		lo, hi := max(e.TS, wlo), next
 		ti, ok := n.thread(e.TID)
 		if !ok {
 			s.tid, s.attr, s.st = e.TID, e.TID, stUnknown
@@ -150,12 +164,17 @@ func (n *naive) goroutineAt(evs []goroutine.Event, t0, t1 int64, r *Request) seg
 		s.goroutine = s.tid == e.TID
 		return s
 	}
-	what, _ := inSocket(n.a.socketWaits(r), t0)
-	s.st, s.note = parkedState(e, what)
 	s.tid = lastTID
 	if s.tid == 0 {
 		s.tid = e.TID
 	}
+	lo := max(e.TS, wlo)
+	if rg, _, ok := n.a.readier(p, g, i, lo, next, depth); ok {
+		n.arrows[Arrow{From: evs[i+1].TID, To: s.tid, TS: next}] = true
+		return n.goroutineAt(p, rg, t0, t1, lo, next, nil, depth+1)
+	}
+	what, _ := inSocket(waits, t0)
+	s.st, s.note = parkedState(e, what)
 	s.attr, s.goroutine, s.parked = s.tid, true, true
 	return s
 }
