@@ -456,6 +456,31 @@ func TestCritpathGoMutex(t *testing.T) {
 	}
 }
 
+// TestCritpathGoChan: a Go request that hands its work to a worker
+// goroutine over a channel and waits for the answer. With the agent's
+// goroutine tracker the path follows the worker, which readied the waiting
+// goroutine: running for the time the worker spun, not unknown.
+func TestCritpathGoChan(t *testing.T) {
+	needTool(t, "go")
+	e := newCPEnv(t, "kernel,goroutines")
+	bin := buildTestdata(t, "cpgo")
+	port, _ := e.run(t, "cp-gochan", "ebpf", nil, bin)
+	baseline(t, port, "do=fast", 20)
+	slow, m := cpGet(t, port, "do=chan&ms=300")
+	p, _ := e.waitPath(t, slow, "cp-gochan")
+	logPath(t, p)
+	t.Logf("measured: %.1f ms waiting on the channel, the worker's thread on CPU %.1f ms of it", ms(m["chan_wait_ns"]), ms(m["cpu_ns"]))
+	// Running is the worker's CPU time (its thread's rusage); the rest of
+	// the wait it was runnable (a busy machine) or the hand-offs.
+	if !near(p.States[critpath.Running], ms(m["cpu_ns"]), 0.1, 5) || p.States[critpath.Unknown] > 0.1*ms(m["chan_wait_ns"]) {
+		t.Fatalf("running %.1f ms, unknown %.1f ms, for a worker on CPU %.1f ms while the request waited %.1f ms on its channel",
+			p.States[critpath.Running], p.States[critpath.Unknown], ms(m["cpu_ns"]), ms(m["chan_wait_ns"]))
+	}
+	if len(p.Arrows) == 0 {
+		t.Error("no arrow from the worker to the waiting goroutine")
+	}
+}
+
 // goMutexPath runs the Go test service under `rootline run --mode mode`
 // with the agent's profilers, makes two requests contend for its
 // sync.Mutex and returns the waiter's path and the time it measured in the
