@@ -72,7 +72,7 @@ func TestDiagnoseStoredPathsBeyondSample(t *testing.T) {
 		if v.Service != "cart" || v.Cause != want || v.PathSpans != wantPaths {
 			t.Fatalf("stored=%v: verdict %s/%s from %d paths, want cart/%s from %d", stored, v.Service, v.Cause, v.PathSpans, want, wantPaths)
 		}
-		if stored && (v.Waits[critpath.Lock] < 5*60 || !strings.Contains(strings.Join(v.Evidence, "\n"), "stored critical paths of captures")) {
+		if stored && (v.Waits[critpath.Lock] < 5*60 || !strings.Contains(strings.Join(v.Evidence, "\n"), "5 from the stored paths of captures during the incident")) {
 			t.Errorf("waits %v, evidence %q", v.Waits, v.Evidence)
 		}
 	}

@@ -502,6 +502,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			}
 		}
 	}
+	sampled, stored := v.PathSpans, 0
 	if read < d.Config.MaxPaths && ctx.Err() == nil {
 		done := map[model.TraceID]bool{}
 		for _, t := range slow {
@@ -514,7 +515,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		if n > 0 {
 			v.PathSpans += n
 			read += extra
-			v.Evidence = append(v.Evidence, fmt.Sprintf("%d of the paths come from the stored critical paths of captures during the incident, of traces beyond the %d compared", n, len(slow)))
+			stored = n
 		}
 	}
 	if v.PathSpans == 0 {
@@ -538,8 +539,12 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if untracedMs > 0 {
 		v.Waits["downstream"] = round2(untracedMs)
 	}
-	v.Evidence = append(v.Evidence, fmt.Sprintf("kernel critical paths of %d of %s's %d slow spans (%d traces): in their exclusive time its threads spent %s",
-		v.PathSpans, v.Service, len(spans), read, describeWaits(waits, untracedMs)))
+	from := fmt.Sprintf("%d of its %d slow spans in the %d traces compared", sampled, len(spans), len(slow))
+	if stored > 0 {
+		from += fmt.Sprintf(", %d from the stored paths of captures during the incident, of traces beyond them", stored)
+	}
+	v.Evidence = append(v.Evidence, fmt.Sprintf("kernel critical paths of %d of %s's slow spans (%s; %d traces): in their exclusive time its threads spent %s",
+		v.PathSpans, v.Service, from, read, describeWaits(waits, untracedMs)))
 	if via := tally.describeVia(); via != "" {
 		v.Evidence = append(v.Evidence, "counted by what held them up: "+via+" (the thread waited on was itself held off, so that is the cause of both)")
 	}
