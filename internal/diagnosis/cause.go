@@ -57,6 +57,39 @@ const minKnownShare = 0.2
 type interval struct{ a, b int64 }
 
 // union sorts and merges intervals.
+// leadsOut reports whether a span of another service is under c (through
+// spans of its own service: a sidecar's egress span).
+func leadsOut(c *model.Span, children map[model.SpanID][]*model.Span) bool {
+	for _, g := range children[c.SpanID] {
+		if g.Service != c.Service || leadsOut(g, children) {
+			return true
+		}
+	}
+	return false
+}
+
+// reachedAddrs are the server.address values of svc's calls that led to a
+// span of another service in any of traces: dependencies that send spans.
+func reachedAddrs(traces [][]*model.Span, svc string) map[string]bool {
+	out := map[string]bool{}
+	for _, t := range traces {
+		ch := childrenOf(t)
+		for _, s := range t {
+			if s.Service != svc || s.Kind != model.KindClient {
+				continue
+			}
+			addr, ok := s.Attr(model.AttrServerAddress)
+			if !ok || addr.Type != model.TypeString || out[addr.Str] {
+				continue
+			}
+			if leadsOut(s, ch) {
+				out[addr.Str] = true
+			}
+		}
+	}
+	return out
+}
+
 func union(ivs []interval) []interval {
 	slices.SortFunc(ivs, func(x, y interval) int { return cmp.Compare(x.a, y.a) })
 	var out []interval
@@ -87,25 +120,19 @@ func overlap(ivs []interval, a, b int64) int64 {
 // spanTime splits a span's interval into its exclusive time (not covered by
 // any child span) and its time in calls to dependencies that left no span
 // (CLIENT children, seen through nested CLIENT spans of its own service,
-// under which no span of another service is).
+// under which no span of another service is) — unless the call's
+// server.address is in reached: a dependency that sends spans for other
+// calls and has none under this one was not reached (a link that held or
+// dropped the request), which is no unseen dependency's time.
 type spanTime struct {
 	own        []interval // exclusive, merged
 	untraced   []interval // calls with no span from the callee, merged
 	untracedTo []string   // their server.address, when said
 }
 
-func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span) spanTime {
+func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span, reached map[string]bool) spanTime {
 	var covered, untraced []interval
 	var to []string
-	var leadsOut func(c *model.Span) bool
-	leadsOut = func(c *model.Span) bool {
-		for _, g := range children[c.SpanID] {
-			if g.Service != c.Service || leadsOut(g) {
-				return true
-			}
-		}
-		return false
-	}
 	for _, c := range children[sp.SpanID] {
 		end := c.End()
 		if c.Kind == model.KindClient {
@@ -117,10 +144,14 @@ func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span) spanTime
 		}
 		iv := interval{max(c.Start, sp.Start), min(end, sp.End())}
 		covered = append(covered, iv)
-		if c.Kind == model.KindClient && c.Service == sp.Service && !leadsOut(c) {
+		if c.Kind == model.KindClient && c.Service == sp.Service && !leadsOut(c, children) {
+			addr, _ := c.Attr(model.AttrServerAddress)
+			if addr.Type == model.TypeString && reached[addr.Str] {
+				continue
+			}
 			untraced = append(untraced, iv)
-			if v, ok := c.Attr(model.AttrServerAddress); ok && v.Type == model.TypeString && !slices.Contains(to, v.Str) {
-				to = append(to, v.Str)
+			if addr.Type == model.TypeString && !slices.Contains(to, addr.Str) {
+				to = append(to, addr.Str)
 			}
 		}
 	}

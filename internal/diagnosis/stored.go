@@ -97,7 +97,7 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit s
 				if err != nil || byID[sid] == nil || byID[sid].Kind == model.KindClient {
 					continue
 				}
-				waits.add(p, splitSpan(byID[sid], ch).own)
+				waits.add(p, splitSpan(byID[sid], ch, nil).own)
 				n++
 			}
 			if n > 0 {

@@ -409,12 +409,13 @@ func childrenOf(t []*model.Span) map[model.SpanID][]*model.Span {
 func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 	var slowNs, baseNs float64
 	var nSlow, nBase int
+	reached := reachedAddrs(traces, svc)
 	for _, t := range traces {
 		ch := childrenOf(t)
 		var ns int64
 		for _, s := range t {
 			if s.Service == svc && s.Kind != model.KindClient {
-				for _, iv := range splitSpan(s, ch).untraced {
+				for _, iv := range splitSpan(s, ch, reached).untraced {
 					ns += iv.b - iv.a
 				}
 			}
@@ -490,7 +491,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			if err != nil || mine[sid] == nil {
 				continue
 			}
-			tally.add(p, splitSpan(mine[sid], ch).own)
+			tally.add(p, splitSpan(mine[sid], ch, nil).own)
 			v.PathSpans++
 			if example == "" {
 				example = res.TraceID

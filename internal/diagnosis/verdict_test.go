@@ -178,9 +178,44 @@ func TestSplitSpanResponseWait(t *testing.T) {
 	sp := &model.Span{SpanID: model.SpanID{1}, Service: "f", Kind: model.KindServer, Start: 0, Duration: 100}
 	call := &model.Span{SpanID: model.SpanID{2}, ParentSpanID: sp.SpanID, Service: "f", Kind: model.KindClient, Start: 20, Duration: 60,
 		Attributes: []model.KeyValue{model.Float(model.AttrWaitResponseSocketMs, 30e-6)}} // 30 ns
-	got := splitSpan(sp, map[model.SpanID][]*model.Span{sp.SpanID: {call}})
+	got := splitSpan(sp, map[model.SpanID][]*model.Span{sp.SpanID: {call}}, nil)
 	want := []interval{{0, 20}, {50, 100}}
 	if !slices.Equal(got.own, want) || !slices.Equal(got.untraced, []interval{{20, 50}}) {
 		t.Errorf("own %v untraced %v, want own %v (the answer waited 50-80 in f's socket) and untraced [{20 50}]", got.own, got.untraced, want)
+	}
+}
+
+// A call to a dependency that sends spans for other calls, with none under
+// it, did not reach it (a link that held or dropped it): not the time of an
+// unseen dependency. A dependency that never sends spans stays untraced.
+func TestUntracedGrowthReached(t *testing.T) {
+	id := byte(0)
+	tr := func(start, dur int64, addr string, reached bool) []*model.Span {
+		id++
+		root := &model.Span{TraceID: model.TraceID{id}, SpanID: model.SpanID{id, 1}, Service: "f", Kind: model.KindServer, Start: start, Duration: dur + 2}
+		call := &model.Span{TraceID: root.TraceID, SpanID: model.SpanID{id, 2}, ParentSpanID: root.SpanID, Service: "f", Kind: model.KindClient,
+			Start: start + 1, Duration: dur, Attributes: []model.KeyValue{model.String(model.AttrServerAddress, addr)}}
+		spans := []*model.Span{root, call}
+		if reached {
+			spans = append(spans, &model.Span{TraceID: root.TraceID, SpanID: model.SpanID{id, 3}, ParentSpanID: call.SpanID, Service: "j",
+				Kind: model.KindServer, Start: start + 1, Duration: dur})
+		}
+		return spans
+	}
+	slow := func(s []*model.Span) []*model.Span {
+		s[0].Attributes = append(s[0].Attributes, model.Bool(model.AttrAnomaly, true))
+		return s
+	}
+	const onset = 1000
+	// j sends spans (before the onset); after it, f's calls to j have none
+	// and take 500 ns longer.
+	traces := [][]*model.Span{tr(0, 10, "j:80", true), tr(10, 10, "j:80", true), slow(tr(onset, 510, "j:80", false)), slow(tr(onset+1, 510, "j:80", false))}
+	if g := untracedGrowth(traces, onset, "f"); g != 0 {
+		t.Errorf("calls to j (which sends spans) grew %.6f ms as untraced; want 0: the link did not deliver them", g)
+	}
+	// x never sends spans: its growth is the dependency's.
+	traces = [][]*model.Span{tr(0, 10, "x:80", false), tr(10, 10, "x:80", false), slow(tr(onset, 510, "x:80", false)), slow(tr(onset+1, 510, "x:80", false))}
+	if g := untracedGrowth(traces, onset, "f"); g != 500e-6 {
+		t.Errorf("calls to x (no spans ever) grew %.6f ms as untraced; want 0.0005", g)
 	}
 }
