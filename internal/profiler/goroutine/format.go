@@ -27,7 +27,7 @@ const magic = "RLGR\x01"
 // maxDecoded bounds what Decode inflates.
 const maxDecoded = 256 << 20
 
-// Encode writes a process's events (in time order) gzipped: a header, the
+// Encode writes a process's events (in time order; Decode sorts them) gzipped: a header, the
 // wait reasons used, then per event the time since the previous one, the
 // thread, the goroutine, the statuses and the reason's index.
 func Encode(w io.Writer, pid uint32, events []Event) error {
@@ -131,11 +131,13 @@ func Decode(data []byte) (uint32, []Event, error) {
 	if d.err != nil {
 		return 0, nil, d.err
 	}
-	if !slices.IsSortedFunc(events, func(a, b Event) int { return cmp.Compare(a.TS, b.TS) }) {
-		return 0, nil, fmt.Errorf("%w: events out of time order", ErrBadData)
-	}
+	// Agents before the dump sorted its events wrote two CPUs' events in
+	// the order the ring buffer held them, microseconds apart.
+	slices.SortStableFunc(events, byTS)
 	return uint32(pid), events, nil
 }
+
+func byTS(a, b Event) int { return cmp.Compare(a.TS, b.TS) }
 
 type decoder struct {
 	b   []byte

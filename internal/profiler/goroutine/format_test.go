@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -78,4 +79,26 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("round trip: %v, pid %d/%d, %d/%d events", err, pid2, pid, len(evs2), len(evs))
 		}
 	})
+}
+
+// TestWindowSorted: the ring buffer holds events in the order they were
+// reserved, dated after; a dump (and Decode, for older agents' dumps) puts
+// them in time order, a thread's own events keeping theirs.
+func TestWindowSorted(t *testing.T) {
+	evs := sampleEvents()
+	ring := slices.Clone(evs)
+	ring[2], ring[3] = ring[3], ring[2] // reserved on CPU 1 first, dated later
+	ring[0].TS, ring[1].TS = evs[0].TS+5, evs[0].TS+5
+	got := inWindow(ring, evs[0].TS, evs[5].TS)
+	if !slices.IsSortedFunc(got, byTS) || len(got) != 6 || got[0].New != Running || got[1].New != Waiting {
+		t.Fatalf("window %+v", got)
+	}
+	var buf bytes.Buffer
+	if err := Encode(&buf, 42, ring); err != nil {
+		t.Fatal(err)
+	}
+	_, dec, err := Decode(buf.Bytes())
+	if err != nil || !slices.IsSortedFunc(dec, byTS) || len(dec) != len(ring) {
+		t.Fatalf("decode %v: %+v", err, dec)
+	}
 }

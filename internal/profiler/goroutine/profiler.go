@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -195,11 +196,7 @@ func (p *Profiler) Dump(ctx context.Context, t profiler.Target, w profiler.Windo
 	ev := p.procs[pid]
 	var out []Event
 	if ev != nil {
-		for _, e := range ev.list[ev.start:] {
-			if e.TS >= from && e.TS <= to {
-				out = append(out, e)
-			}
-		}
+		out = inWindow(ev.list[ev.start:], from, to)
 	}
 	p.mu.Unlock()
 	if ev == nil {
@@ -213,6 +210,21 @@ func (p *Profiler) Dump(ctx context.Context, t profiler.Target, w profiler.Windo
 	}
 	return []profiler.Artifact{{Kind: Kind, MediaType: MediaType, FileName: FileName, Data: buf.Bytes(),
 		Start: w.Start, End: w.End, Attributes: map[string]string{"events": strconv.Itoa(len(out))}}}, nil
+}
+
+// inWindow copies the events of list with from ≤ TS ≤ to, sorted by TS. The
+// ring buffer holds them in the order they were reserved, and an event is
+// dated after its reservation: two CPUs' events can be out of time order by
+// the time between the two (a thread's own events are always in order).
+func inWindow(list []Event, from, to int64) []Event {
+	var out []Event
+	for _, e := range list {
+		if e.TS >= from && e.TS <= to {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, byTS)
+	return out
 }
 
 // Stats implements profiler.Profiler.
