@@ -3,8 +3,10 @@ package procfs
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -146,4 +148,43 @@ func TaskSchedstats(pid int) (map[int]Schedstat, error) {
 		out[tid] = st
 	}
 	return out, nil
+}
+
+// Mapping is one line of /proc/<pid>/maps.
+type Mapping struct {
+	Start, Limit, Offset uint64
+	Perms                string // "r-xp"
+	Inode                uint64
+	Path                 string // "" for an anonymous mapping
+}
+
+// ParseMaps parses /proc/<pid>/maps, in address order; lines it cannot read
+// are left out.
+func ParseMaps(data []byte) []Mapping {
+	var out []Mapping
+	for line := range bytes.Lines(data) {
+		f := strings.Fields(string(line))
+		if len(f) < 5 {
+			continue
+		}
+		lo, hi, ok := strings.Cut(f[0], "-")
+		if !ok {
+			continue
+		}
+		m := Mapping{Perms: f[1]}
+		var err1, err2 error
+		m.Start, err1 = strconv.ParseUint(lo, 16, 64)
+		m.Limit, err2 = strconv.ParseUint(hi, 16, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		m.Offset, _ = strconv.ParseUint(f[2], 16, 64)
+		m.Inode, _ = strconv.ParseUint(f[4], 10, 64)
+		if len(f) >= 6 {
+			m.Path = strings.Join(f[5:], " ")
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
+	return out
 }

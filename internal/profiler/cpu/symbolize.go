@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"bufio"
-	"bytes"
 	"debug/elf"
 	"debug/gosym"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // mapping is one line of /proc/<pid>/maps that is executable.
@@ -31,26 +32,11 @@ func readMaps(pid int) ([]mapping, error) {
 
 func parseMaps(data []byte) []mapping {
 	var out []mapping
-	for line := range bytes.Lines(data) {
-		f := strings.Fields(string(line))
-		if len(f) < 5 || !strings.Contains(f[1], "x") {
-			continue
+	for _, m := range procfs.ParseMaps(data) {
+		if strings.Contains(m.Perms, "x") {
+			out = append(out, mapping{start: m.Start, limit: m.Limit, offset: m.Offset, inode: m.Inode, path: m.Path})
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		if !ok {
-			continue
-		}
-		var m mapping
-		m.start, _ = strconv.ParseUint(lo, 16, 64)
-		m.limit, _ = strconv.ParseUint(hi, 16, 64)
-		m.offset, _ = strconv.ParseUint(f[2], 16, 64)
-		m.inode, _ = strconv.ParseUint(f[4], 10, 64)
-		if len(f) >= 6 {
-			m.path = strings.Join(f[5:], " ")
-		}
-		out = append(out, m)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].start < out[j].start })
 	return out
 }
 
