@@ -761,8 +761,14 @@ int BPF_PROG(sr_switch, _Bool preempt, struct task_struct *prev, struct task_str
 				e->syscall = SR_SYS_NONE; // an exception: a page fault
 			arg0 = regs->di;
 		}
-		if (fd_syscall(e->syscall))
+		if (fd_syscall(e->syscall)) {
 			e->detail = fd_kind(cur, arg0, &e->dev);
+		} else if (e->syscall == SR_NR_FUTEX || e->syscall == SR_NR_FUTEX_WAIT) {
+			// The futex word's address: user space tells a language
+			// runtime's interpreter lock from the program's own.
+			e->detail = (__u32)arg0;
+			e->dev = (__u32)(arg0 >> 32);
+		}
 	}
 	// With syscall hooks, track a target's syscalls from its first
 	// switch-in on (task storage exists for targets only).

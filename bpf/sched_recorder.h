@@ -80,6 +80,9 @@
 // Syscall of a task at switch time (sr_event.syscall) when not a syscall number.
 #define SR_SYS_NONE -1    // a user task known not to be in a syscall (fault/exception)
 #define SR_SYS_UNKNOWN -2 // not known (thread first seen in a syscall, kernel thread)
+// x86-64 syscalls whose first argument is a futex word's address.
+#define SR_NR_FUTEX 202
+#define SR_NR_FUTEX_WAIT 455
 
 // struct sr_config is element 0 of the sr_cfg array.
 struct sr_config {
@@ -107,7 +110,8 @@ struct sr_event {
 	__u32 tid2;    // secondary task (see SR_EV_*)
 	__u32 tgid2;
 	__s32 syscall; // SWITCH: prev's syscall number or SR_SYS_*
-	__u32 detail;  // SWITCH: S_IFMT>>12 of the fd of a read/write-like call (0: n/a);
+	__u32 detail;  // SWITCH: S_IFMT>>12 of the fd of a read/write-like call (0: n/a),
+	               // of futex/futex_wait the futex word's address's low half (dev: high);
 	               // WAKING: irq number / softirq vector; BLOCK_RQ: bytes
 	__u16 flags;   // SR_F_* (SWITCH), SR_WF_* (WAKING), group_dead (EXIT);
 	               // SR_F_FOLLOWED (any)

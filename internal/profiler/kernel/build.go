@@ -86,12 +86,13 @@ const (
 	rKernel
 	rUnknown
 	rSteal
+	rGIL
 )
 
 var reasonNames = [...]string{rNone: "", rPreempted: ReasonPreempted, rWakeup: ReasonWakeup, rNew: ReasonNew,
 	rThrottled: ReasonThrottled, rLock: ReasonLock, rNetwork: ReasonNetwork, rDisk: ReasonDisk, rTimer: ReasonTimer,
 	rSyscall: ReasonSyscall, rPageFault: ReasonPageFault, rMemory: ReasonMemory, rKernel: ReasonKernel, rUnknown: ReasonUnknown,
-	rSteal: ReasonSteal}
+	rSteal: ReasonSteal, rGIL: ReasonGIL}
 
 // noSyscall is ival.sys outside a syscall.
 const noSyscall = -1
@@ -302,6 +303,10 @@ func (b *builder) event(ev *Event) {
 				p.set(stDead, rNone, ev.TS, -1)
 			default:
 				r, sys := blockReason(ev)
+				if r == rLock && (sys == sysFutex || sys == sysFutexWait) && len(b.in.gil) > 0 &&
+					inRanges(b.in.gil[ev.TGID], uint64(ev.Dev)<<32|uint64(ev.Detail)) {
+					r = rGIL
+				}
 				p.set(stBlocked, r, ev.TS, -1)
 				p.sys = sys
 				if r == rDisk {
@@ -448,6 +453,9 @@ type buildInput struct {
 	// defaults); recording says whether the recorder followed wakers.
 	maxDepth, maxThreads int
 	recording            bool
+	// gil: where processes keep their interpreter lock (interp.go): a
+	// futex wait there is ReasonGIL.
+	gil map[uint32][]addrRange
 }
 
 func (in *buildInput) isProc(tgid uint32) bool {

@@ -147,7 +147,8 @@
 //   - RUNNING (with the CPU),
 //   - RUNQUEUE, reason "preempted", "wakeup" (waking or unthrottle →
 //     switch-in), "new" or "throttled" (CPU quota),
-//   - BLOCKED, reason "lock" (futex, flock, semaphores), "network" (sockets,
+//   - BLOCKED, reason "lock" (futex, flock, semaphores), "gil" (a futex of
+//     the process's interpreter lock: CPython's GIL, interp.go), "network" (sockets,
 //     poll/select/epoll), "disk" (file I/O, fsync, io_schedule; with the
 //     device), "timer" (sleeps), "syscall" (another syscall: wait4, pipes,
 //     ttys…), "pagefault", "memory" (memory stalls), "kernel" (kernel

@@ -32,6 +32,7 @@ type Held struct {
 	mStart, mEnd    int64 // CLOCK_MONOTONIC ns
 	win             windowEvents
 	comms           map[uint32]string
+	gil             map[uint32][]addrRange // interpreter locks by pid
 	lost, lostTotal uint64
 	evicted         uint64
 	used            atomic.Bool

@@ -156,6 +156,9 @@ type Recorder struct {
 	// since the recorder started.
 	losses lossLog
 
+	// gil says where target processes keep their interpreter lock.
+	gil *interpLocks
+
 	readerTID atomic.Int32
 	dumps     atomic.Uint64
 	dumpErrs  atomic.Uint64
@@ -182,6 +185,7 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		src:      src,
 		ring:     newRing(cfg.MaxBytes, cfg.followBytes()),
 		devs:     newDevNames(),
+		gil:      newInterpLocks(),
 		offsetNs: kclock.Monotonic.Offset(),
 		host:     host,
 		targets:  map[int]uint64{},
@@ -262,6 +266,9 @@ func (r *Recorder) Start(ctx context.Context, t profiler.Target) error {
 		return fmt.Errorf("kernel: add target %d: %w", t.PID, err)
 	}
 	r.targets[t.PID] = st
+	// Where its interpreter lock is, read while it lives (a dump may come
+	// after it exited).
+	go r.gil.of(uint32(t.PID))
 	return nil
 }
 
@@ -459,6 +466,14 @@ func (r *Recorder) copyWindow(ctx context.Context, t profiler.Target, w profiler
 	}
 	h.win = r.ring.windowOf(h.mStart-r.cfg.Preroll.Nanoseconds(), h.mEnd, procs, sel != nil, max(r.cfg.FollowDepth, 1))
 	h.comms = r.ring.commsOf(h.win.events)
+	for pid := range procs {
+		if rs := r.gil.of(pid); len(rs) > 0 {
+			if h.gil == nil {
+				h.gil = map[uint32][]addrRange{}
+			}
+			h.gil[pid] = rs
+		}
+	}
 	h.lostTotal = r.src.Lost()
 	h.lost = h.lostTotal - r.losses.before(h.mStart-r.cfg.Preroll.Nanoseconds())
 	h.evicted = r.ring.stats().evicted
@@ -472,7 +487,7 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 	comm := func(tid uint32) string { return h.comms[tid] }
 	in := buildInput{pid: uint32(t.PID), start: h.mStart, end: h.mEnd, offset: r.offsetNs, comm: comm,
 		devName: r.devs.name, maxDepth: max(r.cfg.FollowDepth, 1), maxThreads: r.cfg.FollowThreads,
-		recording: r.cfg.following() || r.cfg.All, complete: h.win.complete}
+		recording: r.cfg.following() || r.cfg.All, complete: h.win.complete, gil: h.gil}
 	if sel != nil {
 		in.pids = sel.members
 	}

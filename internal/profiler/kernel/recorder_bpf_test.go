@@ -51,6 +51,7 @@ type workload struct {
 	calls [][2]int64
 	marks []int64 // "mark <ts>" lines (CLOCK_MONOTONIC ns)
 	port  int     // from a "port <p>" line
+	addr  uint64  // from an "addr <a>" line
 }
 
 func startWorkload(t *testing.T, name string, args ...string) *workload {
@@ -91,8 +92,8 @@ func (w *workload) waitFor(t *testing.T, want string) {
 	t.Fatalf("workload ended before %q: %v", want, w.out.Err())
 }
 
-// parse collects a "tid <label> <tid>", "call <start> <end>", "mark <ts>"
-// or "port <p>" line.
+// parse collects a "tid <label> <tid>", "call <start> <end>", "mark <ts>",
+// "addr <a>" or "port <p>" line.
 func (w *workload) parse(line string) {
 	f := strings.Fields(line)
 	switch {
@@ -103,6 +104,8 @@ func (w *workload) parse(line string) {
 		a, _ := strconv.ParseInt(f[1], 10, 64)
 		b, _ := strconv.ParseInt(f[2], 10, 64)
 		w.calls = append(w.calls, [2]int64{a, b})
+	case len(f) == 2 && f[0] == "addr":
+		w.addr, _ = strconv.ParseUint(f[1], 10, 64)
 	case len(f) == 2 && f[0] == "port":
 		w.port, _ = strconv.Atoi(f[1])
 	case len(f) == 2 && f[0] == "mark":

@@ -23,6 +23,10 @@ const (
 	ReasonMemory    = "memory"    // BLOCKED: a memory stall: reclaim, compaction, thrashing, memory.high
 	ReasonKernel    = "kernel"    // BLOCKED: a kernel thread waiting (not for I/O)
 	ReasonUnknown   = "unknown"   // BLOCKED: the syscall was not seen
+	// ReasonGIL: BLOCKED on a futex of the language runtime's global
+	// interpreter lock (CPython's GIL, interp.go): waiting for the
+	// process's own code to let the interpreter go.
+	ReasonGIL = "gil"
 )
 
 // File types of an fd (S_IFMT >> 12), as the switch record's Detail.
@@ -41,6 +45,13 @@ type sysInfo struct {
 	reason uint8
 	fdArg  bool // reason depends on the fd's type (read/write-like calls)
 }
+
+// Futex syscalls whose first argument, the futex word's address, the
+// switch record carries (Detail: low half, Dev: high half).
+const (
+	sysFutex     = 202
+	sysFutexWait = 455
+)
 
 // syscallsAMD64 lists the x86-64 syscalls threads commonly block in. Others
 // block with ReasonSyscall and their number as name.
