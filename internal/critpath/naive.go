@@ -203,11 +203,11 @@ func (n *naive) at(ti int, t, wlo, whi int64, depth int, g gap, wait state) (tid
 			continue
 		}
 		lo, hi := max(j.start, wlo), min(j.end, whi)
-		st, follow := n.a.classify(int32(ti), j)
+		st, wake, follow := n.a.classify(int32(ti), j)
 		if !follow {
 			return th.tid, th.tid, st, wait, j.detail
 		}
-		wk := n.a.tl.wakeups[j.wake]
+		wk := n.a.tl.wakeups[wake]
 		wi, ok := n.thread(wk.waker)
 		if !ok {
 			return th.tid, wk.waker, st, wait, j.detail

@@ -465,12 +465,12 @@ func (a *Analysis) creator(ti int32) (*wake, int32, bool) {
 // CRITICAL-PATH.md). [wlo, whi) is the window of the walk it belongs to.
 func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state, wlo, whi int64) {
 	th := &b.a.tl.threads[ti]
-	st, follow := b.a.classify(ti, j)
+	st, wi, follow := b.a.classify(ti, j)
 	if !follow {
 		b.emit(th.tid, th.tid, lo, hi, st, wait, j.detail)
 		return
 	}
-	w := &b.a.tl.wakeups[j.wake]
+	w := &b.a.tl.wakeups[wi]
 	wk, ok := b.a.tl.byTID[w.waker]
 	if !ok {
 		// A waker the snapshot has no intervals of: the time stays a wait
@@ -512,58 +512,109 @@ func (b *builder) interval(ti int32, j *iv, lo, hi int64, depth int, wait state,
 	}
 }
 
-// classify gives an interval's state and whether the path follows it to the
+// classify gives an interval's state and, when the path follows it to the
 // thread that woke it (a thread caused the end of the wait — it released a
 // lock, or sent on a local socket: what that thread did until then is the
-// path). Other waits keep the reason the thread blocked for; for a reason
-// that does not tell (another syscall, a kernel thread's wait), the
-// interrupt that ended the wait (timer, network, disk) does.
-func (a *Analysis) classify(ti int32, j *iv) (state, bool) {
+// path), the wakeup to follow (an index in tl.wakeups). Other waits keep the
+// reason the thread blocked for; for a reason that does not tell (another
+// syscall, a kernel thread's wait), the interrupt that ended the wait
+// (timer, network, disk) does.
+func (a *Analysis) classify(ti int32, j *iv) (state, int32, bool) {
 	switch j.kind {
 	case kRunning:
-		return stRunning, false
+		return stRunning, -1, false
 	case kRunqueue:
-		return stRunqueue, false
+		return stRunqueue, -1, false
 	case kThrottled:
-		return stThrottled, false
+		return stThrottled, -1, false
 	case kSteal:
-		return stSteal, false
+		return stSteal, -1, false
 	}
 	rs := a.tl.details.st[j.detail]
 	// A page fault or a memory stall is memory, whoever ends it.
 	if rs == stMemory {
-		return stMemory, false
+		return stMemory, -1, false
 	}
 	// In a process that schedules in user space (Go), a thread blocked
 	// on a futex or in the network poller is the runtime parking an idle
 	// thread; the request's goroutine waits in user space where the kernel
 	// does not see it: unknown, not the wait of whoever woke the thread.
 	if a.user[ti] && (rs == stLock || rs == stNetwork) {
-		return stUnknown, false
+		return stUnknown, -1, false
+	}
+	if a.causalWake(ti, j) {
+		return rs, j.wake, true
+	}
+	if rs == stGIL {
+		if w := a.gilHandover(ti, j); w >= 0 {
+			return rs, w, true
+		}
 	}
 	if j.wake < 0 {
-		return rs, false
-	}
-	w := &a.tl.wakeups[j.wake]
-	if w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid {
-		return rs, true
+		return rs, -1, false
 	}
 	// The syscall says what the thread waited for (a lock wait that timed
 	// out to re-check the lock, as a JVM's monitor does, is still a lock
 	// wait); the interrupt that ended the wait says it for a syscall that
 	// does not tell.
 	if rs != stUnknown {
-		return rs, false
+		return rs, -1, false
 	}
-	switch w.ctx {
+	switch a.tl.wakeups[j.wake].ctx {
 	case cTimer:
-		return stSleep, false
+		return stSleep, -1, false
 	case cNetwork:
-		return stNetwork, false
+		return stNetwork, -1, false
 	case cDisk:
-		return stDisk, false
+		return stDisk, -1, false
 	}
-	return rs, false
+	return rs, -1, false
+}
+
+// causalWake reports whether another thread ended thread ti's wait j.
+func (a *Analysis) causalWake(ti int32, j *iv) bool {
+	if j.wake < 0 {
+		return false
+	}
+	w := &a.tl.wakeups[j.wake]
+	return w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid
+}
+
+// gilHandoverRun bounds the time a thread may run between a GIL wait that
+// timed out and the next one for the two to be one wait (gilHandover).
+const gilHandoverRun = 200_000 // ns
+
+// gilHandover is, for a wait on the interpreter lock that no thread ended
+// (j, of thread ti), the wakeup that ended the thread's wait for the lock
+// all the same, -1 when there is none. CPython's waiter waits out the
+// switch interval (5 ms), then asks the holder to let go, and waits again
+// until the holder hands the lock over and wakes it: both waits are for
+// that holder. They are one when, between them, the thread only re-checked
+// the lock (it ran at most gilHandoverRun in all).
+func (a *Analysis) gilHandover(ti int32, j *iv) int32 {
+	ivs := a.tl.threads[ti].ivs
+	k := sort.Search(len(ivs), func(k int) bool { return ivs[k].start >= j.end })
+	var ran int64
+	for ; k < len(ivs); k++ {
+		n := &ivs[k]
+		switch n.kind {
+		case kRunning:
+			if ran += n.end - n.start; ran > gilHandoverRun {
+				return -1
+			}
+			continue
+		case kRunqueue, kThrottled, kSteal:
+			continue
+		}
+		if a.tl.details.st[n.detail] == stGIL && a.causalWake(ti, n) {
+			return n.wake
+		}
+		if a.tl.details.st[n.detail] != stGIL || n.wake >= 0 && a.tl.wakeups[n.wake].ctx != cTimer {
+			return -1
+		}
+		// Another wait that timed out: the holder kept the lock.
+	}
+	return -1
 }
 
 // overlay turns the time of segments inside the intervals of their

@@ -8,6 +8,7 @@ const (
 	Throttled = "throttled" // runnable, held off the CPU by its cgroup's CPU quota
 	Steal     = "steal"     // on a CPU the hypervisor gave to another virtual CPU (steal time), or to interrupts
 	Lock      = "lock"      // blocked on a futex (mutex, condition variable) the path could not follow further
+	GIL       = "gil"       // blocked on its runtime's global interpreter lock (CPython's GIL), the path could not follow to its holder
 	Disk      = "disk"      // blocked on block I/O
 	Network   = "network"   // blocked on the network (woken by the network stack)
 	Sleep     = "sleep"     // blocked on a timer (sleeps, timeouts)
@@ -17,7 +18,7 @@ const (
 )
 
 // States lists the state names in display order.
-var States = []string{Running, Runqueue, Throttled, Steal, Lock, Disk, Network, Sleep, Memory, GC, Unknown}
+var States = []string{Running, Runqueue, Throttled, Steal, Lock, GIL, Disk, Network, Sleep, Memory, GC, Unknown}
 
 // state is a state name's index in States.
 type state uint8
@@ -28,6 +29,7 @@ const (
 	stThrottled
 	stSteal
 	stLock
+	stGIL
 	stDisk
 	stNetwork
 	stSleep
@@ -81,7 +83,7 @@ func contextCode(s string) uint8 {
 	return cOther
 }
 
-// reasonState maps a blocked interval's reason (the recorder's: lock, network,
+// reasonState maps a blocked interval's reason (the recorder's: lock, gil, network,
 // disk, timer, pagefault, memory, syscall, kernel, unknown) to the state
 // it shows as when the path does not follow it to a waker. Reasons this
 // package does not know (a newer recorder) are unknown, never guessed.
@@ -89,6 +91,8 @@ func reasonState(reason string) state {
 	switch reason {
 	case "lock":
 		return stLock
+	case "gil":
+		return stGIL
 	case "network":
 		return stNetwork
 	case "disk":

@@ -2,7 +2,7 @@
 // docs/api.md) and how the trace page lays it out. Times are Unix ns,
 // durations ms.
 
-export const STATES = ['running', 'runqueue', 'throttled', 'steal', 'lock', 'disk', 'network', 'sleep', 'memory', 'gc', 'unknown'] as const;
+export const STATES = ['running', 'runqueue', 'throttled', 'steal', 'lock', 'gil', 'disk', 'network', 'sleep', 'memory', 'gc', 'unknown'] as const;
 export type State = (typeof STATES)[number];
 
 export interface CPBlockedBy {
@@ -96,6 +96,7 @@ export const STATE_COLORS: Record<State, string> = {
   throttled: '#b45309',
   steal: '#fcd34d',
   lock: '#7c3aed',
+  gil: '#a78bfa',
   disk: '#0e7490',
   network: '#2563eb',
   sleep: '#9ca3af',
