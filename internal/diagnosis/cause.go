@@ -25,8 +25,12 @@ var stateCause = map[string]string{
 	critpath.Throttled: CauseCPUThrottle,
 	// Steal time is a wait for a physical CPU that the host gave to
 	// another guest: contention, one level down.
-	critpath.Steal:   CauseCPUContention,
-	critpath.Lock:    CauseLock,
+	critpath.Steal: CauseCPUContention,
+	critpath.Lock:  CauseLock,
+	// A wait for the interpreter lock that the path could not follow to
+	// its holder: the process's own threads held the interpreter, its own
+	// demand (as OwnQueue).
+	critpath.GIL:     CauseCPU,
 	critpath.Disk:    CauseDisk,
 	critpath.Network: CauseNetwork,
 	critpath.Memory:  CauseMemory,
@@ -190,8 +194,13 @@ var holderStates = map[string]bool{
 // itself held off by a resource (holderStates), which is then the cause of
 // both. A lock wait behind a holder throttled by its cgroup's quota is the
 // quota's doing; removing the lock would not make the requests faster.
+//
+// A wait for the interpreter lock (gil) is no lock of the program's: the
+// interpreter runs one thread at a time, as a CPU does, and the wait counts
+// as what its holder did — running (the process's own work), held off by
+// its quota, waiting for a CPU.
 func segmentState(s critpath.SegmentJSON) string {
-	if s.Wait == "" || holderStates[s.State] {
+	if s.Wait == "" || s.Wait == critpath.GIL || holderStates[s.State] {
 		return s.State
 	}
 	return s.Wait
