@@ -148,13 +148,18 @@ def alloc_drop(n):
 
 def gc_storm(n):
     """Allocates n bytes as a chain of small objects (~64 bytes each) and keeps
-    it alive until 8 later storms replace it."""
+    it alive until 8 later storms replace it. The chain it replaces is freed
+    after FAULTS_MU is let go: freeing megabytes of objects takes long, and
+    done under the lock it made the other requests wait for the lock (which
+    the kernel rightly saw as lock contention), not for this work."""
     head = None
     for _ in range(n // 64):
         head = [head, None]
     with FAULTS_MU:
-        RETAINED[RETAIN_AT[0] % len(RETAINED)] = head
+        i = RETAIN_AT[0] % len(RETAINED)
+        old, RETAINED[i] = RETAINED[i], head
         RETAIN_AT[0] += 1
+    del old
 
 
 def write_sync(n):
