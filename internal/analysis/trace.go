@@ -24,9 +24,9 @@ type span struct {
 	// respSocket: a CLIENT span's response's wait in the caller's socket
 	// (ms; 0 when absent).
 	respSocket float64
-	threads            []int64
-	up                 *span // parent span in this trace
-	children           []*span
+	threads    []int64
+	up         *span // parent span in this trace
+	children   []*span
 }
 
 type trace struct {
