@@ -80,6 +80,11 @@ type Analyzer struct {
 	// a capture's window holds hundreds of anomalous spans of one service,
 	// whose paths say much the same.
 	MaxLinkedPaths int
+	// BaselinePaths bounds the paths Capture computes for the normal
+	// requests of the snapshot's own processes in its window (default
+	// DefaultBaselinePaths; negative: none; baselineSpans): what a
+	// diagnosis weighs the slow ones against.
+	BaselinePaths int
 	// Slots, when set, bounds the snapshots analysed at once (a large
 	// snapshot takes seconds of CPU and hundreds of MB): compute takes a
 	// slot, waiting for one at most as long as its context allows. Reading
@@ -104,6 +109,9 @@ const maxArtifactBytes = 1 << 30
 
 // DefaultMaxWindowPaths is Analyzer.MaxWindowPaths' default.
 const DefaultMaxWindowPaths = 64
+
+// DefaultBaselinePaths is Analyzer.BaselinePaths' default.
+const DefaultBaselinePaths = 16
 
 // spanLookback is how long before a snapshot's window the spans still
 // active in it may have started.
@@ -377,6 +385,13 @@ func (a *Analyzer) read(ctx context.Context, id string) ([]byte, error) {
 
 func (a *Analyzer) maxLinkedPaths() int { return cmp.Or(a.MaxLinkedPaths, DefaultMaxLinkedPaths) }
 
+func (a *Analyzer) baselinePaths() int {
+	if a.BaselinePaths < 0 {
+		return 0
+	}
+	return cmp.Or(a.BaselinePaths, DefaultBaselinePaths)
+}
+
 func (a *Analyzer) maxWindowPaths() int {
 	if a.MaxWindowPaths < 0 {
 		return 0
@@ -596,6 +611,13 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 			path(i)
 		}
 	}
+	if more > 0 {
+		for _, i := range baselineSpans(in.Requests, refs, tl, a.baselinePaths()) {
+			if an.seen(&in.Requests[i]) {
+				path(i)
+			}
+		}
+	}
 	st.Shared = boundShared(an.SharedJSON(Merge(paths)))
 	st.Notes = boundNotes(st.Notes)
 	log.Debug("critical paths computed", "snapshot", k.ID, "paths", len(st.Paths), "linked", linked, "window", len(st.Paths)-linked,
@@ -636,9 +658,30 @@ func pickLinked(reqs []Request, wanted []int, targets map[uint32]bool, limit int
 // all of reqs (which reach back spanLookback before the window, before a
 // slowdown in it), the slowest first, at most n. It returns their indexes.
 func windowSpans(reqs []Request, refs []store.SpanRef, tl *Timeline, n int) []int {
-	if n <= 0 {
-		return nil
-	}
+	out := windowCandidates(reqs, refs, tl, func(d, median int64) bool { return d > median })
+	// Stable: among equal durations the association's order (start, ids).
+	slices.SortStableFunc(out, func(x, y int) int {
+		return cmp.Compare(reqs[y].End-reqs[y].Start, reqs[x].End-reqs[x].Start)
+	})
+	return out[:min(min(len(out), n), max(n, 0))]
+}
+
+// baselineSpans picks, as windowSpans does, the requests of the snapshot's
+// own processes inside its window no slower than the median of their
+// operation, the earliest first (before the slowdown that triggered the
+// capture, when its window reaches back before it), at most n: a baseline
+// of the same threads' normal requests, against which a diagnosis weighs
+// what grew in the slow ones.
+func baselineSpans(reqs []Request, refs []store.SpanRef, tl *Timeline, n int) []int {
+	out := windowCandidates(reqs, refs, tl, func(d, median int64) bool { return d <= median })
+	return out[:min(min(len(out), n), max(n, 0))] // the association's order is by start
+}
+
+// windowCandidates are the indexes, in reqs' order, of the requests of the
+// snapshot's own processes that ran inside its window, are not CLIENT spans
+// nor in refs, and whose duration keep accepts beside the median of their
+// service and operation over all of reqs.
+func windowCandidates(reqs []Request, refs []store.SpanRef, tl *Timeline, keep func(d, median int64) bool) []int {
 	targets := tl.targetPIDs()
 	linked := make(map[spanKey]bool, len(refs))
 	for _, r := range refs {
@@ -662,16 +705,12 @@ func windowSpans(reqs []Request, refs []store.SpanRef, tl *Timeline, n int) []in
 	for i := range reqs {
 		r := &reqs[i]
 		if r.Client || !targets[r.PID] || r.Start < tl.Start || r.End > tl.End || linked[spanKey{r.TraceID, r.SpanID}] ||
-			r.End-r.Start <= median[op{r.Service, r.Operation}] {
+			!keep(r.End-r.Start, median[op{r.Service, r.Operation}]) {
 			continue
 		}
 		out = append(out, i)
 	}
-	// Stable: among equal durations the association's order (start, ids).
-	slices.SortStableFunc(out, func(x, y int) int {
-		return cmp.Compare(reqs[y].End-reqs[y].Start, reqs[x].End-reqs[x].Start)
-	})
-	return out[:min(len(out), n)]
+	return out
 }
 
 // windowed are the traces of a snapshot's window: all of them by id, and

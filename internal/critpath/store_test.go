@@ -114,7 +114,7 @@ func testAnalyzerOnStore(t *testing.T, mediaType, fileName string, enc func(*ker
 	// Stored at capture time, then served from the artifact; each trace
 	// read once though it is both linked and in the process's window.
 	counted := &traceReads{SpanReader: st, n: map[model.TraceID]int{}}
-	stored, err := (&Analyzer{Spans: counted, Artifacts: st}).Capture(ctx, k.ID)
+	stored, err := (&Analyzer{Spans: counted, Artifacts: st, BaselinePaths: -1}).Capture(ctx, k.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

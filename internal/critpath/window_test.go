@@ -2,6 +2,7 @@ package critpath
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"reflect"
@@ -59,7 +60,7 @@ func TestCaptureWindowPaths(t *testing.T) {
 	slices.Sort(durs)
 	median := durs[len(durs)/2]
 	var linked []store.SpanRef
-	var want []Request
+	var want, normal []Request
 	for _, r := range reqs {
 		if r.PID != 1000 || r.Start < snap.Start || r.End > snap.End {
 			continue
@@ -70,12 +71,15 @@ func TestCaptureWindowPaths(t *testing.T) {
 		}
 		if r.End-r.Start > median {
 			want = append(want, r)
+		} else {
+			normal = append(normal, r)
 		}
 	}
 	if len(linked) < 2 || len(want) < 6 {
 		t.Fatalf("the generated snapshot has %d target spans to link and %d slow others; the test needs 2 and 6", len(linked), len(want))
 	}
 	slices.SortStableFunc(want, func(x, y Request) int { return int((y.End - y.Start) - (x.End - x.Start)) })
+	slices.SortStableFunc(normal, func(x, y Request) int { return cmp.Compare(x.Start, y.Start) })
 
 	var buf bytes.Buffer
 	if err := snap.Encode(&buf); err != nil {
@@ -93,14 +97,23 @@ func TestCaptureWindowPaths(t *testing.T) {
 	if len(only.Paths) != 2 {
 		t.Fatalf("without window paths: %d paths, want the 2 linked spans'", len(only.Paths))
 	}
-	const limit = 5
-	got, err := (&Analyzer{Spans: st, Artifacts: st, MaxWindowPaths: limit}).Capture(ctx, k.ID)
+	const limit, baseline = 5, 3
+	got, err := (&Analyzer{Spans: st, Artifacts: st, MaxWindowPaths: limit, BaselinePaths: baseline}).Capture(ctx, k.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Paths) != 2+limit {
-		t.Fatalf("%d paths, want the 2 linked and %d window spans'", len(got.Paths), limit)
+	if len(got.Paths) != 2+limit+baseline {
+		t.Fatalf("%d paths, want the 2 linked, %d window spans' and %d baseline spans'", len(got.Paths), limit, baseline)
 	}
+	// The baseline: the earliest of the others no slower than the median.
+	for i, p := range got.Paths[2+limit:] {
+		w := normal[i]
+		if p.SpanID != w.SpanID.String() || p.Ms > float64(median)/1e6 {
+			t.Errorf("baseline path %d is span %s (%.1f ms), want %s (%.1f ms), the next earliest no slower than the median (%.1f ms)",
+				i, p.SpanID, p.Ms, w.SpanID, float64(w.End-w.Start)/1e6, float64(median)/1e6)
+		}
+	}
+	got.Paths = got.Paths[:2+limit]
 	if !reflect.DeepEqual(got.Paths[:2], only.Paths) {
 		t.Errorf("the linked spans' paths changed with the window paths:\n%+v\n%+v", got.Paths[:2], only.Paths)
 	}
