@@ -301,6 +301,35 @@ func causesOf(waits map[string]float64, untracedMs float64) (out []causeShare, t
 			out = append(out, causeShare{cause: c, ms: ms, share: ms / max(total, 1e-9)})
 		}
 	}
+	sortShares(out)
+	return out, total
+}
+
+// byCause is shares as ms by cause (it takes causesOf's results; the total
+// is not needed).
+func byCause(shares []causeShare, _ float64) map[string]float64 {
+	out := make(map[string]float64, len(shares))
+	for _, s := range shares {
+		out[s.cause] += s.ms
+	}
+	return out
+}
+
+// describeGrowth renders shares (ms grown by cause) for an evidence line,
+// largest first.
+func describeGrowth(shares []causeShare) string {
+	var parts []string
+	for _, s := range shares {
+		if s.ms >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s +%.1f ms", s.cause, s.ms))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// sortShares orders shares largest first, unknown last whatever its size
+// (it points nowhere).
+func sortShares(out []causeShare) {
 	slices.SortFunc(out, func(x, y causeShare) int {
 		if (x.cause == CauseUnknown) != (y.cause == CauseUnknown) {
 			if x.cause == CauseUnknown {
@@ -313,7 +342,6 @@ func causesOf(waits map[string]float64, untracedMs float64) (out []causeShare, t
 		}
 		return strings.Compare(x.cause, y.cause)
 	})
-	return out, total
 }
 
 // pickCause names the cause from the measured shares: the largest known

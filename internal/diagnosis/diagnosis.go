@@ -146,6 +146,11 @@ type Verdict struct {
 	Waits     map[string]float64 `json:"waits,omitempty"`
 	PathSpans int                `json:"pathSpans"`
 	SlowSpans int                `json:"slowSpans"`
+	// BaselineWaits is the same per span (ms) of BaselineSpans of the
+	// culprit's spans before the onset with a stored path: what the cause
+	// is weighed against (what grew); absent without such a baseline.
+	BaselineWaits map[string]float64 `json:"baselineWaits,omitempty"`
+	BaselineSpans int                `json:"baselineSpans,omitempty"`
 	// Ranking is the services most suspect first (at most 5).
 	Ranking []analysis.ServiceScore `json:"ranking,omitempty"`
 	// SlowTraces and BaseTraces are the traces compared.
@@ -160,6 +165,8 @@ type Verdict struct {
 	// for which the tracker asks captures while the verdict lacks kernel
 	// paths (Tracker.SetCapture).
 	capture []*model.Span
+	// byGrowth: the cause was weighed by what grew over the baseline.
+	byGrowth bool
 }
 
 // Alternative is a runner-up explanation.

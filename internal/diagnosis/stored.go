@@ -21,12 +21,13 @@ const (
 )
 
 // storedPaths adds to waits what the stored critical paths of the culprit's
-// anomalous spans in [onset, to] say, for traces not in done, up to limit
-// traces: the artifacts are those linked to the anomalies (anoms), newest
-// first; each path's span is read with its trace to restrict the path to the
-// span's exclusive time, as measure does. It returns the spans and the
-// traces it read, and the first error met (the others are like it).
-func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit string, anoms []analysis.Anomaly, onset, to int64,
+// spans that started in [pathFrom, pathTo] say, for traces not in done, up
+// to limit traces: the artifacts are those linked to the culprit's anomalies
+// (anoms) in [onset, to], newest first; each path's span is read with its
+// trace to restrict the path to the span's exclusive time, as measure does.
+// It returns the spans and the traces it read, and the first error met (the
+// others are like it).
+func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit string, anoms []analysis.Anomaly, onset, to, pathFrom, pathTo int64,
 	done map[model.TraceID]bool, limit int) (spans, traces int, firstErr error) {
 	type ref struct {
 		id      string
@@ -63,7 +64,7 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit s
 		byTrace := map[string][]*critpath.SpanPath{}
 		for i := range st.Paths {
 			p := &st.Paths[i]
-			if p.Service == culprit && p.Start >= onset && p.Start <= to {
+			if p.Service == culprit && p.Start >= pathFrom && p.Start <= pathTo {
 				byTrace[p.TraceID] = append(byTrace[p.TraceID], p)
 			}
 		}

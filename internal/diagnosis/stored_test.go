@@ -77,3 +77,81 @@ func TestDiagnoseStoredPathsBeyondSample(t *testing.T) {
 		}
 	}
 }
+
+// TestDiagnoseBaselineGrowth: cart computes 50 ms per request; the fault
+// adds 20 ms of disk waits. The slow spans' paths are mostly running (50 of
+// 70 ms): by shares the cause would be cpu. The capture also stored the
+// paths of cart's normal spans before the onset (running 50 ms): weighed
+// against them, what grew is the disk. Without those paths the verdict
+// says it had no baseline and keeps the shares.
+func TestDiagnoseBaselineGrowth(t *testing.T) {
+	ctx := context.Background()
+	onset := t0.Add(60 * time.Second)
+	for _, withBase := range []bool{true, false} {
+		st := openStore(t)
+		var batch []*model.Span
+		var normal, captured []*model.Span // cart's SERVER spans
+		for i := range 60 {
+			tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 50, 3, false)
+			batch = append(batch, tr...)
+			if i >= 50 {
+				normal = append(normal, tr[2])
+			}
+		}
+		var end int64
+		slow := map[model.TraceID][]*model.Span{}
+		for i := range 30 {
+			tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
+			batch = append(batch, tr...)
+			slow[tr[0].TraceID] = tr
+			end = tr[0].End()
+			if i < 5 {
+				captured = append(captured, tr[2])
+			}
+		}
+		if err := st.WriteSpans(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		doc := critpath.Stored{Version: critpath.StoredVersion, Snapshot: "k1"}
+		var refs []store.SpanRef
+		for _, s := range captured {
+			doc.Paths = append(doc.Paths, *segmentsPath(s, critpath.Running, "", 50.0, critpath.Disk, "", 20.0))
+			refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
+		}
+		if withBase {
+			for _, s := range normal {
+				doc.Paths = append(doc.Paths, *segmentsPath(s, critpath.Running, "", 50.0))
+			}
+		}
+		if _, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.ArtifactKind, MediaType: critpath.ArtifactMediaType, Service: "cart",
+			Start: normal[0].Start, End: end, CaptureID: "c1", Spans: refs}, gzipJSON(t, doc)); err != nil {
+			t.Fatal(err)
+		}
+		d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
+			Paths: &fakePaths{spans: slow, path: func(s *model.Span) *critpath.SpanPath {
+				if s.Service != "cart" || s.Kind != model.KindServer {
+					return nil
+				}
+				return segmentsPath(s, critpath.Running, "", 50.0, critpath.Disk, "", 20.0)
+			}},
+			Now: func() time.Time { return time.Unix(0, end).Add(time.Second) }}
+		v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("baseline=%v verdict: %s %s paths %d, baseline %d %v\nevidence: %s\nmissing: %s", withBase, v.Service, v.Cause, v.PathSpans,
+			v.BaselineSpans, v.BaselineWaits, strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+		want, wantBase := CauseCPU, 0
+		if withBase {
+			want, wantBase = CauseDisk, len(normal)
+		}
+		if v.Service != "cart" || v.Cause != want || v.BaselineSpans != wantBase {
+			t.Fatalf("baseline=%v: verdict %s/%s with %d baseline spans, want cart/%s with %d", withBase, v.Service, v.Cause, v.BaselineSpans, want, wantBase)
+		}
+		ev := strings.Join(append(v.Evidence, v.Missing...), "\n")
+		if withBase && (v.BaselineWaits[critpath.Running] != 50 || !strings.Contains(ev, "per slow span, more disk +20.0 ms")) ||
+			!withBase && !strings.Contains(ev, "a baseline: kernel critical paths of cart's spans before the onset: 0 of the 4 needed") {
+			t.Errorf("baseline=%v: baseline waits %v, evidence and missing:\n%s", withBase, v.BaselineWaits, ev)
+		}
+	}
+}

@@ -225,6 +225,8 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	case total > 0 && v.PathSpans > 0 && best.cause == CauseUnknown:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("the kernel could not tell what %s's threads did for %.0f%% of the measured time", v.Service, 100*best.share))
 		v.Missing = append(v.Missing, fmt.Sprintf("what %s's threads waited for: the kernel saw no state it can name (user-space waits such as a Go mutex, timer sleeps, threads the snapshot missed); a CPU profile or the runtime's own events would tell", v.Service))
+	case total > 0 && v.PathSpans > 0 && v.byGrowth:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of what grew per slow span (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
 	case total > 0 && v.PathSpans > 0:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of the measured time (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
 	}
@@ -233,7 +235,11 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		v.RunnerUp = &Alternative{Service: v.Service, Cause: CauseNetwork, Score: round2(timingOnly.share),
 			Why: fmt.Sprintf("span timing only: calls into %s grew by %.1f ms per trace outside it, with no kernel evidence of a slow link", v.Service, timingOnly.ms)}
 	case runner != nil && runner.share >= 0.1:
-		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's measured slow time", 100*runner.share, v.Service)}
+		of := "measured slow time"
+		if v.byGrowth {
+			of = "growth per slow span"
+		}
+		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's %s", 100*runner.share, v.Service, of)}
 	default:
 		// The first other service of the ranking (the culprit may be a
 		// lower one: the lossy end of a link).
@@ -509,7 +515,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		for _, t := range slow {
 			done[t[0].TraceID] = true
 		}
-		n, extra, err := d.storedPaths(ctx, tally, v.Service, anoms, onset, to, done, d.Config.MaxPaths-read)
+		n, extra, err := d.storedPaths(ctx, tally, v.Service, anoms, onset, to, onset, to, done, d.Config.MaxPaths-read)
 		if err != nil && len(notes) < 3 {
 			notes = append(notes, err.Error())
 		}
@@ -552,7 +558,82 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if len(notes) > 0 {
 		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
 	}
+	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to); ok {
+		return shares, total
+	}
 	return causesOf(waits, untracedMs)
+}
+
+// Baseline bounds: the traces of the culprit's normal spans whose stored
+// paths a verdict reads, and the spans it needs to weigh against them.
+const (
+	maxBaselineTraces = 16
+	minBaselineSpans  = 4
+)
+
+// weighBaseline names the cause by what grew: the stored paths of the
+// culprit's spans that started before the onset (the normal requests that a
+// capture's window reached back to, critpath.DefaultBaselinePaths) give what
+// its threads did per normal span, cause by cause, and the causes are
+// weighed by how much more of each a slow span had. A service's own work
+// is in its normal spans too: a fault that adds a wait smaller than that
+// work (a few fsyncs in a request that computes) is what grew, not what
+// the slow spans mostly did. ok is false, and the shares of the slow spans'
+// time stand, when there are fewer than minBaselineSpans such paths or
+// nothing grew.
+func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[string]float64, untracedMs float64, anoms []analysis.Anomaly,
+	onset, to int64) (shares []causeShare, total float64, ok bool) {
+	base := newWaitTally()
+	n, _, err := d.storedPaths(ctx, base, v.Service, anoms, onset, to, onset-d.Config.Lookback.Nanoseconds(), onset-1,
+		map[model.TraceID]bool{}, maxBaselineTraces)
+	if n < minBaselineSpans {
+		what := fmt.Sprintf("%d", n)
+		if err != nil {
+			what += " (" + err.Error() + ")"
+		}
+		v.Missing = append(v.Missing, fmt.Sprintf("a baseline: kernel critical paths of %s's spans before the onset: %s of the %d needed, so the cause is the largest share of the slow spans' time, not what grew",
+			v.Service, what, minBaselineSpans))
+		return nil, 0, false
+	}
+	perSpan := func(m map[string]float64, k int) map[string]float64 {
+		out := make(map[string]float64, len(m))
+		for st, ms := range m {
+			out[st] = ms / float64(k)
+		}
+		return out
+	}
+	slowBy := byCause(causesOf(perSpan(waits, v.PathSpans), untracedMs/float64(v.PathSpans)))
+	baseWaits := perSpan(base.by, n)
+	baseBy := byCause(causesOf(baseWaits, 0))
+	var sumSlow, sumBase float64
+	for c, ms := range slowBy {
+		sumSlow += ms
+		if g := ms - baseBy[c]; g > 0 {
+			shares = append(shares, causeShare{cause: c, ms: g})
+			total += g
+		}
+	}
+	for _, ms := range baseBy {
+		sumBase += ms
+	}
+	v.BaselineSpans = n
+	v.BaselineWaits = map[string]float64{}
+	for st, ms := range baseWaits {
+		v.BaselineWaits[st] = round2(ms)
+	}
+	if total <= 0 || sumSlow <= sumBase {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("against %d of %s's spans before the onset (%.1f ms per span in their exclusive time, the slow ones %.1f): no cause grew, the cause is the largest share of the slow spans' time",
+			n, v.Service, sumBase, sumSlow))
+		return nil, 0, false
+	}
+	for i := range shares {
+		shares[i].share = shares[i].ms / total
+	}
+	sortShares(shares)
+	v.Evidence = append(v.Evidence, fmt.Sprintf("against %d of %s's spans before the onset (kernel critical paths from the captures' windows): %.1f ms per span in their exclusive time (%s), the slow ones %.1f; per slow span, more %s",
+		n, v.Service, sumBase, describeWaits(baseWaits, 0), sumSlow, describeGrowth(shares)))
+	v.byGrowth = true
+	return shares, total, true
 }
 
 // fallback names a cause without kernel paths: from the run-queue wait
