@@ -25,16 +25,8 @@ func TestDiagnoseStoredPathsBeyondSample(t *testing.T) {
 	for i := range 60 {
 		batch = append(batch, shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 6, 3, false)...)
 	}
-	var end int64
-	var captured []*model.Span // cart's SERVER spans of the first five slow requests
-	for i := range 30 {
-		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
-		batch = append(batch, tr...)
-		end = tr[0].End()
-		if i < 5 {
-			captured = append(captured, tr[2])
-		}
-	}
+	slowSpans, _, captured, end := slowShopTraces(onset)
+	batch = append(batch, slowSpans...)
 	if err := st.WriteSpans(ctx, batch); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +82,7 @@ func TestDiagnoseBaselineGrowth(t *testing.T) {
 	for _, withBase := range []bool{true, false} {
 		st := openStore(t)
 		var batch []*model.Span
-		var normal, captured []*model.Span // cart's SERVER spans
+		var normal []*model.Span // cart's SERVER spans before the onset
 		for i := range 60 {
 			tr := shopTrace(i, t0.Add(time.Duration(i)*time.Second), 2, 50, 3, false)
 			batch = append(batch, tr...)
@@ -98,17 +90,8 @@ func TestDiagnoseBaselineGrowth(t *testing.T) {
 				normal = append(normal, tr[2])
 			}
 		}
-		var end int64
-		slow := map[model.TraceID][]*model.Span{}
-		for i := range 30 {
-			tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
-			batch = append(batch, tr...)
-			slow[tr[0].TraceID] = tr
-			end = tr[0].End()
-			if i < 5 {
-				captured = append(captured, tr[2])
-			}
-		}
+		slowSpans, slow, captured, end := slowShopTraces(onset)
+		batch = append(batch, slowSpans...)
 		if err := st.WriteSpans(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
@@ -154,4 +137,21 @@ func TestDiagnoseBaselineGrowth(t *testing.T) {
 			t.Errorf("baseline=%v: baseline waits %v, evidence and missing:\n%s", withBase, v.BaselineWaits, ev)
 		}
 	}
+}
+
+// slowShopTraces are 30 slow requests from onset on, 200 ms apart (cart
+// takes 70 ms): their spans, by trace, cart's SERVER spans of the first
+// five (a capture's), and when the last ends.
+func slowShopTraces(onset time.Time) (spans []*model.Span, byTrace map[model.TraceID][]*model.Span, captured []*model.Span, end int64) {
+	byTrace = map[model.TraceID][]*model.Span{}
+	for i := range 30 {
+		tr := shopTrace(100+i, onset.Add(time.Duration(i)*200*time.Millisecond), 2, 70, 3, true)
+		spans = append(spans, tr...)
+		byTrace[tr[0].TraceID] = tr
+		end = tr[0].End()
+		if i < 5 {
+			captured = append(captured, tr[2])
+		}
+	}
+	return spans, byTrace, captured, end
 }
