@@ -42,7 +42,8 @@ const (
 
 // Config sets capture windows, budgets and timeouts.
 type Config struct {
-	// Pre and Post widen a span's window: [start − Pre, end + Post].
+	// Pre and Post widen a span's window: [start − Pre, end + Post]
+	// (a span a verdict asked for: [start − Pre, end]).
 	Pre  time.Duration `yaml:"pre"`
 	Post time.Duration `yaml:"post"`
 	// Settle is waited after a window closes (or after the first anomaly
@@ -571,6 +572,12 @@ func (m *Manager) route(s *model.Span, asked bool) {
 	}
 	ref := store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID}
 	start, end := s.Start-int64(m.cfg.Pre), s.End()+int64(m.cfg.Post)
+	if asked {
+		// A verdict asks for spans that ended before it was computed,
+		// for their critical paths, which lie within them: waiting Post
+		// after them would only delay the verdict.
+		end = s.End()
+	}
 	for _, t := range targets {
 		key := procKey{t.agent.AgentID, t.proc.PID}
 		if m.coalesce(key, t.proc.Service, ref, start, end, s.Start, s.End(), asked) {

@@ -611,7 +611,7 @@ func TestMirroredAgentsAndUploadURL(t *testing.T) {
 // diagnosis asks (CaptureSpans), while the same span committed by the
 // pipeline is not; the capture links it.
 func TestCaptureSpans(t *testing.T) {
-	f := newFixture(t, nil)
+	f := newFixture(t, func(c *Config) { c.Pre, c.Post = time.Second, 2 * time.Second })
 	got := make(chan Capture, 4)
 	f.m.OnFinished(func(c Capture) { got <- c })
 	ag := newTestAgent(t, f.url, "", 100)
@@ -635,5 +635,10 @@ func TestCaptureSpans(t *testing.T) {
 	}
 	if c.State != StateComplete || len(c.Spans) != 1 || c.Spans[0].TraceID != slow.TraceID || c.PID != 42 {
 		t.Fatalf("capture %+v", c)
+	}
+	// The span ended before it was asked for: its window ends with it,
+	// without Post.
+	if want := slow.Start - int64(f.m.cfg.Pre); c.Start != want || c.End != slow.End() {
+		t.Errorf("window [%d, %d], want [%d, %d]", c.Start, c.End, want, slow.End())
 	}
 }

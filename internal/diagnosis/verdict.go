@@ -48,6 +48,11 @@ type Diagnoser struct {
 // maxAnomalies bounds the anomalous spans read per verdict.
 const maxAnomalies = 2000
 
+// maxPathLookups bounds the sampled slow traces with stored paths a verdict
+// analyses, as a multiple of MaxPaths: the others' paths may be of other
+// services only.
+const maxPathLookups = 4
+
 func (d *Diagnoser) now() time.Time {
 	if d.Now != nil {
 		return d.Now()
@@ -468,11 +473,16 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	}
 	tally := newWaitTally()
 	var untracedMs float64
-	var noSnap, read int
+	var noSnap, read, looked int
 	var notes []string
 	var example string
 	for _, t := range slow {
-		if read >= d.Config.MaxPaths || ctx.Err() != nil {
+		// A trace counts towards MaxPaths when it gave the culprit's
+		// paths: the traces of other services' captures (their paths
+		// only) must not crowd out the culprit's, as they would as
+		// soon as a capture of another process covers the newest
+		// slow traces. maxPathLookups bounds the traces analysed.
+		if read >= d.Config.MaxPaths || looked >= maxPathLookups*d.Config.MaxPaths || ctx.Err() != nil {
 			break
 		}
 		id := t[0].TraceID
@@ -489,8 +499,9 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			notes = append(notes, err.Error())
 			continue
 		}
-		read++
+		looked++
 		ch := childrenOf(t)
+		got := 0
 		for i := range res.Spans {
 			p := &res.Spans[i]
 			sid, err := model.ParseSpanID(p.SpanID)
@@ -498,11 +509,16 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 				continue
 			}
 			tally.add(p, splitSpan(mine[sid], ch, nil).own)
-			v.PathSpans++
+			got++
 			if example == "" {
 				example = res.TraceID
 			}
 		}
+		if got == 0 {
+			continue
+		}
+		v.PathSpans += got
+		read++
 		for _, n := range res.Notes {
 			if len(notes) < 3 && !slices.Contains(notes, n) {
 				notes = append(notes, n)

@@ -219,3 +219,40 @@ func TestUntracedGrowthReached(t *testing.T) {
 		t.Errorf("calls to x (no spans ever) grew %.6f ms as untraced; want 0.0005", g)
 	}
 }
+
+// TestDiagnoseOthersPathsDoNotCrowd: when a capture of another process
+// covers the newest slow traces (their paths are the frontend's only) and
+// the culprit's capture the older ones, the verdict reads the culprit's
+// paths: traces without them do not count towards MaxPaths.
+func TestDiagnoseOthersPathsDoNotCrowd(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	byTrace, slowCart, end := shopIncident(t, st, 50, 3, true)
+	cartCaptured := map[model.TraceID]bool{}
+	for _, s := range slowCart[:8] { // the oldest 8 slow requests
+		cartCaptured[s.TraceID] = true
+	}
+	onset := t0.Add(60 * time.Second)
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
+		Now: func() time.Time { return time.Unix(0, end).Add(time.Second) }}
+	d.Paths = &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
+		switch {
+		case s.Start < onset.UnixNano() || s.Kind != model.KindServer:
+			return nil
+		case s.Service == "cart" && cartCaptured[s.TraceID]:
+			return segmentsPath(s, critpath.Running, "", 49.0, critpath.Runqueue, "", 1.0, critpath.Network, "", 3.0)
+		case s.Service == "frontend" && !cartCaptured[s.TraceID]:
+			return segmentsPath(s, critpath.Running, "", 2.0)
+		}
+		return nil
+	}}
+	inc := &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end}
+	v, err := d.Diagnose(ctx, inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Service != "cart" || v.Cause != CauseCPU || v.PathSpans != 8 {
+		t.Fatalf("verdict %s/%s from %d paths, want cart/cpu from the 8 of cart's captured spans\nevidence: %s\nmissing: %s",
+			v.Service, v.Cause, v.PathSpans, strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+	}
+}
