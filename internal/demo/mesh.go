@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
@@ -136,6 +137,10 @@ type VerdictAt struct {
 	Incident string `json:"incident"`
 	Service  string `json:"service"`
 	Cause    string `json:"cause"`
+	// PathSpans and Missing are the verdict's (its kernel paths read, what
+	// it lacked): why a cause came late or changed.
+	PathSpans int      `json:"pathSpans,omitempty"`
+	Missing   []string `json:"missing,omitempty"`
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -811,8 +816,11 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 				}
 				if best != nil {
 					at := VerdictAt{AfterMs: time.Since(onset).Milliseconds(), Incident: best.ID}
-					if best.Verdict != nil {
-						at.Service, at.Cause = best.Verdict.Service, best.Verdict.Cause
+					if v := best.Verdict; v != nil {
+						at.Service, at.Cause, at.PathSpans = v.Service, v.Cause, v.PathSpans
+						for _, m := range v.Missing[:min(len(v.Missing), 2)] {
+							at.Missing = append(at.Missing, clipText(m, 240))
+						}
 					}
 					if n := len(tl); n == 0 || tl[n-1].Incident != at.Incident || tl[n-1].Service != at.Service || tl[n-1].Cause != at.Cause {
 						tl = append(tl, at)
@@ -1340,4 +1348,15 @@ func (a *anomalyCounter) poll(ctx context.Context) func() {
 		}
 	}()
 	return cancel
+}
+
+// clipText shortens s to at most n bytes (at a rune boundary), marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"context"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -98,12 +99,54 @@ func (c *ArtifactChanges) unchanged(id model.TraceID, at uint64) bool {
 // anomalies' spans, listed per trace, which change only when an artifact
 // is stored or linked (ArtifactChanges). Listing them was most of a
 // verdict's cost: one store lookup per anomalous trace, up to 2,000. The
-// verdict is the same as without it. Not safe for concurrent use: one
-// incident's verdicts are computed one at a time.
+// verdict is the same as without them. It also remembers the traces whose
+// critical paths gave a verdict its culprit's (paths): when the sample and
+// the stored paths found through anomalies give fewer than MaxPaths, the
+// next verdicts read those too, which a verdict from scratch cannot find.
+// Not safe for concurrent use: one incident's verdicts are computed one at
+// a time.
 type VerdictState struct {
 	pre    [][]*model.Span
 	preKey preKey
 	arts   map[model.TraceID]tracedArts
+	// paths are the traces whose critical paths gave an earlier verdict
+	// its culprit's (pathsOf), newest last: the sample of slow traces is
+	// the newest MaxTraces, so a capture's traces leave it within seconds
+	// at a high rate, and a span a verdict asked a capture of is no
+	// anomaly the stored paths are found through.
+	paths   []model.TraceID
+	pathsOf string
+}
+
+// maxRemembered bounds VerdictState.paths, as a multiple of MaxPaths.
+const maxRemembered = 4
+
+// remembered returns the traces st holds for culprit.
+func (st *VerdictState) remembered(culprit string) []model.TraceID {
+	if st == nil || st.pathsOf != culprit {
+		return nil
+	}
+	return st.paths
+}
+
+// remember records the traces that gave culprit's paths, keeping the newest
+// limit.
+func (st *VerdictState) remember(culprit string, ids []model.TraceID, limit int) {
+	if st == nil || len(ids) == 0 {
+		return
+	}
+	if st.pathsOf != culprit {
+		st.paths, st.pathsOf = nil, culprit
+	}
+	for _, id := range ids {
+		if i := slices.Index(st.paths, id); i >= 0 {
+			st.paths = slices.Delete(st.paths, i, i+1)
+		}
+		st.paths = append(st.paths, id)
+	}
+	if n := len(st.paths) - limit; n > 0 {
+		st.paths = slices.Delete(st.paths, 0, n)
+	}
 }
 
 type preKey struct {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +259,52 @@ func TestShiftVerdictAsksCaptures(t *testing.T) {
 	tr.verdict(ctx, &tracked{inc: *inc}, now)
 	if len(asked) != maxCapture {
 		t.Fatalf("the tracker asked captures of %d spans, want %d", len(asked), maxCapture)
+	}
+}
+
+// TestVerdictRemembersPathTraces: the traces whose paths gave a verdict its
+// culprit's are read again by the incident's next verdicts once newer slow
+// traces pushed them out of the sample (the newest MaxTraces): the spans a
+// verdict asked captures of are no anomalies the stored paths are found
+// through, and the cause must not fall back to unknown.
+func TestVerdictRemembersPathTraces(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	byTrace, slowCart, end := shopIncident(t, st, 50, 3, false)
+	captured := map[model.TraceID]bool{}
+	for _, s := range slowCart[:8] { // the oldest slow requests
+		captured[s.TraceID] = true
+	}
+	onset := t0.Add(60 * time.Second)
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
+		Now: func() time.Time { return time.Unix(0, end).Add(time.Second) },
+		Paths: &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
+			if s.Service == "cart" && s.Kind == model.KindServer && captured[s.TraceID] {
+				return segmentsPath(s, critpath.Running, "", 49.0, critpath.Runqueue, "", 1.0, critpath.Network, "", 3.0)
+			}
+			return nil
+		}}}
+	inc := &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(),
+		Trigger: TriggerShift, SlowAboveMs: 12}
+	var vs VerdictState
+	for i, tc := range []struct {
+		maxTraces int
+		state     *VerdictState
+		want      string
+		paths     int
+	}{
+		{40, &vs, CauseCPU, 8},     // the sample holds the captured traces
+		{10, &vs, CauseCPU, 8},     // it no longer does: remembered
+		{10, nil, CauseUnknown, 0}, // without the state
+	} {
+		d.Config.MaxTraces = tc.maxTraces
+		v, err := d.DiagnoseWith(ctx, inc, tc.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Service != "cart" || v.Cause != tc.want || v.PathSpans != tc.paths {
+			t.Fatalf("verdict %d: %s/%s from %d paths, want cart/%s from %d\nevidence: %s\nmissing: %s", i, v.Service, v.Cause, v.PathSpans,
+				tc.want, tc.paths, strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // maxStoredArtifacts bounds the "critical-path" artifacts one verdict reads
@@ -28,7 +29,7 @@ const (
 // It returns the spans and the traces it read, and the first error met (the
 // others are like it).
 func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit string, anoms []analysis.Anomaly, onset, to, pathFrom, pathTo int64,
-	done map[model.TraceID]bool, limit int) (spans, traces int, firstErr error) {
+	done map[model.TraceID]bool, limit int, read func(model.TraceID)) (spans, traces int, firstErr error) {
 	type ref struct {
 		id      string
 		created int64
@@ -104,6 +105,9 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit s
 			if n > 0 {
 				spans += n
 				traces++
+				if read != nil {
+					read(tid)
+				}
 			}
 		}
 	}
@@ -135,4 +139,41 @@ func (d *Diagnoser) readStored(ctx context.Context, id string) (*critpath.Stored
 	}
 	d.Cache.Add(id, st, size)
 	return st, nil
+}
+
+// tracePaths adds to waits the critical paths of culprit's spans (not
+// CLIENT) that started in [from, to] in trace id, each cut to the span's
+// exclusive time, and returns how many it added.
+func (d *Diagnoser) tracePaths(ctx context.Context, waits *waitTally, culprit string, id model.TraceID, from, to int64) (int, error) {
+	res, err := d.Paths.Trace(ctx, id)
+	switch {
+	case errors.Is(err, critpath.ErrNoSnapshot), errors.Is(err, store.ErrNotFound):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	t, err := d.Source.Trace(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	byID := map[model.SpanID]*model.Span{}
+	for _, s := range t {
+		byID[s.SpanID] = s
+	}
+	ch := childrenOf(t)
+	n := 0
+	for i := range res.Spans {
+		p := &res.Spans[i]
+		sid, err := model.ParseSpanID(p.SpanID)
+		if err != nil {
+			continue
+		}
+		s := byID[sid]
+		if s == nil || s.Service != culprit || s.Kind == model.KindClient || s.Start < from || s.Start > to {
+			continue
+		}
+		waits.add(p, splitSpan(s, ch, nil).own)
+		n++
+	}
+	return n, nil
 }

@@ -212,7 +212,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
-		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0))
+		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), st)
 		if v.PathSpans == 0 {
 			shares = d.fallback(ctx, v, top, spans, all)
 		}
@@ -459,7 +459,8 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 // be among them: when the sampled traces give fewer than MaxPaths paths,
 // the stored critical paths linked to any of the culprit's anomalous spans
 // in [onset, to] (anoms) are read too (storedPaths).
-func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace float64) ([]causeShare, float64) {
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace float64,
+	st *VerdictState) ([]causeShare, float64) {
 	if d.Paths == nil {
 		v.Missing = append(v.Missing, "kernel critical paths: not read here")
 		return nil, 0
@@ -474,6 +475,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	tally := newWaitTally()
 	var untracedMs float64
 	var noSnap, read, looked int
+	var gave []model.TraceID // the traces that gave the culprit's paths
 	var notes []string
 	var example string
 	for _, t := range slow {
@@ -519,19 +521,21 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		}
 		v.PathSpans += got
 		read++
+		gave = append(gave, id)
 		for _, n := range res.Notes {
 			if len(notes) < 3 && !slices.Contains(notes, n) {
 				notes = append(notes, n)
 			}
 		}
 	}
-	sampled, stored := v.PathSpans, 0
+	sampled, earlier, stored := v.PathSpans, 0, 0
+	done := map[model.TraceID]bool{}
+	for _, t := range slow {
+		done[t[0].TraceID] = true
+	}
 	if read < d.Config.MaxPaths && ctx.Err() == nil {
-		done := map[model.TraceID]bool{}
-		for _, t := range slow {
-			done[t[0].TraceID] = true
-		}
-		n, extra, err := d.storedPaths(ctx, tally, v.Service, anoms, onset, to, onset, to, done, d.Config.MaxPaths-read)
+		n, extra, err := d.storedPaths(ctx, tally, v.Service, anoms, onset, to, onset, to, done, d.Config.MaxPaths-read,
+			func(id model.TraceID) { gave = append(gave, id) })
 		if err != nil && len(notes) < 3 {
 			notes = append(notes, err.Error())
 		}
@@ -541,6 +545,27 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			stored = n
 		}
 	}
+	// Then the traces whose paths earlier verdicts of the incident read,
+	// newest first, once they left the sample and are no anomaly's.
+	mem := st.remembered(v.Service)
+	for i := len(mem) - 1; i >= 0 && read < d.Config.MaxPaths && ctx.Err() == nil; i-- {
+		id := mem[i]
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		n, err := d.tracePaths(ctx, tally, v.Service, id, onset, to)
+		if err != nil && len(notes) < 3 {
+			notes = append(notes, err.Error())
+		}
+		if n > 0 {
+			v.PathSpans += n
+			earlier += n
+			read++
+			gave = append(gave, id)
+		}
+	}
+	st.remember(v.Service, gave, maxRemembered*d.Config.MaxPaths)
 	if v.PathSpans == 0 {
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel critical paths: none for %s's %d slow spans (%d traces had no kernel snapshot linked; is an agent running on its node, with %s registered?)",
 			v.Service, len(spans), noSnap, v.Service))
@@ -565,6 +590,9 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	from := fmt.Sprintf("%d of its %d slow spans in the %d traces compared", sampled, len(spans), len(slow))
 	if stored > 0 {
 		from += fmt.Sprintf(", %d from the stored paths of captures during the incident, of traces beyond them", stored)
+	}
+	if earlier > 0 {
+		from += fmt.Sprintf(", %d of traces earlier verdicts of the incident read, beyond them", earlier)
 	}
 	v.Evidence = append(v.Evidence, fmt.Sprintf("kernel critical paths of %d of %s's slow spans (%s; %d traces): in their exclusive time its threads spent %s",
 		v.PathSpans, v.Service, from, read, describeWaits(waits, untracedMs)))
@@ -601,7 +629,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 	onset, to int64) (shares []causeShare, total float64, ok bool) {
 	base := newWaitTally()
 	n, _, err := d.storedPaths(ctx, base, v.Service, anoms, onset, to, onset-d.Config.Lookback.Nanoseconds(), onset-1,
-		map[model.TraceID]bool{}, maxBaselineTraces)
+		map[model.TraceID]bool{}, maxBaselineTraces, nil)
 	if n < minBaselineSpans {
 		what := fmt.Sprintf("%d", n)
 		if err != nil {
