@@ -611,7 +611,7 @@ func TestMirroredAgentsAndUploadURL(t *testing.T) {
 // diagnosis asks (CaptureSpans), while the same span committed by the
 // pipeline is not; the capture links it.
 func TestCaptureSpans(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Pre, c.Post = time.Second, 2 * time.Second })
+	f := newFixture(t, func(c *Config) { c.Pre, c.Post = time.Second, 2*time.Second })
 	got := make(chan Capture, 4)
 	f.m.OnFinished(func(c Capture) { got <- c })
 	ag := newTestAgent(t, f.url, "", 100)

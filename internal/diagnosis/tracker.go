@@ -111,6 +111,10 @@ type tracked struct {
 	// computed (a flagged span of the incident's requests, stored
 	// artifacts), or the incident opened or closed.
 	fresh bool
+	// urgent: critical paths were stored since the verdict was last
+	// computed — what names a cause — so it is computed at the next
+	// tick, not VerdictEvery after the last.
+	urgent bool
 	// state is what its verdicts keep between them (VerdictState); only
 	// the verdict loop touches it.
 	state VerdictState
@@ -322,6 +326,21 @@ func (t *Tracker) Evidence() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.evidenceAll()
+}
+
+// PathsStored tells the tracker that critical paths computed from a kernel
+// snapshot were stored: as Evidence, and the verdicts are computed at the
+// tracker's next tick, however recent the last.
+func (t *Tracker) PathsStored() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.evidenceAll()
+	for _, tr := range t.open {
+		tr.urgent = true
+	}
+	for _, tr := range t.settled {
+		tr.urgent = true
+	}
 }
 
 // anomalous counts an anomalous root span in b.
@@ -567,7 +586,7 @@ func (t *Tracker) due(now time.Time) []*tracked {
 
 func (t *Tracker) isDue(tr *tracked, now time.Time) bool {
 	age := now.Sub(tr.lastVerdict)
-	return age >= t.cfg.VerdictEvery && (tr.fresh || age >= max(maxVerdictAge, t.cfg.VerdictEvery))
+	return tr.urgent || age >= t.cfg.VerdictEvery && (tr.fresh || age >= max(maxVerdictAge, t.cfg.VerdictEvery))
 }
 
 // Run applies the rule every second and, in a goroutine of its own so that
@@ -615,7 +634,7 @@ func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
 	inc := tr.inc
 	tr.lastVerdict = now
 	// Evidence arriving while the verdict reads makes it due again.
-	tr.fresh = false
+	tr.fresh, tr.urgent = false, false
 	t.mu.Unlock()
 	if t.diag == nil {
 		return

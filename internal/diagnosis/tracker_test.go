@@ -302,3 +302,30 @@ func TestTrackerImpact(t *testing.T) {
 		})
 	}
 }
+
+// TestPathsStoredDue: stored critical paths make an incident's verdict due
+// at the next tick, where other evidence waits VerdictEvery after the last.
+func TestPathsStoredDue(t *testing.T) {
+	cfg := DefaultConfig()
+	tr, err := NewTracker(cfg, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	inc := &tracked{inc: Incident{ID: "x", Entry: "a op"}}
+	tr.open["a op"] = inc
+	tr.verdict(context.Background(), inc, now)
+	next := now.Add(time.Second) // within VerdictEvery (2 s)
+	tr.Evidence()
+	if tr.isDue(inc, next) {
+		t.Fatal("due a second after the last verdict on evidence other than paths")
+	}
+	tr.PathsStored()
+	if !tr.isDue(inc, next) {
+		t.Fatal("not due at the next tick after critical paths were stored")
+	}
+	tr.verdict(context.Background(), inc, next)
+	if tr.isDue(inc, next.Add(time.Second)) {
+		t.Fatal("still urgent after the verdict was computed")
+	}
+}

@@ -258,7 +258,7 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	// An incident whose culprit's slow spans were not flagged (a shift
 	// of the entry's latency) asks captures of them.
 	tr.SetCapture(s.capture.CaptureSpans)
-	s.critpath.onStored = tr.Evidence
+	s.critpath.onStored = tr.PathsStored
 	return tr, nil
 }
 
