@@ -282,7 +282,7 @@ func TestProfilesExplain(t *testing.T) {
 	}
 	want := Breakdown{OnCPUNs: 6 + 3 + 8, OnCPUOfNs: 100 + 10 + 50, OnCPUSpans: 3,
 		OnCPUSources: map[string]int{"eBPF CPU profiles": 2, "JFR execution samples": 1},
-		LockNs:       0, LockOfNs: 100 + 50, LockSpans: 2}
+		LockNs:       0, LockOfNs: 100 + 50, LockSpans: 2, KernelOnCPUNs: 6 + 3}
 	if fmt.Sprint(b) != fmt.Sprint(want) {
 		t.Errorf("breakdown\n %+v, want\n %+v", b, want)
 	}
@@ -293,6 +293,63 @@ func TestProfilesExplain(t *testing.T) {
 	}
 	if arts.reads["raw"] != 0 {
 		t.Error("the raw JFR recording was read as a profile")
+	}
+}
+
+// stackProfile is a pprof "cpu" profile of tid with one sample per stack
+// (frames leaf first), each worth ns, all at time at.
+func stackProfile(t *testing.T, tid, ns, at int64, stacks ...[]string) []byte {
+	t.Helper()
+	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "cpu", Unit: "nanoseconds"}}}
+	locs := map[string]*profile.Location{}
+	for _, st := range stacks {
+		var ls []*profile.Location
+		for _, name := range st {
+			if locs[name] == nil {
+				fn := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
+				locs[name] = &profile.Location{ID: fn.ID, Line: []profile.Line{{Function: fn}}}
+				p.Function = append(p.Function, fn)
+				p.Location = append(p.Location, locs[name])
+			}
+			ls = append(ls, locs[name])
+		}
+		p.Sample = append(p.Sample, &profile.Sample{Location: ls, Value: []int64{ns}, NumLabel: map[string][]int64{"tid": {tid}, "time_ns": {at}}})
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// The on-CPU samples whose kernel stack is in file-system code are counted
+// apart (each once), from eBPF CPU profiles only: a socket write, user code
+// and a JFR recording's samples are not.
+func TestProfilesFileIO(t *testing.T) {
+	pprof := "application/vnd.google.protobuf+gzip"
+	fileWrite := []string{"copy_folio_from_iter_atomic", "generic_perform_write", "ext4_buffered_write_iter", "vfs_write", "ksys_write", "do_syscall_64", "write", "Java_java_io_FileOutputStream_writeBytes"}
+	fsync := []string{"submit_bio", "ext4_do_writepages", "do_writepages", "file_write_and_wait_range", "ext4_sync_file", "do_fsync", "__x64_sys_fsync", "fsync"}
+	sockWrite := []string{"tcp_sendmsg", "sock_write_iter", "vfs_write", "ksys_write", "write"}
+	user := []string{"compute", "main"}
+	arts := &memArtifacts{content: map[string][]byte{
+		"cpu": stackProfile(t, 5, 10, 100, fileWrite, fileWrite, fsync, sockWrite, user),
+		"jfr": stackProfile(t, 6, 10, 100, fileWrite),
+	}, reads: map[string]int{}}
+	spans := []SlowSpan{
+		{SpanID: sid(1), Start: 50, End: 150, Exclusive: 100, Threads: []int64{5}, Artifacts: []store.Artifact{{ID: "cpu", Kind: "cpu", MediaType: pprof}}},
+		{SpanID: sid(2), Start: 50, End: 150, Exclusive: 100, Threads: []int64{6}, Artifacts: []store.Artifact{{ID: "jfr", Kind: "jfr", MediaType: pprof}}},
+	}
+	b, err := (&Profiles{Reader: arts}).Explain(context.Background(), spans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.OnCPUNs != 60 || b.KernelOnCPUNs != 50 || b.FileIONs != 30 {
+		t.Errorf("on CPU %d, of it with kernel stacks %d, in file-system code %d; want 60, 50, 30", b.OnCPUNs, b.KernelOnCPUNs, b.FileIONs)
+	}
+	for name, want := range map[string]bool{"ext4_sync_file": true, "blk_mq_submit_bio": true, "filemap_fault": true, "vfs_write": false, "tcp_sendmsg": false, "shmem_write_begin": false} {
+		if got := FileSystemFrame(name); got != want {
+			t.Errorf("FileSystemFrame(%q) = %v, want %v", name, got, want)
+		}
 	}
 }
 

@@ -47,6 +47,13 @@ type Breakdown struct {
 	// its threshold (10 ms with the agent's settings).
 	LockNs, LockOfNs int64
 	LockSpans        int
+	// FileIONs is the part of OnCPUNs, of the spans measured from eBPF CPU
+	// profiles (which record the kernel stack; JFR does not), that their
+	// threads spent in the kernel's file-system code (FileSystemFrame):
+	// writing to the page cache, fsync, writeback, block requests.
+	// KernelOnCPUNs is the on-CPU time of those spans, the total it is a
+	// part of.
+	FileIONs, KernelOnCPUNs int64
 }
 
 // Explainer measures where slow spans spent their exclusive time. Profiles

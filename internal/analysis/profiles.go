@@ -82,21 +82,25 @@ func (p *Profiles) Explain(ctx context.Context, spans []SlowSpan) (Breakdown, er
 		if cpuArt == "" {
 			cpuArt, source = c.jfrArt, "JFR execution samples"
 		}
-		if ns, ok, err := pr.spanSamples(ctx, cpuArt, sampleCPU, s); err != nil {
+		if root, ok, err := pr.spanSamples(ctx, cpuArt, sampleCPU, s); err != nil {
 			errs = append(errs, err)
 		} else if ok {
-			b.OnCPUNs += ns
+			b.OnCPUNs += root.Value
 			b.OnCPUOfNs += s.Exclusive
 			b.OnCPUSpans++
 			b.OnCPUSources[source]++
+			if c.cpuArt != "" {
+				b.KernelOnCPUNs += root.Value
+				b.FileIONs += fileSystemNs(root)
+			}
 		}
 		if c.jfrArt != "" {
 			// Monitor enters only: JFR's park events also hold the thread
 			// pool's idle waits, which may begin inside the span's window.
-			if ns, ok, err := pr.spanSamples(ctx, c.jfrArt, sampleMonitorWait, s); err != nil {
+			if root, ok, err := pr.spanSamples(ctx, c.jfrArt, sampleMonitorWait, s); err != nil {
 				errs = append(errs, err)
 			} else if ok {
-				b.LockNs += min(ns, s.Exclusive)
+				b.LockNs += min(root.Value, s.Exclusive)
 				b.LockOfNs += s.Exclusive
 				b.LockSpans++
 			}
@@ -149,26 +153,27 @@ func (pr *profileReader) read(ctx context.Context, id string) (*profile.Profile,
 	return p, nil
 }
 
-// spanSamples sums the samples of type typ in artifact id that s's threads
-// took during s, in nanoseconds. ok is false when the profile does not
-// measure typ in nanoseconds; a profile without typ at all (a JFR recording
-// in which no thread waited long enough for a lock event) counts as 0.
-func (pr *profileReader) spanSamples(ctx context.Context, id, typ string, s *SlowSpan) (ns int64, ok bool, err error) {
+// spanSamples is the flame graph of the samples of type typ in artifact id
+// that s's threads took during s, in nanoseconds (its root's value is their
+// sum). ok is false when the profile does not measure typ in nanoseconds; a
+// profile without typ at all (a JFR recording in which no thread waited
+// long enough for a lock event) gives an empty graph.
+func (pr *profileReader) spanSamples(ctx context.Context, id, typ string, s *SlowSpan) (root *flame.Node, ok bool, err error) {
 	p, err := pr.profile(ctx, id)
 	if err != nil {
-		return 0, false, err
+		return nil, false, err
 	}
 	root, st, err := flame.FromProfile(p, flame.Filter{TIDs: s.Threads, Start: s.Start, End: s.End, Type: typ})
 	if errors.Is(err, flame.ErrUnknownSampleType) {
-		return 0, true, nil
+		return &flame.Node{Name: "root"}, true, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("artifact %s: %w", id, err)
+		return nil, false, fmt.Errorf("artifact %s: %w", id, err)
 	}
 	if st.Unit != unitNanoseconds {
-		return 0, false, nil
+		return nil, false, nil
 	}
-	return root.Value, true, nil
+	return root, true, nil
 }
 
 // isPprofMedia recognises a pprof artifact by its media type.

@@ -230,10 +230,19 @@ func PathCauses(p *critpath.SpanPath) map[string]float64 {
 type waitTally struct {
 	by  map[string]float64
 	via map[string]map[string]float64
+	// spans are the spans whose paths were added (addSpan).
+	spans []*model.Span
 }
 
 func newWaitTally() *waitTally {
 	return &waitTally{by: map[string]float64{}, via: map[string]map[string]float64{}}
+}
+
+// addSpan adds the path p of span s, a span of a trace whose spans'
+// children are ch, cut to s's exclusive time (splitSpan), and keeps s.
+func (w *waitTally) addSpan(p *critpath.SpanPath, s *model.Span, ch map[model.SpanID][]*model.Span) {
+	w.add(p, splitSpan(s, ch, nil).own)
+	w.spans = append(w.spans, s)
 }
 
 // add adds what the path p says the span's own threads did during the

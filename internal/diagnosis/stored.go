@@ -99,7 +99,7 @@ func (d *Diagnoser) storedPaths(ctx context.Context, waits *waitTally, culprit s
 				if err != nil || byID[sid] == nil || byID[sid].Kind == model.KindClient {
 					continue
 				}
-				waits.add(p, splitSpan(byID[sid], ch, nil).own)
+				waits.addSpan(p, byID[sid], ch)
 				n++
 			}
 			if n > 0 {
@@ -172,7 +172,7 @@ func (d *Diagnoser) tracePaths(ctx context.Context, waits *waitTally, culprit st
 		if s == nil || s.Service != culprit || s.Kind == model.KindClient || s.Start < from || s.Start > to {
 			continue
 		}
-		waits.add(p, splitSpan(s, ch, nil).own)
+		waits.addSpan(p, s, ch)
 		n++
 	}
 	return n, nil

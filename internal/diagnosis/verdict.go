@@ -510,7 +510,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			if err != nil || mine[sid] == nil {
 				continue
 			}
-			tally.add(p, splitSpan(mine[sid], ch, nil).own)
+			tally.addSpan(p, mine[sid], ch)
 			got++
 			if example == "" {
 				example = res.TraceID
@@ -578,6 +578,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		v.ExampleTraceID = example
 	}
 	untracedMs = untracedPerTrace * float64(read)
+	d.fileIO(ctx, v, "slow spans", tally, cpuArtifacts(anoms, v.Service))
 	waits := tally.by
 	d.monitorSpin(ctx, v, spans, anoms, waits)
 	for k, ms := range waits {
@@ -639,6 +640,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 			v.Service, what, minBaselineSpans))
 		return nil, 0, false
 	}
+	d.fileIO(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service))
 	perSpan := func(m map[string]float64, k int) map[string]float64 {
 		out := make(map[string]float64, len(m))
 		for st, ms := range m {
@@ -706,6 +708,17 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 	} else if b.LockSpans == 0 {
 		v.Missing = append(v.Missing, fmt.Sprintf("CPU profiles and JFR recordings: none captured for %s's slow spans", v.Service))
 	}
+	// The part of the on-CPU time in the kernel's file-system code is the
+	// service's file I/O, not its own work (fileIO).
+	var disk causeShare
+	if b.KernelOnCPUNs >= minFileIOSampleNs {
+		if f := float64(b.FileIONs) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
+			disk = causeShare{cause: CauseDisk, share: f * cpu.share, ms: f * cpu.ms}
+			cpu.share -= disk.share
+			cpu.ms -= disk.ms
+			v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was in file-system code (page cache, fsync, writeback): disk", 100*f))
+		}
+	}
 	// Profiles see on-CPU time and long monitor waits only: the rest of
 	// the time is unaccounted for, so CPU is named only when it is most of
 	// the time (JVM monitors spin before they park, so a quarter of the
@@ -713,6 +726,13 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 	switch {
 	case lock.share >= 0.25:
 		return []causeShare{lock, cpu}
+	case disk.share > 0 && cpu.share+disk.share >= 0.5:
+		out := []causeShare{cpu, disk}
+		if lock.share > 0 {
+			out = append(out, lock)
+		}
+		sortShares(out)
+		return out
 	case cpu.share >= 0.5:
 		return []causeShare{cpu, lock}
 	}
