@@ -324,6 +324,38 @@ func byCause(shares []causeShare, _ float64) map[string]float64 {
 	return out
 }
 
+// splitQueue moves from cpu-contention to cpu, in by (ms by cause of the
+// slow spans), the part of their run-queue wait that grew with their own
+// CPU time. A thread waits in the run queue in proportion to the CPU time
+// it asks for: wait = k × running, k the contention it meets. When a
+// service's own work grows on a node it saturates, its wait grows too,
+// though nobody else asks for more: the run queue is then its own
+// demand's doing, which a larger share of "runqueue" must not turn into
+// cpu-contention. The growth of the wait, k1·c1 − k0·c0 (c running, k the
+// wait per ms of it, before and in the slow spans), is split between its
+// two factors by their Shapley values: (k0+k1)/2 · (c1−c0) goes with the
+// running that grew (cpu), (c0+c1)/2 · (k1−k0) with the contention that
+// grew (cpu-contention). c0 and r0 are the running and the run-queue wait
+// before, on the scale of by (per span, or the same sums). It returns the
+// ms moved (0 when the running did not grow or the wait did not).
+func splitQueue(by map[string]float64, c0, r0 float64) float64 {
+	c1, r1 := by[CauseCPU], by[CauseCPUContention]
+	if c0 < 0 || r0 < 0 || c1 <= c0 || r1 <= r0 {
+		return 0
+	}
+	k0, k1 := 0.0, r1/c1
+	if c0 > 0 {
+		k0 = r0 / c0
+	}
+	own := min((k0+k1)/2*(c1-c0), r1-r0)
+	if own <= 0 {
+		return 0
+	}
+	by[CauseCPUContention] -= own
+	by[CauseCPU] += own
+	return own
+}
+
 // describeGrowth renders shares (ms grown by cause) for an evidence line,
 // largest first.
 func describeGrowth(shares []causeShare) string {

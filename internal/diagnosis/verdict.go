@@ -212,7 +212,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
-		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), st)
+		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), top.SelfBaseMs, st)
 		if v.PathSpans == 0 {
 			shares = d.fallback(ctx, v, top, spans, all)
 		}
@@ -458,8 +458,11 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 // capture stores the paths of the spans that triggered it, which need not
 // be among them: when the sampled traces give fewer than MaxPaths paths,
 // the stored critical paths linked to any of the culprit's anomalous spans
-// in [onset, to] (anoms) are read too (storedPaths).
-func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace float64,
+// in [onset, to] (anoms) are read too (storedPaths). selfBaseMs is the
+// culprit's exclusive time per trace before the onset (the ranking's), which
+// bounds its CPU time then when no paths of that time were stored
+// (splitQueue).
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace, selfBaseMs float64,
 	st *VerdictState) ([]causeShare, float64) {
 	if d.Paths == nil {
 		v.Missing = append(v.Missing, "kernel critical paths: not read here")
@@ -606,7 +609,23 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to); ok {
 		return shares, total
 	}
-	return causesOf(waits, untracedMs)
+	shares, total := causesOf(waits, untracedMs)
+	// Without a baseline of paths, the culprit's exclusive time per trace
+	// before the onset (the ranking's, from spans) bounds its CPU time per
+	// span then, and its run-queue wait then is taken as none: the split
+	// gives the running that grew no more than its due.
+	by := byCause(shares, total)
+	n := float64(v.PathSpans)
+	if own := splitQueue(by, selfBaseMs*n, 0); own >= 0.05 {
+		for i := range shares {
+			shares[i].ms = by[shares[i].cause]
+			shares[i].share = shares[i].ms / max(total, 1e-9)
+		}
+		sortShares(shares)
+		v.Evidence = append(v.Evidence, fmt.Sprintf("its run-queue wait grew with its own CPU time (at most %.1f ms per span before the onset, its exclusive time then; %.1f ms per slow span): %.1f ms of the wait per slow span goes with that growth (cpu), the rest with the contention's (a Shapley split of wait = contention × CPU time)",
+			selfBaseMs, (by[CauseCPU]-own)/n, own/n))
+	}
+	return shares, total
 }
 
 // Baseline bounds: the traces of the culprit's normal spans whose stored
@@ -651,6 +670,10 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 	slowBy := byCause(causesOf(perSpan(waits, v.PathSpans), untracedMs/float64(v.PathSpans)))
 	baseWaits := perSpan(base.by, n)
 	baseBy := byCause(causesOf(baseWaits, 0))
+	if own := splitQueue(slowBy, baseBy[CauseCPU], baseBy[CauseCPUContention]); own >= 0.05 {
+		v.Evidence = append(v.Evidence, fmt.Sprintf("its run-queue wait grew with its own CPU time (%.1f → %.1f ms per span): %.1f ms of the wait per slow span goes with that growth (cpu), the rest with the contention's (a Shapley split of wait = contention × CPU time)",
+			baseBy[CauseCPU], slowBy[CauseCPU]-own, own))
+	}
 	var sumSlow, sumBase float64
 	for c, ms := range slowBy {
 		sumSlow += ms
