@@ -33,7 +33,8 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		fired   []firing
 		last    time.Time // the process's last capture, zero: none
 		service string
-		asked   bool // a verdict asked for the capture (AskedInterval)
+		asked   bool      // a verdict asked for the capture (AskedInterval)
+		since   time.Time // when service became a suspect (zero: when SetSuspects ran)
 		want    time.Time
 	}{
 		{name: "no ranking source: first come", share: 0.5, fired: others(2, 1), service: "caller", want: now},
@@ -46,7 +47,10 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		{name: "share 0 keeps nothing", share: 0, ranking: []string{"e"}, fired: others(58, 57, 40, 39, 20, 19), service: "caller", want: now},
 		{name: "share 1: only suspects", share: 1, ranking: []string{"e"}, service: "caller", want: now.Add(15 * time.Second)},
 		{name: "a suspect's capture leaves the others theirs", share: 0.5, ranking: []string{"e"}, fired: []firing{{at: ago(2), service: "e", suspect: true}, {at: ago(1), service: "caller"}}, service: "caller", want: now},
-		{name: "min interval holds a suspect", share: 0.5, ranking: []string{"e"}, last: ago(10), service: "e", want: now.Add(20 * time.Second)},
+		{name: "min interval holds a suspect captured since it became one", share: 0.5, ranking: []string{"e"}, since: ago(20), last: ago(10), service: "e", want: now.Add(20 * time.Second)},
+		{name: "a suspect's first capture since it became one waits the asked interval only", share: 0.5, ranking: []string{"e"}, since: ago(4), last: ago(10), service: "e", want: now},
+		{name: "a new suspect within the asked interval", share: 0.5, ranking: []string{"e"}, since: ago(1), last: ago(2), service: "e", want: now.Add(3 * time.Second)},
+		{name: "min interval holds who is no suspect", share: 0.5, ranking: []string{"d"}, last: ago(10), service: "e", want: now.Add(20 * time.Second)},
 		{name: "a verdict's ask waits the asked interval only", share: 0.5, last: ago(10), service: "e", asked: true, want: now},
 		{name: "a verdict's ask within the asked interval", share: 0.5, last: ago(2), service: "e", asked: true, want: now.Add(3 * time.Second)},
 		{name: "a full burst holds a verdict's ask too", share: 0.5, fired: others(3, 2, 1), last: ago(10), service: "e", asked: true, want: ago(3).Add(15 * time.Second)},
@@ -61,6 +65,9 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 			}
 			if tc.ranking != nil {
 				m.SetSuspects(func() []string { return tc.ranking })
+				if !tc.since.IsZero() {
+					m.suspectSince[tc.service] = tc.since
+				}
 			}
 			m.fired = slices.Clone(tc.fired)
 			if !tc.last.IsZero() {
@@ -114,6 +121,45 @@ func TestAskedReleasesHeld(t *testing.T) {
 	want := time.Unix(0, e).Add(cfg.Post + cfg.Settle)
 	if !held.due.Equal(want) || held.held || !held.asked || len(held.Spans) != 2 {
 		t.Fatalf("after the ask: due in %v (want %v), held %v, asked %v, %d spans", held.due.Sub(now), want.Sub(now), held.held, held.asked, len(held.Spans))
+	}
+}
+
+// TestSuspectReleasesHeld: a capture held by MinInterval after one taken
+// before its service became a suspect goes as soon as AskedInterval
+// allows once the ranking names it; one of another service stays held.
+func TestSuspectReleasesHeld(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	cfg := DefaultConfig()
+	cfg.MinInterval, cfg.AskedInterval = 30*time.Second, 5*time.Second
+	m, err := New(cfg, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.now = func() time.Time { return now }
+	held := func(pid int64, svc string) (procKey, *Capture) {
+		key := procKey{"agent", pid}
+		m.lastFired[key] = now.Add(-10 * time.Second)
+		c := &Capture{ID: svc, Service: svc, Start: now.Add(-8 * time.Second).UnixNano(), End: now.Add(-4 * time.Second).UnixNano(),
+			due: now.Add(20 * time.Second), held: true, latest: now.Add(20*time.Second + cfg.MaxDelay)}
+		m.pending[key] = []*Capture{c}
+		return key, c
+	}
+	_, e := held(7, "e")
+	_, d := held(8, "d")
+	m.SetSuspects(func() []string { return []string{"e"} })
+	// 5 s after the last capture (now − 5 s) and its window settled
+	// (now − 3 s): due at once.
+	if !e.due.Equal(now) {
+		t.Errorf("the suspect's capture: due in %v, want now", e.due.Sub(now))
+	}
+	if !d.due.Equal(now.Add(20*time.Second)) || !d.held {
+		t.Errorf("the other's capture: due in %v, held %v; want it held 20 s", d.due.Sub(now), d.held)
+	}
+	// Still a suspect a second later: nothing moves again.
+	e.due = now.Add(20 * time.Second)
+	m.refreshSuspects()
+	if !e.due.Equal(now.Add(20 * time.Second)) {
+		t.Errorf("a refresh moved a capture of a service already suspect: due in %v", e.due.Sub(now))
 	}
 }
 

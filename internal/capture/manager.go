@@ -16,6 +16,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -67,10 +68,12 @@ type Config struct {
 	// requests costs the process one dump per interval, not one per window.
 	MinInterval time.Duration `yaml:"min_interval"`
 	// AskedInterval stands for MinInterval for the spans an open
-	// incident's verdict asks captures of (CaptureSpans): the verdict
-	// waits for them, so they need not wait a whole MinInterval after the
-	// capture the incident's first anomalies took. MaxPerMinute and the
-	// budgets hold all the same.
+	// incident's verdict asks captures of (CaptureSpans), and for the
+	// first capture of a process of a service the open incidents rank
+	// suspect (SetSuspects) since it became one: the verdict waits for
+	// them, so they need not wait a whole MinInterval after the capture
+	// the incident's first anomalies took, or one taken before the
+	// incident. MaxPerMinute and the budgets hold all the same.
 	AskedInterval time.Duration `yaml:"asked_interval"`
 	// MaxPerMinute bounds captures requested per minute over all processes
 	// (0: no bound), at most 3 of them within any 3/MaxPerMinute of a
@@ -261,6 +264,8 @@ type Manager struct {
 	// suspectRank is its last answer, refreshed every second, by service.
 	suspects    func() []string
 	suspectRank map[string]int
+	// suspectSince is when each service of suspectRank entered it.
+	suspectSince map[string]time.Time
 	// onFinished are called with each capture an agent completed.
 	onFinished []func(Capture)
 
@@ -313,8 +318,38 @@ func (m *Manager) refreshSuspects() {
 		}
 	}
 	m.mu.Lock()
-	m.suspectRank = rank
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	now := m.now()
+	since := make(map[string]time.Time, len(rank))
+	var became []string
+	for svc := range rank {
+		t, ok := m.suspectSince[svc]
+		if !ok {
+			t = now
+			became = append(became, svc)
+		}
+		since[svc] = t
+	}
+	m.suspectRank, m.suspectSince = rank, since
+	if len(became) == 0 {
+		return
+	}
+	// The captures of a service that just became a suspect, held by
+	// MinInterval after one taken before it did, may go sooner
+	// (nextSlotLocked): the incident's verdict waits for them.
+	for key, list := range m.pending {
+		for _, c := range list {
+			if !c.held || !slices.Contains(became, c.Service) {
+				continue
+			}
+			slot := m.nextSlotLocked(key, c.Service, now, c.asked)
+			settled := time.Unix(0, c.End).Add(m.cfg.Settle)
+			if due := laterOf(slot, settled); due.Before(c.due) {
+				c.due, c.held = due, slot.After(settled)
+				c.latest = due.Add(m.cfg.MaxDelay)
+			}
+		}
+	}
 }
 
 // suspectLocked reports whether service is ranked suspect, and its rank
@@ -811,11 +846,17 @@ func (m *Manager) orderLocked(due []*Capture, now time.Time) {
 // once). m.mu is held.
 func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time, asked bool) time.Time {
 	next := now
+	suspect, _ := m.suspectLocked(service)
+	last, captured := m.lastFired[key]
 	interval := m.cfg.MinInterval
-	if asked {
+	// A suspect's first capture since it became one is as good as asked
+	// for: the incident's verdict waits for it, and the capture that
+	// holds it back was taken before the incident (or before the
+	// service was suspected), without the slow requests it must explain.
+	if asked || (suspect && captured && last.Before(m.suspectSince[service])) {
 		interval = min(interval, m.cfg.AskedInterval)
 	}
-	if last, ok := m.lastFired[key]; ok && interval > 0 {
+	if captured && interval > 0 {
 		next = laterOf(next, last.Add(interval))
 	}
 	i := 0
@@ -839,7 +880,7 @@ func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time, ask
 	if len(m.fired) >= b {
 		next = laterOf(next, m.fired[len(m.fired)-b].at.Add(span))
 	}
-	if suspect, _ := m.suspectLocked(service); suspect || m.suspects == nil {
+	if suspect || m.suspects == nil {
 		return next
 	}
 	// Not a suspect: the kept share is not for it, nor the last of a
