@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
@@ -41,22 +42,27 @@ func cpuArtifacts(anoms []analysis.Anomaly, culprit string) []store.Artifact {
 	return out
 }
 
-// covering are spans as profiles are read for (analysis.SlowSpan): each
-// with its threads and the CPU profiles among arts whose window holds it —
-// a capture's window reaches before and after the spans it was taken for,
-// so it holds other spans of the process too (the normal ones before the
-// onset among them).
-func covering(spans []*model.Span, arts []store.Artifact) []analysis.SlowSpan {
-	var out []analysis.SlowSpan
+// threadWindows are what the profiles are read for (analysis.SlowSpan):
+// the threads that worked on spans, over each CPU profile of arts within
+// [from, to]. A capture's window reaches before and after the spans it was
+// taken for, and the same threads serve the other requests there: their
+// samples in the whole window, not only within the spans whose paths were
+// read, are enough to measure a share at 99 Hz (a span of 20 ms holds two
+// samples at most).
+func threadWindows(spans []*model.Span, arts []store.Artifact, from, to int64) []analysis.SlowSpan {
+	var threads []int64
 	for _, s := range spans {
-		var mine []store.Artifact
-		for _, a := range arts {
-			if a.Start <= s.Start && s.End() <= a.End {
-				mine = append(mine, a)
+		for _, t := range analysis.SpanThreads(s) {
+			if !slices.Contains(threads, t) {
+				threads = append(threads, t)
 			}
 		}
-		out = append(out, analysis.SlowSpan{TraceID: s.TraceID, SpanID: s.SpanID, Service: s.Service, Start: s.Start, End: s.End(),
-			Exclusive: s.Duration, Threads: analysis.SpanThreads(s), Artifacts: mine})
+	}
+	var out []analysis.SlowSpan
+	for _, a := range arts {
+		if a0, a1 := max(a.Start, from), min(a.End, to); a1 > a0 && len(threads) > 0 {
+			out = append(out, analysis.SlowSpan{Service: a.Service, Start: a0, End: a1, Exclusive: a1 - a0, Threads: threads, Artifacts: []store.Artifact{a}})
+		}
 	}
 	return out
 }
@@ -66,20 +72,21 @@ func covering(spans []*model.Span, arts []store.Artifact) []analysis.SlowSpan {
 // much of its time on CPU in the kernel (copying into the page cache,
 // allocating blocks, writing back on fsync, dropping the pages on unlink)
 // besides the time it blocks on the disk. The eBPF CPU profiles captured
-// while the spans ran (arts) record each sample's kernel stack; the share
-// of the spans' threads' samples within the spans that were in file-system
+// for the culprit (arts) record each sample's kernel stack; the share of
+// the samples of the spans' threads in [from, to] that were in file-system
 // code (analysis.FileSystemFrame) is moved from running to disk. It is done
-// for the slow spans and for the baseline alike, so that a service whose
-// normal requests write files does not look as if its disk use grew.
-// Nothing changes without such profiles, with fewer than
-// minFileIOSampleNs of samples, or below minFileIOShare. what names the
-// spans in the evidence line ("slow spans", "spans before the onset").
-func (d *Diagnoser) fileIO(ctx context.Context, v *Verdict, what string, w *waitTally, arts []store.Artifact) {
+// for the slow spans (from the onset) and for the baseline (before it)
+// alike, so that a service whose normal requests write files does not look
+// as if its disk use grew. Nothing changes without such profiles, with
+// fewer than minFileIOSampleNs of samples, or below minFileIOShare. what
+// names the spans in the evidence line ("slow spans", "spans before the
+// onset").
+func (d *Diagnoser) fileIO(ctx context.Context, v *Verdict, what string, w *waitTally, arts []store.Artifact, from, to int64) {
 	run := w.by[critpath.Running]
 	if run <= 0 || len(arts) == 0 || len(w.spans) == 0 {
 		return
 	}
-	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, covering(w.spans, arts))
+	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, threadWindows(w.spans, arts, from, to))
 	if err != nil || b.KernelOnCPUNs < minFileIOSampleNs {
 		return
 	}
@@ -90,7 +97,7 @@ func (d *Diagnoser) fileIO(ctx context.Context, v *Verdict, what string, w *wait
 	moved := share * run
 	w.by[critpath.Running] -= moved
 	w.by[critpath.Disk] += moved
-	v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks) of %d of %s's %s: %.0f%% of their threads' %.0f ms on CPU was in file-system code (page cache, fsync, writeback); "+
+	v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks) of the threads of %s's %s (%d capture windows): %.0f%% of their %.0f ms on CPU was in file-system code (page cache, fsync, writeback); "+
 		"%.1f ms of the time the kernel saw them running counts as disk",
-		b.OnCPUSpans, v.Service, what, 100*share, float64(b.KernelOnCPUNs)/1e6, moved))
+		v.Service, what, b.OnCPUSpans, 100*share, float64(b.KernelOnCPUNs)/1e6, moved))
 }

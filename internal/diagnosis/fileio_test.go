@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
@@ -40,11 +39,7 @@ func kernelProfile(t *testing.T, tid int64, spans []*model.Span, fileN, userN in
 				NumLabel: map[string][]int64{"tid": {tid}, "time_ns": {s.Start + int64(i)*1e6}}})
 		}
 	}
-	var buf bytes.Buffer
-	if err := p.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return pprofBytes(t, p)
 }
 
 // TestDiagnoseFileIOOnCPU: a thread writing a file runs in the kernel
@@ -69,20 +64,11 @@ func TestDiagnoseFileIOOnCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
-			Now: func() time.Time { return time.Unix(0, end).Add(time.Second) },
-			Paths: &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
-				if s.Service != "cart" || s.Kind != model.KindServer || !s.IsAnomalous() {
-					return nil
-				}
-				// Running (its work and the writes' kernel time), an
-				// fsync, then the database call.
-				return segmentsPath(s, critpath.Running, "", 50.0, critpath.Disk, "", 20.0, critpath.Network, "", 3.0)
-			}}}
-		v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
+			// Running (its work and the writes' kernel time), an
+			// fsync, then the database call.
+			return segmentsPath(s, critpath.Running, "", 50.0, critpath.Disk, "", 20.0, critpath.Network, "", 3.0)
+		})
 		t.Logf("profile %v: %s/%s waits %v\n  %s", withProfile, v.Service, v.Cause, v.Waits, strings.Join(v.Evidence, "\n  "))
 		want := CauseCPU
 		if withProfile {
@@ -92,7 +78,7 @@ func TestDiagnoseFileIOOnCPU(t *testing.T) {
 			t.Errorf("profile %v: verdict %s/%s, want cart/%s", withProfile, v.Service, v.Cause, want)
 		}
 		if withProfile {
-			if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "70% of their threads' ") {
+			if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "70% of their 3000 ms on CPU was in file-system code") {
 				t.Errorf("evidence does not say what the profiles measured: %q", v.Evidence)
 			}
 			// 20 spans' paths (MaxPaths), 35 of each one's 50 ms running moved.

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/pprof/profile"
+
+	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store/sqlite"
@@ -146,4 +149,34 @@ func shopIncident(t testing.TB, st *sqlite.Store, cartMs, dbMs float64, flagged 
 		t.Fatal(err)
 	}
 	return byTrace, slowCart, end
+}
+
+// diagnoseShop diagnoses the incident shopIncident stored in st (the slow
+// requests from t0+60s to end) with the critical paths cartPath gives cart's
+// anomalous SERVER spans (nil for others).
+func diagnoseShop(t *testing.T, st *sqlite.Store, byTrace map[model.TraceID][]*model.Span, end int64, cartPath func(s *model.Span) *critpath.SpanPath) *Verdict {
+	t.Helper()
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
+		Now: func() time.Time { return time.Unix(0, end).Add(time.Second) },
+		Paths: &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
+			if s.Service != "cart" || s.Kind != model.KindServer || !s.IsAnomalous() {
+				return nil
+			}
+			return cartPath(s)
+		}}}
+	v, err := d.Diagnose(context.Background(), &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: t0.Add(60 * time.Second).UnixNano(), End: end})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// pprofBytes is p as a profile artifact holds it.
+func pprofBytes(t *testing.T, p *profile.Profile) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -1,13 +1,10 @@
 package diagnosis
 
 import (
-	"context"
 	"math"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 )
@@ -52,22 +49,11 @@ func TestDiagnoseQueueWithOwnWork(t *testing.T) {
 		{"its work grew", 30, 40, CauseCPU},
 		{"others took the CPUs", 5, 65, CauseCPUContention},
 	} {
-		ctx := context.Background()
 		st := openStore(t)
 		byTrace, _, end := shopIncident(t, st, 70, 3, true)
-		onset := t0.Add(60 * time.Second)
-		d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
-			Now: func() time.Time { return time.Unix(0, end).Add(time.Second) },
-			Paths: &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
-				if s.Service != "cart" || s.Kind != model.KindServer || !s.IsAnomalous() {
-					return nil
-				}
-				return segmentsPath(s, critpath.Running, "", c.running, critpath.Runqueue, "", c.runq, critpath.Network, "", 3.0)
-			}}}
-		v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
+			return segmentsPath(s, critpath.Running, "", c.running, critpath.Runqueue, "", c.runq, critpath.Network, "", 3.0)
+		})
 		t.Logf("%s: %s/%s\n  %s", c.name, v.Service, v.Cause, strings.Join(v.Evidence, "\n  "))
 		if v.Service != "cart" || v.Cause != c.want {
 			t.Errorf("%s: verdict %s/%s, want cart/%s", c.name, v.Service, v.Cause, c.want)

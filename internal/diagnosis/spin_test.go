@@ -5,7 +5,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -27,11 +26,7 @@ func monitorProfile(t *testing.T, tid, ns int64, ats ...int64) []byte {
 		p.Sample = append(p.Sample, &profile.Sample{Location: []*profile.Location{loc}, Value: []int64{0, ns},
 			NumLabel: map[string][]int64{"tid": {tid}, "time_ns": {at}}})
 	}
-	var buf bytes.Buffer
-	if err := p.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return pprofBytes(t, p)
 }
 
 // TestDiagnoseMonitorSpin: a JVM spins on a contended monitor before it
@@ -43,7 +38,6 @@ func TestDiagnoseMonitorSpin(t *testing.T) {
 		ctx := context.Background()
 		st := openStore(t)
 		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
-		onset := t0.Add(60 * time.Second)
 		if withJFR {
 			// 60 of each slow span's 73 ms entering a monitor, one
 			// recording for all of them.
@@ -58,20 +52,11 @@ func TestDiagnoseMonitorSpin(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(),
-			Now: func() time.Time { return time.Unix(0, end).Add(time.Second) },
-			Paths: &fakePaths{spans: byTrace, path: func(s *model.Span) *critpath.SpanPath {
-				if s.Service != "cart" || s.Kind != model.KindServer || !s.IsAnomalous() {
-					return nil
-				}
-				// Its own work, spinning on the monitor (running), a park
-				// ended by the holder, then the database call.
-				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, "", 52.0, critpath.Running, critpath.Lock, 10.0, critpath.Network, "", 3.0)
-			}}}
-		v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: end})
-		if err != nil {
-			t.Fatal(err)
-		}
+		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
+			// Its own work, spinning on the monitor (running), a park
+			// ended by the holder, then the database call.
+			return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, "", 52.0, critpath.Running, critpath.Lock, 10.0, critpath.Network, "", 3.0)
+		})
 		t.Logf("JFR %v: %s/%s waits %v\n  %s", withJFR, v.Service, v.Cause, v.Waits, strings.Join(v.Evidence, "\n  "))
 		want := CauseCPU
 		if withJFR {

@@ -581,7 +581,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		v.ExampleTraceID = example
 	}
 	untracedMs = untracedPerTrace * float64(read)
-	d.fileIO(ctx, v, "slow spans", tally, cpuArtifacts(anoms, v.Service))
+	d.fileIO(ctx, v, "slow spans", tally, cpuArtifacts(anoms, v.Service), onset, to)
 	waits := tally.by
 	d.monitorSpin(ctx, v, spans, anoms, waits)
 	for k, ms := range waits {
@@ -659,7 +659,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 			v.Service, what, minBaselineSpans))
 		return nil, 0, false
 	}
-	d.fileIO(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service))
+	d.fileIO(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service), onset-d.Config.Lookback.Nanoseconds(), onset)
 	perSpan := func(m map[string]float64, k int) map[string]float64 {
 		out := make(map[string]float64, len(m))
 		for st, ms := range m {
