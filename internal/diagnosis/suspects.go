@@ -5,7 +5,7 @@ import "sort"
 // Suspects returns the services the incidents still gathering evidence
 // (open, or closed within EvidenceWait) rank most suspect: of each, its
 // verdict's culprit and then its ranking (own-time growth over the
-// baseline, measured), at most n per incident; incidents with more
+// baseline, measured; the services whose time grew), at most n per incident; incidents with more
 // anomalous requests first. Incidents without a verdict yet add nothing.
 // The capture manager keeps a share of its budget for them
 // (capture.Config.SuspectShare).
@@ -37,7 +37,12 @@ func (t *Tracker) Suspects(n int) []string {
 			cand = append(cand, v.Service)
 		}
 		for _, r := range v.Ranking {
-			cand = append(cand, r.Service)
+			// A service whose time did not grow is no suspect (all of
+			// the ranking, before a culprit is named): a capture of it
+			// would take a slot the culprit needs.
+			if r.Score > 0 {
+				cand = append(cand, r.Service)
+			}
 		}
 		k := 0
 		for _, svc := range cand {

@@ -9,15 +9,18 @@ import (
 
 // TestSuspects: the culprit and the ranking of each incident still
 // gathering evidence, n per incident, the incident with more anomalous
-// requests first, each service once; incidents without a verdict add none.
+// requests first, each service once; incidents without a verdict add none,
+// and services whose time did not grow (a ranking's score ≤ 0, as when no
+// culprit was named yet) are no suspects.
 func TestSuspects(t *testing.T) {
-	rank := func(svcs ...string) []analysis.ServiceScore {
+	scored := func(score float64, svcs ...string) []analysis.ServiceScore {
 		var out []analysis.ServiceScore
 		for _, s := range svcs {
-			out = append(out, analysis.ServiceScore{Service: s})
+			out = append(out, analysis.ServiceScore{Service: s, Score: score})
 		}
 		return out
 	}
+	rank := func(svcs ...string) []analysis.ServiceScore { return scored(1, svcs...) }
 	tr, err := NewTracker(DefaultConfig(), nil, nil, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -25,6 +28,7 @@ func TestSuspects(t *testing.T) {
 	tr.open["a GET /"] = &tracked{inc: Incident{ID: "1", Anomalous: 40, Verdict: &Verdict{Service: "e", Ranking: rank("e", "j", "i")}}}
 	tr.open["x GET /"] = &tracked{inc: Incident{ID: "2", Anomalous: 90, Verdict: &Verdict{Service: "", Ranking: rank("j", "d", "c")}}}
 	tr.open["y GET /"] = &tracked{inc: Incident{ID: "3", Anomalous: 500}}
+	tr.open["z GET /"] = &tracked{inc: Incident{ID: "5", Anomalous: 400, Verdict: &Verdict{Ranking: append(scored(0, "h"), scored(-1, "b")...)}}}
 	tr.settled = append(tr.settled, &tracked{inc: Incident{ID: "4", Anomalous: 10, State: StateClosed, Verdict: &Verdict{Service: "g", Ranking: rank("g")}}})
 	cases := []struct {
 		n    int
