@@ -17,7 +17,9 @@
 # open (the previous fault's has closed: its rule needs diagnosis.quiet of
 # quiet), then a baseline of min(--duration, 20 s); after each fault, a
 # recovery of --duration at the same rate. Each run's result lands in
-# OUT/runs/<run>.json as soon as it is known; a run whose JSON exists is
+# OUT/runs/<run>.json as soon as it is known (with the verdict as it changed
+# after the onset, "timeline", and the fault's service's captures from 40 s
+# before it, "captures": why a cause came when it did); a run whose JSON exists is
 # skipped, so an interrupted suite resumes where it stopped. At the end
 # `go run ./bench/accuracy OUT` writes OUT/summary.md and OUT/summary.json.
 #

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,6 +97,11 @@ type FaultResult struct {
 	// fault was on and until the verdict was read (polled every second):
 	// the time from onset to a verdict is read from it.
 	Timeline []VerdictAt `json:"timeline,omitempty"`
+	// Captures are the capture log's entries for the fault's service
+	// created from 40 s before the onset (a capture taken then holds the
+	// first one after it back, capture.min_interval) to the end of the
+	// fault: with Timeline, why a cause came when it did.
+	Captures []CaptureAt `json:"captures,omitempty"`
 	// Incidents counts the incidents the server opened between the onset
 	// and the end of the fault (all entry points); a fault-free run wants 0.
 	Incidents int `json:"incidents"`
@@ -141,6 +147,61 @@ type VerdictAt struct {
 	// it lacked): why a cause came late or changed.
 	PathSpans int      `json:"pathSpans,omitempty"`
 	Missing   []string `json:"missing,omitempty"`
+}
+
+// CaptureAt is a capture of the fault's service, its times in ms after
+// the onset (negative: before it).
+type CaptureAt struct {
+	PID         int64  `json:"pid"`
+	State       string `json:"state"`
+	Suspect     bool   `json:"suspect,omitempty"`
+	WindowFrom  int64  `json:"windowFromMs"`
+	WindowTo    int64  `json:"windowToMs"`
+	CreatedMs   int64  `json:"createdMs"`
+	RequestedMs *int64 `json:"requestedMs,omitempty"`
+	FinishedMs  *int64 `json:"finishedMs,omitempty"`
+	Spans       int    `json:"spans"`
+	Error       string `json:"error,omitempty"`
+}
+
+// faultCaptures reads the capture log's entries for svc created in
+// [onset − 40 s, to], oldest first (nil when the log cannot be read: it
+// only explains the timeline).
+func faultCaptures(ctx context.Context, api, token, svc string, onset, to time.Time) []CaptureAt {
+	var log []struct {
+		PID       int64     `json:"pid"`
+		Service   string    `json:"service"`
+		Start     int64     `json:"start"`
+		End       int64     `json:"end"`
+		SpanCount int       `json:"spanCount"`
+		State     string    `json:"state"`
+		Suspect   bool      `json:"suspect"`
+		Error     string    `json:"error"`
+		Created   time.Time `json:"created"`
+		Requested time.Time `json:"requested"`
+		Finished  time.Time `json:"finished"`
+	}
+	if err := getJSONAuth(ctx, api+"/api/v1/captures?limit=2000", token, &log); err != nil {
+		return nil
+	}
+	ms := func(t time.Time) *int64 {
+		if t.IsZero() {
+			return nil
+		}
+		v := t.Sub(onset).Milliseconds()
+		return &v
+	}
+	var out []CaptureAt
+	for _, c := range log {
+		if c.Service != svc || c.Created.Before(onset.Add(-40*time.Second)) || c.Created.After(to) {
+			continue
+		}
+		out = append(out, CaptureAt{PID: c.PID, State: c.State, Suspect: c.Suspect, Spans: c.SpanCount, Error: c.Error,
+			WindowFrom: (c.Start - onset.UnixNano()) / 1e6, WindowTo: (c.End - onset.UnixNano()) / 1e6,
+			CreatedMs: c.Created.Sub(onset).Milliseconds(), RequestedMs: ms(c.Requested), FinishedMs: ms(c.Finished)})
+	}
+	slices.SortFunc(out, func(a, b CaptureAt) int { return cmp.Compare(a.CreatedMs, b.CreatedMs) })
+	return out
 }
 
 // LoadSummary is the load generator's view of a phase.
@@ -683,6 +744,9 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 		}
 	}
 	fr.Incidents, fr.OpenDuring = countIncidents(ctx, api, token, onset, fr.To)
+	if f.Name != mesh.FaultNone {
+		fr.Captures = faultCaptures(ctx, api, token, f.Service, onset, fr.To)
+	}
 	if f.Name == mesh.FaultNone {
 		// Nothing injected: any incident open meanwhile is a false alarm.
 		fr.Correct = fr.OpenDuring == 0
