@@ -83,11 +83,10 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 	}
 }
 
-// TestAskedReleasesHeld: a span a verdict asks for that joins a capture
-// held by MinInterval brings it forward to AskedInterval; an anomaly that
-// joins it does not.
-func TestAskedReleasesHeld(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
+// intervalManager is a Manager whose clock stands at now, with a
+// MinInterval of 30 s and an AskedInterval of 5 s.
+func intervalManager(t *testing.T, now time.Time) (*Manager, Config) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.MinInterval, cfg.AskedInterval = 30*time.Second, 5*time.Second
 	m, err := New(cfg, nil, nil, nil)
@@ -95,6 +94,15 @@ func TestAskedReleasesHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.now = func() time.Time { return now }
+	return m, cfg
+}
+
+// TestAskedReleasesHeld: a span a verdict asks for that joins a capture
+// held by MinInterval brings it forward to AskedInterval; an anomaly that
+// joins it does not.
+func TestAskedReleasesHeld(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	m, cfg := intervalManager(t, now)
 	key := procKey{"agent", 7}
 	m.lastFired[key] = now.Add(-10 * time.Second)
 	held := &Capture{ID: "c", Start: now.Add(-8 * time.Second).UnixNano(), End: now.Add(-4 * time.Second).UnixNano(),
@@ -129,13 +137,7 @@ func TestAskedReleasesHeld(t *testing.T) {
 // allows once the ranking names it; one of another service stays held.
 func TestSuspectReleasesHeld(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
-	cfg := DefaultConfig()
-	cfg.MinInterval, cfg.AskedInterval = 30*time.Second, 5*time.Second
-	m, err := New(cfg, nil, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.now = func() time.Time { return now }
+	m, cfg := intervalManager(t, now)
 	held := func(pid int64, svc string) (procKey, *Capture) {
 		key := procKey{"agent", pid}
 		m.lastFired[key] = now.Add(-10 * time.Second)
