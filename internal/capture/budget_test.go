@@ -34,7 +34,8 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		last    time.Time // the process's last capture, zero: none
 		service string
 		asked   bool      // a verdict asked for the capture (AskedInterval)
-		since   time.Time // when service became a suspect (zero: when SetSuspects ran)
+		since   time.Time // since when its captures count for its incident (zero: when SetSuspects ran)
+		wanting bool      // the verdict has no kernel path of it yet
 		want    time.Time
 	}{
 		{name: "no ranking source: first come", share: 0.5, fired: others(2, 1), service: "caller", want: now},
@@ -54,6 +55,11 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 		{name: "a verdict's ask waits the asked interval only", share: 0.5, last: ago(10), service: "e", asked: true, want: now},
 		{name: "a verdict's ask within the asked interval", share: 0.5, last: ago(2), service: "e", asked: true, want: now.Add(3 * time.Second)},
 		{name: "a full burst holds a verdict's ask too", share: 0.5, fired: others(3, 2, 1), last: ago(10), service: "e", asked: true, want: ago(3).Add(15 * time.Second)},
+		{name: "a culprit without paths waits the asked interval only", share: 0.5, ranking: []string{"e"}, since: ago(20), last: ago(10), wanting: true, service: "e", want: now},
+		{name: "a culprit without paths: the others' burst does not hold it", share: 0.5, ranking: []string{"e"}, fired: others(3, 2, 1), wanting: true, service: "e", want: now},
+		{name: "a culprit without paths: the suspects' burst does", share: 0.5, ranking: []string{"e"},
+			fired: []firing{{at: ago(3), service: "d", suspect: true}, {at: ago(2), service: "e", suspect: true}, {at: ago(1), service: "d", suspect: true}}, wanting: true, service: "e", want: ago(3).Add(15 * time.Second)},
+		{name: "a culprit without paths: the minute holds it", share: 0.5, ranking: []string{"e"}, fired: others(59, 58, 55, 50, 45, 40, 35, 30, 25, 20, 10, 1), wanting: true, service: "e", want: ago(59).Add(time.Minute)},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,9 +70,13 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.ranking != nil {
-				m.SetSuspects(func() []string { return tc.ranking })
-				if !tc.since.IsZero() {
-					m.suspectSince[tc.service] = tc.since
+				m.SetSuspects(ranking(tc.ranking...))
+				if st, ok := m.suspect[tc.service]; ok {
+					if !tc.since.IsZero() {
+						st.since = tc.since
+					}
+					st.wanting = tc.wanting
+					m.suspect[tc.service] = st
 				}
 			}
 			m.fired = slices.Clone(tc.fired)
@@ -80,6 +90,17 @@ func TestNextSlotKeepsSuspectShare(t *testing.T) {
 				t.Errorf("next slot %v after now, want %v", got.Sub(now), tc.want.Sub(now))
 			}
 		})
+	}
+}
+
+// ranking is a Suspects that names svcs, most suspect first.
+func ranking(svcs ...string) Suspects {
+	return func() []Suspect {
+		var out []Suspect
+		for _, s := range svcs {
+			out = append(out, Suspect{Service: s})
+		}
+		return out
 	}
 }
 
@@ -148,7 +169,7 @@ func TestSuspectReleasesHeld(t *testing.T) {
 	}
 	_, e := held(7, "e")
 	_, d := held(8, "d")
-	m.SetSuspects(func() []string { return []string{"e"} })
+	m.SetSuspects(ranking("e"))
 	// 5 s after the last capture (now − 5 s) and its window settled
 	// (now − 3 s): due at once.
 	if !e.due.Equal(now) {
@@ -158,10 +179,38 @@ func TestSuspectReleasesHeld(t *testing.T) {
 		t.Errorf("the other's capture: due in %v, held %v; want it held 20 s", d.due.Sub(now), d.held)
 	}
 	// Still a suspect a second later: nothing moves again.
-	e.due = now.Add(20 * time.Second)
+	e.due, e.held = now.Add(20*time.Second), true
 	m.refreshSuspects()
 	if !e.due.Equal(now.Add(20 * time.Second)) {
 		t.Errorf("a refresh moved a capture of a service already suspect: due in %v", e.due.Sub(now))
+	}
+	// d ranked by an incident that began before its last capture (now −
+	// 10 s): held all the same; then named culprit without a path of it:
+	// released.
+	m.suspects = func() []Suspect {
+		return []Suspect{{Service: "e"}, {Service: "d", Since: now.Add(-12 * time.Second)}}
+	}
+	m.suspect["d"] = suspectState{rank: 1, since: now.Add(-12 * time.Second)}
+	m.refreshSuspects()
+	if !d.held || !d.due.Equal(now.Add(20*time.Second)) {
+		t.Errorf("d's capture moved without cause: due in %v, held %v", d.due.Sub(now), d.held)
+	}
+	m.suspects = func() []Suspect {
+		return []Suspect{{Service: "e"}, {Service: "d", Since: now.Add(-12 * time.Second), Wanting: true}}
+	}
+	m.refreshSuspects()
+	if !d.due.Equal(now) {
+		t.Errorf("a culprit without paths: its capture due in %v, want now", d.due.Sub(now))
+	}
+	// e, a suspect since 30 s ago (an earlier incident): one that began
+	// after its last capture releases it again.
+	m.suspect["e"] = suspectState{since: now.Add(-30 * time.Second)}
+	m.suspects = func() []Suspect {
+		return []Suspect{{Service: "e", Since: now.Add(-8 * time.Second)}}
+	}
+	m.refreshSuspects()
+	if !e.due.Equal(now) {
+		t.Errorf("a new incident's suspect: its capture due in %v, want now", e.due.Sub(now))
 	}
 }
 
@@ -217,7 +266,7 @@ func TestOrderPrefersSuspectsThenFairness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetSuspects(func() []string { return []string{"e", "d"} })
+	m.SetSuspects(ranking("e", "d"))
 	m.fired = []firing{{at: now.Add(-10 * time.Second), service: "a"}, {at: now.Add(-5 * time.Second), service: "a"},
 		{at: now.Add(-3 * time.Second), service: "c"}, {at: now.Add(-2 * time.Minute), service: "b"}}
 	due := []*Capture{{Service: "a", Start: 1}, {Service: "c", Start: 2}, {Service: "b", Start: 3},
@@ -250,7 +299,7 @@ func TestSuspectGetsTheSlotCallersWouldTake(t *testing.T) {
 			// A window may wait past the burst's 45 s.
 			f := newFixtureWith(t, func(c *Config) { c.MaxPerMinute, c.MaxWindow = 4, 2*time.Minute }, func(m *Manager, _ string) {
 				if ranked {
-					m.SetSuspects(func() []string { return []string{"e"} })
+					m.SetSuspects(ranking("e"))
 				}
 			})
 			ag := newTestAgent(t, f.url, "", 100)
@@ -315,7 +364,7 @@ func TestMaxPerAgent(t *testing.T) {
 					c.Settle, c.MaxWindow = time.Second, 2*time.Second
 				}
 			}, func(m *Manager, _ string) {
-				m.SetSuspects(func() []string { return []string{"e"} })
+				m.SetSuspects(ranking("e"))
 			})
 			ag := newTestAgent(t, f.url, "", 100)
 			hold := make(chan struct{})

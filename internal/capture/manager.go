@@ -68,12 +68,15 @@ type Config struct {
 	// requests costs the process one dump per interval, not one per window.
 	MinInterval time.Duration `yaml:"min_interval"`
 	// AskedInterval stands for MinInterval for the spans an open
-	// incident's verdict asks captures of (CaptureSpans), and for the
-	// first capture of a process of a service the open incidents rank
-	// suspect (SetSuspects) since it became one: the verdict waits for
-	// them, so they need not wait a whole MinInterval after the capture
-	// the incident's first anomalies took, or one taken before the
-	// incident. MaxPerMinute and the budgets hold all the same.
+	// incident's verdict asks captures of (CaptureSpans), for the first
+	// capture of a process of a service the open incidents rank suspect
+	// (SetSuspects) since its incident began or it became one, and for
+	// every capture of a culprit whose verdict has none of its kernel
+	// paths yet: the verdict waits for them, so they need not wait a whole
+	// MinInterval after the capture the incident's first anomalies took,
+	// or one taken before the incident. MaxPerMinute and the budgets hold
+	// all the same; such a culprit's burst counts the suspects' captures
+	// only.
 	AskedInterval time.Duration `yaml:"asked_interval"`
 	// MaxPerMinute bounds captures requested per minute over all processes
 	// (0: no bound), at most 3 of them within any 3/MaxPerMinute of a
@@ -261,11 +264,9 @@ type Manager struct {
 	fired     []firing
 	// suspects returns the services open incidents rank most suspect, most
 	// suspect first (nil: no ranking, SuspectShare does not apply);
-	// suspectRank is its last answer, refreshed every second, by service.
-	suspects    func() []string
-	suspectRank map[string]int
-	// suspectSince is when each service of suspectRank entered it.
-	suspectSince map[string]time.Time
+	// suspect is its last answer, refreshed every second, by service.
+	suspects Suspects
+	suspect  map[string]suspectState
 	// onFinished are called with each capture an agent completed.
 	onFinished []func(Capture)
 
@@ -291,7 +292,30 @@ func (m *Manager) OnFinished(f func(Capture)) {
 // Suspects names the services the open incidents rank most suspect, most
 // suspect first. It is called about once a second from the Manager's loop
 // and MUST return promptly without calling back into the Manager.
-type Suspects func() []string
+type Suspects func() []Suspect
+
+// Suspect is a service an open incident ranks among its most suspect.
+type Suspect struct {
+	Service string
+	// Since is when the newest incident that ranks it began (zero: not
+	// known): a capture of the service's process requested before it
+	// holds none of the incident's slow requests.
+	Since time.Time
+	// Wanting: the incident's verdict names it culprit and has no kernel
+	// critical path of its slow spans yet, so every capture of it is as
+	// good as asked for (AskedInterval).
+	Wanting bool
+}
+
+// suspectState is what the Manager keeps of a Suspect: its rank, since
+// when its captures count for the incident (the later of the incident's
+// start and when the service entered the ranking) and whether the verdict
+// wants its evidence.
+type suspectState struct {
+	rank    int
+	since   time.Time
+	wanting bool
+}
 
 // SetSuspects gives the Manager the ranking Config.SuspectShare keeps
 // captures for. Call it before Run.
@@ -311,35 +335,39 @@ func (m *Manager) refreshSuspects() {
 	if f == nil {
 		return
 	}
-	rank := map[string]int{}
-	for _, svc := range f() {
-		if _, ok := rank[svc]; !ok {
-			rank[svc] = len(rank)
-		}
-	}
+	list := f()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
-	since := make(map[string]time.Time, len(rank))
-	var became []string
-	for svc := range rank {
-		t, ok := m.suspectSince[svc]
-		if !ok {
-			t = now
-			became = append(became, svc)
+	next := make(map[string]suspectState, len(list))
+	var eased []string
+	for _, s := range list {
+		if _, ok := next[s.Service]; ok {
+			continue
 		}
-		since[svc] = t
+		st := suspectState{rank: len(next), since: now, wanting: s.Wanting}
+		old, was := m.suspect[s.Service]
+		if was {
+			st.since = old.since
+		}
+		st.since = laterOf(st.since, s.Since)
+		next[s.Service] = st
+		// Its captures may go sooner than they were held to when it just
+		// became a suspect, an incident began since, or the verdict came
+		// to want its evidence.
+		if !was || st.since.After(old.since) || (st.wanting && !old.wanting) {
+			eased = append(eased, s.Service)
+		}
 	}
-	m.suspectRank, m.suspectSince = rank, since
-	if len(became) == 0 {
+	m.suspect = next
+	if len(eased) == 0 {
 		return
 	}
-	// The captures of a service that just became a suspect, held by
-	// MinInterval after one taken before it did, may go sooner
-	// (nextSlotLocked): the incident's verdict waits for them.
+	// The captures of those services, held by MinInterval after one taken
+	// before (nextSlotLocked): the incident's verdict waits for them.
 	for key, list := range m.pending {
 		for _, c := range list {
-			if !c.held || !slices.Contains(became, c.Service) {
+			if !c.held || !slices.Contains(eased, c.Service) {
 				continue
 			}
 			slot := m.nextSlotLocked(key, c.Service, now, c.asked)
@@ -355,11 +383,11 @@ func (m *Manager) refreshSuspects() {
 // suspectLocked reports whether service is ranked suspect, and its rank
 // (len of the ranking when it is not). m.mu is held.
 func (m *Manager) suspectLocked(service string) (bool, int) {
-	r, ok := m.suspectRank[service]
+	st, ok := m.suspect[service]
 	if !ok {
-		return false, len(m.suspectRank)
+		return false, len(m.suspect)
 	}
-	return true, r
+	return true, st.rank
 }
 
 type captureMetrics struct {
@@ -846,14 +874,16 @@ func (m *Manager) orderLocked(due []*Capture, now time.Time) {
 // once). m.mu is held.
 func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time, asked bool) time.Time {
 	next := now
-	suspect, _ := m.suspectLocked(service)
+	st, suspect := m.suspect[service]
 	last, captured := m.lastFired[key]
 	interval := m.cfg.MinInterval
-	// A suspect's first capture since it became one is as good as asked
-	// for: the incident's verdict waits for it, and the capture that
-	// holds it back was taken before the incident (or before the
-	// service was suspected), without the slow requests it must explain.
-	if asked || (suspect && captured && last.Before(m.suspectSince[service])) {
+	// A suspect's first capture since its incident began (or since it
+	// became a suspect) is as good as asked for: the incident's verdict
+	// waits for it, and the capture that holds it back was taken before,
+	// without the slow requests it must explain. So is every capture of a
+	// culprit whose verdict still has none of its kernel paths.
+	eased := suspect && captured && (st.wanting || last.Before(st.since))
+	if asked || eased {
 		interval = min(interval, m.cfg.AskedInterval)
 	}
 	if captured && interval > 0 {
@@ -877,8 +907,22 @@ func (m *Manager) nextSlotLocked(key procKey, service string, now time.Time, ask
 	// slowed every service for a while (bench/RESULTS.md, demo mesh).
 	b := min(captureBurst, n)
 	span := time.Duration(b) * time.Minute / time.Duration(n)
-	if len(m.fired) >= b {
-		next = laterOf(next, m.fired[len(m.fired)-b].at.Add(span))
+	burst := m.fired
+	if suspect && st.wanting {
+		// A culprit the verdict has no path of yet: only the suspects'
+		// captures count towards its burst, so that the others' taken at
+		// the onset (its callers are slow too) do not hold it a whole
+		// span. At most b more dumps in a span, while an incident wants
+		// them.
+		burst = nil
+		for _, f := range m.fired {
+			if f.suspect {
+				burst = append(burst, f)
+			}
+		}
+	}
+	if len(burst) >= b {
+		next = laterOf(next, burst[len(burst)-b].at.Add(span))
 	}
 	if suspect || m.suspects == nil {
 		return next

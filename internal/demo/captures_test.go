@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// TestFaultCaptures: the fault's service's captures created from 40 s
-// before the onset to the end of the fault, in ms after the onset, oldest
+// TestFaultCaptures: the fault's service's captures created, asked for or
+// ended from 40 s before the onset to the end of the fault, in ms after the onset, oldest
 // first; other services' and older ones are left out, and a capture not
 // requested yet has no request time.
 func TestFaultCaptures(t *testing.T) {
@@ -23,6 +23,7 @@ func TestFaultCaptures(t *testing.T) {
 			"created": at(-29.5), "requested": at(-15), "finished": at(-14)},
 		{"pid": 7, "service": "e", "state": "pending", "start": at(10).UnixNano(), "end": at(20).UnixNano(), "spanCount": 3, "created": at(16)},
 		{"pid": 7, "service": "e", "state": "complete", "created": at(-50)},
+		{"pid": 7, "service": "e", "state": "complete", "created": at(-52), "requested": at(-38), "finished": at(-37)},
 		{"pid": 9, "service": "b", "state": "complete", "created": at(1)},
 		{"pid": 7, "service": "e", "state": "pending", "created": at(31)},
 	}
@@ -35,9 +36,13 @@ func TestFaultCaptures(t *testing.T) {
 	}))
 	defer srv.Close()
 	got := faultCaptures(context.Background(), srv.URL, "tok", "e", onset, at(30))
-	if len(got) != 3 {
-		t.Fatalf("%d captures, want 3: %+v", len(got), got)
+	if len(got) != 4 {
+		t.Fatalf("%d captures, want 4: %+v", len(got), got)
 	}
+	if got[0].CreatedMs != -52000 || got[0].RequestedMs == nil || *got[0].RequestedMs != -38000 {
+		t.Errorf("the capture created before and asked for within 40 s of the onset: %+v", got[0])
+	}
+	got = got[1:]
 	first, asked := got[1], got[0]
 	if asked.CreatedMs != -29500 || first.CreatedMs != 500 || got[2].CreatedMs != 16000 {
 		t.Errorf("created at %d, %d, %d ms; want -29500, 500, 16000 (oldest first)", asked.CreatedMs, first.CreatedMs, got[2].CreatedMs)

@@ -98,9 +98,9 @@ type FaultResult struct {
 	// the time from onset to a verdict is read from it.
 	Timeline []VerdictAt `json:"timeline,omitempty"`
 	// Captures are the capture log's entries for the fault's service
-	// created from 40 s before the onset (a capture taken then holds the
-	// first one after it back, capture.min_interval) to the end of the
-	// fault: with Timeline, why a cause came when it did.
+	// created, asked for or ended from 40 s before the onset (a capture
+	// taken then holds the first one after it back, capture.min_interval)
+	// to the end of the fault: with Timeline, why a cause came when it did.
 	Captures []CaptureAt `json:"captures,omitempty"`
 	// Incidents counts the incidents the server opened between the onset
 	// and the end of the fault (all entry points); a fault-free run wants 0.
@@ -164,8 +164,8 @@ type CaptureAt struct {
 	Error       string `json:"error,omitempty"`
 }
 
-// faultCaptures reads the capture log's entries for svc created in
-// [onset − 40 s, to], oldest first (nil when the log cannot be read: it
+// faultCaptures reads the capture log's entries for svc created, asked
+// for or ended in [onset − 40 s, to], oldest first (nil when the log cannot be read: it
 // only explains the timeline).
 func faultCaptures(ctx context.Context, api, token, svc string, onset, to time.Time) []CaptureAt {
 	var log []struct {
@@ -191,9 +191,12 @@ func faultCaptures(ctx context.Context, api, token, svc string, onset, to time.T
 		v := t.Sub(onset).Milliseconds()
 		return &v
 	}
+	within := func(t time.Time) bool { return !t.IsZero() && !t.Before(onset.Add(-40*time.Second)) && !t.After(to) }
 	var out []CaptureAt
 	for _, c := range log {
-		if c.Service != svc || c.Created.Before(onset.Add(-40*time.Second)) || c.Created.After(to) {
+		// Created, asked for or ended in the span: a capture created
+		// long before the onset and held past it is what held the next.
+		if c.Service != svc || !(within(c.Created) || within(c.Requested) || within(c.Finished)) {
 			continue
 		}
 		out = append(out, CaptureAt{PID: c.PID, State: c.State, Suspect: c.Suspect, Spans: c.SpanCount, Error: c.Error,

@@ -1,6 +1,9 @@
 package diagnosis
 
-import "sort"
+import (
+	"sort"
+	"time"
+)
 
 // Suspects returns the services the incidents still gathering evidence
 // (open, or closed within EvidenceWait) rank most suspect: of each, its
@@ -8,8 +11,9 @@ import "sort"
 // baseline, measured; the services whose time grew), at most n per incident; incidents with more
 // anomalous requests first. Incidents without a verdict yet add nothing.
 // The capture manager keeps a share of its budget for them
-// (capture.Config.SuspectShare).
-func (t *Tracker) Suspects(n int) []string {
+// (capture.Config.SuspectShare), and captures of a culprit whose verdict
+// has none of its kernel paths go as if asked for.
+func (t *Tracker) Suspects(n int) []Suspect {
 	t.mu.Lock()
 	incs := make([]Incident, 0, len(t.open)+len(t.settled))
 	for _, tr := range t.open {
@@ -25,8 +29,8 @@ func (t *Tracker) Suspects(n int) []string {
 		}
 		return incs[i].ID < incs[j].ID
 	})
-	var out []string
-	seen := map[string]bool{}
+	var out []Suspect
+	seen := map[string]int{}
 	for _, inc := range incs {
 		v := inc.Verdict
 		if v == nil {
@@ -49,13 +53,39 @@ func (t *Tracker) Suspects(n int) []string {
 			if k == n {
 				break
 			}
-			if svc == "" || seen[svc] {
+			if svc == "" {
 				continue
 			}
-			seen[svc] = true
-			out = append(out, svc)
+			since := time.Unix(0, inc.Start)
+			wanting := svc == v.Service && (v.PathSpans == 0 || v.Cause == CauseUnknown)
+			if i, ok := seen[svc]; ok {
+				// Named by an earlier incident too: the newest start,
+				// and wanted by either.
+				out[i].Since = laterTime(out[i].Since, since)
+				out[i].Wanting = out[i].Wanting || wanting
+				continue
+			}
+			seen[svc] = len(out)
+			out = append(out, Suspect{Service: svc, Since: since, Wanting: wanting})
 			k++
 		}
 	}
 	return out
+}
+
+// Suspect is a service Suspects names.
+type Suspect struct {
+	Service string
+	// Since is the start of the newest incident that names it.
+	Since time.Time
+	// Wanting: an incident's verdict names it culprit and has no kernel
+	// critical path of its slow spans (or no cause) yet.
+	Wanting bool
+}
+
+func laterTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -3,6 +3,7 @@ package diagnosis
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/rootline/rootline/internal/analysis"
 )
@@ -39,8 +40,47 @@ func TestSuspects(t *testing.T) {
 		{2, []string{"j", "d", "e", "i", "g"}},
 	}
 	for _, tc := range cases {
-		if got := tr.Suspects(tc.n); !slices.Equal(got, tc.want) {
+		var got []string
+		for _, s := range tr.Suspects(tc.n) {
+			got = append(got, s.Service)
+		}
+		if !slices.Equal(got, tc.want) {
 			t.Errorf("Suspects(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestSuspectsWanting: a culprit whose verdict has no kernel path of it, or
+// no cause, is wanting; one with paths and a cause, and the ranking's other
+// services, are not. Since is the newest start of the incidents naming it.
+func TestSuspectsWanting(t *testing.T) {
+	tr, err := NewTracker(DefaultConfig(), nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranked := []analysis.ServiceScore{{Service: "d", Score: 1}}
+	tr.open["a GET /"] = &tracked{inc: Incident{ID: "1", Anomalous: 90, Start: 100e9,
+		Verdict: &Verdict{Service: "e", Cause: CauseCPU, PathSpans: 12, Ranking: ranked}}}
+	tr.open["b GET /"] = &tracked{inc: Incident{ID: "2", Anomalous: 50, Start: 200e9,
+		Verdict: &Verdict{Service: "f", Cause: CauseCPUContention, Ranking: ranked}}}
+	tr.open["c GET /"] = &tracked{inc: Incident{ID: "3", Anomalous: 40, Start: 300e9,
+		Verdict: &Verdict{Service: "g", Cause: CauseUnknown, PathSpans: 3}}}
+	got := map[string]Suspect{}
+	for _, s := range tr.Suspects(2) {
+		got[s.Service] = s
+	}
+	want := map[string]Suspect{
+		"e": {Service: "e", Since: time.Unix(100, 0)},
+		"d": {Service: "d", Since: time.Unix(200, 0)},
+		"f": {Service: "f", Since: time.Unix(200, 0), Wanting: true},
+		"g": {Service: "g", Since: time.Unix(300, 0), Wanting: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("suspects %v, want %v", got, want)
+	}
+	for svc, w := range want {
+		if g := got[svc]; g.Wanting != w.Wanting || !g.Since.Equal(w.Since) {
+			t.Errorf("%s: %+v, want %+v", svc, g, w)
 		}
 	}
 }

@@ -165,7 +165,13 @@ func (s *Server) sinks() ([]pipeline.Sink, error) {
 		// The capture budget keeps a share for the services the open
 		// incidents rank most suspect.
 		tr, n := s.tracker, s.cfg.Capture.Suspects
-		s.capture.SetSuspects(func() []string { return tr.Suspects(n) })
+		s.capture.SetSuspects(func() []capture.Suspect {
+			var out []capture.Suspect
+			for _, sv := range tr.Suspects(n) {
+				out = append(out, capture.Suspect(sv))
+			}
+			return out
+		})
 	}
 	if s.cfg.Export.Endpoint != "" {
 		if s.exporter, err = export.New(s.cfg.Export, s.logger, s.reg); err != nil {
