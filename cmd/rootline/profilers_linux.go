@@ -28,6 +28,8 @@ func addKernelFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.FollowDepth, "kernel.follow-depth", c.FollowDepth, "the kernel recorder also records the threads that wake its targets (another process, a kernel worker), "+
 		"and their wakers, this many hops back (-1: only the targets' own threads)")
 	fs.IntVar(&c.FollowThreads, "kernel.follow-threads", c.FollowThreads, "at most this many such wakers are followed at once")
+	fs.BoolVar(&c.CTF, "kernel.ctf", c.CTF, "also upload each kernel snapshot's window as a CTF 1.8 trace (kernel-ctf, for babeltrace2 or Trace Compass): "+
+		"its raw scheduler events make it ~5 times the snapshot's bytes, and nothing in Rootline reads it")
 	fs.Int64Var(&c.MaxBytes, "kernel.max-bytes", c.MaxBytes, "memory of the kernel recorder's buffered records (a quarter of it for the followed wakers')")
 }
 

@@ -89,9 +89,9 @@ func countEvents(lines []string) map[string]int {
 	return n
 }
 
-func TestDumpCTFReadByBabeltrace(t *testing.T) {
-	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
-	at := func(us int64) int64 { return base + us*1000 }
+// twoThreads is a window of process 100's threads 101 and 102 (a fork, a
+// wakeup, a preemption, a socket wait, an exec and an exit) at times at(µs).
+func twoThreads(at func(int64) int64) []Event {
 	events := []Event{
 		{Type: EvFork, TS: at(0), TID: 102, TGID: 100, TID2: 101, TGID2: 100},
 		{Type: EvWakeupNew, TS: at(1), TID: 102, TGID: 100, TargetCPU: 1},
@@ -112,8 +112,15 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	for i := range events {
 		events[i].Prio = 120
 	}
+	return events
+}
+
+func TestDumpCTFReadByBabeltrace(t *testing.T) {
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
+	at := func(us int64) int64 { return base + us*1000 }
+	events := twoThreads(at)
 	src := newFakeSource(events, map[uint32]string{101: "main", 102: "worker", 200: "other"})
-	r := NewWithSource(Config{}, src, nil)
+	r := NewWithSource(Config{CTF: true}, src, nil)
 	defer r.Close()
 	pid := os.Getpid() // a live process; the synthetic one is pid 100
 	if err := r.Start(context.Background(), profiler.Target{PID: pid}); err != nil {
@@ -187,5 +194,28 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("babeltrace2 output:\n%s", text)
+	}
+}
+
+// TestDumpWithoutCTF: by default a dump is the snapshot alone.
+func TestDumpWithoutCTF(t *testing.T) {
+	base := kclock.Monotonic.Now() - 2*time.Second.Nanoseconds()
+	at := func(us int64) int64 { return base + us*1000 }
+	src := newFakeSource(twoThreads(at), map[uint32]string{101: "main", 102: "worker", 200: "other"})
+	r := NewWithSource(Config{}, src, nil)
+	defer r.Close()
+	if err := r.Start(context.Background(), profiler.Target{PID: os.Getpid()}); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.targets[100] = 1
+	r.mu.Unlock()
+	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNs), End: time.Unix(0, at(100)+r.offsetNs)}
+	arts, err := r.Dump(context.Background(), profiler.Target{PID: 100, Service: "svc"}, win)
+	if !errors.Is(err, profiler.ErrTargetGone) {
+		t.Errorf("dump of an exited target: %v, want an error wrapping ErrTargetGone", err)
+	}
+	if len(arts) != 1 || arts[0].Kind != "kernel" || len(arts[0].Data) == 0 {
+		t.Fatalf("%d artifacts, want the snapshot alone", len(arts))
 	}
 }

@@ -28,7 +28,7 @@ func TestHeldOutlivesEviction(t *testing.T) {
 		swOut(at(80), 0, 101, 1, 0, fileSock, 0),
 	}
 	src := newFakeSource(events, map[uint32]string{101: "main", 102: "worker"})
-	r := NewWithSource(Config{}, src, nil)
+	r := NewWithSource(Config{CTF: true}, src, nil)
 	defer r.Close()
 	r.mu.Lock()
 	r.targets[100] = 1 // pretend pid 100 was started (and has exited)

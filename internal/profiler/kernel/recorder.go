@@ -70,6 +70,11 @@ type Config struct {
 	// followed wakers (those that involve no target), so that a busy waker
 	// cannot push the targets' own history out (default 0.25).
 	FollowShare float64 `yaml:"follow_share"`
+	// CTF also writes each dump's window as a CTF 1.8 trace (the
+	// "kernel-ctf" artifact, for babeltrace2 and Trace Compass). Off by
+	// default: it holds the window's raw scheduler events, ~5× the
+	// snapshot's bytes (bench/RESULTS.md), and nothing in Rootline reads it.
+	CTF bool `yaml:"ctf"`
 }
 
 // DefaultConfig returns the defaults.
@@ -328,7 +333,8 @@ func (r *Recorder) Stop(t profiler.Target) error {
 func (r *Recorder) Flush(ctx context.Context) { r.src.Drain(ctx) }
 
 // Dump implements profiler.Profiler: a "kernel" snapshot (the binary
-// format, version 3, see Snapshot and snapbin.go) and its "kernel-ctf" export (tar.gz of a CTF 1.8 trace).
+// format, version 3, see Snapshot and snapbin.go) and, with Config.CTF, its "kernel-ctf" export (tar.gz of a
+// CTF 1.8 trace).
 func (r *Recorder) Dump(ctx context.Context, t profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
 	r.dumps.Add(1)
 	arts, err := r.dump(ctx, t, w)
@@ -480,8 +486,8 @@ func (r *Recorder) copyWindow(ctx context.Context, t profiler.Target, w profiler
 	return h, nil
 }
 
-// encode builds the artifacts of a copied window: the snapshot and its CTF
-// export.
+// encode builds the artifacts of a copied window: the snapshot and, with
+// Config.CTF, its CTF export.
 func (h *Held) encode() ([]profiler.Artifact, error) {
 	r, t, sel := h.r, h.t, h.sel
 	comm := func(tid uint32) string { return h.comms[tid] }
@@ -504,8 +510,10 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
 	}
-	if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
-		return nil, fmt.Errorf("kernel: encode CTF: %w", err)
+	if r.cfg.CTF {
+		if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
+			return nil, fmt.Errorf("kernel: encode CTF: %w", err)
+		}
 	}
 	attrs := map[string]string{
 		"events":     strconv.Itoa(nEvents),
@@ -548,13 +556,16 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 		attrs["processes"] = strconv.Itoa(len(procs))
 	}
 	start, end, isAlive := h.start, h.end, h.isAlive
-	return []profiler.Artifact{
+	arts := []profiler.Artifact{
 		{Kind: "kernel", MediaType: MediaType, FileName: base + FileExt,
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
-		{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
+	}
+	if r.cfg.CTF {
+		arts = append(arts, profiler.Artifact{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
 			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
-				"spans": strconv.Itoa(len(h.spans))}},
-	}, h.gone
+				"spans": strconv.Itoa(len(h.spans))}})
+	}
+	return arts, h.gone
 }
 
 // sanitize keeps a service name safe in a file name.

@@ -300,8 +300,8 @@ func describe(s *Snapshot, tid uint32) string {
 // socket read and an fsync each show as BLOCKED with the right reason and
 // wakeup.
 func TestAccuracyBlockingReasons(t *testing.T) {
-	t.Run("registers", func(t *testing.T) { testBlockingReasons(t, Config{}) })
-	t.Run("syscall-hooks", func(t *testing.T) { testBlockingReasons(t, Config{SyscallHooks: true, Enqueue: true}) })
+	t.Run("registers", func(t *testing.T) { testBlockingReasons(t, Config{CTF: true}) })
+	t.Run("syscall-hooks", func(t *testing.T) { testBlockingReasons(t, Config{SyscallHooks: true, Enqueue: true, CTF: true}) })
 }
 
 func testBlockingReasons(t *testing.T, cfg Config) {
