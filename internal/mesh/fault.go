@@ -464,9 +464,18 @@ func (m *Mesh) packetLoss(st *ServiceState, amount string) (func() error, error)
 	}, func(r Replica) error { return stops[r.Veth]() })
 }
 
+// NeighbourWeight is how many times a service's CPU weight the pod of its
+// noisy neighbour gets: a pod that requests ten times the service's CPU
+// (Kubernetes sets a pod's cgroup weight from its CPU request), on a node
+// where both want the same CPU. At an equal weight the service, which needs
+// about 1 % of a CPU, kept half of it whatever the neighbour's number of
+// busy processes, and only its wake-up latency grew (bench/RESULTS.md).
+const NeighbourWeight = 10
+
 // noisyNeighbour confines the service's apps to one CPU (its cgroup's
 // cpuset) and starts n busy processes pinned to the same CPU outside its
-// cgroups: other programs of the node that want the CPU the service runs
+// cgroups, in a pod of their own of NeighbourWeight times the service's CPU
+// weight: another workload of the node that wants the CPU the service runs
 // on, as in an oversubscribed node. The service has no CPU limit; its
 // threads wait in the run queue.
 func (m *Mesh) noisyNeighbour(st *ServiceState, amount string) (func() error, error) {
@@ -474,12 +483,19 @@ func (m *Mesh) noisyNeighbour(st *ServiceState, amount string) (func() error, er
 	if err != nil {
 		return nil, err
 	}
+	pod := st.Name + "-neighbour"
+	if err := m.cg.addService(pod); err != nil {
+		return nil, err
+	}
+	if err := m.cg.setWeight(pod, NeighbourWeight); err != nil {
+		return nil, err
+	}
 	cpu := runtime.NumCPU() - 1
 	restore, err := m.cg.pin(st.Name, cpu)
 	if err != nil {
 		return nil, err
 	}
-	return m.busy(st.Name+".neighbour", n, nil, cpu, restore)
+	return m.busy(st.Name+".neighbour", n, m.cg.procsFiles(pod), cpu, restore)
 }
 
 // appFault turns a fault of the app itself on through its ADMIN endpoint.

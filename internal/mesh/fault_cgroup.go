@@ -301,6 +301,15 @@ func (cg *cgroups) setQuota(svc string, cpus float64) (func() error, error) {
 	return func() error { return writeFile(filepath.Join(d, "cpu.max"), fmt.Sprintf("max %d", period)) }, nil
 }
 
+// setWeight gives pod times the default CPU weight (v1 cpu.shares 1024,
+// v2 cpu.weight 100) among the mesh's pods.
+func (cg *cgroups) setWeight(pod string, times int) error {
+	if cg.cpu != "" {
+		return writeFile(filepath.Join(cg.cpu, cg.name, pod, "cpu.shares"), strconv.Itoa(1024*times))
+	}
+	return writeFile(filepath.Join(cg.v2, cg.name, pod, "cpu.weight"), strconv.Itoa(min(100*times, 10000)))
+}
+
 // pin confines svc's cgroup to one CPU (cpuset.cpus); the returned
 // function gives it back its CPUs.
 func (cg *cgroups) pin(svc string, cpu int) (func() error, error) {

@@ -515,6 +515,15 @@ func TestPodMode(t *testing.T) {
 		m.mu.Lock()
 		procs := slices.Clone(m.procs)
 		m.mu.Unlock()
+		// The neighbours' own pod, of NeighbourWeight times c's CPU weight.
+		pod := filepath.Join(m.cg.name, "c-neighbour", ContainerApp)
+		weightFile, wantWeight := filepath.Join(m.cg.cpu, m.cg.name, "c-neighbour", "cpu.shares"), strconv.Itoa(1024*NeighbourWeight)
+		if m.cg.cpu == "" {
+			weightFile, wantWeight = filepath.Join(m.cg.v2, m.cg.name, "c-neighbour", "cpu.weight"), strconv.Itoa(100*NeighbourWeight)
+		}
+		if w, err := os.ReadFile(weightFile); err != nil || strings.TrimSpace(string(w)) != wantWeight {
+			t.Errorf("the neighbours' pod weight %q (%v), want %s", w, err, wantWeight)
+		}
 		for _, p := range procs {
 			if strings.HasPrefix(p.name, "c.neighbour") {
 				st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
@@ -522,6 +531,9 @@ func TestPodMode(t *testing.T) {
 					if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
 						neighbours = append(neighbours, strings.TrimSpace(v))
 					}
+				}
+				if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.cmd.Process.Pid)); !strings.Contains(string(cg), pod) {
+					t.Errorf("a neighbour's cgroups %q, want %s", cg, pod)
 				}
 			}
 		}
