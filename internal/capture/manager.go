@@ -302,8 +302,8 @@ type Suspect struct {
 	// holds none of the incident's slow requests.
 	Since time.Time
 	// Wanting: the incident's verdict names it culprit and has no kernel
-	// critical path of its slow spans yet, so every capture of it is as
-	// good as asked for (AskedInterval).
+	// critical path of its slow spans (or no cause) yet, so every capture
+	// of it is as good as asked for (AskedInterval).
 	Wanting bool
 }
 
