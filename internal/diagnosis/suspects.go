@@ -61,7 +61,7 @@ func (t *Tracker) Suspects(n int) []Suspect {
 			if i, ok := seen[svc]; ok {
 				// Named by an earlier incident too: the newest start,
 				// and wanted by either.
-				out[i].Since = laterTime(out[i].Since, since)
+				out[i].Since = time.Unix(0, max(out[i].Since.UnixNano(), inc.Start))
 				out[i].Wanting = out[i].Wanting || wanting
 				continue
 			}
@@ -81,11 +81,4 @@ type Suspect struct {
 	// Wanting: an incident's verdict names it culprit and has no kernel
 	// critical path of its slow spans (or no cause) yet.
 	Wanting bool
-}
-
-func laterTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }

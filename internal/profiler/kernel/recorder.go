@@ -506,14 +506,9 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
 	snap.Lost = h.lost
-	var js, ctf bytes.Buffer
+	var js bytes.Buffer
 	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)
-	}
-	if r.cfg.CTF {
-		if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
-			return nil, fmt.Errorf("kernel: encode CTF: %w", err)
-		}
 	}
 	attrs := map[string]string{
 		"events":     strconv.Itoa(nEvents),
@@ -561,6 +556,10 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 			Data: js.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: attrs},
 	}
 	if r.cfg.CTF {
+		var ctf bytes.Buffer
+		if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
+			return nil, fmt.Errorf("kernel: encode CTF: %w", err)
+		}
 		arts = append(arts, profiler.Artifact{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
 			Data: ctf.Bytes(), Start: start, End: end, Partial: !isAlive, Attributes: map[string]string{"format": "ctf-1.8", "lost": attrs["lost"],
 				"spans": strconv.Itoa(len(h.spans))}})
