@@ -74,6 +74,9 @@ type reqKey struct {
 type onCPU struct {
 	tid        uint32
 	start, end int64
+	// collector: the thread is its runtime's garbage collector
+	// (CollectorThread).
+	collector bool
 }
 
 // New prepares the analysis of in.
@@ -136,26 +139,26 @@ func (a *Analysis) addOnCPU(th *thread) {
 			byCPU = map[uint8][]onCPU{}
 			a.oncpu[th.pid] = byCPU
 		}
-		byCPU[j.cpu1] = append(byCPU[j.cpu1], onCPU{tid: th.tid, start: j.start, end: j.end})
+		byCPU[j.cpu1] = append(byCPU[j.cpu1], onCPU{tid: th.tid, start: j.start, end: j.end, collector: CollectorThread(th.comm)})
 	}
 }
 
 // ownQueue is how much of thread tid's run-queue time in [lo, hi) the CPU
-// it waited for ran other threads of its own process: the process's own
-// demand held it off, not another program. The CPU waited for is the one
-// the thread ran on when its wait ended (a thread that moved to another
-// CPU's queue meanwhile is counted against the last).
-func (a *Analysis) ownQueue(tid uint32, lo, hi int64) int64 {
+// it waited for ran other threads of its own process (own): the process's
+// own demand held it off, not another program; and of that, how much ran
+// the process's garbage-collector threads (gc, CollectorThread). The CPU
+// waited for is the one the thread ran on when its wait ended (a thread
+// that moved to another CPU's queue meanwhile is counted against the last).
+func (a *Analysis) ownQueue(tid uint32, lo, hi int64) (own, gc int64) {
 	i, ok := a.tl.byTID[tid]
 	if !ok {
-		return 0
+		return 0, 0
 	}
 	th := &a.tl.threads[i]
 	byCPU := a.oncpu[th.pid]
 	if len(byCPU) == 0 {
-		return 0
+		return 0, 0
 	}
-	var own int64
 	k := sort.Search(len(th.ivs), func(k int) bool { return th.ivs[k].end > lo })
 	for ; k < len(th.ivs) && th.ivs[k].start < hi; k++ {
 		j := &th.ivs[k]
@@ -167,11 +170,15 @@ func (a *Analysis) ownQueue(tid uint32, lo, hi int64) int64 {
 		m := sort.Search(len(runs), func(m int) bool { return runs[m].end > s })
 		for ; m < len(runs) && runs[m].start < e; m++ {
 			if runs[m].tid != tid {
-				own += min(e, runs[m].end) - max(s, runs[m].start)
+				d := min(e, runs[m].end) - max(s, runs[m].start)
+				own += d
+				if runs[m].collector {
+					gc += d
+				}
 			}
 		}
 	}
-	return own
+	return own, gc
 }
 
 // mergePauses sorts each process's pauses and merges those that overlap.
@@ -223,8 +230,10 @@ type Segment struct {
 	Syscall, Device string
 	// OwnQueue is, of a runqueue segment, the time the CPU the thread
 	// waited for ran other threads of its own process (ns): the process's
-	// own demand held it off rather than another program.
-	OwnQueue int64
+	// own demand held it off rather than another program. GCQueue is the
+	// part of it the CPU ran the process's garbage-collector threads
+	// (CollectorThread).
+	OwnQueue, GCQueue int64
 }
 
 // Arrow is a wakeup the path followed: From woke To at TS.
@@ -273,7 +282,9 @@ type Path struct {
 	Arrows   []Arrow
 	// OwnQueue is the segments' OwnQueue added up: of the runqueue time in
 	// States, how much was spent behind the same process's threads.
-	OwnQueue int64
+	// GCQueue is the segments' GCQueue added up: of that, behind its
+	// garbage-collector threads.
+	OwnQueue, GCQueue int64
 }
 
 // StateDurations returns the time per state name (States).
@@ -759,22 +770,23 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			}
 			blockedWait[q][w] += d
 		}
-		var own int64
+		var own, gc int64
 		switch {
 		case s.st == stRunqueue && s.parked:
 			// A runnable goroutine waits for the runtime to give it a
 			// thread: behind its own process's goroutines.
 			own = d
 		case s.st == stRunqueue:
-			own = a.ownQueue(s.tid, s.start, s.end)
+			own, gc = a.ownQueue(s.tid, s.start, s.end)
 		}
 		p.OwnQueue += own
+		p.GCQueue += gc
 		sc, dev := a.tl.details.syscall[s.detail], a.tl.details.device[s.detail]
 		if s.parked {
 			sc, dev = s.note, ""
 		}
 		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
-			Wait: wait, Active: int(s.active), Blocking: s.blocking, Syscall: sc, Device: dev, OwnQueue: own})
+			Wait: wait, Active: int(s.active), Blocking: s.blocking, Syscall: sc, Device: dev, OwnQueue: own, GCQueue: gc})
 	}
 	for q, d := range blocked {
 		b := Blocker{Request: q, Duration: d}

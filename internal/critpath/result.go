@@ -63,8 +63,10 @@ type SpanPath struct {
 	Lost uint64 `json:"lost,omitempty"`
 	// OwnQueueMs is, of the runqueue time in States, the time the CPU
 	// waited for ran other threads of the same process: its own demand
-	// held it off, not another program.
+	// held it off, not another program. GCQueueMs is the part of it the CPU
+	// ran the process's garbage-collector threads (CollectorThread).
 	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
+	GCQueueMs  float64 `json:"gcQueueMs,omitempty"`
 }
 
 // LocalWait is the local wait (in the Mirage wait model's sense,
@@ -118,8 +120,10 @@ type SegmentJSON struct {
 	Syscall string `json:"syscall,omitempty"`
 	Device  string `json:"device,omitempty"`
 	// OwnQueueMs: of a runqueue segment, the time the CPU it waited for
-	// ran other threads of its own process.
+	// ran other threads of its own process; GCQueueMs, of that, its
+	// garbage-collector threads.
 	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
+	GCQueueMs  float64 `json:"gcQueueMs,omitempty"`
 }
 
 // ArrowJSON is a wakeup the path followed: thread From woke thread To at TS.
@@ -164,7 +168,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 		Start: r.Start, End: r.End, Ms: ms(r.End - r.Start), States: make(map[string]float64, numStates),
 		Waits:     make(map[string]float64, numStates),
 		BlockedBy: []BlockedBy{}, Threads: []ThreadJSON{}, Segments: []SegmentJSON{}, Arrows: []ArrowJSON{},
-		Lost: a.tl.Lost, OwnQueueMs: ms(p.OwnQueue)}
+		Lost: a.tl.Lost, OwnQueueMs: ms(p.OwnQueue), GCQueueMs: ms(p.GCQueue)}
 	for i := range p.States {
 		out.States[States[i]] = ms(p.States[i])
 		out.Waits[States[i]] = ms(p.Waits[i])
@@ -180,7 +184,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	}
 	for _, s := range p.Segments {
 		sj := SegmentJSON{TID: s.TID, Start: s.Start, End: s.End, Ms: ms(s.End - s.Start), State: s.State, Wait: s.Wait,
-			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device, OwnQueueMs: ms(s.OwnQueue)}
+			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device, OwnQueueMs: ms(s.OwnQueue), GCQueueMs: ms(s.GCQueue)}
 		if s.Active >= 0 {
 			q := &a.assoc.reqs[s.Active]
 			if s.Blocking {

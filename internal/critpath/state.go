@@ -1,5 +1,7 @@
 package critpath
 
+import "strings"
+
 // State names of a critical path, as the API, the UI and `rootline analyze`
 // show them. Every span's summary has all of them (zero when absent).
 const (
@@ -19,6 +21,27 @@ const (
 
 // States lists the state names in display order.
 var States = []string{Running, Runqueue, Throttled, Steal, Lock, GIL, Disk, Network, Sleep, Memory, GC, Unknown}
+
+// collectorPrefixes name the garbage-collector threads of HotSpot JVMs as
+// the kernel's comm holds them (15 bytes): G1's and the parallel
+// collector's workers ("GC Thread#0"), G1's concurrent marking and
+// refinement, ZGC's and Shenandoah's workers, and the VM thread, which runs
+// the serial collector and every collection's safepoint. Other runtimes
+// collect on their program's own threads (Go's GC workers are goroutines;
+// CPython frees by reference counting), where it is their own work.
+var collectorPrefixes = []string{"GC Thread#", "G1 Conc#", "G1 Refine#", "G1 Main Marker", "G1 Service", "G1 Young RemSet",
+	"ZWorker", "ZDirector", "ZDriver", "Shenandoah", "VM Thread"}
+
+// CollectorThread reports whether a thread's name (comm) is a
+// garbage-collector thread of its runtime.
+func CollectorThread(comm string) bool {
+	for _, p := range collectorPrefixes {
+		if strings.HasPrefix(comm, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // state is a state name's index in States.
 type state uint8

@@ -20,7 +20,10 @@ var stateCause = map[string]string{
 	// Waiting for a CPU that the process's own threads held is its own
 	// demand (a thread pool with more busy threads than CPUs), not another
 	// program's: cpu, as its running is.
-	OwnQueue:           CauseCPU,
+	OwnQueue: CauseCPU,
+	// Waiting for a CPU that its runtime's garbage collector held: the
+	// collector's demand, gc.
+	GCQueue:            CauseGC,
 	critpath.Runqueue:  CauseCPUContention,
 	critpath.Throttled: CauseCPUThrottle,
 	// Steal time is a wait for a physical CPU that the host gave to
@@ -52,6 +55,12 @@ func StateCause(state string) string {
 // which the CPU the span's thread waited for ran other threads of its own
 // process (critpath.SegmentJSON.OwnQueueMs); the rest stays runqueue.
 const OwnQueue = "runqueue-own"
+
+// GCQueue is the key, in a verdict's waits, of the run-queue time during
+// which the CPU the span's thread waited for ran its own process's
+// garbage-collector threads (critpath.SegmentJSON.GCQueueMs,
+// critpath.CollectorThread): taken out of OwnQueue.
+const GCQueue = "runqueue-gc"
 
 // minKnownShare is the share of the measured time that known causes must
 // cover for the verdict to name one: below it the kernel saw too little of
@@ -257,7 +266,11 @@ func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 		st := segmentState(s)
 		if st == critpath.Runqueue && s.OwnQueueMs > 0 && s.End > s.Start {
 			own := ms * min(1, s.OwnQueueMs*1e6/float64(s.End-s.Start))
-			w.by[OwnQueue] += own
+			gc := own * min(1, s.GCQueueMs/s.OwnQueueMs)
+			w.by[OwnQueue] += own - gc
+			if gc > 0 {
+				w.by[GCQueue] += gc
+			}
 			ms -= own
 		}
 		w.by[st] += ms

@@ -35,6 +35,8 @@ export interface CPSegment {
   device?: string;
   /** Of a runqueue segment: the time the CPU it waited for ran other threads of its own process. */
   ownQueueMs?: number;
+  /** Of ownQueueMs: the time the CPU ran its process's garbage-collector threads. */
+  gcQueueMs?: number;
 }
 
 export interface CPArrow {
@@ -201,5 +203,6 @@ export function segmentTitle(s: CPSegment, spanStart: number): string {
   if (s.wait) parts.push(`the span's thread waiting on ${s.wait}`);
   if (s.blocking && s.spanId) parts.push(`blocked by span ${s.spanId}`);
   if (s.ownQueueMs) parts.push(`${s.ownQueueMs.toFixed(3)} ms of it behind its own process's threads`);
+  if (s.gcQueueMs) parts.push(`${s.gcQueueMs.toFixed(3)} ms of those behind its garbage collector's`);
   return parts.join(' · ');
 }
