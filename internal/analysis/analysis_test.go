@@ -439,3 +439,63 @@ func TestResponseSocketWaitCharged(t *testing.T) {
 		t.Errorf("ranked %+v: want f first, its own time 20 ms longer", ranked)
 	}
 }
+
+// withMapping is a profile (stackProfile's) whose locations are all in one
+// mapping of file.
+func withMapping(t *testing.T, b []byte, file string) []byte {
+	t.Helper()
+	p, err := profile.ParseData(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &profile.Mapping{ID: 1, Start: 0x1000, Limit: 0x2000, File: file}
+	p.Mapping = []*profile.Mapping{m}
+	for _, l := range p.Location {
+		l.Mapping = m
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// The on-CPU samples whose kernel stack faults in a fresh anonymous page
+// are counted apart, without reclaim under the fault (memory pressure, not
+// the fault-in), and apart again in a JVM's profiles (libjvm.so mapped).
+func TestProfilesAnonFaults(t *testing.T) {
+	pprof := "application/vnd.google.protobuf+gzip"
+	fault := []string{"clear_page_erms", "get_page_from_freelist", "__alloc_frozen_pages_noprof", "alloc_pages_mpol", "vma_alloc_folio_noprof",
+		"do_anonymous_page", "__handle_mm_fault", "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault", "Interpreter"}
+	reclaim := append([]string{"shrink_folio_list", "shrink_lruvec", "try_to_free_mem_cgroup_pages", "__alloc_pages_slowpath"}, fault[3:]...)
+	user := []string{"compute", "main"}
+	prof := stackProfile(t, 5, 10, 100, fault, fault, fault, reclaim, user)
+	arts := &memArtifacts{content: map[string][]byte{
+		"go":  withMapping(t, prof, "/srv/cart"),
+		"jvm": withMapping(t, prof, "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"),
+	}, reads: map[string]int{}}
+	span := func(id byte, art string) SlowSpan {
+		return SlowSpan{SpanID: sid(id), Start: 50, End: 150, Exclusive: 100, Threads: []int64{5}, Artifacts: []store.Artifact{{ID: art, Kind: "cpu", MediaType: pprof}}}
+	}
+	for _, tc := range []struct {
+		arts                   []string
+		anon, jvm, jvmAnon, on int64
+	}{
+		{[]string{"go"}, 30, 0, 0, 50},
+		{[]string{"jvm"}, 30, 50, 30, 50},
+		{[]string{"go", "jvm"}, 60, 50, 30, 100},
+	} {
+		var spans []SlowSpan
+		for i, a := range tc.arts {
+			spans = append(spans, span(byte(i+1), a))
+		}
+		b, err := (&Profiles{Reader: arts}).Explain(context.Background(), spans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.KernelOnCPUNs != tc.on || b.AnonFaultNs != tc.anon || b.JVMNs != tc.jvm || b.JVMAnonFaultNs != tc.jvmAnon {
+			t.Errorf("%v: on CPU %d, anonymous faults %d, in a JVM %d of which faults %d; want %d, %d, %d, %d",
+				tc.arts, b.KernelOnCPUNs, b.AnonFaultNs, b.JVMNs, b.JVMAnonFaultNs, tc.on, tc.anon, tc.jvm, tc.jvmAnon)
+		}
+	}
+}

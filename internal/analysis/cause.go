@@ -54,6 +54,14 @@ type Breakdown struct {
 	// KernelOnCPUNs is the on-CPU time of those spans, the total it is a
 	// part of.
 	FileIONs, KernelOnCPUNs int64
+	// AnonFaultNs is the part of KernelOnCPUNs in the fault-in of fresh
+	// anonymous pages (AnonFaultFrame; not reclaim or swap under it): the
+	// page allocated and zeroed for the thread that first touched it.
+	// JVMNs is the part of KernelOnCPUNs measured in JVMs (HotSpot's
+	// libjvm.so mapped), and JVMAnonFaultNs the part of AnonFaultNs: a
+	// JVM's fresh pages are mostly its heap, which the collector grows and
+	// gives back.
+	AnonFaultNs, JVMNs, JVMAnonFaultNs int64
 }
 
 // Explainer measures where slow spans spent their exclusive time. Profiles

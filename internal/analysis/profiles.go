@@ -92,6 +92,12 @@ func (p *Profiles) Explain(ctx context.Context, spans []SlowSpan) (Breakdown, er
 			if c.cpuArt != "" {
 				b.KernelOnCPUNs += root.Value
 				b.FileIONs += fileSystemNs(root)
+				anon := anonFaultNs(root, false)
+				b.AnonFaultNs += anon
+				if p, err := pr.profile(ctx, c.cpuArt); err == nil && jvmMapped(p) {
+					b.JVMNs += root.Value
+					b.JVMAnonFaultNs += anon
+				}
 			}
 		}
 		if c.jfrArt != "" {

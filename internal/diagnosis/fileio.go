@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/critpath"
@@ -67,37 +68,65 @@ func threadWindows(spans []*model.Span, arts []store.Artifact, from, to int64) [
 	return out
 }
 
-// fileIO splits the running time of a tally's spans: the kernel's states
-// say a thread ran, not what it ran, and a thread writing a file spends
-// much of its time on CPU in the kernel (copying into the page cache,
-// allocating blocks, writing back on fsync, dropping the pages on unlink)
-// besides the time it blocks on the disk. The eBPF CPU profiles captured
-// for the culprit (arts) record each sample's kernel stack; the share of
-// the samples of the spans' threads in [from, to] that were in file-system
-// code (analysis.FileSystemFrame) is moved from running to disk. It is done
-// for the slow spans (from the onset) and for the baseline (before it)
-// alike, so that a service whose normal requests write files does not look
-// as if its disk use grew. Nothing changes without such profiles, with
-// fewer than minFileIOSampleNs of samples, or below minFileIOShare. what
-// names the spans in the evidence line ("slow spans", "spans before the
-// onset").
-func (d *Diagnoser) fileIO(ctx context.Context, v *Verdict, what string, w *waitTally, arts []store.Artifact, from, to int64) {
-	run := w.by[critpath.Running]
-	if run <= 0 || len(arts) == 0 || len(w.spans) == 0 {
+// onCPUSplit splits the time a tally's spans' threads ran, or waited for a
+// CPU their own process's threads held: the kernel's states say a thread
+// ran, not what it ran. The eBPF CPU profiles captured for the culprit
+// (arts) record each sample's kernel stack, and two things a thread does on
+// CPU in the kernel are a resource's cost rather than its program's work:
+//
+//   - A thread writing a file spends much of its time on CPU in file-system
+//     code (copying into the page cache, allocating blocks, writing back on
+//     fsync, dropping the pages on unlink) besides the time it blocks on the
+//     disk: that share (analysis.FileSystemFrame) is disk.
+//   - A JVM's thread that touches a heap page its collector has just
+//     committed (the heap grown, or given back and taken again, under an
+//     allocation storm) allocates and zeroes it in a page fault: that share
+//     (analysis.AnonFaultFrame, in profiles of a process with libjvm.so
+//     mapped) is gc — the collector's heap, not the request's work. Other
+//     runtimes' fresh pages stay their own cpu.
+//
+// Each share of the samples of the spans' threads in [from, to] is moved
+// to its state from running and from the run-queue wait behind the
+// process's own threads (OwnQueue: the CPU went to that same mix of work).
+// It is done for the slow spans (from the onset) and for the baseline
+// (before it) alike, so that a service whose normal requests write files
+// or fault pages in does not look as if that grew. Nothing changes without
+// such profiles, with fewer than minFileIOSampleNs of samples, or below
+// minFileIOShare. what names the spans in the evidence line ("slow spans",
+// "spans before the onset").
+func (d *Diagnoser) onCPUSplit(ctx context.Context, v *Verdict, what string, w *waitTally, arts []store.Artifact, from, to int64) {
+	if w.by[critpath.Running]+w.by[OwnQueue] <= 0 || len(arts) == 0 || len(w.spans) == 0 {
 		return
 	}
 	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, threadWindows(w.spans, arts, from, to))
 	if err != nil || b.KernelOnCPUNs < minFileIOSampleNs {
 		return
 	}
-	share := float64(b.FileIONs) / float64(b.KernelOnCPUNs)
-	if share < minFileIOShare {
-		return
+	onCPU := float64(b.KernelOnCPUNs)
+	before := map[string]float64{critpath.Running: w.by[critpath.Running], OwnQueue: w.by[OwnQueue]}
+	for _, part := range []struct {
+		ns        int64
+		state, in string
+	}{
+		{b.FileIONs, critpath.Disk, "file-system code (page cache, fsync, writeback)"},
+		{b.JVMAnonFaultNs, critpath.GC, "a JVM's page faults on fresh anonymous memory (heap pages its collector committed, allocated and zeroed on first touch)"},
+	} {
+		share := float64(part.ns) / onCPU
+		if share < minFileIOShare {
+			continue
+		}
+		var moved []string
+		for _, m := range []struct{ st, what string }{
+			{critpath.Running, "the time the kernel saw them running"},
+			{OwnQueue, "their run-queue wait behind their own process's threads"},
+		} {
+			if ms := share * before[m.st]; ms > 0 {
+				w.by[m.st] -= ms
+				w.by[part.state] += ms
+				moved = append(moved, fmt.Sprintf("%.1f ms of %s", ms, m.what))
+			}
+		}
+		v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks) of the threads of %s's %s (%d capture windows): %.0f%% of their %.0f ms on CPU was in %s; %s count as %s",
+			v.Service, what, b.OnCPUSpans, 100*share, onCPU/1e6, part.in, strings.Join(moved, " and "), StateCause(part.state)))
 	}
-	moved := share * run
-	w.by[critpath.Running] -= moved
-	w.by[critpath.Disk] += moved
-	v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks) of the threads of %s's %s (%d capture windows): %.0f%% of their %.0f ms on CPU was in file-system code (page cache, fsync, writeback); "+
-		"%.1f ms of the time the kernel saw them running counts as disk",
-		v.Service, what, b.OnCPUSpans, 100*share, float64(b.KernelOnCPUNs)/1e6, moved))
 }

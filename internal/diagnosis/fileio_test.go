@@ -14,25 +14,39 @@ import (
 	"github.com/rootline/rootline/internal/store"
 )
 
-// kernelProfile is an eBPF CPU profile: for each span, samples of tid
-// worth 10 ms each from its start, one a millisecond, the first fileN
-// of them in a file write's kernel stack and userN more in user code.
-func kernelProfile(t *testing.T, tid int64, spans []*model.Span, fileN, userN int) []byte {
+// Kernel stacks of an eBPF CPU profile, leaf first: a file write, and a
+// fault-in of a fresh heap page from a JVM's compiled code.
+var (
+	fileWriteStack = []string{"copy_folio_from_iter_atomic", "generic_perform_write", "ext4_buffered_write_iter",
+		"vfs_write", "ksys_write", "write", "Cart.save"}
+	heapFaultStack = []string{"clear_page_erms", "get_page_from_freelist", "__alloc_frozen_pages_noprof", "alloc_pages_mpol",
+		"vma_alloc_folio_noprof", "do_anonymous_page", "__handle_mm_fault", "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault", "Cart.save"}
+)
+
+// kernelProfile is an eBPF CPU profile of a process with file mapped: for
+// each span, samples of tid worth 10 ms each from its start, one a
+// millisecond, the first kernN of them in kernel's stack and userN more in
+// user code.
+func kernelProfile(t *testing.T, tid int64, spans []*model.Span, file string, kernel []string, kernN, userN int) []byte {
 	t.Helper()
 	p := &profile.Profile{SampleType: []*profile.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}}}
+	m := &profile.Mapping{ID: 1, Start: 0x1000, Limit: 0x2000, File: file}
+	p.Mapping = []*profile.Mapping{m}
 	loc := func(name string) *profile.Location {
 		fn := &profile.Function{ID: uint64(len(p.Function) + 1), Name: name}
-		l := &profile.Location{ID: fn.ID, Line: []profile.Line{{Function: fn}}}
+		l := &profile.Location{ID: fn.ID, Mapping: m, Line: []profile.Line{{Function: fn}}}
 		p.Function, p.Location = append(p.Function, fn), append(p.Location, l)
 		return l
 	}
-	write := []*profile.Location{loc("copy_folio_from_iter_atomic"), loc("generic_perform_write"), loc("ext4_buffered_write_iter"),
-		loc("vfs_write"), loc("ksys_write"), loc("write"), loc("Cart.save")}
+	var kern []*profile.Location
+	for _, name := range kernel {
+		kern = append(kern, loc(name))
+	}
 	user := []*profile.Location{loc("Cart.price"), loc("Cart.add")}
 	for _, s := range spans {
-		for i := range fileN + userN {
-			stack := write
-			if i >= fileN {
+		for i := range kernN + userN {
+			stack := kern
+			if i >= kernN {
 				stack = user
 			}
 			p.Sample = append(p.Sample, &profile.Sample{Location: stack, Value: []int64{1, 10e6},
@@ -60,7 +74,7 @@ func TestDiagnoseFileIOOnCPU(t *testing.T) {
 				refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
 			}
 			if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
-				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, 7, 3))); err != nil {
+				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, "/srv/cart", fileWriteStack, 7, 3))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -84,6 +98,63 @@ func TestDiagnoseFileIOOnCPU(t *testing.T) {
 			// 20 spans' paths (MaxPaths), 35 of each one's 50 ms running moved.
 			if n := float64(v.PathSpans); v.Waits[critpath.Running] != round2(15*n) || v.Waits[critpath.Disk] != round2(55*n) {
 				t.Errorf("waits %v over %d spans, want running 15 and disk 55 per span", v.Waits, v.PathSpans)
+			}
+		}
+	}
+}
+
+// TestDiagnoseHeapFaultsOnCPU: a JVM whose collector commits fresh heap
+// pages under an allocation storm has its request threads fault them in
+// and zero them, on CPU in the kernel, and the kernel's states say only
+// "running". In a JVM's eBPF CPU profile (libjvm.so mapped) with 70 % of
+// the samples in those faults that share is gc; the same profile of
+// another runtime stays cpu (its allocation is its own work), as does the
+// JVM without profiles.
+func TestDiagnoseHeapFaultsOnCPU(t *testing.T) {
+	for _, tc := range []struct {
+		file string
+		want string
+	}{
+		{"", CauseCPU},
+		{"/srv/cart", CauseCPU},
+		{"/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so", CauseGC},
+	} {
+		ctx := context.Background()
+		st := openStore(t)
+		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
+		onset := t0.Add(60 * time.Second)
+		if tc.file != "" {
+			var refs []store.SpanRef
+			for _, s := range slowCart {
+				refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
+			}
+			if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
+				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, heapFaultStack, 7, 3))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
+			// Running, then runnable: 20 of the 30 ms behind its own
+			// process's threads, 5 of them its collector's.
+			p := segmentsPath(s, critpath.Running, "", 30.0, critpath.Runqueue, "", 30.0, critpath.Network, "", 3.0)
+			p.Segments[1].OwnQueueMs, p.Segments[1].GCQueueMs = 20, 5
+			return p
+		})
+		t.Logf("profile of %q: %s/%s waits %v\n  %s", tc.file, v.Service, v.Cause, v.Waits, strings.Join(v.Evidence, "\n  "))
+		if v.Service != "cart" || v.Cause != tc.want {
+			t.Errorf("profile of %q: verdict %s/%s, want cart/%s", tc.file, v.Service, v.Cause, tc.want)
+		}
+		if tc.want == CauseGC {
+			if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "70% of their 3000 ms on CPU was in a JVM's page faults on fresh anonymous memory") {
+				t.Errorf("evidence does not say what the profiles measured: %q", v.Evidence)
+			}
+			// 20 spans' paths (MaxPaths): 70 % of each one's 30 ms running
+			// and of its 15 ms behind its own threads moved to gc.
+			n := float64(v.PathSpans)
+			for st, ms := range map[string]float64{critpath.Running: 9, OwnQueue: 4.5, critpath.GC: 31.5, GCQueue: 5, critpath.Runqueue: 10} {
+				if v.Waits[st] != round2(ms*n) {
+					t.Errorf("waits %v over %d spans, want %s %.1f per span", v.Waits, v.PathSpans, st, ms)
+				}
 			}
 		}
 	}

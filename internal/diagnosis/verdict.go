@@ -581,7 +581,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		v.ExampleTraceID = example
 	}
 	untracedMs = untracedPerTrace * float64(read)
-	d.fileIO(ctx, v, "slow spans", tally, cpuArtifacts(anoms, v.Service), onset, to)
+	d.onCPUSplit(ctx, v, "slow spans", tally, cpuArtifacts(anoms, v.Service), onset, to)
 	waits := tally.by
 	d.monitorSpin(ctx, v, spans, anoms, waits)
 	for k, ms := range waits {
@@ -659,7 +659,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 			v.Service, what, minBaselineSpans))
 		return nil, 0, false
 	}
-	d.fileIO(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service), onset-d.Config.Lookback.Nanoseconds(), onset)
+	d.onCPUSplit(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service), onset-d.Config.Lookback.Nanoseconds(), onset)
 	perSpan := func(m map[string]float64, k int) map[string]float64 {
 		out := make(map[string]float64, len(m))
 		for st, ms := range m {
@@ -732,15 +732,20 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 		v.Missing = append(v.Missing, fmt.Sprintf("CPU profiles and JFR recordings: none captured for %s's slow spans", v.Service))
 	}
 	// The part of the on-CPU time in the kernel's file-system code is the
-	// service's file I/O, not its own work (fileIO).
-	var disk causeShare
+	// service's file I/O, and a JVM's in faults on fresh heap pages its
+	// collector's, not its own work (onCPUSplit).
+	var disk, gc causeShare
 	if b.KernelOnCPUNs >= minFileIOSampleNs {
 		if f := float64(b.FileIONs) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
 			disk = causeShare{cause: CauseDisk, share: f * cpu.share, ms: f * cpu.ms}
-			cpu.share -= disk.share
-			cpu.ms -= disk.ms
 			v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was in file-system code (page cache, fsync, writeback): disk", 100*f))
 		}
+		if f := float64(b.JVMAnonFaultNs) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
+			gc = causeShare{cause: CauseGC, share: f * cpu.share, ms: f * cpu.ms}
+			v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was a JVM's page faults on fresh heap pages: gc", 100*f))
+		}
+		cpu.share -= disk.share + gc.share
+		cpu.ms -= disk.ms + gc.ms
 	}
 	// Profiles see on-CPU time and long monitor waits only: the rest of
 	// the time is unaccounted for, so CPU is named only when it is most of
@@ -749,10 +754,12 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 	switch {
 	case lock.share >= 0.25:
 		return []causeShare{lock, cpu}
-	case disk.share > 0 && cpu.share+disk.share >= 0.5:
-		out := []causeShare{cpu, disk}
-		if lock.share > 0 {
-			out = append(out, lock)
+	case disk.share+gc.share > 0 && cpu.share+disk.share+gc.share >= 0.5:
+		out := []causeShare{cpu}
+		for _, c := range []causeShare{disk, gc, lock} {
+			if c.share > 0 {
+				out = append(out, c)
+			}
 		}
 		sortShares(out)
 		return out

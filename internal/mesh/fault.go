@@ -41,7 +41,9 @@ const (
 // slow-downstream fault is a timer sleep in the service, which is the
 // program's own choice (docs/diagnosis.md), and none injects nothing. An
 // allocation storm is a GC cause only where the runtime stops the program
-// to collect (the JVM, whose JFR records the pauses); Go collects
+// to collect or sizes a heap of its own (the JVM, whose JFR records the
+// pauses, and whose request threads fault in the heap pages its collector
+// commits: docs/diagnosis.md); Go collects
 // concurrently and CPython frees by reference counting, so there it is the
 // service's own CPU.
 func ExpectedCause(name, language string) string {
