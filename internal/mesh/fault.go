@@ -351,6 +351,14 @@ func (m *Mesh) busy(label string, n int, cgroupProcs []string, cpu int, restore 
 	}
 	for i := range n {
 		p, err := m.spawn(fmt.Sprintf("%s%d", label, i), "", []string{"sh", "-c", "while :; do :; done"}, os.Environ(), cgroupProcs, false)
+		// The shell joins the cgroups before it execs the loop (cgexec);
+		// joined from here too, so that it is inside them when the fault
+		// counts as injected, whenever the shell gets a CPU.
+		for _, f := range cgroupProcs {
+			if err == nil {
+				err = writeFile(f, strconv.Itoa(p.cmd.Process.Pid))
+			}
+		}
 		if err == nil && cpu >= 0 {
 			err = pinPID(p.cmd.Process.Pid, cpu)
 		}
