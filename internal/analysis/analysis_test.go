@@ -462,7 +462,8 @@ func withMapping(t *testing.T, b []byte, file string) []byte {
 
 // The on-CPU samples whose kernel stack faults in a fresh anonymous page
 // are counted apart, without reclaim under the fault (memory pressure, not
-// the fault-in), and apart again in a JVM's profiles (libjvm.so mapped).
+// the fault-in, counted as reclaim), and apart again in a JVM's profiles
+// (libjvm.so mapped).
 func TestProfilesAnonFaults(t *testing.T) {
 	pprof := "application/vnd.google.protobuf+gzip"
 	fault := []string{"clear_page_erms", "get_page_from_freelist", "__alloc_frozen_pages_noprof", "alloc_pages_mpol", "vma_alloc_folio_noprof",
@@ -478,12 +479,12 @@ func TestProfilesAnonFaults(t *testing.T) {
 		return SlowSpan{SpanID: sid(id), Start: 50, End: 150, Exclusive: 100, Threads: []int64{5}, Artifacts: []store.Artifact{{ID: art, Kind: "cpu", MediaType: pprof}}}
 	}
 	for _, tc := range []struct {
-		arts                   []string
-		anon, jvm, jvmAnon, on int64
+		arts                            []string
+		anon, jvm, jvmAnon, on, reclaim int64
 	}{
-		{[]string{"go"}, 30, 0, 0, 50},
-		{[]string{"jvm"}, 30, 50, 30, 50},
-		{[]string{"go", "jvm"}, 60, 50, 30, 100},
+		{[]string{"go"}, 30, 0, 0, 50, 10},
+		{[]string{"jvm"}, 30, 50, 30, 50, 10},
+		{[]string{"go", "jvm"}, 60, 50, 30, 100, 20},
 	} {
 		var spans []SlowSpan
 		for i, a := range tc.arts {
@@ -493,9 +494,9 @@ func TestProfilesAnonFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if b.KernelOnCPUNs != tc.on || b.AnonFaultNs != tc.anon || b.JVMNs != tc.jvm || b.JVMAnonFaultNs != tc.jvmAnon {
-			t.Errorf("%v: on CPU %d, anonymous faults %d, in a JVM %d of which faults %d; want %d, %d, %d, %d",
-				tc.arts, b.KernelOnCPUNs, b.AnonFaultNs, b.JVMNs, b.JVMAnonFaultNs, tc.on, tc.anon, tc.jvm, tc.jvmAnon)
+		if b.KernelOnCPUNs != tc.on || b.AnonFaultNs != tc.anon || b.JVMNs != tc.jvm || b.JVMAnonFaultNs != tc.jvmAnon || b.ReclaimNs != tc.reclaim {
+			t.Errorf("%v: on CPU %d, anonymous faults %d, in a JVM %d of which faults %d, reclaim %d; want %d, %d, %d, %d, %d",
+				tc.arts, b.KernelOnCPUNs, b.AnonFaultNs, b.JVMNs, b.JVMAnonFaultNs, b.ReclaimNs, tc.on, tc.anon, tc.jvm, tc.jvmAnon, tc.reclaim)
 		}
 	}
 }

@@ -50,7 +50,8 @@ type Breakdown struct {
 	// FileIONs is the part of OnCPUNs, of the spans measured from eBPF CPU
 	// profiles (which record the kernel stack; JFR does not), that their
 	// threads spent in the kernel's file-system code (FileSystemFrame):
-	// writing to the page cache, fsync, writeback, block requests.
+	// writing to the page cache, fsync, writeback, block requests (not
+	// the memory reclaim under them, which is ReclaimNs).
 	// KernelOnCPUNs is the on-CPU time of those spans, the total it is a
 	// part of.
 	FileIONs, KernelOnCPUNs int64
@@ -62,6 +63,10 @@ type Breakdown struct {
 	// JVM's fresh pages are mostly its heap, which the collector grows and
 	// gives back.
 	AnonFaultNs, JVMNs, JVMAnonFaultNs int64
+	// ReclaimNs is the part of KernelOnCPUNs in memory reclaim or swap
+	// (direct reclaim, a cgroup's reclaim over its memory.high, swap-in),
+	// under whatever the thread was doing: memory pressure.
+	ReclaimNs int64
 }
 
 // Explainer measures where slow spans spent their exclusive time. Profiles

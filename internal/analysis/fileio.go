@@ -34,31 +34,20 @@ func FileSystemFrame(name string) bool {
 	return false
 }
 
-// fileSystemNs sums the samples of a flame graph whose stack passes through
-// file-system code (each sample once, at its outermost such frame).
-func fileSystemNs(n *flame.Node) int64 {
-	if FileSystemFrame(n.Name) {
-		return n.Value
-	}
-	var ns int64
-	for _, c := range n.Children {
-		ns += fileSystemNs(c)
-	}
-	return ns
-}
-
 // anonFaultFrames name the kernel's fault-in of fresh anonymous memory: a
 // page a process touches for the first time, or again after giving it back,
 // is allocated and zeroed on the fault (clear_page_*) by the thread that
 // touched it, on its own CPU time.
 var anonFaultFrames = []string{"do_anonymous_page", "do_huge_pmd_anonymous_page", "__do_huge_pmd_anonymous_page", "alloc_anon_folio"}
 
-// reclaimPrefixes name the kernel's memory reclaim and swap: an allocation
-// that finds no free page (the machine's or its cgroup's limit reached)
-// frees others first, which is memory pressure, not the fault-in itself.
+// reclaimPrefixes name the kernel's memory reclaim, compaction and swap:
+// an allocation that finds no free page (the machine's or its cgroup's
+// limit reached, or memory too fragmented) frees or moves others first,
+// which is memory pressure, not the allocation itself.
 var reclaimPrefixes = []string{
-	"try_to_free_", "shrink_", "__alloc_pages_direct_reclaim", "__perform_reclaim", "mem_cgroup_handle_over_high",
-	"reclaim_", "do_swap_page", "swap_",
+	"try_to_free_", "shrink_", "__alloc_pages_direct_reclaim", "__perform_reclaim", "reclaim_", "mem_cgroup_handle_over_high",
+	"__alloc_pages_direct_compact", "try_to_compact_pages", "compact_zone",
+	"do_swap_page", "swap_", "swapin_",
 }
 
 // AnonFaultFrame reports whether a kernel function is the fault-in of a
@@ -75,27 +64,38 @@ func reclaimFrame(name string) bool {
 	return false
 }
 
-// anonFaultNs sums the samples of a flame graph whose stack passes through
-// the fault-in of a fresh anonymous page (each sample once), leaving out
-// those in reclaim or swap under it. in says an outer frame was such a
-// fault.
-func anonFaultNs(n *flame.Node, in bool) int64 {
-	if in && reclaimFrame(n.Name) {
-		return 0
+// kernelParts are the samples of a flame graph (a CPU profile's, kernel
+// frames under the user ones) in three kinds of kernel work, each sample
+// counted once: memory reclaim or swap (reclaimFrame), wherever it runs —
+// under a write or a page fault it is still the memory's shortage; then
+// file-system code (FileSystemFrame); then the fault-in of fresh anonymous
+// pages (AnonFaultFrame).
+type kernelParts struct{ fileIO, anonFault, reclaim int64 }
+
+// kernelPartsOf walks n; fs and anon say an outer frame was file-system
+// code or an anonymous fault.
+func kernelPartsOf(n *flame.Node, fs, anon bool) kernelParts {
+	if reclaimFrame(n.Name) {
+		return kernelParts{reclaim: n.Value}
 	}
-	in = in || AnonFaultFrame(n.Name)
-	var ns int64
-	if in {
-		ns = n.Value
-		for _, c := range n.Children {
-			ns -= c.Value - anonFaultNs(c, true)
-		}
-		return ns
-	}
+	fs = fs || FileSystemFrame(n.Name)
+	anon = anon || AnonFaultFrame(n.Name)
+	var out kernelParts
+	self := n.Value
 	for _, c := range n.Children {
-		ns += anonFaultNs(c, false)
+		self -= c.Value
+		p := kernelPartsOf(c, fs, anon)
+		out.fileIO += p.fileIO
+		out.anonFault += p.anonFault
+		out.reclaim += p.reclaim
 	}
-	return ns
+	switch {
+	case fs:
+		out.fileIO += self
+	case anon:
+		out.anonFault += self
+	}
+	return out
 }
 
 // jvmMapped reports whether a profile's process had HotSpot's libjvm.so

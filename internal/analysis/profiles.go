@@ -91,12 +91,13 @@ func (p *Profiles) Explain(ctx context.Context, spans []SlowSpan) (Breakdown, er
 			b.OnCPUSources[source]++
 			if c.cpuArt != "" {
 				b.KernelOnCPUNs += root.Value
-				b.FileIONs += fileSystemNs(root)
-				anon := anonFaultNs(root, false)
-				b.AnonFaultNs += anon
+				k := kernelPartsOf(root, false, false)
+				b.FileIONs += k.fileIO
+				b.ReclaimNs += k.reclaim
+				b.AnonFaultNs += k.anonFault
 				if p, err := pr.profile(ctx, c.cpuArt); err == nil && jvmMapped(p) {
 					b.JVMNs += root.Value
-					b.JVMAnonFaultNs += anon
+					b.JVMAnonFaultNs += k.anonFault
 				}
 			}
 		}

@@ -445,3 +445,12 @@ func describeWaits(waits map[string]float64, untracedMs float64) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// sumShares adds up the shares of cs.
+func sumShares(cs []causeShare) float64 {
+	var s float64
+	for _, c := range cs {
+		s += c.share
+	}
+	return s
+}

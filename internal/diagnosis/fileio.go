@@ -72,7 +72,8 @@ func threadWindows(spans []*model.Span, arts []store.Artifact, from, to int64) [
 // CPU their own process's threads held: the kernel's states say a thread
 // ran, not what it ran. The eBPF CPU profiles captured for the culprit
 // (arts) record each sample's kernel stack, and two things a thread does on
-// CPU in the kernel are a resource's cost rather than its program's work:
+// CPU in the kernel are a resource's cost rather than its program's work,
+// and a third is the memory's:
 //
 //   - A thread writing a file spends much of its time on CPU in file-system
 //     code (copying into the page cache, allocating blocks, writing back on
@@ -84,6 +85,10 @@ func threadWindows(spans []*model.Span, arts []store.Artifact, from, to int64) [
 //     (analysis.AnonFaultFrame, in profiles of a process with libjvm.so
 //     mapped) is gc — the collector's heap, not the request's work. Other
 //     runtimes' fresh pages stay their own cpu.
+//   - A thread that needs a page when none is free reclaims (or compacts,
+//     or swaps in) before it gets one, on its own CPU time, under whatever
+//     it was doing (a fault, a write): that share (reclaim, counted before
+//     the other two) is memory.
 //
 // Each share of the samples of the spans' threads in [from, to] is moved
 // to its state from running and from the run-queue wait behind the
@@ -110,6 +115,7 @@ func (d *Diagnoser) onCPUSplit(ctx context.Context, v *Verdict, what string, w *
 	}{
 		{b.FileIONs, critpath.Disk, "file-system code (page cache, fsync, writeback)"},
 		{b.JVMAnonFaultNs, critpath.GC, "a JVM's page faults on fresh anonymous memory (heap pages its collector committed, allocated and zeroed on first touch)"},
+		{b.ReclaimNs, critpath.Memory, "memory reclaim, compaction or swap (no free page: the machine's or its cgroup's memory short)"},
 	} {
 		share := float64(part.ns) / onCPU
 		if share < minFileIOShare {

@@ -21,6 +21,9 @@ var (
 		"vfs_write", "ksys_write", "write", "Cart.save"}
 	heapFaultStack = []string{"clear_page_erms", "get_page_from_freelist", "__alloc_frozen_pages_noprof", "alloc_pages_mpol",
 		"vma_alloc_folio_noprof", "do_anonymous_page", "__handle_mm_fault", "handle_mm_fault", "exc_page_fault", "asm_exc_page_fault", "Cart.save"}
+	// The same fault when the cgroup's memory is short: reclaim first.
+	reclaimStack = append([]string{"shrink_folio_list", "shrink_lruvec", "shrink_node", "try_to_free_mem_cgroup_pages", "try_charge_memcg",
+		"__mem_cgroup_charge"}, heapFaultStack[5:]...)
 )
 
 // kernelProfile is an eBPF CPU profile of a process with file mapped: for
@@ -109,15 +112,20 @@ func TestDiagnoseFileIOOnCPU(t *testing.T) {
 // "running". In a JVM's eBPF CPU profile (libjvm.so mapped) with 70 % of
 // the samples in those faults that share is gc; the same profile of
 // another runtime stays cpu (its allocation is its own work), as does the
-// JVM without profiles.
+// JVM without profiles. When the faults reclaim first (the cgroup's memory
+// short), that share is memory, in any runtime.
 func TestDiagnoseHeapFaultsOnCPU(t *testing.T) {
+	const jvm = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"
 	for _, tc := range []struct {
-		file string
-		want string
+		file   string
+		kernel []string
+		want   string
 	}{
-		{"", CauseCPU},
-		{"/srv/cart", CauseCPU},
-		{"/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so", CauseGC},
+		{"", nil, CauseCPU},
+		{"/srv/cart", heapFaultStack, CauseCPU},
+		{jvm, heapFaultStack, CauseGC},
+		{"/srv/cart", reclaimStack, CauseMemory},
+		{jvm, reclaimStack, CauseMemory},
 	} {
 		ctx := context.Background()
 		st := openStore(t)
@@ -129,7 +137,7 @@ func TestDiagnoseHeapFaultsOnCPU(t *testing.T) {
 				refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
 			}
 			if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
-				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, heapFaultStack, 7, 3))); err != nil {
+				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, tc.kernel, 7, 3))); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -144,18 +152,55 @@ func TestDiagnoseHeapFaultsOnCPU(t *testing.T) {
 		if v.Service != "cart" || v.Cause != tc.want {
 			t.Errorf("profile of %q: verdict %s/%s, want cart/%s", tc.file, v.Service, v.Cause, tc.want)
 		}
-		if tc.want == CauseGC {
-			if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "70% of their 3000 ms on CPU was in a JVM's page faults on fresh anonymous memory") {
+		if moved := map[string]string{CauseGC: critpath.GC, CauseMemory: critpath.Memory}[tc.want]; moved != "" {
+			what := map[string]string{CauseGC: "a JVM's page faults on fresh anonymous memory", CauseMemory: "memory reclaim, compaction or swap"}[tc.want]
+			if ev := strings.Join(v.Evidence, "\n"); !strings.Contains(ev, "70% of their 3000 ms on CPU was in "+what) {
 				t.Errorf("evidence does not say what the profiles measured: %q", v.Evidence)
 			}
 			// 20 spans' paths (MaxPaths): 70 % of each one's 30 ms running
-			// and of its 15 ms behind its own threads moved to gc.
+			// and of its 15 ms behind its own threads moved.
 			n := float64(v.PathSpans)
-			for st, ms := range map[string]float64{critpath.Running: 9, OwnQueue: 4.5, critpath.GC: 31.5, GCQueue: 5, critpath.Runqueue: 10} {
+			for st, ms := range map[string]float64{critpath.Running: 9, OwnQueue: 4.5, moved: 31.5, GCQueue: 5, critpath.Runqueue: 10} {
 				if v.Waits[st] != round2(ms*n) {
 					t.Errorf("waits %v over %d spans, want %s %.1f per span", v.Waits, v.PathSpans, st, ms)
 				}
 			}
+		}
+	}
+}
+
+// TestFallbackKernelShares: without kernel paths the verdict reads the CPU
+// profiles alone, and their kernel stacks split the on-CPU time the same
+// way: file-system code is disk, a JVM's faults on fresh heap pages gc,
+// reclaim memory; other time on CPU stays cpu.
+func TestFallbackKernelShares(t *testing.T) {
+	const jvm = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so"
+	for _, tc := range []struct {
+		file   string
+		kernel []string
+		want   string
+	}{
+		{"/srv/cart", fileWriteStack, CauseDisk},
+		{jvm, heapFaultStack, CauseGC},
+		{"/srv/cart", heapFaultStack, CauseCPU},
+		{"/srv/cart", reclaimStack, CauseMemory},
+	} {
+		ctx := context.Background()
+		st := openStore(t)
+		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
+		onset := t0.Add(60 * time.Second)
+		var refs []store.SpanRef
+		for _, s := range slowCart {
+			refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
+		}
+		if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
+			CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, tc.kernel, 7, 3))); err != nil {
+			t.Fatal(err)
+		}
+		v := diagnoseShop(t, st, byTrace, end, func(*model.Span) *critpath.SpanPath { return nil })
+		t.Logf("%s under %s: %s/%s\n  %s", tc.kernel[0], tc.file, v.Service, v.Cause, strings.Join(v.Evidence, "\n  "))
+		if v.Service != "cart" || v.Cause != tc.want {
+			t.Errorf("%s under %s: verdict %s/%s, want cart/%s", tc.kernel[0], tc.file, v.Service, v.Cause, tc.want)
 		}
 	}
 }

@@ -732,20 +732,27 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 		v.Missing = append(v.Missing, fmt.Sprintf("CPU profiles and JFR recordings: none captured for %s's slow spans", v.Service))
 	}
 	// The part of the on-CPU time in the kernel's file-system code is the
-	// service's file I/O, and a JVM's in faults on fresh heap pages its
-	// collector's, not its own work (onCPUSplit).
-	var disk, gc causeShare
+	// service's file I/O, a JVM's in faults on fresh heap pages its
+	// collector's, and reclaim the memory's, not its own work (onCPUSplit).
+	var kernel []causeShare
 	if b.KernelOnCPUNs >= minFileIOSampleNs {
-		if f := float64(b.FileIONs) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
-			disk = causeShare{cause: CauseDisk, share: f * cpu.share, ms: f * cpu.ms}
-			v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was in file-system code (page cache, fsync, writeback): disk", 100*f))
+		for _, part := range []struct {
+			ns           int64
+			cause, where string
+		}{
+			{b.FileIONs, CauseDisk, "in file-system code (page cache, fsync, writeback)"},
+			{b.JVMAnonFaultNs, CauseGC, "a JVM's page faults on fresh heap pages"},
+			{b.ReclaimNs, CauseMemory, "in memory reclaim, compaction or swap"},
+		} {
+			if f := float64(part.ns) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
+				kernel = append(kernel, causeShare{cause: part.cause, share: f * cpu.share, ms: f * cpu.ms})
+				v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was %s: %s", 100*f, part.where, part.cause))
+			}
 		}
-		if f := float64(b.JVMAnonFaultNs) / float64(b.KernelOnCPUNs); f >= minFileIOShare {
-			gc = causeShare{cause: CauseGC, share: f * cpu.share, ms: f * cpu.ms}
-			v.Evidence = append(v.Evidence, fmt.Sprintf("CPU profiles (kernel stacks): %.0f%% of that on-CPU time was a JVM's page faults on fresh heap pages: gc", 100*f))
+		for _, k := range kernel {
+			cpu.share -= k.share
+			cpu.ms -= k.ms
 		}
-		cpu.share -= disk.share + gc.share
-		cpu.ms -= disk.ms + gc.ms
 	}
 	// Profiles see on-CPU time and long monitor waits only: the rest of
 	// the time is unaccounted for, so CPU is named only when it is most of
@@ -754,12 +761,10 @@ func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.Servi
 	switch {
 	case lock.share >= 0.25:
 		return []causeShare{lock, cpu}
-	case disk.share+gc.share > 0 && cpu.share+disk.share+gc.share >= 0.5:
-		out := []causeShare{cpu}
-		for _, c := range []causeShare{disk, gc, lock} {
-			if c.share > 0 {
-				out = append(out, c)
-			}
+	case len(kernel) > 0 && cpu.share+sumShares(kernel) >= 0.5:
+		out := append([]causeShare{cpu}, kernel...)
+		if lock.share > 0 {
+			out = append(out, lock)
 		}
 		sortShares(out)
 		return out
