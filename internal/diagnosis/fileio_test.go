@@ -12,6 +12,7 @@ import (
 	"github.com/rootline/rootline/internal/critpath"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
 // Kernel stacks of an eBPF CPU profile, leaf first: a file write, and a
@@ -59,6 +60,29 @@ func kernelProfile(t *testing.T, tid int64, spans []*model.Span, file string, ke
 	return pprofBytes(t, p)
 }
 
+// profiledShop is shopIncident's store (the cart's 20 slow spans of 70 ms,
+// 3 ms of them in its database call), with an eBPF CPU profile of the
+// cart's process (file mapped) linked to the slow spans, whose samples are
+// 70 % in kernel's stack, when file is not "".
+func profiledShop(t *testing.T, file string, kernel []string) (*sqlite.Store, map[model.TraceID][]*model.Span, int64) {
+	t.Helper()
+	st := openStore(t)
+	byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
+	if file == "" {
+		return st, byTrace, end
+	}
+	var refs []store.SpanRef
+	for _, s := range slowCart {
+		refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
+	}
+	onset := t0.Add(60 * time.Second)
+	if _, err := st.PutArtifact(context.Background(), store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
+		CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, file, kernel, 7, 3))); err != nil {
+		t.Fatal(err)
+	}
+	return st, byTrace, end
+}
+
 // TestDiagnoseFileIOOnCPU: a thread writing a file runs in the kernel
 // (copying into the page cache, allocating blocks) for much of the time it
 // does not block on the disk, and the kernel's states say only "running".
@@ -67,20 +91,7 @@ func kernelProfile(t *testing.T, tid int64, spans []*model.Span, file string, ke
 // the samples, that share of the running time is disk.
 func TestDiagnoseFileIOOnCPU(t *testing.T) {
 	for _, withProfile := range []bool{false, true} {
-		ctx := context.Background()
-		st := openStore(t)
-		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
-		onset := t0.Add(60 * time.Second)
-		if withProfile {
-			var refs []store.SpanRef
-			for _, s := range slowCart {
-				refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
-			}
-			if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
-				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, "/srv/cart", fileWriteStack, 7, 3))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		st, byTrace, end := profiledShop(t, map[bool]string{true: "/srv/cart"}[withProfile], fileWriteStack)
 		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
 			// Running (its work and the writes' kernel time), an
 			// fsync, then the database call.
@@ -127,20 +138,7 @@ func TestDiagnoseHeapFaultsOnCPU(t *testing.T) {
 		{"/srv/cart", reclaimStack, CauseMemory},
 		{jvm, reclaimStack, CauseMemory},
 	} {
-		ctx := context.Background()
-		st := openStore(t)
-		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
-		onset := t0.Add(60 * time.Second)
-		if tc.file != "" {
-			var refs []store.SpanRef
-			for _, s := range slowCart {
-				refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
-			}
-			if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
-				CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, tc.kernel, 7, 3))); err != nil {
-				t.Fatal(err)
-			}
-		}
+		st, byTrace, end := profiledShop(t, tc.file, tc.kernel)
 		v := diagnoseShop(t, st, byTrace, end, func(s *model.Span) *critpath.SpanPath {
 			// Running, then runnable: 20 of the 30 ms behind its own
 			// process's threads, 5 of them its collector's.
@@ -185,18 +183,7 @@ func TestFallbackKernelShares(t *testing.T) {
 		{"/srv/cart", heapFaultStack, CauseCPU},
 		{"/srv/cart", reclaimStack, CauseMemory},
 	} {
-		ctx := context.Background()
-		st := openStore(t)
-		byTrace, slowCart, end := shopIncident(t, st, 70, 3, true)
-		onset := t0.Add(60 * time.Second)
-		var refs []store.SpanRef
-		for _, s := range slowCart {
-			refs = append(refs, store.SpanRef{TraceID: s.TraceID, SpanID: s.SpanID})
-		}
-		if _, err := st.PutArtifact(ctx, store.Artifact{Kind: "cpu", MediaType: "application/vnd.google.protobuf+gzip", Service: "cart",
-			CaptureID: "c1", Start: onset.UnixNano() - 1e9, End: end + 1e9, Spans: refs}, bytes.NewReader(kernelProfile(t, 4001, slowCart, tc.file, tc.kernel, 7, 3))); err != nil {
-			t.Fatal(err)
-		}
+		st, byTrace, end := profiledShop(t, tc.file, tc.kernel)
 		v := diagnoseShop(t, st, byTrace, end, func(*model.Span) *critpath.SpanPath { return nil })
 		t.Logf("%s under %s: %s/%s\n  %s", tc.kernel[0], tc.file, v.Service, v.Cause, strings.Join(v.Evidence, "\n  "))
 		if v.Service != "cart" || v.Cause != tc.want {
