@@ -54,6 +54,11 @@ type Analysis struct {
 	// frozen[pid]: when a thread of pid, a process that schedules in user
 	// space, was held off by its cgroup's CPU quota (see overlayFrozen).
 	frozen map[uint32][]Pause
+	// starved[pid]: when a thread of pid, a process that schedules in user
+	// space, waited in the kernel's run queue while none of its threads
+	// ran: its runtime's threads wanted CPUs others held (see
+	// goroutineQueue).
+	starved map[uint32][]Pause
 	// oncpu[pid][cpu1]: when pid's threads ran on a CPU (iv.cpu1), in time
 	// order (one thread at a time on a CPU: they do not overlap).
 	oncpu map[uint32]map[uint8][]onCPU
@@ -102,7 +107,7 @@ func New(in Input, cfg Config) *Analysis {
 	}
 	a.user = make([]bool, len(a.tl.threads))
 	a.oncpu = map[uint32]map[uint8][]onCPU{}
-	var frozen []Pause
+	var frozen, queued, running []Pause
 	for i := range a.tl.threads {
 		th := &a.tl.threads[i]
 		a.user[i] = userPID[th.pid]
@@ -111,12 +116,24 @@ func New(in Input, cfg Config) *Analysis {
 			continue
 		}
 		for _, j := range th.ivs {
-			if j.kind == kThrottled {
+			switch j.kind {
+			case kThrottled:
 				frozen = append(frozen, Pause{PID: th.pid, Start: j.start, End: j.end})
+			case kRunqueue:
+				queued = append(queued, Pause{PID: th.pid, Start: j.start, End: j.end})
+			case kRunning:
+				running = append(running, Pause{PID: th.pid, Start: j.start, End: j.end})
 			}
 		}
 	}
 	a.frozen = mergePauses(frozen)
+	a.starved = map[uint32][]Pause{}
+	ran := mergePauses(running)
+	for pid, q := range mergePauses(queued) {
+		if s := subtractPauses(q, ran[pid]); len(s) > 0 {
+			a.starved[pid] = s
+		}
+	}
 	for _, byCPU := range a.oncpu {
 		for _, l := range byCPU {
 			slices.SortFunc(l, func(x, y onCPU) int { return cmp.Compare(x.start, y.start) })
@@ -179,6 +196,40 @@ func (a *Analysis) ownQueue(tid uint32, lo, hi int64) (own, gc int64) {
 		}
 	}
 	return own, gc
+}
+
+// subtractPauses is q (sorted, merged) less the time in r (sorted,
+// merged): sorted, merged.
+func subtractPauses(q, r []Pause) []Pause {
+	var out []Pause
+	k := 0
+	for _, p := range q {
+		start := p.Start
+		for k < len(r) && r[k].End <= start {
+			k++
+		}
+		for j := k; j < len(r) && r[j].Start < p.End; j++ {
+			if r[j].Start > start {
+				out = append(out, Pause{PID: p.PID, Start: start, End: r[j].Start})
+			}
+			start = max(start, r[j].End)
+		}
+		if start < p.End {
+			out = append(out, Pause{PID: p.PID, Start: start, End: p.End})
+		}
+	}
+	return out
+}
+
+// overlapPauses is how much of [lo, hi) the pauses ps (sorted, merged)
+// cover.
+func overlapPauses(ps []Pause, lo, hi int64) int64 {
+	var ns int64
+	k := sort.Search(len(ps), func(k int) bool { return ps[k].End > lo })
+	for ; k < len(ps) && ps[k].Start < hi; k++ {
+		ns += min(hi, ps[k].End) - max(lo, ps[k].Start)
+	}
+	return ns
 }
 
 // mergePauses sorts each process's pauses and merges those that overlap.
@@ -774,8 +825,9 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 		switch {
 		case s.st == stRunqueue && s.parked:
 			// A runnable goroutine waits for the runtime to give it a
-			// thread: behind its own process's goroutines.
-			own = d
+			// thread: behind its own process's goroutines, unless the
+			// runtime's threads themselves waited for a CPU then.
+			own = d - overlapPauses(a.starved[a.pidOf(s.tid)], s.start, s.end)
 		case s.st == stRunqueue:
 			own, gc = a.ownQueue(s.tid, s.start, s.end)
 		}
