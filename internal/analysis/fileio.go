@@ -25,13 +25,11 @@ var fileSystemPrefixes = []string{
 
 // FileSystemFrame reports whether a kernel function (a frame of an eBPF CPU
 // profile's kernel stack, as /proc/kallsyms names it) is file-system code.
-func FileSystemFrame(name string) bool {
-	for _, p := range fileSystemPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
+func FileSystemFrame(name string) bool { return hasAnyPrefix(name, fileSystemPrefixes) }
+
+// hasAnyPrefix reports whether name starts with one of prefixes.
+func hasAnyPrefix(name string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(name, p) })
 }
 
 // anonFaultFrames name the kernel's fault-in of fresh anonymous memory: a
@@ -55,14 +53,7 @@ var reclaimPrefixes = []string{
 func AnonFaultFrame(name string) bool { return slices.Contains(anonFaultFrames, name) }
 
 // reclaimFrame reports whether a kernel function is memory reclaim or swap.
-func reclaimFrame(name string) bool {
-	for _, p := range reclaimPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
-}
+func reclaimFrame(name string) bool { return hasAnyPrefix(name, reclaimPrefixes) }
 
 // kernelParts are the samples of a flame graph (a CPU profile's, kernel
 // frames under the user ones) in three kinds of kernel work, each sample
