@@ -178,6 +178,30 @@ func TestSuspectReleasesHeld(t *testing.T) {
 	if !d.due.Equal(now.Add(20*time.Second)) || !d.held {
 		t.Errorf("the other's capture: due in %v, held %v; want it held 20 s", d.due.Sub(now), d.held)
 	}
+	// Released, it goes when due: a slow span that ended 2 s ago would
+	// move its window's end (Post after it) and its due time by a second
+	// (within MaxDelay); it is left for the next.
+	m.mu.Lock()
+	s, end := now.Add(-3*time.Second).UnixNano(), now.Add(-2*time.Second).UnixNano()
+	joined := m.coalesce(procKey{"agent", 7}, "e", store.SpanRef{TraceID: model.TraceID{9}, SpanID: model.SpanID{9}},
+		s-int64(cfg.Pre), end+int64(cfg.Post), s, end, false)
+	m.mu.Unlock()
+	if joined || !e.due.Equal(now) {
+		t.Errorf("a later anomaly joined the released capture (%v) or moved it: due in %v", joined, e.due.Sub(now))
+	}
+	// A capture not held, whose window ends Post after a span that just
+	// ended: when its service becomes a suspect, its window ends now and
+	// it goes after Settle, not Post + Settle later.
+	_, f := held(9, "f")
+	f.held, f.End, f.due = false, now.Add(cfg.Post).UnixNano(), now.Add(cfg.Post+cfg.Settle)
+	f.latest = f.due.Add(cfg.MaxDelay)
+	delete(m.lastFired, procKey{"agent", 9})
+	m.SetSuspects(ranking("e", "f"))
+	if !f.due.Equal(now.Add(cfg.Settle)) || f.End != now.UnixNano() || f.held {
+		t.Errorf("the new suspect's capture: due in %v, window ends %v from now, held %v; want Settle, 0, false",
+			f.due.Sub(now), time.Duration(f.End-now.UnixNano()), f.held)
+	}
+	m.SetSuspects(ranking("e"))
 	// Still a suspect a second later: nothing moves again.
 	e.due, e.held = now.Add(20*time.Second), true
 	m.refreshSuspects()

@@ -363,18 +363,25 @@ func (m *Manager) refreshSuspects() {
 	if len(eased) == 0 {
 		return
 	}
-	// The captures of those services, held by MinInterval after one taken
-	// before (nextSlotLocked): the incident's verdict waits for them.
+	// The pending captures of those services, some held by MinInterval
+	// after one taken before (nextSlotLocked): the incident's verdict
+	// waits for them. Each already holds slow spans, which have ended; the
+	// rest of its window (Post after the last of them) is context the
+	// verdict does not read, so the window ends now and the capture goes
+	// once the agent's buffers hold that (Settle). Anomalies that would
+	// postpone it start the next capture, which the suspect's
+	// AskedInterval lets follow.
 	for key, list := range m.pending {
 		for _, c := range list {
-			if !c.held || !slices.Contains(eased, c.Service) {
+			if !slices.Contains(eased, c.Service) {
 				continue
 			}
+			end := min(c.End, max(now.UnixNano(), c.Start))
 			slot := m.nextSlotLocked(key, c.Service, now, c.asked)
-			settled := time.Unix(0, c.End).Add(m.cfg.Settle)
+			settled := time.Unix(0, end).Add(m.cfg.Settle)
 			if due := laterOf(slot, settled); due.Before(c.due) {
-				c.due, c.held = due, slot.After(settled)
-				c.latest = due.Add(m.cfg.MaxDelay)
+				c.End, c.due, c.held = end, due, slot.After(settled)
+				c.latest = due
 			}
 		}
 	}
