@@ -191,7 +191,8 @@ func splitSpan(sp *model.Span, children map[model.SpanID][]*model.Span, reached 
 // the run queue is the contention the wait names (a lock's holder works
 // while its waiters wait, and in a convoy it queues for a CPU behind them),
 // and a holder sleeping or in a state the kernel cannot tell says nothing
-// more than the wait itself.
+// more than the wait itself. Except a lock's holder waiting for a CPU that
+// other programs held (segmentTime): that is contention for the CPU.
 var holderStates = map[string]bool{
 	critpath.Throttled: true, critpath.Steal: true, critpath.Disk: true,
 	critpath.Memory: true, critpath.GC: true, critpath.Network: true,
@@ -227,9 +228,47 @@ func PathCauses(p *critpath.SpanPath) map[string]float64 {
 		return out
 	}
 	for _, s := range p.Segments {
-		out[StateCause(segmentState(s))] += float64(s.End-s.Start) / 1e6
+		segmentTime(s, float64(s.End-s.Start)/1e6, func(st string, ms float64) { out[StateCause(st)] += ms })
 	}
 	return out
+}
+
+// segmentTime calls add with the pieces of ms, the part of segment s a span
+// counts, by the state each counts as: segmentState's, except for a wait
+// for a CPU (runqueue) while the CPU ran threads of its own process
+// (s.OwnQueueMs of it: OwnQueue, or GCQueue for its collector's), and for a
+// lock's holder waiting for a CPU, whose wait while other programs held the
+// CPU is the contention's (runqueue), not the lock's: remove those programs
+// and the holder, and so its waiters, would have run. The holder's wait
+// behind its own process's threads stays the lock's (a convoy: the waiters
+// and the holder share the CPU).
+func segmentTime(s critpath.SegmentJSON, ms float64, add func(state string, ms float64)) {
+	st := segmentState(s)
+	lockHolder := st == critpath.Lock && s.State == critpath.Runqueue
+	if (st != critpath.Runqueue && !lockHolder) || s.End <= s.Start {
+		add(st, ms)
+		return
+	}
+	own := ms * min(1, s.OwnQueueMs*1e6/float64(s.End-s.Start))
+	if lockHolder {
+		if own > 0 {
+			add(st, own)
+		}
+		if ms > own {
+			add(critpath.Runqueue, ms-own)
+		}
+		return
+	}
+	if own > 0 {
+		gc := own * min(1, s.GCQueueMs/s.OwnQueueMs)
+		add(OwnQueue, own-gc)
+		if gc > 0 {
+			add(GCQueue, gc)
+		}
+	}
+	if ms > own {
+		add(st, ms-own)
+	}
 }
 
 // waitTally is what the paths of a culprit's slow spans add up to: ms by
@@ -262,24 +301,15 @@ func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 		if ns <= 0 {
 			continue
 		}
-		ms := float64(ns) / 1e6
-		st := segmentState(s)
-		if st == critpath.Runqueue && s.OwnQueueMs > 0 && s.End > s.Start {
-			own := ms * min(1, s.OwnQueueMs*1e6/float64(s.End-s.Start))
-			gc := own * min(1, s.GCQueueMs/s.OwnQueueMs)
-			w.by[OwnQueue] += own - gc
-			if gc > 0 {
-				w.by[GCQueue] += gc
+		segmentTime(s, float64(ns)/1e6, func(st string, ms float64) {
+			w.by[st] += ms
+			if s.Wait != "" && st != s.Wait {
+				if w.via[s.Wait] == nil {
+					w.via[s.Wait] = map[string]float64{}
+				}
+				w.via[s.Wait][st] += ms
 			}
-			ms -= own
-		}
-		w.by[st] += ms
-		if s.Wait != "" && st != s.Wait {
-			if w.via[s.Wait] == nil {
-				w.via[s.Wait] = map[string]float64{}
-			}
-			w.via[s.Wait][st] += ms
-		}
+		})
 	}
 }
 

@@ -38,9 +38,21 @@ func TestDiagnose(t *testing.T) {
 		{name: "lock behind a convoy", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseLock, wantRunner: CauseCPU,
 			path: func(s *model.Span) *critpath.SpanPath {
 				// The holder works and, in the convoy, waits for a CPU
-				// behind the waiters: still the lock.
-				return segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 30.0,
+				// behind the waiters, its process's threads: still the lock.
+				p := segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 30.0,
 					critpath.Runqueue, critpath.Lock, 32.0, critpath.Network, "", 3.0)
+				p.Segments[2].OwnQueueMs = 32
+				return p
+			}},
+		{name: "lock holder behind other programs", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseCPUContention, wantRunner: CauseLock,
+			path: func(s *model.Span) *critpath.SpanPath {
+				// The holder waits for a CPU that other programs hold
+				// (a noisy neighbour), 8 ms of it behind its own
+				// process's threads: the contention's, but those 8 ms.
+				p := segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 12.0,
+					critpath.Runqueue, critpath.Lock, 50.0, critpath.Network, "", 3.0)
+				p.Segments[2].OwnQueueMs = 8
+				return p
 			}},
 		{name: "lock holder throttled", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseCPUThrottle, wantRunner: CauseLock,
 			path: func(s *model.Span) *critpath.SpanPath {
@@ -131,9 +143,12 @@ func TestDiagnose(t *testing.T) {
 func TestPathCauses(t *testing.T) {
 	s := &model.Span{Start: 0, Duration: 100e6}
 	p := segmentsPath(s, critpath.Running, "", 10.0, critpath.Throttled, critpath.Lock, 50.0,
-		critpath.Running, critpath.Lock, 30.0, critpath.Sleep, "", 10.0)
+		critpath.Running, critpath.Lock, 20.0, critpath.Runqueue, critpath.Lock, 10.0, critpath.Sleep, "", 10.0)
+	// The holder's wait for a CPU: 4 ms behind its own process's threads
+	// (the lock's), 6 behind other programs (contention).
+	p.Segments[3].OwnQueueMs = 4
 	got := PathCauses(p)
-	want := map[string]float64{CauseCPU: 10, CauseCPUThrottle: 50, CauseLock: 30, CauseUnknown: 10}
+	want := map[string]float64{CauseCPU: 10, CauseCPUThrottle: 50, CauseLock: 24, CauseCPUContention: 6, CauseUnknown: 10}
 	for c, ms := range want {
 		if got[c] != ms {
 			t.Errorf("%s: %v ms, want %v (all: %v)", c, got[c], ms, got)
