@@ -376,16 +376,12 @@ func TestMaxPerAgent(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixtureWith(t, func(c *Config) {
 				c.MaxPerAgent = 2
-				// The four windows are due at once: a settle longer than a
-				// loaded machine's scheduling delay lets all four be routed
-				// before any fires (with 50 ms, a and b fired before e was
-				// routed in 2 of 5 runs under load; with 1 s, once in a
-				// clean-clone CI run, under -race beside other packages).
-				// The late case keeps 1 s: its windows must still be young
-				// enough (MaxWindow) when they fire.
-				c.Settle = 3 * time.Second
+				// The four windows are due at one moment (below). In the
+				// late case the two held ones get older than MaxWindow
+				// while the agent works on the first two.
+				c.Settle = time.Second
 				if late {
-					c.Settle, c.MaxWindow = time.Second, 2*time.Second
+					c.MaxWindow = 2 * time.Second
 				}
 			}, func(m *Manager, _ string) {
 				m.SetSuspects(ranking("e"))
@@ -395,9 +391,13 @@ func TestMaxPerAgent(t *testing.T) {
 			ag.hold = hold
 			ag.register(t, agentapi.Process{PID: 41, Service: "a"}, agentapi.Process{PID: 42, Service: "b"},
 				agentapi.Process{PID: 43, Service: "c"}, agentapi.Process{PID: 45, Service: "e"})
-			t0 := time.Now().Add(-time.Second)
-			f.m.OnCommitted([]*model.Span{anomalous("a", 1, t0, 300*time.Millisecond), anomalous("b", 2, t0.Add(10*time.Millisecond), 280*time.Millisecond),
-				anomalous("c", 3, t0.Add(20*time.Millisecond), 260*time.Millisecond), anomalous("e", 4, t0.Add(30*time.Millisecond), 240*time.Millisecond)})
+			// The four spans end at one moment after they are routed, so
+			// their captures are due at one moment (their windows' end and
+			// a settle), whatever the machine's load: they fire together,
+			// in orderLocked's order.
+			t0 := time.Now().Add(500 * time.Millisecond)
+			f.m.OnCommitted([]*model.Span{anomalous("a", 1, t0, 300*time.Millisecond), anomalous("b", 2, t0.Add(10*time.Millisecond), 290*time.Millisecond),
+				anomalous("c", 3, t0.Add(20*time.Millisecond), 280*time.Millisecond), anomalous("e", 4, t0.Add(30*time.Millisecond), 270*time.Millisecond)})
 			waitUntil(t, "two dumps", func() bool { return len(ag.dumps()) == 2 })
 			// The held captures are tried again every agentRetry.
 			time.Sleep(2*agentRetry + 500*time.Millisecond)
