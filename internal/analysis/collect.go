@@ -46,6 +46,12 @@ type Window struct {
 	// a shift of its entry point's latency, which the detector's flags
 	// (relative to each operation's recent median) mostly miss.
 	SlowAbove time.Duration
+	// Onset, when set, is when the slowdown began (an incident's start):
+	// Analyze then also compares every trace since it with every trace
+	// before it (shiftRank), which the anomalous traces alone (picked for
+	// being slow, whatever made them so) misjudge when the whole latency
+	// distribution moved.
+	Onset time.Time
 }
 
 // Collect reads the window [from, to] from src. The entry service is the

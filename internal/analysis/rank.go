@@ -12,15 +12,18 @@ import (
 	"github.com/rootline/rootline/internal/model"
 )
 
-// Analyze diagnoses the window w: slow traces are the anomalous ones after
-// the onset of the slowdown — the point after which the share of traces with
-// an anomalous span (rootline.anomaly) rises most — and baseline traces the
-// normal ones before it (all normal ones if too few); when the detector
-// flagged fewer than three traces, the slowest tenth stands in for the slow
-// ones. Each service's exclusive time per trace (span durations minus their
-// children's), the time calls into it spent outside it (rootline.wait.net_ms)
-// and its run-queue wait (rootline.wait.local_ms) are compared between the
-// two sets; the service whose time grew most is the culprit. The cause comes
+// Analyze diagnoses the window w. With w.Onset set (an incident's start),
+// every trace since the onset is compared with every trace before it, when
+// that comparison names a service significantly (compareShift). Otherwise
+// slow traces are the anomalous ones after the onset of the slowdown — the
+// point after which the share of traces with an anomalous span
+// (rootline.anomaly) rises most — and baseline traces the normal ones before
+// it (all normal ones if too few); when the detector flagged fewer than three
+// traces, the slowest tenth stands in for the slow ones. Each service's
+// exclusive time per trace (span durations minus their children's), the time
+// calls into it spent outside it (rootline.wait.net_ms) and its run-queue
+// wait (rootline.wait.local_ms) are compared between the two sets; the
+// service whose time grew most is the culprit. The cause comes
 // from which of those grew, and for a growth of exclusive time from what ex
 // measured of the culprit's slow spans (nil: nothing measured).
 func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
@@ -40,14 +43,26 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 
 	slow, base, onset, fallback := split(all)
 	v.SlowTraces, v.BaseTraces = len(slow), len(base)
-	if len(slow) == 0 || len(base) == 0 {
+	shift := compareShift(all, w)
+	if shift == nil && (len(slow) == 0 || len(base) == 0) {
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%d slow and %d baseline traces among %d: nothing to compare", len(slow), len(base), len(all)))
 		return v
 	}
 
-	v.Ranking = rank(slow, base)
+	if shift != nil {
+		v.Ranking = shift.ranking
+		if len(slow) > 0 && len(base) > 0 {
+			if a := rank(slow, base)[0]; a.Service != v.Ranking[0].Service && a.Score > 0 {
+				shift.anomalous, shift.anomalousScore = a.Service, a.Score
+			}
+		}
+	} else {
+		v.Ranking = rank(slow, base)
+	}
 	top := v.Ranking[0]
 	switch {
+	case shift != nil:
+		v.Evidence = append(v.Evidence, shift.describe(len(anoms)))
 	case fallback:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("the detector flagged %d anomalous spans: comparing the slowest %d of %d traces with the others", len(anoms), len(slow), len(all)))
 	case onset > 0:
@@ -77,9 +92,14 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 		second = max(v.Ranking[1].Score, 0)
 	}
 	margin := (top.Score - second) / top.Score
-	v.Confidence = margin * math.Min(1, float64(len(slow))/5) * math.Min(1, float64(len(base))/20)
-	if fallback {
-		v.Confidence *= 0.7
+	switch {
+	case shift != nil:
+		v.Confidence = margin * math.Min(1, float64(len(shift.after))/minShiftTraces) * math.Min(1, float64(len(shift.before))/minShiftTraces)
+	default:
+		v.Confidence = margin * math.Min(1, float64(len(slow))/5) * math.Min(1, float64(len(base))/20)
+		if fallback {
+			v.Confidence *= 0.7
+		}
 	}
 	v.Confidence = round2(v.Confidence)
 
@@ -93,6 +113,19 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 		if t.visits(top.Service) {
 			v.ExampleTraceID = t.id.String()
 			break
+		}
+	}
+	if v.ExampleTraceID == "" && shift != nil {
+		// No anomalous trace through the culprit: its slowest trace since
+		// the onset.
+		var ex *trace
+		for _, t := range shift.after {
+			if t.visits(top.Service) && (ex == nil || t.duration() > ex.duration()) {
+				ex = t
+			}
+		}
+		if ex != nil {
+			v.ExampleTraceID = ex.id.String()
 		}
 	}
 
@@ -158,6 +191,140 @@ func rank(slow, base []*trace) []ServiceScore {
 		r.NetDeltaMs, r.LocalDeltaMs = round2(r.NetDeltaMs), round2(r.LocalDeltaMs)
 	}
 	return out
+}
+
+// The shift comparison's bounds: the traces it needs on each side of the
+// onset; how long after its root span ended a trace counts as complete (the
+// services' spans arrive in their own batches: a trace read sooner may lack
+// a child, whose time its parent's exclusive time would then hold); and the
+// Welch t statistic the culprit's growth must reach for the comparison to
+// stand (else the anomalous traces are compared, as without an onset).
+const (
+	minShiftTraces = 20
+	shiftSettle    = 2 * time.Second
+	shiftMinT      = 4.0
+)
+
+// ShiftSpan is how much of a slowdown's beginning the shift comparison
+// reads: the traces that started in the first ShiftSpan after the onset.
+// There the culprit's own growth shows before the queues and the contention
+// it causes spread the slowdown to other services (a noisy neighbour that
+// takes one of two CPUs slows every service within seconds; compared over
+// the newest traces of a 30-s fault, the service it shares a CPU with fell
+// behind one that queued behind the others, over its first 15 s it led by
+// 2.3×: bench/RESULTS.md).
+const ShiftSpan = 15 * time.Second
+
+// shiftComparison is every trace since an onset compared with every trace
+// before it.
+type shiftComparison struct {
+	ranking       []ServiceScore
+	after, before []*trace
+	// t is the Welch t statistic of the culprit's growth per trace.
+	t float64
+	// anomalous is the culprit the anomalous traces alone name ("" when
+	// they are too few to compare, or name the same).
+	anomalous      string
+	anomalousScore float64
+}
+
+// compareShift ranks the services by how much their mean time per trace
+// grew from the traces before w.Onset to the traces since it: an
+// estimate of each service's part of the slowdown that selects no trace by
+// its outcome. The anomalous traces (rootline.anomaly, or a root over
+// w.SlowAbove) are picked for being slow, so any service whose noise made
+// a trace slow is over-represented in them: when a service's latency moved
+// as a whole, by less than the detector's threshold (a lock that adds 8 ms
+// to every request of a 60 ms entry point), a handful of anomalous traces
+// named whichever service's noise made them, while the means over every
+// trace named the service at once (bench/RESULTS.md). nil when w has no
+// onset, either side has fewer than minShiftTraces traces, or the top
+// service's growth is not significant (Welch's t below shiftMinT: a
+// slowdown of a few requests, which the anomalous traces show better).
+func compareShift(all []*trace, w *Window) *shiftComparison {
+	if w.Onset.IsZero() {
+		return nil
+	}
+	onset, settled := w.Onset.UnixNano(), w.To.Add(-shiftSettle).UnixNano()
+	until := w.Onset.Add(ShiftSpan).UnixNano()
+	var c shiftComparison
+	for _, t := range all {
+		r := t.root()
+		switch {
+		case r == nil:
+		case r.start < onset:
+			c.before = append(c.before, t)
+		case r.start < until && r.start+r.dur <= settled:
+			c.after = append(c.after, t)
+		}
+	}
+	if len(c.after) < minShiftTraces || len(c.before) < minShiftTraces {
+		return nil
+	}
+	c.ranking = rank(c.after, c.before)
+	top := c.ranking[0]
+	if top.Score <= 0 {
+		return nil
+	}
+	c.t = welch(perTrace(c.after, top.Service), perTrace(c.before, top.Service))
+	if c.t < shiftMinT {
+		return nil
+	}
+	return &c
+}
+
+// perTrace is svc's time per trace (exclusive and network, ns) in each of
+// traces.
+func perTrace(traces []*trace, svc string) []float64 {
+	known := map[string]bool{}
+	for _, t := range traces {
+		for _, s := range t.spans {
+			known[s.service] = true
+		}
+	}
+	out := make([]float64, len(traces))
+	for i, t := range traces {
+		x := t.times(known)[svc].chargeSocket()
+		out[i] = x.self + x.net
+	}
+	return out
+}
+
+// welch is Welch's t statistic of mean(a) − mean(b); +Inf when both are
+// constant and a's mean is the larger.
+func welch(a, b []float64) float64 {
+	ma, va := meanVar(a)
+	mb, vb := meanVar(b)
+	se := math.Sqrt(va/float64(len(a)) + vb/float64(len(b)))
+	if se == 0 {
+		if ma > mb {
+			return math.Inf(1)
+		}
+		return 0
+	}
+	return (ma - mb) / se
+}
+
+// meanVar is xs's mean and sample variance (len(xs) ≥ 2).
+func meanVar(xs []float64) (mean, variance float64) {
+	for _, x := range xs {
+		mean += x
+	}
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		variance += (x - mean) * (x - mean)
+	}
+	return mean, variance / float64(len(xs)-1)
+}
+
+// describe is the comparison's evidence line.
+func (c *shiftComparison) describe(anoms int) string {
+	line := fmt.Sprintf("every trace of the slowdown's first %s (%d whose root spans had ended) compared with every trace before it (%d; %d anomalous spans in the window): each service's mean time per trace, which no trace's outcome selects; %s's growth stands out of the traces' spread (Welch's t = %.1f)",
+		ShiftSpan, len(c.after), len(c.before), anoms, c.ranking[0].Service, math.Min(c.t, 999))
+	if c.anomalous != "" {
+		line += fmt.Sprintf("; the anomalous traces alone, picked for being slow, would name %s (%+.1f ms per trace)", c.anomalous, c.anomalousScore)
+	}
+	return line
 }
 
 // split divides traces (in start order) into slow and baseline ones. Slow

@@ -106,9 +106,10 @@ func (c *ArtifactChanges) unchanged(id model.TraceID, at uint64) bool {
 // Not safe for concurrent use: one incident's verdicts are computed one at
 // a time.
 type VerdictState struct {
-	pre    [][]*model.Span
-	preKey preKey
-	arts   map[model.TraceID]tracedArts
+	// pre and early are the entry's traces before the onset and in the
+	// incident's first analysis.ShiftSpan, once settled.
+	pre, early settledTraces
+	arts       map[model.TraceID]tracedArts
 	// paths are the traces whose critical paths gave an earlier verdict
 	// its culprit's (pathsOf), newest last: the sample of slow traces is
 	// the newest MaxTraces, so a capture's traces leave it within seconds
@@ -149,9 +150,13 @@ func (st *VerdictState) remember(culprit string, ids []model.TraceID, limit int)
 	}
 }
 
-type preKey struct {
-	entry       string
-	from, start int64
+// settledTraces are an entry point's traces that started in [from, to),
+// kept once no span of them can still be arriving.
+type settledTraces struct {
+	entry    string
+	from, to int64
+	traces   [][]*model.Span
+	ok       bool
 }
 
 type tracedArts struct {
@@ -159,28 +164,51 @@ type tracedArts struct {
 	bySpan map[model.SpanID][]store.Artifact
 }
 
-// preSettle is how long after an incident's onset the traces before it are
-// kept: until then their last spans may still be arriving.
+// preSettle is how long after the end of a span of time the traces that
+// started in it are kept: until then their last spans may still be
+// arriving.
 const preSettle = 30 * time.Second
+
+// tracesIn returns the traces of entry that started in [from, to), from c
+// when it holds them (nil c: none kept).
+func (d *Diagnoser) tracesIn(ctx context.Context, entry string, from, to, now time.Time, c *settledTraces) ([][]*model.Span, error) {
+	if c != nil && c.ok && c.entry == entry && c.from == from.UnixNano() && c.to == to.UnixNano() {
+		return c.traces, nil
+	}
+	ts, err := d.Source.SearchTraces(ctx, entry, from, to.Add(-time.Nanosecond), d.Config.MaxTraces)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil && now.Sub(to) >= preSettle {
+		*c = settledTraces{entry: entry, from: from.UnixNano(), to: to.UnixNano(), traces: ts, ok: true}
+	}
+	return ts, nil
+}
 
 // before returns the traces of inc's entry service that started in [from,
 // start), from st when it holds them.
 func (d *Diagnoser) before(ctx context.Context, inc *Incident, from, start, now time.Time, st *VerdictState) ([][]*model.Span, error) {
-	key := preKey{inc.EntryService, from.UnixNano(), start.UnixNano()}
-	if st != nil && st.pre != nil && st.preKey == key {
-		return st.pre, nil
+	var c *settledTraces
+	if st != nil {
+		c = &st.pre
 	}
-	ts, err := d.Source.SearchTraces(ctx, inc.EntryService, from, start.Add(-time.Nanosecond), d.Config.MaxTraces)
-	if err != nil {
-		return nil, err
+	return d.tracesIn(ctx, inc.EntryService, from, start, now, c)
+}
+
+// early returns the traces of inc's entry service that started in its
+// first analysis.ShiftSpan, which the shift comparison reads
+// (analysis.Window.Onset), when [start, to] extends past it (else the
+// traces since the onset are those); from st when it holds them.
+func (d *Diagnoser) early(ctx context.Context, inc *Incident, start, to, now time.Time, st *VerdictState) ([][]*model.Span, error) {
+	end := start.Add(analysis.ShiftSpan)
+	if !to.After(end) {
+		return nil, nil
 	}
-	if st != nil && now.Sub(start) >= preSettle {
-		st.pre, st.preKey = ts, key
-		if st.pre == nil {
-			st.pre = [][]*model.Span{}
-		}
+	var c *settledTraces
+	if st != nil {
+		c = &st.early
 	}
-	return ts, nil
+	return d.tracesIn(ctx, inc.EntryService, start, end, now, c)
 }
 
 // anomalies returns the anomalous spans that started at or after since,

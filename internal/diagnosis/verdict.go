@@ -107,17 +107,21 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	if err != nil {
 		return nil, err
 	}
+	// The newest traces since the onset, and those of its first seconds
+	// for the shift comparison once they left the newest.
+	early, err := d.early(ctx, inc, start, to, now, st)
+	if err != nil {
+		return nil, err
+	}
 	var traces [][]*model.Span
-	for _, ts := range [][][]*model.Span{pre, since} {
+	inWindow := map[model.TraceID]bool{}
+	for _, ts := range [][][]*model.Span{pre, early, since} {
 		for _, t := range ts {
-			if r := RootOf(t); r != nil && EntryKey(r) == inc.Entry {
+			if r := RootOf(t); r != nil && EntryKey(r) == inc.Entry && !inWindow[t[0].TraceID] {
 				traces = append(traces, t)
+				inWindow[t[0].TraceID] = true
 			}
 		}
-	}
-	inWindow := map[model.TraceID]bool{}
-	for _, t := range traces {
-		inWindow[t[0].TraceID] = true
 	}
 	anoms, err := d.anomalies(ctx, from, st)
 	if err != nil {
@@ -130,7 +134,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	anoms = slices.DeleteFunc(slices.Clone(anoms), func(a analysis.Anomaly) bool { return a.Span == nil || !inWindow[a.Span.TraceID] })
 	caps, capsErr := d.Source.Captures(ctx, 2000)
 	slowAbove := time.Duration(inc.SlowAboveMs * float64(time.Millisecond))
-	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr, SlowAbove: slowAbove}
+	w := &analysis.Window{From: from, To: to, Entry: inc.EntryService, Traces: traces, Anomalies: anoms, Captures: caps, CapturesErr: capsErr, SlowAbove: slowAbove, Onset: start}
 	base := analysis.Analyze(ctx, w, nil)
 	v.SlowTraces, v.BaseTraces = base.SlowTraces, base.BaseTraces
 	v.Ranking = base.Ranking[:min(len(base.Ranking), 5)]

@@ -1,0 +1,106 @@
+package analysis
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rootline/rootline/internal/model"
+)
+
+// shiftTraces builds n traces of an entry a that calls b then j, one every
+// 50 ms from start: b's own time is 3 ms (+bExtra), j's 9 ms, each with
+// noise; spike[i] adds 40 ms to j's in trace i and flags it anomalous, as
+// the detector flags a request far over its operation's median.
+func shiftTraces(rng *rand.Rand, first byte, n int, start time.Time, bExtra float64, spike map[int]bool) [][]*model.Span {
+	ms := func(x float64) int64 { return int64(x * float64(time.Millisecond)) }
+	var out [][]*model.Span
+	for i := range n {
+		id := model.TraceID{0: first, 14: byte(i >> 8), 15: byte(i)}
+		t0 := start.Add(time.Duration(i) * 50 * time.Millisecond).UnixNano()
+		b := 3 + bExtra + rng.NormFloat64()*0.5
+		j := 9 + rng.NormFloat64()*1.5
+		if spike[i] {
+			j += 40
+		}
+		mk := func(sp, parent byte, svc string, kind model.SpanKind, at, dur int64) *model.Span {
+			return &model.Span{TraceID: id, SpanID: sid(sp), ParentSpanID: sid(parent), Service: svc, Kind: kind, Start: t0 + at, Duration: dur}
+		}
+		bEnd := ms(2) + ms(b) + ms(1)
+		root := mk(1, 0, "a", model.KindServer, 0, bEnd+ms(j)+ms(4))
+		spans := []*model.Span{root,
+			mk(2, 1, "a", model.KindClient, ms(1), ms(b)+ms(1)),
+			mk(3, 2, "b", model.KindServer, ms(1.5), ms(b)),
+			mk(4, 1, "a", model.KindClient, bEnd, ms(j)+ms(1)),
+			mk(5, 4, "j", model.KindServer, bEnd+ms(0.5), ms(j)),
+		}
+		if spike[i] {
+			spans[4].SetAttr(model.Bool(model.AttrAnomaly, true))
+			root.SetAttr(model.Bool(model.AttrAnomaly, true))
+		}
+		out = append(out, spans)
+	}
+	return out
+}
+
+// A service whose latency moved as a whole by less than the detector's
+// threshold is named by the comparison of every trace since the onset with
+// every trace before it, whatever a few anomalous traces say; a slowdown of
+// a few requests is left to the anomalous traces.
+func TestShiftComparison(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	onset := time.Unix(1_800_000_000, 0)
+	before := shiftTraces(rng, 1, 200, onset.Add(-10*time.Second), 0, nil)
+	// After the onset b takes 8 ms more in every request; three requests
+	// (j's noise) are flagged anomalous.
+	after := shiftTraces(rng, 2, 400, onset, 8, map[int]bool{5: true, 50: true, 120: true})
+	w := &Window{From: onset.Add(-10 * time.Second), To: onset.Add(22 * time.Second), Entry: "a", Traces: append(before, after...)}
+
+	v := Analyze(context.Background(), w, nil)
+	if v.Service != "j" {
+		t.Fatalf("without an onset the anomalous traces name %q, want j (this test's premise)", v.Service)
+	}
+
+	w.Onset = onset
+	v = Analyze(context.Background(), w, nil)
+	if v.Service != "b" || v.Ranking[0].SelfDeltaMs < 7 || v.Ranking[0].SelfDeltaMs > 9 {
+		t.Fatalf("with the onset: %s %+v, want b grown by about 8 ms\n%s", v.Service, v.Ranking[:2], strings.Join(v.Evidence, "\n"))
+	}
+	if !strings.Contains(v.Evidence[0], "first 15s (") || !strings.Contains(v.Evidence[0], "would name j") {
+		t.Errorf("evidence %q: want the comparison described and the anomalous traces' other culprit", v.Evidence[0])
+	}
+	// Only the traces of the first ShiftSpan count, and only those whose
+	// root span ended shiftSettle before To.
+	shift := compareShift(built(w), w)
+	if got, want := len(shift.after), int(ShiftSpan/(50*time.Millisecond)); got != want {
+		t.Errorf("%d traces after the onset compared, want %d (the first %s)", got, want, ShiftSpan)
+	}
+	w.To = onset.Add(5 * time.Second)
+	if shift = compareShift(built(w), w); len(shift.after) > int((5*time.Second-shiftSettle)/(50*time.Millisecond)) {
+		t.Errorf("%d traces compared with To 5 s after the onset: the last %s of them may lack spans", len(shift.after), shiftSettle)
+	}
+
+	// Three requests 40 ms slower in j and nothing else: no significant
+	// shift of the means, so the anomalous traces are compared.
+	rng = rand.New(rand.NewPCG(3, 4))
+	w = &Window{From: onset.Add(-10 * time.Second), To: onset.Add(20 * time.Second), Entry: "a", Onset: onset,
+		Traces: append(shiftTraces(rng, 1, 200, onset.Add(-10*time.Second), 0, nil), shiftTraces(rng, 2, 200, onset, 0, map[int]bool{5: true, 50: true, 120: true})...)}
+	if shift := compareShift(built(w), w); shift != nil {
+		t.Errorf("three slow requests made a significant shift: %+v (t %.1f)", shift.ranking[0], shift.t)
+	}
+	if v := Analyze(context.Background(), w, nil); v.Service != "j" || strings.Contains(strings.Join(v.Evidence, "\n"), "first 15s") {
+		t.Errorf("three slow requests in j: %s, evidence %q", v.Service, v.Evidence)
+	}
+}
+
+// built is w's traces as Analyze builds them.
+func built(w *Window) []*trace {
+	var out []*trace
+	for _, spans := range w.Traces {
+		out = append(out, newTrace(spans))
+	}
+	sortByStart(out)
+	return out
+}
