@@ -144,9 +144,17 @@ type Source interface {
 // captured for the culprit's slow spans (Profiles). The error is src's; a
 // window with nothing to compare is a Verdict with CauseNone that says why.
 func Diagnose(ctx context.Context, src Source, from, to time.Time) (Verdict, error) {
+	return DiagnoseSince(ctx, src, from, time.Time{}, to)
+}
+
+// DiagnoseSince is Diagnose of a slowdown known to have begun at onset (a
+// fault injected then): the window's traces since it are compared with those
+// before it (Window.Onset). A zero onset is Diagnose.
+func DiagnoseSince(ctx context.Context, src Source, from, onset, to time.Time) (Verdict, error) {
 	w, err := Collect(ctx, src, from, to)
 	if err != nil {
 		return Verdict{Cause: CauseNone}, err
 	}
+	w.Onset = onset
 	return Analyze(ctx, w, &Profiles{Reader: src}), nil
 }

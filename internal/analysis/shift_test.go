@@ -1,13 +1,18 @@
 package analysis
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rootline/rootline/internal/model"
+	"github.com/rootline/rootline/internal/store"
 )
 
 // shiftTraces builds n traces of an entry a that calls b then j, one every
@@ -103,4 +108,66 @@ func built(w *Window) []*trace {
 	}
 	sortByStart(out)
 	return out
+}
+
+// traceSource is a Source over traces held in memory (no artifacts, no
+// capture log).
+type traceSource [][]*model.Span
+
+func (s traceSource) ArtifactContent(context.Context, string) (io.ReadCloser, error) {
+	return nil, store.ErrNotFound
+}
+
+func (s traceSource) Anomalies(_ context.Context, since time.Time, limit int) ([]Anomaly, error) {
+	var out []Anomaly
+	for _, t := range s {
+		for _, sp := range t {
+			if sp.IsAnomalous() && sp.Start >= since.UnixNano() {
+				out = append(out, Anomaly{Span: sp})
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y Anomaly) int { return cmp.Compare(y.Span.Start, x.Span.Start) })
+	return out[:min(len(out), limit)], nil
+}
+
+func (s traceSource) Trace(_ context.Context, id model.TraceID) ([]*model.Span, error) {
+	for _, t := range s {
+		if t[0].TraceID == id {
+			return t, nil
+		}
+	}
+	return nil, fmt.Errorf("trace %s: %w", id, store.ErrNotFound)
+}
+
+func (s traceSource) Services(context.Context) ([]string, error) { return []string{"a", "b", "j"}, nil }
+
+func (s traceSource) SearchTraces(_ context.Context, service string, from, to time.Time, limit int) ([][]*model.Span, error) {
+	var out [][]*model.Span
+	for i := len(s) - 1; i >= 0 && len(out) < limit; i-- {
+		if st := s[i][0].Start; st >= from.UnixNano() && st <= to.UnixNano() {
+			out = append(out, s[i])
+		}
+	}
+	return out, nil
+}
+
+func (s traceSource) Captures(context.Context, int) ([]Capture, error) { return nil, nil }
+
+// DiagnoseSince, given when the slowdown began, ranks the traces since it
+// against those before it, as an incident's verdict does.
+func TestDiagnoseSince(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	// Collect reads no further than now.
+	onset := time.Now().Add(-time.Minute).Truncate(time.Second)
+	src := traceSource(append(shiftTraces(rng, 1, 200, onset.Add(-10*time.Second), 0, nil),
+		shiftTraces(rng, 2, 400, onset, 8, map[int]bool{5: true, 50: true, 120: true})...))
+	from, to := onset.Add(-10*time.Second), onset.Add(22*time.Second)
+	if v, err := Diagnose(context.Background(), src, from, to); err != nil || v.Service != "j" {
+		t.Fatalf("Diagnose: %s, %v; want j from the anomalous traces (this test's premise)", v.Service, err)
+	}
+	v, err := DiagnoseSince(context.Background(), src, from, onset, to)
+	if err != nil || v.Service != "b" {
+		t.Fatalf("DiagnoseSince: %s, %v, want b\n%s", v.Service, err, strings.Join(v.Evidence, "\n"))
+	}
 }

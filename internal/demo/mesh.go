@@ -782,11 +782,12 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 		// No incident: the server judged the slowdown too small or too
 		// short to open one. The demo then ranks the services of the
 		// window itself (the same ranking the server's verdict starts
-		// from) and says so; it names no resource, which only the server's
-		// evidence reading gives.
+		// from, with the fault's injection as the onset) and says so; it
+		// names no resource, which only the server's evidence reading
+		// gives.
 		fr.Verdict = diagnosis.Verdict{Cause: diagnosis.CauseUnknown, Missing: []string{
 			"the server opened no incident with a verdict for the fault's window; the culprit below is the demo's own ranking of the window's traces, without a cause"}}
-		if v, err := analysis.Diagnose(ctx, NewAPISource(api, token), fr.From, fr.To); err == nil {
+		if v, err := analysis.DiagnoseSince(ctx, NewAPISource(api, token), fr.From, fr.Onset, fr.To); err == nil {
 			fr.Verdict.Service, fr.Verdict.Ranking, fr.Verdict.ExampleTraceID = v.Service, v.Ranking, v.ExampleTraceID
 			fr.Verdict.SlowTraces, fr.Verdict.BaseTraces = v.SlowTraces, v.BaseTraces
 			fr.Verdict.Evidence = v.Evidence
