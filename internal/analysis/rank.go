@@ -266,7 +266,14 @@ func compareShift(all []*trace, w *Window) *shiftComparison {
 	if top.Score <= 0 {
 		return nil
 	}
-	c.t = welch(perTrace(c.after, top.Service), perTrace(c.before, top.Service))
+	// The services known on both sides, as rank charges calls by them.
+	known := map[string]bool{}
+	for _, t := range append(slices.Clone(c.after), c.before...) {
+		for _, s := range t.spans {
+			known[s.service] = true
+		}
+	}
+	c.t = welch(perTrace(c.after, top.Service, known), perTrace(c.before, top.Service, known))
 	if c.t < shiftMinT {
 		return nil
 	}
@@ -274,14 +281,8 @@ func compareShift(all []*trace, w *Window) *shiftComparison {
 }
 
 // perTrace is svc's time per trace (exclusive and network, ns) in each of
-// traces.
-func perTrace(traces []*trace, svc string) []float64 {
-	known := map[string]bool{}
-	for _, t := range traces {
-		for _, s := range t.spans {
-			known[s.service] = true
-		}
-	}
+// traces, calls charged by the services known.
+func perTrace(traces []*trace, svc string, known map[string]bool) []float64 {
 	out := make([]float64, len(traces))
 	for i, t := range traces {
 		x := t.times(known)[svc].chargeSocket()
