@@ -1,6 +1,8 @@
 package kernel
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 )
 
@@ -152,6 +154,9 @@ type thread struct {
 	// cut is why the recorder declined to follow it (UnrecordedDepth or
 	// UnrecordedCount), from the last wakeup it did that said so.
 	cut string
+	// holder: an untracked task given RUNNING intervals because it held a
+	// CPU between two switches of tracked threads there (see holder).
+	holder bool
 	// slept: a target thread whose first record was a wakeup (its current
 	// RUNQUEUE interval's); it was blocked since before builder.known, in
 	// a syscall not seen. Said by an interval only once a switch-in shows
@@ -179,6 +184,16 @@ type builder struct {
 	disk    []DiskIO
 	diskDev []uint32 // dev of each of disk
 	in      *buildInput
+	// onCPU[cpu] is the untracked task a record put on the CPU (the next
+	// task of a switch that took a tracked thread off it), while no later
+	// record of that CPU said otherwise (see holder).
+	onCPU map[int32]heldCPU
+}
+
+// heldCPU is an untracked task on a CPU since a switch record.
+type heldCPU struct {
+	tid, tgid uint32
+	since     int64
 }
 
 func (b *builder) get(tid, tgid uint32) *thread {
@@ -254,6 +269,40 @@ func (b *builder) closeRun(t *thread, ev *Event) {
 	b.close(t, ev.TS, -1)
 }
 
+// holder follows, per CPU, the untracked tasks that switch records of
+// tracked threads name: the next task of a switch that took a tracked
+// thread off a CPU held it from then, and when the next record of that CPU
+// switches from that same task to a tracked thread, it held the CPU all
+// along (the recorder sees no switch between two untracked tasks, so a
+// record whose previous task is another leaves the time between unknown:
+// nothing is given). Such a task gets a RUNNING interval on that CPU: what
+// a tracked thread waiting in that CPU's run queue waited behind — another
+// program of the node, or a service's own process the recorder does not
+// follow.
+func (b *builder) holder(ev *Event) {
+	if b.onCPU == nil {
+		b.onCPU = map[int32]heldCPU{}
+	}
+	cpu := int32(ev.CPU)
+	if h, ok := b.onCPU[cpu]; ok && ev.Flags&FlagPrevUntracked != 0 && ev.TID == h.tid {
+		if s, e := max(h.since, b.start), min(ev.TS, b.end); e > s {
+			t := b.get(h.tid, h.tgid)
+			if !t.proc {
+				t.holder = true
+				if ev.Flags&FlagKthread != 0 {
+					t.kernel = true
+				}
+				b.ivs = append(b.ivs, ival{start: s, end: e, th: t.idx, wake: -1, sys: noSyscall, cpu: int16(ev.CPU),
+					state: stRunning, reason: rNone})
+			}
+		}
+	}
+	delete(b.onCPU, cpu)
+	if ev.Flags&FlagNextUntracked != 0 && ev.TID2 != 0 {
+		b.onCPU[cpu] = heldCPU{tid: ev.TID2, tgid: ev.TGID2, since: ev.TS}
+	}
+}
+
 func (t *thread) set(state, reason uint8, ts int64, wake int32) {
 	t.state, t.reason, t.sys, t.dev, t.since, t.wake = state, reason, noSyscall, 0, ts, wake
 	t.slept = false
@@ -323,6 +372,7 @@ func (b *builder) event(ev *Event) {
 			n.cpu = int16(ev.CPU)
 			n.stolen, n.hasStolen = stolenTime(ev)
 		}
+		b.holder(ev)
 	case EvWaking:
 		if ev.TID == 0 {
 			return
@@ -810,6 +860,21 @@ func (b *builder) selectThreads() selection {
 		}
 		sel.order = append(sel.order, next...)
 		frontier = next
+	}
+	// The tasks that held the CPUs the tracked threads waited for, at most
+	// maxThreads, those that held them longest first.
+	held := map[uint32]int64{}
+	for i := range b.ivs {
+		if t := b.tl[b.ivs[i].th]; t.holder && !sel.listed[t.tid] {
+			held[t.tid] += b.ivs[i].end - b.ivs[i].start
+		}
+	}
+	holders := slices.Collect(maps.Keys(held))
+	slices.SortFunc(holders, func(x, y uint32) int { return cmp.Or(cmp.Compare(held[y], held[x]), cmp.Compare(x, y)) })
+	for _, tid := range holders[:min(len(holders), in.maxThreads)] {
+		sel.listed[tid] = true
+		sel.depth[tid] = HolderDepth
+		sel.order = append(sel.order, tid)
 	}
 	sel.all = append(append([]uint32(nil), sel.order...), cutOrder...)
 	return sel

@@ -60,19 +60,39 @@ func TestBuildFollowAndThrottle(t *testing.T) {
 				"101 runqueue/throttled 10-50 <unthrottle:0:cfs bandwidth",
 				"101 runqueue/wakeup 50-60 <unthrottle:0:cfs bandwidth",
 				"101 running 60-70 cpu0",
+				"200 running 10-60 cpu0", // held the CPU from the switch to it to the switch from it
 			},
-			wantThreads: []string{"101 d0 target"},
+			wantThreads: []string{"101 d0 target", "200 d-1 rec"},
 		},
 		{
-			name: "an untracked side gets no interval, a preempted thread is not throttled",
+			name: "an untracked side gets no state, only the CPU it held; a preempted thread is not throttled",
 			events: []Event{
 				swIn(0, 0, 101),
 				untracked(preempt(10, 0, 101, 200), FlagNextUntracked),
 				untracked(swOut(20, 0, 200, 1, 0, 0, 101), FlagPrevUntracked),
 			},
 			end:         30,
-			want:        []string{"101 running 0-10 cpu0", "101 runqueue/preempted 10-20", "101 running 20-30 cpu0"},
-			wantThreads: []string{"101 d0 target"},
+			want:        []string{"101 running 0-10 cpu0", "101 runqueue/preempted 10-20", "101 running 20-30 cpu0", "200 running 10-20 cpu0"},
+			wantThreads: []string{"101 d0 target", "200 d-1 rec"},
+		},
+		{
+			// The recorder sees no switch between two untracked tasks: when
+			// the task switched from is not the one switched to, who held
+			// the CPU when is not known, and neither gets an interval.
+			name: "an untracked task switched to, another switched from: no holder",
+			events: []Event{
+				swIn(0, 0, 101),
+				untracked(preempt(10, 0, 101, 200), FlagNextUntracked),
+				untracked(swOut(20, 0, 300, 1, 0, 0, 101), FlagPrevUntracked),
+				// A record of another CPU does not end the holder of CPU 0.
+				untracked(preempt(25, 1, 102, 400), FlagNextUntracked),
+				untracked(preempt(30, 0, 101, 500), FlagNextUntracked),
+				untracked(swOut(40, 0, 500, 1, 0, 0, 101), FlagPrevUntracked),
+			},
+			end: 50,
+			want: []string{"101 running 0-10 cpu0", "101 runqueue/preempted 10-20", "101 running 20-30 cpu0",
+				"101 runqueue/preempted 30-40", "101 running 40-50 cpu0", "102 runqueue/preempted 25-50", "500 running 30-40 cpu0"},
+			wantThreads: []string{"101 d0 target", "102 d0 target", "500 d-1 rec"},
 		},
 		{
 			name: "a waker followed from its wakeup: running from then, its own waker one hop further",

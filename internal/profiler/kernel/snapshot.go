@@ -117,7 +117,9 @@ type Thread struct {
 	Kernel bool `json:"kernel,omitempty"`
 	// Depth is the thread's distance, in wakeup edges of the window, from
 	// the target's threads: 0 for them, 1 for a thread that woke one of
-	// them, 2 for a thread that woke a Depth 1 thread…
+	// them, 2 for a thread that woke a Depth 1 thread…; HolderDepth for a
+	// task that only held a CPU a tracked thread was switched off or onto
+	// (its RUNNING intervals are those stretches, on that CPU).
 	Depth int `json:"depth"`
 	// Recorded: the thread's intervals are in the snapshot, from Since on
 	// (states before Since are unknown: a followed waker is recorded from
@@ -131,6 +133,13 @@ type Thread struct {
 	// UnrecordedCount or UnrecordedNotFollowed; empty when Recorded.
 	Unrecorded string `json:"unrecorded,omitempty"`
 }
+
+// HolderDepth is Thread.Depth of a task the recorder does not follow that
+// held a CPU between two switches of tracked threads there: the next task
+// of a switch that took one off the CPU, when the next record of that CPU
+// switched from it to a tracked thread. Its intervals say what ran while a
+// tracked thread waited in that CPU's run queue.
+const HolderDepth = -1
 
 // Interval is a span of time a thread spent in one state. Intervals of a
 // thread do not overlap; time before a thread's first recorded event, and
