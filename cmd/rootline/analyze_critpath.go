@@ -138,6 +138,9 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 			ths = append(ths, fmt.Sprintf("%d %s (pid %d) %.1f ms", t.TID, t.Comm, t.PID, t.Ms))
 		}
 		fmt.Fprintf(w, "  threads      %s\n", strings.Join(ths, "; "))
+		if len(p.HeldBy) > 0 {
+			fmt.Fprintf(w, "  CPU held by  %s (while its threads waited in a run queue)\n", holders(p.HeldBy))
+		}
 		comm := map[uint32]string{}
 		for _, t := range p.Threads {
 			comm[t.TID] = t.Comm
@@ -167,6 +170,9 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 			if s.Blocking {
 				extra = append(extra, "blocked by span "+s.SpanID)
 			}
+			if len(s.HeldBy) > 0 {
+				extra = append(extra, "behind "+holders(s.HeldBy))
+			}
 			fmt.Fprintln(w, strings.TrimRight(line+" "+strings.Join(extra, " "), " "))
 		}
 	}
@@ -183,4 +189,17 @@ func printCritpath(w io.Writer, res *critpath.TraceResult, all bool) {
 	for _, n := range res.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+}
+
+// holders names who held the CPU a path's threads waited for.
+func holders(hs []critpath.HolderJSON) string {
+	var out []string
+	for _, h := range hs {
+		who := ""
+		if h.Target {
+			who = ", the captured process"
+		}
+		out = append(out, fmt.Sprintf("%s (pid %d%s) %.1f ms", h.Comm, h.PID, who, h.Ms))
+	}
+	return strings.Join(out, ", ")
 }

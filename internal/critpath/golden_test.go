@@ -24,8 +24,10 @@ type timelineCase struct {
 	Scale   int64  `json:"scale"`
 	// Window of the snapshot, [start, end].
 	Window [2]int64 `json:"window"`
-	// Threads: [tid, pid, "comm"].
-	Threads [][3]any `json:"threads"`
+	// Threads: [tid, pid, "comm"] (a target thread), or [tid, pid,
+	// "comm", depth] (a followed waker at depth > 0, a task only seen
+	// holding a CPU at kernel.HolderDepth).
+	Threads [][]any `json:"threads"`
 	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu(,
 	// "syscall"(, "device")))]; cpu -1: unknown (the default).
 	Intervals [][]any `json:"intervals"`
@@ -80,7 +82,12 @@ func (c *timelineCase) snapshot() (*kernel.Snapshot, int64) {
 	s := &kernel.Snapshot{Version: kernel.SnapshotVersion, Start: c.Window[0] * sc, End: c.Window[1] * sc,
 		Threads: []kernel.Thread{}, Intervals: []kernel.Interval{}, Wakeups: []kernel.Wakeup{}}
 	for _, th := range c.Threads {
-		s.Threads = append(s.Threads, kernel.Thread{TID: uint32(num(th[0])), PID: uint32(num(th[1])), Comm: th[2].(string), Target: true})
+		t := kernel.Thread{TID: uint32(num(th[0])), PID: uint32(num(th[1])), Comm: th[2].(string), Target: true, Recorded: true}
+		if len(th) > 3 {
+			t.Depth = int(num(th[3]))
+			t.Target = t.Depth == 0
+		}
+		s.Threads = append(s.Threads, t)
 	}
 	for _, w := range c.Wakeups {
 		wk := kernel.Wakeup{TS: num(w[0]) * sc, Wakee: uint32(num(w[1])), Waker: uint32(num(w[2])), Context: w[3].(string)}

@@ -62,6 +62,9 @@ type Analysis struct {
 	// oncpu[pid][cpu1]: when pid's threads ran on a CPU (iv.cpu1), in time
 	// order (one thread at a time on a CPU: they do not overlap).
 	oncpu map[uint32]map[uint8][]onCPU
+	// ranOn[cpu1]: every thread's running intervals on a CPU, in time
+	// order (heldBy).
+	ranOn map[uint8][]onCPU
 	// goroutines indexes Input.Goroutines by process.
 	goroutines map[uint32]*goProc
 	// answered[request] are when the responses to its calls waited in its
@@ -139,6 +142,7 @@ func New(in Input, cfg Config) *Analysis {
 			slices.SortFunc(l, func(x, y onCPU) int { return cmp.Compare(x.start, y.start) })
 		}
 	}
+	a.indexRuns()
 	return a
 }
 
@@ -285,6 +289,9 @@ type Segment struct {
 	// part of it the CPU ran the process's garbage-collector threads
 	// (CollectorThread).
 	OwnQueue, GCQueue int64
+	// HeldBy: of a runqueue segment, the processes whose threads the
+	// snapshot saw run on that CPU meanwhile, longest first (heldBy).
+	HeldBy []Holder
 }
 
 // Arrow is a wakeup the path followed: From woke To at TS.
@@ -336,6 +343,9 @@ type Path struct {
 	// GCQueue is the segments' GCQueue added up: of that, behind its
 	// garbage-collector threads.
 	OwnQueue, GCQueue int64
+	// HeldBy is the segments' HeldBy added up by process, longest first
+	// (at most maxHolders).
+	HeldBy []Holder
 }
 
 // StateDurations returns the time per state name (States).
@@ -794,6 +804,7 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 	blocked := map[int]int64{}
 	blockedWait := map[int]*[numStates + 1]int64{}
 	threads := map[uint32]int64{}
+	pathHeld := map[uint32]*Holder{}
 	for _, s := range segs {
 		d := s.end - s.start
 		p.States[s.st] += d
@@ -822,6 +833,7 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			blockedWait[q][w] += d
 		}
 		var own, gc int64
+		var held []Holder
 		switch {
 		case s.st == stRunqueue && s.parked:
 			// A runnable goroutine waits for the runtime to give it a
@@ -830,6 +842,8 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			own = d - overlapPauses(a.starved[a.pidOf(s.tid)], s.start, s.end)
 		case s.st == stRunqueue:
 			own, gc = a.ownQueue(s.tid, s.start, s.end)
+			held = a.heldBy(s.tid, s.start, s.end)
+			addHolders(pathHeld, held)
 		}
 		p.OwnQueue += own
 		p.GCQueue += gc
@@ -838,7 +852,10 @@ func (a *Analysis) summarize(r int, segs []seg, arrows []Arrow) Path {
 			sc, dev = s.note, ""
 		}
 		p.Segments = append(p.Segments, Segment{TID: s.tid, Start: s.start, End: s.end, State: States[s.st],
-			Wait: wait, Active: int(s.active), Blocking: s.blocking, Syscall: sc, Device: dev, OwnQueue: own, GCQueue: gc})
+			Wait: wait, Active: int(s.active), Blocking: s.blocking, Syscall: sc, Device: dev, OwnQueue: own, GCQueue: gc, HeldBy: held})
+	}
+	if len(pathHeld) > 0 {
+		p.HeldBy = topHolders(pathHeld)
 	}
 	for q, d := range blocked {
 		b := Blocker{Request: q, Duration: d}

@@ -67,6 +67,30 @@ type SpanPath struct {
 	// ran the process's garbage-collector threads (CollectorThread).
 	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
 	GCQueueMs  float64 `json:"gcQueueMs,omitempty"`
+	// HeldBy is, of the runqueue time in States, who ran on the CPUs its
+	// threads waited for, by process, longest first (at most 3): the
+	// snapshot's own processes, the wakers it follows, and the tasks it
+	// saw only hold a CPU (another program of the node). Their time may
+	// add up to less than the runqueue time: what ran between two
+	// untracked tasks is not recorded.
+	HeldBy []HolderJSON `json:"heldBy,omitempty"`
+}
+
+// HolderJSON is a process that held a CPU a path's thread waited for.
+type HolderJSON struct {
+	PID    uint32  `json:"pid"`
+	Comm   string  `json:"comm"`
+	Ms     float64 `json:"ms"`
+	Target bool    `json:"target,omitempty"`
+}
+
+// holdersJSON renders hs.
+func holdersJSON(hs []Holder) []HolderJSON {
+	var out []HolderJSON
+	for _, h := range hs {
+		out = append(out, HolderJSON{PID: h.PID, Comm: h.Comm, Ms: ms(h.Duration), Target: h.Target})
+	}
+	return out
 }
 
 // LocalWait is the local wait (in the Mirage wait model's sense,
@@ -124,6 +148,9 @@ type SegmentJSON struct {
 	// garbage-collector threads.
 	OwnQueueMs float64 `json:"ownQueueMs,omitempty"`
 	GCQueueMs  float64 `json:"gcQueueMs,omitempty"`
+	// HeldBy: of a runqueue segment, who ran on the CPU it waited for
+	// (SpanPath.HeldBy).
+	HeldBy []HolderJSON `json:"heldBy,omitempty"`
 }
 
 // ArrowJSON is a wakeup the path followed: thread From woke thread To at TS.
@@ -168,7 +195,7 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 		Start: r.Start, End: r.End, Ms: ms(r.End - r.Start), States: make(map[string]float64, numStates),
 		Waits:     make(map[string]float64, numStates),
 		BlockedBy: []BlockedBy{}, Threads: []ThreadJSON{}, Segments: []SegmentJSON{}, Arrows: []ArrowJSON{},
-		Lost: a.tl.Lost, OwnQueueMs: ms(p.OwnQueue), GCQueueMs: ms(p.GCQueue)}
+		Lost: a.tl.Lost, OwnQueueMs: ms(p.OwnQueue), GCQueueMs: ms(p.GCQueue), HeldBy: holdersJSON(p.HeldBy)}
 	for i := range p.States {
 		out.States[States[i]] = ms(p.States[i])
 		out.Waits[States[i]] = ms(p.Waits[i])
@@ -184,7 +211,8 @@ func (a *Analysis) JSON(p *Path) SpanPath {
 	}
 	for _, s := range p.Segments {
 		sj := SegmentJSON{TID: s.TID, Start: s.Start, End: s.End, Ms: ms(s.End - s.Start), State: s.State, Wait: s.Wait,
-			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device, OwnQueueMs: ms(s.OwnQueue), GCQueueMs: ms(s.GCQueue)}
+			Blocking: s.Blocking, Syscall: s.Syscall, Device: s.Device, OwnQueueMs: ms(s.OwnQueue), GCQueueMs: ms(s.GCQueue),
+			HeldBy: holdersJSON(s.HeldBy)}
 		if s.Active >= 0 {
 			q := &a.assoc.reqs[s.Active]
 			if s.Blocking {

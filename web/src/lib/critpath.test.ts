@@ -79,6 +79,9 @@ describe('stateColor and titles', () => {
     expect(segmentTitle(path.segments[2]!, 0)).toContain('in futex');
     expect(segmentTitle({ tid: 1, start: 0, end: ms, ms: 1, state: 'runqueue', ownQueueMs: 0.25 }, 0)).toContain("0.250 ms of it behind its own process's threads");
     expect(segmentTitle({ tid: 1, start: 0, end: ms, ms: 1, state: 'runqueue', ownQueueMs: 0.25, gcQueueMs: 0.1 }, 0)).toContain("0.100 ms of those behind its garbage collector's");
+    expect(
+      segmentTitle({ tid: 1, start: 0, end: ms, ms: 1, state: 'runqueue', heldBy: [{ pid: 7, comm: 'sh', ms: 0.9 }] }, 0),
+    ).toContain('the CPU ran sh (pid 7) 0.900 ms');
   });
 });
 

@@ -37,6 +37,17 @@ export interface CPSegment {
   ownQueueMs?: number;
   /** Of ownQueueMs: the time the CPU ran its process's garbage-collector threads. */
   gcQueueMs?: number;
+  /** Of a runqueue segment: who the snapshot saw run on the CPU it waited for, by process, longest first. */
+  heldBy?: CPHolder[];
+}
+
+/** CPHolder is a process that held a CPU a path's thread waited for. */
+export interface CPHolder {
+  pid: number;
+  comm: string;
+  ms: number;
+  /** One of the captured processes (else another program of the node). */
+  target?: boolean;
 }
 
 export interface CPArrow {
@@ -204,5 +215,8 @@ export function segmentTitle(s: CPSegment, spanStart: number): string {
   if (s.blocking && s.spanId) parts.push(`blocked by span ${s.spanId}`);
   if (s.ownQueueMs) parts.push(`${s.ownQueueMs.toFixed(3)} ms of it behind its own process's threads`);
   if (s.gcQueueMs) parts.push(`${s.gcQueueMs.toFixed(3)} ms of those behind its garbage collector's`);
+  if (s.heldBy?.length) {
+    parts.push('the CPU ran ' + s.heldBy.map((h) => `${h.comm} (pid ${h.pid}) ${h.ms.toFixed(3)} ms`).join(', '));
+  }
   return parts.join(' · ');
 }
