@@ -278,12 +278,15 @@ func segmentTime(s critpath.SegmentJSON, ms float64, add func(state string, ms f
 type waitTally struct {
 	by  map[string]float64
 	via map[string]map[string]float64
+	// held is, of the run-queue time added, who ran on the CPUs waited
+	// for, by process (critpath.SegmentJSON.HeldBy).
+	held map[critpath.HolderJSON]float64
 	// spans are the spans whose paths were added (addSpan).
 	spans []*model.Span
 }
 
 func newWaitTally() *waitTally {
-	return &waitTally{by: map[string]float64{}, via: map[string]map[string]float64{}}
+	return &waitTally{by: map[string]float64{}, via: map[string]map[string]float64{}, held: map[critpath.HolderJSON]float64{}}
 }
 
 // addSpan adds the path p of span s, a span of a trace whose spans'
@@ -310,7 +313,34 @@ func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 				w.via[s.Wait][st] += ms
 			}
 		})
+		if s.End > s.Start {
+			for _, h := range s.HeldBy {
+				w.held[critpath.HolderJSON{PID: h.PID, Comm: h.Comm, Target: h.Target}] += h.Ms * float64(ns) / float64(s.End-s.Start)
+			}
+		}
 	}
+}
+
+// describeHeld renders who held the CPUs the paths' threads waited for,
+// longest first (at most 3), for an evidence line ("" when none of note).
+func (w *waitTally) describeHeld() string {
+	hs := slices.Collect(maps.Keys(w.held))
+	slices.SortFunc(hs, func(x, y critpath.HolderJSON) int {
+		return cmp.Or(cmp.Compare(w.held[y], w.held[x]), cmp.Compare(x.PID, y.PID), strings.Compare(x.Comm, y.Comm))
+	})
+	var parts []string
+	for _, h := range hs[:min(len(hs), 3)] {
+		ms := w.held[h]
+		if ms < 0.05 {
+			break
+		}
+		who := "another process"
+		if h.Target {
+			who = "a captured process"
+		}
+		parts = append(parts, fmt.Sprintf("%s (pid %d, %s) %.1f ms", h.Comm, h.PID, who, ms))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // describeVia renders the waits named by their holder's state for an

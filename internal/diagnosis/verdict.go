@@ -607,6 +607,9 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if via := tally.describeVia(); via != "" {
 		v.Evidence = append(v.Evidence, "counted by what held them up: "+via+" (the thread waited on was itself held off, so that is the cause of both)")
 	}
+	if held := tally.describeHeld(); held != "" {
+		v.Evidence = append(v.Evidence, "while those threads waited in a run queue, the CPU ran: "+held)
+	}
 	if len(notes) > 0 {
 		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
 	}

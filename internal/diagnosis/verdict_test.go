@@ -28,6 +28,8 @@ func TestDiagnose(t *testing.T) {
 		wantCause   string
 		wantMissing string
 		wantRunner  string
+		// wantEvidence: an evidence line says so.
+		wantEvidence string
 	}{
 		{name: "lock", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseLock, wantRunner: CauseCPU,
 			path: func(s *model.Span) *critpath.SpanPath {
@@ -45,6 +47,7 @@ func TestDiagnose(t *testing.T) {
 				return p
 			}},
 		{name: "lock holder behind other programs", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseCPUContention, wantRunner: CauseLock,
+			wantEvidence: "the CPU ran: sh (pid 900, another process)",
 			path: func(s *model.Span) *critpath.SpanPath {
 				// The holder waits for a CPU that other programs hold
 				// (a noisy neighbour), 8 ms of it behind its own
@@ -52,6 +55,7 @@ func TestDiagnose(t *testing.T) {
 				p := segmentsPath(s, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 12.0,
 					critpath.Runqueue, critpath.Lock, 50.0, critpath.Network, "", 3.0)
 				p.Segments[2].OwnQueueMs = 8
+				p.Segments[2].HeldBy = []critpath.HolderJSON{{PID: 900, Comm: "sh", Ms: 40}, {PID: 100, Comm: "cart", Ms: 8, Target: true}}
 				return p
 			}},
 		{name: "lock holder throttled", cartMs: 70, dbMs: 3, wantService: "cart", wantCause: CauseCPUThrottle, wantRunner: CauseLock,
@@ -122,6 +126,9 @@ func TestDiagnose(t *testing.T) {
 			}
 			if tc.wantMissing != "" && !strings.Contains(strings.Join(v.Missing, "\n"), tc.wantMissing) {
 				t.Errorf("missing %q does not say %q", v.Missing, tc.wantMissing)
+			}
+			if tc.wantEvidence != "" && !strings.Contains(strings.Join(v.Evidence, "\n"), tc.wantEvidence) {
+				t.Errorf("evidence %q does not say %q", v.Evidence, tc.wantEvidence)
 			}
 			if tc.wantRunner != "" && (v.RunnerUp == nil || v.RunnerUp.Cause != tc.wantRunner) {
 				t.Errorf("runner-up %+v, want cause %s", v.RunnerUp, tc.wantRunner)
