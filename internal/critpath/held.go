@@ -3,7 +3,6 @@ package critpath
 import (
 	"cmp"
 	"slices"
-	"sort"
 )
 
 // Holder is a process whose threads ran on the CPU a thread waited for in
@@ -47,23 +46,10 @@ func (a *Analysis) heldBy(tid uint32, lo, hi int64) []Holder {
 	if !ok {
 		return nil
 	}
-	th := &a.tl.threads[i]
 	by := map[uint32]int64{}
-	k := sort.Search(len(th.ivs), func(k int) bool { return th.ivs[k].end > lo })
-	for ; k < len(th.ivs) && th.ivs[k].start < hi; k++ {
-		j := &th.ivs[k]
-		if j.kind != kRunqueue || k+1 >= len(th.ivs) || th.ivs[k+1].kind != kRunning || th.ivs[k+1].cpu1 == 0 {
-			continue
-		}
-		s, e := max(lo, j.start), min(hi, j.end)
-		runs := a.ranOn[th.ivs[k+1].cpu1]
-		m := sort.Search(len(runs), func(m int) bool { return runs[m].end > s })
-		for ; m < len(runs) && runs[m].start < e; m++ {
-			if runs[m].tid != tid {
-				by[runs[m].tid] += min(e, runs[m].end) - max(s, runs[m].start)
-			}
-		}
-	}
+	a.eachQueueRun(&a.tl.threads[i], lo, hi, func(cpu1 uint8) []onCPU { return a.ranOn[cpu1] }, func(r *onCPU, d int64) {
+		by[r.tid] += d
+	})
 	return a.holders(by)
 }
 

@@ -180,6 +180,20 @@ func (a *Analysis) ownQueue(tid uint32, lo, hi int64) (own, gc int64) {
 	if len(byCPU) == 0 {
 		return 0, 0
 	}
+	a.eachQueueRun(th, lo, hi, func(cpu1 uint8) []onCPU { return byCPU[cpu1] }, func(r *onCPU, d int64) {
+		own += d
+		if r.collector {
+			gc += d
+		}
+	})
+	return own, gc
+}
+
+// eachQueueRun calls visit with each run of another thread, among runs
+// (a CPU's, in time order), on the CPU that th waited for during its
+// run-queue time in [lo, hi) — the one it ran on when each wait ended —
+// and how much of that wait the run covered.
+func (a *Analysis) eachQueueRun(th *thread, lo, hi int64, runs func(cpu1 uint8) []onCPU, visit func(r *onCPU, d int64)) {
 	k := sort.Search(len(th.ivs), func(k int) bool { return th.ivs[k].end > lo })
 	for ; k < len(th.ivs) && th.ivs[k].start < hi; k++ {
 		j := &th.ivs[k]
@@ -187,19 +201,14 @@ func (a *Analysis) ownQueue(tid uint32, lo, hi int64) (own, gc int64) {
 			continue
 		}
 		s, e := max(lo, j.start), min(hi, j.end)
-		runs := byCPU[th.ivs[k+1].cpu1]
-		m := sort.Search(len(runs), func(m int) bool { return runs[m].end > s })
-		for ; m < len(runs) && runs[m].start < e; m++ {
-			if runs[m].tid != tid {
-				d := min(e, runs[m].end) - max(s, runs[m].start)
-				own += d
-				if runs[m].collector {
-					gc += d
-				}
+		on := runs(th.ivs[k+1].cpu1)
+		m := sort.Search(len(on), func(m int) bool { return on[m].end > s })
+		for ; m < len(on) && on[m].start < e; m++ {
+			if on[m].tid != th.tid {
+				visit(&on[m], min(e, on[m].end)-max(s, on[m].start))
 			}
 		}
 	}
-	return own, gc
 }
 
 // subtractPauses is q (sorted, merged) less the time in r (sorted,
