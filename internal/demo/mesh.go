@@ -457,6 +457,12 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	if err != nil {
 		return sum, fmt.Errorf("start the mesh: %w", err)
 	}
+	// The server (this process) and the agent run as a pod beside the
+	// services', as on a Kubernetes node, not in the root cgroup where each
+	// of their threads would weigh as much as the whole mesh for the CPU.
+	if err := m.AdoptInfra(os.Getpid(), agent.pid); err != nil {
+		sum.Notes = append(sum.Notes, "Rootline's processes stay in their cgroup, not in a pod beside the services': "+firstLine(err.Error()))
+	}
 	defer func() {
 		if err := m.Close(); err != nil {
 			fmt.Fprintf(out, "rootline demo: cleanup: %v\n", err)

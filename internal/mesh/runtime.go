@@ -168,6 +168,7 @@ type Mesh struct {
 	services []ServiceState
 	lock     *os.File
 	cg       *cgroups
+	infra    []infra // processes AdoptInfra moved (under mu)
 
 	mu      sync.Mutex
 	procs   []*proc
@@ -473,11 +474,17 @@ func (m *Mesh) startApps(ctx context.Context) error {
 				cgs = m.cg.containerProcs(s.Name, ContainerApp, true)
 			}
 			if m.opts.Wrap != nil {
-				// Only the app goes into the service's cgroups, not the
-				// wrapper (a tracer is infrastructure, like the sidecar):
-				// it is moved there once it listens (addAppTree), as a
-				// shell inside the pod cannot see /sys/fs/cgroup.
+				// Only the app goes into the service's app container, not
+				// the wrapper (a tracer is infrastructure, like the
+				// sidecar): it starts in the sidecar's container, in the
+				// controllers' hierarchies (it makes the app's v2 cgroup
+				// below its own), and the app is moved to its container
+				// once it listens (addAppTree), as a shell inside the pod
+				// cannot see /sys/fs/cgroup.
 				cgs = nil
+				if m.cg != nil {
+					cgs = m.cg.containerProcs(s.Name, ContainerSidecar, false)
+				}
 				argv = m.opts.Wrap(s.Name, argv)
 			}
 			env := append(os.Environ(),
@@ -841,6 +848,7 @@ func (m *Mesh) Close() error {
 		errs = append(errs, m.teardownNetwork())
 	}
 	if m.cg != nil {
+		m.releaseInfra()
 		errs = append(errs, m.cg.remove())
 	}
 	clearPIDs(m.opts.Prefix)
