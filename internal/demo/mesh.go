@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -240,9 +241,39 @@ type MeshSummary struct {
 	// in the traced tasks and are not in it).
 	Kmetrics bool      `json:"kmetrics"`
 	Agent    *AgentCPU `json:"agent,omitempty"`
+	// Work is how long the server took for its incidents' verdicts and
+	// for the critical paths of the kernel snapshots: with the captures'
+	// times, what a verdict's latency after the onset is made of.
+	Work []ServerWork `json:"serverWork,omitempty"`
 	// Store is the server's data directory when it outlives the demo
 	// (--data-dir).
 	Store string `json:"store,omitempty"`
+}
+
+// ServerWork is the count and mean duration of one kind of the server's
+// work, from its /metrics histogram.
+type ServerWork struct {
+	What   string  `json:"what"`
+	Count  int     `json:"count"`
+	MeanMs float64 `json:"meanMs"`
+}
+
+// serverWork reads the histograms of the server's verdicts and critical
+// paths at api (those it lacks are left out).
+func serverWork(ctx context.Context, api string) []ServerWork {
+	var out []ServerWork
+	for _, h := range []struct{ what, name string }{
+		{"verdicts", "rootline_incident_verdict_seconds"},
+		{"critical paths of a snapshot", "rootline_critpath_seconds"},
+	} {
+		n, err1 := metricValue(ctx, api+"/metrics", h.name+"_count")
+		sum, err2 := metricValue(ctx, api+"/metrics", h.name+"_sum")
+		if err1 != nil || err2 != nil || n == 0 {
+			continue
+		}
+		out = append(out, ServerWork{What: h.what, Count: int(n), MeanMs: math.Round(1e4*sum/n) / 10})
+	}
+	return out
 }
 
 // AgentCPU is a process's CPU time (user + system) over a wall time.
@@ -577,6 +608,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	if c, err := agent.cpu(); err == nil {
 		sum.Agent = &c
 	}
+	sum.Work = serverWork(ctx, api)
 	if o.DataDir != "" {
 		sum.Store = filepath.Join(dir, "data")
 	}
@@ -1256,6 +1288,9 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 			km = "with kernel metrics (the UI's Metrics page with --keep; --data-dir keeps them for rootline analyze critical-metrics)"
 		}
 		fmt.Fprintf(out, "  agent: %.1f s of CPU over %.0f s (%.1f %% of one CPU), %s\n", a.CPUSeconds, a.WallSeconds, 100*a.Share, km)
+	}
+	for _, w := range s.Work {
+		fmt.Fprintf(out, "  server: %d %s, %.1f ms each on average\n", w.Count, w.What, w.MeanMs)
 	}
 	for _, n := range s.Notes {
 		fmt.Fprintf(out, "  note: %s\n", n)

@@ -38,6 +38,7 @@ type Tracker struct {
 	settled []*tracked          // closed, still gathering evidence
 
 	opened, closed, verdicts *prometheus.CounterVec
+	verdictSecs              prometheus.Histogram
 	// capture, when set, is asked captures of a verdict's unflagged slow
 	// spans of the culprit (SetCapture).
 	capture func([]*model.Span) int
@@ -147,9 +148,11 @@ func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slo
 			Help: "Incidents closed."}, nil),
 		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incident_verdicts_total",
 			Help: "Verdicts computed for incidents, by outcome (ok, failed)."}, []string{"outcome"}),
+		verdictSecs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_incident_verdict_seconds",
+			Help: "Time to compute one verdict of an incident (reading its traces, anomalies, stored paths and metrics).", Buckets: prometheus.ExponentialBuckets(0.01, 3, 8)}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{t.opened, t.closed, t.verdicts} {
+		for _, c := range []prometheus.Collector{t.opened, t.closed, t.verdicts, t.verdictSecs} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -640,8 +643,10 @@ func (t *Tracker) verdict(ctx context.Context, tr *tracked, now time.Time) {
 		return
 	}
 	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	t0 := time.Now()
 	v, err := t.diag.DiagnoseWith(vctx, &inc, &tr.state)
 	cancel()
+	t.verdictSecs.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
 			t.verdicts.WithLabelValues("failed").Inc()

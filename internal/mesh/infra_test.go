@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-		"strings"
+	"strings"
 	"testing"
 
 	"github.com/rootline/rootline/internal/bpftest"
