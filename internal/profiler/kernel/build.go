@@ -109,6 +109,7 @@ type ival struct {
 	cpu        int16
 	state      uint8
 	reason     uint8
+	held       bool // a holder's interval (see holder)
 }
 
 // ctxUnthrottle is wake.ctx of an unthrottle, ctxFork of a thread's
@@ -293,7 +294,7 @@ func (b *builder) holder(ev *Event) {
 					t.kernel = true
 				}
 				b.ivs = append(b.ivs, ival{start: s, end: e, th: t.idx, wake: -1, sys: noSyscall, cpu: int16(ev.CPU),
-					state: stRunning, reason: rNone})
+					state: stRunning, reason: rNone, held: true})
 			}
 		}
 	}
@@ -578,6 +579,7 @@ func replay(events []Event, in buildInput) *builder {
 // replayed.
 func (b *builder) snapshot(events int) (*Snapshot, *builtIntervals) {
 	in := b.in
+	b.dropHeldOverlaps()
 	sel := b.selectThreads()
 	s := &Snapshot{Version: SnapshotVersion, PID: in.pid, Start: in.start + in.offset, End: in.end + in.offset,
 		Threads: []Thread{}, Intervals: []Interval{}, Wakeups: []Wakeup{}, Events: events,
@@ -685,6 +687,47 @@ func (b *builder) snapshot(events int) (*Snapshot, *builtIntervals) {
 		}
 	}
 	return s, ivs
+}
+
+// dropHeldOverlaps drops the holder intervals that overlap another interval
+// of their thread: what holder infers is a guess where the recorder saw
+// none of the task's own switches (it may have left the CPU and come back
+// between two records, or run elsewhere meanwhile), so the thread's own
+// records (a waker followed) win, and of two guesses the earlier stands. A
+// thread's intervals stay in time order (each is appended at its end).
+func (b *builder) dropHeldOverlaps() {
+	var own map[int32][]ival // the non-holder intervals of holder threads
+	for i := range b.ivs {
+		if iv := &b.ivs[i]; !iv.held && b.tl[iv.th].holder {
+			if own == nil {
+				own = map[int32][]ival{}
+			}
+			own[iv.th] = append(own[iv.th], *iv)
+		}
+	}
+	for _, ivs := range own {
+		slices.SortFunc(ivs, func(x, y ival) int { return cmp.Compare(x.start, y.start) })
+	}
+	lastEnd := map[int32]int64{}
+	out := b.ivs[:0]
+	for _, iv := range b.ivs {
+		if iv.held {
+			if iv.start < lastEnd[iv.th] || overlapsAny(own[iv.th], iv.start, iv.end) {
+				continue
+			}
+			lastEnd[iv.th] = iv.end
+		}
+		out = append(out, iv)
+	}
+	b.ivs = out
+}
+
+// overlapsAny reports whether [start, end) overlaps one of ivs (sorted by
+// start, not overlapping each other).
+func overlapsAny(ivs []ival, start, end int64) bool {
+	i, _ := slices.BinarySearchFunc(ivs, end, func(iv ival, t int64) int { return cmp.Compare(iv.start, t) })
+	// ivs[i-1] is the last one starting before end.
+	return i > 0 && ivs[i-1].end > start
 }
 
 // intervalSource is a snapshot's intervals, in its order.

@@ -118,6 +118,58 @@ func TestBuildFollowAndThrottle(t *testing.T) {
 			wantThreads: []string{"101 d0 target", "200 d1 rec", "300 d2 rec"},
 		},
 		{
+			// The holder woke a tracked thread while it held the CPU: it is
+			// followed from the wakeup, and its own intervals win over the
+			// guessed one they overlap (a snapshot's thread has no two
+			// intervals at once).
+			name: "a holder that turns out a waker: its followed intervals, not the holder's",
+			events: []Event{
+				swIn(0, 0, 101),
+				swIn(0, 1, 102),
+				swOut(5, 0, 101, 1, 202, 0, 0),
+				untracked(preempt(10, 1, 102, 200), FlagNextUntracked),
+				{Type: EvWaking, TS: 12, CPU: 1, TID: 101, TGID: 100, TID2: 200, TGID2: 200, Flags: wakerNew},
+				swIn(13, 0, 101),
+				untracked(swOut(14, 1, 200, 0, SysUnknown, 0, 102), FlagPrevUntracked|FlagFollowed),
+				untracked(preempt(30, 1, 102, 200), FlagNextUntracked),
+				untracked(swOut(35, 1, 200, 0, SysUnknown, 0, 102), FlagPrevUntracked),
+			},
+			end: 40,
+			want: []string{
+				"101 running 0-5 cpu0",
+				"101 blocked/lock(futex) 5-12 <thread:200",
+				"101 runqueue/wakeup 12-13 <thread:200",
+				"101 running 13-40 cpu0",
+				"102 running 0-10 cpu1",
+				"102 runqueue/preempted 10-14",
+				"102 running 14-30 cpu1",
+				"102 runqueue/preempted 30-35",
+				"102 running 35-40 cpu1",
+				"200 running 12-40 cpu1", // the follow's; the held 10-14 and 30-35 overlap it
+			},
+			wantThreads: []string{"101 d0 target", "102 d0 target", "200 d1 rec"},
+		},
+		{
+			// Between two records a task may leave a CPU, run on another
+			// and come back: two guesses at once keep the earlier.
+			name: "a holder guessed on two CPUs at once: the earlier interval stands",
+			events: []Event{
+				swIn(0, 0, 101),
+				swIn(0, 1, 102),
+				untracked(preempt(10, 0, 101, 200), FlagNextUntracked),
+				untracked(preempt(15, 1, 102, 200), FlagNextUntracked),
+				untracked(swOut(20, 0, 200, 0, SysUnknown, 0, 101), FlagPrevUntracked),
+				untracked(swOut(25, 1, 200, 0, SysUnknown, 0, 102), FlagPrevUntracked),
+			},
+			end: 30,
+			want: []string{
+				"101 running 0-10 cpu0", "101 runqueue/preempted 10-20", "101 running 20-30 cpu0",
+				"102 running 0-15 cpu1", "102 runqueue/preempted 15-25", "102 running 25-30 cpu1",
+				"200 running 10-20 cpu0",
+			},
+			wantThreads: []string{"101 d0 target", "102 d0 target", "200 d-1 rec"},
+		},
+		{
 			name: "unfollowed: its state is unknown from then on, late records ignored until followed again",
 			events: []Event{
 				swIn(0, 0, 101),
