@@ -165,8 +165,9 @@ type Verdict struct {
 	// for which the tracker asks captures while the verdict lacks kernel
 	// paths (Tracker.SetCapture).
 	capture []*model.Span
-	// byGrowth: the cause was weighed by what grew over the baseline.
-	byGrowth bool
+	// byGrowth: the cause was weighed by what grew over the baseline, per
+	// what (a slow span's path, or a trace's spans).
+	byGrowth string
 }
 
 // Alternative is a runner-up explanation.

@@ -216,7 +216,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
-		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), top.SelfBaseMs, st)
+		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), top, st)
 		if v.PathSpans == 0 {
 			shares = d.fallback(ctx, v, top, spans, all)
 		}
@@ -234,8 +234,8 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	case total > 0 && v.PathSpans > 0 && best.cause == CauseUnknown:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("the kernel could not tell what %s's threads did for %.0f%% of the measured time", v.Service, 100*best.share))
 		v.Missing = append(v.Missing, fmt.Sprintf("what %s's threads waited for: the kernel saw no state it can name (user-space waits such as a Go mutex, timer sleeps, threads the snapshot missed); a CPU profile or the runtime's own events would tell", v.Service))
-	case total > 0 && v.PathSpans > 0 && v.byGrowth:
-		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of what grew per slow span (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
+	case total > 0 && v.PathSpans > 0 && v.byGrowth != "":
+		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of what grew per %s (%.1f of %.1f ms)", best.cause, 100*best.share, v.byGrowth, best.ms, total))
 	case total > 0 && v.PathSpans > 0:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s: %.0f%% of the measured time (%.1f of %.1f ms)", best.cause, 100*best.share, best.ms, total))
 	}
@@ -245,8 +245,8 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			Why: fmt.Sprintf("span timing only: calls into %s grew by %.1f ms per trace outside it, with no kernel evidence of a slow link", v.Service, timingOnly.ms)}
 	case runner != nil && runner.share >= 0.1:
 		of := "measured slow time"
-		if v.byGrowth {
-			of = "growth per slow span"
+		if v.byGrowth != "" {
+			of = "growth per " + v.byGrowth
 		}
 		v.RunnerUp = &Alternative{Service: v.Service, Cause: runner.cause, Score: round2(runner.share), Why: fmt.Sprintf("%.0f%% of %s's %s", 100*runner.share, v.Service, of)}
 	default:
@@ -466,8 +466,9 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 // culprit's exclusive time per trace before the onset (the ranking's), which
 // bounds its CPU time then when no paths of that time were stored
 // (splitQueue).
-func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace, selfBaseMs float64,
-	st *VerdictState) ([]causeShare, float64) {
+func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span, slow [][]*model.Span, anoms []analysis.Anomaly, onset, to int64, untracedPerTrace float64,
+	top analysis.ServiceScore, st *VerdictState) ([]causeShare, float64) {
+	selfBaseMs := top.SelfBaseMs
 	if d.Paths == nil {
 		v.Missing = append(v.Missing, "kernel critical paths: not read here")
 		return nil, 0
@@ -613,7 +614,17 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if len(notes) > 0 {
 		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
 	}
+	// The spans' own waits weigh the growth only where the kernel paths
+	// of the spans before the onset are missing (v.byGrowth tells
+	// weighBaseline's note which).
+	if spanWaitsWeigh(waits, top) {
+		v.byGrowth = "trace"
+	}
 	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to); ok {
+		return shares, total
+	}
+	v.byGrowth = ""
+	if shares, total, ok := weighSpanWaits(v, waits, untracedMs, top); ok {
 		return shares, total
 	}
 	shares, total := causesOf(waits, untracedMs)
@@ -633,6 +644,91 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 			selfBaseMs, (by[CauseCPU]-own)/n, own/n))
 	}
 	return shares, total
+}
+
+// queueStates are the path states of a wait for a CPU, by what kept the
+// thread off it.
+var queueStates = []string{critpath.Runqueue, critpath.Throttled, critpath.Steal, OwnQueue, GCQueue}
+
+// weighSpanWaits names the cause by what grew when no kernel paths of the
+// culprit's spans before the onset say what its threads did then, but its
+// spans do: rootline run measures each request's wait for a CPU
+// (rootline.wait.local_ms, the kernel's run delay of its threads), so the
+// ranking's comparison of the traces before and after the onset says how
+// much of the culprit's exclusive growth per trace was run-queue wait
+// (top.LocalDeltaMs) and how much the rest. The run-queue growth goes to
+// the causes of the kinds of run-queue wait the slow spans' paths show
+// (another program on the CPU, its cgroup's quota, the hypervisor, its own
+// threads, its collector), the rest to their other states, each in
+// proportion. The wait that grew with the service's own CPU time then goes
+// to cpu (splitQueue, with its exclusive time before the onset as the
+// bound of its CPU time then). Without the spans' waits (a service not
+// under rootline run) or without run-queue time in the paths (the kind of
+// wait unknown), ok is false.
+func weighSpanWaits(v *Verdict, waits map[string]float64, untracedMs float64, top analysis.ServiceScore) (shares []causeShare, total float64, ok bool) {
+	if !spanWaitsWeigh(waits, top) {
+		return nil, 0, false
+	}
+	var qSum, rSum float64
+	for st, ms := range waits {
+		if slices.Contains(queueStates, st) {
+			qSum += ms
+		} else {
+			rSum += ms
+		}
+	}
+	rSum += untracedMs
+	q := min(top.LocalDeltaMs, top.SelfDeltaMs)
+	r := top.SelfDeltaMs - q
+	grown := map[string]float64{}
+	for st, ms := range waits {
+		switch {
+		case slices.Contains(queueStates, st):
+			grown[StateCause(st)] += q * ms / qSum
+		case r > 0:
+			grown[StateCause(st)] += r * ms / rSum
+		}
+	}
+	if r > 0 && untracedMs > 0 {
+		grown[CauseDownstream] += r * untracedMs / rSum
+	}
+	// splitQueue weighs levels: the running before is at most the
+	// exclusive time then, the contention's wait before is taken as none.
+	levels := map[string]float64{CauseCPU: top.SelfBaseMs + grown[CauseCPU], CauseCPUContention: grown[CauseCPUContention]}
+	if own := splitQueue(levels, top.SelfBaseMs, 0); own >= 0.05 {
+		grown[CauseCPU] += own
+		grown[CauseCPUContention] -= own
+	}
+	for c, ms := range grown {
+		if ms > 0 {
+			shares = append(shares, causeShare{cause: c, ms: ms})
+			total += ms
+		}
+	}
+	for i := range shares {
+		shares[i].share = shares[i].ms / total
+	}
+	sortShares(shares)
+	v.byGrowth = "trace"
+	v.Evidence = append(v.Evidence, fmt.Sprintf("against every trace before the onset, from its spans (no kernel paths of its spans then): %s's wait for a CPU, which rootline run measures on each request (rootline.wait.local_ms), grew by %.1f ms per trace of its %.1f ms of exclusive growth; "+
+		"that growth goes by the kinds of run-queue wait its slow spans' paths show, the rest by their other states: per trace, more %s",
+		v.Service, top.LocalDeltaMs, top.SelfDeltaMs, describeGrowth(shares)))
+	return shares, total, true
+}
+
+// spanWaitsWeigh reports whether weighSpanWaits can weigh waits: the spans
+// measured the culprit's run-queue wait grow, its exclusive time grew, and
+// its slow spans' paths show which kind of run-queue wait it was.
+func spanWaitsWeigh(waits map[string]float64, top analysis.ServiceScore) bool {
+	if top.LocalDeltaMs <= 0 || top.SelfDeltaMs <= 0 {
+		return false
+	}
+	for _, st := range queueStates {
+		if waits[st] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Baseline bounds: the traces of the culprit's normal spans whose stored
@@ -662,8 +758,12 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 		if err != nil {
 			what += " (" + err.Error() + ")"
 		}
-		v.Missing = append(v.Missing, fmt.Sprintf("a baseline: kernel critical paths of %s's spans before the onset: %s of the %d needed, so the cause is the largest share of the slow spans' time, not what grew",
-			v.Service, what, minBaselineSpans))
+		so := "so the cause is the largest share of the slow spans' time, not what grew"
+		if v.byGrowth == "trace" {
+			so = "so what grew was weighed from its spans' waits"
+		}
+		v.Missing = append(v.Missing, fmt.Sprintf("a baseline: kernel critical paths of %s's spans before the onset: %s of the %d needed, %s",
+			v.Service, what, minBaselineSpans, so))
 		return nil, 0, false
 	}
 	d.onCPUSplit(ctx, v, "spans before the onset", base, cpuArtifacts(anoms, v.Service), onset-d.Config.Lookback.Nanoseconds(), onset)
@@ -708,7 +808,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 	sortShares(shares)
 	v.Evidence = append(v.Evidence, fmt.Sprintf("against %d of %s's spans before the onset (kernel critical paths from the captures' windows): %.1f ms per span in their exclusive time (%s), the slow ones %.1f; per slow span, more %s",
 		n, v.Service, sumBase, describeWaits(baseWaits, 0), sumSlow, describeGrowth(shares)))
-	v.byGrowth = true
+	v.byGrowth = "slow span"
 	return shares, total, true
 }
 
