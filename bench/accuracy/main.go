@@ -51,6 +51,10 @@ type Run struct {
 	// VerdictMs is the time from the onset to the first verdict that
 	// named the final verdict's service and cause (-1: none seen).
 	VerdictMs int64 `json:"verdictMs"`
+	// OpenedMs is the time from the onset to the incident's opening (-1:
+	// none, or it opened before the onset): the detection's share of
+	// VerdictMs.
+	OpenedMs int64 `json:"openedMs"`
 	// P95Ms is the entry's p95 latency while the fault was on (over the
 	// stretch for a fault-free run), BaseP95Ms the baseline's just before
 	// it (else the fault-free run's at the same rate: withBaselines), and
@@ -98,6 +102,11 @@ type Summary struct {
 	MedianVerdictMs int64 `json:"medianVerdictMs"`
 	MaxVerdictMs    int64 `json:"maxVerdictMs"`
 	TimedRuns       int   `json:"timedRuns"`
+	// VerdictsIn10s counts the timed runs whose verdict came within 10 s
+	// of the onset; MedianOpenedMs is the median of their OpenedMs (the
+	// detection), over those that have one.
+	VerdictsIn10s  int   `json:"verdictsIn10s"`
+	MedianOpenedMs int64 `json:"medianOpenedMs"`
 	// Confusion counts runs by expected cause, then the verdict's cause
 	// ("no incident" when none opened).
 	Confusion map[string]map[string]int `json:"confusion"`
@@ -169,7 +178,7 @@ func main() {
 func Score(id string, fr demo.FaultResult) Run {
 	f, _ := mesh.ParseFault(fr.Injected)
 	r := Run{ID: id, Fault: fr.Injected, Class: f.Name, Service: fr.Service, Language: fr.Language, Rate: fr.Load.Rate,
-		Expected: fr.ExpectedCause, Incidents: fr.Incidents, Incident: fr.Incident != nil, VerdictMs: -1, Error: fr.Error,
+		Expected: fr.ExpectedCause, Incidents: fr.Incidents, Incident: fr.Incident != nil, VerdictMs: -1, OpenedMs: -1, Error: fr.Error,
 		P95Ms: fr.Load.P95Ms}
 	if fr.Baseline != nil && fr.Baseline.P95Ms > 0 && r.P95Ms > 0 {
 		r.BaseP95Ms, r.Effect = fr.Baseline.P95Ms, r.P95Ms/fr.Baseline.P95Ms
@@ -198,6 +207,9 @@ func Score(id string, fr demo.FaultResult) Run {
 	}
 	r.ServiceRight = r.Incident && r.GotService == fr.Service
 	r.CauseRight = r.Incident && r.Expected != "" && r.GotCause == r.Expected
+	if r.Incident && !r.Preexisting && !fr.Onset.IsZero() {
+		r.OpenedMs = (fr.Incident.Opened - fr.Onset.UnixNano()) / 1e6
+	}
 	if r.Incident {
 		for _, at := range fr.Timeline {
 			if at.Service == r.GotService && at.Cause == r.GotCause && at.Service != "" {
@@ -249,7 +261,7 @@ func withBaselines(runs []Run) {
 func Summarize(runs []Run) Summary {
 	slices.SortFunc(runs, func(a, b Run) int { return cmp.Compare(a.ID, b.ID) })
 	s := Summary{Runs: runs, Confusion: map[string]map[string]int{}}
-	var times []int64
+	var times, opened []int64
 	for _, r := range runs {
 		if r.Class == mesh.FaultNone {
 			s.FreeRuns++
@@ -259,6 +271,12 @@ func Summarize(runs []Run) Summary {
 		}
 		if s.add(r) && r.VerdictMs >= 0 {
 			times = append(times, r.VerdictMs)
+			if r.VerdictMs <= 10000 {
+				s.VerdictsIn10s++
+			}
+			if r.OpenedMs >= 0 {
+				opened = append(opened, r.OpenedMs)
+			}
 		}
 		switch {
 		case r.Effect >= minEffect:
@@ -285,6 +303,10 @@ func Summarize(runs []Run) Summary {
 		s.MedianVerdictMs = times[len(times)/2]
 		s.MaxVerdictMs = times[len(times)-1]
 	}
+	if len(opened) > 0 {
+		slices.Sort(opened)
+		s.MedianOpenedMs = opened[len(opened)/2]
+	}
 	return s
 }
 
@@ -305,6 +327,8 @@ func Markdown(w io.Writer, s Summary) {
 	if s.TimedRuns > 0 {
 		fmt.Fprintf(w, "| onset → verdict (both right), median / max | %s / %s (%d runs) |\n",
 			time.Duration(s.MedianVerdictMs)*time.Millisecond, time.Duration(s.MaxVerdictMs)*time.Millisecond, s.TimedRuns)
+		fmt.Fprintf(w, "| of those, within 10 s of the onset; onset → incident opened, median | %s; %s |\n",
+			pct(s.VerdictsIn10s, s.TimedRuns), time.Duration(s.MedianOpenedMs)*time.Millisecond)
 	} else {
 		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
 	}

@@ -18,14 +18,15 @@ func TestScore(t *testing.T) {
 		return &diagnosis.Incident{ID: "i", Verdict: &diagnosis.Verdict{Service: svc, Cause: cause}}
 	}
 	runs := []Run{
-		Score("lock@e.1", demo.FaultResult{Injected: "lock@e", Service: "e", ExpectedCause: "lock", Incident: verdict("e", "lock"),
+		Score("lock@e.1", demo.FaultResult{Injected: "lock@e", Service: "e", ExpectedCause: "lock", Onset: onset,
+			Incident: &diagnosis.Incident{ID: "i", Opened: onset.Add(2500 * time.Millisecond).UnixNano(), Verdict: &diagnosis.Verdict{Service: "e", Cause: "lock"}},
 			Verdict: *verdict("e", "lock").Verdict, Timeline: []demo.VerdictAt{{AfterMs: 3000, Incident: "i"}, {AfterMs: 5000, Incident: "i", Service: "e", Cause: "unknown"},
 				{AfterMs: 7000, Incident: "i", Service: "e", Cause: "lock"}}}),
 		Score("disk@d.1", demo.FaultResult{Injected: "disk@d", Service: "d", ExpectedCause: "disk", Incident: verdict("d", "cpu"), Verdict: *verdict("d", "cpu").Verdict}),
 		Score("cpu@f.1", demo.FaultResult{Injected: "cpu@f", Service: "f", ExpectedCause: "cpu"}),
 		Score("none.1", demo.FaultResult{Injected: "none=2m", Onset: onset, To: onset.Add(2 * time.Minute), OpenDuring: 1}),
 	}
-	if r := runs[0]; !r.ServiceRight || !r.CauseRight || r.VerdictMs != 7000 {
+	if r := runs[0]; !r.ServiceRight || !r.CauseRight || r.VerdictMs != 7000 || r.OpenedMs != 2500 {
 		t.Errorf("right run scored %+v", r)
 	}
 	if r := runs[1]; !r.ServiceRight || r.CauseRight || len(r.Why) == 0 {
@@ -35,7 +36,8 @@ func TestScore(t *testing.T) {
 		t.Errorf("no incident scored %+v", r)
 	}
 	s := Summarize(runs)
-	if s.Faulty != 3 || s.ServiceRight != 2 || s.CauseRight != 1 || s.BothRight != 1 || s.MedianVerdictMs != 7000 {
+	if s.Faulty != 3 || s.ServiceRight != 2 || s.CauseRight != 1 || s.BothRight != 1 || s.MedianVerdictMs != 7000 ||
+		s.VerdictsIn10s != 1 || s.MedianOpenedMs != 2500 {
 		t.Errorf("summary %+v", s)
 	}
 	if s.FreeRuns != 1 || s.FreeIncidents != 1 || s.FreeMinutes != 2 {
@@ -46,7 +48,7 @@ func TestScore(t *testing.T) {
 	}
 	var b strings.Builder
 	Markdown(&b, s)
-	for _, want := range []string{"service top-1 | 2/3", "| lock | 0 |", "**disk@d.1**"} {
+	for _, want := range []string{"service top-1 | 2/3", "| lock | 0 |", "**disk@d.1**", "| 1/1 (100 %); 2.5s |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("markdown lacks %q:\n%s", want, b.String())
 		}

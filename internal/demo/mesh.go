@@ -900,7 +900,8 @@ func countIncidents(ctx context.Context, api, token string, from, to time.Time) 
 }
 
 // watchVerdicts polls the server's incidents every second from onset on
-// and records each change of the verdict of the incident the fault opened
+// and records each change of the verdict (and when its first kernel paths
+// came) of the incident the fault opened
 // (the one with the most anomalous requests that opened after onset); the
 // function it returns stops polling and returns the changes.
 func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func() []VerdictAt {
@@ -928,7 +929,9 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 							at.Missing = append(at.Missing, clipText(m, 240))
 						}
 					}
-					if n := len(tl); n == 0 || tl[n-1].Incident != at.Incident || tl[n-1].Service != at.Service || tl[n-1].Cause != at.Cause {
+					// A change of the verdict, or its first kernel paths.
+					if n := len(tl); n == 0 || tl[n-1].Incident != at.Incident || tl[n-1].Service != at.Service || tl[n-1].Cause != at.Cause ||
+						(tl[n-1].PathSpans > 0) != (at.PathSpans > 0) {
 						tl = append(tl, at)
 					}
 				}
