@@ -198,11 +198,16 @@ func rank(slow, base []*trace) []ServiceScore {
 // services' spans arrive in their own batches: a trace read sooner may lack
 // a child, whose time its parent's exclusive time would then hold); and the
 // Welch t statistic the culprit's growth must reach for the comparison to
-// stand (else the anomalous traces are compared, as without an onset).
+// stand (else the anomalous traces are compared, as without an onset); and
+// the share of every service's growth per trace it must hold: a top
+// service with less localises nothing (ten services each +0.5…1.4 ms
+// over a 5 % quota's slowdown of one of them, which its few slow requests
+// showed: bench/RESULTS.md), however significant.
 const (
 	minShiftTraces = 20
 	shiftSettle    = 2 * time.Second
 	shiftMinT      = 4.0
+	shiftMinShare  = 0.25
 )
 
 // ShiftSpan is how much of a slowdown's beginning the shift comparison
@@ -240,7 +245,8 @@ type shiftComparison struct {
 // trace named the service at once (bench/RESULTS.md). nil when w has no
 // onset, either side has fewer than minShiftTraces traces, or the top
 // service's growth is not significant (Welch's t below shiftMinT: a
-// slowdown of a few requests, which the anomalous traces show better).
+// slowdown of a few requests, which the anomalous traces show better) or
+// is under shiftMinShare of every service's growth.
 func compareShift(all []*trace, w *Window) *shiftComparison {
 	if w.Onset.IsZero() {
 		return nil
@@ -263,7 +269,11 @@ func compareShift(all []*trace, w *Window) *shiftComparison {
 	}
 	c.ranking = rank(c.after, c.before)
 	top := c.ranking[0]
-	if top.Score <= 0 {
+	var grown float64
+	for _, r := range c.ranking {
+		grown += max(r.Score, 0)
+	}
+	if top.Score <= 0 || top.Score < shiftMinShare*grown {
 		return nil
 	}
 	// The services known on both sides, as rank charges calls by them.

@@ -171,3 +171,58 @@ func TestDiagnoseSince(t *testing.T) {
 		t.Fatalf("DiagnoseSince: %s, %v, want b\n%s", v.Service, err, strings.Join(v.Evidence, "\n"))
 	}
 }
+
+// fanTraces builds n traces of an entry a that calls s0, s1, … in turn,
+// one every 50 ms from start: each callee's own time is 3 ms + extra[i],
+// with noise.
+func fanTraces(rng *rand.Rand, first byte, n int, start time.Time, extra []float64) [][]*model.Span {
+	ms := func(x float64) int64 { return int64(x * float64(time.Millisecond)) }
+	var out [][]*model.Span
+	for i := range n {
+		id := model.TraceID{0: first, 14: byte(i >> 8), 15: byte(i)}
+		t0 := start.Add(time.Duration(i) * 50 * time.Millisecond).UnixNano()
+		root := &model.Span{TraceID: id, SpanID: sid(1), Service: "a", Kind: model.KindServer, Start: t0}
+		spans := []*model.Span{root}
+		at := ms(1)
+		for k, x := range extra {
+			d := ms(3 + x + rng.NormFloat64()*0.3)
+			cl := &model.Span{TraceID: id, SpanID: sid(byte(2 + 2*k)), ParentSpanID: sid(1), Service: "a", Kind: model.KindClient, Start: t0 + at, Duration: d + ms(1)}
+			sv := &model.Span{TraceID: id, SpanID: sid(byte(3 + 2*k)), ParentSpanID: cl.SpanID, Service: fmt.Sprintf("s%d", k), Kind: model.KindServer, Start: t0 + at + ms(0.5), Duration: d}
+			spans = append(spans, cl, sv)
+			at += d + ms(1.5)
+		}
+		root.Duration = at + ms(1)
+		out = append(out, spans)
+	}
+	return out
+}
+
+// TestShiftComparisonSpread: a slowdown spread over many services, none of
+// which holds a quarter of the growth, localises nothing however
+// significant each growth is; one that holds most of it stands.
+func TestShiftComparisonSpread(t *testing.T) {
+	onset := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		name  string
+		extra []float64
+		want  string // "" for no comparison
+	}{
+		{"spread over six services", []float64{1.2, 1, 1, 1, 1, 1}, ""},
+		{"one service's", []float64{3, 0.3, 0.3, 0.3, 0.3, 0.3}, "s0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			w := &Window{From: onset.Add(-10 * time.Second), To: onset.Add(20 * time.Second), Entry: "a", Onset: onset,
+				Traces: append(fanTraces(rng, 1, 200, onset.Add(-10*time.Second), make([]float64, len(tc.extra))), fanTraces(rng, 2, 300, onset, tc.extra)...)}
+			shift := compareShift(built(w), w)
+			switch {
+			case tc.want == "" && shift != nil:
+				t.Errorf("compared: %s +%.2f ms of %+v (t %.1f), want no comparison", shift.ranking[0].Service, shift.ranking[0].Score, shift.ranking, shift.t)
+			case tc.want != "" && (shift == nil || shift.ranking[0].Service != tc.want):
+				t.Errorf("comparison %+v, want %s", shift, tc.want)
+			case shift != nil && shift.t < shiftMinT:
+				t.Errorf("t %.1f", shift.t)
+			}
+		})
+	}
+}
