@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -426,25 +427,44 @@ func addTrace(td ptrace.Traces, rng *rand.Rand, start time.Time, slow string, fa
 
 // metricValue reads one unlabelled sample from a Prometheus text endpoint.
 func metricValue(ctx context.Context, u, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	vals, err := metricValues(ctx, u, name)
 	if err != nil {
 		return 0, err
 	}
+	v, ok := vals[name]
+	if !ok {
+		return 0, fmt.Errorf("metric %s not found at %s", name, u)
+	}
+	return v, nil
+}
+
+// metricValues reads the unlabelled samples of names from the Prometheus
+// text at u in one request (those absent are left out).
+func metricValues(ctx context.Context, u string, names ...string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		name, v, ok := strings.Cut(line, " ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+			out[name] = f
 		}
 	}
-	return 0, fmt.Errorf("metric %s not found at %s", name, u)
+	return out, nil
 }
 
 func getJSON(ctx context.Context, u string, v any) error { return getJSONAuth(ctx, u, "", v) }

@@ -261,14 +261,22 @@ type ServerWork struct {
 // serverWork reads the histograms of the server's verdicts and critical
 // paths at api (those it lacks are left out).
 func serverWork(ctx context.Context, api string) []ServerWork {
-	var out []ServerWork
-	for _, h := range []struct{ what, name string }{
+	hists := []struct{ what, name string }{
 		{"verdicts", "rootline_incident_verdict_seconds"},
 		{"critical paths of a snapshot", "rootline_critpath_seconds"},
-	} {
-		n, err1 := metricValue(ctx, api+"/metrics", h.name+"_count")
-		sum, err2 := metricValue(ctx, api+"/metrics", h.name+"_sum")
-		if err1 != nil || err2 != nil || n == 0 {
+	}
+	var names []string
+	for _, h := range hists {
+		names = append(names, h.name+"_count", h.name+"_sum")
+	}
+	vals, err := metricValues(ctx, api+"/metrics", names...)
+	if err != nil {
+		return nil
+	}
+	var out []ServerWork
+	for _, h := range hists {
+		n, sum := vals[h.name+"_count"], vals[h.name+"_sum"]
+		if n == 0 {
 			continue
 		}
 		out = append(out, ServerWork{What: h.what, Count: int(n), MeanMs: math.Round(1e4*sum/n) / 10})

@@ -615,15 +615,10 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 		v.Evidence = append(v.Evidence, "critical-path notes: "+strings.Join(notes, "; "))
 	}
 	// The spans' own waits weigh the growth only where the kernel paths
-	// of the spans before the onset are missing (v.byGrowth tells
-	// weighBaseline's note which).
-	if spanWaitsWeigh(waits, top) {
-		v.byGrowth = "trace"
-	}
-	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to); ok {
+	// of the spans before the onset are missing.
+	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to, spanWaitsWeigh(waits, top)); ok {
 		return shares, total
 	}
-	v.byGrowth = ""
 	if shares, total, ok := weighSpanWaits(v, waits, untracedMs, top); ok {
 		return shares, total
 	}
@@ -685,7 +680,7 @@ func weighSpanWaits(v *Verdict, waits map[string]float64, untracedMs float64, to
 		switch {
 		case slices.Contains(queueStates, st):
 			grown[StateCause(st)] += q * ms / qSum
-		case r > 0:
+		case r > 0 && rSum > 0:
 			grown[StateCause(st)] += r * ms / rSum
 		}
 	}
@@ -746,10 +741,11 @@ const (
 // is in its normal spans too: a fault that adds a wait smaller than that
 // work (a few fsyncs in a request that computes) is what grew, not what
 // the slow spans mostly did. ok is false, and the shares of the slow spans'
-// time stand, when there are fewer than minBaselineSpans such paths or
-// nothing grew.
+// time stand (or the spans' waits weigh the growth: spansWeigh, which the
+// note on a missing baseline says), when there are fewer than
+// minBaselineSpans such paths or nothing grew.
 func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[string]float64, untracedMs float64, anoms []analysis.Anomaly,
-	onset, to int64) (shares []causeShare, total float64, ok bool) {
+	onset, to int64, spansWeigh bool) (shares []causeShare, total float64, ok bool) {
 	base := newWaitTally()
 	n, _, err := d.storedPaths(ctx, base, v.Service, anoms, onset, to, onset-d.Config.Lookback.Nanoseconds(), onset-1,
 		map[model.TraceID]bool{}, maxBaselineTraces, nil)
@@ -759,7 +755,7 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 			what += " (" + err.Error() + ")"
 		}
 		so := "so the cause is the largest share of the slow spans' time, not what grew"
-		if v.byGrowth == "trace" {
+		if spansWeigh {
 			so = "so what grew was weighed from its spans' waits"
 		}
 		v.Missing = append(v.Missing, fmt.Sprintf("a baseline: kernel critical paths of %s's spans before the onset: %s of the %d needed, %s",

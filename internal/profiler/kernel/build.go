@@ -696,6 +696,9 @@ func (b *builder) snapshot(events int) (*Snapshot, *builtIntervals) {
 // records (a waker followed) win, and of two guesses the earlier stands. A
 // thread's intervals stay in time order (each is appended at its end).
 func (b *builder) dropHeldOverlaps() {
+	if !slices.ContainsFunc(b.ivs, func(iv ival) bool { return iv.held }) {
+		return
+	}
 	var own map[int32][]ival // the non-holder intervals of holder threads
 	for i := range b.ivs {
 		if iv := &b.ivs[i]; !iv.held && b.tl[iv.th].holder {
