@@ -130,7 +130,7 @@ func TestServicesGRPCContract(t *testing.T) {
 	}
 	cmdOf := GRPCServiceCmd(dir, deps)
 	ok, failing := newGRPCSink(t, codes.OK), newGRPCSink(t, codes.Internal)
-	dead := svcFreeAddr(t)
+	dead := svcDeadAddr(t)
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 	for _, lang := range langs {

@@ -60,7 +60,7 @@ func TestServicesContract(t *testing.T) {
 		}
 	}))
 	defer sink.Close()
-	dead := "http://" + svcFreeAddr(t) + "/"
+	dead := "http://" + svcDeadAddr(t) + "/"
 
 	for _, lang := range []string{LangGo, LangJava, LangPython} {
 		t.Run(lang, func(t *testing.T) {
@@ -184,6 +184,27 @@ func svcFreeAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// svcDeadAddr returns the address of a downstream that accepts and closes at once. A port merely left free
+// could be handed to a service the test starts later, which would then answer it.
+func svcDeadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 	return ln.Addr().String()
 }
 
