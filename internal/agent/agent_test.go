@@ -24,6 +24,7 @@ import (
 
 	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/capture"
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/store/storetest"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(socketClientEnv) != "" {
 		os.Exit(socketClientMain()) // a child of TestSocketChecksTheCallersUID
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction(kclock.Refresher))
 }
 
 // fakeProfiler is a profiler for this unit test of the agent logic: it

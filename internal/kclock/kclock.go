@@ -1,8 +1,9 @@
 // Package kclock turns readings of the kernel's clocks into Unix time. BPF
 // programs, perf events and tracepoints stamp events with CLOCK_MONOTONIC
 // (bpf_ktime_get_ns), which counts from boot; spans, profiles and artifacts
-// are in Unix nanoseconds. Each reader measures the offset between the two
-// once, when it starts, and adds it to every reading.
+// are in Unix nanoseconds. Readers convert with MonotonicUnix, which adds
+// the offset between the two in force when the reading was taken (wall.go:
+// the wall clock can be stepped while they run).
 package kclock
 
 import (

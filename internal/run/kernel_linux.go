@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/run/datapath"
 	"github.com/rootline/rootline/internal/run/httpstream"
 )
@@ -53,7 +52,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 	}
 
 	spans := NewKernelSpans(KernelSpansConfig{Service: o.Service, Instance: o.Instance, Sink: sink,
-		Logger: base, MonoOffset: kclock.Monotonic.Offset(), Stats: stats})
+		Logger: base, Stats: stats})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/run/httpstream"
 )
 
@@ -80,7 +81,9 @@ type KernelSpansConfig struct {
 	Service, Instance, Host string
 	Sink                    Sink
 	Logger                  *slog.Logger
-	// MonoOffset is wall − CLOCK_MONOTONIC in ns (kclock.Monotonic.Offset).
+	// MonoOffset, when not 0, is a fixed wall − CLOCK_MONOTONIC in ns (for
+	// tests); 0 converts with kclock.MonotonicUnix, which follows steps of
+	// the wall clock.
 	MonoOffset int64
 	// Stats receives the counters (nil: the builder's own), so that a
 	// metrics listener started before the builder can read them.
@@ -124,7 +127,12 @@ func (k *KernelSpans) isGo(pid int) bool {
 	return k.goPID[pid]
 }
 
-func (k *KernelSpans) wall(mono int64) time.Time { return time.Unix(0, mono+k.monoOffset) }
+func (k *KernelSpans) wall(mono int64) time.Time {
+	if k.monoOffset != 0 {
+		return time.Unix(0, mono+k.monoOffset)
+	}
+	return time.Unix(0, kclock.MonotonicUnix(mono))
+}
 
 func spanID(v uint64) httpstream.SpanID {
 	var s httpstream.SpanID

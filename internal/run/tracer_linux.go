@@ -91,10 +91,8 @@ type Tracer struct {
 	// schedstat holds an open /proc/<pid>/task/<tid>/schedstat per thread.
 	schedstat map[int]int
 	// tasks are the traced threads by tid, for reads from cfg.Reads.
-	tasks map[int]*supervisor.Task
-	// monoOffset is wall − CLOCK_MONOTONIC, for cfg.Reads' timestamps.
-	monoOffset int64
-	tapWarned  bool
+	tasks     map[int]*supervisor.Task
+	tapWarned bool
 
 	// Stats are the counters: the config's, or its own.
 	Stats *Stats
@@ -188,12 +186,11 @@ func New(cfg Config) *Tracer {
 	}
 	return &Tracer{
 		cfg: cfg, log: cfg.Logger.With("component", "tracer"), Stats: cfg.Stats,
-		res:        resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
-		procs:      map[int]*proc{},
-		writes:     map[int]*pendingWrite{},
-		schedstat:  map[int]int{},
-		tasks:      map[int]*supervisor.Task{},
-		monoOffset: kclock.Monotonic.Offset(),
+		res:       resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
+		procs:     map[int]*proc{},
+		writes:    map[int]*pendingWrite{},
+		schedstat: map[int]int{},
+		tasks:     map[int]*supervisor.Task{},
 	}
 }
 
@@ -1122,5 +1119,5 @@ func (tr *Tracer) tapRead(r *readtap.Read) {
 		}
 		return
 	}
-	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: kclock.ToTime(r.Mono, tr.monoOffset), delay: time.Duration(r.RunDelay)})
+	tr.feed(t, p, c, r.Data, readAt{g: r.G, now: time.Unix(0, kclock.MonotonicUnix(r.Mono)), delay: time.Duration(r.RunDelay)})
 }

@@ -100,14 +100,13 @@ func (c Config) withDefaults() Config {
 
 // Sampler is the "cpu" profiler. It is safe for concurrent use.
 type Sampler struct {
-	cfg      Config
-	log      *slog.Logger
-	objs     cpuSampleObjects
-	events   []*perfEvent
-	rd       *bpfring.Reader // waits in the netpoller (see package bpfring)
-	offsetNs int64           // Unix ns − CLOCK_MONOTONIC ns
-	store    *store
-	sym      *symbolizer
+	cfg    Config
+	log    *slog.Logger
+	objs   cpuSampleObjects
+	events []*perfEvent
+	rd     *bpfring.Reader // waits in the netpoller (see package bpfring)
+	store  *store
+	sym    *symbolizer
 
 	mu        sync.Mutex // serializes Start/Stop/Close and the targets map in BPF
 	closed    bool
@@ -158,7 +157,6 @@ func New(cfg Config, logger *slog.Logger) (*Sampler, error) {
 	if err := s.objs.CpuConfig.Put(uint32(0), cpuSampleCpuSampleConfig{All: all, WakeupBytes: uint32(cfg.RingBufferBytes / 4)}); err != nil {
 		return nil, fmt.Errorf("cpu: write config: %w", err)
 	}
-	s.offsetNs = kclock.Monotonic.Offset()
 	if s.rd, err = bpfring.NewReader(s.objs.CpuEvents); err != nil {
 		return nil, fmt.Errorf("%w: ring buffer: %w", ErrUnavailable, err)
 	}
@@ -229,7 +227,7 @@ func (s *Sampler) read() {
 		ev = *(*cpuSampleCpuSampleEvent)(unsafe.Pointer(&rec.RawSample[0]))
 		s.samples.Add(1)
 		smp := sample{
-			unixNs: int64(ev.KtimeNs) + s.offsetNs,
+			unixNs: kclock.MonotonicUnix(int64(ev.KtimeNs)),
 			tid:    ev.Tid,
 			user:   frames(ev.User[:], ev.UserLen),
 			kern:   frames(ev.Kern[:], ev.KernLen),

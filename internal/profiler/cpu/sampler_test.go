@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/kclock"
 	"github.com/rootline/rootline/internal/profiler"
 	"github.com/rootline/rootline/internal/profiler/cpu"
 )
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		if err := goleak.Find(goleak.IgnoreAnyFunction(kclock.Refresher)); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

@@ -22,10 +22,9 @@ import (
 // Tracker attaches the uprobe to the Go processes added to it and reads
 // their goroutines' status changes.
 type Tracker struct {
-	objs   goSchedObjects
-	rd     *bpfring.Reader // waits in the netpoller
-	offset int64
-	rec    ringbuf.Record // Read's, reused
+	objs goSchedObjects
+	rd   *bpfring.Reader // waits in the netpoller
+	rec  ringbuf.Record  // Read's, reused
 
 	mu    sync.Mutex
 	procs map[uint32]*proc
@@ -45,7 +44,7 @@ const (
 
 // New loads the tracker's BPF program. Close releases it.
 func New() (*Tracker, error) {
-	t := &Tracker{procs: map[uint32]*proc{}, offset: kclock.Monotonic.Offset()}
+	t := &Tracker{procs: map[uint32]*proc{}}
 	if err := loadGoSchedObjects(&t.objs, nil); err != nil {
 		return nil, fmt.Errorf("load the goroutine tracker: %w", err)
 	}
@@ -123,7 +122,7 @@ func (t *Tracker) Read(e *Event) error {
 		// The layout is struct go_sched_event (bpf/go_sched.h), generated
 		// by bpf2go; copied out of the record's buffer, which is reused.
 		ev = *(*goSchedGoSchedEvent)(unsafe.Pointer(&t.rec.RawSample[0]))
-		*e = Event{TS: int64(ev.KtimeNs) + t.offset, PID: ev.Tgid, TID: ev.Tid, Goid: ev.Goid, Old: ev.Oldval, New: ev.Newval}
+		*e = Event{TS: kclock.MonotonicUnix(int64(ev.KtimeNs)), PID: ev.Tgid, TID: ev.Tid, Goid: ev.Goid, Old: ev.Oldval, New: ev.Newval}
 		if ev.Newval == Waiting {
 			e.Reason = t.reason(ev.Tgid, ev.Reason)
 		}

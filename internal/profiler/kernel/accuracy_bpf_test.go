@@ -55,7 +55,7 @@ func isState(state string, reasons ...string) func(iv *Interval) bool {
 func unixCalls(r *Recorder, w *workload) [][2]int64 {
 	out := make([][2]int64, len(w.calls))
 	for i, c := range w.calls {
-		out[i] = [2]int64{c[0] + r.offsetNs, c[1] + r.offsetNs}
+		out[i] = [2]int64{c[0] + r.offsetNow(), c[1] + r.offsetNow()}
 	}
 	return out
 }
@@ -390,7 +390,7 @@ func TestAccuracyMutex(t *testing.T) {
 	}
 	snap := runAndDump(t, r, w)
 	waiter, holder := w.tids["waiter"], w.tids["holder"]
-	got, want := waitsUntil(snap, waiter, unixCalls(r, w), w.marks, r.offsetNs, isState(StateBlocked, ReasonLock))
+	got, want := waitsUntil(snap, waiter, unixCalls(r, w), w.marks, r.offsetNow(), isState(StateBlocked, ReasonLock))
 	t.Logf("waiter from lock() to the unlock: measured %v, blocked on the lock %v (%+.1f%%)", time.Duration(want), time.Duration(got), 100*float64(got-want)/float64(want))
 	if !within(got, want, 0.10) {
 		t.Errorf("blocked on the lock %v of the %v measured", time.Duration(got), time.Duration(want))
@@ -478,7 +478,7 @@ func TestAccuracyNetwork(t *testing.T) {
 	}
 	snap, _ := dumpSnapshot(t, r, w.pid(), start, end)
 	recv := w.tids["receiver"]
-	got, want := waitsUntil(snap, recv, unixCalls(r, w), relay.marks, r.offsetNs, isState(StateBlocked, ReasonNetwork))
+	got, want := waitsUntil(snap, recv, unixCalls(r, w), relay.marks, r.offsetNow(), isState(StateBlocked, ReasonNetwork))
 	t.Logf("reading, until the relay sent: measured %v, network %v (%+.1f%%)", time.Duration(want), time.Duration(got), 100*float64(got-want)/float64(want))
 	if !within(got, want, 0.10) {
 		t.Errorf("network %v of the %v measured", time.Duration(got), time.Duration(want))

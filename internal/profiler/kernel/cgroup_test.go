@@ -39,7 +39,7 @@ func TestDumpCgroupSelectsMembers(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("100\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNs), End: time.Unix(0, at(100)+r.offsetNs)}
+	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNow()), End: time.Unix(0, at(100)+r.offsetNow())}
 	tgt := profiler.Target{PID: 100, Service: "svc"}
 	if _, err := r.DumpCgroup(context.Background(), 42, dir, tgt, win); !errors.Is(err, profiler.ErrUnknownTarget) {
 		t.Fatalf("dump of a cgroup never started: %v", err)

@@ -126,7 +126,7 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	if err := r.Start(context.Background(), profiler.Target{PID: pid}); err != nil {
 		t.Fatal(err)
 	}
-	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNs), End: time.Unix(0, at(100)+r.offsetNs)}
+	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNow()), End: time.Unix(0, at(100)+r.offsetNow())}
 	arts, err := r.Dump(context.Background(), profiler.Target{PID: 999_999_999}, win)
 	if !errors.Is(err, profiler.ErrUnknownTarget) || len(arts) != 0 {
 		t.Fatalf("dump of a process never recorded: %v, %d artifacts", err, len(arts))
@@ -138,9 +138,9 @@ func TestDumpCTFReadByBabeltrace(t *testing.T) {
 	// by an unknown thread that began before the window.
 	win.Spans = []profiler.Span{
 		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", SpanID: "00f067aa0ba902b7", Service: "svc", Operation: "GET /x",
-			Start: time.Unix(0, at(5)+r.offsetNs), End: time.Unix(0, at(80)+r.offsetNs), TIDs: []uint32{101, 102}},
+			Start: time.Unix(0, at(5)+r.offsetNow()), End: time.Unix(0, at(80)+r.offsetNow()), TIDs: []uint32{101, 102}},
 		{TraceID: "4bf92f3577b34da6a3ce929d0e0e4737", SpanID: "00f067aa0ba902b8", ParentSpanID: "00f067aa0ba902b7", Service: "svc",
-			Operation: "db", Start: time.Unix(0, at(-50)+r.offsetNs), End: time.Unix(0, at(20)+r.offsetNs)},
+			Operation: "db", Start: time.Unix(0, at(-50)+r.offsetNow()), End: time.Unix(0, at(20)+r.offsetNow())},
 	}
 	arts, err = r.Dump(context.Background(), profiler.Target{PID: 100, Service: "svc"}, win)
 	if !errors.Is(err, profiler.ErrTargetGone) {
@@ -210,7 +210,7 @@ func TestDumpWithoutCTF(t *testing.T) {
 	r.mu.Lock()
 	r.targets[100] = 1
 	r.mu.Unlock()
-	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNs), End: time.Unix(0, at(100)+r.offsetNs)}
+	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNow()), End: time.Unix(0, at(100)+r.offsetNow())}
 	arts, err := r.Dump(context.Background(), profiler.Target{PID: 100, Service: "svc"}, win)
 	if !errors.Is(err, profiler.ErrTargetGone) {
 		t.Errorf("dump of an exited target: %v, want an error wrapping ErrTargetGone", err)

@@ -30,6 +30,7 @@ type Held struct {
 	gone        error // wraps ErrTargetGone when the target had exited
 
 	mStart, mEnd    int64 // CLOCK_MONOTONIC ns
+	offset          int64 // Unix ns − CLOCK_MONOTONIC ns at mEnd
 	win             windowEvents
 	comms           map[uint32]string
 	gil             map[uint32][]addrRange // interpreter locks by pid

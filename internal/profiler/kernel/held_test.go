@@ -33,7 +33,7 @@ func TestHeldOutlivesEviction(t *testing.T) {
 	r.mu.Lock()
 	r.targets[100] = 1 // pretend pid 100 was started (and has exited)
 	r.mu.Unlock()
-	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNs), End: time.Unix(0, at(100)+r.offsetNs)}
+	win := profiler.Window{Start: time.Unix(0, at(0)+r.offsetNow()), End: time.Unix(0, at(100)+r.offsetNow())}
 	tgt := profiler.Target{PID: 100, Service: "svc"}
 
 	now, err := r.Dump(context.Background(), tgt, win)
@@ -76,9 +76,17 @@ func TestHeldOutlivesEviction(t *testing.T) {
 		t.Fatalf("held snapshot: %d threads, %d intervals, %d wakeups; at the time of the copy: %d, %d, %d",
 			len(b.Threads), len(b.Intervals), len(b.Wakeups), len(a.Threads), len(a.Intervals), len(a.Wakeups))
 	}
+	// The two dumps map the window's Unix times to the monotonic clock at
+	// different moments; the wall clock may have slewed (by less than a
+	// step) in between, so times agree within a step, the rest exactly.
 	for i := range a.Intervals {
-		if a.Intervals[i] != b.Intervals[i] {
-			t.Errorf("interval %d: held %+v, at the copy %+v", i, b.Intervals[i], a.Intervals[i])
+		x, y := a.Intervals[i], b.Intervals[i]
+		if abs(x.Start-y.Start) > slewTolerance || abs(x.End-y.End) > slewTolerance {
+			t.Errorf("interval %d: held %+v, at the copy %+v", i, y, x)
+		}
+		x.Start, x.End = y.Start, y.End
+		if x != y {
+			t.Errorf("interval %d: held %+v, at the copy %+v", i, y, x)
 		}
 	}
 	var comms []string
@@ -95,6 +103,18 @@ func TestHeldOutlivesEviction(t *testing.T) {
 	if _, err := held.Dump(context.Background()); !errors.Is(err, errHeldUsed) {
 		t.Errorf("second Dump of a held window: %v, want errHeldUsed", err)
 	}
+}
+
+// slewTolerance is how far two conversions of one Unix time may fall
+// apart when the wall clock slews between them (kclock keeps only steps
+// above a millisecond).
+const slewTolerance = int64(time.Millisecond)
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
 }
 
 // sortByTS orders records by time, those of one time in arrival order.
@@ -121,4 +141,11 @@ func TestSortByTS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// offsetNow is Unix ns − CLOCK_MONOTONIC ns as the recorder converts a
+// window ending now.
+func (r *Recorder) offsetNow() int64 {
+	ns := kclock.Monotonic.Now()
+	return kclock.MonotonicUnix(ns) - ns
 }

@@ -141,13 +141,12 @@ func (c Config) followBytes() int64 {
 // Recorder is the "kernel" profiler: a flight recorder of thread states and
 // wakeups. It is safe for concurrent use.
 type Recorder struct {
-	cfg      Config
-	log      *slog.Logger
-	src      Source
-	ring     *ring
-	devs     *devNames
-	offsetNs int64 // Unix ns − CLOCK_MONOTONIC ns
-	host     string
+	cfg  Config
+	log  *slog.Logger
+	src  Source
+	ring *ring
+	devs *devNames
+	host string
 
 	mu      sync.Mutex // guards targets, cgroups and closed
 	targets map[int]uint64
@@ -185,17 +184,16 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 	}
 	host, _ := os.Hostname()
 	r := &Recorder{
-		cfg:      cfg,
-		log:      logger.With("component", "profiler/kernel"),
-		src:      src,
-		ring:     newRing(cfg.MaxBytes, cfg.followBytes()),
-		devs:     newDevNames(),
-		gil:      newInterpLocks(),
-		offsetNs: kclock.Monotonic.Offset(),
-		host:     host,
-		targets:  map[int]uint64{},
-		cgroups:  map[uint64]bool{},
-		done:     make(chan struct{}),
+		cfg:     cfg,
+		log:     logger.With("component", "profiler/kernel"),
+		src:     src,
+		ring:    newRing(cfg.MaxBytes, cfg.followBytes()),
+		devs:    newDevNames(),
+		gil:     newInterpLocks(),
+		host:    host,
+		targets: map[int]uint64{},
+		cgroups: map[uint64]bool{},
+		done:    make(chan struct{}),
 	}
 	r.wg.Add(2)
 	go func() {
@@ -465,7 +463,12 @@ func (r *Recorder) copyWindow(ctx context.Context, t profiler.Target, w profiler
 		return nil, err
 	}
 	h := &Held{r: r, t: t, spans: w.Spans, start: start, end: end, sel: sel, needThreads: needThreads, isAlive: isAlive}
-	h.mStart, h.mEnd = start.UnixNano()-r.offsetNs, end.UnixNano()-r.offsetNs
+	// The window in the recorder's clock, and the one offset the snapshot
+	// is converted back with: the wall clock's at the window's end (a step
+	// of the wall clock inside the window leaves the part before it off
+	// by the step; steps before the window do not move it).
+	h.mStart, h.mEnd = kclock.UnixMonotonic(start.UnixNano()), kclock.UnixMonotonic(end.UnixNano())
+	h.offset = kclock.MonotonicUnix(h.mEnd) - h.mEnd
 	procs := map[uint32]bool{uint32(t.PID): true}
 	if sel != nil {
 		procs = sel.members
@@ -491,7 +494,7 @@ func (r *Recorder) copyWindow(ctx context.Context, t profiler.Target, w profiler
 func (h *Held) encode() ([]profiler.Artifact, error) {
 	r, t, sel := h.r, h.t, h.sel
 	comm := func(tid uint32) string { return h.comms[tid] }
-	in := buildInput{pid: uint32(t.PID), start: h.mStart, end: h.mEnd, offset: r.offsetNs, comm: comm,
+	in := buildInput{pid: uint32(t.PID), start: h.mStart, end: h.mEnd, offset: h.offset, comm: comm,
 		devName: r.devs.name, maxDepth: max(r.cfg.FollowDepth, 1), maxThreads: r.cfg.FollowThreads,
 		recording: r.cfg.following() || r.cfg.All, complete: h.win.complete, gil: h.gil}
 	if sel != nil {
@@ -557,7 +560,7 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 	}
 	if r.cfg.CTF {
 		var ctf bytes.Buffer
-		if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, r.offsetNs, comm, r.host); err != nil {
+		if err := writeCTF(&ctf, snap, ivs, win.events, rawFilter(snap, h.mStart, h.mEnd), h.spans, h.offset, comm, r.host); err != nil {
 			return nil, fmt.Errorf("kernel: encode CTF: %w", err)
 		}
 		arts = append(arts, profiler.Artifact{Kind: "kernel-ctf", MediaType: "application/gzip", FileName: base + ".ctf.tar.gz",
