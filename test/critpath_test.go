@@ -43,13 +43,22 @@ type cpEnv struct {
 	dir      string
 }
 
+// newCPEnv's server stores each capture's paths as it completes, incident
+// or not: the critical-path tests read the stored paths.
 func newCPEnv(t *testing.T, profilers string, agentArgs ...string) *cpEnv {
+	t.Helper()
+	return newCPEnvServer(t, profilers, []string{"--capture.eager-paths"}, agentArgs...)
+}
+
+// newCPEnvServer is newCPEnv with other server flags (none: the default,
+// paths computed while an incident is open, as the diagnosis tests need).
+func newCPEnvServer(t *testing.T, profilers string, serverArgs []string, agentArgs ...string) *cpEnv {
 	t.Helper()
 	bpftest.RequireBPF(t)
 	dir := t.TempDir()
-	srv := startServer(t, filepath.Join(dir, "data"), "--detector.min-fill", "10",
+	srv := startServer(t, filepath.Join(dir, "data"), append([]string{"--detector.min-fill", "10",
 		"--capture.pre", "300ms", "--capture.post", "300ms", "--capture.settle", "1s",
-		"--capture.min-interval", "0", "--capture.max-per-minute", "0")
+		"--capture.min-interval", "0", "--capture.max-per-minute", "0"}, serverArgs...)...)
 	anchor := startTarget(t, "sleep", "600")
 	startAgent(t, srv, append([]string{"--profilers", profilers, "--target", fmt.Sprint("pid=", anchor)}, agentArgs...)...)
 	var agents []struct {

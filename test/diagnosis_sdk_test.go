@@ -45,7 +45,7 @@ func venvPython(t *testing.T, module string) string {
 func TestDiagnosisOTelSDK(t *testing.T) {
 	// Discovery on: the service is found as a user's would be, by its
 	// environment.
-	e := newCPEnv(t, "kernel", "--discover=true", "--discover-interval", "1s")
+	e := newCPEnvServer(t, "kernel", nil, "--discover=true", "--discover-interval", "1s")
 	py := venvPython(t, "opentelemetry.exporter.otlp.proto.http.trace_exporter")
 	app, _ := filepath.Abs("testdata/otelsdk/app.py")
 	cg := cpuCgroup(t, "rootline-test-diagnosis-sdk")

@@ -102,7 +102,7 @@ func (e *cpEnv) checkVerdict(t *testing.T, inc diagnosis.Incident, svc, cause st
 // service (one request holds it while spinning, three wait): an incident
 // opens at its entry point, and its verdict names the service and lock.
 func TestDiagnosisLockC(t *testing.T) {
-	e := newCPEnv(t, "kernel")
+	e := newCPEnvServer(t, "kernel", nil)
 	bin := cpBuild(t, e.dir)
 	port, _ := e.run(t, "dg-lock", "ptrace", nil, bin)
 	for range 40 {
@@ -166,7 +166,7 @@ func diagnoseJSON(t *testing.T, args ...string) []diagnosis.Incident {
 // share of each request well above the run-queue wait that follows each
 // unthrottle on a machine loaded by other work.
 func TestDiagnosisThrottledC(t *testing.T) {
-	e := newCPEnv(t, "kernel")
+	e := newCPEnvServer(t, "kernel", nil)
 	bin := cpBuild(t, e.dir)
 	cg := cpuCgroup(t, "rootline-test-diagnosis")
 	mustWrite(t, cg+"/cpu.cfs_period_us", "250000")

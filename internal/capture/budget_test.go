@@ -190,18 +190,23 @@ func TestSuspectReleasesHeld(t *testing.T) {
 		t.Errorf("a later anomaly joined the released capture (%v) or moved it: due in %v", joined, e.due.Sub(now))
 	}
 	// A capture not held, whose window ends Post after a span that just
-	// ended: when its service becomes a suspect, its window ends now and
-	// it goes after Settle, not Post + Settle later.
-	_, f := held(9, "f")
-	f.held, f.End, f.due = false, now.Add(cfg.Post).UnixNano(), now.Add(cfg.Post+cfg.Settle)
-	f.latest = f.due.Add(cfg.MaxDelay)
-	delete(m.lastFired, procKey{"agent", 9})
-	m.SetSuspects(ranking("e", "f"))
-	if !f.due.Equal(now.Add(cfg.Settle)) || f.End != now.UnixNano() || f.held {
-		t.Errorf("the new suspect's capture: due in %v, window ends %v from now, held %v; want Settle, 0, false",
-			f.due.Sub(now), time.Duration(f.End-now.UnixNano()), f.held)
+	// ended: when its service becomes a suspect, its window ends with the
+	// span and it goes after Settle, not Post + Settle later; when the span
+	// ended two seconds ago (Settle passed), at once.
+	for _, ago := range []time.Duration{0, 2 * time.Second} {
+		_, f := held(9, "f")
+		spanEnd := now.Add(-ago)
+		f.held, f.End, f.due, f.spansEnd = false, spanEnd.Add(cfg.Post).UnixNano(), spanEnd.Add(cfg.Post+cfg.Settle), spanEnd.UnixNano()
+		f.latest = f.due.Add(cfg.MaxDelay)
+		delete(m.lastFired, procKey{"agent", 9})
+		m.SetSuspects(ranking("e", "f"))
+		wantDue := laterOf(spanEnd.Add(cfg.Settle), now)
+		if !f.due.Equal(wantDue) || f.End != spanEnd.UnixNano() || f.held {
+			t.Errorf("the new suspect's capture, its span ended %v ago: due in %v, window ends %v from now, held %v; want %v, %v, false",
+				ago, f.due.Sub(now), time.Duration(f.End-now.UnixNano()), f.held, wantDue.Sub(now), -ago)
+		}
+		m.SetSuspects(ranking("e"))
 	}
-	m.SetSuspects(ranking("e"))
 	// Still a suspect a second later: nothing moves again.
 	e.due, e.held = now.Add(20*time.Second), true
 	m.refreshSuspects()

@@ -113,6 +113,14 @@ type Config struct {
 	Queue int `yaml:"queue"`
 	// RequestTimeout bounds the dump request to the agent (not the upload).
 	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// EagerPaths makes the server compute every capture's kernel critical
+	// paths as soon as it completes. By default a capture that completes
+	// while no incident is open (or settling) has them computed only when
+	// an incident opens within the diagnosis' lookback of it, or when they
+	// are asked for (the trace's critical path in the API or the UI): in a
+	// healthy mesh the detector's tail captures are most of the server's
+	// capture work, and nothing reads their paths.
+	EagerPaths bool `yaml:"eager_paths"`
 	// CaptureTimeout is how long an agent has to complete a capture.
 	CaptureTimeout time.Duration `yaml:"capture_timeout"`
 	// Heartbeat is the agents' heartbeat interval.
@@ -205,6 +213,8 @@ type Capture struct {
 	// latest is how late coalescing may make it due (MaxDelay past when it
 	// was first due, or held to).
 	latest time.Time
+	// spansEnd is the latest end of its spans (Unix ns).
+	spansEnd int64
 }
 
 type agent struct {
@@ -367,18 +377,19 @@ func (m *Manager) refreshSuspects() {
 	// after one taken before (nextSlotLocked): the incident's verdict
 	// waits for them. Each already holds slow spans, which have ended; the
 	// rest of its window (Post after the last of them) is context the
-	// verdict does not read, so the window ends now and the capture goes
-	// once the agent's buffers hold that (Settle). Anomalies that would
-	// postpone it start the next capture, which the suspect's
-	// AskedInterval lets follow.
+	// verdict does not read, so the window ends with the last of them and
+	// the capture goes once the agent's buffers hold that (Settle after
+	// it: by the time a span reached the server and ranked its service,
+	// mostly now). Anomalies that would postpone it start the next
+	// capture, which the suspect's AskedInterval lets follow.
 	for key, list := range m.pending {
 		for _, c := range list {
 			if !slices.Contains(eased, c.Service) {
 				continue
 			}
-			end := min(c.End, max(now.UnixNano(), c.Start))
+			end := min(c.End, max(c.spansEnd, c.Start))
 			slot := m.nextSlotLocked(key, c.Service, now, c.asked)
-			settled := time.Unix(0, end).Add(m.cfg.Settle)
+			settled := laterOf(time.Unix(0, end).Add(m.cfg.Settle), now)
 			if due := laterOf(slot, settled); due.Before(c.due) {
 				c.End, c.due, c.held = end, due, slot.After(settled)
 				c.latest = due
@@ -658,7 +669,7 @@ func (m *Manager) route(s *model.Span, asked bool) {
 			ID: newID(), AgentID: t.agent.AgentID, Host: t.agent.Host, PID: t.proc.PID,
 			Service: t.proc.Service, Start: start, End: end, Kinds: m.kindsFor(t),
 			Spans: []store.SpanRef{ref}, State: StatePending, Created: m.now(),
-			Artifacts: []string{}, asked: asked,
+			Artifacts: []string{}, asked: asked, spansEnd: s.End(),
 		}
 		c.due = laterOf(time.Unix(0, end), m.now()).Add(m.cfg.Settle)
 		m.captures[c.ID] = c
@@ -695,6 +706,7 @@ func (m *Manager) coalesce(key procKey, service string, ref store.SpanRef, start
 			continue
 		}
 		c.Start, c.End = ns, ne
+		c.spansEnd = max(c.spansEnd, spanEnd)
 		c.due = laterOf(c.due, settled)
 		if asked && !c.asked {
 			c.asked = true
@@ -833,6 +845,7 @@ func (m *Manager) holdLocked(key procKey, c *Capture, next time.Time) {
 			continue
 		}
 		w.Start, w.End = min(w.Start, c.Start), max(w.End, c.End)
+		w.spansEnd = max(w.spansEnd, c.spansEnd)
 		w.Spans = append(w.Spans, c.Spans...)
 		if c.asked && !w.asked {
 			w.asked, w.due = true, next

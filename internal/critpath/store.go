@@ -114,8 +114,15 @@ const DefaultMaxWindowPaths = 64
 const DefaultBaselinePaths = 16
 
 // spanLookback is how long before a snapshot's window the spans still
-// active in it may have started.
-const spanLookback = int64(60e9)
+// active in it may have started; of those that started more than
+// recentLookback before it, only the ones that lasted longer than that can
+// reach into it, and the window reads only those (at 15 requests a second
+// the whole minute before a window is ~900 traces, most of a snapshot's
+// analysis).
+const (
+	spanLookback   = int64(60e9)
+	recentLookback = int64(5e9)
+)
 
 func (a *Analyzer) logger() *slog.Logger {
 	if a.Logger == nil {
@@ -465,7 +472,7 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 		st.Notes = append(st.Notes, fmt.Sprintf("the spans of %d of the snapshot's %d processes were not read", len(pids)-n, len(pids)))
 		pids = pids[:n]
 	}
-	win, err := a.window(ctx, tl.Start-spanLookback, tl.End, pids, maxTraces)
+	win, err := a.window(ctx, tl.Start-spanLookback, tl.Start-recentLookback, tl.End, pids, maxTraces)
 	if err != nil {
 		return nil, err
 	}
@@ -539,23 +546,27 @@ func (a *Analyzer) compute(ctx context.Context, k store.Artifact, refs []store.S
 	}
 	in := Input{Timeline: tl}
 	index := map[spanKey]int{}
-	keys := make([]spanKey, 0, len(spans))
-	for key := range spans {
-		keys = append(keys, key)
+	type keyed struct {
+		key  spanKey
+		span *model.Span
+	}
+	list := make([]keyed, 0, len(spans))
+	for key, s := range spans {
+		list = append(list, keyed{key, s})
 	}
 	// A fixed order: Algorithm 1 breaks ties by it.
-	slices.SortFunc(keys, func(x, y spanKey) int {
-		if c := cmp.Compare(spans[x].Start, spans[y].Start); c != 0 {
+	slices.SortFunc(list, func(x, y keyed) int {
+		if c := cmp.Compare(x.span.Start, y.span.Start); c != 0 {
 			return c
 		}
-		if c := bytes.Compare(x.trace[:], y.trace[:]); c != 0 {
+		if c := bytes.Compare(x.key.trace[:], y.key.trace[:]); c != 0 {
 			return c
 		}
-		return bytes.Compare(x.span[:], y.span[:])
+		return bytes.Compare(x.key.span[:], y.key.span[:])
 	})
-	for _, key := range keys {
-		if r, ok := RequestFromSpan(spans[key]); ok {
-			index[key] = len(in.Requests)
+	for _, e := range list {
+		if r, ok := RequestFromSpan(e.span); ok {
+			index[e.key] = len(in.Requests)
 			in.Requests = append(in.Requests, r)
 		}
 	}
@@ -723,17 +734,44 @@ type windowed struct {
 	byPID    map[uint32][][]*model.Span
 }
 
-// window reads every trace with a span starting in [from, to] once and finds
-// each process's among them as the store's search by tag would (a span
-// starting in the window whose process.pid, its own attribute or its
-// resource's, names the process; newest such span first; at most limit per
-// process). One search per process scanned every span of the window and
-// decoded each trace once per process it ran through: in a mesh, most of
-// them. Past limit traces in the window it reads nothing and says so.
-func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, limit int) (windowed, error) {
-	all, err := a.Spans.FindTraces(ctx, store.TraceQuery{StartMin: from, StartMax: to, Limit: limit})
+// window reads once every trace with a span starting in [recent, to] or
+// starting in [from, recent) and lasting at least recentLookback (Capture
+// passes recent = the snapshot's start − recentLookback: an earlier span
+// reaches into the snapshot only if it lasted longer), and finds each
+// process's among them as the store's search by tag would (such a span
+// whose process.pid, its own attribute or its resource's, names the
+// process; newest such span first; at most limit per process). One search
+// per process scanned every span of the window and decoded each trace once
+// per process it ran through: in a mesh, most of them. Past limit traces in
+// the window it reads nothing and says so.
+func (a *Analyzer) window(ctx context.Context, from, recent, to int64, pids []uint32, limit int) (windowed, error) {
+	all, err := a.Spans.FindTraces(ctx, store.TraceQuery{StartMin: recent, StartMax: to, Limit: limit})
 	if err != nil || len(all) >= limit {
 		return windowed{}, err
+	}
+	if from < recent {
+		long, err := a.Spans.FindTraces(ctx, store.TraceQuery{StartMin: from, StartMax: recent - 1, DurationMin: recentLookback, Limit: limit})
+		if err != nil {
+			return windowed{}, err
+		}
+		seen := make(map[model.TraceID]bool, len(all))
+		for _, tr := range all {
+			if len(tr) > 0 {
+				seen[tr[0].TraceID] = true
+			}
+		}
+		for _, tr := range long {
+			if len(tr) > 0 && !seen[tr[0].TraceID] {
+				all = append(all, tr)
+			}
+		}
+		if len(all) >= limit {
+			return windowed{}, nil
+		}
+	}
+	// in reports whether s is one the window reads.
+	in := func(s *model.Span) bool {
+		return s.Start >= recent && s.Start <= to || s.Start >= from && s.Start < recent && s.Duration >= recentLookback
 	}
 	want := make(map[string]uint32, len(pids))
 	for _, pid := range pids {
@@ -753,7 +791,7 @@ func (a *Analyzer) window(ctx context.Context, from, to int64, pids []uint32, li
 		w.all[tr[0].TraceID] = tr
 		clear(newest)
 		for _, s := range tr {
-			if s.Start < from || s.Start > to {
+			if !in(s) {
 				continue
 			}
 			for _, kvs := range [][]model.KeyValue{s.Attributes, s.Resource} {

@@ -236,7 +236,7 @@ func TestWindowMatchesSearch(t *testing.T) {
 	pids := []uint32{100, 101, 102, 999}
 	for _, limit := range []int{1000, 7} {
 		a := &Analyzer{Spans: st, Artifacts: st}
-		w, err := a.window(ctx, from, to, pids, limit)
+		w, err := a.window(ctx, from, from, to, pids, limit)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,5 +269,45 @@ func TestWindowMatchesSearch(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestWindowLookback: before the snapshot's start, the window reads only
+// the traces whose spans lasted long enough to reach into it: a request of
+// the process that started 30 s before and is still running is found, one
+// that started 2 s before (within the 5 s read whole) too, and one that
+// started 30 s before and took 50 ms is not read at all.
+func TestWindowLookback(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	const snapStart = int64(1_700_000_000_000_000_000)
+	span := func(n byte, startBefore, dur int64) *model.Span {
+		return &model.Span{TraceID: model.TraceID{15: n}, SpanID: model.SpanID{n}, Service: "cart", Name: "op", Kind: model.KindServer,
+			Start: snapStart - startBefore, Duration: dur,
+			Resource: []model.KeyValue{model.String(model.AttrServiceName, "cart"), model.Int(model.AttrProcessPID, 100)}}
+	}
+	long := span(1, 30e9, 40e9)    // still running in the snapshot
+	short := span(2, 30e9, 50e6)   // long over before it
+	recent := span(3, 2e9, 50e6)   // within the recent lookback: read
+	inside := span(4, -1e9, 100e6) // in the snapshot
+	if err := st.WriteSpans(ctx, []*model.Span{long, short, recent, inside}); err != nil {
+		t.Fatal(err)
+	}
+	a := &Analyzer{Spans: st, Artifacts: st}
+	w, err := a.window(ctx, snapStart-spanLookback, snapStart-recentLookback, snapStart+10e9, []uint32{100}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for _, tr := range w.byPID[100] {
+		got = append(got, tr[0].TraceID[15])
+	}
+	slices.Sort(got)
+	if !w.complete || !slices.Equal(got, []byte{1, 3, 4}) || len(w.all) != 3 {
+		t.Fatalf("the window read %d traces and found %v for the process (complete %v), want 3 read and [1 3 4]", len(w.all), got, w.complete)
 	}
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +32,24 @@ type critpathRunner struct {
 	secs   prometheus.Histogram
 	// onStored, when set, is called after each capture's paths are stored.
 	onStored func()
+	// active, when set, reports whether an incident is open or settling:
+	// a capture that completes while none is waits in deferred, and its
+	// paths are computed when one opens (undefer) within keep of it.
+	active func() bool
+	keep   time.Duration
+	mu     sync.Mutex
+	// deferred holds the captures waiting for an incident, oldest first.
+	deferred []deferredCapture
 }
+
+type deferredCapture struct {
+	ids []string
+	at  time.Time
+}
+
+// maxDeferred bounds the captures waiting for an incident (at the default
+// capture.max_per_minute of 12 and a 2-min lookback, 24).
+const maxDeferred = 256
 
 // critpathQueue bounds the captures waiting for their paths; beyond it they
 // are dropped (counted): GET /api/v1/traces/{id}/critical-path still
@@ -48,7 +67,7 @@ func newCritpathRunner(st store.SpanReader, arts store.ArtifactStore, logger *sl
 		urgent: make(chan []string, critpathQueue),
 		log:    logger.With("component", "critpath"),
 		done: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_critpath_snapshots_total",
-			Help: "Kernel snapshots of completed captures analysed for critical paths, by outcome (stored, failed, dropped)."}, []string{"outcome"}),
+			Help: "Kernel snapshots of completed captures analysed for critical paths, by outcome (stored, failed, dropped), and captures whose paths waited for an incident (deferred) or were left to be computed when asked for (expired)."}, []string{"outcome"}),
 		secs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_critpath_seconds",
 			Help: "Time to compute and store the critical paths of one kernel snapshot.", Buckets: prometheus.ExponentialBuckets(0.01, 3, 8)}),
 	}
@@ -68,12 +87,60 @@ func (r *critpathRunner) finished(c capture.Capture) {
 	q := r.queue
 	if c.Suspect {
 		q = r.urgent
+	} else if r.active != nil && !r.active() {
+		r.postpone(c.Artifacts, time.Now())
+		return
 	}
+	r.enqueue(q, c.Artifacts)
+}
+
+func (r *critpathRunner) enqueue(q chan []string, ids []string) {
 	select {
-	case q <- c.Artifacts:
+	case q <- ids:
 	default:
 		r.done.WithLabelValues("dropped").Inc()
-		r.log.Warn("critical-path queue full: the capture's paths will be computed when asked for", "capture", c.ID)
+		r.log.Warn("critical-path queue full: the capture's paths will be computed when asked for", "artifacts", len(ids))
+	}
+}
+
+// postpone keeps a capture's artifacts until an incident opens, forgetting
+// those older than keep.
+func (r *critpathRunner) postpone(ids []string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.expire(now)
+	if len(r.deferred) >= maxDeferred {
+		r.deferred = r.deferred[1:]
+		r.done.WithLabelValues("expired").Inc()
+	}
+	r.deferred = append(r.deferred, deferredCapture{ids: ids, at: now})
+	r.done.WithLabelValues("deferred").Inc()
+}
+
+// expire forgets the deferred captures older than keep: no incident's
+// verdict reads paths that far before its onset; they are computed when
+// asked for. The caller holds r.mu.
+func (r *critpathRunner) expire(now time.Time) {
+	n := 0
+	for n < len(r.deferred) && now.Sub(r.deferred[n].at) > r.keep {
+		n++
+	}
+	if n > 0 {
+		r.done.WithLabelValues("expired").Add(float64(n))
+		r.deferred = slices.Delete(r.deferred, 0, n)
+	}
+}
+
+// undefer queues the deferred captures, newest first (an incident's own
+// captures are the newest; the older ones are its culprit's baseline).
+func (r *critpathRunner) undefer() {
+	r.mu.Lock()
+	r.expire(time.Now())
+	list := r.deferred
+	r.deferred = nil
+	r.mu.Unlock()
+	for i := len(list) - 1; i >= 0; i-- {
+		r.enqueue(r.queue, list[i].ids)
 	}
 }
 

@@ -265,6 +265,11 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	// of the entry's latency) asks captures of them.
 	tr.SetCapture(s.capture.CaptureSpans)
 	s.critpath.onStored = tr.PathsStored
+	if !s.cfg.Capture.EagerPaths {
+		// A capture's paths are computed when a verdict may read them.
+		s.critpath.active, s.critpath.keep = tr.Active, s.cfg.Diagnosis.Lookback
+		tr.SetOnOpen(s.critpath.undefer)
+	}
 	return tr, nil
 }
 

@@ -428,9 +428,12 @@ async function main() {
       }
       if (attempt === 2) throw new Error(`the requests never contended (last wait ${waited} ns)`);
     }
-    await waitFor("the waiter's stored critical path", 120_000, async () => {
+    // With no incident open the server stores no paths of the capture (only
+    // --capture.eager-paths does): the API computes them from its kernel
+    // snapshot when asked, as the trace page does.
+    await waitFor("the waiter's critical path", 120_000, async () => {
       const arts = (await getJSON(`/api/v1/traces/${waiterTrace}/artifacts`)) ?? [];
-      if (!arts.some((a) => a.kind === 'critical-path')) return undefined;
+      if (!arts.some((a) => a.kind === 'kernel')) return undefined;
       const cp = await getJSON(`/api/v1/traces/${waiterTrace}/critical-path`);
       return cp.spans.some((p) => p.service === 'cp-ui' && p.blockedBy.length > 0);
     });
