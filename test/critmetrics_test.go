@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rootline/rootline/internal/bpftest"
+	"github.com/rootline/rootline/internal/kmetrics"
 )
 
 // critReport is the part of `rootline analyze critical-metrics --json` the
@@ -360,7 +361,7 @@ func checkGroup(t *testing.T, g *critGrp) {
 	if len(seen) != len(g.Metrics) {
 		t.Errorf("%d metrics clustered or flat, %d recorded", len(seen), len(g.Metrics))
 	}
-	if len(g.Critical) != len(g.Clusters) || len(g.Critical)+len(g.Off) != 14 {
+	if len(g.Critical) != len(g.Clusters) || len(g.Critical)+len(g.Off) != len(kmetrics.Metrics()) {
 		t.Errorf("critical %v, off %v", g.Critical, g.Off)
 	}
 }

@@ -351,7 +351,7 @@ func TestErrors(t *testing.T) {
 func TestCosts(t *testing.T) {
 	c := DefaultCosts()
 	for _, mt := range kmetrics.Metrics() {
-		if c[mt.String()].NsPerEvent <= 0 || c[mt.String()].Source == "" {
+		if (c[mt.String()].NsPerEvent <= 0) != mt.FromCgroup() || c[mt.String()].Source == "" {
 			t.Errorf("%s: %+v", mt, c[mt.String()])
 		}
 	}

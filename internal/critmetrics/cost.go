@@ -62,6 +62,7 @@ func DefaultCosts() CostTable {
 		kmetrics.Drops.String():                {nsAllPrograms, "assumed: the mean of all programs (not exercised by the benchmark)"},
 		kmetrics.DNSLatency.String():           {nsSockSend + nsSockRecv, benchSource + ": km_sock_send + km_sock_recv"},
 		kmetrics.TLBFlushes.String():           {nsTLBFlush, benchSource + ": km_tlb_flush"},
+		kmetrics.CPUThrottled.String():         {0, "no BPF program: read from the cgroup's cpu.stat once per read"},
 	}
 }
 

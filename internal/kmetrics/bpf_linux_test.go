@@ -623,3 +623,63 @@ func TestBPFDropsByReasonChargedToTheReceivingSocket(t *testing.T) {
 		t.Errorf("socket_rcvbuff drops %d, want most of %d", byReason["socket_rcvbuff"], n)
 	}
 }
+
+// TestBPFCPUThrottledUnderQuota: a thread spinning for 500 ms in a cgroup
+// with a 20 % CPU quota runs about 100 ms of it and is held off the CPU for
+// the rest; cpu_throttled reports that time (read from cpu.stat) in ns. On
+// a hybrid host a v2 container's quota is its v1 cpu cgroup's (`rootline
+// run` puts a service in a v2 cgroup of its own, the demo's quota is on
+// the v1 one).
+func TestBPFCPUThrottledUnderQuota(t *testing.T) {
+	m := newBPFManager(t)
+	for _, v1 := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cgroup-v2", true: "cgroup-v1-cpu"}[v1], func(t *testing.T) {
+			c := newCgroup(t, m.cg, v1)
+			quotaDir, quotaV1 := cgroupDir(m.cg, c), v1
+			var also *Container // the v1 cpu cgroup beside a v2 container
+			if !v1 {
+				if _, err := os.Stat(filepath.Join(quotaDir, "cpu.max")); err != nil {
+					if m.cg.V1CPURoot == "" {
+						t.Skip("no cpu controller in the v2 hierarchy and no v1 one: no quota to set")
+					}
+					q := newCgroup(t, m.cg, true)
+					also, quotaDir, quotaV1 = &q, cgroupDir(m.cg, q), true
+				}
+			}
+			quota := func(on bool) error {
+				if quotaV1 {
+					q := "20000"
+					if !on {
+						q = "-1"
+					}
+					return os.WriteFile(filepath.Join(quotaDir, "cpu.cfs_quota_us"), []byte(q), 0)
+				}
+				q := "20000 100000"
+				if !on {
+					q = "max 100000"
+				}
+				return os.WriteFile(filepath.Join(quotaDir, "cpu.max"), []byte(q), 0)
+			}
+			enable(t, m, c, 1, CPUThrottled)
+			ch := startChild(t, m.cg, c)
+			if also != nil {
+				if err := os.WriteFile(filepath.Join(quotaDir, "cgroup.procs"), []byte(strconv.Itoa(ch.pid)), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			base := series(t, m, c, CPUThrottled)
+			if err := quota(true); err != nil {
+				t.Fatal(err)
+			}
+			defer quota(false)
+			const spin = 500 * time.Millisecond
+			ch.do(fmt.Sprintf("spin %d", spin.Milliseconds()))
+			s := series(t, m, c, CPUThrottled)
+			n, got := s.Count-base.Count, time.Duration(s.Sum-base.Sum)
+			t.Logf("%s (quota on %s): throttled %d times for %v while spinning %v under a 20%% quota", c.Name(), quotaDir, n, got, spin)
+			if n < 3 || got < spin/3 || got > 2*spin {
+				t.Errorf("throttled %d times for %v: want at least 3 periods and about 400 ms", n, got)
+			}
+		})
+	}
+}

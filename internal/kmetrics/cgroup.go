@@ -213,3 +213,65 @@ func inode(p string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+// Throttled reads how a container's CPU quota throttled it (readThrottled):
+// from its own cgroup's cpu.stat, or, for a v2 cgroup without the cpu
+// controller on a hybrid host (where cpu is a v1 controller), from the v1
+// cpu cgroup of its first member — where a quota on it is set.
+func (c Cgroups) Throttled(ct Container) (nr, ns uint64, ok bool) {
+	root := c.V2Root
+	if ct.V1 {
+		root = c.V1CPURoot
+	}
+	if root == "" {
+		return 0, 0, false
+	}
+	if nr, ns, ok = readThrottled(filepath.Join(root, ct.Path, "cpu.stat"), ct.V1); ok || ct.V1 || c.V1CPURoot == "" {
+		return nr, ns, ok
+	}
+	procs, err := os.ReadFile(filepath.Join(root, ct.Path, "cgroup.procs"))
+	if err != nil {
+		return 0, 0, false
+	}
+	first, _, _ := strings.Cut(string(procs), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		return 0, 0, false
+	}
+	_, v1, err := c.pidCgroups(pid)
+	if err != nil || v1 == "" {
+		return 0, 0, false
+	}
+	return readThrottled(filepath.Join(c.V1CPURoot, v1, "cpu.stat"), true)
+}
+
+// readThrottled reads a cgroup's cpu.stat: how many periods its CPU quota
+// ran out in (nr_throttled) and for how long it held the cgroup's threads
+// off the CPUs, in ns summed over CPUs (v2 throttled_usec, v1
+// throttled_time); false when the file has no bandwidth statistics (a v2
+// cgroup without the cpu controller) or cannot be read.
+func readThrottled(path string, v1 bool) (nr, ns uint64, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, false
+	}
+	timeKey, unit := "throttled_usec", uint64(1000)
+	if v1 {
+		timeKey, unit = "throttled_time", 1
+	}
+	var haveNr, haveTime bool
+	for line := range strings.Lines(string(b)) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "nr_throttled":
+			nr, haveNr = n, true
+		case timeKey:
+			ns, haveTime = n*unit, true
+		}
+	}
+	return nr, ns, haveNr && haveTime
+}

@@ -33,6 +33,8 @@
 //	drops               skb:kfree_skb with a reason other than "consumed", counter by reason
 //	dns_latency         UDP send to port 53 → first successful read on the same socket, histogram, s
 //	tlb_flushes         tlb:tlb_flush, counter (sum = pages, full flushes count 0 pages)
+//	cpu_throttled       time the cgroup's CPU quota held its threads off the CPUs, counter in s (count = periods
+//	                    throttled): read by user space from the cgroup's cpu.stat at each Read, no BPF program
 //
 // Attribution limits, by design of the tracepoints: block requests are
 // charged to the task that submits them (direct I/O and synchronous

@@ -570,6 +570,7 @@ func (m *Manager) Read() ([]Series, error) {
 		out = append(out, Series{Metric: Drops, Container: name, CgroupID: d.Key &^ V1Bit, Service: service,
 			ContainerName: env.container, K8s: env.k8s, Reason: m.reasonLocked(d.Reason), Count: d.Count, Sum: d.Count})
 	}
+	out = append(out, m.cgroupSeriesLocked(cts, svc, label)...)
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
 		if a.Metric != b.Metric {
@@ -581,6 +582,45 @@ func (m *Manager) Read() ([]Series, error) {
 		return a.Reason < b.Reason
 	})
 	return out, nil
+}
+
+// cgroupSeriesLocked reads the metrics that come from cgroup files
+// (Metric.fromCgroup) for the containers the manager knows — its targets'
+// and those a BPF metric has named — where their config enables them.
+// A container without CPU bandwidth statistics (Cgroups.Throttled: a v2
+// cgroup without the cpu controller, and no v1 cpu cgroup beside it) gets
+// no cpu_throttled series.
+func (m *Manager) cgroupSeriesLocked(cts []ContainerState, targets map[uint64]string, label func(uint64) (string, string, envInfo)) []Series {
+	keys := make([]uint64, 0, len(m.names)+len(cts))
+	for _, c := range cts {
+		keys = append(keys, c.Key)
+	}
+	for key := range m.names {
+		keys = append(keys, key)
+	}
+	slices.Sort(keys)
+	var out []Series
+	for _, key := range slices.Compact(keys) {
+		e, ok := m.entries[key]
+		if !ok {
+			e = m.dflt
+		}
+		c, ok := m.names[key]
+		if !e.Has(CPUThrottled) || !ok {
+			continue
+		}
+		nr, ns, ok := m.cg.Throttled(c)
+		if !ok {
+			continue
+		}
+		name, service, env := label(key)
+		if !m.reported(name, key, targets) {
+			continue
+		}
+		out = append(out, Series{Metric: CPUThrottled, Container: name, CgroupID: key &^ V1Bit, Service: service,
+			ContainerName: env.container, K8s: env.k8s, Count: nr, Sum: ns})
+	}
+	return out
 }
 
 // reported says whether Read reports the container: every one without

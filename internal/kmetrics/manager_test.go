@@ -388,11 +388,12 @@ func TestParsers(t *testing.T) {
 	if ms, _ := ParseMetrics("all"); len(ms) != int(numMetrics) {
 		t.Errorf("all = %v", ms)
 	}
-	// Every metric needs at least one program, and every program serves a metric.
+	// Every BPF metric needs at least one program, every program serves a
+	// metric, and the metrics read from cgroup files need none.
 	var all programSet
 	for _, mt := range Metrics() {
-		if programsFor(1<<mt) == 0 {
-			t.Errorf("%s has no program", mt)
+		if (programsFor(1<<mt) == 0) != mt.FromCgroup() {
+			t.Errorf("%s: programs %b", mt, programsFor(1<<mt))
 		}
 		all |= programsFor(1 << mt)
 	}
@@ -554,5 +555,103 @@ func TestOnlyUnderCgroups(t *testing.T) {
 	want := []string{"runq /app 1", "runq cpu:/batch 7", "drops /app 5"}
 	if !slices.Equal(got, want) {
 		t.Errorf("series %q, want %q", got, want)
+	}
+}
+
+// TestCPUThrottledFromCgroupFiles: cpu_throttled comes from each known
+// container's cpu.stat (v2 throttled_usec, v1 throttled_time), only where
+// its config enables it and the cgroup has bandwidth statistics.
+func TestCPUThrottledFromCgroupFiles(t *testing.T) {
+	m, k, keys := newTestManager(t)
+	write := func(rel, content string) {
+		root := m.cg.V2Root
+		if strings.HasPrefix(rel, "cpu/") {
+			root = m.cg.V1CPURoot
+		}
+		if err := os.WriteFile(filepath.Join(root, strings.SplitN(rel, "/", 2)[1], "cpu.stat"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("unified/app", "usage_usec 900\nuser_usec 800\nsystem_usec 100\nnr_periods 50\nnr_throttled 7\nthrottled_usec 1500\nnr_bursts 0\nburst_usec 0\n")
+	write("cpu/batch", "nr_periods 5\nnr_throttled 2\nthrottled_time 3000000\n")
+	write("unified/db", "usage_usec 10\nuser_usec 5\nsystem_usec 5\n") // no cpu controller
+	// web: a v2 cgroup without the cpu controller on a hybrid host; its
+	// member's v1 cpu cgroup is batch's, whose quota counts.
+	web := filepath.Join(m.cg.V2Root, "web")
+	os.MkdirAll(web, 0o755)
+	os.WriteFile(filepath.Join(web, "cgroup.procs"), []byte("40\n41\n"), 0o644)
+	os.WriteFile(filepath.Join(web, "cpu.stat"), []byte("usage_usec 10\n"), 0o644)
+	os.MkdirAll(filepath.Join(m.cg.ProcRoot, "40"), 0o755)
+	os.WriteFile(filepath.Join(m.cg.ProcRoot, "40", "cgroup"), []byte("2:cpu,cpuacct:/batch\n0::/web\n"), 0o644)
+	webKey, err := inode(web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// db and web are known through BPF samples; app and batch through the
+	// targets.
+	k.snap = Snapshot{Samples: []Sample{{Key: keys["unified/db"], Metric: PageFaultsUser, Count: 1, Sum: 1}, {Key: webKey, Metric: PageFaultsUser, Count: 1, Sum: 1}}}
+
+	throttled := func() map[string]Series {
+		all, err := m.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]Series{}
+		for _, s := range all {
+			if s.Metric == CPUThrottled {
+				out[s.Container] = s
+			}
+		}
+		return out
+	}
+	if got := throttled(); len(got) != 0 {
+		t.Fatalf("cpu_throttled while disabled: %+v", got)
+	}
+	on := true
+	if _, err := m.Configure(ConfigRequest{Container: "default", Metrics: []string{"cpu_throttled", "page_faults_user"}, Enabled: &on}); err != nil {
+		t.Fatal(err)
+	}
+	if k.attached != 1<<progPageFaultUser {
+		t.Errorf("attached %b: cpu_throttled needs no program", k.attached)
+	}
+	got := throttled()
+	if s := got["/app"]; s.Count != 7 || s.Sum != 1_500_000 || s.Service != "checkout" || s.CgroupID != keys["unified/app"] {
+		t.Errorf("/app: %+v", s)
+	}
+	if s := got["cpu:/batch"]; s.Count != 2 || s.Sum != 3_000_000 || s.Service != "batch" {
+		t.Errorf("cpu:/batch: %+v", s)
+	}
+	if s := got["/web"]; s.Count != 2 || s.Sum != 3_000_000 || s.CgroupID != webKey {
+		t.Errorf("/web (batch's v1 cpu cgroup): %+v", s)
+	}
+	if s, ok := got["/db"]; ok {
+		t.Errorf("/db has no bandwidth statistics, got %+v", s)
+	}
+
+	// Exported in seconds.
+	series, _ := m.Read()
+	md := ToOTLP(series, "", time.Unix(1, 0), time.Unix(2, 0))
+	var values []float64
+	for i := range md.ResourceMetrics().Len() {
+		ms := md.ResourceMetrics().At(i).ScopeMetrics().At(0).Metrics()
+		for j := range ms.Len() {
+			if mt := ms.At(j); mt.Name() == "rootline_kernel_cpu_throttled_seconds_total" {
+				if mt.Unit() != "s" || !mt.Sum().IsMonotonic() {
+					t.Errorf("unit %q monotonic %v", mt.Unit(), mt.Sum().IsMonotonic())
+				}
+				values = append(values, mt.Sum().DataPoints().At(0).DoubleValue())
+			}
+		}
+	}
+	slices.Sort(values)
+	if !slices.Equal(values, []float64{0.0015, 0.003, 0.003}) {
+		t.Errorf("OTLP values %v, want [0.0015 0.003 0.003]", values)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.PanicOnError}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if want := `rootline_kernel_cpu_throttled_seconds_total{cgroup_id="` + formatID(keys["unified/app"]) + `",container="/app",service="checkout"} 0.0015`; !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("exposition lacks %s:\n%s", want, rec.Body.String())
 	}
 }

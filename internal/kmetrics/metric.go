@@ -26,6 +26,10 @@ const (
 	Drops
 	DNSLatency
 	TLBFlushes
+	// CPUThrottled is read by user space from the container's cpu.stat,
+	// not recorded by a BPF program (the ids before it are bpf/kmetrics.h's
+	// KM_*; the programs never see this one).
+	CPUThrottled
 	numMetrics
 )
 
@@ -89,6 +93,8 @@ var metricInfos = [numMetrics]metricInfo{
 		"Time from a UDP send to port 53 to the first read on the same socket.", []program{progSockSend, progSockRecv}},
 	TLBFlushes: {"tlb_flushes", Counter, Events, "rootline_kernel_tlb_flushes_total",
 		"TLB flushes (tlb:tlb_flush) in the container's context.", []program{progTLBFlush}},
+	CPUThrottled: {"cpu_throttled", Counter, Nanoseconds, "rootline_kernel_cpu_throttled_seconds_total",
+		"Time the container's CPU quota held its threads off the CPUs (its cgroup's cpu.stat: throttled_usec, v1 throttled_time; summed over CPUs).", nil},
 }
 
 // Metrics lists every metric.
@@ -116,6 +122,10 @@ func (m Metric) Unit() Unit { return metricInfos[m].unit }
 
 // ExportName is the metric's Prometheus and OTLP name.
 func (m Metric) ExportName() string { return metricInfos[m].prom }
+
+// FromCgroup says whether user space reads the metric from the
+// container's cgroup files (cgroupSeries) rather than BPF maps.
+func (m Metric) FromCgroup() bool { return m == CPUThrottled }
 
 // Help describes the metric.
 func (m Metric) Help() string { return metricInfos[m].help }

@@ -68,6 +68,9 @@ func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics 
 			switch {
 			case s.Metric.Kind() == Counter:
 				mt.SetUnit("1")
+				if s.Metric.Unit() == Nanoseconds {
+					mt.SetUnit("s")
+				}
 				sum := mt.SetEmptySum()
 				sum.SetIsMonotonic(true)
 				sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
@@ -86,7 +89,11 @@ func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics 
 			dp := mt.Sum().DataPoints().AppendEmpty()
 			dp.SetStartTimestamp(st)
 			dp.SetTimestamp(ts)
-			dp.SetIntValue(int64(s.Count))
+			if s.Metric.Unit() == Nanoseconds {
+				dp.SetDoubleValue(s.counterValue())
+			} else {
+				dp.SetIntValue(int64(s.Count))
+			}
 			if s.Reason != "" {
 				dp.Attributes().PutStr("reason", s.Reason)
 			}

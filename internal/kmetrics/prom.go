@@ -75,7 +75,7 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 		case s.Metric == Drops:
 			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(s.Count), s.Container, s.Service, id, s.Reason)
 		case s.Metric.Kind() == Counter:
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(s.Count), s.Container, s.Service, id)
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, s.counterValue(), s.Container, s.Service, id)
 		default:
 			upper, cum := Bounds(s.Metric, s.Buckets)
 			b := make(map[float64]uint64, len(upper))
@@ -85,6 +85,15 @@ func (m *Manager) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(d, s.Count, float64(s.Sum)*scale(s.Metric), b, s.Container, s.Service, id)
 		}
 	}
+}
+
+// counterValue is a counter's exported value: the time it counts, in
+// seconds, for a counter of time (cpu_throttled), else the events.
+func (s Series) counterValue() float64 {
+	if s.Metric.Unit() == Nanoseconds {
+		return float64(s.Sum) * 1e-9
+	}
+	return float64(s.Count)
 }
 
 func formatID(id uint64) string { return strconv.FormatUint(id, 10) }
