@@ -429,6 +429,38 @@ func splitQueue(by map[string]float64, c0, r0 float64) float64 {
 	return own
 }
 
+// splitQueueGC is splitQueue when the slow spans' and the baseline's gc
+// time is known too (g0: the baseline's, on by's scale). A JVM's own demand
+// for the CPU is its threads' work and its collector's — the collector's
+// threads, and the page faults on fresh heap pages that onCPUSplit moved
+// out of the running — so the wait's growth that goes with the demand
+// that grew, (k0+k1)/2 · (d1−d0) with d = cpu + gc and k the wait per ms
+// of it, is shared between cpu and gc by how much each grew, the rest
+// staying cpu-contention. Without gc time (g0 = g1 = 0) it is splitQueue.
+// It returns the ms moved to each.
+func splitQueueGC(by map[string]float64, c0, r0, g0 float64) (toCPU, toGC float64) {
+	c1, r1, g1 := by[CauseCPU], by[CauseCPUContention], by[CauseGC]
+	d0, d1 := c0+g0, c1+g1
+	if c0 < 0 || r0 < 0 || g0 < 0 || d1 <= d0 || r1 <= r0 {
+		return 0, 0
+	}
+	k0, k1 := 0.0, r1/d1
+	if d0 > 0 {
+		k0 = r0 / d0
+	}
+	own := min((k0+k1)/2*(d1-d0), r1-r0)
+	cg, gg := max(c1-c0, 0), max(g1-g0, 0)
+	if own <= 0 || cg+gg <= 0 {
+		return 0, 0
+	}
+	toGC = own * gg / (cg + gg)
+	toCPU = own - toGC
+	by[CauseCPUContention] -= own
+	by[CauseCPU] += toCPU
+	by[CauseGC] += toGC
+	return toCPU, toGC
+}
+
 // describeGrowth renders shares (ms grown by cause) for an evidence line,
 // largest first.
 func describeGrowth(shares []causeShare) string {

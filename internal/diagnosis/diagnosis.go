@@ -31,6 +31,7 @@ package diagnosis
 
 import (
 	"errors"
+	"flag"
 	"time"
 
 	"github.com/rootline/rootline/internal/analysis"
@@ -224,6 +225,10 @@ type Config struct {
 	MinShift      float64       `yaml:"min_shift"`
 	ShiftFor      time.Duration `yaml:"shift_for"`
 	ShiftBaseline time.Duration `yaml:"shift_baseline"`
+	// ShiftWindow is a shorter window the shift rule also judges (the
+	// newest seconds of Window, when they hold enough requests to compare):
+	// a shift fills its half sooner than Window's. 0 judges Window alone.
+	ShiftWindow time.Duration `yaml:"shift_window"`
 	// Disabled turns incidents off.
 	Disabled bool `yaml:"disabled"`
 }
@@ -244,9 +249,25 @@ func DefaultConfig() Config {
 		MaxPaths:      20,
 		MaxEntries:    1000,
 		MinShift:      0.25,
-		ShiftFor:      3 * time.Second,
+		ShiftFor:      2 * time.Second,
 		ShiftBaseline: time.Minute,
+		ShiftWindow:   5 * time.Second,
 	}
+}
+
+// RegisterRuleFlags registers the open/close rule's settings on fs as
+// --diagnosis.* flags (the server's, and rootline analyze replay's).
+func (c *Config) RegisterRuleFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&c.Window, "diagnosis.window", c.Window, "window over which an entry point's anomalous root spans are counted to open an incident")
+	fs.IntVar(&c.MinAnomalies, "diagnosis.min-anomalies", c.MinAnomalies, "anomalous root spans of an entry point within the window that open an incident (with --diagnosis.min-share)")
+	fs.Float64Var(&c.MinShare, "diagnosis.min-share", c.MinShare, "share of the entry point's root spans within the window that must be anomalous to open an incident")
+	fs.Float64Var(&c.MinImpact, "diagnosis.min-impact", c.MinImpact, "a request whose root span is not anomalous counts as anomalous when a flagged span of it took at least this share of its latency over its own baseline (0: root spans only)")
+	fs.Float64Var(&c.MinShift, "diagnosis.min-shift", c.MinShift, "an incident opens also when the entry point's median or 90th percentile over the window rose this share above its baseline for --diagnosis.shift-for, flagged or not (0: off)")
+	fs.DurationVar(&c.ShiftFor, "diagnosis.shift-for", c.ShiftFor, "how long a latency shift must last to open an incident")
+	fs.DurationVar(&c.ShiftBaseline, "diagnosis.shift-baseline", c.ShiftBaseline, "time constant of the entry point's latency baseline the shift rule compares with")
+	fs.DurationVar(&c.ShiftWindow, "diagnosis.shift-window", c.ShiftWindow, "the shift rule judges also the window's newest this long (when it holds enough requests): a shift is seen sooner (0: the window alone)")
+	fs.Float64Var(&c.CloseShare, "diagnosis.close-share", c.CloseShare, "an incident closes once the anomalous share stayed under this for --diagnosis.quiet")
+	fs.DurationVar(&c.Quiet, "diagnosis.quiet", c.Quiet, "how long the anomalous share must stay under --diagnosis.close-share to close an incident")
 }
 
 // Validate reports settings that cannot work.
@@ -272,6 +293,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinShift < 0 || (c.MinShift > 0 && (c.ShiftFor < time.Second || c.ShiftBaseline < 10*time.Second)) {
 		errs = append(errs, errors.New("diagnosis min_shift must be ≥ 0; with it, shift_for at least 1s and shift_baseline at least 10s"))
+	}
+	if c.ShiftWindow != 0 && (c.ShiftWindow < time.Second || c.ShiftWindow > c.Window) {
+		errs = append(errs, errors.New("diagnosis shift_window must be 0 or between 1s and window"))
 	}
 	if c.MaxTraces < 10 || c.MaxPaths < 1 || c.MaxEntries < 1 {
 		errs = append(errs, errors.New("diagnosis max_traces must be ≥ 10, max_paths and max_entries ≥ 1"))

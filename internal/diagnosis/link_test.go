@@ -9,6 +9,7 @@ import (
 	"github.com/rootline/rootline/internal/analysis"
 	"github.com/rootline/rootline/internal/model"
 	"github.com/rootline/rootline/internal/store"
+	"github.com/rootline/rootline/internal/store/sqlite"
 )
 
 // linkTrace is shopTrace with gapMs more between the frontend's call to cart
@@ -197,16 +198,7 @@ func TestDiagnoseLink(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(), Now: func() time.Time { return now }}
-			if !tc.noMetrics {
-				d.Metrics = st
-			}
-			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
-				strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+			v := diagnoseWritten(t, st, onset, now, !tc.noMetrics)
 			if v.Service != "cart" || v.Cause != tc.wantCause {
 				t.Fatalf("verdict %s/%s, want cart/%s", v.Service, v.Cause, tc.wantCause)
 			}
@@ -216,14 +208,39 @@ func TestDiagnoseLink(t *testing.T) {
 			if tc.wantRunner != "" && (v.RunnerUp == nil || v.RunnerUp.Cause != tc.wantRunner || v.RunnerUp.Service != "cart") {
 				t.Errorf("runner-up %+v, want cart/%s", v.RunnerUp, tc.wantRunner)
 			}
-			text := strings.Join(v.Evidence, "\n")
-			if tc.wantMissing {
-				text = strings.Join(v.Missing, "\n")
-			}
-			if !strings.Contains(text, tc.wantText) {
-				t.Errorf("%q does not say %q", text, tc.wantText)
-			}
+			checkSays(t, v, tc.wantMissing, tc.wantText)
 		})
+	}
+}
+
+// diagnoseWritten diagnoses the incident writeIncident stored (its onset,
+// now a second after its last trace), reading the store's kernel metrics
+// when metrics is set, and logs the verdict.
+func diagnoseWritten(t *testing.T, st *sqlite.Store, onset, now time.Time, metrics bool) *Verdict {
+	t.Helper()
+	d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Config: DefaultConfig(), Now: func() time.Time { return now }}
+	if metrics {
+		d.Metrics = st
+	}
+	v, err := d.Diagnose(context.Background(), &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
+		strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+	return v
+}
+
+// checkSays checks that the verdict's evidence (its missing lines when
+// missing) says want.
+func checkSays(t *testing.T, v *Verdict, missing bool, want string) {
+	t.Helper()
+	text := strings.Join(v.Evidence, "\n")
+	if missing {
+		text = strings.Join(v.Missing, "\n")
+	}
+	if !strings.Contains(text, want) {
+		t.Errorf("%q does not say %q", text, want)
 	}
 }
 
@@ -319,13 +336,7 @@ func TestDiagnoseLinkEnd(t *testing.T) {
 			if err := st.WriteMetrics(ctx, pts); err != nil {
 				t.Fatal(err)
 			}
-			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Metrics: st, Config: DefaultConfig(), Now: func() time.Time { return now }}
-			v, err := d.Diagnose(ctx, &Incident{ID: "x", Entry: "frontend GET /checkout", EntryService: "frontend", Start: onset.UnixNano(), End: now.Add(-time.Second).UnixNano()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("verdict: %s %s %.2f runner-up %+v\nevidence: %s\nmissing: %s", v.Service, v.Cause, v.Confidence, v.RunnerUp,
-				strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+			v := diagnoseWritten(t, st, onset, now, true)
 			if len(v.Ranking) < 2 || v.Ranking[0].Service != "payment" || v.Ranking[1].Service != "cart" {
 				t.Fatalf("ranking %+v: want payment then cart by span timing", v.Ranking)
 			}

@@ -36,6 +36,37 @@ func TestSplitQueue(t *testing.T) {
 	}
 }
 
+// TestSplitQueueGC: with a collector's time known on both sides, the part
+// of the wait's growth that goes with the demand that grew is shared
+// between the threads' CPU time and the collector's by their growth.
+func TestSplitQueueGC(t *testing.T) {
+	for _, c := range []struct {
+		name                      string
+		c0, r0, g0, c1, r1, g1    float64
+		wantCPU, wantGC           float64
+		wantC, wantR, wantGCAfter float64
+	}{
+		// No collector time: splitQueue's "own work grew".
+		{"no gc", 2, 1, 0, 20, 30, 0, 18, 0, 38, 12, 0},
+		// Only the collector grew: demand 12 → 32, wait per ms 5/12 →
+		// 25/32, (5/12+25/32)/2 × 20 = 11.979… all to gc.
+		{"gc grew", 10, 5, 2, 10, 25, 22, 0, 11.979166666666666, 10, 25 - 11.979166666666666, 22 + 11.979166666666666},
+		// Both grew by 30: demand 10 → 70 at 0.5 ms per ms, 30 moved
+		// (all of the wait's growth), half each.
+		{"both grew", 10, 5, 0, 40, 35, 30, 15, 15, 55, 5, 45},
+		// The demand fell: nothing moves.
+		{"demand fell", 30, 5, 10, 20, 35, 5, 0, 0, 20, 35, 5},
+	} {
+		by := map[string]float64{CauseCPU: c.c1, CauseCPUContention: c.r1, CauseGC: c.g1}
+		toCPU, toGC := splitQueueGC(by, c.c0, c.r0, c.g0)
+		near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+		if !near(toCPU, c.wantCPU) || !near(toGC, c.wantGC) || !near(by[CauseCPU], c.wantC) || !near(by[CauseCPUContention], c.wantR) || !near(by[CauseGC], c.wantGCAfter) {
+			t.Errorf("%s: moved %v to cpu and %v to gc, then cpu %v, contention %v, gc %v; want %v, %v, %v, %v, %v", c.name, toCPU, toGC,
+				by[CauseCPU], by[CauseCPUContention], by[CauseGC], c.wantCPU, c.wantGC, c.wantC, c.wantR, c.wantGCAfter)
+		}
+	}
+}
+
 // TestDiagnoseQueueWithOwnWork: a service whose own work grew on a node it
 // saturates waits in the run queue for longer than it runs, though nobody
 // else asks for more CPU: its cause is cpu. The same run-queue wait with
@@ -72,8 +103,9 @@ func TestWeighSpanWaits(t *testing.T) {
 		name  string
 		top   analysis.ServiceScore
 		waits map[string]float64
-		want  string  // the largest cause, "" for not weighed
-		share float64 // its share, ±0.02
+		via   map[string]map[string]float64 // waits named by the state of the thread waited on
+		want  string                        // the largest cause, "" for not weighed
+		share float64                       // its share, ±0.02
 	}{
 		{
 			// A noisy neighbour: the slow spans' paths mostly ran (the
@@ -89,6 +121,28 @@ func TestWeighSpanWaits(t *testing.T) {
 			top:   analysis.ServiceScore{SelfDeltaMs: 16, LocalDeltaMs: 15, SelfBaseMs: 2},
 			waits: map[string]float64{critpath.Throttled: 50, critpath.Running: 10},
 			want:  CauseCPUThrottle, share: 15.0 / 16,
+		},
+		{
+			// A 5 % quota on a Java service (cpu-throttle@e at 15/s, its
+			// verdict at 26 s): most of what grew is requests waiting on a
+			// monitor whose holder the quota held off, which the paths
+			// count as throttled (via); the spans' own run delay grew by
+			// only a third of the growth. Weighing the rest over the
+			// unnamed lock waits alone made it lock.
+			name:  "lock waits behind a throttled holder",
+			top:   analysis.ServiceScore{SelfDeltaMs: 2583, LocalDeltaMs: 881, SelfBaseMs: 5},
+			waits: map[string]float64{critpath.Throttled: 65, critpath.Lock: 3, critpath.Runqueue: 1.2, critpath.Running: 0.04},
+			via:   map[string]map[string]float64{critpath.Lock: {critpath.Throttled: 56}},
+			want:  CauseCPUThrottle, share: 0.93,
+		},
+		{
+			// Every run-queue state named by a holder: the threads' own
+			// wait is of the holder's kind.
+			name:  "only waits named by their holder",
+			top:   analysis.ServiceScore{SelfDeltaMs: 100, LocalDeltaMs: 40, SelfBaseMs: 5},
+			waits: map[string]float64{critpath.Throttled: 50, critpath.Lock: 50},
+			via:   map[string]map[string]float64{critpath.Lock: {critpath.Throttled: 50}},
+			want:  CauseCPUThrottle, share: 0.7,
 		},
 		{
 			// More work per request on a busy node: its own running grew,
@@ -117,7 +171,7 @@ func TestWeighSpanWaits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := &Verdict{Service: "b"}
-			shares, total, ok := weighSpanWaits(v, tc.waits, 0, tc.top)
+			shares, total, ok := weighSpanWaits(v, tc.waits, tc.via, 0, tc.top)
 			if tc.want == "" {
 				if ok {
 					t.Fatalf("weighed %v, want not weighed", shares)

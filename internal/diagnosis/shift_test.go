@@ -69,14 +69,21 @@ func newShiftFeed(t *testing.T, cfg Config, rate int) *shiftFeed {
 	return f
 }
 
+// checkoutRoot is request n's root span of "frontend GET /checkout",
+// ending at end (Unix ns), its latency drawn around median ns (lognormal,
+// σ 0.15).
+func checkoutRoot(n int, end int64, median float64, rng *rand.Rand) *model.Span {
+	d := int64(median * math.Exp(0.15*rng.NormFloat64()))
+	return &model.Span{TraceID: tid(n), SpanID: sid(n, 0), Service: "frontend", Name: "GET /checkout",
+		Kind: model.KindServer, Start: end - d, Duration: d}
+}
+
 func (f *shiftFeed) run(seconds int, median func(i int) time.Duration) {
 	for i := range seconds {
 		var spans []*model.Span
 		m := float64(median(i))
 		for range f.rate {
-			d := int64(m * math.Exp(0.15*f.rng.NormFloat64()))
-			spans = append(spans, &model.Span{TraceID: tid(f.n), SpanID: sid(f.n, 0), Service: "frontend", Name: "GET /checkout",
-				Kind: model.KindServer, Start: f.now.UnixNano() - d, Duration: d})
+			spans = append(spans, checkoutRoot(f.n, f.now.UnixNano(), m, f.rng))
 			f.n++
 		}
 		f.tr.OnCommitted(spans)
@@ -305,6 +312,38 @@ func TestVerdictRemembersPathTraces(t *testing.T) {
 		if v.Service != "cart" || v.Cause != tc.want || v.PathSpans != tc.paths {
 			t.Fatalf("verdict %d: %s/%s from %d paths, want cart/%s from %d\nevidence: %s\nmissing: %s", i, v.Service, v.Cause, v.PathSpans,
 				tc.want, tc.paths, strings.Join(v.Evidence, "\n  "), strings.Join(v.Missing, "\n  "))
+		}
+	}
+}
+
+// TestShiftWindowSooner: a shift of +35 % at 15 requests a second opens its
+// incident sooner when the rule judges the window's newest ShiftWindow as
+// well (its median moves once most of those seconds are slow, the whole
+// window's once most of ten are), and a shift under MinShift opens none
+// either way.
+func TestShiftWindowSooner(t *testing.T) {
+	opensAfter := func(shiftWindow time.Duration, factor float64) time.Duration {
+		cfg := DefaultConfig()
+		cfg.ShiftWindow = shiftWindow
+		f := newShiftFeed(t, cfg, 15)
+		f.run(180, constant(60*time.Millisecond))
+		onset := f.now
+		for range 30 {
+			f.run(1, constant(time.Duration(factor*60e6)))
+			if l := f.incidents(); len(l) > 0 {
+				return time.Unix(0, l[0].Opened).Sub(onset)
+			}
+		}
+		return -1
+	}
+	whole, short := opensAfter(0, 1.35), opensAfter(5*time.Second, 1.35)
+	t.Logf("+35 %%: opened %v after the onset judging the window alone, %v with its newest 5 s", whole, short)
+	if whole < 0 || short < 0 || short > whole-time.Second {
+		t.Errorf("+35 %%: opened %v after the onset with the newest 5 s, %v without: want at least 1 s sooner", short, whole)
+	}
+	for _, w := range []time.Duration{0, 5 * time.Second} {
+		if d := opensAfter(w, 1.12); d >= 0 {
+			t.Errorf("+12 %% (shift window %v): an incident opened %v after the onset", w, d)
 		}
 	}
 }

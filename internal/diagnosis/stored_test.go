@@ -2,6 +2,7 @@ package diagnosis
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -154,4 +155,61 @@ func slowShopTraces(onset time.Time) (spans []*model.Span, byTrace map[model.Tra
 		}
 	}
 	return spans, byTrace, captured, end
+}
+
+// TestStoredPathsNeverAnalyse: a trace whose cart span has stored paths and
+// whose database span is linked to a second capture's kernel snapshot only
+// (its paths not stored yet) gets the stored path, and the snapshot is not
+// analysed on the spot — a verdict every two seconds would pay for it each
+// time (the body here is not a snapshot: reading it would leave a note).
+func TestStoredPathsNeverAnalyse(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	tr := shopTrace(1, t0, 2, 70, 3, true)
+	if err := st.WriteSpans(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	cart, db := tr[2], tr[len(tr)-1]
+	ref := func(s *model.Span) []store.SpanRef { return []store.SpanRef{{TraceID: s.TraceID, SpanID: s.SpanID}} }
+	k1, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.KernelKind, MediaType: critpath.MediaType, Service: "cart", CaptureID: "c1", Spans: ref(cart)},
+		strings.NewReader("not read: its paths are stored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := critpath.Stored{Version: critpath.StoredVersion, Snapshot: k1.ID,
+		Paths: []critpath.SpanPath{*segmentsPath(cart, critpath.Running, "", 8.0, critpath.Running, critpath.Lock, 62.0)}}
+	if _, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.ArtifactKind, MediaType: critpath.ArtifactMediaType, Service: "cart",
+		CaptureID: "c1", Spans: ref(cart)}, gzipJSON(t, doc)); err != nil {
+		t.Fatal(err)
+	}
+	k2, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.KernelKind, MediaType: critpath.MediaType, Service: db.Service, CaptureID: "c2", Spans: ref(db)},
+		strings.NewReader("not a snapshot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := StoredPaths{Artifacts: st, Analyzer: &critpath.Analyzer{Spans: st, Artifacts: st}}
+	res, err := p.Trace(ctx, cart.TraceID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Spans) != 1 || res.Spans[0].SpanID != cart.SpanID.String() {
+		t.Fatalf("paths %+v, want cart's stored one", res.Spans)
+	}
+	for _, n := range res.Notes {
+		if strings.Contains(n, k2.ID) {
+			t.Fatalf("the snapshot without stored paths was read: %q", n)
+		}
+	}
+	// A trace linked to a snapshot only has no stored paths yet.
+	tr2 := shopTrace(2, t0.Add(time.Second), 2, 70, 3, true)
+	if err := st.WriteSpans(ctx, tr2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutArtifact(ctx, store.Artifact{Kind: critpath.KernelKind, MediaType: critpath.MediaType, Service: "cart", CaptureID: "c3",
+		Spans: ref(tr2[2])}, strings.NewReader("not a snapshot")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Trace(ctx, tr2[0].TraceID); !errors.Is(err, critpath.ErrNoSnapshot) {
+		t.Fatalf("a trace with a snapshot and no stored paths: %v, want ErrNoSnapshot", err)
+	}
 }

@@ -42,6 +42,25 @@ type Tracker struct {
 	// capture, when set, is asked captures of a verdict's unflagged slow
 	// spans of the culprit (SetCapture).
 	capture func([]*model.Span) int
+	// wake starts the verdict loop's turn at once (an incident opened,
+	// critical paths stored) instead of at its next tick.
+	wake chan struct{}
+	// onOpen, when set, is called when an incident opened (SetOnOpen).
+	onOpen func()
+}
+
+// SetOnOpen makes the tracker call f (outside its lock) when an incident
+// opens: the server's critical-path runner then computes the paths of the
+// captures it postponed while none was open. Call before Run.
+func (t *Tracker) SetOnOpen(f func()) { t.onOpen = f }
+
+// Active reports whether an incident is open, or closed and still
+// gathering evidence (diagnosis.evidence_wait): whether a verdict may read
+// what arrives now.
+func (t *Tracker) Active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.open) > 0 || len(t.settled) > 0
 }
 
 // SetCapture makes the tracker hand capture (the capture manager's
@@ -141,7 +160,7 @@ func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slo
 	}
 	t := &Tracker{cfg: cfg, st: st, diag: diag, log: logger.With("component", "diagnosis"), now: time.Now,
 		nbuck: int64(cfg.Window / time.Second), entries: map[string]*entry{}, open: map[string]*tracked{},
-		notes: map[model.TraceID]*traceNote{},
+		notes: map[model.TraceID]*traceNote{}, wake: make(chan struct{}, 1),
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_opened_total",
 			Help: "Incidents opened: surges of anomalous root spans at an entry point."}, nil),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_closed_total",
@@ -344,6 +363,16 @@ func (t *Tracker) PathsStored() {
 	for _, tr := range t.settled {
 		tr.urgent = true
 	}
+	t.wakeVerdicts()
+}
+
+// wakeVerdicts starts a turn of the verdict loop now: a verdict waiting for
+// the next tick would come up to a second later than its evidence.
+func (t *Tracker) wakeVerdicts() {
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
 }
 
 // anomalous counts an anomalous root span in b.
@@ -417,11 +446,12 @@ func (t *Tracker) fold(e *entry, b *bucket, open *tracked) {
 // keeps the baseline from learning what the entry takes now.
 const relearnBaselines = 10
 
-// shifted applies the shift rule to e's window at sec (w, its sum): its
-// latencies against its baseline, whether they moved up by MinShift, and the counts
-// it keeps (the window's seconds marked shifted, the run of shifted steps,
-// the baseline's 90th percentile for the next seconds' over counts). The
-// caller holds t.mu.
+// shifted applies the shift rule to e's window at sec (w, its sum), and to
+// the window's newest ShiftWindow: their latencies against the baseline,
+// whether either moved up by MinShift, and the counts it keeps (the window's
+// seconds marked shifted, the run of shifted steps, the baseline's 90th
+// percentile for the next seconds' over counts). The shift returned is the
+// one that moved, else the whole window's. The caller holds t.mu.
 func (t *Tracker) shifted(e *entry, sec int64, w *bucket) (shift, bool) {
 	if t.cfg.MinShift <= 0 {
 		return shift{}, false
@@ -430,7 +460,25 @@ func (t *Tracker) shifted(e *entry, sec int64, w *bucket) (shift, bool) {
 	if e.base.n >= minBaseRequests {
 		e.slowAbove = int64(sh.baseP90)
 	}
-	if !sh.comparable() || sh.ratio() < 1+t.cfg.MinShift {
+	moved := func(s shift) bool { return s.comparable() && s.ratio() >= 1+t.cfg.MinShift }
+	if !moved(sh) {
+		if n := int64(t.cfg.ShiftWindow / time.Second); n > 0 && n < t.nbuck {
+			var lat hist
+			total := 0
+			for _, b := range e.buckets {
+				if b.sec > sec-n && b.sec <= sec {
+					total += b.total
+					for j, c := range b.lat {
+						lat[j] += c
+					}
+				}
+			}
+			if short := compare(&lat, total, &e.base); moved(short) {
+				sh = short
+			}
+		}
+	}
+	if !moved(sh) {
 		e.shiftRun = 0
 		return sh, false
 	}
@@ -602,23 +650,34 @@ func (t *Tracker) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t.every(ctx, func(now time.Time) {
+		t.every(ctx, t.wake, func(now time.Time) {
 			for _, tr := range t.due(now) {
 				t.verdict(ctx, tr, now)
 			}
 		})
 	}()
-	t.every(ctx, func(now time.Time) {
-		for _, inc := range t.step(now) {
+	t.every(ctx, nil, func(now time.Time) {
+		changed := t.step(now)
+		opened := false
+		for _, inc := range changed {
 			t.put(ctx, inc)
+			opened = opened || inc.Opened == now.UnixNano()
+		}
+		if opened && t.onOpen != nil {
+			t.onOpen()
+		}
+		if len(changed) > 0 {
+			// An incident that opened has its first verdict due.
+			t.wakeVerdicts()
 		}
 	})
 	wg.Wait()
 	return nil
 }
 
-// every calls f with the clock's time every second until ctx ends.
-func (t *Tracker) every(ctx context.Context, f func(time.Time)) {
+// every calls f with the clock's time every second, and whenever wake
+// (nil: never) receives, until ctx ends.
+func (t *Tracker) every(ctx context.Context, wake <-chan struct{}, f func(time.Time)) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -626,6 +685,7 @@ func (t *Tracker) every(ctx context.Context, f func(time.Time)) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-wake:
 		}
 		f(t.now())
 	}

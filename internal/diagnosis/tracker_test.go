@@ -184,6 +184,11 @@ func TestTrackerRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	opened := make(chan struct{}, 10)
+	tr.SetOnOpen(func() { opened <- struct{}{} })
+	if tr.Active() {
+		t.Fatal("active before any incident")
+	}
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx) }()
 	tr.OnCommitted(slow)
@@ -201,6 +206,9 @@ func TestTrackerRun(t *testing.T) {
 			if inc.Verdict != nil {
 				if inc.Verdict.Service != "cart" || inc.Anomalous != 30 || inc.Requests != 30 {
 					t.Fatalf("incident %+v, verdict %+v", inc, inc.Verdict)
+				}
+				if len(opened) != 1 || !tr.Active() {
+					t.Fatalf("on open called %d times, active %v; want once, and active", len(opened), tr.Active())
 				}
 				break
 			}
@@ -323,6 +331,12 @@ func TestPathsStoredDue(t *testing.T) {
 	tr.PathsStored()
 	if !tr.isDue(inc, next) {
 		t.Fatal("not due at the next tick after critical paths were stored")
+	}
+	// … and the verdict loop's turn starts at once, not at its next tick.
+	select {
+	case <-tr.wake:
+	default:
+		t.Fatal("storing critical paths did not wake the verdict loop")
 	}
 	tr.verdict(context.Background(), inc, next)
 	if tr.isDue(inc, next.Add(time.Second)) {

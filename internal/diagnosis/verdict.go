@@ -218,7 +218,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	default:
 		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), top, st)
 		if v.PathSpans == 0 {
-			shares = d.fallback(ctx, v, top, spans, all)
+			shares = d.fallback(ctx, v, top, spans, all, from, start, to)
 		}
 	}
 	if inc.End == 0 && known[v.Service] && v.PathSpans < cfg.MaxPaths {
@@ -619,7 +619,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 	if shares, total, ok := d.weighBaseline(ctx, v, waits, untracedMs, anoms, onset, to, spanWaitsWeigh(waits, top)); ok {
 		return shares, total
 	}
-	if shares, total, ok := weighSpanWaits(v, waits, untracedMs, top); ok {
+	if shares, total, ok := weighSpanWaits(v, waits, tally.via, untracedMs, top); ok {
 		return shares, total
 	}
 	shares, total := causesOf(waits, untracedMs)
@@ -660,27 +660,56 @@ var queueStates = []string{critpath.Runqueue, critpath.Throttled, critpath.Steal
 // bound of its CPU time then). Without the spans' waits (a service not
 // under rootline run) or without run-queue time in the paths (the kind of
 // wait unknown), ok is false.
-func weighSpanWaits(v *Verdict, waits map[string]float64, untracedMs float64, top analysis.ServiceScore) (shares []causeShare, total float64, ok bool) {
+//
+// The spans measure their own threads' wait for a CPU only. A wait the
+// paths name by the state of the thread waited on (via: a lock wait behind
+// a holder its quota throttled counts as throttled) is another kind of
+// wait of the span's thread, so it is weighed with the rest of the growth,
+// under the cause it was named by.
+func weighSpanWaits(v *Verdict, waits map[string]float64, via map[string]map[string]float64, untracedMs float64, top analysis.ServiceScore) (shares []causeShare, total float64, ok bool) {
 	if !spanWaitsWeigh(waits, top) {
 		return nil, 0, false
 	}
-	var qSum, rSum float64
+	// own and other split each state's time into the threads' own waits
+	// for a CPU and the rest.
+	own, other := map[string]float64{}, map[string]float64{}
 	for st, ms := range waits {
-		if slices.Contains(queueStates, st) {
-			qSum += ms
-		} else {
-			rSum += ms
+		if !slices.Contains(queueStates, st) {
+			other[st] = ms
+			continue
 		}
+		var named float64
+		for _, by := range via {
+			named += by[st]
+		}
+		named = min(max(named, 0), ms)
+		own[st], other[st] = ms-named, named
+	}
+	var qSum, rSum float64
+	for _, ms := range own {
+		qSum += ms
+	}
+	if qSum <= 0 {
+		// Only waits named by another thread's run-queue state: the kind
+		// of the threads' own wait is taken as that of the threads they
+		// waited on (the named waits stay with the rest too).
+		for st := range own {
+			own[st] = waits[st]
+			qSum += waits[st]
+		}
+	}
+	for _, ms := range other {
+		rSum += ms
 	}
 	rSum += untracedMs
 	q := min(top.LocalDeltaMs, top.SelfDeltaMs)
 	r := top.SelfDeltaMs - q
 	grown := map[string]float64{}
-	for st, ms := range waits {
-		switch {
-		case slices.Contains(queueStates, st):
-			grown[StateCause(st)] += q * ms / qSum
-		case r > 0 && rSum > 0:
+	for st, ms := range own {
+		grown[StateCause(st)] += q * ms / qSum
+	}
+	if r > 0 && rSum > 0 {
+		for st, ms := range other {
 			grown[StateCause(st)] += r * ms / rSum
 		}
 	}
@@ -773,9 +802,14 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 	slowBy := byCause(causesOf(perSpan(waits, v.PathSpans), untracedMs/float64(v.PathSpans)))
 	baseWaits := perSpan(base.by, n)
 	baseBy := byCause(causesOf(baseWaits, 0))
-	if own := splitQueue(slowBy, baseBy[CauseCPU], baseBy[CauseCPUContention]); own >= 0.05 {
+	slowCPU, slowGC := slowBy[CauseCPU], slowBy[CauseGC]
+	switch toCPU, toGC := splitQueueGC(slowBy, baseBy[CauseCPU], baseBy[CauseCPUContention], baseBy[CauseGC]); {
+	case toGC >= 0.05:
+		v.Evidence = append(v.Evidence, fmt.Sprintf("its run-queue wait grew with its own demand for the CPU, its threads' (%.1f → %.1f ms per span) and its collector's (%.1f → %.1f ms): %.1f ms of the wait per slow span goes with the first's growth (cpu), %.1f ms with the collector's (gc), the rest with the contention's (a Shapley split of wait = contention × demand)",
+			baseBy[CauseCPU], slowCPU, baseBy[CauseGC], slowGC, toCPU, toGC))
+	case toCPU >= 0.05:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("its run-queue wait grew with its own CPU time (%.1f → %.1f ms per span): %.1f ms of the wait per slow span goes with that growth (cpu), the rest with the contention's (a Shapley split of wait = contention × CPU time)",
-			baseBy[CauseCPU], slowBy[CauseCPU]-own, own))
+			baseBy[CauseCPU], slowCPU, toCPU))
 	}
 	var sumSlow, sumBase float64
 	for c, ms := range slowBy {
@@ -809,13 +843,34 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 }
 
 // fallback names a cause without kernel paths: from the run-queue wait
-// rootline run puts on spans, then from the CPU profiles and JFR recordings
-// captured for the slow spans.
-func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span, anoms []analysis.Anomaly) []causeShare {
+// rootline run puts on spans (its container's CPU quota, from the kernel
+// metrics, telling cpu-throttle from cpu-contention), then from the CPU
+// profiles and JFR recordings captured for the slow spans. [from, onset)
+// and [onset, to] are the windows before and since the incident's onset.
+func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span, anoms []analysis.Anomaly, from, onset, to time.Time) []causeShare {
 	if top.LocalDeltaMs > 0 && top.LocalDeltaMs >= 0.5*top.SelfDeltaMs {
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", v.Service, top.LocalDeltaMs))
-		v.Missing = append(v.Missing, "a kernel snapshot, to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)")
-		return []causeShare{{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}}
+		wait := causeShare{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}
+		const tell = "to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)"
+		if d.Metrics == nil {
+			v.Missing = append(v.Missing, "a kernel snapshot or the agent's kernel metrics, "+tell)
+			return []causeShare{wait}
+		}
+		e, err := readThrottle(ctx, d.Metrics, v.Service, from, onset, to)
+		switch {
+		case err != nil:
+			v.Missing = append(v.Missing, fmt.Sprintf("%s's CPU quota: %v; a kernel snapshot, %s", v.Service, err, tell))
+		case !e.seen:
+			v.Missing = append(v.Missing, fmt.Sprintf("%s's CPU quota: no cpu_throttled kernel metric of its containers (an agent with --kmetrics on its node, the cgroup's cpu controller); a kernel snapshot, %s", v.Service, tell))
+		case e.duringWin <= 0:
+			v.Missing = append(v.Missing, fmt.Sprintf("%s's CPU quota since the onset: the agent has not pushed its kernel metrics since; a kernel snapshot, %s", v.Service, tell))
+		case e.throttled():
+			v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s: the quota, not other programs, held its threads", e))
+			wait.cause = CauseCPUThrottle
+		default:
+			v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s: not the quota, so other programs on its CPUs", e))
+		}
+		return []causeShare{wait}
 	}
 	b, err := (&analysis.Profiles{Reader: d.Source}).Explain(ctx, profiledSpans(spans, anoms))
 	if err != nil {
@@ -981,10 +1036,20 @@ func (s StoredPaths) Trace(ctx context.Context, id model.TraceID) (*critpath.Tra
 	if err != nil {
 		return nil, err
 	}
-	for _, arts := range bySpan {
-		if slices.ContainsFunc(arts, func(a store.Artifact) bool { return a.Kind == critpath.ArtifactKind }) {
-			return s.Analyzer.TraceOf(ctx, id, bySpan)
+	// Only the stored paths go to the analyzer: handed a kernel snapshot
+	// whose paths for this trace are not stored (its capture's are still
+	// being computed, or the span had none), it would analyse the snapshot
+	// here — a second of CPU, again at every verdict.
+	stored := map[model.SpanID][]store.Artifact{}
+	for span, arts := range bySpan {
+		for _, a := range arts {
+			if a.Kind == critpath.ArtifactKind {
+				stored[span] = append(stored[span], a)
+			}
 		}
 	}
-	return nil, critpath.ErrNoSnapshot
+	if len(stored) == 0 {
+		return nil, critpath.ErrNoSnapshot
+	}
+	return s.Analyzer.TraceOf(ctx, id, stored)
 }
