@@ -20,7 +20,7 @@ func TestScore(t *testing.T) {
 	runs := []Run{
 		Score("lock@e.1", demo.FaultResult{Injected: "lock@e", Service: "e", ExpectedCause: "lock", Onset: onset,
 			Incident: &diagnosis.Incident{ID: "i", Opened: onset.Add(2500 * time.Millisecond).UnixNano(), Verdict: &diagnosis.Verdict{Service: "e", Cause: "lock"}},
-			Verdict: *verdict("e", "lock").Verdict, Timeline: []demo.VerdictAt{{AfterMs: 3000, Incident: "i"}, {AfterMs: 5000, Incident: "i", Service: "e", Cause: "unknown"},
+			Verdict:  *verdict("e", "lock").Verdict, Timeline: []demo.VerdictAt{{AfterMs: 3000, Incident: "i"}, {AfterMs: 5000, Incident: "i", Service: "e", Cause: "unknown"},
 				{AfterMs: 7000, Incident: "i", Service: "e", Cause: "lock"}}}),
 		Score("disk@d.1", demo.FaultResult{Injected: "disk@d", Service: "d", ExpectedCause: "disk", Incident: verdict("d", "cpu"), Verdict: *verdict("d", "cpu").Verdict}),
 		Score("cpu@f.1", demo.FaultResult{Injected: "cpu@f", Service: "f", ExpectedCause: "cpu"}),

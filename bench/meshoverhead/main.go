@@ -16,7 +16,8 @@
 // (a comma inside a value is written "/": profilers=cpu/kernel); a flag
 // named run.X goes to every `rootline run` as -X instead
 // (envoy+rootline-no-sidecar-tracing:run.propagate=w3c is the demo's
-// default, which writes W3C trace context alone). A mode
+// default, which writes W3C trace context alone), one named server.X to the
+// mode's server as --X (after -server-flags). A mode
 // with a label after "#" runs once more in each round: envoy#2 against
 // envoy is the A/A control, how far the baseline's p95 moves by itself.
 // Δp95 is given for the medians over the rounds and round by round.
@@ -65,6 +66,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,6 +120,7 @@ func main() {
 	prefix := flag.String("prefix", "mo", "prefix of the mesh's network namespaces, bridge and veths (another mesh on the machine, e.g. the demo's \"rl\", needs another)")
 	serverFlags := flag.String("server-flags", "", "more flags for every mode's server, space-separated (e.g. \"--capture.min-interval=1h\": captures at most once per process and hour, to measure ingest alone)")
 	subnet := flag.String("subnet", "10.79.0.0/24", "the pods' /24 (.1 is the bridge); distinct from any other mesh's on the machine")
+	flag.StringVar(&profileDir, "server-profile", "", "write a CPU profile of each mode's server over each measured load into this directory (MODE-RATE-N.pprof; go tool pprof reads it); the profiler's own cost, ~1 %, is in the server's CPU")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		fail(fmt.Errorf("needs root (pod mode)"))
@@ -142,7 +145,10 @@ func main() {
 		if !slices.Contains(allModes, base) {
 			fail(fmt.Errorf("unknown mode %q", m))
 		}
-		agentFlags, runFlags := splitRunFlags(flags)
+		agentFlags, runFlags, srvFlags := splitRunFlags(flags)
+		if len(srvFlags) > 0 && copyOf(base) == "envoy" {
+			fail(fmt.Errorf("mode %q: server flags but no server", m))
+		}
 		if len(agentFlags) > 0 && !strings.HasPrefix(base, "envoy+rootline") {
 			fail(fmt.Errorf("mode %q: agent flags but no agent", m))
 		}
@@ -359,17 +365,20 @@ func splitMode(mode string) (string, []string) {
 	return parts[0], flags
 }
 
-// splitRunFlags separates a mode's flags (splitMode) into the agent's and
-// those of `rootline run` (--run.X=v → --X=v).
-func splitRunFlags(flags []string) (agent, run []string) {
+// splitRunFlags separates a mode's flags (splitMode) into the agent's,
+// those of `rootline run` (--run.X=v → --X=v) and the server's
+// (--server.X=v → --X=v).
+func splitRunFlags(flags []string) (agent, run, server []string) {
 	for _, f := range flags {
 		if rest, ok := strings.CutPrefix(f, "--run."); ok {
 			run = append(run, "--"+rest)
+		} else if rest, ok := strings.CutPrefix(f, "--server."); ok {
+			server = append(server, "--"+rest)
 		} else {
 			agent = append(agent, f)
 		}
 	}
-	return agent, run
+	return agent, run, server
 }
 
 // runFormats returns the propagation formats `rootline run` writes with
@@ -421,7 +430,8 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 	ctx := context.Background()
 	self = modeBinary(modeName, self)
 	mode, flags := splitMode(modeName)
-	agentFlags, runFlags := splitRunFlags(flags)
+	agentFlags, runFlags, srvFlags := splitRunFlags(flags)
+	serverFlags = append(slices.Clone(serverFlags), srvFlags...)
 	formats, form := runFormats(runFlags)
 	dir, err := os.MkdirTemp("", "meshoverhead-")
 	check(err)
@@ -509,8 +519,15 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		}
 		pids := ownPIDs(m, srv, agent)
 		begun, machine0, commands0 := time.Now(), overhead.MachineCPU(), overhead.TreeCPUByCommand(pids...)
+		profiled := make(chan struct{})
+		if srv != nil && profileDir != "" {
+			go profileServer(queryAddr, modeName, rate, d, profiled)
+		} else {
+			close(profiled)
+		}
 		r, err := loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: d}}})
 		check(err)
+		<-profiled
 		pr := r.Phases[0]
 		sent := time.Duration(max(pr.Sent, 1))
 		res := result{Latency: overhead.Measured(pr),
@@ -647,6 +664,44 @@ func receiverBatches(query string) map[string][2]float64 {
 			metricWith(query, "rootline_receiver_requests_total", sel)}
 	}
 	return out
+}
+
+// profileDir is where -server-profile writes the servers' CPU profiles.
+var profileDir string
+
+// profiles counts the profiles written, to name them apart across rounds.
+var profiles atomic.Int32
+
+// profileServer writes a CPU profile of the server over the next d (its
+// /debug/pprof/profile, which takes the API's token) and closes done.
+func profileServer(queryAddr, mode string, rate float64, d time.Duration, done chan<- struct{}) {
+	defer close(done)
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == ':' || r == '=' || r == '@' {
+			return '_'
+		}
+		return r
+	}, mode)
+	path := filepath.Join(profileDir, fmt.Sprintf("%s-%g-%d.pprof", name, rate, profiles.Add(1)))
+	req, err := http.NewRequest("GET", fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", queryAddr, max(int(d.Seconds()), 1)), nil)
+	check(err)
+	req.Header.Set("Authorization", "Bearer "+serverToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "server profile: %v\n", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s", resp.Status)
+	}
+	if err == nil {
+		err = os.WriteFile(path, body, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "server profile %s: %v\n", path, err)
+	}
 }
 
 // startServer starts a server as the demo configures it: a token for its

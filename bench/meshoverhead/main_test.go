@@ -31,10 +31,11 @@ func TestInBandBytes(t *testing.T) {
 }
 
 func TestSplitRunFlags(t *testing.T) {
-	_, flags := splitMode("envoy+rootline-no-sidecar-tracing:profilers=cpu/jfr:run.propagate=w3c")
-	agent, run := splitRunFlags(flags)
-	if !slices.Equal(agent, []string{"--profilers=cpu,jfr"}) || !slices.Equal(run, []string{"--propagate=w3c"}) {
-		t.Fatalf("agent %q, run %q", agent, run)
+	_, flags := splitMode("envoy+rootline-no-sidecar-tracing:profilers=cpu/jfr:run.propagate=w3c:server.pipeline.commit-delay=500ms")
+	agent, run, server := splitRunFlags(flags)
+	if !slices.Equal(agent, []string{"--profilers=cpu,jfr"}) || !slices.Equal(run, []string{"--propagate=w3c"}) ||
+		!slices.Equal(server, []string{"--pipeline.commit-delay=500ms"}) {
+		t.Fatalf("agent %q, run %q, server %q", agent, run, server)
 	}
 	if f, _ := runFormats(run); f != httpstream.FormatW3C {
 		t.Fatalf("runFormats(%q) = %v", run, f)

@@ -1093,9 +1093,32 @@ func storedPaths(ctx context.Context, api, token, id string) (*critpath.Stored, 
 	return &st, nil
 }
 
-// serverVerdict waits for the server's incident that overlaps [onset, to]
-// (the one with the most anomalous requests) to have a verdict computed
-// after the evidence arrived, and returns it; nil when none opened.
+// faultIncident is the incident of a fault that began at onset among
+// incidents read around it: of those that opened since the onset, the one
+// with the most anomalous requests (as watchVerdicts follows), else one
+// already open at the onset (the fault merged into it). One whose last
+// anomalous request ended before the onset is another's: a slowdown that
+// lingered after the previous fault, closed just before this one began,
+// had more anomalous requests than the fault's own incident and was read
+// as its verdict (bench/RESULTS.md). nil when there is none.
+func faultIncident(list []diagnosis.Incident, onset time.Time) *diagnosis.Incident {
+	var best *diagnosis.Incident
+	bestAfter := false
+	for i, inc := range list {
+		if inc.End > 0 && inc.End < onset.UnixNano() {
+			continue
+		}
+		after := inc.Opened >= onset.UnixNano()
+		if best == nil || after && !bestAfter || after == bestAfter && inc.Anomalous > best.Anomalous {
+			best, bestAfter = &list[i], after
+		}
+	}
+	return best
+}
+
+// serverVerdict waits for the server's incident of the fault that began at
+// onset (faultIncident) to have a verdict computed after the evidence
+// arrived, and returns it; nil when none opened.
 func serverVerdict(ctx context.Context, api, token string, onset, to time.Time) (*diagnosis.Incident, error) {
 	asked := time.Now()
 	deadline := asked.Add(60 * time.Second)
@@ -1108,12 +1131,7 @@ func serverVerdict(ctx context.Context, api, token string, onset, to time.Time) 
 		if err := getJSONAuth(ctx, u, token, &resp); err != nil {
 			return nil, fmt.Errorf("read the server's incidents: %w", err)
 		}
-		best = nil
-		for i, inc := range resp.Incidents {
-			if best == nil || inc.Anomalous > best.Anomalous {
-				best = &resp.Incidents[i]
-			}
-		}
+		best = faultIncident(resp.Incidents, onset)
 		// A verdict computed after we started waiting includes the
 		// captures that had completed by then.
 		if best != nil && best.Verdict != nil && best.Verdict.Updated > asked.UnixNano() {
