@@ -115,7 +115,10 @@ func TestDiagnoseLink(t *testing.T) {
 		pod       []podSeries
 		// runq: run-queue latency of each service's container, mean ms
 		// per wait before and from the onset.
-		runq        map[string][2]float64
+		runq map[string][2]float64
+		// throttled: ms a second each service's CPU quota held its
+		// containers before and from the onset (cpu.stat).
+		throttled   map[string][2]float64
 		wantCause   string
 		wantRunner  string
 		wantText    string // in the evidence or what is missing
@@ -159,6 +162,20 @@ func TestDiagnoseLink(t *testing.T) {
 		{name: "no loss, a starved pod", series: []series{{metricRetransmits, "cart", "", 0, 0}},
 			runq:      map[string][2]float64{"cart": {0.1, 2}, "frontend": {0.1, 0.1}},
 			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "no sign of a lossy link"},
+		// The same starved pod, and its CPU quota held it off the CPUs:
+		// the quota delayed the calls' ends in it (its threads and its
+		// sidecar reading and answering them).
+		{name: "no loss, a throttled pod", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq: map[string][2]float64{"cart": {0.1, 2}, "frontend": {0.1, 0.1}}, throttled: map[string][2]float64{"cart": {0, 300}},
+			wantCause: CauseCPUThrottle, wantText: "the quota delayed the calls"},
+		// Throttled a little, as before: the quota is not what changed.
+		{name: "no loss, a starved pod throttled as before", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq: map[string][2]float64{"cart": {0.1, 2}, "frontend": {0.1, 0.1}}, throttled: map[string][2]float64{"cart": {40, 45}},
+			wantCause: CauseUnknown, wantRunner: CauseNetwork, wantText: "not the quota"},
+		// No wait for a CPU: the link, whatever the quota did.
+		{name: "delay, a pod throttled too", series: []series{{metricRetransmits, "cart", "", 0, 0}},
+			runq: map[string][2]float64{"cart": {0.1, 0.2}, "frontend": {0.1, 0.3}}, throttled: map[string][2]float64{"cart": {0, 300}},
+			wantCause: CauseNetwork, wantText: "no wait for a CPU either"},
 		// The pod's own waits are short but the node is starved (the
 		// caller's sidecar on the link may be what waits).
 		{name: "no loss, a starved node", series: []series{{metricRetransmits, "cart", "", 0, 0}},
@@ -192,6 +209,9 @@ func TestDiagnoseLink(t *testing.T) {
 			}
 			for svc, m := range tc.runq {
 				pts = append(pts, runqHist(svc, from, onset, now, m[0], m[1])...)
+			}
+			for svc, m := range tc.throttled {
+				pts = append(pts, counter(metricThrottled, svc, "app", "", from, onset, now, m[0]/1e3, m[1]/1e3)...)
 			}
 			if len(pts) > 0 {
 				if err := st.WriteMetrics(ctx, pts); err != nil {

@@ -160,6 +160,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	var callers map[string][]string
 	var node nodeRunq
 	var linksErr error
+	var thr *throttleEvidence // the top suspect's, read with links
 	if known[top.Service] && top.NetDeltaMs > top.SelfDeltaMs && d.Metrics != nil {
 		peers := linkPeers(base.Ranking)
 		// The link into a service starts at its callers, whose pods'
@@ -178,6 +179,14 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 				"the kernel saw %s's pod retransmit %.0f more than at its rate before, %s's %.0f: a pod whose link loses packets retransmits on all its connections, its peers only on theirs to it, so the loss is at %s's end",
 				top.Service, end.Service, top.NetDeltaMs, end.NetDeltaMs, end.Service, e.excess(), top.Service, max(et.excess(), 0), end.Service))
 			v.Service, top = end.Service, end
+		}
+		if linksErr == nil {
+			// The culprit's CPU quota, should its pod have waited for a
+			// CPU: the link's ends in the pod wait with its threads.
+			var e throttleEvidence
+			if e, linksErr = readThrottle(ctx, d.Metrics, top.Service, from, start, to); linksErr == nil {
+				thr = &e
+			}
 		}
 	}
 
@@ -212,7 +221,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 					from = append(from, e)
 				}
 			}
-			shares, timingOnly = d.link(v, top, links[v.Service], from, node, linksErr)
+			shares, timingOnly = d.link(v, top, links[v.Service], from, node, thr, linksErr)
 		}
 		slices.SortFunc(shares, func(x, y causeShare) int { return cmp.Compare(y.ms, x.ms) })
 	default:
@@ -283,9 +292,18 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 // incident is too small for any wait for a CPU to account for a quarter of
 // the growth (cpuBound, wakeupsPerCall), the time passed on the link
 // itself, and the cause is network.
+//
+// When the pod did wait for a CPU enough, its CPU quota tells whether that
+// is the cause: a quota that held the pod's containers off the CPUs
+// markedly more than before the onset (throttleEvidence.throttled) delays
+// the calls' ends in the pod — its threads and its sidecar reading and
+// answering them — and the cause is cpu-throttle. Otherwise the waits may
+// be other programs' or the link's, and the cause stays unknown.
+//
 // ev, callers (the culprit's callers' pods), node and err are what
-// readLinks read (nil ev: not read).
-func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, callers []*linkEvidence, node nodeRunq, err error) (shares []causeShare, timingOnly *causeShare) {
+// readLinks read (nil ev: not read); thr the culprit's throttling (nil:
+// not read).
+func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence, callers []*linkEvidence, node nodeRunq, thr *throttleEvidence, err error) (shares []causeShare, timingOnly *causeShare) {
 	self := causeShare{cause: CauseCPU, ms: max(top.SelfDeltaMs, 0), share: max(top.SelfDeltaMs, 0) / top.Score}
 	network := causeShare{cause: CauseNetwork, ms: top.NetDeltaMs, share: top.NetDeltaMs / top.Score}
 	timing := fmt.Sprintf("calls into %s grew by %.1f ms per trace outside it (client time − its server time), its own time by %.1f ms", v.Service, top.NetDeltaMs, top.SelfDeltaMs)
@@ -303,6 +321,12 @@ func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence
 			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s: no loss, but no wait for a CPU either — its pod's threads waited %.2f ms on average each time they were runnable (%.2f before), its callers' pods' %.2f ms at most, the node's %.2f ms: even %d such waits per call make %.1f ms, under a quarter of the %.1f ms the calls grew, so the time passed on the link itself (a delay on the path or in a proxy)",
 				e, v.Service, e.where(), e.runq.meanMs(), e.runqBefore.meanMs(), worstMeanMs(callers), node.during.meanMs(), wakeupsPerCall, e.cpuBound(callers, node), top.NetDeltaMs))
 		return []causeShare{network, self}, nil
+	case err == nil && thr != nil && thr.throttled():
+		v.Evidence = append(v.Evidence, timing,
+			fmt.Sprintf("kernel: %s on the sockets of %s's containers%s: no loss; its pod's threads waited %.2f ms on average each time they were runnable (%.2f before)",
+				e, v.Service, e.where(), e.runq.meanMs(), e.runqBefore.meanMs()),
+			fmt.Sprintf("kernel: %s: the quota delayed the calls' ends in its pod (its threads and proxies reading and answering them)", thr))
+		return []causeShare{{cause: CauseCPUThrottle, ms: top.NetDeltaMs, share: network.share}, self}, nil
 	case d.Metrics == nil:
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: the agent's kernel metrics (TCP retransmissions, drops) are not read here", v.Service))
 	case err != nil:
@@ -311,6 +335,9 @@ func (d *Diagnoser) link(v *Verdict, top analysis.ServiceScore, ev *linkEvidence
 		v.Missing = append(v.Missing, fmt.Sprintf("kernel evidence of a slow link to %s: no kernel metrics of its containers (is an agent with --kmetrics running on its node?)", v.Service))
 	default:
 		v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s on the sockets of %s's containers: no sign of a lossy link%s", e, v.Service, e.where()))
+		if thr != nil && thr.seen {
+			v.Evidence = append(v.Evidence, fmt.Sprintf("kernel: %s: not the quota", thr))
+		}
 	}
 	v.Evidence = append(v.Evidence, timing+": span timing points at the link, but without kernel evidence that time may as well be proxies or the network stack waiting for a CPU")
 	return []causeShare{{cause: CauseUnknown, ms: top.NetDeltaMs, share: network.share}}, &network
