@@ -110,7 +110,10 @@ func (f *sourceFlags) check() error {
 }
 
 // parse parses fs's flags; arguments left over are an error.
-func (f *sourceFlags) parse(fs *flag.FlagSet, args []string) error {
+func (f *sourceFlags) parse(fs *flag.FlagSet, args []string) error { return parseFlagsOnly(fs, args) }
+
+// parseFlagsOnly parses fs's flags; arguments left over are an error.
+func parseFlagsOnly(fs *flag.FlagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -118,6 +121,16 @@ func (f *sourceFlags) parse(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	return nil
+}
+
+// parseRange parses --from and --to (parseWhen: 0 for an empty one).
+func parseRange(from, to string, now time.Time) (int64, int64, error) {
+	f, err1 := parseWhen(from, now)
+	t, err2 := parseWhen(to, now)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, 0, fmt.Errorf("--from/--to: %w", err)
+	}
+	return f, t, nil
 }
 
 // printJSON writes v indented and returns the exit code.

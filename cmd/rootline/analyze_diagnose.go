@@ -73,10 +73,9 @@ func runAnalyzeDiagnose(ctx context.Context, args []string, stdout, stderr io.Wr
 		return 2
 	}
 	now := time.Now()
-	from, err1 := parseWhen(f.from, now)
-	to, err2 := parseWhen(f.to, now)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(stderr, "rootline analyze diagnose: --from/--to: %v\n", err)
+	from, to, err := parseRange(f.from, f.to, now)
+	if err != nil {
+		fmt.Fprintf(stderr, "rootline analyze diagnose: %v\n", err)
 		return 2
 	}
 	var incs []diagnosis.Incident

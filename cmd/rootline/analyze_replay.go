@@ -61,11 +61,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlagsOnly(fs, args); err != nil {
 		return f, err
-	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	if f.dataDir == "" {
 		return f, errors.New("--data-dir is required")
@@ -83,10 +80,9 @@ func runAnalyzeReplay(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 2
 	}
 	now := time.Now()
-	from, err1 := parseWhen(f.from, now)
-	to, err2 := parseWhen(f.to, now)
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintf(stderr, "rootline analyze replay: --from/--to: %v\n", err)
+	from, to, err := parseRange(f.from, f.to, now)
+	if err != nil {
+		fmt.Fprintf(stderr, "rootline analyze replay: %v\n", err)
 		return 2
 	}
 	if to == 0 {
