@@ -499,3 +499,12 @@ func (c *AgentClient) Do(ctx context.Context, method, path, contentType string, 
 
 // CloseIdleConnections closes the client's idle connections.
 func (c *AgentClient) CloseIdleConnections() { c.hc.CloseIdleConnections() }
+
+// Base is the URL the API's paths are appended to (for a unix socket, one
+// that only HTTPClient reaches).
+func (c *AgentClient) Base() string { return c.addr.Base }
+
+// HTTPClient is the client's http.Client (it dials the socket of a unix
+// address), for requests to the agent that carry their own bodies and
+// headers: `rootline run`'s span batches to TracesPath.
+func (c *AgentClient) HTTPClient() *http.Client { return c.hc }

@@ -42,6 +42,12 @@ type RegistrationReply struct {
 	// HeartbeatSeconds is how often the agent must heartbeat; an agent silent
 	// for three intervals is forgotten.
 	HeartbeatSeconds int `json:"heartbeatSeconds"`
+	// OTLPHTTPPort is the port of the server's OTLP/HTTP receiver (0: it
+	// runs none in this process) and OTLPHTTPTLS whether it takes TLS: the
+	// agent relays its node's spans there, on the host of the server's
+	// URL.
+	OTLPHTTPPort int  `json:"otlpHttpPort,omitempty"`
+	OTLPHTTPTLS  bool `json:"otlpHttpTls,omitempty"`
 }
 
 // SpanRef names a span in protocol messages (hex ids).
@@ -122,6 +128,10 @@ const (
 	// ProcessesPath is the agent's process registration route; DELETE
 	// ProcessesPath/{pid} forgets one.
 	ProcessesPath = "/api/v1/processes"
+	// TracesPath is the agent's span relay: OTLP/HTTP trace requests
+	// (protobuf, as a collector's /v1/traces) of the node's processes,
+	// sent on to the server in one request a second.
+	TracesPath = "/api/v1/traces"
 	// AgentsPath is the server's agent registration route; PUT and DELETE
 	// AgentsPath/{agentId} heartbeat and deregister.
 	AgentsPath = "/api/v1/agents"

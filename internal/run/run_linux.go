@@ -34,6 +34,10 @@ type Options struct {
 	// socket, or an http(s) URL), told about the process so that its
 	// profilers record it; "" does not register.
 	Agent string
+	// ShipViaAgent sends the spans through the Agent's span relay, which
+	// batches the node's processes' spans into one request a second to the
+	// server (the server directly when the agent cannot take them).
+	ShipViaAgent bool
 	// AgentCAFile is a PEM bundle of the CAs to trust for an https Agent
 	// ("": the system's).
 	AgentCAFile string
@@ -122,8 +126,15 @@ func Run(o Options) int {
 	var sink Sink
 	var ship *Shipper
 	if o.Server != "" {
-		ship = NewShipper(ShipperConfig{
-			Endpoint: strings.TrimRight(o.Server, "/") + "/v1/traces", Token: o.Token, Sample: o.Sample, Logger: base})
+		cfg := ShipperConfig{Endpoint: strings.TrimRight(o.Server, "/") + "/v1/traces", Token: o.Token, Sample: o.Sample, Logger: base}
+		if o.Agent != "" && o.ShipViaAgent {
+			if c, err := agentClient(o); err != nil {
+				log.Warn("spans go to the server directly: no client of the agent", "err", err)
+			} else {
+				cfg.Agent = c
+			}
+		}
+		ship = NewShipper(cfg)
 		go ship.Run(ctx)
 		sink = ship
 	}

@@ -1,19 +1,14 @@
 package run
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/model"
 )
@@ -26,33 +21,44 @@ import (
 // so that the process wakes once per burst, not once more for the shipper).
 // An idle Shipper does not wake at all.
 //
-// A server that answers "retry later" (429, 502, 503 or 504, as the OTLP/HTTP
-// specification lists them: its queue is full, its disk is full) gets the
-// same batch again after an exponential backoff with jitter, or after its
-// Retry-After when that is longer, for at most MaxRetryTime; meanwhile new
-// spans wait in the bounded queue, and those that do not fit are dropped
-// and counted, as always. Other failures are not retried.
+// A receiver that answers "retry later" gets the same batch again
+// (export.Poster) for at most MaxRetryTime; meanwhile new spans wait in the
+// bounded queue, and those that do not fit are dropped and counted, as
+// always. Other failures are not retried.
 type Shipper struct {
-	url    string
-	token  string
-	client *http.Client
-	log    *slog.Logger
-	queue  chan *model.Span
-	batch  int
-	every  time.Duration
-	retry  retryPolicy
+	// dest is where batches go: the server, or the node's agent, which
+	// relays them (ShipperConfig.Agent); direct, when dest is the agent,
+	// is the server, for a batch the agent could not take.
+	dest, direct *export.Poster
+	// noRelay is set once the agent said it relays no spans for this
+	// process (no relay, or not for this caller: relayUnavailable): from
+	// then on batches go to direct.
+	noRelay atomic.Bool
+	log     *slog.Logger
+	queue   chan *model.Span
+	batch   int
+	every   time.Duration
 
-	// Sent, Dropped and Failed count spans; Retried counts requests sent
-	// again after a "retry later" answer.
-	Sent, Dropped, Failed, Retried atomic.Int64
+	// Sent, Dropped and Failed count spans; Relayed counts those of Sent
+	// that the agent took.
+	Sent, Dropped, Failed, Relayed atomic.Int64
 
 	flushc   chan struct{}
 	done     chan struct{}
 	failOnce sync.Once
-	gzip     bool
+	fallOnce sync.Once
 	raw      []byte // the last batch's protobuf bytes, reused (Run's goroutine only)
 	zipped   []byte // raw gzipped, reused likewise
 	smp      *sampler
+}
+
+// Retried counts requests sent again after a "retry later" answer.
+func (s *Shipper) Retried() int64 {
+	n := s.dest.Retried.Load()
+	if s.direct != nil {
+		n += s.direct.Retried.Load()
+	}
+	return n
 }
 
 // SampledOut returns the spans node-side sampling did not ship and the
@@ -98,28 +104,13 @@ type ShipperConfig struct {
 	// sampling (default 2s: past the second the datapath's reader batches
 	// events for); a span that ends later is decided alone.
 	SampleHold time.Duration
+	// Agent, when set, is the node's agent: batches go to its span relay
+	// (agentapi.TracesPath), which sends the node's spans to the server in
+	// one request a second, and to Endpoint directly only when the agent
+	// cannot take them (not running, no relay, full).
+	Agent *agentapi.AgentClient
 	// Logger; nil discards.
 	Logger *slog.Logger
-}
-
-// retryPolicy is how a batch answered "retry later" is sent again.
-type retryPolicy struct {
-	initial, maxDelay, maxTime time.Duration
-	// sleep waits d or until ctx ends, and now is the clock of the
-	// deadline (tests replace both with a fake clock).
-	sleep func(ctx context.Context, d time.Duration) error
-	now   func() time.Time
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // NewShipper returns a Shipper; Run sends what Emit queues.
@@ -152,11 +143,20 @@ func NewShipper(cfg ShipperConfig) *Shipper {
 		}
 		smp = newSampler(cfg.Sample, cfg.SampleHold)
 	}
+	dest := &export.Poster{URL: cfg.Endpoint, Token: cfg.Token, Client: &http.Client{Timeout: 10 * time.Second}, Gzip: !cfg.NoCompression,
+		Initial: cfg.RetryInitial, MaxDelay: cfg.RetryMaxDelay, MaxTime: cfg.MaxRetryTime}
+	var direct *export.Poster
+	if cfg.Agent != nil {
+		// The agent is on the node: its batches go uncompressed (it
+		// compresses what it relays once, for all the node's processes).
+		direct = dest
+		dest = &export.Poster{URL: cfg.Agent.Base() + agentapi.TracesPath, Token: cfg.Token, Client: cfg.Agent.HTTPClient(),
+			Initial: cfg.RetryInitial, MaxDelay: cfg.RetryMaxDelay, MaxTime: cfg.MaxRetryTime}
+	}
 	return &Shipper{
-		smp: smp, url: cfg.Endpoint, token: cfg.Token, client: &http.Client{Timeout: 10 * time.Second},
+		smp: smp, dest: dest, direct: direct,
 		log: cfg.Logger.With("component", "shipper"), queue: make(chan *model.Span, cfg.Queue),
-		gzip: !cfg.NoCompression, batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
-		retry: retryPolicy{initial: cfg.RetryInitial, maxDelay: cfg.RetryMaxDelay, maxTime: cfg.MaxRetryTime, sleep: sleepCtx, now: time.Now},
+		batch: cfg.Batch, every: cfg.Every, flushc: make(chan struct{}, 1), done: make(chan struct{}),
 	}
 }
 
@@ -272,8 +272,8 @@ func (s *Shipper) Run(ctx context.Context) {
 				}
 			}
 			flush(fctx)
-			if n := s.Retried.Load(); n > 0 {
-				s.log.Info("requests sent again after the server asked to retry later", "retried", n,
+			if n := s.Retried(); n > 0 {
+				s.log.Info("requests sent again after the receiver asked to retry later", "retried", n,
 					"sent_spans", s.Sent.Load(), "failed_spans", s.Failed.Load())
 			}
 			return
@@ -286,108 +286,52 @@ func (s *Shipper) Wait() { <-s.done }
 
 func (s *Shipper) send(ctx context.Context, spans []*model.Span) {
 	s.raw = export.AppendOTLP(s.raw[:0], spans)
-	body := s.raw
-	if s.gzip {
-		s.zipped = export.AppendGzip(s.zipped[:0], s.raw)
-		body = s.zipped
+	p := s.dest
+	if s.direct != nil && s.noRelay.Load() {
+		p = s.direct
 	}
-	if err := s.postRetrying(ctx, body); err != nil {
+	err := s.post(ctx, p, s.raw)
+	if err != nil && p != s.direct && s.direct != nil && relayUnavailable(err) {
+		if code := export.StatusOf(err); code != 0 && !export.Retryable(code) {
+			s.noRelay.Store(true) // an answer that will not change
+		}
+		s.fallOnce.Do(func() {
+			s.log.Info("the agent did not take the spans; sending them to the server directly", "agent", s.dest.URL, "err", err)
+		})
+		err = s.post(ctx, s.direct, s.raw)
+	} else if err == nil && p != s.direct && s.direct != nil {
+		s.Relayed.Add(int64(len(spans)))
+	}
+	if err != nil {
 		s.Failed.Add(int64(len(spans)))
 		s.failOnce.Do(func() {
-			s.log.Warn("cannot send spans; they are dropped and counted (logged once)", "endpoint", s.url, "err", err)
+			s.log.Warn("cannot send spans; they are dropped and counted (logged once)", "endpoint", p.URL, "err", err)
 		})
 		return
 	}
 	s.Sent.Add(int64(len(spans)))
 }
 
-// postRetrying posts body, and again while the server answers "retry
-// later", until s.retry.maxTime has passed or ctx ends.
-func (s *Shipper) postRetrying(ctx context.Context, body []byte) error {
-	p := s.retry
-	var deadline time.Time
-	backoff := p.initial
-	for {
-		err := s.post(ctx, body)
-		var later *retryLater
-		if err == nil || p.maxTime < 0 || !errors.As(err, &later) {
-			return err
-		}
-		if deadline.IsZero() {
-			deadline = p.now().Add(p.maxTime)
-		}
-		// Full backoff halved at random ("equal jitter"), so that the
-		// shippers of many processes do not come back in step.
-		wait := backoff/2 + rand.N(backoff/2+1)
-		wait = max(wait, later.after)
-		if p.now().Add(wait).After(deadline) {
-			return fmt.Errorf("%w (gave up retrying after %v)", err, p.maxTime)
-		}
-		s.Retried.Add(1)
-		if err := p.sleep(ctx, wait); err != nil {
-			return errors.Join(later, err)
-		}
-		backoff = min(backoff*2, p.maxDelay)
+// post sends a batch's protobuf bytes through p, gzipped if p says so.
+func (s *Shipper) post(ctx context.Context, p *export.Poster, raw []byte) error {
+	body := raw
+	if p.Gzip {
+		s.zipped = export.AppendGzip(s.zipped[:0], raw)
+		body = s.zipped
 	}
+	return p.PostRetrying(ctx, body)
 }
 
-// retryLater is an answer the OTLP/HTTP specification says to retry.
-type retryLater struct {
-	status string
-	after  time.Duration // the server's Retry-After, 0 if none
-}
-
-func (e *retryLater) Error() string { return "server answered " + e.status + " (retryable)" }
-
-// retryable reports whether an HTTP status asks to retry later (OTLP/HTTP:
-// 429, 502, 503, 504).
-func retryable(code int) bool {
-	switch code {
-	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+// relayUnavailable says whether the agent failed to take a batch in a way
+// the server may not: unreachable (not running, restarting), without a
+// relay (404, 405: an older agent, or one that knows no server endpoint),
+// refusing the caller (401, 403: no token for its node routes), or still
+// full after the retries (429, 503).
+func relayUnavailable(err error) bool {
+	switch code := export.StatusOf(err); {
+	case code == 0, export.Retryable(code):
 		return true
+	default:
+		return code == http.StatusNotFound || code == http.StatusMethodNotAllowed || code == http.StatusUnauthorized || code == http.StatusForbidden
 	}
-	return false
-}
-
-// retryAfter parses a Retry-After header: seconds, or an HTTP date.
-func retryAfter(h string, now time.Time) time.Duration {
-	if h == "" {
-		return 0
-	}
-	if n, err := strconv.Atoi(h); err == nil {
-		return time.Duration(max(n, 0)) * time.Second
-	}
-	if t, err := http.ParseTime(h); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
-}
-
-func (s *Shipper) post(ctx context.Context, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/x-protobuf")
-	if s.gzip {
-		req.Header.Set("Content-Encoding", "gzip")
-	}
-	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	// Read the answer to its end, so that the connection is kept for the
-	// next batch rather than closed (and dialled again a second later).
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	if retryable(resp.StatusCode) {
-		return &retryLater{status: resp.Status, after: retryAfter(resp.Header.Get("Retry-After"), time.Now())}
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("server answered %s", resp.Status)
-	}
-	return nil
 }

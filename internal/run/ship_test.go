@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/ptrace/ptraceotlp"
 
+	"github.com/rootline/rootline/internal/agentapi"
 	"github.com/rootline/rootline/internal/export"
 	"github.com/rootline/rootline/internal/model"
 )
@@ -289,8 +291,8 @@ func TestShipperRetries(t *testing.T) {
 			// The waits are recorded and advance a fake clock, not slept.
 			var waits []time.Duration
 			clock := time.Now()
-			s.retry.now = func() time.Time { return clock }
-			s.retry.sleep = func(ctx context.Context, d time.Duration) error {
+			s.dest.Now = func() time.Time { return clock }
+			s.dest.Sleep = func(ctx context.Context, d time.Duration) error {
 				waits = append(waits, d)
 				clock = clock.Add(d)
 				return nil
@@ -304,10 +306,10 @@ func TestShipperRetries(t *testing.T) {
 			waitFor(t, "batch settled", 20*time.Second, func() bool { return s.Sent.Load()+s.Failed.Load() == 3 })
 			cancel()
 			s.Wait()
-			if s.Sent.Load() != tc.sent || s.Failed.Load() != tc.failed || s.Retried.Load() != tc.retried ||
+			if s.Sent.Load() != tc.sent || s.Failed.Load() != tc.failed || s.Retried() != tc.retried ||
 				f.posts.Load() != tc.posts || f.spans.Load() != tc.sent {
 				t.Errorf("sent %d, failed %d, retried %d, posts %d, received %d; want %d, %d, %d, %d, %d",
-					s.Sent.Load(), s.Failed.Load(), s.Retried.Load(), f.posts.Load(), f.spans.Load(),
+					s.Sent.Load(), s.Failed.Load(), s.Retried(), f.posts.Load(), f.spans.Load(),
 					tc.sent, tc.failed, tc.retried, tc.posts, tc.sent)
 			}
 			if len(waits) != len(tc.minWait) {
@@ -326,15 +328,77 @@ func TestShipperRetries(t *testing.T) {
 	}
 }
 
-func TestRetryAfter(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for h, want := range map[string]time.Duration{
-		"": 0, "3": 3 * time.Second, "-1": 0, "soon": 0,
-		now.Add(90 * time.Second).Format(http.TimeFormat): 90 * time.Second,
-		now.Add(-time.Minute).Format(http.TimeFormat):     0,
+// TestShipperViaAgent: with an agent, batches go to its relay uncompressed;
+// when it cannot take them they go to the server (gzipped), and an agent
+// that has no relay for the process is not asked again.
+func TestShipperViaAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// agentCode: what the agent answers (0: a relay that takes the
+		// batch; -1: no agent listening).
+		agentCode          int
+		toAgent, toServer  int64
+		agentPosts         int64 // after two batches
+		wantAgentEncodings string
+	}{
+		{name: "the relay takes them", toAgent: 2, agentPosts: 2, wantAgentEncodings: ","},
+		{name: "no relay", agentCode: http.StatusNotFound, toServer: 2, agentPosts: 1},
+		{name: "not for this caller", agentCode: http.StatusForbidden, toServer: 2, agentPosts: 1},
+		{name: "no agent", agentCode: -1, toServer: 2},
 	} {
-		if got := retryAfter(h, now); got != want {
-			t.Errorf("retryAfter(%q) = %v, want %v", h, got, want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			server := newOTLPServer(t)
+			// agent decodes what the agent's listener takes.
+			agent := newOTLPServer(t)
+			var agentPosts atomic.Int64
+			listener := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				agentPosts.Add(1)
+				if r.URL.Path != agentapi.TracesPath {
+					t.Errorf("posted to the agent's %s", r.URL.Path)
+				}
+				if tc.agentCode > 0 {
+					http.Error(w, "no", tc.agentCode)
+					return
+				}
+				agent.Config.Handler.ServeHTTP(w, r)
+			}))
+			defer listener.Close()
+			addr := listener.URL
+			if tc.agentCode < 0 {
+				listener.Close()
+			}
+			c, err := agentapi.NewAgentClient(addr, agentapi.ClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := NewShipper(ShipperConfig{Endpoint: server.URL + "/v1/traces", Every: time.Hour, Agent: c, MaxRetryTime: -1})
+			ctx, cancel := context.WithCancel(context.Background())
+			go s.Run(ctx)
+			for i := range 2 {
+				s.Emit(testSpan("x"))
+				s.Flush()
+				waitFor(t, "batch sent", 10*time.Second, func() bool { return s.Sent.Load()+s.Failed.Load() == int64(i+1) })
+			}
+			cancel()
+			s.Wait()
+			if agent.spans.Load() != tc.toAgent || server.spans.Load() != tc.toServer || s.Relayed.Load() != tc.toAgent || s.Failed.Load() != 0 {
+				t.Errorf("agent got %d spans, server %d, relayed %d, failed %d; want %d, %d", agent.spans.Load(), server.spans.Load(), s.Relayed.Load(), s.Failed.Load(), tc.toAgent, tc.toServer)
+			}
+			if agentPosts.Load() != tc.agentPosts {
+				t.Errorf("%d posts to the agent, want %d", agentPosts.Load(), tc.agentPosts)
+			}
+			agent.mu.Lock()
+			if enc := strings.Join(agent.encodings, ","); enc != tc.wantAgentEncodings && tc.toAgent > 0 {
+				t.Errorf("encodings to the agent %q, want none", enc)
+			}
+			agent.mu.Unlock()
+			server.mu.Lock()
+			for _, e := range server.encodings {
+				if e != "gzip" {
+					t.Errorf("a batch to the server with Content-Encoding %q", e)
+				}
+			}
+			server.mu.Unlock()
+		})
 	}
 }
