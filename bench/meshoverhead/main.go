@@ -237,7 +237,7 @@ func printBytes(modes []string, rates []float64, res map[string]map[float64][]re
 	for _, s := range senders {
 		fmt.Printf(" %s |", s)
 	}
-	fmt.Printf(" spans per batch: sidecars (OTLP/gRPC) | spans per batch: rootline run (OTLP/HTTP) |\n|---|---|---|%s---|---|\n", strings.Repeat("---|", len(senders)))
+	fmt.Printf(" spans per batch: sidecars (OTLP/gRPC) | spans per batch: OTLP/HTTP (rootline run or the relay) |\n|---|---|---|%s---|---|\n", strings.Repeat("---|", len(senders)))
 	for _, rate := range rates {
 		for _, m := range modes {
 			rs := res[m][rate]
@@ -632,10 +632,10 @@ func ownPIDs(m *mesh.Mesh, cmds ...*exec.Cmd) []int {
 // computed (see inBandBytes).
 const (
 	senderSidecars = "sidecars → server (OTLP/gRPC)"
-	senderRun      = "rootline run → server (OTLP/HTTP)"
+	senderRun      = "spans → server (OTLP/HTTP: rootline run's, through the agent's relay unless run.ship-via-agent=false)"
 	senderAgent    = "agent ↔ server (registration, heartbeats, uploads)"
 	senderInBand   = "header lines rootline run adds (in band)"
-	senderRunAgent = "rootline run ↔ agent (node-local, not in the total)"
+	senderRunAgent = "rootline run ↔ agent (node-local, not in the total: registrations and the relayed spans)"
 )
 
 var senders = []string{senderSidecars, senderRun, senderAgent, senderInBand, senderRunAgent}

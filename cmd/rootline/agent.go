@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rootline/rootline/internal/agent"
 	"github.com/rootline/rootline/internal/agentapi"
@@ -79,6 +80,9 @@ func parseAgentFlags(args []string, stderr io.Writer) (agentFlags, error) {
 		"waiting for a dump slot to be encoded; a request beyond it is answered 429 (the server asks again later); 0: windows are copied when their dump starts")
 	fs.DurationVar(&c.DumpTimeout, "dump-timeout", c.DumpTimeout, "time one dump may take")
 	fs.IntVar(&c.DumpNice, "dump-nice", c.DumpNice, "nice value (0–19) of the threads building a dump, so that a capture does not slow the node's services further (0: the agent's priority)")
+	fs.BoolVar(&c.Relay.Disabled, "relay.disabled", false, "take no spans from the node's rootline run processes (they send theirs to the server directly); by default the agent relays them, one request a second to the server")
+	fs.StringVar(&c.Relay.URL, "relay.url", "", "the server's OTLP/HTTP traces endpoint the relay sends to (default: the port the server names when the agent registers, on the --server host, /v1/traces)")
+	fs.DurationVar(&c.Relay.Every, "relay.every", time.Second, "how often the relay sends the spans it holds")
 	fs.StringVar(&f.profilers, "profilers", f.profilers, "comma-separated profilers to run ("+strings.Join(profilerNames(), ", ")+"), or all")
 	fs.StringVar(&jfrConfig.Attach, "jfr.attach", jfr.AttachNative, "how the jfr profiler sends JVMs their diagnostic commands: native (the HotSpot attach socket, jcmd only where it cannot be used) or jcmd (a jcmd process per command)")
 	fs.StringVar(&jfrConfig.Settings, "jfr.settings", jfr.DefaultConfig().Settings, "the JVMs' continuous recording's JFR settings: profile (10 ms sampling, lock waits from 10 ms) or default (20 ms, 20 ms)")

@@ -74,6 +74,11 @@ type Agent struct {
 	changed chan struct{} // the target set changed: heartbeat early
 	agentID string        // the server's id for this agent ("": not registered)
 
+	// relay is the span relay (relay.go; nil: Config.Relay.Disabled), and
+	// serverTraces the server's traces URL its registration reply named.
+	relay        *relay
+	serverTraces atomic.Value // string
+
 	// retryMin and retryMax bound the backoff after failed server calls.
 	retryMin, retryMax time.Duration
 
@@ -186,6 +191,12 @@ func New(cfg Config, profilers []profiler.Profiler, logger *slog.Logger) (*Agent
 		reg: prometheus.NewRegistry(),
 	}
 	a.heldLimit.Store(cfg.MaxHeldBytes)
+	a.serverTraces.Store("")
+	if !cfg.Relay.Disabled {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = serverTLS
+		a.relay = newRelay(cfg.Relay, &http.Client{Transport: tr, Timeout: 30 * time.Second}, cfg.AuthToken, a.relayEndpoint, a.logger)
+	}
 	fail := func(err error) (*Agent, error) {
 		ln.Close()
 		if sock != nil {
@@ -220,6 +231,15 @@ func advertiseAddr(addr *net.TCPAddr, host string) string {
 		return net.JoinHostPort(host, fmt.Sprint(addr.Port))
 	}
 	return addr.String()
+}
+
+// relayEndpoint is where the relay sends the node's spans: Config.Relay.URL,
+// else what the server's registration reply named ("" before it).
+func (a *Agent) relayEndpoint() string {
+	if a.cfg.Relay.URL != "" {
+		return a.cfg.Relay.URL
+	}
+	return a.serverTraces.Load().(string)
 }
 
 // Addr is the address the agent's API listens on.
@@ -258,6 +278,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.discoverLoop(ctx) })
 	wg.Go(func() { a.registerLoop(ctx) })
+	// The relay outlives the listeners: what it took before they shut
+	// down is sent.
+	relayCtx, relayStop := context.WithCancel(context.WithoutCancel(ctx))
+	var relayDone sync.WaitGroup
+	if a.relay != nil {
+		relayDone.Go(func() { a.relay.run(relayCtx) })
+	}
 
 	var err error
 	select {
@@ -273,6 +300,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if serr := a.srv.Shutdown(shutdown); serr != nil && err == nil {
 		err = serr
 	}
+	relayStop()
+	relayDone.Wait()
 	return errors.Join(err, a.Close())
 }
 

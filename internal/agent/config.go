@@ -90,6 +90,9 @@ type Config struct {
 	// when the node's services are slow, and its CPU must not make them
 	// slower. 0: the agent's own priority.
 	DumpNice int `yaml:"dump_nice"`
+	// Relay is the span relay: `rootline run`'s span batches of this node
+	// sent on to the server in one request a second (relay.go).
+	Relay RelayConfig `yaml:"relay"`
 	// Version is reported in the registration.
 	Version string `yaml:"-"`
 }

@@ -21,6 +21,7 @@ import (
 //	GET    /api/v1/containers        registered containers ([]Container)
 //	POST   /api/v1/containers        register a cgroup v2 (ContainerSpec) → 201
 //	DELETE /api/v1/containers/{id}   forget a registered container → 204
+//	POST   /api/v1/traces            span relay: an OTLP/HTTP protobuf trace request, sent on to the server (relay.go) → 200
 //	GET    /api/v1/kmetrics          kernel metrics config and containers (with --kmetrics)
 //	PUT    /api/v1/kmetrics/config   change it live (kmetrics.ConfigRequest)
 //	GET    /metrics                  Prometheus metrics
@@ -43,6 +44,9 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, a.containerList())
 	})
 	node.HandleFunc("POST /api/v1/containers", a.handleAddContainer)
+	if a.relay != nil {
+		node.HandleFunc("POST "+agentapi.TracesPath, a.relay.handle)
+	}
 	node.HandleFunc("DELETE /api/v1/containers/{id}", a.handleRemoveContainer)
 	for _, c := range a.componentList() { // e.g. /api/v1/kmetrics (component.go)
 		c.Routes(node)

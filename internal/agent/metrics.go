@@ -36,7 +36,11 @@ func (a *Agent) registerMetrics() error {
 		defer a.mu.Unlock()
 		return float64(len(a.targets))
 	})
-	for _, c := range []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, a.metrics.refused, held, targets, profilerStats{a}} {
+	cs := []prometheus.Collector{a.metrics.dumps, a.metrics.coalesced, a.metrics.uploadBytes, a.metrics.serverErrors, a.metrics.refused, held, targets, profilerStats{a}}
+	if a.relay != nil {
+		cs = append(cs, a.relay.collectors()...)
+	}
+	for _, c := range cs {
 		if err := a.reg.Register(c); err != nil {
 			return fmt.Errorf("agent: register metrics: %w", err)
 		}

@@ -64,6 +64,12 @@ func (a *Agent) registerLoop(ctx context.Context) {
 			a.logger.Info("registered with the Rootline server", "agent", reply.AgentID, "server", a.cfg.ServerURL, "heartbeatSeconds", reply.HeartbeatSeconds)
 		}
 		failing, backoff, id = false, a.retryMin, reply.AgentID
+		if u := serverTracesURL(a.cfg.ServerURL, reply); u != a.serverTraces.Load().(string) {
+			a.serverTraces.Store(u)
+			if a.relay != nil && a.cfg.Relay.URL == "" {
+				a.logger.Info("relaying the node's spans", "to", u)
+			}
+		}
 		a.mu.Lock()
 		a.agentID = id
 		a.mu.Unlock()

@@ -64,7 +64,7 @@ func (m *Manager) register(w http.ResponseWriter, r *http.Request) {
 	m.mu.Unlock()
 	m.mirrored(reg, false)
 	m.logger.Info("agent registered", "agent", reg.AgentID, "host", reg.Host, "processes", len(reg.Processes), "kinds", reg.Kinds)
-	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: reg.AgentID, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+	writeJSON(w, http.StatusOK, m.reply(reg.AgentID))
 }
 
 func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
@@ -97,7 +97,20 @@ func (m *Manager) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m.mirrored(reg, false)
-	writeJSON(w, http.StatusOK, agentapi.RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second)})
+	writeJSON(w, http.StatusOK, m.reply(id))
+}
+
+// reply is the answer to a registration or heartbeat of agent id.
+func (m *Manager) reply(id string) agentapi.RegistrationReply {
+	return agentapi.RegistrationReply{AgentID: id, HeartbeatSeconds: int(m.cfg.Heartbeat / time.Second),
+		OTLPHTTPPort: int(m.otlpPort.Load()), OTLPHTTPTLS: m.otlpTLS.Load()}
+}
+
+// SetOTLPHTTP names the server's OTLP/HTTP receiver to the agents (its
+// port; whether it takes TLS): they relay their node's spans there.
+func (m *Manager) SetOTLPHTTP(port int, tls bool) {
+	m.otlpPort.Store(int32(port))
+	m.otlpTLS.Store(tls)
 }
 
 func (m *Manager) deregister(w http.ResponseWriter, r *http.Request) {

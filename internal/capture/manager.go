@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -255,6 +256,10 @@ type Manager struct {
 	logger    *slog.Logger
 	// dumpOpts configure the clients of the agents' dump URLs.
 	dumpOpts agentapi.ClientOptions
+	// otlpPort and otlpTLS are the OTLP/HTTP receiver the registration
+	// replies name (SetOTLPHTTP; 0: none).
+	otlpPort atomic.Int32
+	otlpTLS  atomic.Bool
 	now      func() time.Time
 
 	anomalies chan queued

@@ -148,6 +148,8 @@ type VerdictAt struct {
 	// it lacked): why a cause came late or changed.
 	PathSpans int      `json:"pathSpans,omitempty"`
 	Missing   []string `json:"missing,omitempty"`
+	// Evidence is the verdict's last evidence lines (the cause's).
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 // CaptureAt is a capture of the fault's service, its times in ms after
@@ -413,11 +415,14 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 			"--kmetrics.cgroups", mesh.CgroupPath(o.Prefix),
 			"--kmetrics.otlp-url", "http://" + addrs.OTLPHTTP + "/v1/metrics"}
 	}
-	agent, err := startAgentProc(ctx, self, api, dir, tokenFile, kmArgs...)
+	// The agent relays the services' spans (rootline run sends them to
+	// it) to the server's OTLP/HTTP receiver, one request a second.
+	relayArgs := []string{"--relay.url", "http://" + addrs.OTLPHTTP + "/v1/traces"}
+	agent, err := startAgentProc(ctx, self, api, dir, tokenFile, append(relayArgs, kmArgs...)...)
 	if err != nil && kmArgs != nil {
 		sum.Notes = append(sum.Notes, "the agent did not start with kernel metrics, started it without: "+firstLine(err.Error()))
 		kmArgs = nil
-		agent, err = startAgentProc(ctx, self, api, dir, tokenFile)
+		agent, err = startAgentProc(ctx, self, api, dir, tokenFile, relayArgs...)
 	}
 	if err != nil {
 		return sum, err
@@ -935,6 +940,9 @@ func watchVerdicts(ctx context.Context, api, token string, onset time.Time) func
 						at.Service, at.Cause, at.PathSpans = v.Service, v.Cause, v.PathSpans
 						for _, m := range v.Missing[:min(len(v.Missing), 2)] {
 							at.Missing = append(at.Missing, clipText(m, 240))
+						}
+						for _, e := range v.Evidence[max(len(v.Evidence)-2, 0):] {
+							at.Evidence = append(at.Evidence, clipText(e, 240))
 						}
 					}
 					// A change of the verdict, or its first kernel paths.

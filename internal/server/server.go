@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -450,6 +451,13 @@ func (s *Server) Run(ctx context.Context) error {
 		go func() { kdetDone <- s.kdet.Run(kdetCtx) }()
 	} else {
 		kdetDone <- nil
+	}
+	if s.capture != nil && s.recv != nil {
+		// Agents relay their node's spans to the OTLP/HTTP receiver.
+		if _, port, err := net.SplitHostPort(s.recv.Addrs().HTTP); err == nil {
+			p, _ := strconv.Atoi(port)
+			s.capture.SetOTLPHTTP(p, s.cfg.Receiver.TLS.CertFile != "")
+		}
 	}
 	serveErr := make(chan error, 1)
 	go func() {
