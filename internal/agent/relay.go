@@ -264,20 +264,30 @@ func (r *relay) run(ctx context.Context) {
 	}
 }
 
-// flush sends what is held as one request.
+// flush sends what is held, in requests of at most relayFlushBytes (the
+// server's default request limit is 8 MiB decompressed) unless one body is
+// larger.
 func (r *relay) flush(ctx context.Context) {
 	r.mu.Lock()
-	parts := r.pending
+	all := r.pending
 	r.pending = nil
 	r.mu.Unlock()
-	if len(parts) == 0 {
-		return
+	for len(all) > 0 {
+		n, size := 1, int64(len(all[0]))
+		for n < len(all) && size+int64(len(all[n])) <= relayFlushBytes {
+			size += int64(len(all[n]))
+			n++
+		}
+		r.flushParts(ctx, all[:n], size)
+		all = all[n:]
 	}
-	var size int64
+}
+
+// flushParts sends bodies of size bytes in all as one request.
+func (r *relay) flushParts(ctx context.Context, parts [][]byte, size int64) {
 	r.raw = r.raw[:0]
 	for _, p := range parts {
 		r.raw = append(r.raw, p...)
-		size += int64(len(p))
 	}
 	defer func() {
 		r.mu.Lock()
@@ -285,8 +295,9 @@ func (r *relay) flush(ctx context.Context) {
 		r.mu.Unlock()
 	}()
 	err := r.send(ctx, r.raw)
-	if export.StatusOf(err) == http.StatusBadRequest && len(parts) > 1 {
-		// One body the server could not decode: the others still count.
+	if code := export.StatusOf(err); (code == http.StatusBadRequest || code == http.StatusRequestEntityTooLarge) && len(parts) > 1 {
+		// One body the server could not decode, or a server whose limit
+		// is below the batch: the bodies one by one.
 		r.batches.WithLabelValues("split").Inc()
 		var bad int
 		for _, p := range parts {

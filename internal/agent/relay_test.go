@@ -221,3 +221,21 @@ func TestServerTracesURL(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayChunks: what is held goes in requests of at most
+// relayFlushBytes, so a burst stays under the server's request limit.
+func TestRelayChunks(t *testing.T) {
+	srv := newRelayServer(t)
+	endpoint := srv.URL + "/v1/traces"
+	r := newRelay(RelayConfig{Every: time.Hour}, srv.Client(), "tok", func() string { return endpoint }, slog.New(slog.DiscardHandler))
+	big := strings.Repeat("x", 3<<20) // 3 MiB a body: two do not fit in one request
+	for _, n := range []string{"a", "b", "c"} {
+		if w := postRelay(t, r, otlpBody(n, n+big), nil); w.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", n, w.Code, w.Body)
+		}
+	}
+	r.flush(context.Background())
+	if n, names := srv.received(); n != 3 || len(names) != 3 {
+		t.Errorf("%d requests of %d spans, want 3 of one each", n, len(names))
+	}
+}
