@@ -21,6 +21,10 @@ import (
 type agentProc struct {
 	// addr is its TCP listener (/metrics), socket its unix socket.
 	addr, socket string
+	logs         *lockedBuffer
+	// stop stops it (SIGTERM, then SIGKILL after 20 s) and waits; the
+	// test's cleanup calls it too.
+	stop func()
 }
 
 // startAgent runs `rootline agent` against srv and returns once it registered.
@@ -36,7 +40,7 @@ func startAgent(t *testing.T, srv *serverProc, args ...string) agentProc {
 	}
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
+	stop := func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -44,6 +48,9 @@ func startAgent(t *testing.T, srv *serverProc, args ...string) agentProc {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+	}
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("agent logs:\n%s", logs)
 		}
@@ -58,7 +65,7 @@ func startAgent(t *testing.T, srv *serverProc, args ...string) agentProc {
 			for line := range strings.SplitSeq(logs.String(), "\n") {
 				var l struct{ Msg, Listen string }
 				if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "agent started" {
-					return agentProc{addr: l.Listen, socket: socket}
+					return agentProc{addr: l.Listen, socket: socket, logs: logs, stop: stop}
 				}
 			}
 			t.Fatalf("no \"agent started\" line in the agent's log:\n%s", logs)

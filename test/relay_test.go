@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,32 +23,9 @@ func TestRelay(t *testing.T) {
 	dir := t.TempDir()
 	bin := cpBuild(t, dir)
 	srv := startServer(t, filepath.Join(dir, "data"))
-	socket := filepath.Join(dir, "agent.sock")
-	agent := exec.Command(rootlineBin(t), "agent", "--server", "http://"+srv.query, "--listen", "127.0.0.1:0", "--socket", socket,
-		"--discover=false", "--profilers", "cpu", "--relay.every", "2s", "--log.format", "json")
-	logs := &lockedBuffer{}
-	agent.Stdout, agent.Stderr = logs, logs
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = agent.Wait(); close(exited) }()
-	stopAgent := func() {
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = agent.Process.Kill()
-			<-exited
-		}
-	}
-	t.Cleanup(func() {
-		stopAgent()
-		if t.Failed() {
-			t.Logf("agent logs:\n%s", logs)
-		}
-	})
-	agentAddr := waitLogLine(t, logs, "agent started", "listen")
+	anchor := startTarget(t, "sleep", "600")
+	ag := startAgent(t, srv, "--profilers", "cpu", "--target", fmt.Sprint("pid=", anchor), "--relay.every", "2s")
+	socket, agentAddr, logs := ag.socket, ag.addr, ag.logs
 	to := waitLogLine(t, logs, "relaying the node's spans", "to")
 	if want := "http://" + srv.http + "/v1/traces"; to != want {
 		t.Fatalf("the agent relays to %s, the server's OTLP/HTTP receiver is %s", to, want)
@@ -86,7 +61,7 @@ func TestRelay(t *testing.T) {
 	}
 
 	// The agent stops (what it held is sent); the spans go to the server.
-	stopAgent()
+	ag.stop()
 	get(20)
 	waitSpans(t, srv, "relay-a", 50)
 	waitSpans(t, srv, "relay-b", 50)
