@@ -66,7 +66,11 @@ func (a *Agent) registerLoop(ctx context.Context) {
 		failing, backoff, id = false, a.retryMin, reply.AgentID
 		if u := serverTracesURL(a.cfg.ServerURL, reply); u != a.serverTraces.Load().(string) {
 			a.serverTraces.Store(u)
-			if a.relay != nil && a.cfg.Relay.URL == "" {
+			switch {
+			case a.relay == nil || a.cfg.Relay.URL != "":
+			case u == "":
+				a.logger.Info("the server names no OTLP/HTTP receiver: the relay takes no spans (the node's processes send theirs to the server)")
+			default:
 				a.logger.Info("relaying the node's spans", "to", u)
 			}
 		}
