@@ -30,10 +30,12 @@ type Shipper struct {
 	// relays them (ShipperConfig.Agent); direct, when dest is the agent,
 	// is the server, for a batch the agent could not take.
 	dest, direct *export.Poster
-	// noRelay is set once the agent said it relays no spans for this
-	// process (no relay, or not for this caller: relayUnavailable): from
-	// then on batches go to direct.
-	noRelay atomic.Bool
+	// noRelayUntil (Unix ns) is set when the agent said it relays no
+	// spans for this process (no relay, no server endpoint known yet, not
+	// for this caller: relayUnavailable): until then batches go to direct,
+	// and the agent is asked again after it (it may have registered with
+	// the server since).
+	noRelayUntil atomic.Int64
 	log     *slog.Logger
 	queue   chan *model.Span
 	batch   int
@@ -287,13 +289,13 @@ func (s *Shipper) Wait() { <-s.done }
 func (s *Shipper) send(ctx context.Context, spans []*model.Span) {
 	s.raw = export.AppendOTLP(s.raw[:0], spans)
 	p := s.dest
-	if s.direct != nil && s.noRelay.Load() {
+	if s.direct != nil && time.Now().UnixNano() < s.noRelayUntil.Load() {
 		p = s.direct
 	}
 	err := s.post(ctx, p, s.raw)
 	if err != nil && p != s.direct && s.direct != nil && relayUnavailable(err) {
 		if code := export.StatusOf(err); code != 0 && !export.Retryable(code) {
-			s.noRelay.Store(true) // an answer that will not change
+			s.noRelayUntil.Store(time.Now().Add(noRelayFor).UnixNano())
 		}
 		s.fallOnce.Do(func() {
 			s.log.Info("the agent did not take the spans; sending them to the server directly", "agent", s.dest.URL, "err", err)
@@ -321,6 +323,10 @@ func (s *Shipper) post(ctx context.Context, p *export.Poster, raw []byte) error 
 	}
 	return p.PostRetrying(ctx, body)
 }
+
+// noRelayFor is how long a process sends to the server directly after its
+// agent answered that it does not relay its spans.
+const noRelayFor = time.Minute
 
 // relayUnavailable says whether the agent failed to take a batch in a way
 // the server may not: unreachable (not running, restarting), without a
