@@ -1,12 +1,10 @@
 package test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +36,7 @@ func TestRelay(t *testing.T) {
 			[]string{"--mode", "ptrace", "--service", svc, "--server", "http://" + srv.http, "--agent", "unix:" + socket}, bin)
 		ports = append(ports, port)
 	}
-	requests0 := scrapeMetric(t, "http://"+srv.query+"/metrics", `rootline_receiver_requests_total{outcome="accepted",receiver="otlp_http"}`)
+	requests0 := metric(t, "http://"+srv.query+"/metrics", `rootline_receiver_requests_total{outcome="accepted",receiver="otlp_http"}`)
 	get := func(n int) {
 		for i := range n {
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/work?do=fast", ports[i%2]))
@@ -52,9 +50,9 @@ func TestRelay(t *testing.T) {
 	get(80)
 	waitSpans(t, srv, "relay-a", 40)
 	waitSpans(t, srv, "relay-b", 40)
-	requests := scrapeMetric(t, "http://"+srv.query+"/metrics", `rootline_receiver_requests_total{outcome="accepted",receiver="otlp_http"}`) - requests0
-	held := scrapeMetric(t, "http://"+agentAddr+"/metrics", `rootline_agent_relay_requests_total{outcome="held"}`)
-	sent := scrapeMetric(t, "http://"+agentAddr+"/metrics", `rootline_agent_relay_batches_total{outcome="sent"}`)
+	requests := metric(t, "http://"+srv.query+"/metrics", `rootline_receiver_requests_total{outcome="accepted",receiver="otlp_http"}`) - requests0
+	held := metric(t, "http://"+agentAddr+"/metrics", `rootline_agent_relay_requests_total{outcome="held"}`)
+	sent := metric(t, "http://"+agentAddr+"/metrics", `rootline_agent_relay_batches_total{outcome="sent"}`)
 	t.Logf("80 requests over ~4 s to two processes: they sent %.0f batches to the agent, the agent %.0f to the server; the server received %.0f OTLP/HTTP requests", held, sent, requests)
 	if held == 0 || sent == 0 || requests != sent || sent >= held {
 		t.Errorf("batches: %.0f to the agent, %.0f from it, %.0f at the server; want fewer from it than to it, and each at the server", held, sent, requests)
@@ -108,27 +106,4 @@ func waitSpans(t *testing.T, srv *serverProc, service string, n int) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// scrapeMetric reads one series (name and labels as Prometheus prints
-// them) from a /metrics page; 0 when absent.
-func scrapeMetric(t *testing.T, url, series string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	return 0
 }
