@@ -36,10 +36,10 @@ type Shipper struct {
 	// and the agent is asked again after it (it may have registered with
 	// the server since).
 	noRelayUntil atomic.Int64
-	log     *slog.Logger
-	queue   chan *model.Span
-	batch   int
-	every   time.Duration
+	log          *slog.Logger
+	queue        chan *model.Span
+	batch        int
+	every        time.Duration
 
 	// Sent, Dropped and Failed count spans; Relayed counts those of Sent
 	// that the agent took.
