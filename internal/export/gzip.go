@@ -2,8 +2,9 @@ package export
 
 import (
 	"bytes"
-	"compress/gzip"
 	"sync"
+
+	"github.com/klauspost/compress/gzip"
 )
 
 // gzipWriters keeps gzip writers between requests: a writer's tables are
@@ -18,7 +19,9 @@ var gzipWriters = sync.Pool{New: func() any {
 // BestSpeed: on the batches of a traced process it keeps all but ~8 % of the
 // default level's gain (span ids and timestamps do not compress at any
 // level) for a third of its CPU on a 100-span batch; on a 10-span batch
-// both levels cost mostly the writer's reset (BenchmarkGzipBatch).
+// both levels cost mostly the writer's reset (BenchmarkGzipBatch). The writer
+// is klauspost's: the same bytes within 2 % for 55–60 % of the standard
+// library's CPU (BenchmarkGzipBatch, klauspost-BestSpeed).
 func AppendGzip(dst, body []byte) []byte {
 	buf := bytes.NewBuffer(dst)
 	w := gzipWriters.Get().(*gzip.Writer)

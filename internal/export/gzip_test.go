@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	kgzip "github.com/klauspost/compress/gzip"
+
 	"github.com/rootline/rootline/internal/model"
 )
 
@@ -73,11 +75,15 @@ func BenchmarkGzipBatch(b *testing.B) {
 	for _, n := range []int{10, 100} {
 		raw := AppendOTLP(nil, tracerBatch(n))
 		for _, lv := range []struct {
-			name  string
-			level int
-		}{{"BestSpeed", gzip.BestSpeed}, {"Default", gzip.DefaultCompression}} {
+			name string
+			new  func() gzipWriter
+		}{
+			{"BestSpeed", func() gzipWriter { w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed); return w }},
+			{"Default", func() gzipWriter { w, _ := gzip.NewWriterLevel(nil, gzip.DefaultCompression); return w }},
+			{"klauspost-BestSpeed", func() gzipWriter { w, _ := kgzip.NewWriterLevel(nil, kgzip.BestSpeed); return w }},
+		} {
 			b.Run(fmt.Sprintf("spans=%d/%s", n, lv.name), func(b *testing.B) {
-				w, _ := gzip.NewWriterLevel(nil, lv.level)
+				w := lv.new()
 				var buf bytes.Buffer
 				cpu0 := processCPU()
 				for b.Loop() {
@@ -92,6 +98,43 @@ func BenchmarkGzipBatch(b *testing.B) {
 				b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/float64(n), "cpu-ns/span")
 			})
 		}
+	}
+}
+
+// gzipWriter is what the standard library's and klauspost's writers share.
+type gzipWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+// BenchmarkGunzipBatch: the CPU of gunzipping a busy second's batch, as the
+// server's receiver does, with the standard library and with klauspost's
+// reader.
+func BenchmarkGunzipBatch(b *testing.B) {
+	raw := AppendOTLP(nil, tracerBatch(100))
+	z := AppendGzip(nil, raw)
+	out := make([]byte, 0, len(raw))
+	for _, r := range []struct {
+		name string
+		open func(io.Reader) (io.Reader, error)
+	}{
+		{"stdlib", func(in io.Reader) (io.Reader, error) { return gzip.NewReader(in) }},
+		{"klauspost", func(in io.Reader) (io.Reader, error) { return kgzip.NewReader(in) }},
+	} {
+		b.Run(r.name, func(b *testing.B) {
+			cpu0 := processCPU()
+			for b.Loop() {
+				zr, err := r.open(bytes.NewReader(z))
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf := bytes.NewBuffer(out[:0])
+				if _, err := buf.ReadFrom(zr); err != nil || buf.Len() != len(raw) {
+					b.Fatalf("%d bytes, %v", buf.Len(), err)
+				}
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N)/100, "cpu-ns/span")
+		})
 	}
 }
 
