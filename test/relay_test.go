@@ -33,7 +33,7 @@ func TestRelay(t *testing.T) {
 	var ports []int
 	for _, svc := range []string{"relay-a", "relay-b"} {
 		_, port := startTraced(t, []string{"LISTEN=127.0.0.1:0"}, true,
-			[]string{"--mode", "ptrace", "--service", svc, "--server", "http://" + srv.http, "--agent", "unix:" + socket}, bin)
+			[]string{"--mode", "ptrace", "--service", svc, "--server", "http://" + srv.http, "--agent", "unix:" + socket, "--ship-via-agent"}, bin)
 		ports = append(ports, port)
 	}
 	requests0 := metric(t, "http://"+srv.query+"/metrics", `rootline_receiver_requests_total{outcome="accepted",receiver="otlp_http"}`)

@@ -632,7 +632,7 @@ func ownPIDs(m *mesh.Mesh, cmds ...*exec.Cmd) []int {
 // computed (see inBandBytes).
 const (
 	senderSidecars = "sidecars → server (OTLP/gRPC)"
-	senderRun      = "spans → server (OTLP/HTTP: rootline run's, through the agent's relay unless run.ship-via-agent=false)"
+	senderRun      = "spans → server (OTLP/HTTP: rootline run's, through the agent's relay with run.ship-via-agent=true)"
 	senderAgent    = "agent ↔ server (registration, heartbeats, uploads)"
 	senderInBand   = "header lines rootline run adds (in band)"
 	senderRunAgent = "rootline run ↔ agent (node-local, not in the total: registrations and the relayed spans)"
