@@ -92,6 +92,7 @@ type result struct {
 	ownPerReq          time.Duration            // the mesh's and Rootline's processes only (see ownPIDs)
 	byCommand          map[string]time.Duration // CPU per request, of those processes
 	capturesPerMin     float64                  // captures that ran (not skipped by the rate limits)
+	incidents          float64                  // incidents the server opened in the measured window
 }
 
 // idle is a mode's fixed cost: CPU per second of wall time with the mesh up
@@ -170,8 +171,8 @@ func main() {
 			out, id := runMode(self, *repo, envoy, topo, meshPlace{*prefix, *subnet, gw}, mode, rateList, *duration, *warmup, *idleFor, strings.Fields(*serverFlags))
 			for rate, r := range out {
 				res[mode][rate] = append(res[mode][rate], r)
-				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v own %v agent CPU %.1f%% captures/min %.1f bytes/request %.0f\n",
-					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), r.ownPerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.bytesPerReq)
+				fmt.Fprintf(os.Stderr, "round %d %-21s %3.0f/s p50 %v p95 %v p99 %v errors %d/%d machine CPU/request %v own %v agent CPU %.1f%% captures/min %.1f incidents %.0f bytes/request %.0f\n",
+					round+1, mode, rate, r.P50, r.P95, r.P99, r.Errors, r.Sent, r.machinePerReq.Round(10*time.Microsecond), r.ownPerReq.Round(10*time.Microsecond), 100*r.agentCPU, r.capturesPerMin, r.incidents, r.bytesPerReq)
 			}
 			if id != nil {
 				idles[mode] = append(idles[mode], *id)
@@ -179,16 +180,20 @@ func main() {
 			}
 		}
 	}
-	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | own CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| rate (req/s) | mode | p50 | p95 | Δp95 vs envoy | Δp95 round by round | p99 | errors | machine CPU/request | own CPU/request | Rootline bytes/request | spans/request | server CPU per 1,000 spans | agent CPU | captures/min | incidents opened, round by round |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range rateList {
 		a := med(res["envoy"][rate])
 		for _, m := range modes {
 			b := med(res[m][rate])
-			extra := "| – | – | – | – | – |"
+			extra := "| – | – | – | – | – | – |"
 			if copyOf(m) != "envoy" { // the baseline and its A/A copies have no Rootline
-				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f |", b.bytesPerReq, b.spansPerReq,
-					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin)
+				var inc []string
+				for _, r := range res[m][rate] {
+					inc = append(inc, fmt.Sprintf("%.0f", r.incidents))
+				}
+				extra = fmt.Sprintf("| %.0f | %.1f | %v | %.1f%% | %.1f | %s |", b.bytesPerReq, b.spansPerReq,
+					b.serverCPUPer1kSpan.Round(time.Millisecond), 100*b.agentCPU, b.capturesPerMin, strings.Join(inc, " / "))
 			}
 			fmt.Printf("| %.0f | %s | %v | %v | %+.1f%% | %s | %v | %.2f%% | %v | %v %s\n", rate, m,
 				ms(b.P50), ms(b.P95), 100*(float64(b.P95)/float64(a.P95)-1), byRound(res["envoy"][rate], res[m][rate]), ms(b.P99), b.ErrorPercent(),
@@ -506,12 +511,13 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 		}
 		_, _ = loadgen.Run(ctx, loadgen.Config{URL: m.EntryURL(), Phases: []loadgen.Phase{{Rate: rate, Duration: w}}})
 		var cpu0, agentCPU0 time.Duration
-		var spans0, captures0 float64
+		var spans0, captures0, incidents0 float64
 		var bytes0 map[string]int64
 		var batches0 map[string][2]float64
 		if srv != nil {
 			cpu0, spans0, bytes0 = overhead.CPU(srv.Process.Pid), metric(queryAddr, storedSpans), counted.bySender()
 			captures0 = metric(queryAddr, capturesTotal, skipped)
+			incidents0 = metric(queryAddr, incidentsOpened)
 			batches0 = receiverBatches(queryAddr)
 		}
 		if agent != nil {
@@ -544,6 +550,9 @@ func runMode(self, repo, envoy string, topo *mesh.Topology, place meshPlace, mod
 				res.agentCPU = float64(overhead.CPUWithChildren(agent.Process.Pid)-agentCPU0) / float64(took)
 			}
 			res.capturesPerMin = (metric(queryAddr, capturesTotal, skipped) - captures0) / took.Minutes()
+			// With nothing injected, an incident is a false alarm (or the
+			// machine's own drift): a mode that opens more is not free.
+			res.incidents = metric(queryAddr, incidentsOpened) - incidents0
 			spans := metric(queryAddr, storedSpans) - spans0
 			cpu := overhead.CPU(srv.Process.Pid) - cpu0
 			if spans > 0 {
@@ -848,9 +857,10 @@ var queryClient = &http.Client{Transport: &http.Transport{DialContext: (&net.Dia
 	LocalAddr: &net.TCPAddr{IP: net.ParseIP(queryIP)}}).DialContext}}
 
 const (
-	storedSpans   = "rootline_pipeline_spans_stored_total"
-	capturesTotal = "rootline_captures_total" // by final state
-	skipped       = `state="skipped"`         // captures that did not run
+	storedSpans     = "rootline_pipeline_spans_stored_total"
+	capturesTotal   = "rootline_captures_total" // by final state
+	incidentsOpened = "rootline_incidents_opened_total"
+	skipped         = `state="skipped"` // captures that did not run
 )
 
 // metricWith sums the server's samples of one metric whose labels contain
