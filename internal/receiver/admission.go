@@ -271,6 +271,23 @@ const (
 	maxChunk   = 1 << 20
 )
 
+// fill reads into buf until it is full or rd fails, and returns rd's error
+// as it is: io.EOF is the body's end, while io.ErrUnexpectedEOF is a body
+// cut short (a truncated gzip stream, a request shorter than its
+// Content-Length), which io.ReadFull would report for a short last chunk
+// too.
+func fill(rd io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := rd.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
 // readAll reads rd to its end into one slice, at most limit bytes, reserving
 // each chunk from res before reading into it. It returns errBodyTooLarge past
 // limit, res.grow's errors when the budget runs out, or rd's error.
@@ -285,13 +302,13 @@ func readAll(rd io.Reader, limit int64, res *reservation) ([]byte, error) {
 		}
 		reserved += size
 		chunk := make([]byte, size)
-		n, err := io.ReadFull(rd, chunk)
+		n, err := fill(rd, chunk)
 		chunks = append(chunks, chunk[:n])
 		total += int64(n)
 		if total > limit {
 			return nil, errBodyTooLarge
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if err == io.EOF {
 			break
 		}
 		if err != nil {

@@ -123,6 +123,16 @@ func otlpProto(t *testing.T, td ptrace.Traces) []byte {
 	return b
 }
 
+// truncated is b without its last third: a gzip stream cut short.
+func truncated(b []byte) []byte { return b[:len(b)*2/3] }
+
+// badCRC is a gzip stream whose trailer's CRC-32 does not match its data.
+func badCRC(b []byte) []byte {
+	out := append([]byte(nil), b...)
+	out[len(out)-8] ^= 0xff
+	return out
+}
+
 func gzipped(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var buf bytes.Buffer
@@ -328,6 +338,8 @@ func TestOTLPHTTP(t *testing.T) {
 		},
 		{name: "proto garbage", req: httpReq{contentType: mediaProto, body: []byte{0xff, 0xff, 0xff}}, wantStatus: 400, wantMsg: "cannot decode"},
 		{name: "not gzip", req: httpReq{contentType: mediaJSON, encoding: "gzip", body: specJSON}, wantStatus: 400, wantMsg: "cannot gunzip request body"},
+		{name: "truncated gzip", req: httpReq{contentType: mediaJSON, encoding: "gzip", body: truncated(gzipped(t, specJSON))}, wantStatus: 400, wantMsg: "cannot gunzip request body"},
+		{name: "gzip bad checksum", req: httpReq{contentType: mediaJSON, encoding: "gzip", body: badCRC(gzipped(t, specJSON))}, wantStatus: 400, wantMsg: "cannot gunzip request body"},
 		{name: "too large", req: httpReq{contentType: mediaJSON, body: bytes.Repeat([]byte(" "), limit+1)}, wantStatus: 413, wantMsg: "larger than the limit"},
 		{
 			name:       "too large chunked",
