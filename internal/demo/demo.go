@@ -91,7 +91,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.SlowService, "slow", "payment", "synthetic: service the slowdown hits (frontend, cart, payment, db)")
 	fs.Float64Var(&o.Factor, "factor", 8, "synthetic: slowdown factor")
 	fs.IntVar(&o.SlowTraces, "slow-traces", 5, "synthetic: traces sent while the fault is active")
-	fs.StringVar(&o.DataDir, "data-dir", "", "store directory (default: a temporary directory, removed at exit)")
+	fs.StringVar(&o.DataDir, "data-dir", "", "store directory; the mesh scenario keeps the server's store in its data/ and the server's and agent's logs in server.log and agent.log (default: a temporary directory, removed at exit)")
 	fs.BoolVar(&o.Keep, "keep", false, "keep everything running after the summary (Ctrl-C to stop) to browse the UI")
 	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
 	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
@@ -227,7 +227,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	addrs, stop, err := startServer(ctx, dir, o.QueryAddr, "")
+	addrs, stop, err := startServer(ctx, dir, o.QueryAddr, "", "")
 	if err != nil {
 		return sum, err
 	}
@@ -328,7 +328,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 // startServer runs an in-process server with the UI over dir; stop shuts it
 // down. With a tokenFile its capture requests carry the token (the agent's
 // API needs it); its own API stays open on its loopback address.
-func startServer(ctx context.Context, dir, queryAddr, tokenFile string) (server.Addrs, func(), error) {
+//
+// logPath, when set, is where the server's log goes (Info and above); else
+// it is discarded.
+func startServer(ctx context.Context, dir, queryAddr, tokenFile, logPath string) (server.Addrs, func(), error) {
 	cfg := server.DefaultConfig()
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
@@ -341,18 +344,29 @@ func startServer(ctx context.Context, dir, queryAddr, tokenFile string) (server.
 	cfg.OTLPGRPCAddr, cfg.OTLPHTTPAddr, cfg.ZipkinAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.QueryAddr = queryAddr
 	cfg.SQLite.Synchronous = "NORMAL"
-	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	logw := io.Writer(io.Discard)
+	closeLog := func() {}
+	if logPath != "" {
+		f, err := os.Create(logPath)
+		if err != nil {
+			return server.Addrs{}, nil, err
+		}
+		logw, closeLog = f, func() { _ = f.Close() }
+	}
+	srv, err := server.New(cfg, slog.New(slog.NewTextHandler(logw, nil)))
 	if err != nil {
+		closeLog()
 		return server.Addrs{}, nil, err
 	}
 	srv.UI = web.Handler()
 	if err := srv.Start(ctx); err != nil {
+		closeLog()
 		return server.Addrs{}, nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(sctx) }()
-	return srv.Addrs(), func() { cancel(); <-done }, nil
+	return srv.Addrs(), func() { cancel(); <-done; closeLog() }, nil
 }
 
 // anomalyRow is one entry of GET /api/v1/anomalies.

@@ -392,7 +392,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	// The capture API (which agents upload to) takes the token: the demo's
 	// own reads of it, for the verdict, send it too.
 	token := strings.TrimSpace(string(tokenBytes))
-	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile)
+	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile, filepath.Join(dir, "server.log"))
 	if err != nil {
 		return sum, err
 	}
