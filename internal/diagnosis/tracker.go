@@ -46,13 +46,15 @@ type Tracker struct {
 	// critical paths stored) instead of at its next tick.
 	wake chan struct{}
 	// onOpen, when set, is called when an incident opened (SetOnOpen).
-	onOpen func()
+	onOpen func(start int64)
 }
 
 // SetOnOpen makes the tracker call f (outside its lock) when an incident
-// opens: the server's critical-path runner then computes the paths of the
-// captures it postponed while none was open. Call before Run.
-func (t *Tracker) SetOnOpen(f func()) { t.onOpen = f }
+// opens, with its start (Unix ns; the earliest when several opened at once):
+// the server's critical-path runner then computes the paths of the captures
+// it postponed while none was open, those since the start first. Call
+// before Run.
+func (t *Tracker) SetOnOpen(f func(start int64)) { t.onOpen = f }
 
 // Active reports whether an incident is open, or closed and still
 // gathering evidence (diagnosis.evidence_wait): whether a verdict may read
@@ -658,13 +660,18 @@ func (t *Tracker) Run(ctx context.Context) error {
 	}()
 	t.every(ctx, nil, func(now time.Time) {
 		changed := t.step(now)
-		opened := false
+		opened, start := false, int64(0)
 		for _, inc := range changed {
 			t.put(ctx, inc)
-			opened = opened || inc.Opened == now.UnixNano()
+			if inc.Opened == now.UnixNano() {
+				if !opened || inc.Start < start {
+					start = inc.Start
+				}
+				opened = true
+			}
 		}
 		if opened && t.onOpen != nil {
-			t.onOpen()
+			t.onOpen(start)
 		}
 		if len(changed) > 0 {
 			// An incident that opened has its first verdict due.

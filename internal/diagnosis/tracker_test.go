@@ -184,8 +184,8 @@ func TestTrackerRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opened := make(chan struct{}, 10)
-	tr.SetOnOpen(func() { opened <- struct{}{} })
+	opened := make(chan int64, 10)
+	tr.SetOnOpen(func(start int64) { opened <- start })
 	if tr.Active() {
 		t.Fatal("active before any incident")
 	}
@@ -209,6 +209,9 @@ func TestTrackerRun(t *testing.T) {
 				}
 				if len(opened) != 1 || !tr.Active() {
 					t.Fatalf("on open called %d times, active %v; want once, and active", len(opened), tr.Active())
+				}
+				if start := <-opened; start != inc.Start {
+					t.Fatalf("on open called with start %d, want the incident's %d", start, inc.Start)
 				}
 				break
 			}

@@ -27,11 +27,19 @@ type critpathRunner struct {
 	// open incident's verdict waits for their paths, so they go before the
 	// queue, which may be minutes long on a loaded server.
 	urgent chan []string
-	log    *slog.Logger
-	done   *prometheus.CounterVec
-	secs   prometheus.Histogram
-	// onStored, when set, is called after each capture's paths are stored.
-	onStored func()
+	// backlog holds the deferred captures that completed before an
+	// incident's start (its baseline), undeferred when it opened: they go
+	// after the queue, at most backlogShare of one CPU (readyAt), so that
+	// a burst of them does not slow the services the incident is about.
+	backlog chan []string
+	readyAt time.Time
+	log     *slog.Logger
+	done    *prometheus.CounterVec
+	secs    prometheus.Histogram
+	// onStored, when set, is called after each capture's paths are stored;
+	// onBaseline instead for the backlog's (an incident's baseline, which
+	// does not call for its verdict at once).
+	onStored, onBaseline func()
 	// active, when set, reports whether an incident is open or settling:
 	// a capture that completes while none is waits in deferred, and its
 	// paths are computed when one opens (undefer) within keep of it.
@@ -56,16 +64,25 @@ const maxDeferred = 256
 // computes them on demand.
 const critpathQueue = 256
 
+// backlogShare is the share of one CPU the backlog's paths may take: after
+// each, the runner waits (1/backlogShare − 1) times as long as it took
+// before the next (a capture of the queue or a suspect's goes at once).
+// Measured in the demo mesh (bench/RESULTS.md): computed back to back, the
+// 15 captures deferred before an incident took the server to 100–135 % of a
+// CPU for 8 s just after it opened, on the two CPUs the services shared.
+const backlogShare = 0.5
+
 // newCritpathRunner returns a runner reading spans from st and storing
 // paths through arts.
 func newCritpathRunner(st store.SpanReader, arts store.ArtifactStore, logger *slog.Logger, reg prometheus.Registerer) (*critpathRunner, error) {
 	r := &critpathRunner{
 		an: &critpath.Analyzer{Spans: st, Artifacts: arts, Logger: logger.With("component", "critpath"),
 			Cache: critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)},
-		arts:   arts,
-		queue:  make(chan []string, critpathQueue),
-		urgent: make(chan []string, critpathQueue),
-		log:    logger.With("component", "critpath"),
+		arts:    arts,
+		queue:   make(chan []string, critpathQueue),
+		urgent:  make(chan []string, critpathQueue),
+		backlog: make(chan []string, critpathQueue),
+		log:     logger.With("component", "critpath"),
 		done: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_critpath_snapshots_total",
 			Help: "Kernel snapshots of completed captures analysed for critical paths, by outcome (stored, failed, dropped), and captures whose paths waited for an incident (deferred) or were left to be computed when asked for (expired)."}, []string{"outcome"}),
 		secs: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rootline_critpath_seconds",
@@ -131,53 +148,89 @@ func (r *critpathRunner) expire(now time.Time) {
 	}
 }
 
-// undefer queues the deferred captures, newest first (an incident's own
-// captures are the newest; the older ones are its culprit's baseline).
-func (r *critpathRunner) undefer() {
+// undefer queues the deferred captures, newest first: those that completed
+// at or after start (an incident's own; 0: all) on the queue, the older
+// ones — its culprit's baseline — on the backlog.
+func (r *critpathRunner) undefer(start int64) {
 	r.mu.Lock()
 	r.expire(time.Now())
 	list := r.deferred
 	r.deferred = nil
 	r.mu.Unlock()
 	for i := len(list) - 1; i >= 0; i-- {
-		r.enqueue(r.queue, list[i].ids)
+		q := r.queue
+		if list[i].at.UnixNano() < start {
+			q = r.backlog
+		}
+		r.enqueue(q, list[i].ids)
 	}
 }
 
 func (r *critpathRunner) run(ctx context.Context) error {
 	for {
-		ids, ok := r.next(ctx)
+		ids, paced, ok := r.next(ctx)
 		if !ok {
 			return nil
 		}
+		hook := r.onStored
+		if paced {
+			hook = r.onBaseline
+		}
+		t0 := time.Now()
 		for _, id := range ids {
-			r.one(ctx, id)
+			if r.one(ctx, id) && hook != nil {
+				hook()
+			}
+		}
+		if paced {
+			r.readyAt = time.Now().Add(time.Duration(float64(time.Since(t0)) * (1/backlogShare - 1)))
 		}
 	}
 }
 
-// next waits for the next capture to analyse, a suspect's first; false
+// next waits for the next capture to analyse: a suspect's first, then the
+// queue's, then the backlog's once readyAt has passed (paced true); false
 // once ctx is done.
-func (r *critpathRunner) next(ctx context.Context) ([]string, bool) {
-	select {
-	case ids := <-r.urgent:
-		return ids, true
-	default:
+func (r *critpathRunner) next(ctx context.Context) (ids []string, paced, ok bool) {
+	for _, q := range []chan []string{r.urgent, r.queue} {
+		select {
+		case ids := <-q:
+			return ids, false, true
+		default:
+		}
 	}
-	select {
-	case <-ctx.Done():
-		return nil, false
-	case ids := <-r.urgent:
-		return ids, true
-	case ids := <-r.queue:
-		return ids, true
+	for {
+		var backlog chan []string
+		var wait <-chan time.Time
+		if d := time.Until(r.readyAt); d <= 0 {
+			backlog = r.backlog
+		} else if len(r.backlog) > 0 {
+			timer := time.NewTimer(d)
+			wait = timer.C
+			defer timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, false
+		case ids := <-r.urgent:
+			return ids, false, true
+		case ids := <-r.queue:
+			return ids, false, true
+		case ids := <-backlog:
+			return ids, true, true
+		case <-wait:
+			// readyAt has passed: the backlog's turn, unless the
+			// others have something.
+		}
 	}
 }
 
-func (r *critpathRunner) one(ctx context.Context, id string) {
+// one computes and stores the paths of snapshot id; false when it did
+// not (not a snapshot, or failed).
+func (r *critpathRunner) one(ctx context.Context, id string) bool {
 	art, err := r.arts.GetArtifact(ctx, id)
 	if err != nil || !critpath.IsSnapshot(art.Kind, art.MediaType) {
-		return
+		return false
 	}
 	t0 := time.Now()
 	st, err := r.an.Capture(ctx, id)
@@ -186,13 +239,11 @@ func (r *critpathRunner) one(ctx context.Context, id string) {
 			r.done.WithLabelValues("failed").Inc()
 			r.log.Warn("critical paths not computed", "snapshot", id, "capture", art.CaptureID, "err", err)
 		}
-		return
+		return false
 	}
 	r.secs.Observe(time.Since(t0).Seconds())
 	r.done.WithLabelValues("stored").Inc()
-	if r.onStored != nil {
-		r.onStored()
-	}
 	r.log.Info("critical paths stored", "snapshot", id, "capture", art.CaptureID, "paths", len(st.Paths),
 		"notes", len(st.Notes), "seconds", time.Since(t0).Seconds())
+	return true
 }

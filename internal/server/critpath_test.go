@@ -33,7 +33,7 @@ func TestCritpathRunnerSuspectsFirst(t *testing.T) {
 	var got []string
 	ctx, cancel := context.WithCancel(context.Background())
 	for range 5 {
-		ids, ok := r.next(ctx)
+		ids, _, ok := r.next(ctx)
 		if !ok {
 			t.Fatal("next ended early")
 		}
@@ -44,7 +44,7 @@ func TestCritpathRunnerSuspectsFirst(t *testing.T) {
 		t.Fatalf("analysed %v, want %v", got, want)
 	}
 	cancel()
-	if _, ok := r.next(ctx); ok {
+	if _, _, ok := r.next(ctx); ok {
 		t.Fatal("next went on after its context ended")
 	}
 }
@@ -60,7 +60,10 @@ func TestCritpathRunnerDefers(t *testing.T) {
 	}
 	active := false
 	r.active, r.keep = func() bool { return active }, time.Minute
-	r.postpone([]string{"old"}, time.Now().Add(-2*time.Minute))
+	now := time.Now()
+	r.postpone([]string{"old"}, now.Add(-2*time.Minute))
+	r.postpone([]string{"b1"}, now.Add(-30*time.Second))
+	r.postpone([]string{"b2"}, now.Add(-20*time.Second))
 	r.finished(capture.Capture{ID: "1", Artifacts: []string{"a1"}})
 	r.finished(capture.Capture{ID: "2", Artifacts: []string{"a2"}})
 	r.finished(capture.Capture{ID: "3", Artifacts: []string{"s3"}, Suspect: true})
@@ -69,14 +72,21 @@ func TestCritpathRunnerDefers(t *testing.T) {
 	}
 	<-r.urgent
 	active = true
-	r.undefer()
+	// The incident started 10 s ago: a1 and a2 are its own, b1 and b2
+	// its baseline.
+	r.undefer(now.Add(-10 * time.Second).UnixNano())
 	r.finished(capture.Capture{ID: "4", Artifacts: []string{"a4"}})
-	var got []string
-	for len(r.queue) > 0 {
-		got = append(got, <-r.queue...)
+	drain := func(q chan []string) (got []string) {
+		for len(q) > 0 {
+			got = append(got, <-q...)
+		}
+		return got
 	}
-	if want := []string{"a2", "a1", "a4"}; !slices.Equal(got, want) {
-		t.Fatalf("queued %v, want %v (the deferred newest first, the expired one left, then the new one)", got, want)
+	if got, want := drain(r.queue), []string{"a2", "a1", "a4"}; !slices.Equal(got, want) {
+		t.Fatalf("queued %v, want %v (the incident's deferred newest first, then the new one)", got, want)
+	}
+	if got, want := drain(r.backlog), []string{"b2", "b1"}; !slices.Equal(got, want) {
+		t.Fatalf("backlog %v, want %v (the baseline newest first, the expired one left)", got, want)
 	}
 	if len(r.deferred) != 0 {
 		t.Errorf("%d captures still deferred", len(r.deferred))
@@ -84,5 +94,50 @@ func TestCritpathRunnerDefers(t *testing.T) {
 	var m dto.Metric
 	if err := r.done.WithLabelValues("expired").Write(&m); err != nil || m.GetCounter().GetValue() != 1 {
 		t.Errorf("expired %v (%v), want 1", m.GetCounter().GetValue(), err)
+	}
+}
+
+// TestCritpathRunnerPacesBacklog: the backlog goes after the queue and a
+// suspect's captures, and not before readyAt; a capture queued meanwhile
+// goes at once.
+func TestCritpathRunnerPacesBacklog(t *testing.T) {
+	r, err := newCritpathRunner(nil, nil, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r.backlog <- []string{"b1"}
+	r.backlog <- []string{"b2"}
+	r.queue <- []string{"q1"}
+	r.urgent <- []string{"s1"}
+	for _, want := range []struct {
+		id    string
+		paced bool
+	}{{"s1", false}, {"q1", false}, {"b1", true}} {
+		ids, paced, ok := r.next(ctx)
+		if !ok || len(ids) != 1 || ids[0] != want.id || paced != want.paced {
+			t.Fatalf("next: %v paced %v (ok %v), want %s paced %v", ids, paced, ok, want.id, want.paced)
+		}
+	}
+	// As run does after a backlog capture that took 200 ms.
+	r.readyAt = time.Now().Add(200 * time.Millisecond)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		r.queue <- []string{"q2"}
+	}()
+	if ids, paced, _ := r.next(ctx); len(ids) != 1 || ids[0] != "q2" || paced {
+		t.Fatalf("while the backlog waits: %v paced %v, want q2 at once", ids, paced)
+	}
+	ids, paced, _ := r.next(ctx)
+	if len(ids) != 1 || ids[0] != "b2" || !paced {
+		t.Fatalf("next: %v paced %v, want b2 paced", ids, paced)
+	}
+	if early := time.Until(r.readyAt); early > 0 {
+		t.Fatalf("the backlog went %v before readyAt", early)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, ok := r.next(cctx); ok {
+		t.Fatal("next went on after its context ended")
 	}
 }

@@ -265,7 +265,7 @@ func (s *Server) newTracker() (*diagnosis.Tracker, error) {
 	// An incident whose culprit's slow spans were not flagged (a shift
 	// of the entry's latency) asks captures of them.
 	tr.SetCapture(s.capture.CaptureSpans)
-	s.critpath.onStored = tr.PathsStored
+	s.critpath.onStored, s.critpath.onBaseline = tr.PathsStored, tr.Evidence
 	if !s.cfg.Capture.EagerPaths {
 		// A capture's paths are computed when a verdict may read them.
 		s.critpath.active, s.critpath.keep = tr.Active, s.cfg.Diagnosis.Lookback
