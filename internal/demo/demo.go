@@ -45,6 +45,10 @@ type Options struct {
 	Keep        bool
 	QueryAddr   string
 	JSONPath    string
+	// ServerConfig is a server configuration file (rootline server
+	// --config) the demo's server starts from; its store directory,
+	// listen addresses and token stay the demo's.
+	ServerConfig string
 }
 
 // Summary is what the demo found (also written with --json).
@@ -95,6 +99,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Keep, "keep", false, "keep everything running after the summary (Ctrl-C to stop) to browse the UI")
 	fs.StringVar(&o.QueryAddr, "query.addr", "127.0.0.1:16686", "query API / UI address (use 127.0.0.1:0 for any free port)")
 	fs.StringVar(&o.JSONPath, "json", "", "also write the summary as JSON to this file")
+	fs.StringVar(&o.ServerConfig, "server-config", "", "start the demo's server from this configuration file (YAML, as `rootline server --config`), e.g. other detector, capture or diagnosis settings; its store directory, listen addresses and token stay the demo's")
 	fs.StringVar(&m.ResultsDir, "results-dir", "", "also write each fault's result to DIR/fault-N.json (N from 1, in --fault order) as soon as it is known")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, `Usage: rootline demo [flags]
@@ -182,7 +187,7 @@ Flags:
 		if len(m.Faults) == 0 {
 			m.Faults = []string{"lock@e"}
 		}
-		m.DataDir, m.QueryAddr, m.Keep, m.JSONPath = o.DataDir, o.QueryAddr, o.Keep, o.JSONPath
+		m.DataDir, m.QueryAddr, m.Keep, m.JSONPath, m.ServerConfig = o.DataDir, o.QueryAddr, o.Keep, o.JSONPath, o.ServerConfig
 		s, err := RunMesh(ctx, m, stdout)
 		if err != nil {
 			fmt.Fprintln(stderr, "rootline demo:", err)
@@ -227,7 +232,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	addrs, stop, err := startServer(ctx, dir, o.QueryAddr, "", "")
+	addrs, stop, err := startServer(ctx, dir, o.QueryAddr, "", "", o.ServerConfig)
 	if err != nil {
 		return sum, err
 	}
@@ -330,9 +335,15 @@ func Run(ctx context.Context, o Options, out io.Writer) (Summary, error) {
 // API needs it); its own API stays open on its loopback address.
 //
 // logPath, when set, is where the server's log goes (Info and above); else
-// it is discarded.
-func startServer(ctx context.Context, dir, queryAddr, tokenFile, logPath string) (server.Addrs, func(), error) {
+// it is discarded. configPath, when set, is a configuration file the
+// server starts from (--server-config).
+func startServer(ctx context.Context, dir, queryAddr, tokenFile, logPath, configPath string) (server.Addrs, func(), error) {
 	cfg := server.DefaultConfig()
+	if configPath != "" {
+		if err := cfg.LoadFile(configPath); err != nil {
+			return server.Addrs{}, nil, err
+		}
+	}
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {

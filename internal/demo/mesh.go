@@ -69,6 +69,7 @@ type MeshOptions struct {
 	QueryAddr      string
 	Keep           bool
 	JSONPath       string
+	ServerConfig   string // a server configuration file the server starts from (Options.ServerConfig)
 	RepoRoot       string // where build/demo and demo/services are; "" = next to the binary
 	Logger         *slog.Logger
 
@@ -392,7 +393,7 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	// The capture API (which agents upload to) takes the token: the demo's
 	// own reads of it, for the verdict, send it too.
 	token := strings.TrimSpace(string(tokenBytes))
-	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile, filepath.Join(dir, "server.log"))
+	addrs, stopServer, err := startServer(ctx, filepath.Join(dir, "data"), o.QueryAddr, tokenFile, filepath.Join(dir, "server.log"), o.ServerConfig)
 	if err != nil {
 		return sum, err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -352,14 +353,8 @@ func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 		cfg.MemoryLimit = ByteSize(debug.SetMemoryLimit(-1))
 	}
 	if path := findConfigArg(args); path != "" {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return cfg, fmt.Errorf("read config: %w", err)
-		}
-		dec := yaml.NewDecoder(strings.NewReader(string(b)))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", path, err)
+		if err := cfg.LoadFile(path); err != nil {
+			return cfg, err
 		}
 	}
 	fs := flag.NewFlagSet("rootline server", flag.ContinueOnError)
@@ -397,6 +392,21 @@ func Load(args []string, usage func(fs *flag.FlagSet)) (Config, error) {
 		cfg.Receiver.AuthToken = ""
 	}
 	return cfg, cfg.Validate()
+}
+
+// LoadFile decodes the YAML file path onto c: the fields it names replace
+// c's, an unknown field is an error.
+func (c *Config) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && err != io.EOF {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

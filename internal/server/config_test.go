@@ -303,3 +303,37 @@ func TestResolveMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadFile: the fields a file names replace the defaults, the others
+// stay; an empty file is the defaults; an unknown field is an error.
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(write("a.yaml", "capture:\n  min_interval: 1h\n")); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Capture.MinInterval != time.Hour {
+		t.Errorf("capture.min_interval = %v, want 1h", cfg.Capture.MinInterval)
+	}
+	if def := DefaultConfig(); cfg.Capture.MaxPerMinute != def.Capture.MaxPerMinute || cfg.QueryAddr != def.QueryAddr {
+		t.Errorf("fields the file does not name changed: max_per_minute %d, query addr %q", cfg.Capture.MaxPerMinute, cfg.QueryAddr)
+	}
+	empty := DefaultConfig()
+	if err := empty.LoadFile(write("empty.yaml", "")); err != nil {
+		t.Errorf("empty file: %v", err)
+	}
+	bad := DefaultConfig()
+	if err := bad.LoadFile(write("bad.yaml", "capture:\n  min_intervall: 1h\n")); err == nil || !strings.Contains(err.Error(), "min_intervall") {
+		t.Errorf("unknown field: err = %v, want one naming it", err)
+	}
+	if err := bad.LoadFile(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("missing file: no error")
+	}
+}
