@@ -52,7 +52,8 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Component{Manager: m, Interval: 20 * time.Millisecond,
-		Pusher: &Pusher{URL: otlp.URL + "/v1/metrics", Token: "s3cret", Host: "node1"}}
+		Pusher: &Pusher{URL: otlp.URL + "/v1/metrics", Token: "s3cret", Host: "node1",
+			Node: func() (NodeCPU, error) { return NodeCPU{Steal: 1500 * time.Millisecond, Busy: 9 * time.Second}, nil }}}
 	if err := a.AddComponent(c); err != nil {
 		t.Fatal(err)
 	}
@@ -120,5 +121,30 @@ func TestAgentAPI(t *testing.T) {
 	defer mu.Unlock()
 	if len(pushed) == 0 || pushed[0].Metrics().MetricCount() == 0 {
 		t.Fatalf("no OTLP push")
+	}
+	// The node's CPU time: its own resource, no service.
+	rms := pushed[0].Metrics().ResourceMetrics()
+	var steal, busy []float64
+	for i := range rms.Len() {
+		rm := rms.At(i)
+		ms := rm.ScopeMetrics().At(0).Metrics()
+		for j := range ms.Len() {
+			if ms.At(j).Name() == NodeBusyMetric {
+				busy = append(busy, ms.At(j).Sum().DataPoints().At(0).DoubleValue())
+			}
+			if ms.At(j).Name() != NodeStealMetric {
+				continue
+			}
+			attrs := rm.Resource().Attributes()
+			host, _ := attrs.Get("host.name")
+			_, hasSvc := attrs.Get("service.name")
+			if host.Str() != "node1" || hasSvc {
+				t.Errorf("node steal resource: host %q, service.name present %v", host.Str(), hasSvc)
+			}
+			steal = append(steal, ms.At(j).Sum().DataPoints().At(0).DoubleValue())
+		}
+	}
+	if len(steal) != 1 || steal[0] != 1.5 || len(busy) != 1 || busy[0] != 9 {
+		t.Errorf("node steal and busy pushed: %v %v, want [1.5] [9]", steal, busy)
 	}
 }

@@ -119,6 +119,54 @@ func ToOTLP(series []Series, host string, start, now time.Time) pmetric.Metrics 
 	return md
 }
 
+// NodeStealMetric is the node's steal time: how long its CPUs waited
+// for the physical CPUs the hypervisor gave to other guests (the steal
+// column of /proc/stat); NodeBusyMetric is the time they ran (user,
+// nice, system, irq and softirq). Both are cumulative counters in seconds
+// summed over CPUs, pushed on a resource with host.name and container
+// "node" and no service.name: steal over busy + steal is the share of
+// what the node asked of its CPUs that the host did not give.
+const (
+	NodeStealMetric = "rootline_node_cpu_steal_seconds_total"
+	NodeBusyMetric  = "rootline_node_cpu_busy_seconds_total"
+)
+
+// NodeCPU is the node's CPU time since boot, summed over CPUs.
+type NodeCPU struct {
+	Steal, Busy time.Duration
+}
+
+// appendNodeCPU adds the node's CPU time to md.
+func appendNodeCPU(md pmetric.Metrics, host string, start, now time.Time, c NodeCPU) {
+	rm := md.ResourceMetrics().AppendEmpty()
+	attrs := rm.Resource().Attributes()
+	if host != "" {
+		attrs.PutStr("host.name", host)
+	}
+	attrs.PutStr("container", "node")
+	sm := rm.ScopeMetrics().AppendEmpty()
+	sm.Scope().SetName(ScopeName)
+	for _, m := range []struct {
+		name, help string
+		v          time.Duration
+	}{
+		{NodeStealMetric, "Time the node's CPUs waited for a physical CPU the hypervisor gave to another guest (/proc/stat steal, summed over CPUs).", c.Steal},
+		{NodeBusyMetric, "Time the node's CPUs ran (/proc/stat user, nice, system, irq and softirq, summed over CPUs).", c.Busy},
+	} {
+		mt := sm.Metrics().AppendEmpty()
+		mt.SetName(m.name)
+		mt.SetDescription(m.help)
+		mt.SetUnit("s")
+		sum := mt.SetEmptySum()
+		sum.SetIsMonotonic(true)
+		sum.SetAggregationTemporality(pmetric.AggregationTemporalityCumulative)
+		dp := sum.DataPoints().AppendEmpty()
+		dp.SetStartTimestamp(pcommon.NewTimestampFromTime(start))
+		dp.SetTimestamp(pcommon.NewTimestampFromTime(now))
+		dp.SetDoubleValue(m.v.Seconds())
+	}
+}
+
 // Pusher pushes the series as OTLP/HTTP protobuf to a server's /v1/metrics.
 type Pusher struct {
 	// URL is the full endpoint (http://server:4318/v1/metrics).
@@ -127,8 +175,12 @@ type Pusher struct {
 	Token  string
 	Host   string
 	Client *http.Client
-	start  time.Time
-	buf    []byte // the last push's gzipped body, reused
+	// Node, when set, reads the node's CPU time since boot; each push
+	// then carries it (NodeStealMetric, NodeBusyMetric). A read that
+	// fails leaves it out of that push.
+	Node  func() (NodeCPU, error)
+	start time.Time
+	buf   []byte // the last push's gzipped body, reused
 }
 
 // Push sends one export request, gzipped. Calls must not overlap (the
@@ -137,10 +189,16 @@ func (p *Pusher) Push(ctx context.Context, series []Series, now time.Time) error
 	if p.start.IsZero() {
 		p.start = now
 	}
-	if len(series) == 0 {
+	md := ToOTLP(series, p.Host, p.start, now)
+	if p.Node != nil {
+		if c, err := p.Node(); err == nil {
+			appendNodeCPU(md, p.Host, p.start, now, c)
+		}
+	}
+	if md.ResourceMetrics().Len() == 0 {
 		return nil
 	}
-	req := pmetricotlp.NewExportRequestFromMetrics(ToOTLP(series, p.Host, p.start, now))
+	req := pmetricotlp.NewExportRequestFromMetrics(md)
 	body, err := req.MarshalProto()
 	if err != nil {
 		return fmt.Errorf("kmetrics: encode OTLP: %w", err)

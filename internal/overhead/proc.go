@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rootline/rootline/internal/procfs"
 )
 
 // userHZ is the unit of the CPU times in /proc/<pid>/stat (USER_HZ).
@@ -90,34 +92,21 @@ func MachineCPU() time.Duration {
 
 // Columns of the "cpu" line of /proc/stat, for StatTime.
 const (
-	StatUser    = 1
-	StatNice    = 2
-	StatSystem  = 3
-	StatIdle    = 4
-	StatIOWait  = 5
-	StatIRQ     = 6
-	StatSoftIRQ = 7
-	StatSteal   = 8
+	StatUser    = procfs.StatUser
+	StatNice    = procfs.StatNice
+	StatSystem  = procfs.StatSystem
+	StatIdle    = procfs.StatIdle
+	StatIOWait  = procfs.StatIOWait
+	StatIRQ     = procfs.StatIRQ
+	StatSoftIRQ = procfs.StatSoftIRQ
+	StatSteal   = procfs.StatSteal
 )
 
 // StatTime returns the sum of the given columns of the "cpu" line of
 // /proc/stat (all CPUs since boot), 0 if it cannot be read.
 func StatTime(cols ...int) time.Duration {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) <= StatSteal || f[0] != "cpu" {
-		return 0
-	}
-	var t int64
-	for _, i := range cols {
-		v, _ := strconv.ParseInt(f[i], 10, 64)
-		t += v
-	}
-	return time.Duration(t) * (time.Second / userHZ)
+	t, _ := procfs.NodeCPU(cols...)
+	return t
 }
 
 // CPUByCommand returns the user+system CPU time of every live process,

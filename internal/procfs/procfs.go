@@ -188,3 +188,49 @@ func ParseMaps(data []byte) []Mapping {
 	slices.SortFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return out
 }
+
+// Columns of the "cpu" line of /proc/stat, for NodeCPU.
+const (
+	StatUser    = 1
+	StatNice    = 2
+	StatSystem  = 3
+	StatIdle    = 4
+	StatIOWait  = 5
+	StatIRQ     = 6
+	StatSoftIRQ = 7
+	StatSteal   = 8
+)
+
+// userHZ is the unit of /proc's CPU times (USER_HZ, 100 on every Linux
+// architecture Rootline runs on).
+const userHZ = 100
+
+// NodeCPU returns the sum of the given columns of the "cpu" line of
+// /proc/stat: the time all CPUs of the node spent so since boot.
+func NodeCPU(cols ...int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseNodeCPU(b, cols)
+}
+
+func parseNodeCPU(b []byte, cols []int) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) <= StatSteal || f[0] != "cpu" {
+		return 0, fmt.Errorf("procfs: /proc/stat: no cpu line with %d columns: %q", StatSteal, line)
+	}
+	var t int64
+	for _, i := range cols {
+		if i <= 0 || i >= len(f) {
+			return 0, fmt.Errorf("procfs: /proc/stat: no column %d", i)
+		}
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("procfs: /proc/stat: column %d: %w", i, err)
+		}
+		t += v
+	}
+	return time.Duration(t) * (time.Second / userHZ), nil
+}

@@ -135,3 +135,22 @@ func TestAge(t *testing.T) {
 		t.Error("no error for a pid that does not exist")
 	}
 }
+
+func TestParseNodeCPU(t *testing.T) {
+	b := []byte("cpu  100 2 30 4000 5 6 7 80 0 0\ncpu0 50 1 15 2000 2 3 3 40 0 0\n")
+	got, err := parseNodeCPU(b, []int{StatSteal})
+	if err != nil || got != 800*time.Millisecond {
+		t.Errorf("steal = %v, %v; want 800ms", got, err)
+	}
+	if got, err := parseNodeCPU(b, []int{StatUser, StatSystem}); err != nil || got != 1300*time.Millisecond {
+		t.Errorf("user+system = %v, %v; want 1.3s", got, err)
+	}
+	for _, bad := range []string{"", "intr 1 2 3\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 6 7 x\n"} {
+		if _, err := parseNodeCPU([]byte(bad), []int{StatSteal}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	if _, err := NodeCPU(StatSteal); err != nil {
+		t.Errorf("this machine's /proc/stat: %v", err)
+	}
+}
