@@ -45,9 +45,12 @@ type Run struct {
 	Preexisting bool `json:"preexisting,omitempty"`
 	// Incidents opened during the run (all entry points); for a fault-free
 	// run, those open at any time during it.
-	Incidents    int  `json:"incidents"`
-	ServiceRight bool `json:"serviceRight"`
-	CauseRight   bool `json:"causeRight"`
+	Incidents int `json:"incidents"`
+	// NodeIncidents: of a fault-free run's Incidents, those whose verdict
+	// names the node (no service stood out, its CPUs stolen by the host).
+	NodeIncidents int  `json:"nodeIncidents,omitempty"`
+	ServiceRight  bool `json:"serviceRight"`
+	CauseRight    bool `json:"causeRight"`
 	// VerdictMs is the time from the onset to the first verdict that
 	// named the final verdict's service and cause (-1: none seen).
 	VerdictMs int64 `json:"verdictMs"`
@@ -121,6 +124,8 @@ type Summary struct {
 	FreeRuns      int     `json:"freeRuns"`
 	FreeMinutes   float64 `json:"freeMinutes"`
 	FreeIncidents int     `json:"freeIncidents"`
+	// FreeNode: of FreeIncidents, those with the node's verdict.
+	FreeNode int `json:"freeNodeIncidents"`
 }
 
 const noIncident = "no incident"
@@ -188,7 +193,7 @@ func Score(id string, fr demo.FaultResult) Run {
 		if fr.Incident != nil && fr.Incident.Verdict != nil {
 			r.GotService, r.GotCause = fr.Incident.Verdict.Service, fr.Incident.Verdict.Cause
 		}
-		r.Incidents = fr.OpenDuring
+		r.Incidents, r.NodeIncidents = fr.OpenDuring, fr.NodeVerdicts
 		if fr.OpenDuring > 0 {
 			r.Why = append(r.Why, fmt.Sprintf("%d incidents open with nothing injected (%d opened during the stretch, the others before it)", fr.OpenDuring, fr.Incidents))
 			if fr.Incident != nil && fr.Incident.Verdict != nil {
@@ -267,6 +272,7 @@ func Summarize(runs []Run) Summary {
 			s.FreeRuns++
 			s.FreeMinutes += r.FreeSeconds / 60
 			s.FreeIncidents += r.Incidents
+			s.FreeNode += r.NodeIncidents
 			continue
 		}
 		if s.add(r) && r.VerdictMs >= 0 {
@@ -332,7 +338,7 @@ func Markdown(w io.Writer, s Summary) {
 	} else {
 		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
 	}
-	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min |\n", s.FreeIncidents, s.FreeMinutes)
+	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min (%d with the node's verdict: its CPUs stolen by the host) |\n", s.FreeIncidents, s.FreeMinutes, s.FreeNode)
 	fmt.Fprintf(w, "| of the runs whose fault slowed the entry's p95 by ≥ %.0f %%: service, cause, both | %s, %s, %s |\n",
 		100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
 	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident), without an incident | %d of %d |\n\n", s.SmallQuiet, s.Small)

@@ -169,7 +169,10 @@ func printIncidents(w io.Writer, incs []diagnosis.Incident) {
 			continue
 		}
 		svc := v.Service
-		if svc == "" {
+		switch {
+		case svc == "" && v.Node != "":
+			svc = "node " + v.Node
+		case svc == "":
 			svc = "(none)"
 		}
 		fmt.Fprintf(w, "  verdict      %s / %s  (confidence %.2f; service %.2f)\n", svc, v.Cause, v.Confidence, v.ServiceConfidence)

@@ -111,6 +111,9 @@ type FaultResult struct {
 	// and the end of the fault, also those opened before it: what a
 	// fault-free stretch is judged by.
 	OpenDuring int `json:"openDuring"`
+	// NodeVerdicts counts those of OpenDuring whose verdict names the
+	// node (no service stood out and the hypervisor stole its CPUs).
+	NodeVerdicts int `json:"nodeVerdicts"`
 	// CauseCorrect: the verdict names the service and ExpectedCause.
 	CauseCorrect bool `json:"causeCorrect"`
 	// Anomalies counts the anomalous spans the API listed for the fault's
@@ -798,7 +801,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 			fr.ByService[a.Service]++
 		}
 	}
-	fr.Incidents, fr.OpenDuring = countIncidents(ctx, api, token, onset, fr.To)
+	fr.Incidents, fr.OpenDuring, fr.NodeVerdicts = countIncidents(ctx, api, token, onset, fr.To)
 	if f.Name != mesh.FaultNone {
 		fr.Captures = faultCaptures(ctx, api, token, f.Service, onset, fr.To)
 	}
@@ -899,7 +902,7 @@ func openIncidents(ctx context.Context, api, token string) (int, error) {
 // countIncidents counts the incidents the server opened between from and
 // a few seconds after to (the rule needs a window's worth of requests), and
 // those open at any time between from and to.
-func countIncidents(ctx context.Context, api, token string, from, to time.Time) (opened, open int) {
+func countIncidents(ctx context.Context, api, token string, from, to time.Time) (opened, open, node int) {
 	list, _ := incidentsSince(ctx, api, token, from.Add(-10*time.Second), time.Time{})
 	for _, inc := range list {
 		op := time.Unix(0, inc.Opened)
@@ -908,9 +911,12 @@ func countIncidents(ctx context.Context, api, token string, from, to time.Time) 
 		}
 		if op.Before(to) && (inc.Closed == 0 || !time.Unix(0, inc.Closed).Before(from)) {
 			open++
+			if inc.Verdict != nil && inc.Verdict.Node != "" {
+				node++
+			}
 		}
 	}
-	return opened, open
+	return opened, open, node
 }
 
 // watchVerdicts polls the server's incidents every second from onset on
@@ -1270,9 +1276,12 @@ func printFault(out io.Writer, fr FaultResult) {
 	for _, e := range fr.Verdict.Missing {
 		fmt.Fprintf(out, "    missing: %s\n", e)
 	}
-	if fr.Incident != nil {
+	switch {
+	case fr.Incident != nil && fr.Verdict.Node != "":
+		fmt.Fprintf(out, "  server's verdict: the node %s (every service slower, none standing out, its CPUs stolen by the hypervisor), cause %s (confidence %.2f)\n", fr.Verdict.Node, fr.Verdict.Cause, fr.Verdict.Confidence)
+	case fr.Incident != nil:
 		fmt.Fprintf(out, "  server's verdict: %q is the culprit, cause %s (confidence %.2f)\n", fr.Verdict.Service, fr.Verdict.Cause, fr.Verdict.Confidence)
-	} else {
+	default:
 		fmt.Fprintf(out, "  no server verdict; the demo's own ranking names %q (no cause without the server's evidence reading)\n", fr.Verdict.Service)
 	}
 	if p := fr.CriticalPath; p != nil {
@@ -1290,7 +1299,7 @@ func printFault(out io.Writer, fr FaultResult) {
 	}
 	switch {
 	case strings.HasPrefix(fr.Injected, mesh.FaultNone):
-		fmt.Fprintf(out, "  check: nothing injected, %d incidents open meanwhile, %d of them opened then (want 0)\n", fr.OpenDuring, fr.Incidents)
+		fmt.Fprintf(out, "  check: nothing injected, %d incidents open meanwhile, %d of them opened then (want 0); %d with the node's verdict (its CPUs stolen by the hypervisor)\n", fr.OpenDuring, fr.Incidents, fr.NodeVerdicts)
 	case fr.Correct:
 		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
 	default:
@@ -1312,7 +1321,11 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 		if !f.Correct {
 			mark = "WRONG"
 		}
-		fmt.Fprintf(out, "  %-24s → verdict %-4s cause %-14s %s\n", f.Injected, f.Verdict.Service, f.Verdict.Cause, mark)
+		who := f.Verdict.Service
+		if f.Verdict.Node != "" {
+			who = "node " + f.Verdict.Node
+		}
+		fmt.Fprintf(out, "  %-24s → verdict %-4s cause %-14s %s\n", f.Injected, who, f.Verdict.Cause, mark)
 		if f.Verdict.ExampleTraceID != "" {
 			fmt.Fprintf(out, "      see it: %s/#/trace/%s\n", s.UI, f.Verdict.ExampleTraceID)
 		}

@@ -119,8 +119,13 @@ type Incident struct {
 
 // Verdict is the diagnosis of an incident.
 type Verdict struct {
-	// Service is the culprit ("" when none stood out).
+	// Service is the culprit ("" when none stood out, or the node is).
 	Service string `json:"service"`
+	// Node names the nodes (host.name) whose slowdown it was, when no
+	// service stood out and their CPUs were stolen by the hypervisor
+	// (cause cpu-contention): every service slowed, none by a fault of
+	// its own.
+	Node string `json:"node,omitempty"`
 	// Cause is one of the Cause* constants.
 	Cause string `json:"cause"`
 	// Confidence in [0, 1] of service and cause together: how clearly the

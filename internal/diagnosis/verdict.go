@@ -147,6 +147,15 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	v.Service = base.Service
 	top := base.Ranking[0]
 	v.Evidence = append(v.Evidence, rankingEvidence(base.Evidence, v.Service)...)
+	// Every service slower and the node's CPUs stolen: the host's, not a
+	// service's (nodeVerdict).
+	if d.Metrics != nil {
+		if steal, err := readSteal(ctx, d.Metrics, from, start, to); err != nil {
+			v.Missing = append(v.Missing, "the node's steal time: "+err.Error())
+		} else if nodeVerdict(v, base.Ranking, steal) {
+			return v, nil
+		}
+	}
 	known := map[string]bool{}
 	for _, t := range traces {
 		for _, s := range t {

@@ -14,6 +14,10 @@ describe('verdictText', () => {
     expect(verdictText(undefined)).toBe('no verdict yet');
     expect(verdictText({ ...v, service: '', cause: 'unknown' })).toBe('no culprit (unknown)');
   });
+  it('names the node when the slowdown was its', () => {
+    expect(verdictText({ ...v, service: '', node: 'n1', cause: 'cpu-contention', confidence: 0.5 }))
+      .toBe('node n1: cpu-contention, its CPUs stolen by the hypervisor (confidence 0.50)');
+  });
 });
 
 describe('triggerText', () => {

@@ -21,6 +21,8 @@ export interface Advice {
 
 export interface Verdict {
   service: string;
+  /** The nodes whose slowdown it was (every service slower, their CPUs stolen), when no service is. */
+  node?: string;
   cause: string;
   confidence: number;
   serviceConfidence: number;
@@ -73,6 +75,7 @@ export function triggerText(inc: Incident): string {
 /** verdictText is the one-line verdict: "cart: lock (confidence 0.68)". */
 export function verdictText(v: Verdict | undefined): string {
   if (!v) return 'no verdict yet';
+  if (!v.service && v.node) return `node ${v.node}: ${v.cause}, its CPUs stolen by the hypervisor (confidence ${v.confidence.toFixed(2)})`;
   if (!v.service) return `no culprit (${v.cause})`;
   return `${v.service}: ${v.cause} (confidence ${v.confidence.toFixed(2)})`;
 }
