@@ -210,7 +210,8 @@ type Config struct {
 	Quiet      time.Duration `yaml:"quiet"`
 	// VerdictEvery is how often at most an incident's verdict is computed
 	// again, when new evidence came, while it is open and for EvidenceWait
-	// after it closed.
+	// after it closed, as long as the incident is young: then at most every
+	// tenth of its age, up to 30 s (Tracker.verdictEvery).
 	VerdictEvery time.Duration `yaml:"verdict_every"`
 	EvidenceWait time.Duration `yaml:"evidence_wait"`
 	// Lookback is how far before the onset baseline traces are read.

@@ -346,3 +346,43 @@ func TestPathsStoredDue(t *testing.T) {
 		t.Fatal("still urgent after the verdict was computed")
 	}
 }
+
+// TestVerdictAging: a young incident's verdict is due VerdictEvery after
+// the last, an old one's after a tenth of its age (up to maxVerdictAge);
+// stored critical paths make it due at once only while it is young or its
+// verdict has none.
+func TestVerdictAging(t *testing.T) {
+	cfg := DefaultConfig()
+	tr, err := NewTracker(cfg, nil, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := t0
+	for _, tc := range []struct {
+		name      string
+		age, last time.Duration // since the incident opened; since its last verdict
+		paths     int           // its verdict's critical paths
+		fresh     bool
+		urgent    bool
+		want      bool
+	}{
+		{name: "young, fresh, VerdictEvery since", age: 10 * time.Second, last: cfg.VerdictEvery, fresh: true, want: true},
+		{name: "young, fresh, a second since", age: 10 * time.Second, last: time.Second, fresh: true, want: false},
+		{name: "a minute old, fresh, 3 s since", age: time.Minute, last: 3 * time.Second, fresh: true, want: false},
+		{name: "a minute old, fresh, 6 s since", age: time.Minute, last: 6 * time.Second, fresh: true, want: true},
+		{name: "ten minutes old, fresh, 20 s since", age: 10 * time.Minute, last: 20 * time.Second, fresh: true, want: false},
+		{name: "ten minutes old, fresh, 30 s since", age: 10 * time.Minute, last: maxVerdictAge, fresh: true, want: true},
+		{name: "ten minutes old, nothing new, 30 s since", age: 10 * time.Minute, last: maxVerdictAge, want: true},
+		{name: "young, paths stored", age: 10 * time.Second, last: time.Second, paths: 5, urgent: true, want: true},
+		{name: "old, paths stored, verdict has paths", age: 5 * time.Minute, last: 5 * time.Second, paths: 5, urgent: true, want: false},
+		{name: "old, paths stored, verdict has paths, 30 s since", age: 5 * time.Minute, last: maxVerdictAge, paths: 5, urgent: true, want: true},
+		{name: "old, paths stored, verdict has none", age: 5 * time.Minute, last: time.Second, urgent: true, want: true},
+	} {
+		now := opened.Add(tc.age)
+		inc := &tracked{inc: Incident{ID: "x", Entry: "a op", Opened: opened.UnixNano(), Verdict: &Verdict{PathSpans: tc.paths}},
+			lastVerdict: now.Add(-tc.last), fresh: tc.fresh, urgent: tc.urgent}
+		if got := tr.isDue(inc, now); got != tc.want {
+			t.Errorf("%s: due %v, want %v (every %v)", tc.name, got, tc.want, tr.verdictEvery(inc, now))
+		}
+	}
+}

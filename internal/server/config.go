@@ -502,7 +502,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 	fs.BoolVar(&c.Diagnosis.Disabled, "diagnosis.disabled", c.Diagnosis.Disabled, "open no incidents and compute no verdicts")
 	c.Diagnosis.RegisterRuleFlags(fs)
-	fs.DurationVar(&c.Diagnosis.VerdictEvery, "diagnosis.verdict-every", c.Diagnosis.VerdictEvery, "how often an incident's verdict is computed again while evidence may still arrive")
+	fs.DurationVar(&c.Diagnosis.VerdictEvery, "diagnosis.verdict-every", c.Diagnosis.VerdictEvery, "how often an incident's verdict is computed again while evidence may still arrive, while the incident is young (then every tenth of its age, up to 30s)")
 	fs.DurationVar(&c.Diagnosis.EvidenceWait, "diagnosis.evidence-wait", c.Diagnosis.EvidenceWait, "how long after an incident closes its verdict keeps being updated (snapshots and profiles arrive late)")
 	fs.DurationVar(&c.Diagnosis.Lookback, "diagnosis.lookback", c.Diagnosis.Lookback, "how far before an incident's onset its baseline traces are read")
 
