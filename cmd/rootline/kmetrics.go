@@ -117,10 +117,10 @@ func defaultOTLPMetricsURL(server string) (string, error) {
 
 // readNodeCPU reads the node's steal and busy CPU time from /proc/stat.
 func readNodeCPU() (kmetrics.NodeCPU, error) {
-	steal, err := procfs.NodeCPU(procfs.StatSteal)
+	t, err := procfs.NodeCPUSums([]int{procfs.StatSteal},
+		[]int{procfs.StatUser, procfs.StatNice, procfs.StatSystem, procfs.StatIRQ, procfs.StatSoftIRQ})
 	if err != nil {
 		return kmetrics.NodeCPU{}, err
 	}
-	busy, err := procfs.NodeCPU(procfs.StatUser, procfs.StatNice, procfs.StatSystem, procfs.StatIRQ, procfs.StatSoftIRQ)
-	return kmetrics.NodeCPU{Steal: steal, Busy: busy}, err
+	return kmetrics.NodeCPU{Steal: t[0], Busy: t[1]}, nil
 }

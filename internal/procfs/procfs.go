@@ -208,11 +208,27 @@ const userHZ = 100
 // NodeCPU returns the sum of the given columns of the "cpu" line of
 // /proc/stat: the time all CPUs of the node spent so since boot.
 func NodeCPU(cols ...int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := NodeCPUSums(cols)
 	if err != nil {
 		return 0, err
 	}
-	return parseNodeCPU(b, cols)
+	return t[0], nil
+}
+
+// NodeCPUSums is NodeCPU of each group of columns, from one read of
+// /proc/stat.
+func NodeCPUSums(groups ...[]int) ([]time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]time.Duration, len(groups))
+	for i, cols := range groups {
+		if out[i], err = parseNodeCPU(b, cols); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func parseNodeCPU(b []byte, cols []int) (time.Duration, error) {

@@ -154,3 +154,13 @@ func TestParseNodeCPU(t *testing.T) {
 		t.Errorf("this machine's /proc/stat: %v", err)
 	}
 }
+
+func TestNodeCPUSums(t *testing.T) {
+	got, err := NodeCPUSums([]int{StatSteal}, []int{StatUser, StatSystem})
+	if err != nil || len(got) != 2 || got[1] <= 0 {
+		t.Fatalf("NodeCPUSums = %v, %v; want steal and a positive user+system", got, err)
+	}
+	if _, err := NodeCPUSums([]int{StatSteal}, []int{99}); err == nil {
+		t.Error("a column past the line: no error")
+	}
+}
