@@ -156,9 +156,9 @@ func rates(points []store.MetricPoint, split, end int64) (before, during float64
 }
 
 // spread is how the services' growth per trace is shared: the top
-// suspect's share of the positive growth, and how many services grew.
-func spread(ranking []analysis.ServiceScore) (topShare float64, grown int) {
-	var sum float64
+// suspect's share of the positive growth, that growth, and how many
+// services grew.
+func spread(ranking []analysis.ServiceScore) (topShare, sum float64, grown int) {
 	for _, r := range ranking {
 		if r.Score > 0 {
 			sum += r.Score
@@ -166,9 +166,9 @@ func spread(ranking []analysis.ServiceScore) (topShare float64, grown int) {
 		}
 	}
 	if sum == 0 || len(ranking) == 0 {
-		return 1, grown
+		return 1, sum, grown
 	}
-	return max(ranking[0].Score, 0) / sum, grown
+	return max(ranking[0].Score, 0) / sum, sum, grown
 }
 
 // nodeVerdict makes v the node's when steal says so (see minStealPerSec):
@@ -186,11 +186,7 @@ func nodeVerdict(v *Verdict, ranking []analysis.ServiceScore, steal []stealEvide
 	if len(grew) == 0 || len(ranking) == 0 {
 		return false
 	}
-	topShare, grown := spread(ranking)
-	var sum float64
-	for _, r := range ranking {
-		sum += max(r.Score, 0)
-	}
+	topShare, sum, grown := spread(ranking)
 	top := ranking[0]
 	if topShare > maxTopShare || grown < minGrown {
 		for _, e := range grew {
