@@ -205,9 +205,7 @@ func (r *critpathRunner) next(ctx context.Context) (ids []string, paced, ok bool
 		if d := time.Until(r.readyAt); d <= 0 {
 			backlog = r.backlog
 		} else if len(r.backlog) > 0 {
-			timer := time.NewTimer(d)
-			wait = timer.C
-			defer timer.Stop()
+			wait = time.After(d) // collected once unreferenced, fired or not
 		}
 		select {
 		case <-ctx.Done():
