@@ -131,7 +131,7 @@ func TestSplit(t *testing.T) {
 			if c == 'x' {
 				s.dur = 10 * int64(time.Millisecond)
 			}
-			out = append(out, &trace{id: model.TraceID{15: byte(i)}, spans: []*span{s}})
+			out = append(out, &trace{id: model.TraceID{15: byte(i)}, spans: []*span{s}, top: s})
 		}
 		return out
 	}

@@ -36,6 +36,8 @@ type trace struct {
 	clamped int // server spans cut to their caller's CLIENT span
 	// over: its root took longer than the window's SlowAbove.
 	over bool
+	// top is the root, found once: sorting and ranking ask for it often.
+	top *span
 }
 
 // newTrace builds the tree of one trace's spans. The model spans are read,
@@ -89,6 +91,11 @@ func newTrace(spans []*model.Span) *trace {
 			}
 		}
 	}
+	for _, s := range t.spans {
+		if (s.parent.IsZero() || byID[s.parent] == nil) && (t.top == nil || s.start < t.top.start) {
+			t.top = s
+		}
+	}
 	return t
 }
 
@@ -125,19 +132,8 @@ func number(v model.Value) float64 {
 	return math.NaN()
 }
 
-func (t *trace) root() *span {
-	ids := map[model.SpanID]bool{}
-	for _, s := range t.spans {
-		ids[s.id] = true
-	}
-	var root *span
-	for _, s := range t.spans {
-		if (s.parent.IsZero() || !ids[s.parent]) && (root == nil || s.start < root.start) {
-			root = s
-		}
-	}
-	return root
-}
+// root is the span with no parent in the trace that started first.
+func (t *trace) root() *span { return t.top }
 
 func (t *trace) start() int64 {
 	if r := t.root(); r != nil {
