@@ -56,6 +56,10 @@ type MetricQuery struct {
 	To      int64 // Unix ns, inclusive
 	// Limit bounds the number of points; 0 means the backend default (10000).
 	Limit int
+	// OmitBuckets says the caller reads no histogram bounds or bucket
+	// counts, only each point's value, count and sum: a backend may then
+	// leave them out rather than decode them.
+	OmitBuckets bool
 }
 
 // MetricSeries is the points of one series, oldest first. Points carry no

@@ -142,7 +142,11 @@ func (s *Store) FindMetrics(ctx context.Context, q store.MetricQuery) ([]store.M
 	if limit <= 0 {
 		limit = defaultMetricLimit
 	}
-	query := `SELECT s.id, s.name, s.service, s.labels, s.unit, s.kind, p.ts, p.start, p.value, p.count, p.sum, p.bounds, p.buckets
+	histogram := "p.bounds, p.buckets"
+	if q.OmitBuckets {
+		histogram = "NULL, NULL"
+	}
+	query := `SELECT s.id, s.name, s.service, s.labels, s.unit, s.kind, p.ts, p.start, p.value, p.count, p.sum, ` + histogram + `
 		FROM metric_points p JOIN metric_series s ON s.id = p.series_id WHERE 1 = 1`
 	var args []any
 	if q.Name != "" {

@@ -49,6 +49,18 @@ func testMetrics(t *testing.T, st MetricStore) {
 		!reflect.DeepEqual(p.Buckets, []uint64{1, 7, 1}) {
 		t.Errorf("point = %+v", p)
 	}
+	// Without buckets: the same values, counts and sums; a backend may
+	// still return the buckets.
+	lean, err := st.FindMetrics(ctx, store.MetricQuery{Name: "rootline_kernel_runq_latency_seconds", OmitBuckets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lean) != 1 || len(lean[0].Points) != 3 {
+		t.Fatalf("histogram series without buckets = %+v", lean)
+	}
+	if p := lean[0].Points[1]; p.Time != 2000 || p.StartTime != 100 || p.Count != 9 || p.Sum != 0.5 {
+		t.Errorf("point without buckets = %+v", p)
+	}
 	for _, tc := range []struct {
 		name   string
 		q      store.MetricQuery
