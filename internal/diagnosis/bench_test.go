@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -127,3 +128,74 @@ func BenchmarkDiagnoseLargeStore(b *testing.B) {
 
 // linksOnly hides the store's SpanArtifacts: the lookup as it was.
 type linksOnly struct{ store.ArtifactStore }
+
+// BenchmarkVerdictOnStore: the verdicts of one incident a demo's server
+// stored, computed again on a copy of its data directory
+// (ROOTLINE_BENCH_DATA=DIR; ROOTLINE_BENCH_INCIDENT=ID, else the longest
+// incident), as the tracker computes them while it is open: from a minute
+// after its onset, each verdict 10 s after the last, through its end. One
+// op is one verdict; "from-scratch" keeps nothing between them, "state"
+// the incident's VerdictState and the artifact listings (as the server
+// does). Skipped without ROOTLINE_BENCH_DATA.
+func BenchmarkVerdictOnStore(b *testing.B) {
+	dir := os.Getenv("ROOTLINE_BENCH_DATA")
+	if dir == "" {
+		b.Skip("set ROOTLINE_BENCH_DATA to a copy of a stopped server's data directory")
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(sqlite.Config{Dir: dir}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	list, err := st.FindIncidents(ctx, store.IncidentQuery{Limit: 1000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pick *store.Incident
+	for i, s := range list {
+		if want := os.Getenv("ROOTLINE_BENCH_INCIDENT"); s.ID == want || want == "" && (pick == nil || s.End-s.Start > pick.End-pick.Start) {
+			pick = &list[i]
+		}
+	}
+	if pick == nil {
+		b.Fatalf("no such incident in %s (%d incidents)", dir, len(list))
+	}
+	inc, err := FromStored(*pick)
+	if err != nil {
+		b.Fatal(err)
+	}
+	end := inc.End
+	inc.End = 0 // open, as while its verdicts were computed
+	for _, bc := range []struct {
+		name  string
+		state bool
+	}{{"from-scratch", false}, {"state", true}} {
+		b.Run(bc.name, func(b *testing.B) {
+			cache := critpath.NewStoredCache(critpath.DefaultStoredCacheBytes)
+			var at time.Time
+			d := &Diagnoser{Source: &analysis.StoreSource{Spans: st, Artifacts: st}, Metrics: st, Config: DefaultConfig(), Cache: cache,
+				Paths: StoredPaths{Artifacts: st, Analyzer: &critpath.Analyzer{Spans: st, Artifacts: st, Cache: cache}},
+				Now:   func() time.Time { return at }}
+			var vs *VerdictState
+			if bc.state {
+				d.Changes, vs = NewArtifactChanges(st), &VerdictState{}
+			}
+			first := time.Unix(0, inc.Start).Add(time.Minute)
+			at = first
+			c0 := cpuTime()
+			defer func() { b.ReportMetric(float64(cpuTime()-c0)/float64(b.N)/1e6, "cpu-ms/op") }()
+			for range b.N {
+				if _, err := d.DiagnoseWith(ctx, &inc, vs); err != nil {
+					b.Fatal(err)
+				}
+				if at = at.Add(10 * time.Second); at.UnixNano() > end {
+					at = first
+					if vs != nil {
+						*vs = VerdictState{}
+					}
+				}
+			}
+		})
+	}
+}

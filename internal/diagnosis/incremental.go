@@ -117,6 +117,9 @@ type VerdictState struct {
 	// anomaly the stored paths are found through.
 	paths   []model.TraceID
 	pathsOf string
+	// metrics are the kernel's and the node's counters read so far, per
+	// metric (incrementalMetrics).
+	metrics map[string]*metricRead
 }
 
 // maxRemembered bounds VerdictState.paths, as a multiple of MaxPaths.

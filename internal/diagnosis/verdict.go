@@ -103,6 +103,10 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	if err != nil {
 		return nil, err
 	}
+	var mr store.MetricReader
+	if d.Metrics != nil {
+		mr = incrementalMetrics{mr: d.Metrics, st: st}
+	}
 	since, err := d.Source.SearchTraces(ctx, inc.EntryService, start, to, cfg.MaxTraces)
 	if err != nil {
 		return nil, err
@@ -150,7 +154,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	// Every service slower and the node's CPUs stolen: the host's, not a
 	// service's (nodeVerdict).
 	if d.Metrics != nil {
-		if steal, err := readSteal(ctx, d.Metrics, from, start, to); err != nil {
+		if steal, err := readSteal(ctx, mr, from, start, to); err != nil {
 			v.Missing = append(v.Missing, "the node's steal time: "+err.Error())
 		} else if nodeVerdict(v, base.Ranking, steal) {
 			return v, nil
@@ -181,7 +185,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			svcs = append(svcs, callers[p.Service]...)
 		}
 		slices.Sort(svcs)
-		links, node, linksErr = readLinks(ctx, d.Metrics, slices.Compact(svcs), from, start, to)
+		links, node, linksErr = readLinks(ctx, mr, slices.Compact(svcs), from, start, to)
 		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] {
 			e, et := links[end.Service], links[top.Service]
 			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s and into %s grew outside them (%.1f and %.1f ms per trace); "+
@@ -193,7 +197,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 			// The culprit's CPU quota, should its pod have waited for a
 			// CPU: the link's ends in the pod wait with its threads.
 			var e throttleEvidence
-			if e, linksErr = readThrottle(ctx, d.Metrics, top.Service, from, start, to); linksErr == nil {
+			if e, linksErr = readThrottle(ctx, mr, top.Service, from, start, to); linksErr == nil {
 				thr = &e
 			}
 		}
@@ -236,7 +240,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	default:
 		shares, total = d.measure(ctx, v, spans, slow, all, start.UnixNano(), to.UnixNano(), max(untracedGrowth(traces, start.UnixNano(), v.Service), 0), top, st)
 		if v.PathSpans == 0 {
-			shares = d.fallback(ctx, v, top, spans, all, from, start, to)
+			shares = d.fallback(ctx, v, top, spans, all, mr, from, start, to)
 		}
 	}
 	if inc.End == 0 && known[v.Service] && v.PathSpans < cfg.MaxPaths {
@@ -462,10 +466,13 @@ func untracedGrowth(traces [][]*model.Span, onset int64, svc string) float64 {
 	var nSlow, nBase int
 	reached := reachedAddrs(traces, svc)
 	for _, t := range traces {
-		ch := childrenOf(t)
+		var ch map[model.SpanID][]*model.Span // built for the traces svc served in only
 		var ns int64
 		for _, s := range t {
 			if s.Service == svc && s.Kind != model.KindClient {
+				if ch == nil {
+					ch = childrenOf(t)
+				}
 				for _, iv := range splitSpan(s, ch, reached).untraced {
 					ns += iv.b - iv.a
 				}
@@ -883,16 +890,16 @@ func (d *Diagnoser) weighBaseline(ctx context.Context, v *Verdict, waits map[str
 // metrics, telling cpu-throttle from cpu-contention), then from the CPU
 // profiles and JFR recordings captured for the slow spans. [from, onset)
 // and [onset, to] are the windows before and since the incident's onset.
-func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span, anoms []analysis.Anomaly, from, onset, to time.Time) []causeShare {
+func (d *Diagnoser) fallback(ctx context.Context, v *Verdict, top analysis.ServiceScore, spans []*model.Span, anoms []analysis.Anomaly, mr store.MetricReader, from, onset, to time.Time) []causeShare {
 	if top.LocalDeltaMs > 0 && top.LocalDeltaMs >= 0.5*top.SelfDeltaMs {
 		v.Evidence = append(v.Evidence, fmt.Sprintf("%s's threads waited %.1f ms more per trace for a CPU (rootline.wait.local_ms)", v.Service, top.LocalDeltaMs))
 		wait := causeShare{cause: CauseCPUContention, ms: top.LocalDeltaMs, share: top.LocalDeltaMs / top.SelfDeltaMs}
 		const tell = "to tell a CPU quota (cpu-throttle) from other programs on its CPUs (cpu-contention)"
-		if d.Metrics == nil {
+		if mr == nil {
 			v.Missing = append(v.Missing, "a kernel snapshot or the agent's kernel metrics, "+tell)
 			return []causeShare{wait}
 		}
-		e, err := readThrottle(ctx, d.Metrics, v.Service, from, onset, to)
+		e, err := readThrottle(ctx, mr, v.Service, from, onset, to)
 		switch {
 		case err != nil:
 			v.Missing = append(v.Missing, fmt.Sprintf("%s's CPU quota: %v; a kernel snapshot, %s", v.Service, err, tell))
