@@ -38,6 +38,16 @@ const (
 //     (its lock, its quota, its link) grows its own time, and its callers'
 //     only by waiting for it, which the ranking takes out.
 //
+// A burst counts as well: a stall of the node's CPUs for a moment holds up
+// every request in flight, and at one point a second a burst averaged over
+// stealEarly is lost among calm seconds. A burst is one interval between
+// two pushes (a second) in [onset − stealLead, onset + burstLate] in which
+// the host withheld more of the CPU time asked for than in any interval of
+// the lookback, at least minBurstShare more than its mean there, and at
+// least minBurstStolenMs of CPU time (summed over the node's CPUs): a
+// guest stolen from in bursts all day has its bursts in the lookback too,
+// and then a burst at the onset proves nothing.
+//
 // stealLead lets the window start before the onset the anomalies mark: the
 // first requests the host slowed are flagged only once they end. The fault-
 // free demo's incidents had a top share of 0.26–0.38; the kept accuracy
@@ -49,6 +59,10 @@ const (
 	minGrown       = 3
 	stealLead      = 5 * time.Second
 	stealEarly     = 15 * time.Second
+
+	burstLate        = 5 * time.Second
+	minBurstShare    = 0.10
+	minBurstStolenMs = 100.0
 )
 
 // stealEvidence is one node's steal and busy time before and in a
@@ -58,6 +72,13 @@ type stealEvidence struct {
 	stealBefore, stealDuring float64
 	busyBefore, busyDuring   float64
 	beforeWin, duringWin     time.Duration
+	// peak is the largest share the host withheld in one interval between
+	// two points in [onset − stealLead, onset + burstLate], peakStolen the
+	// ms it withheld then, peakAt the interval's end less the onset;
+	// beforePeak is the largest share in an interval before.
+	peak, beforePeak float64
+	peakStolen       float64
+	peakAt           time.Duration
 }
 
 // shares are the shares of the CPU time the node asked for that the host
@@ -78,12 +99,38 @@ func (e stealEvidence) grew() bool {
 	return e.duringWin > 0 && e.beforeWin > 0 && during-before >= minStolenShare && during >= stealGrowth*before
 }
 
+// burst says whether the host withheld, in a moment at the onset, more
+// than in any moment of the lookback, and enough to matter (see
+// minBurstShare).
+func (e stealEvidence) burst() bool {
+	before, _ := e.shares()
+	return e.beforeWin > 0 && e.peak > e.beforePeak && e.peak-before >= minBurstShare && e.peakStolen >= minBurstStolenMs
+}
+
+// stolen is the share of what the host withheld in the slowdown that it
+// would not have withheld at its share before.
+func (e stealEvidence) stolen() float64 {
+	before, during := e.shares()
+	if e.grew() {
+		return (during - before) / during
+	}
+	return (e.peak - before) / e.peak
+}
+
 func (e stealEvidence) String() string {
 	host := e.host
 	if host == "" {
 		host = "the node"
 	}
 	before, during := e.shares()
+	if !e.grew() && e.burst() {
+		when := fmt.Sprintf("%.0f s after", e.peakAt.Seconds())
+		if e.peakAt < 0 {
+			when = fmt.Sprintf("%.0f s before", -e.peakAt.Seconds())
+		}
+		return fmt.Sprintf("%s: the hypervisor withheld %.0f%% of the CPU time it asked for in the second up to %s the onset (%.0f ms, summed over CPUs), more than in any second of the lookback (at most %.0f%%, %.0f%% on average; /proc/stat, pushed by the agent)",
+			host, 100*e.peak, when, e.peakStolen, 100*e.beforePeak, 100*before)
+	}
 	return fmt.Sprintf("%s: the hypervisor withheld %.0f%% of the CPU time it asked for in the slowdown's first seconds (steal %.0f ms per second, summed over CPUs, busy %.0f), %.0f%% before the onset (steal %.0f, busy %.0f; /proc/stat, pushed by the agent)",
 		host, 100*during, e.stealDuring, e.busyDuring, 100*before, e.stealBefore, e.busyBefore)
 }
@@ -95,7 +142,8 @@ func readSteal(ctx context.Context, mr store.MetricReader, from, onset, to time.
 	end := min(to.UnixNano(), onset.Add(stealEarly).UnixNano())
 	byHost := map[string]*stealEvidence{}
 	var order []string
-	for _, name := range []string{metricSteal, metricBusy} {
+	points := map[string]*[2][]store.MetricPoint{} // each host's steal and busy
+	for k, name := range []string{metricSteal, metricBusy} {
 		series, err := mr.FindMetrics(ctx, store.MetricQuery{Name: name, From: from.UnixNano(), To: end})
 		if err != nil {
 			return nil, fmt.Errorf("node metric %s: %w", name, err)
@@ -107,7 +155,9 @@ func readSteal(ctx context.Context, mr store.MetricReader, from, onset, to time.
 				e = &stealEvidence{host: host}
 				byHost[host] = e
 				order = append(order, host)
+				points[host] = &[2][]store.MetricPoint{}
 			}
+			points[host][k] = s.Points
 			before, during, beforeWin, duringWin := rates(s.Points, split, end)
 			if name == metricSteal {
 				e.stealBefore, e.stealDuring, e.beforeWin, e.duringWin = before, during, beforeWin, duringWin
@@ -118,10 +168,51 @@ func readSteal(ctx context.Context, mr store.MetricReader, from, onset, to time.
 	}
 	slices.Sort(order)
 	out := make([]stealEvidence, 0, len(order))
+	burstEnd := min(end, onset.Add(burstLate).UnixNano())
 	for _, h := range order {
-		out = append(out, *byHost[h])
+		e := byHost[h]
+		e.peaks(points[h][0], points[h][1], split, burstEnd, onset.UnixNano())
+		out = append(out, *e)
 	}
 	return out, nil
+}
+
+// peaks sets e's largest withheld shares of one interval between two points
+// of the steal and busy counters (taken at the same times: one read of
+// /proc/stat), before split and in (split, end].
+func (e *stealEvidence) peaks(steal, busy []store.MetricPoint, split, end, onset int64) {
+	busyAt := make(map[int64]float64, len(busy))
+	for _, p := range busy {
+		busyAt[p.Time] = p.Value
+	}
+	grown := func(from, to float64) float64 {
+		if to < from {
+			return to // rebooted: counts since boot
+		}
+		return to - from
+	}
+	for i := 1; i < len(steal); i++ {
+		p, q := steal[i-1], steal[i]
+		if q.Time > end {
+			break
+		}
+		bp, ok1 := busyAt[p.Time]
+		bq, ok2 := busyAt[q.Time]
+		if !ok1 || !ok2 {
+			continue
+		}
+		ds, db := grown(p.Value, q.Value), grown(bp, bq)
+		if ds+db <= 0 {
+			continue
+		}
+		share := ds / (ds + db)
+		switch {
+		case q.Time <= split:
+			e.beforePeak = max(e.beforePeak, share)
+		case share > e.peak:
+			e.peak, e.peakStolen, e.peakAt = share, 1e3*ds, time.Duration(q.Time-onset)
+		}
+	}
 }
 
 // rates are a cumulative counter's (seconds) growth in ms per second over
@@ -179,7 +270,7 @@ func spread(ranking []analysis.ServiceScore) (topShare, sum float64, grown int) 
 func nodeVerdict(v *Verdict, ranking []analysis.ServiceScore, steal []stealEvidence) bool {
 	var grew []stealEvidence
 	for _, e := range steal {
-		if e.grew() {
+		if e.grew() || e.burst() {
 			grew = append(grew, e)
 		}
 	}
@@ -200,8 +291,7 @@ func nodeVerdict(v *Verdict, ranking []analysis.ServiceScore, steal []stealEvide
 	for _, e := range grew {
 		hosts = append(hosts, e.host)
 		v.Evidence = append(v.Evidence, e.String())
-		before, during := e.shares()
-		stolen = max(stolen, (during-before)/during)
+		stolen = max(stolen, e.stolen())
 	}
 	v.Evidence = append(v.Evidence, fmt.Sprintf("no service stands out: %d services' time per trace grew, by %.1f ms in all; the most, %s, by %.1f ms (%.0f%%): "+
 		"a CPU the host takes away slows every thread that runs, each service by the CPU it uses, where a fault in one service grows its own time",

@@ -75,6 +75,7 @@ func TestDiagnoseNode(t *testing.T) {
 		slow       [4]float64
 		steal      *[2]float64 // ms per second before and since the onset; nil: no series
 		busy       [2]float64  // the same of busy time; zero: 800 ms per second throughout
+		burst      []float64   // seconds from the onset of bursts of 300 ms stolen in one second (on top of steal)
 		wantNode   bool
 		wantSvc    string
 		wantText   string
@@ -90,6 +91,12 @@ func TestDiagnoseNode(t *testing.T) {
 			wantAbsent: "hypervisor"},
 		{name: "every service slower, no steal series", slow: [4]float64{8, 12, 10, 16},
 			wantAbsent: "hypervisor"},
+		{name: "a burst of steal at the onset, every service slower", slow: [4]float64{8, 12, 10, 16}, steal: &[2]float64{10, 10}, burst: []float64{2},
+			wantNode: true, wantText: "more than in any second of the lookback"},
+		{name: "a burst at the onset like one in the lookback", slow: [4]float64{8, 12, 10, 16}, steal: &[2]float64{10, 10}, burst: []float64{-60, 2},
+			wantAbsent: "hypervisor"},
+		{name: "a burst at the onset, one service's fault", slow: [4]float64{4.2, 6.2, 30, 8.2}, steal: &[2]float64{10, 10}, burst: []float64{2}, wantSvc: "c",
+			wantText: "but c stands out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -106,8 +113,16 @@ func TestDiagnoseNode(t *testing.T) {
 				if busy == [2]float64{} {
 					busy = [2]float64{800, 800}
 				}
-				pts := append(nodePoints(metricSteal, "node1", from, onset, now, tc.steal[0]/1e3, tc.steal[1]/1e3),
-					nodePoints(metricBusy, "node1", from, onset, now, busy[0]/1e3, busy[1]/1e3)...)
+				steal := nodePoints(metricSteal, "node1", from, onset, now, tc.steal[0]/1e3, tc.steal[1]/1e3)
+				for _, b := range tc.burst {
+					at := onset.Add(time.Duration(b * float64(time.Second))).UnixNano()
+					for i := range steal {
+						if steal[i].Time >= at {
+							steal[i].Value += 0.3
+						}
+					}
+				}
+				pts := append(steal, nodePoints(metricBusy, "node1", from, onset, now, busy[0]/1e3, busy[1]/1e3)...)
 				if err := st.WriteMetrics(ctx, pts); err != nil {
 					t.Fatal(err)
 				}
@@ -193,6 +208,12 @@ func TestReadSteal(t *testing.T) {
 	}
 	if before, during := e.shares(); abs(during-0.2) > 0.001 || before > 0.03 || !e.grew() {
 		t.Errorf("shares %.3f → %.3f, grew %v; want → 0.2, grown", before, during, e.grew())
+	}
+	// The largest share of a second: 0.2 in each second from the first
+	// after the split (onset − 4 s) to onset + burstLate, 200 ms; before
+	// it 20 of 820 ms (the reboot's second withheld less).
+	if abs(e.peak-0.2) > 0.001 || abs(e.peakStolen-200) > 0.5 || e.peakAt < -4*time.Second || e.peakAt > burstLate || abs(e.beforePeak-0.02/0.82) > 0.001 || !e.burst() {
+		t.Errorf("peak %.3f (%.0f ms at %v), before %.4f, burst %v; want 0.2 (200 ms at -4s), 0.0244, a burst", e.peak, e.peakStolen, e.peakAt, e.beforePeak, e.burst())
 	}
 }
 
