@@ -24,23 +24,32 @@ const metricPointLimit = 200_000
 // last seconds may land after a read.
 const metricReRead = 15 * time.Second
 
-// metricRead is one metric's series a verdict read over [from, to].
+// metricRead is one metric's series verdicts read over [from, to], the
+// last at readAt (the verdict's clock).
 type metricRead struct {
-	from, to int64
-	series   []store.MetricSeries
-	keys     []string // seriesKey of each series, sorted
+	from, to, readAt int64
+	series           []store.MetricSeries
+	keys             []string // seriesKey of each series, sorted
+}
+
+// settled is the end of what c holds that no late point can change: up to
+// metricReRead before its last read.
+func (c *metricRead) settled() int64 {
+	return max(c.from, min(c.to, c.readAt-metricReRead.Nanoseconds()))
 }
 
 // incrementalMetrics is the store.MetricReader a verdict reads the kernel's
 // and the node's counters through. With a VerdictState it keeps what it
 // read: the window starts at the onset minus the lookback, which does not
 // move, so the next verdict of the incident reads only the points after
-// the last (and metricReRead before them), not the lookback and the whole
-// incident again. Counters are read for their value, count and sum only
-// (store.MetricQuery.OmitBuckets).
+// what a read before could have missed (metricRead.settled), not the
+// lookback and the whole incident again. Counters are read for their
+// value, count and sum only (store.MetricQuery.OmitBuckets). now is the
+// verdict's clock.
 type incrementalMetrics struct {
-	mr store.MetricReader
-	st *VerdictState
+	mr  store.MetricReader
+	st  *VerdictState
+	now int64
 }
 
 func (m incrementalMetrics) FindMetrics(ctx context.Context, q store.MetricQuery) ([]store.MetricSeries, error) {
@@ -57,7 +66,7 @@ func (m incrementalMetrics) FindMetrics(ctx context.Context, q store.MetricQuery
 		if err != nil {
 			return nil, err
 		}
-		c = &metricRead{from: q.From, to: q.To}
+		c = &metricRead{from: q.From, to: q.To, readAt: m.now}
 		c.merge(series, q.From)
 		if m.st.metrics == nil {
 			m.st.metrics = map[string]*metricRead{}
@@ -65,15 +74,15 @@ func (m incrementalMetrics) FindMetrics(ctx context.Context, q store.MetricQuery
 		m.st.metrics[q.Name] = c
 		return c.upTo(q.To), nil
 	}
-	if q.To > c.to {
+	if settled := c.settled(); q.To > settled {
 		more := q
-		more.From = max(c.to-metricReRead.Nanoseconds(), c.from)
+		more.From = settled + 1
 		series, err := m.find(ctx, more)
 		if err != nil {
 			return nil, err
 		}
 		c.merge(series, more.From)
-		c.to = q.To
+		c.to, c.readAt = max(c.to, q.To), m.now
 	}
 	return c.upTo(q.To), nil
 }

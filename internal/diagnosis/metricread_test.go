@@ -79,7 +79,6 @@ func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 	from := t0
 	kernelSeries(t, st, 4, from, onset.Add(90*time.Second))
 	var vs VerdictState
-	inc := incrementalMetrics{mr: st, st: &vs}
 	// Verdicts 10 s apart, then one whose window ends earlier (the
 	// incident closed at its last anomaly): each reads what the store
 	// would answer from scratch.
@@ -88,7 +87,7 @@ func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gl, gn, gt, gs, err := readAll(ctx, inc, from, onset, to)
+		gl, gn, gt, gs, err := readAll(ctx, incrementalMetrics{mr: st, st: &vs, now: to.UnixNano()}, from, onset, to)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,11 +103,44 @@ func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 	if got := vs.metrics[metricRunq]; got == nil || got.from != from.UnixNano() || got.to != onset.Add(80*time.Second).UnixNano() || len(got.series) != 4 {
 		t.Fatalf("kept run-queue reads: %+v", got)
 	}
-	if _, _, _, _, err := readAll(ctx, inc, from.Add(time.Second), onset, onset.Add(10*time.Second)); err != nil {
+	if _, _, _, _, err := readAll(ctx, incrementalMetrics{mr: st, st: &vs, now: onset.Add(10 * time.Second).UnixNano()}, from.Add(time.Second), onset, onset.Add(10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if got := vs.metrics[metricRunq]; got.from != from.Add(time.Second).UnixNano() {
 		t.Fatalf("kept run-queue reads of another window: %+v", got)
+	}
+}
+
+// TestIncrementalMetricsLatePoints: points that land after a read, within
+// metricReRead of its end, are read by the next verdict.
+func TestIncrementalMetricsLatePoints(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	onset := t0.Add(2 * time.Minute)
+	read := onset.Add(20 * time.Second)
+	// Stored by the first read: up to 10 s before its end.
+	kernelSeries(t, st, 3, t0, read.Add(-10*time.Second))
+	vs := &VerdictState{}
+	if _, _, _, _, err := readAll(ctx, incrementalMetrics{mr: st, st: vs, now: read.UnixNano()}, t0, onset, read); err != nil {
+		t.Fatal(err)
+	}
+	// Then the last 10 s land, and 10 s more (a new push's counters).
+	kernelSeries(t, st, 3, read.Add(-10*time.Second), read.Add(10*time.Second))
+	to := read.Add(10 * time.Second)
+	wl, wn, wt, ws, err := readAll(ctx, st, t0, onset, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gl, gn, gt, gs, err := readAll(ctx, incrementalMetrics{mr: st, st: vs, now: to.UnixNano()}, t0, onset, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gl, wl) || gn != wn || !reflect.DeepEqual(gt, wt) || !reflect.DeepEqual(gs, ws) {
+		t.Fatalf("incremental %+v %+v %+v, the store %+v %+v %+v", gn, gt, gs, wn, wt, ws)
 	}
 }
 
@@ -153,10 +185,6 @@ func BenchmarkVerdictKernelMetrics(b *testing.B) {
 			if bc.state {
 				vs = &VerdictState{}
 			}
-			var mr store.MetricReader = incrementalMetrics{mr: st, st: vs}
-			if bc.direct {
-				mr = st
-			}
 			c0 := cpuTime()
 			defer func() { b.ReportMetric(float64(cpuTime()-c0)/float64(b.N)/1e6, "cpu-ms/op") }()
 			for i := range b.N {
@@ -165,6 +193,10 @@ func BenchmarkVerdictKernelMetrics(b *testing.B) {
 				to := onset.Add(4*time.Minute + time.Duration(i%6)*10*time.Second)
 				if i%6 == 0 && vs != nil {
 					*vs = VerdictState{} // a new incident's first verdict
+				}
+				var mr store.MetricReader = incrementalMetrics{mr: st, st: vs, now: to.UnixNano()}
+				if bc.direct {
+					mr = st
 				}
 				if _, node, _, _, err := readAll(ctx, mr, from, onset, to); err != nil || node.during.count == 0 {
 					b.Fatal(err, node)

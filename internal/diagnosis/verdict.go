@@ -105,7 +105,7 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 	}
 	var mr store.MetricReader
 	if d.Metrics != nil {
-		mr = incrementalMetrics{mr: d.Metrics, st: st}
+		mr = incrementalMetrics{mr: d.Metrics, st: st, now: now.UnixNano()}
 	}
 	since, err := d.Source.SearchTraces(ctx, inc.EntryService, start, to, cfg.MaxTraces)
 	if err != nil {
