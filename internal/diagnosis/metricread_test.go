@@ -70,11 +70,7 @@ func readAll(ctx context.Context, mr store.MetricReader, from, onset, to time.Ti
 
 func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	onset := t0.Add(2 * time.Minute)
 	from := t0
 	kernelSeries(t, st, 4, from, onset.Add(90*time.Second))
@@ -115,11 +111,7 @@ func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 // metricReRead of its end, are read by the next verdict.
 func TestIncrementalMetricsLatePoints(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	onset := t0.Add(2 * time.Minute)
 	read := onset.Add(20 * time.Second)
 	// Stored by the first read: up to 10 s before its end.
@@ -146,13 +138,9 @@ func TestIncrementalMetricsLatePoints(t *testing.T) {
 
 func TestIncrementalMetricsLimit(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(sqlite.Config{Dir: t.TempDir()}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := openStore(t)
 	kernelSeries(t, st, 2, t0, t0.Add(time.Minute))
-	_, err = incrementalMetrics{mr: st}.FindMetrics(ctx, store.MetricQuery{Name: metricRunq, From: t0.UnixNano(), To: t0.Add(time.Hour).UnixNano(), Limit: 100})
+	_, err := incrementalMetrics{mr: st}.FindMetrics(ctx, store.MetricQuery{Name: metricRunq, From: t0.UnixNano(), To: t0.Add(time.Hour).UnixNano(), Limit: 100})
 	if err == nil {
 		t.Fatal("a read cut at its limit gave no error")
 	}
