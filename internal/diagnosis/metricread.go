@@ -19,6 +19,12 @@ import (
 // error the verdict reports as missing evidence.
 const metricPointLimit = 200_000
 
+// metricKeepLimit bounds the points an incident's state keeps of one
+// metric (64 B each): 20 containers' for about 40 minutes. Past it, the
+// verdicts of that incident read the metric from scratch again. A
+// variable for the tests.
+var metricKeepLimit = 50_000
+
 // metricReRead is how far before the end of its last read a verdict reads
 // a metric again: an agent pushes its points in batches, so those of the
 // last seconds may land after a read.
@@ -72,6 +78,9 @@ func (m incrementalMetrics) FindMetrics(ctx context.Context, q store.MetricQuery
 			m.st.metrics = map[string]*metricRead{}
 		}
 		m.st.metrics[q.Name] = c
+		if c.points() > metricKeepLimit {
+			delete(m.st.metrics, q.Name)
+		}
 		return c.upTo(q.To), nil
 	}
 	if settled := c.settled(); q.To > settled {
@@ -83,8 +92,20 @@ func (m incrementalMetrics) FindMetrics(ctx context.Context, q store.MetricQuery
 		}
 		c.merge(series, more.From)
 		c.to, c.readAt = max(c.to, q.To), m.now
+		if c.points() > metricKeepLimit {
+			delete(m.st.metrics, q.Name)
+		}
 	}
 	return c.upTo(q.To), nil
+}
+
+// points is how many points c holds.
+func (c *metricRead) points() int {
+	n := 0
+	for _, s := range c.series {
+		n += len(s.Points)
+	}
+	return n
 }
 
 // find reads q from the store; reaching q.Limit is an error.

@@ -105,6 +105,32 @@ func TestIncrementalMetricsReadsAsTheStore(t *testing.T) {
 	if got := vs.metrics[metricRunq]; got.from != from.Add(time.Second).UnixNano() {
 		t.Fatalf("kept run-queue reads of another window: %+v", got)
 	}
+	// Past metricKeepLimit points a metric is not kept, and reads as the
+	// store all the same.
+	defer func(n int) { metricKeepLimit = n }(metricKeepLimit)
+	metricKeepLimit = 100
+	to := onset.Add(20 * time.Second)
+	wl, wn, wt, ws, err := readAll(ctx, st, from, onset, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		gl, gn, gt, gs, err := readAll(ctx, incrementalMetrics{mr: st, st: &vs, now: to.UnixNano()}, from, onset, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(gl, wl) || gn != wn || !reflect.DeepEqual(gt, wt) || !reflect.DeepEqual(gs, ws) {
+			t.Fatalf("past the keep limit: incremental %+v %+v, the store %+v %+v", gn, gt, wn, wt)
+		}
+	}
+	for name, c := range vs.metrics {
+		if c.points() > metricKeepLimit {
+			t.Fatalf("%s kept with %d points, past the limit", name, c.points())
+		}
+	}
+	if vs.metrics[metricRunq] != nil {
+		t.Fatal("the run-queue series kept past the limit")
+	}
 }
 
 // TestIncrementalMetricsLatePoints: points that land after a read, within
