@@ -323,6 +323,41 @@ func chainTrace(n int, at time.Time, gapCart, gapPay float64, anomalous bool) []
 	}
 }
 
+// TestDiagnoseLinkEndOnlyThroughTop: calls into cart grew more than cart's
+// calls into payment, so span timing ranks cart first; payment's pod
+// retransmitted more than cart's. Every connection of payment is one to
+// cart: its retransmissions cannot place the loss at its end, and the
+// verdict stays cart's (a bandwidth limit on cart's link, seen in the demo
+// as net-bandwidth@g named its only callee h).
+func TestDiagnoseLinkEndOnlyThroughTop(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	onset, now := writeIncident(t, st, func(i int, at time.Time, slow bool) []*model.Span {
+		if slow {
+			return chainTrace(i, at, 40, 30, true)
+		}
+		return chainTrace(i, at, 0, 0, false)
+	})
+	from := onset.Add(-DefaultConfig().Lookback)
+	var pts []store.MetricPoint
+	pts = append(pts, counter(metricRetransmits, "cart", "envoy", "", from, onset, now, 0.05, 1)...)
+	pts = append(pts, counter(metricRetransmits, "payment", "envoy", "", from, onset, now, 0.05, 3)...)
+	pts = append(pts, counter(metricRetransmits, "frontend", "envoy", "", from, onset, now, 0.05, 1)...)
+	if err := st.WriteMetrics(ctx, pts); err != nil {
+		t.Fatal(err)
+	}
+	v := diagnoseWritten(t, st, onset, now, true)
+	if len(v.Ranking) < 2 || v.Ranking[0].Service != "cart" || v.Ranking[1].Service != "payment" {
+		t.Fatalf("ranking %+v: want cart then payment by span timing", v.Ranking)
+	}
+	if v.Service != "cart" || v.Cause != CauseNetwork {
+		t.Fatalf("verdict %s/%s, want cart/network", v.Service, v.Cause)
+	}
+	if text := strings.Join(v.Evidence, "\n"); strings.Contains(text, "so the loss is at") {
+		t.Errorf("the verdict moved by the retransmissions of a pod whose only peer is the top: %q", text)
+	}
+}
+
 // TestDiagnoseLinkEnd: packets lost on cart's link slow the calls into cart
 // and cart's calls into payment, the latter more, so span timing ranks
 // payment first. The kernel tells the ends apart: cart's pod retransmits on

@@ -186,7 +186,10 @@ func (d *Diagnoser) DiagnoseWith(ctx context.Context, inc *Incident, st *Verdict
 		}
 		slices.Sort(svcs)
 		links, node, linksErr = readLinks(ctx, mr, slices.Compact(svcs), from, start, to)
-		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] {
+		// A peer whose every connection is to the top suspect (its only
+		// caller, no other callee) retransmits on them whichever end loses
+		// the packets: its count cannot move the verdict off the top.
+		if end, ok := lossyEnd(peers, links); linksErr == nil && ok && end.Service != top.Service && known[end.Service] && !onlyWith(traces, end.Service, top.Service) {
 			e, et := links[end.Service], links[top.Service]
 			v.Evidence = append(v.Evidence, fmt.Sprintf("calls into %s and into %s grew outside them (%.1f and %.1f ms per trace); "+
 				"the kernel saw %s's pod retransmit %.0f more than at its rate before, %s's %.0f: a pod whose link loses packets retransmits on all its connections, its peers only on theirs to it, so the loss is at %s's end",
@@ -387,6 +390,29 @@ func callersOf(traces [][]*model.Span, peers []analysis.ServiceScore) map[string
 		slices.Sort(c)
 	}
 	return out
+}
+
+// onlyWith reports whether every call svc makes or answers in traces is
+// one with other (and there is at least one).
+func onlyWith(traces [][]*model.Span, svc, other string) bool {
+	seen := false
+	for _, t := range traces {
+		byID := make(map[model.SpanID]*model.Span, len(t))
+		for _, s := range t {
+			byID[s.SpanID] = s
+		}
+		for _, s := range t {
+			up := byID[s.ParentSpanID]
+			if up == nil || up == s || up.Service == s.Service || (s.Service != svc && up.Service != svc) {
+				continue
+			}
+			if s.Service != other && up.Service != other {
+				return false
+			}
+			seen = true
+		}
+	}
+	return seen
 }
 
 // captureRecent is how old a slow span may be for the tracker to ask a
