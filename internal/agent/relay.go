@@ -253,12 +253,17 @@ func (r *relay) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+		case <-t.C:
+		case <-r.kick:
+		}
+		// A tick that came with the end (select picks either) flushes
+		// with the end's context too: the run's is cancelled, and what
+		// is held would be dropped.
+		if ctx.Err() != nil {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			r.flush(fctx)
 			cancel()
 			return
-		case <-t.C:
-		case <-r.kick:
 		}
 		r.flush(ctx)
 	}
