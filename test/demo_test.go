@@ -112,6 +112,15 @@ func runDemo(t *testing.T, faults []string, probe bool) []string {
 				States  map[string]float64 `json:"states"`
 			} `json:"criticalPath"`
 			NoPath string `json:"noCriticalPath"`
+			// What the fault did at its service, from spans alone.
+			Effect *struct {
+				Entry  string  `json:"entry"`
+				Before int     `json:"before"`
+				After  int     `json:"after"`
+				Score  float64 `json:"score"`
+			} `json:"effect"`
+			NoEffect    bool   `json:"noEffect"`
+			EffectError string `json:"effectError"`
 		} `json:"faults"`
 		Correct bool `json:"correct"`
 	}
@@ -128,6 +137,11 @@ func runDemo(t *testing.T, faults []string, probe bool) []string {
 	for _, f := range sum.Faults {
 		for _, n := range f.Evidence {
 			evidence += n
+		}
+		if f.Error == "" && !strings.HasPrefix(f.Injected, "none") && (f.Effect == nil || f.Effect.Entry == "" || f.Effect.Before == 0 || f.Effect.After == 0) {
+			t.Errorf("%s: no measure of the fault's effect at its service (%s)", f.Injected, f.EffectError)
+		} else if f.Effect != nil {
+			t.Logf("%s: %+.1f ms per request at %s (%d traces before, %d after), no effect: %v", f.Injected, f.Effect.Score, f.Service, f.Effect.Before, f.Effect.After, f.NoEffect)
 		}
 		// The culprit's critical path is printed, or why there is none.
 		// Whether the kernel snapshot covered the culprit's slow spans

@@ -66,6 +66,15 @@ type Run struct {
 	P95Ms     float64 `json:"p95Ms"`
 	BaseP95Ms float64 `json:"baseP95Ms,omitempty"`
 	Effect    float64 `json:"effect,omitempty"`
+	// Growth is what the fault added to its service's time per request,
+	// GrowthPct that as a share of the entry's median before it, and
+	// NoEffect the demo's judgement that it took no measurable effect
+	// (demo.FaultResult.Effect; Measured says the demo measured it, as
+	// results written before it did not: then Effect decides).
+	Measured  bool    `json:"measured,omitempty"`
+	GrowthMs  float64 `json:"growthMs,omitempty"`
+	GrowthPct float64 `json:"growthPct,omitempty"`
+	NoEffect  bool    `json:"noEffect,omitempty"`
 	// FreeSeconds is the length of a fault-free run.
 	FreeSeconds float64  `json:"freeSeconds,omitempty"`
 	Why         []string `json:"why,omitempty"`
@@ -113,10 +122,11 @@ type Summary struct {
 	// Confusion counts runs by expected cause, then the verdict's cause
 	// ("no incident" when none opened).
 	Confusion map[string]map[string]int `json:"confusion"`
-	// Effective tallies the runs whose fault slowed the entry's p95 by
-	// at least minEffect against its baseline; Small counts the others
-	// (effect known) and SmallQuiet those of them that opened no incident,
-	// as a slowdown too small to matter should.
+	// Effective tallies the runs whose fault took effect at its service
+	// (Run.NoEffect false), or, for results without that measure, slowed the
+	// entry's p95 by at least minEffect against its baseline; Small counts
+	// the others (effect known) and SmallQuiet those of them that opened no
+	// incident, as a slowdown too small to matter should.
 	Effective  Tally `json:"effective"`
 	Small      int   `json:"smallRuns"`
 	SmallQuiet int   `json:"smallRunsWithoutIncident"`
@@ -187,6 +197,12 @@ func Score(id string, fr demo.FaultResult) Run {
 		P95Ms: fr.Load.P95Ms}
 	if fr.Baseline != nil && fr.Baseline.P95Ms > 0 && r.P95Ms > 0 {
 		r.BaseP95Ms, r.Effect = fr.Baseline.P95Ms, r.P95Ms/fr.Baseline.P95Ms
+	}
+	if g := fr.Effect; g != nil {
+		r.Measured, r.GrowthMs, r.NoEffect = true, g.Score, fr.NoEffect
+		if g.EntryBaseMs > 0 {
+			r.GrowthPct = 100 * g.Score / g.EntryBaseMs
+		}
 	}
 	if f.Name == mesh.FaultNone {
 		r.FreeSeconds = fr.To.Sub(fr.Onset).Seconds()
@@ -284,10 +300,14 @@ func Summarize(runs []Run) Summary {
 				opened = append(opened, r.OpenedMs)
 			}
 		}
+		took, known := r.Effect >= minEffect, r.Effect > 0
+		if r.Measured {
+			took, known = !r.NoEffect, true
+		}
 		switch {
-		case r.Effect >= minEffect:
+		case took:
 			s.Effective.add(r)
-		case r.Effect > 0:
+		case known:
 			s.Small++
 			if !r.Incident {
 				s.SmallQuiet++
@@ -339,8 +359,8 @@ func Markdown(w io.Writer, s Summary) {
 		fmt.Fprintf(w, "| onset → verdict (both right), median / max | – (no right verdict came from an incident that opened after its onset) |\n")
 	}
 	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min (%d with the node's verdict: its CPUs stolen by the host) |\n", s.FreeIncidents, s.FreeMinutes, s.FreeNode)
-	fmt.Fprintf(w, "| of the runs whose fault slowed the entry's p95 by ≥ %.0f %%: service, cause, both | %s, %s, %s |\n",
-		100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
+	fmt.Fprintf(w, "| of the runs whose fault took effect (its service's time per request grew by ≥ %.0f %% of the entry's median; without that measure, the entry's p95 by ≥ %.0f %%): service, cause, both | %s, %s, %s |\n",
+		100*demo.MinEffect, 100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
 	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident), without an incident | %d of %d |\n\n", s.SmallQuiet, s.Small)
 
 	// By class and by language.
@@ -395,7 +415,7 @@ func Markdown(w io.Writer, s Summary) {
 	}
 	fmt.Fprintln(w)
 
-	fmt.Fprintf(w, "| run | rate | p95 vs baseline | verdict | service | cause | onset → verdict |\n|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "| run | rate | p95 vs baseline; growth at the service | verdict | service | cause | onset → verdict |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range s.Runs {
 		verdict := noIncident
 		if r.Incident {
@@ -412,6 +432,12 @@ func Markdown(w io.Writer, s Summary) {
 		effect := "–"
 		if r.Effect > 0 {
 			effect = fmt.Sprintf("%.1f / %.1f ms (×%.2f)", r.P95Ms, r.BaseP95Ms, r.Effect)
+		}
+		if r.Measured {
+			effect += fmt.Sprintf("; at %s %+.1f ms (%.1f %%)", r.Service, r.GrowthMs, r.GrowthPct)
+			if r.NoEffect {
+				effect += ", no effect"
+			}
 		}
 		fmt.Fprintf(w, "| %s | %.0f/s | %s | %s | %s | %s (want %s) | %s |\n", r.ID, r.Rate, effect, verdict, mark(r.ServiceRight), mark(r.CauseRight), cmp.Or(r.Expected, "—"), t)
 	}

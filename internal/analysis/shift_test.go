@@ -226,3 +226,38 @@ func TestShiftComparisonSpread(t *testing.T) {
 		})
 	}
 }
+
+// ServiceGrowth measures what a change at the onset added to one service's
+// time per request against every trace before it, whatever the anomalies
+// say: b's 8 ms is found and significant; j, unchanged but for three
+// anomalous spikes, grew within the traces' spread; too few traces on one
+// side is an error.
+func TestServiceGrowth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	onset := time.Now().Add(-time.Minute).Truncate(time.Second)
+	src := traceSource(append(shiftTraces(rng, 1, 200, onset.Add(-10*time.Second), 0, nil),
+		shiftTraces(rng, 2, 400, onset, 8, map[int]bool{5: true, 50: true, 120: true})...))
+	from, to := onset.Add(-10*time.Second), onset.Add(22*time.Second)
+	g, err := ServiceGrowth(context.Background(), src, "b", from, onset, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Entry != "a" || g.Before < 190 || g.After < 390 || g.Score < 7.5 || g.Score > 8.5 || g.T < 20 {
+		t.Errorf("b: %+v; want entry a, 200 traces before, ~400 after, +8 ms, significant", g)
+	}
+	// The entry's median: 2 + 3 + 1 + 9 + 4 ms before, 8 ms more after.
+	if g.EntryBaseMs < 18 || g.EntryBaseMs > 20 || g.EntryAfterMs < 26 || g.EntryAfterMs > 28 {
+		t.Errorf("entry medians %.1f → %.1f ms, want ~19 → ~27", g.EntryBaseMs, g.EntryAfterMs)
+	}
+	j, err := ServiceGrowth(context.Background(), src, "j", from, onset, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Score > 1 || j.T > 3 {
+		t.Errorf("j: %+v; want under 1 ms (three 40-ms spikes over ~400 traces) and within the spread", j)
+	}
+	if _, err := ServiceGrowth(context.Background(), src, "b", from, onset.Add(-9500*time.Millisecond), to); err == nil ||
+		!strings.Contains(err.Error(), "20 needed on each side") {
+		t.Errorf("too few traces before the onset: %v", err)
+	}
+}

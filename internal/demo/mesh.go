@@ -114,7 +114,9 @@ type FaultResult struct {
 	// NodeVerdicts counts those of OpenDuring whose verdict names the
 	// node (no service stood out and the hypervisor stole its CPUs).
 	NodeVerdicts int `json:"nodeVerdicts"`
-	// CauseCorrect: the verdict names the service and ExpectedCause.
+	// CauseCorrect: the verdict names the service and ExpectedCause. (For
+	// a fault that took no effect, NoEffect, both say that no incident
+	// opened.)
 	CauseCorrect bool `json:"causeCorrect"`
 	// Anomalies counts the anomalous spans the API listed for the fault's
 	// window (AnomaliesCapped: at least that many, the API's page was full).
@@ -134,12 +136,57 @@ type FaultResult struct {
 	// Baseline is the load of the baseline phase just before the onset,
 	// at the same rate: with Load, how much the fault slowed requests.
 	Baseline *LoadSummary `json:"baseline,omitempty"`
-	Correct  bool         `json:"correct"`
-	Error    string       `json:"error,omitempty"`
+	// Correct: the verdict names the fault's service; for a fault that
+	// took no effect (NoEffect), no incident opened; for a fault-free
+	// stretch, no incident was open.
+	Correct bool   `json:"correct"`
+	Error   string `json:"error,omitempty"`
+
+	// Effect is what the fault did at its service, measured from the entry
+	// point's traces before and after the onset (analysis.ServiceGrowth):
+	// the ground a verdict is judged on, read from spans only. NoEffect:
+	// it grew that service's time per request by less than MinEffect of
+	// the entry's median latency, or within the traces' spread (Welch's t
+	// under 3) — nothing for a diagnosis to find; a right answer then is no
+	// incident. EffectError says why there is no Effect.
+	Effect      *analysis.Growth `json:"effect,omitempty"`
+	NoEffect    bool             `json:"noEffect,omitempty"`
+	EffectError string           `json:"effectError,omitempty"`
 
 	// NoPath says why there is no CriticalPath (the notes of the stored
 	// paths read), when there is none.
 	NoPath string `json:"noCriticalPath,omitempty"`
+}
+
+// MinEffect is the share of the entry point's median latency by which a
+// fault must grow its service's time per request to count as one that took
+// effect (FaultResult.NoEffect). The same growth between two fault-free
+// stretches is under about 1 % (a service's mean time per trace over a few
+// hundred traces moves by ±0.5 ms at 15 req/s here).
+const MinEffect = 0.05
+
+// tookEffect says whether g is a growth a diagnosis should find: at least
+// MinEffect of the entry's median, and out of the traces' spread.
+func tookEffect(g analysis.Growth) bool {
+	return g.T >= 3 && g.Score >= MinEffect*g.EntryBaseMs
+}
+
+// describeEffect is the demo's line on what a fault did at its service.
+func describeEffect(fr FaultResult) string {
+	g := fr.Effect
+	if g == nil {
+		return "not measured: " + fr.EffectError
+	}
+	share := 0.0
+	if g.EntryBaseMs > 0 {
+		share = 100 * g.Score / g.EntryBaseMs
+	}
+	line := fmt.Sprintf("%+.1f ms per request at %s (own %+.1f, calls into it %+.1f), %.1f %% of the entry's %.1f ms median before (Welch's t = %.1f; %d traces before, %d after)",
+		g.Score, g.Service, g.SelfDeltaMs, g.NetDeltaMs, share, g.EntryBaseMs, min(g.T, 999), g.Before, g.After)
+	if fr.NoEffect {
+		line += fmt.Sprintf(" — no measurable effect (under %.0f %%): nothing for a diagnosis to find; a larger amount takes effect", 100*MinEffect)
+	}
+	return line
 }
 
 // VerdictAt is the server's verdict at a time after a fault's onset.
@@ -595,15 +642,11 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 		if f.Name == mesh.FaultNone && f.Amount != "" {
 			d, _ = time.ParseDuration(f.Amount) // ParseFault checked it
 		}
-		fr := runFault(ctx, m, api, token, load, f, rate, d, cmp.Or(o.Settle, 3*time.Minute), progress(f.String()), out)
+		lang := ""
 		if svc := topo.Service(f.Service); svc != nil {
-			fr.Language = svc.Language
+			lang = svc.Language
 		}
-		fr.ExpectedCause = mesh.ExpectedCause(f.Name, fr.Language)
-		fr.CauseCorrect = fr.Correct && fr.ExpectedCause != "" && fr.Verdict.Cause == fr.ExpectedCause
-		if f.Name == mesh.FaultNone {
-			fr.CauseCorrect = fr.Correct
-		}
+		fr := runFault(ctx, m, api, token, load, f, lang, rate, d, cmp.Or(o.Settle, 3*time.Minute), progress(f.String()), out)
 		if o.ResultsDir != "" && ctx.Err() == nil { // an interrupted run is no result
 			if err := writeJSON(filepath.Join(o.ResultsDir, fmt.Sprintf("fault-%d.json", i+1)), fr); err != nil {
 				return sum, err
@@ -732,8 +775,9 @@ func scalePhases(ph []mesh.Phase, total time.Duration) []mesh.Phase {
 }
 
 func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]loadgen.Phase, func(loadgen.Progress)) loadgen.Config,
-	f mesh.Fault, rate float64, d, settle time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
-	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}}
+	f mesh.Fault, lang string, rate float64, d, settle time.Duration, progress func(loadgen.Progress), out io.Writer) (fr FaultResult) {
+	fr = FaultResult{Injected: f.String(), Service: f.Service, ByService: map[string]int{}, Language: lang,
+		ExpectedCause: mesh.ExpectedCause(f.Name, lang)}
 	// A baseline just before the fault, at the same rate, once the server
 	// has closed the incidents of what came before (the previous fault's),
 	// so that each fault is judged on its own incident.
@@ -804,10 +848,16 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 	fr.Incidents, fr.OpenDuring, fr.NodeVerdicts = countIncidents(ctx, api, token, onset, fr.To)
 	if f.Name != mesh.FaultNone {
 		fr.Captures = faultCaptures(ctx, api, token, f.Service, onset, fr.To)
+		if g, err := analysis.ServiceGrowth(ctx, NewAPISource(api, token), f.Service, fr.From, onset, fr.To); err != nil {
+			fr.EffectError = err.Error()
+		} else {
+			fr.Effect, fr.NoEffect = &g, !tookEffect(g)
+		}
 	}
 	if f.Name == mesh.FaultNone {
 		// Nothing injected: any incident open meanwhile is a false alarm.
 		fr.Correct = fr.OpenDuring == 0
+		fr.CauseCorrect = fr.Correct
 		if !fr.Correct {
 			fr.Incident, _ = serverVerdict(ctx, api, token, onset, fr.To)
 			if fr.Incident != nil && fr.Incident.Verdict != nil {
@@ -853,6 +903,12 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 		}
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
+	fr.CauseCorrect = fr.Correct && fr.ExpectedCause != "" && fr.Verdict.Cause == fr.ExpectedCause
+	if fr.NoEffect {
+		// Nothing to find: judged as a fault-free stretch is.
+		fr.Correct = fr.Incidents == 0
+		fr.CauseCorrect = fr.Correct
+	}
 	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
 	printFault(out, fr)
 	return fr
@@ -1255,6 +1311,9 @@ func printFault(out io.Writer, fr FaultResult) {
 		atLeast = "at least "
 	}
 	fmt.Fprintf(out, "  anomalous spans: %s%d (%s)\n", atLeast, fr.Anomalies, strings.Join(parts, ", "))
+	if !strings.HasPrefix(fr.Injected, mesh.FaultNone) {
+		fmt.Fprintf(out, "  effect: %s\n", describeEffect(fr))
+	}
 	if inc := fr.Incident; inc != nil {
 		fmt.Fprintf(out, "  incident %s at %s: %d anomalous of %d requests\n", inc.ID, inc.Entry, inc.Anomalous, inc.Requests)
 		if sh := inc.Shift; sh != nil {
@@ -1300,8 +1359,18 @@ func printFault(out io.Writer, fr FaultResult) {
 	switch {
 	case strings.HasPrefix(fr.Injected, mesh.FaultNone):
 		fmt.Fprintf(out, "  check: nothing injected, %d incidents open meanwhile, %d of them opened then (want 0); %d with the node's verdict (its CPUs stolen by the hypervisor)\n", fr.OpenDuring, fr.Incidents, fr.NodeVerdicts)
+	case fr.NoEffect && fr.Incidents == 0:
+		fmt.Fprintf(out, "  check: the fault took no measurable effect at %q and no incident opened, as none should\n", fr.Service)
+	case fr.NoEffect:
+		fmt.Fprintf(out, "  check: the fault took no measurable effect at %q, yet %d incidents opened meanwhile (want 0)\n", fr.Service, fr.Incidents)
+	case fr.Incident == nil:
+		fmt.Fprintf(out, "  check: MISSED — the fault took effect at %q and no incident opened (the demo's own ranking above names %q)\n", fr.Service, fr.Verdict.Service)
+	case fr.CauseCorrect:
+		fmt.Fprintf(out, "  check: correct — the fault was injected into %q and makes %s\n", fr.Service, fr.ExpectedCause)
+	case fr.Correct && fr.ExpectedCause == "":
+		fmt.Fprintf(out, "  check: correct — the fault was injected into %q (its cause is none the kernel measures)\n", fr.Service)
 	case fr.Correct:
-		fmt.Fprintf(out, "  check: correct — the fault was injected into %q\n", fr.Service)
+		fmt.Fprintf(out, "  check: service right, cause WRONG — the fault was injected into %q and makes %s\n", fr.Service, fr.ExpectedCause)
 	default:
 		fmt.Fprintf(out, "  check: WRONG — the fault was injected into %q\n", fr.Service)
 	}
@@ -1317,10 +1386,7 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 		fmt.Fprintf(out, "  traces of the warm-up: %s\n", s.Traces)
 	}
 	for _, f := range s.Faults {
-		mark := "correct"
-		if !f.Correct {
-			mark = "WRONG"
-		}
+		mark := checkMark(f)
 		who := f.Verdict.Service
 		if f.Verdict.Node != "" {
 			who = "node " + f.Verdict.Node
@@ -1347,6 +1413,29 @@ func printMeshSummary(out io.Writer, s MeshSummary) {
 		fmt.Fprintf(out, "  note: %s\n", n)
 	}
 	fmt.Fprintf(out, "  UI: %s (stops with the demo; add --keep to browse)\n", s.UI)
+}
+
+// checkMark is a fault's outcome in the summary's one line.
+func checkMark(f FaultResult) string {
+	switch {
+	case strings.HasPrefix(f.Injected, mesh.FaultNone) && f.OpenDuring == 0:
+		return "correct (no incident)"
+	case strings.HasPrefix(f.Injected, mesh.FaultNone):
+		return fmt.Sprintf("WRONG (%d incidents open)", f.OpenDuring)
+	case f.Error != "" && f.Incident == nil:
+		return "ERROR (" + clipText(f.Error, 60) + ")"
+	case f.NoEffect && f.Incidents == 0:
+		return "no effect (no incident, correct)"
+	case f.NoEffect:
+		return fmt.Sprintf("no effect (%d incidents opened)", f.Incidents)
+	case f.Incident == nil:
+		return "MISSED (no incident)"
+	case f.CauseCorrect || (f.Correct && f.ExpectedCause == ""):
+		return "correct"
+	case f.Correct:
+		return "service right, cause WRONG (want " + f.ExpectedCause + ")"
+	}
+	return "WRONG"
 }
 
 // checkServiceBinaries says what to build when the demo services are missing.
