@@ -75,6 +75,9 @@ type Run struct {
 	GrowthMs  float64 `json:"growthMs,omitempty"`
 	GrowthPct float64 `json:"growthPct,omitempty"`
 	NoEffect  bool    `json:"noEffect,omitempty"`
+	// SmallEffect: it took effect by less than an incident is built for
+	// (demo.MinIncident).
+	SmallEffect bool `json:"smallEffect,omitempty"`
 	// FreeSeconds is the length of a fault-free run.
 	FreeSeconds float64  `json:"freeSeconds,omitempty"`
 	Why         []string `json:"why,omitempty"`
@@ -122,8 +125,9 @@ type Summary struct {
 	// Confusion counts runs by expected cause, then the verdict's cause
 	// ("no incident" when none opened).
 	Confusion map[string]map[string]int `json:"confusion"`
-	// Effective tallies the runs whose fault took effect at its service
-	// (Run.NoEffect false), or, for results without that measure, slowed the
+	// Effective tallies the runs whose fault took effect at its service by
+	// as much as an incident is built for (Run.NoEffect and SmallEffect
+	// false), or, for results without that measure, slowed the
 	// entry's p95 by at least minEffect against its baseline; Small counts
 	// the others (effect known) and SmallQuiet those of them that opened no
 	// incident, as a slowdown too small to matter should.
@@ -199,7 +203,7 @@ func Score(id string, fr demo.FaultResult) Run {
 		r.BaseP95Ms, r.Effect = fr.Baseline.P95Ms, r.P95Ms/fr.Baseline.P95Ms
 	}
 	if g := fr.Effect; g != nil {
-		r.Measured, r.GrowthMs, r.NoEffect = true, g.Score, fr.NoEffect
+		r.Measured, r.GrowthMs, r.NoEffect, r.SmallEffect = true, g.Score, fr.NoEffect, fr.SmallEffect
 		if g.EntryBaseMs > 0 {
 			r.GrowthPct = 100 * g.Score / g.EntryBaseMs
 		}
@@ -302,7 +306,7 @@ func Summarize(runs []Run) Summary {
 		}
 		took, known := r.Effect >= minEffect, r.Effect > 0
 		if r.Measured {
-			took, known = !r.NoEffect, true
+			took, known = !r.NoEffect && !r.SmallEffect, true
 		}
 		switch {
 		case took:
@@ -360,7 +364,7 @@ func Markdown(w io.Writer, s Summary) {
 	}
 	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min (%d with the node's verdict: its CPUs stolen by the host) |\n", s.FreeIncidents, s.FreeMinutes, s.FreeNode)
 	fmt.Fprintf(w, "| of the runs whose fault took effect (its service's time per request grew by ≥ %.0f %% of the entry's median; without that measure, the entry's p95 by ≥ %.0f %%): service, cause, both | %s, %s, %s |\n",
-		100*demo.MinEffect, 100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
+		100*demo.MinIncident, 100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
 	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident), without an incident | %d of %d |\n\n", s.SmallQuiet, s.Small)
 
 	// By class and by language.
@@ -435,8 +439,11 @@ func Markdown(w io.Writer, s Summary) {
 		}
 		if r.Measured {
 			effect += fmt.Sprintf("; at %s %+.1f ms (%.1f %%)", r.Service, r.GrowthMs, r.GrowthPct)
-			if r.NoEffect {
+			switch {
+			case r.NoEffect:
 				effect += ", no effect"
+			case r.SmallEffect:
+				effect += ", small"
 			}
 		}
 		fmt.Fprintf(w, "| %s | %.0f/s | %s | %s | %s | %s (want %s) | %s |\n", r.ID, r.Rate, effect, verdict, mark(r.ServiceRight), mark(r.CauseRight), cmp.Or(r.Expected, "—"), t)

@@ -95,7 +95,8 @@ func TestScore(t *testing.T) {
 	// The demo's measure of the effect at the service, when the result has
 	// it, decides over the entry's p95: a fault whose p95 grew ×1.5 from
 	// ambient noise but that took no effect at its service is not
-	// effective, and one at ×1.1 that grew its service by 10 % is.
+	// effective, one at ×1.1 that grew its service by 30 % is, and one
+	// that grew it by 10 % took a small effect.
 	growth := func(ms, base float64) *analysis.Growth {
 		return &analysis.Growth{ServiceScore: analysis.ServiceScore{Score: ms}, EntryBaseMs: base, T: 10}
 	}
@@ -104,15 +105,18 @@ func TestScore(t *testing.T) {
 			Incident: verdict("g", "network"), Verdict: *verdict("g", "network").Verdict, Incidents: 1,
 			Load: load(15, 90), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(0.7, 60), NoEffect: true}),
 		Score("disk@j.1", demo.FaultResult{Injected: "disk@j", Service: "j", ExpectedCause: "disk", Incident: verdict("j", "disk"),
-			Verdict: *verdict("j", "disk").Verdict, Load: load(15, 66), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(6, 60)}),
+			Verdict: *verdict("j", "disk").Verdict, Load: load(15, 66), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(18, 60)}),
+		Score("lock@h.1", demo.FaultResult{Injected: "lock@h", Service: "h", ExpectedCause: "lock",
+			Load: load(15, 66), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(6, 60), SmallEffect: true}),
 	}
 	s = Summarize(runs)
-	if s.Effective.Faulty != 1 || s.Effective.BothRight != 1 || s.Small != 1 || s.SmallQuiet != 0 {
+	if s.Effective.Faulty != 1 || s.Effective.BothRight != 1 || s.Small != 2 || s.SmallQuiet != 1 {
 		t.Errorf("measured effect: effective %+v, small %d (%d quiet)", s.Effective, s.Small, s.SmallQuiet)
 	}
 	b.Reset()
 	Markdown(&b, s)
-	if !strings.Contains(b.String(), "at d +0.7 ms (1.2 %), no effect") || !strings.Contains(b.String(), "at j +6.0 ms (10.0 %)") {
+	if !strings.Contains(b.String(), "at d +0.7 ms (1.2 %), no effect") || !strings.Contains(b.String(), "at j +18.0 ms (30.0 %)") ||
+		!strings.Contains(b.String(), "at h +6.0 ms (10.0 %), small") {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 }

@@ -111,7 +111,7 @@ Istio-style iptables interception when root), drives open-loop load in phases,
 injects each --fault after a warm-up, and prints what Rootline found: anomalies,
 the slowest services, the evidence captured, and its verdict, read only from its
 API. It exits 0 only if every verdict names the service the fault was injected
-into (or no incident opened for a fault that took no effect, below), and removes every process, namespace, cgroup and qdisc it made (also on
+into (or no incident opened for a fault that took no or a small effect, below), and removes every process, namespace, cgroup and qdisc it made (also on
 Ctrl-C).
 
 Faults (name@service[=amount]):
@@ -144,7 +144,9 @@ what the fault did at its service, from spans alone: the growth of the service's
 per request against every trace before the onset ("effect:"). A fault that grew it by
 less than 5 % of the entry's median latency took no measurable effect (an amount the
 service shrugs off, such as a quota above what it uses): nothing to diagnose, and right
-only when no incident opened. bench/accuracy.sh runs many and scores them.
+only when no incident opened. One under 25 % (the incident rule's diagnosis.min_shift)
+took a small effect: right with no incident, or with a right verdict.
+bench/accuracy.sh runs many and scores them.
 
 The synthetic scenario sends generated traces of a small shop and needs nothing.
 

@@ -152,6 +152,11 @@ type FaultResult struct {
 	Effect      *analysis.Growth `json:"effect,omitempty"`
 	NoEffect    bool             `json:"noEffect,omitempty"`
 	EffectError string           `json:"effectError,omitempty"`
+	// SmallEffect: the fault took effect, by less than MinIncident of the
+	// entry's median — a slowdown the server's incident rule is not built
+	// to open an incident for. Right with no incident, or with one whose
+	// verdict is right.
+	SmallEffect bool `json:"smallEffect,omitempty"`
 
 	// NoPath says why there is no CriticalPath (the notes of the stored
 	// paths read), when there is none.
@@ -164,6 +169,14 @@ type FaultResult struct {
 // stretches is under about 1 % (a service's mean time per trace over a few
 // hundred traces moves by ±0.5 ms at 15 req/s here).
 const MinEffect = 0.05
+
+// MinIncident is the growth of a fault's service's time per request, as a
+// share of the entry's median, from which the fault's slowdown is one the
+// server's incident rule is built to open an incident for: the shift rule's
+// default (diagnosis.min_shift, which judges the entry's median and 90th
+// percentile; the anomaly rule opens sooner for a slowdown of a few
+// requests far over their operation's median).
+var MinIncident = diagnosis.DefaultConfig().MinShift
 
 // tookEffect says whether g is a growth a diagnosis should find: at least
 // MinEffect of the entry's median, and out of the traces' spread.
@@ -181,10 +194,13 @@ func describeEffect(fr FaultResult) string {
 	if g.EntryBaseMs > 0 {
 		share = 100 * g.Score / g.EntryBaseMs
 	}
-	line := fmt.Sprintf("%+.1f ms per request at %s (own %+.1f, calls into it %+.1f), %.1f %% of the entry's %.1f ms median before (Welch's t = %.1f; %d traces before, %d after)",
-		g.Score, g.Service, g.SelfDeltaMs, g.NetDeltaMs, share, g.EntryBaseMs, min(g.T, 999), g.Before, g.After)
-	if fr.NoEffect {
+	line := fmt.Sprintf("%+.1f ms per request at %s (own %+.1f, calls into it %+.1f), %.1f %% of the entry's %.1f ms median before (%.1f ms after; Welch's t = %.1f; %d traces before, %d after)",
+		g.Score, g.Service, g.SelfDeltaMs, g.NetDeltaMs, share, g.EntryBaseMs, g.EntryAfterMs, min(g.T, 999), g.Before, g.After)
+	switch {
+	case fr.NoEffect:
 		line += fmt.Sprintf(" — no measurable effect (under %.0f %%): nothing for a diagnosis to find; a larger amount takes effect", 100*MinEffect)
+	case fr.SmallEffect:
+		line += fmt.Sprintf(" — a small effect, under the %.0f %% the incident rule is built for (diagnosis.min_shift)", 100*MinIncident)
 	}
 	return line
 }
@@ -852,6 +868,7 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 			fr.EffectError = err.Error()
 		} else {
 			fr.Effect, fr.NoEffect = &g, !tookEffect(g)
+			fr.SmallEffect = !fr.NoEffect && g.Score < MinIncident*g.EntryBaseMs
 		}
 	}
 	if f.Name == mesh.FaultNone {
@@ -904,10 +921,14 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 	}
 	fr.Correct = fr.Verdict.Service == f.Service
 	fr.CauseCorrect = fr.Correct && fr.ExpectedCause != "" && fr.Verdict.Cause == fr.ExpectedCause
-	if fr.NoEffect {
+	switch {
+	case fr.NoEffect:
 		// Nothing to find: judged as a fault-free stretch is.
 		fr.Correct = fr.Incidents == 0
 		fr.CauseCorrect = fr.Correct
+	case fr.SmallEffect && fr.Incident == nil && fr.Incidents == 0:
+		// Too small for an incident, and none opened.
+		fr.Correct, fr.CauseCorrect = true, true
 	}
 	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
 	printFault(out, fr)
@@ -1363,6 +1384,8 @@ func printFault(out io.Writer, fr FaultResult) {
 		fmt.Fprintf(out, "  check: the fault took no measurable effect at %q and no incident opened, as none should\n", fr.Service)
 	case fr.NoEffect:
 		fmt.Fprintf(out, "  check: the fault took no measurable effect at %q, yet %d incidents opened meanwhile (want 0)\n", fr.Service, fr.Incidents)
+	case fr.SmallEffect && fr.Incident == nil && fr.Incidents == 0:
+		fmt.Fprintf(out, "  check: the fault took a small effect at %q, under the %.0f %% an incident needs, and no incident opened\n", fr.Service, 100*MinIncident)
 	case fr.Incident == nil:
 		fmt.Fprintf(out, "  check: MISSED — the fault took effect at %q and no incident opened (the demo's own ranking above names %q)\n", fr.Service, fr.Verdict.Service)
 	case fr.CauseCorrect:
@@ -1428,6 +1451,8 @@ func checkMark(f FaultResult) string {
 		return "no effect (no incident, correct)"
 	case f.NoEffect:
 		return fmt.Sprintf("no effect (%d incidents opened)", f.Incidents)
+	case f.SmallEffect && f.Incident == nil && f.Incidents == 0:
+		return "small effect (no incident, correct)"
 	case f.Incident == nil:
 		return "MISSED (no incident)"
 	case f.CauseCorrect || (f.Correct && f.ExpectedCause == ""):
