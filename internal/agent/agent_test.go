@@ -419,6 +419,43 @@ func TestMaxBytesKeepsEvidence(t *testing.T) {
 	}
 }
 
+// TestDumpUploadsEachKindWhenDone: a quick profiler's evidence reaches the
+// server while a slow one still dumps (a JVM's recording under a GC storm
+// takes seconds; the kernel snapshot the verdict reads is ready in well
+// under one), and the capture completes once both are in.
+func TestDumpUploadsEachKindWhenDone(t *testing.T) {
+	srv := newServer(t, nil)
+	proc := child(t)
+	release := make(chan struct{})
+	kernel := &fakeProfiler{name: "kernel"}
+	jfr := &fakeProfiler{name: "jfr", dumpFn: func(ctx context.Context, tg profiler.Target, w profiler.Window) ([]profiler.Artifact, error) {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return []profiler.Artifact{{Kind: "jfr", FileName: "rec.jfr", Data: []byte("jfr")}}, nil
+	}}
+	cfg := testConfig(srv.url)
+	cfg.Targets = []TargetSpec{{PID: proc.Process.Pid, Service: "svc-slow"}}
+	startAgent(t, cfg, kernel, jfr)
+	waitUntil(t, "registration", func() bool { return len(srv.agents()) == 1 && len(srv.agents()[0].Processes) == 1 })
+
+	srv.anomaly("svc-slow", 1)
+	waitUntil(t, "the kernel's artifact while the recording still dumps", func() bool { return len(srv.arts.All()) == 1 })
+	if a := srv.arts.All()[0]; a.Kind != "kernel" {
+		t.Fatalf("first artifact %+v, want the kernel's", a)
+	}
+	if cs := srv.m.Captures(0); len(cs) != 1 || cs[0].State != capture.StateRequested {
+		t.Fatalf("captures %+v, want one still requested", cs)
+	}
+	close(release)
+	c := srv.finished(t)
+	if c.State != capture.StateComplete || len(c.Artifacts) != 2 {
+		t.Fatalf("capture = %+v", c)
+	}
+}
+
 func TestTargetExitsMidDump(t *testing.T) {
 	srv := newServer(t, nil)
 	proc := child(t)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -336,17 +335,27 @@ func (a *Agent) runDump(job *dumpJob, t profiler.Target, cg *container, prior []
 			break
 		}
 	}
+	up := a.newUploader(job, log)
 	if len(job.result) == 0 && ctx.Err() == nil {
-		a.dump(ctx, job, t, cg)
+		a.dump(ctx, job, t, cg, up)
+	} else {
+		for _, k := range job.kinds {
+			if r, ok := job.result[k]; ok {
+				up.add(ctx, k, r)
+			}
+		}
 	}
-	outcome, msg := a.upload(ctx, job, log)
+	outcome, msg := up.finish(ctx)
 	a.complete(ctx, job.server, job.req.CaptureID, outcome, msg, log)
 }
 
 // dump runs the job's profilers in parallel, at most MaxConcurrentDumps jobs
-// at once. A cgroup profiler dumps the whole container of a process in one
-// (cg).
-func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *container) {
+// at once, and hands each one's artifacts to up as soon as it is done: the
+// server reads a quick profiler's evidence (the kernel snapshot, in well
+// under a second) while a slow one still dumps (a JVM's recording takes
+// seconds when its collector saturates the CPUs). A cgroup profiler dumps
+// the whole container of a process in one (cg).
+func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *container, up *uploader) {
 	queued := time.Now()
 	select {
 	case a.dumpSem <- struct{}{}:
@@ -381,6 +390,7 @@ func (a *Agent) dump(ctx context.Context, job *dumpJob, t profiler.Target, cg *c
 			job.result[p.Name()] = kindResult{arts: arts, err: err}
 			took[p.Name()] = time.Since(t0)
 			mu.Unlock()
+			up.add(ctx, p.Name(), kindResult{arts: arts, err: err})
 		})
 	}
 	wg.Wait()
@@ -410,78 +420,119 @@ func (a *Agent) lowerPriority() {
 	}
 }
 
-// upload sends the job's artifacts within the request's byte budget and
-// returns the completion status and error text.
-func (a *Agent) upload(ctx context.Context, job *dumpJob, log *slog.Logger) (string, string) {
-	problems := append([]string(nil), job.notes...)
+// uploader sends a job's artifacts to the server as each profiler's dump
+// ends, within the request's byte budget, and then the completion's status
+// and error text. Its methods may be called from the dump's goroutines; an
+// upload runs at a time.
+type uploader struct {
+	a   *Agent
+	job *dumpJob
+	log *slog.Logger
+
+	mu sync.Mutex
+	// byKind are each kind's problems (its dump's error), reported in the
+	// job's order of kinds; problems those of the uploads.
+	byKind     map[string][]string
+	problems   []string
+	overBudget []string
+	// exports wait for the end: within the budget, what the server's
+	// analyses read goes first (isExport).
+	exports  []profiler.Artifact
+	used     int64
+	uploaded int
+	partial  bool
+	stop     bool
+}
+
+func (a *Agent) newUploader(job *dumpJob, log *slog.Logger) *uploader {
+	return &uploader{a: a, job: job, log: log, byKind: map[string][]string{}}
+}
+
+// add uploads the evidence of one kind's dump at once and keeps its
+// exports for finish.
+func (u *uploader) add(ctx context.Context, kind string, res kindResult) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if res.err != nil {
+		if errors.Is(res.err, profiler.ErrTargetGone) {
+			u.partial = true
+			u.byKind[kind] = append(u.byKind[kind], fmt.Sprintf("%s: target exited during the dump (%v)", kind, res.err))
+		} else {
+			u.byKind[kind] = append(u.byKind[kind], fmt.Sprintf("%s: %v", kind, res.err))
+		}
+	} else {
+		u.byKind[kind] = []string{}
+	}
+	for _, art := range res.arts {
+		if isExport(art) == 1 {
+			u.exports = append(u.exports, art)
+			continue
+		}
+		u.send(ctx, art)
+	}
+}
+
+// send uploads one artifact unless the budget or an earlier refusal says
+// not to. u.mu is held.
+func (u *uploader) send(ctx context.Context, art profiler.Artifact) {
+	if u.stop || ctx.Err() != nil {
+		return
+	}
+	n := int64(len(art.Data))
+	if u.job.req.MaxBytes > 0 && u.used+n > u.job.req.MaxBytes {
+		// Skipped; a smaller one after it may still fit.
+		u.overBudget = append(u.overBudget, fmt.Sprintf("%s (%d bytes)", art.FileName, n))
+		return
+	}
+	status, err := u.a.uploadOne(ctx, u.job, art)
+	switch {
+	case err == nil:
+		u.used += n
+		u.uploaded++
+		u.a.metrics.uploadBytes.Add(float64(n))
+		if art.Partial {
+			u.partial = true
+		}
+	case status == http.StatusRequestEntityTooLarge, status == http.StatusNotFound, status == http.StatusConflict:
+		u.problems = append(u.problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+		u.stop = true
+	default:
+		u.log.Warn("upload artifact", "file", art.FileName, "err", err)
+		u.problems = append(u.problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
+	}
+}
+
+// finish uploads the exports and returns the completion status and error
+// text.
+func (u *uploader) finish(ctx context.Context) (string, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, art := range u.exports {
+		u.send(ctx, art)
+	}
+	problems := append([]string(nil), u.job.notes...)
+	for _, k := range u.job.kinds {
+		got, ok := u.byKind[k]
+		if !ok && ctx.Err() == nil {
+			got = []string{k + ": no result"}
+		}
+		problems = append(problems, got...)
+	}
 	if ctx.Err() != nil {
 		problems = append(problems, "dump cancelled: "+cause(ctx))
-		return agentapi.StatusFailed, strings.Join(problems, "; ")
 	}
-	var used int64
-	uploaded, partial, stop := 0, false, false
-	var arts []profiler.Artifact
-	for _, k := range job.kinds {
-		res, ok := job.result[k]
-		if !ok {
-			problems = append(problems, k+": no result")
-			continue
-		}
-		if res.err != nil {
-			if errors.Is(res.err, profiler.ErrTargetGone) {
-				partial = true
-				problems = append(problems, fmt.Sprintf("%s: target exited during the dump (%v)", k, res.err))
-			} else {
-				problems = append(problems, fmt.Sprintf("%s: %v", k, res.err))
-			}
-		}
-		arts = append(arts, res.arts...)
-	}
-	// Exports of evidence (the kernel snapshot's CTF) go after all the
-	// evidence: within the budget, what the server's analyses read first.
-	slices.SortStableFunc(arts, func(x, y profiler.Artifact) int { return cmp.Compare(isExport(x), isExport(y)) })
-	var overBudget []string
-	for _, art := range arts {
-		if stop {
-			break
-		}
-		n := int64(len(art.Data))
-		if job.req.MaxBytes > 0 && used+n > job.req.MaxBytes {
-			// Skipped; a smaller one after it may still fit.
-			overBudget = append(overBudget, fmt.Sprintf("%s (%d bytes)", art.FileName, n))
-			continue
-		}
-		status, err := a.uploadOne(ctx, job, art)
-		switch {
-		case err == nil:
-			used += n
-			uploaded++
-			a.metrics.uploadBytes.Add(float64(n))
-			if art.Partial {
-				partial = true
-			}
-		case status == http.StatusRequestEntityTooLarge:
-			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-			stop = true
-		case status == http.StatusNotFound || status == http.StatusConflict:
-			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-			stop = true
-		default:
-			log.Warn("upload artifact", "file", art.FileName, "err", err)
-			problems = append(problems, fmt.Sprintf("%s not uploaded: %v", art.FileName, err))
-		}
-	}
-	if len(overBudget) > 0 {
-		problems = append(problems, fmt.Sprintf("capture budget of %d bytes exceeded: %s not uploaded", job.req.MaxBytes, strings.Join(overBudget, ", ")))
+	problems = append(problems, u.problems...)
+	if len(u.overBudget) > 0 {
+		problems = append(problems, fmt.Sprintf("capture budget of %d bytes exceeded: %s not uploaded", u.job.req.MaxBytes, strings.Join(u.overBudget, ", ")))
 	}
 	msg := strings.Join(problems, "; ")
 	switch {
-	case uploaded == 0:
+	case u.uploaded == 0:
 		if msg == "" {
 			msg = "the profilers returned no artifacts for the window"
 		}
 		return agentapi.StatusFailed, msg
-	case partial || len(problems) > 0:
+	case u.partial || len(problems) > 0:
 		return agentapi.StatusPartial, msg
 	default:
 		return agentapi.StatusComplete, ""
