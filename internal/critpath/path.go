@@ -624,6 +624,9 @@ func (a *Analysis) classify(ti int32, j *iv) (state, int32, bool) {
 		return stUnknown, -1, false
 	}
 	if a.causalWake(ti, j) {
+		if rs == stLock && a.collectorWake(ti, j) {
+			return stGC, -1, false
+		}
 		return rs, j.wake, true
 	}
 	if rs == stGIL {
@@ -659,6 +662,27 @@ func (a *Analysis) causalWake(ti int32, j *iv) bool {
 	}
 	w := &a.tl.wakeups[j.wake]
 	return w.causal && w.waker != 0 && w.waker != a.tl.threads[ti].tid
+}
+
+// collectorWake reports whether the thread that ended thread ti's wait j is
+// a garbage-collector thread of its own process (CollectorThread). A
+// HotSpot JVM stops its threads for a collection at a safepoint, where
+// each blocks on a futex until the VM thread, which ran the collection's
+// operation, ends the safepoint and wakes it; a thread that asked for a
+// collection (an allocation failed) waits for the VM thread too. Such a
+// wait is the collector's pause, whatever the VM thread did meanwhile
+// (waiting for its worker threads, or running): gc, as the JVM's recording
+// says where there is one (its pause events, overlaid on the path), read
+// here from the kernel alone. The VM thread ends other safepoints too
+// (deoptimization, a thread dump); those are short and rare next to a
+// collection's.
+func (a *Analysis) collectorWake(ti int32, j *iv) bool {
+	wk, ok := a.tl.byTID[a.tl.wakeups[j.wake].waker]
+	if !ok {
+		return false
+	}
+	w := &a.tl.threads[wk]
+	return w.pid == a.tl.threads[ti].pid && CollectorThread(w.comm)
 }
 
 // gilHandoverRun bounds the time a thread may run between a GIL wait that
