@@ -919,7 +919,18 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 			}
 		}
 	}
-	fr.Correct = fr.Verdict.Service == f.Service
+	judge(&fr)
+	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
+	printFault(out, fr)
+	return fr
+}
+
+// judge sets a fault's Correct and CauseCorrect from its verdict and the
+// effect the fault took.
+func judge(fr *FaultResult) {
+	// Right is the server's verdict naming the service: the demo's own
+	// ranking, without an incident, is no verdict of Rootline's.
+	fr.Correct = fr.Incident != nil && fr.Verdict.Service == fr.Service
 	fr.CauseCorrect = fr.Correct && fr.ExpectedCause != "" && fr.Verdict.Cause == fr.ExpectedCause
 	switch {
 	case fr.NoEffect:
@@ -930,9 +941,6 @@ func runFault(ctx context.Context, m *mesh.Mesh, api, token string, load func([]
 		// Too small for an incident, and none opened.
 		fr.Correct, fr.CauseCorrect = true, true
 	}
-	fr.CriticalPath, fr.NoPath = culpritPath(ctx, api, token, fr.Verdict, all, fr.Onset, fr.To)
-	printFault(out, fr)
-	return fr
 }
 
 func writeJSON(path string, v any) error {
