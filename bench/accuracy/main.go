@@ -78,6 +78,11 @@ type Run struct {
 	// SmallEffect: it took effect by less than an incident is built for
 	// (demo.MinIncident).
 	SmallEffect bool `json:"smallEffect,omitempty"`
+	// Judged is the demo's judgement of the run, service and cause
+	// (demo.FaultResult.CauseCorrect): as ServiceRight and CauseRight
+	// except that a fault that took no effect, or a small one, is right
+	// when no incident opened. Set for runs with Measured only.
+	Judged bool `json:"judged,omitempty"`
 	// FreeSeconds is the length of a fault-free run.
 	FreeSeconds float64  `json:"freeSeconds,omitempty"`
 	Why         []string `json:"why,omitempty"`
@@ -134,6 +139,16 @@ type Summary struct {
 	Effective  Tally `json:"effective"`
 	Small      int   `json:"smallRuns"`
 	SmallQuiet int   `json:"smallRunsWithoutIncident"`
+	// Measured counts the runs whose result has the demo's measure of the
+	// effect, JudgedRight those of them it judged right (Run.Judged);
+	// NoEffect and SmallEffect split Small by that measure, and
+	// SmallRight counts the Small runs whose incident's verdict was right
+	// on both counts.
+	Measured    int `json:"measuredRuns"`
+	JudgedRight int `json:"judgedRight"`
+	NoEffect    int `json:"noEffectRuns"`
+	SmallEffect int `json:"smallEffectRuns"`
+	SmallRight  int `json:"smallRunsRight"`
 	// FreeRuns, FreeMinutes and FreeIncidents are the fault-free runs.
 	FreeRuns      int     `json:"freeRuns"`
 	FreeMinutes   float64 `json:"freeMinutes"`
@@ -204,6 +219,7 @@ func Score(id string, fr demo.FaultResult) Run {
 	}
 	if g := fr.Effect; g != nil {
 		r.Measured, r.GrowthMs, r.NoEffect, r.SmallEffect = true, g.Score, fr.NoEffect, fr.SmallEffect
+		r.Judged = fr.Correct && fr.CauseCorrect
 		if g.EntryBaseMs > 0 {
 			r.GrowthPct = 100 * g.Score / g.EntryBaseMs
 		}
@@ -247,6 +263,12 @@ func Score(id string, fr demo.FaultResult) Run {
 	case !r.Incident:
 		r.Why = append(r.Why, fmt.Sprintf("no incident opened (load p50 %.1f ms, p99 %.1f ms; %d anomalous spans, %v by service)",
 			fr.Load.P50Ms, fr.Load.P99Ms, fr.Anomalies, fr.ByService))
+		switch {
+		case r.NoEffect:
+			r.Why = append(r.Why, fmt.Sprintf("the fault took no effect at %s (%+.1f ms per request, %.1f %% of the entry's median): right as the demo judges, nothing to find", r.Service, r.GrowthMs, r.GrowthPct))
+		case r.SmallEffect:
+			r.Why = append(r.Why, fmt.Sprintf("the fault took a small effect at %s (%+.1f ms per request, %.1f %% of the entry's median), under what an incident is built for: right as the demo judges", r.Service, r.GrowthMs, r.GrowthPct))
+		}
 	case !r.ServiceRight || !r.CauseRight:
 		v := fr.Verdict
 		r.Why = append(r.Why, fmt.Sprintf("verdict %s/%s (confidence %.2f, %d of %d slow spans with a kernel path, waits %v)",
@@ -313,8 +335,22 @@ func Summarize(runs []Run) Summary {
 			s.Effective.add(r)
 		case known:
 			s.Small++
+			if r.Incident && r.ServiceRight && r.CauseRight {
+				s.SmallRight++
+			}
 			if !r.Incident {
 				s.SmallQuiet++
+			}
+		}
+		if r.Measured {
+			s.Measured++
+			if r.Judged {
+				s.JudgedRight++
+			}
+			if r.NoEffect {
+				s.NoEffect++
+			} else if r.SmallEffect {
+				s.SmallEffect++
 			}
 		}
 		got := r.GotCause
@@ -365,7 +401,14 @@ func Markdown(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "| incidents in fault-free runs | %d in %.1f min (%d with the node's verdict: its CPUs stolen by the host) |\n", s.FreeIncidents, s.FreeMinutes, s.FreeNode)
 	fmt.Fprintf(w, "| of the runs whose fault took effect (its service's time per request grew by ≥ %.0f %% of the entry's median; without that measure, the entry's p95 by ≥ %.0f %%): service, cause, both | %s, %s, %s |\n",
 		100*demo.MinIncident, 100*(minEffect-1), pct(s.Effective.ServiceRight, s.Effective.Faulty), pct(s.Effective.CauseRight, s.Effective.Faulty), pct(s.Effective.BothRight, s.Effective.Faulty))
-	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident), without an incident | %d of %d |\n\n", s.SmallQuiet, s.Small)
+	fmt.Fprintf(w, "| runs whose fault slowed it less (too small to be an incident): without an incident; with a right verdict | %d of %d; %d |\n", s.SmallQuiet, s.Small, s.SmallRight)
+	if s.Measured > 0 {
+		fmt.Fprintf(w, "| of those, no effect at the service (< %.0f %% of the entry's median) / a small one (< %.0f %%) | %d / %d |\n",
+			100*demo.MinEffect, 100*demo.MinIncident, s.NoEffect, s.SmallEffect)
+		fmt.Fprintf(w, "| service and cause as the demo judges (a fault without effect, or with less than an incident is built for, right when no incident opened) | %s |\n",
+			pct(s.JudgedRight, s.Measured))
+	}
+	fmt.Fprintln(w)
 
 	// By class and by language.
 	for _, by := range []struct {

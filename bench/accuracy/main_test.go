@@ -88,7 +88,7 @@ func TestScore(t *testing.T) {
 	}
 	b.Reset()
 	Markdown(&b, s)
-	if !strings.Contains(b.String(), "without an incident | 1 of 1") || !strings.Contains(b.String(), "(×5.00)") {
+	if !strings.Contains(b.String(), "without an incident; with a right verdict | 1 of 1; 0") || !strings.Contains(b.String(), "(×5.00)") {
 		t.Errorf("markdown:\n%s", b.String())
 	}
 
@@ -106,12 +106,20 @@ func TestScore(t *testing.T) {
 			Load: load(15, 90), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(0.7, 60), NoEffect: true}),
 		Score("disk@j.1", demo.FaultResult{Injected: "disk@j", Service: "j", ExpectedCause: "disk", Incident: verdict("j", "disk"),
 			Verdict: *verdict("j", "disk").Verdict, Load: load(15, 66), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(18, 60)}),
-		Score("lock@h.1", demo.FaultResult{Injected: "lock@h", Service: "h", ExpectedCause: "lock",
+		Score("lock@h.1", demo.FaultResult{Injected: "lock@h", Service: "h", ExpectedCause: "lock", Correct: true, CauseCorrect: true,
 			Load: load(15, 66), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(6, 60), SmallEffect: true}),
+		Score("lock@i.1", demo.FaultResult{Injected: "lock@i", Service: "i", ExpectedCause: "lock", Incident: verdict("i", "lock"),
+			Verdict: *verdict("i", "lock").Verdict, Correct: true, CauseCorrect: true, Incidents: 1,
+			Load: load(15, 70), Baseline: &demo.LoadSummary{Rate: 15, P95Ms: 60}, Effect: growth(9, 60), SmallEffect: true}),
 	}
 	s = Summarize(runs)
-	if s.Effective.Faulty != 1 || s.Effective.BothRight != 1 || s.Small != 2 || s.SmallQuiet != 1 {
-		t.Errorf("measured effect: effective %+v, small %d (%d quiet)", s.Effective, s.Small, s.SmallQuiet)
+	if s.Effective.Faulty != 1 || s.Effective.BothRight != 1 || s.Small != 3 || s.SmallQuiet != 1 || s.SmallRight != 1 {
+		t.Errorf("measured effect: effective %+v, small %d (%d quiet, %d right)", s.Effective, s.Small, s.SmallQuiet, s.SmallRight)
+	}
+	// The demo judged d's verdict (an ambient incident's) wrong, h's quiet
+	// and i's right; j's result carries no judgement of both (Correct unset).
+	if s.Measured != 4 || s.JudgedRight != 2 || s.NoEffect != 1 || s.SmallEffect != 2 {
+		t.Errorf("judged: %d measured, %d right, %d without effect, %d small", s.Measured, s.JudgedRight, s.NoEffect, s.SmallEffect)
 	}
 	b.Reset()
 	Markdown(&b, s)
