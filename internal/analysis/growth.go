@@ -67,13 +67,7 @@ func ServiceGrowth(ctx context.Context, src Source, service string, from, onset,
 			g.ServiceScore = sc
 		}
 	}
-	known := map[string]bool{}
-	for _, t := range append(slices.Clone(after), before...) {
-		for _, s := range t.spans {
-			known[s.service] = true
-		}
-	}
-	if known[service] {
+	if known := knownServices(after, before); known[service] {
 		g.T = welch(perTrace(after, service, known), perTrace(before, service, known))
 	}
 	g.EntryBaseMs, g.EntryAfterMs = medianRootMs(before), medianRootMs(after)

@@ -147,14 +147,22 @@ func Analyze(ctx context.Context, w *Window, ex Explainer) Verdict {
 	return v
 }
 
-// rank scores every service seen in slow or base traces, most suspect first.
-func rank(slow, base []*trace) []ServiceScore {
+// knownServices are the services with a span in a trace of either set.
+func knownServices(a, b []*trace) map[string]bool {
 	known := map[string]bool{}
-	for _, t := range append(slices.Clone(slow), base...) {
-		for _, s := range t.spans {
-			known[s.service] = true
+	for _, set := range [][]*trace{a, b} {
+		for _, t := range set {
+			for _, s := range t.spans {
+				known[s.service] = true
+			}
 		}
 	}
+	return known
+}
+
+// rank scores every service seen in slow or base traces, most suspect first.
+func rank(slow, base []*trace) []ServiceScore {
+	known := knownServices(slow, base)
 	slowM, baseM := meanTimes(slow, known), meanTimes(base, known)
 	anomsBy := map[string]int{}
 	for _, t := range slow {
@@ -277,12 +285,7 @@ func compareShift(all []*trace, w *Window) *shiftComparison {
 		return nil
 	}
 	// The services known on both sides, as rank charges calls by them.
-	known := map[string]bool{}
-	for _, t := range append(slices.Clone(c.after), c.before...) {
-		for _, s := range t.spans {
-			known[s.service] = true
-		}
-	}
+	known := knownServices(c.after, c.before)
 	c.t = welch(perTrace(c.after, top.Service, known), perTrace(c.before, top.Service, known))
 	if c.t < shiftMinT {
 		return nil
