@@ -48,3 +48,13 @@ type Detector interface {
 	// States returns all keys' states, sorted by key.
 	States() []KeyState
 }
+
+// Checker is a Detector that can also judge a duration without observing it:
+// the verdict ObserveAt would give, with no change to the key's window,
+// counters or recency. The pipeline judges a span that is still in flight
+// (model.AttrInFlight, a lower bound of its duration) this way, so that a
+// partial duration never enters the baseline; the span is observed once,
+// when its final copy arrives.
+type Checker interface {
+	Check(key string, d int64) Verdict
+}

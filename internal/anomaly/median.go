@@ -7,7 +7,10 @@ import (
 	"time"
 )
 
-var _ Detector = (*Median)(nil)
+var (
+	_ Detector = (*Median)(nil)
+	_ Checker  = (*Median)(nil)
+)
 
 // Median is Protractor's sliding-window median detector (its thesis, §5.2.3,
 // Figure 5.3): a duration is anomalous when it exceeds Threshold × the median
@@ -81,6 +84,19 @@ func (m *Median) ObserveAt(key string, d, now int64) Verdict {
 		w.anomalies++
 	}
 	w.lastSeen = now
+	return v
+}
+
+// Check implements Checker.
+func (m *Median) Check(key string, d int64) Verdict {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := Verdict{Threshold: m.cfg.Threshold}
+	if w := m.keys[key]; w != nil && w.fill() >= m.cfg.MinFill {
+		v.Ready = true
+		v.Baseline = w.median()
+		v.Anomalous = float64(d) > m.cfg.Threshold*float64(v.Baseline)
+	}
 	return v
 }
 

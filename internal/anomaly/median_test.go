@@ -509,3 +509,50 @@ func TestObserveAtRecordsGivenTime(t *testing.T) {
 		})
 	}
 }
+
+// TestCheck: Check gives the verdict ObserveAt would give and changes
+// nothing — the window, the counters, LastSeen and the keys' recency (the
+// key evicted next stays the same).
+func TestCheck(t *testing.T) {
+	for _, det := range detectors {
+		t.Run(det.name, func(t *testing.T) {
+			cfg := Config{Window: 5, Threshold: 3, MinFill: 3, MaxKeys: 2}
+			d := mustNew(t, det.new, cfg)
+			c, ok := d.(Checker)
+			if !ok {
+				t.Fatalf("%s does not implement Checker", det.name)
+			}
+			if v := c.Check("new", 1e9); v.Ready || v.Anomalous {
+				t.Fatalf("Check of an unknown key = %+v, want not ready", v)
+			}
+			if _, ok := d.State("new"); ok {
+				t.Fatal("Check registered a key")
+			}
+			for _, ms := range []int64{10, 12, 11} {
+				d.Observe("old", ms*1e6)
+			}
+			d.Observe("young", 5e6)
+			before := d.States()
+			for _, tc := range []struct {
+				d    int64
+				want bool
+			}{{33e6, false}, {34e6, true}, {1e6, false}} {
+				v := c.Check("old", tc.d)
+				if !v.Ready || v.Anomalous != tc.want || v.Baseline != 11e6 || v.Threshold != 3 {
+					t.Errorf("Check(old, %d) = %+v, want ready, anomalous %v, baseline 11 ms", tc.d, v, tc.want)
+				}
+			}
+			if after := d.States(); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Errorf("Check changed the state:\n before %+v\n after  %+v", before, after)
+			}
+			// "old" is still the least recently observed key: a third key evicts it.
+			d.Observe("third", 1e6)
+			if _, ok := d.State("old"); ok {
+				t.Error("Check made its key recent: the third key evicted another")
+			}
+			if _, ok := d.State("young"); !ok {
+				t.Error("the third key evicted the recently observed one")
+			}
+		})
+	}
+}

@@ -6,7 +6,10 @@ import (
 	"sync"
 )
 
-var _ Detector = (*Naive)(nil)
+var (
+	_ Detector = (*Naive)(nil)
+	_ Checker  = (*Naive)(nil)
+)
 
 // Naive is a reference detector with exactly Median's semantics (verdicts,
 // lower median, MaxKeys eviction, counters), computed the obvious way: each
@@ -46,6 +49,19 @@ func NewNaive(cfg Config, now func() int64) (*Naive, error) {
 
 // Observe implements Detector.
 func (n *Naive) Observe(key string, d int64) Verdict { return n.ObserveAt(key, d, n.now()) }
+
+// Check implements Checker.
+func (n *Naive) Check(key string, d int64) Verdict {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	v := Verdict{Threshold: n.cfg.Threshold}
+	if k := n.keys[key]; k != nil && len(k.ring) >= n.cfg.MinFill {
+		v.Ready = true
+		v.Baseline = n.median(k.ring)
+		v.Anomalous = float64(d) > n.cfg.Threshold*float64(v.Baseline)
+	}
+	return v
+}
 
 // ObserveAt implements Detector.
 func (n *Naive) ObserveAt(key string, d, now int64) Verdict {

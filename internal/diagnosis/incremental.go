@@ -182,10 +182,24 @@ func (d *Diagnoser) tracesIn(ctx context.Context, entry string, from, to, now ti
 	if err != nil {
 		return nil, err
 	}
-	if c != nil && now.Sub(to) >= preSettle {
+	if c != nil && now.Sub(to) >= preSettle && !holdsInFlight(ts) {
 		*c = settledTraces{entry: entry, from: from.UnixNano(), to: to.UnixNano(), traces: ts, ok: true}
 	}
 	return ts, nil
+}
+
+// holdsInFlight reports whether a span of ts is a provisional copy of a
+// request still open (model.AttrInFlight): its final copy is still to come,
+// so the traces are not settled.
+func holdsInFlight(ts [][]*model.Span) bool {
+	for _, t := range ts {
+		for _, s := range t {
+			if s.InFlight() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // before returns the traces of inc's entry service that started in [from,

@@ -33,9 +33,14 @@ type Tracker struct {
 	entries map[string]*entry
 	// notes links the spans of a trace to its root's bucket for the
 	// MinImpact rule: spans of one trace arrive in any order and batches.
-	notes   map[model.TraceID]*traceNote
-	open    map[string]*tracked // by entry point
-	settled []*tracked          // closed, still gathering evidence
+	notes map[model.TraceID]*traceNote
+	// inflight are the roots counted from a provisional copy
+	// (model.AttrInFlight) while their requests were still open, with the
+	// second they were counted: a later report and the final copy are not
+	// counted again.
+	inflight map[rootKey]int64
+	open     map[string]*tracked // by entry point
+	settled  []*tracked          // closed, still gathering evidence
 
 	opened, closed, verdicts *prometheus.CounterVec
 	verdictSecs              prometheus.Histogram
@@ -121,6 +126,10 @@ type traceNote struct {
 // request counts as anomalous only if its root span was flagged.
 const maxNotes = 200_000
 
+// maxInFlightAge is how long a root counted while in flight is remembered
+// (Tracker.countRoot).
+const maxInFlightAge = 10 * time.Minute
+
 // tracked is an incident the tracker updates.
 type tracked struct {
 	inc         Incident
@@ -162,7 +171,7 @@ func NewTracker(cfg Config, st store.IncidentStore, diag *Diagnoser, logger *slo
 	}
 	t := &Tracker{cfg: cfg, st: st, diag: diag, log: logger.With("component", "diagnosis"), now: time.Now,
 		nbuck: int64(cfg.Window / time.Second), entries: map[string]*entry{}, open: map[string]*tracked{},
-		notes: map[model.TraceID]*traceNote{}, wake: make(chan struct{}, 1),
+		notes: map[model.TraceID]*traceNote{}, inflight: map[rootKey]int64{}, wake: make(chan struct{}, 1),
 		opened: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_opened_total",
 			Help: "Incidents opened: surges of anomalous root spans at an entry point."}, nil),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rootline_incidents_closed_total",
@@ -208,6 +217,9 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 			continue
 		}
 		key := EntryKey(s)
+		if !t.countRoot(s, key, sec) {
+			continue
+		}
 		e := t.entries[key]
 		if e == nil {
 			if len(t.entries) >= t.cfg.MaxEntries {
@@ -255,6 +267,51 @@ func (t *Tracker) OnCommitted(spans []*model.Span) {
 			tr.dirty = true
 		}
 	}
+}
+
+// rootKey names one root span.
+type rootKey struct {
+	trace model.TraceID
+	span  model.SpanID
+}
+
+// countRoot reports whether the root span s of entry point key, committed
+// at second sec, counts as a request. A provisional copy of a root still in flight (model.AttrInFlight:
+// its age, a lower bound of its duration) counts once, and only when it is
+// already slow — flagged by the detector or over the entry's slow line: a
+// partial latency must not pull the shift rule's percentiles down, and a
+// request open long enough to be slow makes an incident open before it
+// ends. Its final copy is then not counted again (it only moves the open
+// incident's end), nor is a later report.
+func (t *Tracker) countRoot(s *model.Span, key string, sec int64) bool {
+	rk := rootKey{s.TraceID, s.SpanID}
+	_, counted := t.inflight[rk]
+	if !s.InFlight() {
+		if !counted {
+			return true
+		}
+		delete(t.inflight, rk)
+		if tr := t.open[key]; tr != nil {
+			tr.lastEnd = max(tr.lastEnd, s.End())
+			tr.dirty = true
+		}
+		t.evidence(key)
+		return false
+	}
+	if counted || len(t.inflight) >= maxNotes {
+		return false
+	}
+	slow := s.IsAnomalous()
+	if e := t.entries[key]; e != nil && e.slowAbove > 0 && s.Duration > e.slowAbove {
+		slow = true
+	}
+	if tr := t.open[key]; tr != nil && tr.slowAbove > 0 && s.Duration > tr.slowAbove {
+		slow = true
+	}
+	if slow {
+		t.inflight[rk] = sec
+	}
+	return slow
 }
 
 // impact reports whether a flagged span's excess over its baseline (ns) is
@@ -588,6 +645,14 @@ func (t *Tracker) step(now time.Time) []Incident {
 	for id, n := range t.notes {
 		if n.seen <= sec-2*t.nbuck {
 			delete(t.notes, id)
+		}
+	}
+	// A request in flight may outlast the window by far (a client waits
+	// minutes); one whose final copy never came (its process died) is
+	// forgotten after maxInFlightAge.
+	for rk, at := range t.inflight {
+		if at <= sec-int64(maxInFlightAge/time.Second) {
+			delete(t.inflight, rk)
 		}
 	}
 	for _, tr := range t.open {

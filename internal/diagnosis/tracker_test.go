@@ -386,3 +386,108 @@ func TestVerdictAging(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerInFlight: provisional copies of roots still in flight
+// (model.AttrInFlight) count once, and only when slow; a later report and
+// the final copy are not counted again; a root never counted in flight
+// counts when it ends. Slow requests still open make an incident open.
+func TestTrackerInFlight(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t)
+	tr, err := NewTracker(DefaultConfig(), st, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	tr.now = func() time.Time { return now }
+	totals := func() (total, anom int) {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, e := range tr.entries {
+			for _, b := range e.buckets {
+				total += b.total
+				anom += b.anom
+			}
+		}
+		return total, anom
+	}
+	// provisional returns the roots of traces first…first+k-1 still in
+	// flight for age, flagged by the detector or not.
+	provisional := func(first, k int, age time.Duration, flagged bool) []*model.Span {
+		out := roots(first, k, 0, now)[:k]
+		for _, s := range out {
+			s.Start, s.Duration = now.Add(-age).UnixNano(), int64(age)
+			s.SetAttr(model.Bool(model.AttrInFlight, true))
+			if flagged {
+				s.SetAttr(model.Bool(model.AttrAnomaly, true))
+				s.SetAttr(model.Float(model.AttrBaselineMs, 8))
+			}
+		}
+		return out
+	}
+	n := 0
+	second := func(spans ...[]*model.Span) {
+		var all []*model.Span
+		for _, s := range spans {
+			all = append(all, s...)
+		}
+		all = append(all, roots(n, 25, 0, now)[:25]...) // healthy traffic beside them
+		n += 25
+		tr.OnCommitted(all)
+		for _, inc := range tr.step(now) {
+			tr.put(ctx, inc)
+		}
+		now = now.Add(time.Second)
+	}
+	for range 2 { // the sums below read every bucket: stay within the window's 10
+		second()
+	}
+	const slow = 1_000_000 // traces of the slow requests
+	total0, anom0 := totals()
+	// Three seconds of 20 requests a second that stay open: each second's
+	// are reported flagged, and the earlier ones again; 5 others are
+	// reported while not yet slow.
+	for i := range 3 {
+		var spans [][]*model.Span
+		for j := 0; j <= i; j++ {
+			spans = append(spans, provisional(slow+20*j, 20, time.Duration(i-j+1)*time.Second, true))
+		}
+		spans = append(spans, provisional(slow+100+5*i, 5, 10*time.Millisecond, false))
+		second(spans...)
+	}
+	total1, anom1 := totals()
+	if got, want := total1-total0, 3*25+60; got != want {
+		t.Errorf("requests counted while the slow ones were open: %d, want %d (25 healthy a second and each slow one once)", got, want)
+	}
+	if got := anom1 - anom0; got != 60 {
+		t.Errorf("anomalous requests counted: %d, want 60", got)
+	}
+	l, err := st.FindIncidents(ctx, store.IncidentQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l) != 1 || l[0].End != 0 {
+		t.Fatalf("incidents: %+v, want one open, opened by requests still in flight", l)
+	}
+	// The requests end: their final copies count only where no copy was
+	// counted in flight (the 15 reported while not slow yet).
+	var finals []*model.Span
+	for j := range 3 {
+		finals = append(finals, roots(slow+20*j, 20, 20, now)[:20]...)
+		finals = append(finals, roots(slow+100+5*j, 5, 0, now)[:5]...)
+	}
+	second(finals)
+	total2, anom2 := totals()
+	if got, want := total2-total1, 25+15; got != want {
+		t.Errorf("requests counted when they ended: %d, want %d", got, want)
+	}
+	if got := anom2 - anom1; got != 0 {
+		t.Errorf("anomalous requests counted again when they ended: %d", got)
+	}
+	tr.mu.Lock()
+	left := len(tr.inflight)
+	tr.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d roots still remembered as in flight after their final copies", left)
+	}
+}

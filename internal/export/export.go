@@ -92,9 +92,14 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Exporter,
 	return e, nil
 }
 
-// OnCommitted queues spans for export without blocking.
+// OnCommitted queues spans for export without blocking. A provisional
+// copy of a span still in flight (model.AttrInFlight) is not exported: a
+// downstream backend would keep it beside the final one.
 func (e *Exporter) OnCommitted(spans []*model.Span) {
 	for _, s := range spans {
+		if s.InFlight() {
+			continue
+		}
 		select {
 		case e.queue <- s:
 		default:

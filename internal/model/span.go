@@ -21,6 +21,12 @@ const (
 	AttrThreshold   = "rootline.threshold"
 	AttrArtifactIDs = "rootline.artifact.ids"
 	AttrError       = "error"
+	// AttrInFlight marks a provisional copy of a span whose request had not
+	// ended when it was sent: `rootline run` reports a request open longer
+	// than its operation usually takes, with the same trace and span ids and
+	// its age so far as its duration (a lower bound). The span's final copy,
+	// without the attribute, supersedes it.
+	AttrInFlight = "rootline.in_flight"
 
 	// Mirage wait model ("Request Reconstruction in MirageOS Unikernels",
 	// §4): what a request waited on, in milliseconds, as `rootline run`
@@ -308,6 +314,13 @@ func (s *Span) SetAttr(kv KeyValue) {
 // IsAnomalous reports whether the pipeline marked the span anomalous.
 func (s *Span) IsAnomalous() bool {
 	v, ok := s.Attr(AttrAnomaly)
+	return ok && v.Type == TypeBool && v.Int != 0
+}
+
+// InFlight reports whether s is a provisional copy of a span whose request
+// was still open (AttrInFlight): its duration is a lower bound.
+func (s *Span) InFlight() bool {
+	v, ok := s.Attr(AttrInFlight)
 	return ok && v.Type == TypeBool && v.Int != 0
 }
 

@@ -315,8 +315,21 @@ func (p *Pipeline) detect(spans []*model.Span) {
 // stage's detectors share it with the pipeline.
 func Detect(det anomaly.Detector, keyBy string, spans []*model.Span) int {
 	n := 0
+	chk, _ := det.(anomaly.Checker)
 	for _, s := range spans {
-		v := anomaly.ObserveWeighted(det, KeyOf(keyBy, s), s.Duration, s.End(), SampleWeight(s))
+		var v anomaly.Verdict
+		switch {
+		case s.InFlight():
+			// A request still open (model.AttrInFlight): its age is a lower
+			// bound of its duration, judged but not observed, so that it
+			// never enters the baseline; its final copy is observed once.
+			if chk == nil {
+				continue
+			}
+			v = chk.Check(KeyOf(keyBy, s), s.Duration)
+		default:
+			v = anomaly.ObserveWeighted(det, KeyOf(keyBy, s), s.Duration, s.End(), SampleWeight(s))
+		}
 		if !v.Anomalous {
 			continue
 		}

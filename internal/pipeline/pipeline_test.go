@@ -437,3 +437,48 @@ func TestCommitDelay(t *testing.T) {
 		t.Errorf("without delay: commits of %d and %d spans, want 2 and 2", n1, n2)
 	}
 }
+
+// TestDetectInFlight: a provisional copy of a span still in flight
+// (model.AttrInFlight) is judged against its key's baseline but does not
+// enter it; its final copy is observed once. A detector that cannot judge
+// without observing (no anomaly.Checker) flags no in-flight span.
+func TestDetectInFlight(t *testing.T) {
+	det, err := anomaly.NewMedian(anomaly.Config{Window: 50, Threshold: 3, MinFill: 20, MaxKeys: 10}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Detect(det, KeyByOperation, spans(30, "svc", "GET /", 10*time.Millisecond))
+	key := DetectorKey("svc", "GET /")
+	before, _ := det.State(key)
+	inFlight := func(d time.Duration) *model.Span {
+		s := spans(1, "svc", "GET /", d)[0]
+		s.SetAttr(model.Bool(model.AttrInFlight, true))
+		return s
+	}
+	young, old := inFlight(5*time.Millisecond), inFlight(time.Second)
+	if n := Detect(det, KeyByOperation, []*model.Span{young, old}); n != 1 {
+		t.Fatalf("Detect flagged %d in-flight spans, want 1 (the one past 3 × 10 ms)", n)
+	}
+	if young.IsAnomalous() || !old.IsAnomalous() {
+		t.Fatalf("anomalous: young %v, old %v; want false, true", young.IsAnomalous(), old.IsAnomalous())
+	}
+	if after, _ := det.State(key); after.Observed != before.Observed || after.Baseline != before.Baseline {
+		t.Fatalf("in-flight spans entered the window: %+v → %+v", before, after)
+	}
+	final := spans(1, "svc", "GET /", 2*time.Second)
+	if n := Detect(det, KeyByOperation, final); n != 1 {
+		t.Fatalf("the final copy: %d anomalous, want 1", n)
+	}
+	if after, _ := det.State(key); after.Observed != before.Observed+1 {
+		t.Fatalf("observed %d, want %d: the final copy is observed once", after.Observed, before.Observed+1)
+	}
+
+	var plain struct{ anomaly.Detector } // hides Median's Check
+	plain.Detector = det
+	if n := Detect(plain, KeyByOperation, []*model.Span{inFlight(time.Hour)}); n != 0 {
+		t.Fatalf("without a Checker: %d in-flight spans flagged, want 0", n)
+	}
+	if after, _ := det.State(key); after.Observed != before.Observed+1 {
+		t.Fatal("without a Checker the in-flight span was observed")
+	}
+}

@@ -719,7 +719,17 @@ func (s *Store) Anomalies(ctx context.Context, q store.AnomalyQuery) ([]*model.S
 		return nil, fmt.Errorf("sqlite: anomalies: %w", err)
 	}
 	decoded := make(map[int64][]*model.Span)
+	type key struct {
+		trace model.TraceID
+		span  model.SpanID
+	}
+	type kept struct {
+		at  int   // in out
+		seg int64 // the segment it came from
+	}
+	seen := make(map[key]kept)
 	var out []*model.Span
+	var inFlight []model.TraceID
 	for _, h := range hits {
 		spans, ok := decoded[h.seg.id]
 		if !ok {
@@ -731,9 +741,60 @@ func (s *Store) Anomalies(ctx context.Context, q store.AnomalyQuery) ([]*model.S
 		if h.idx < 0 || h.idx >= len(spans) {
 			return nil, fmt.Errorf("%w: span %d of a %d-span segment", errCorrupt, h.idx, len(spans))
 		}
-		out = append(out, spans[h.idx])
+		sp := spans[h.idx]
+		// A span written twice (a provisional copy while its request was
+		// in flight, then its final one) is listed once, from its newest
+		// segment, as spansOf reads it.
+		k := key{sp.TraceID, sp.SpanID}
+		if prev, ok := seen[k]; ok {
+			if h.seg.id > prev.seg {
+				out[prev.at] = sp
+				seen[k] = kept{prev.at, h.seg.id}
+			}
+			continue
+		}
+		seen[k] = kept{len(out), h.seg.id}
+		out = append(out, sp)
+		if sp.InFlight() {
+			inFlight = append(inFlight, sp.TraceID)
+		}
 	}
-	return out, nil
+	if len(inFlight) == 0 {
+		return out, nil
+	}
+	return s.supersede(ctx, out, inFlight)
+}
+
+// supersede replaces each provisional span of out (model.AttrInFlight) by
+// the newest copy of it stored in its trace, and drops it when that copy is
+// not anomalous (its request ended faster than the detector's line, or the
+// final copy was judged against a moved baseline). Only the traces of
+// provisional spans are read.
+func (s *Store) supersede(ctx context.Context, out []*model.Span, traces []model.TraceID) ([]*model.Span, error) {
+	segs, err := s.segmentsByTrace(ctx, traces)
+	if err != nil {
+		return nil, err
+	}
+	byTrace, err := s.spansOf(ctx, segs)
+	if err != nil {
+		return nil, err
+	}
+	kept := out[:0]
+	for _, sp := range out {
+		if sp.InFlight() {
+			for _, c := range byTrace[sp.TraceID] {
+				if c.SpanID == sp.SpanID {
+					sp = c
+					break
+				}
+			}
+			if !sp.IsAnomalous() {
+				continue
+			}
+		}
+		kept = append(kept, sp)
+	}
+	return kept, nil
 }
 
 // Dependencies counts, for every span that started in [start, end] (end 0:

@@ -339,6 +339,40 @@ func testAnomalies(t *testing.T, st SpanStore) {
 	}
 }
 
+// testInFlightSuperseded: a provisional copy of a span whose request was
+// still open (model.AttrInFlight), written again when the request ended, is
+// read once, final — in GetTrace and in Anomalies, which drops it when the
+// final copy is not anomalous.
+func testInFlightSuperseded(t *testing.T, st SpanStore) {
+	ctx := context.Background()
+	inFlight := withAttrs(model.Bool(model.AttrInFlight, true), model.Bool(model.AttrAnomaly, true))
+	slowP := span(1, 1, 0, "a", "op", base+1*sec, 2*sec, inFlight)
+	fastP := span(2, 2, 0, "a", "op", base+2*sec, sec, inFlight)
+	write(t, st, slowP, fastP)
+	if got, err := st.Anomalies(ctx, store.AnomalyQuery{}); err != nil || len(got) != 2 {
+		t.Fatalf("Anomalies before the requests ended: %d spans (%v), want the 2 provisional ones", len(got), err)
+	}
+	slowF := span(1, 1, 0, "a", "op", base+1*sec, 9*sec, anomalous)
+	fastF := span(2, 2, 0, "a", "op", base+2*sec, 3*ms)
+	write(t, st, slowF, fastF)
+	got, err := st.Anomalies(ctx, store.AnomalyQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := equalSpans([]*model.Span{slowF}, got); err != nil {
+		t.Fatalf("Anomalies after the requests ended: %v", err)
+	}
+	for _, want := range []*model.Span{slowF, fastF} {
+		tr, err := st.GetTrace(ctx, want.TraceID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := equalSpans([]*model.Span{want}, tr); err != nil {
+			t.Errorf("GetTrace %v: %v", want.TraceID, err)
+		}
+	}
+}
+
 func testDependencies(t *testing.T, st SpanStore) {
 	ctx := context.Background()
 	write(t, st,

@@ -144,6 +144,7 @@ func (s SpanSuite) Run(t *testing.T) {
 		{"ServicesAndOperations", false, testServicesAndOperations},
 		{"FindTraces", false, testFindTraces},
 		{"Anomalies", false, testAnomalies},
+		{"InFlightSuperseded", false, testInFlightSuperseded},
 		{"Dependencies", s.Lacks.Dependencies, testDependencies},
 		{"Concurrent", false, testConcurrent},
 		{"Closed", false, testClosed},
