@@ -40,6 +40,7 @@ type runFlags struct {
 	timingHdr string
 	timing    httpstream.TimingForm
 	sample    float64
+	inflight  time.Duration
 	argv      []string
 }
 
@@ -67,6 +68,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runFlags, error) {
 	fs.Float64Var(&f.sample, "sample", 1, "node-side tail sampling of the spans shipped to -server: with a share in (0, 1), every span of a trace this process finds slower than its operation's baseline "+
 		"(the server's detector, run here on all its spans) is shipped, and of the other traces this share, chosen by trace id so that every process keeps the same ones "+
 		"(their spans carry the sampling threshold, by which the server weights its baselines); spans wait ~2s for their trace's verdict. 1 ships every span")
+	fs.DurationVar(&f.inflight, "inflight.after", time.Second, "report requests still open after this long and after 3× their operation's median here: a provisional copy of the span (same ids, its age so far, rootline.in_flight=true) that the server judges without letting it into its baselines and that the final span supersedes, "+
+		"so that a service whose requests hang opens an incident and is captured before they end; reported at most 4 times per request (at ages growing 4×), at most 128 spans a second. 0: off")
 	fs.IntVar(&f.ringBytes, "datapath.buffer-bytes", 4<<20, "ring buffer of the eBPF datapath's span events (a power of two ≥ 4096); when it is full, spans are lost (counted), never propagation")
 	fs.StringVar(&f.reads, "reads", f.reads, "how socket reads are observed: ebpf (tracepoints copy them, no ptrace stop; needs root), ptrace (a stop at each read's entry and exit), or auto (ebpf when it loads, else ptrace)")
 	fs.IntVar(&f.readsBuf, "reads.buffer-bytes", readtap.DefaultRingBytes, "ring buffer of the eBPF read tap (a power of two ≥ 4096): reads wait there until the next stopped call; a connection whose reads overflow it passes through untraced from then on")
@@ -143,6 +146,9 @@ Flags:
 	if !(f.sample > 0 && f.sample <= 1) {
 		return f, fmt.Errorf("-sample %g: want a share in (0, 1]", f.sample)
 	}
+	if f.inflight < 0 {
+		return f, fmt.Errorf("-inflight.after %v: want a duration ≥ 0 (0: off)", f.inflight)
+	}
 	switch f.reads {
 	case "auto", "ebpf", "ptrace":
 	default:
@@ -203,7 +209,7 @@ func runRun(args []string, stderr io.Writer) int {
 	}
 	return runner.Run(runner.Options{
 		Service: f.service, Instance: f.instance, Server: f.server, Agent: f.agent, ShipViaAgent: f.viaAgent, AgentCAFile: f.agentCA, Token: f.token,
-		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Timing: f.timing, Sample: f.sample, Argv: f.argv,
+		Mode: f.mode, Protocol: f.protocol, RingBytes: f.ringBytes, Reads: f.reads, ReadsBuf: f.readsBuf, Metrics: f.metrics, Omit: f.omit, Timing: f.timing, Sample: f.sample, InFlightAfter: f.inflight, Argv: f.argv,
 		Logger: log, Stderr: stderr,
 	})
 }

@@ -225,6 +225,9 @@ func (tr *Tracer) h2Request(t *supervisor.Task, p *proc, c *conn, ev h2stream.Ev
 		tr.touch(r, p.pid, t.Tid)
 	}
 	tr.bind(t, p, at.g, r)
+	if f := tr.cfg.InFlight; f != nil {
+		f.StartServer(r)
+	}
 }
 
 // h2EndRequest ends the SERVER span of stream id (status: the HTTP status
@@ -367,6 +370,9 @@ func (tr *Tracer) h2Call(t *supervisor.Task, p *proc, c *conn, sc *supervisor.Sy
 		tr.Stats.Unbound.Add(1)
 		ctx := httpstream.NewRootContext(nil)
 		cl.traceID = ctx.TraceID
+	}
+	if f := tr.cfg.InFlight; f != nil && !cl.own {
+		f.StartCall(cl, p.pid)
 	}
 	return cl
 }

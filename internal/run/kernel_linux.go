@@ -20,7 +20,7 @@ import (
 // runDatapath runs the command with the in-kernel datapath (no ptrace).
 // started is false when the datapath could not be set up and nothing was
 // run: the caller falls back to the supervisor.
-func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *Stats, stderr io.Writer) (code int, started bool, err error) {
+func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *Stats, inflight *InFlight, stderr io.Writer) (code int, started bool, err error) {
 	log := base.With("component", "run")
 	dir, removeCgroup, err := datapath.NewCgroup(datapath.CgroupName())
 	if err != nil {
@@ -52,7 +52,7 @@ func runDatapath(o Options, env []string, base *slog.Logger, sink Sink, stats *S
 	}
 
 	spans := NewKernelSpans(KernelSpansConfig{Service: o.Service, Instance: o.Instance, Sink: sink,
-		Logger: base, Stats: stats})
+		Logger: base, Stats: stats, InFlight: inflight})
 	// The spans of each read go out in the same wake-up of the process.
 	flush := func() {}
 	if f, ok := sink.(interface{ Flush() }); ok {

@@ -68,6 +68,7 @@ type KernelSpans struct {
 	monoOffset int64
 	reqs       map[uint64]*request // by SERVER span id
 	calls      map[uint64]*call    // by CLIENT span id
+	inflight   *InFlight
 
 	goMu  sync.Mutex
 	goPID map[int]bool // processes that are Go programs (MarkGo)
@@ -88,6 +89,9 @@ type KernelSpansConfig struct {
 	// Stats receives the counters (nil: the builder's own), so that a
 	// metrics listener started before the builder can read them.
 	Stats *Stats
+	// InFlight, when set, is told of each request and call as it starts
+	// (see Config.InFlight of the tracer).
+	InFlight *InFlight
 }
 
 // NewKernelSpans returns a span builder.
@@ -104,7 +108,7 @@ func NewKernelSpans(cfg KernelSpansConfig) *KernelSpans {
 	return &KernelSpans{Stats: cfg.Stats,
 		res:  resource{service: cfg.Service, instance: cfg.Instance, host: cfg.Host},
 		sink: cfg.Sink, log: cfg.Logger.With("component", "tracer"), monoOffset: cfg.MonoOffset,
-		reqs: map[uint64]*request{}, calls: map[uint64]*call{},
+		reqs: map[uint64]*request{}, calls: map[uint64]*call{}, inflight: cfg.InFlight,
 	}
 }
 
@@ -199,6 +203,9 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 			}
 		}
 		k.reqs[ev.SpanID] = r
+		if k.inflight != nil {
+			k.inflight.StartServer(r)
+		}
 	case KevRequestEnd:
 		r := k.reqs[ev.SpanID]
 		delete(k.reqs, ev.SpanID)
@@ -239,6 +246,9 @@ func (k *KernelSpans) Event(ev *KernelEvent) {
 			c.host = ev.Peer.String()
 		}
 		k.calls[ev.SpanID] = c
+		if k.inflight != nil && ev.ParentID != 0 {
+			k.inflight.StartCall(c, ev.Tgid)
+		}
 	case KevCallEnd:
 		c := k.calls[ev.SpanID]
 		delete(k.calls, ev.SpanID)

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/rootline/rootline/internal/run/httpstream"
 	"github.com/rootline/rootline/internal/run/readtap"
@@ -70,6 +71,10 @@ type Options struct {
 	// Sample is the shipper's node-side tail sampling (ShipperConfig.Sample:
 	// the share of normal traces shipped; 0 or 1 ships every span).
 	Sample float64
+	// InFlightAfter, when > 0, reports requests still open after it and
+	// after 3× their operation's median (InFlight): provisional spans that
+	// let the server see a hanging service before its requests end.
+	InFlightAfter time.Duration
 	// Argv is the command.
 	Argv []string
 	// Logger is the run's logger; Stderr gets the few lines meant for the
@@ -138,6 +143,14 @@ func Run(o Options) int {
 		go ship.Run(ctx)
 		sink = ship
 	}
+	// Requests in flight: in front of the shipper, behind the metrics
+	// tee, so that no provisional span reaches the live decision.
+	var inflight *InFlight
+	if ship != nil && o.InFlightAfter > 0 {
+		inflight = NewInFlight(InFlightConfig{After: o.InFlightAfter, Service: o.Service, Instance: o.Instance}, ship, ship)
+		go inflight.Run(ctx)
+		sink = inflight
+	}
 	// The metrics listener is a convenience: if it cannot start, the
 	// command still runs traced, and the reason is logged.
 	// The counters of the datapath or the supervisor, which the metrics
@@ -162,7 +175,7 @@ func Run(o Options) int {
 		o.Mode = "ptrace"
 	}
 	if o.Mode != "ptrace" {
-		code, started, err := runDatapath(o, env, base, sink, st, stderr)
+		code, started, err := runDatapath(o, env, base, sink, st, inflight, stderr)
 		if started {
 			finishShipping(ship, cancel, log)
 			return code
@@ -197,7 +210,7 @@ func Run(o Options) int {
 			log.Info("eBPF read tap unavailable; observing reads with ptrace stops (slower)", "err", err)
 		}
 	}
-	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit, Timing: o.Timing})
+	tr := New(Config{Service: o.Service, Instance: o.Instance, Sink: sink, Logger: base, Reads: reads, Stats: st, Omit: o.Omit, Timing: o.Timing, InFlight: inflight})
 	hooks := tr.Hooks()
 	var registered int
 	onExec := hooks.OnExec

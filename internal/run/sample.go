@@ -100,6 +100,22 @@ func (s *sampler) add(sp *model.Span, now time.Time) []*model.Span {
 	return nil
 }
 
+// keep decides that trace id is kept whole, as if one of its spans here
+// were anomalous: a provisional span of it was shipped (Shipper.EmitNow),
+// and its final copy must follow.
+func (s *sampler) keep(id model.TraceID, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.pending[id]; h != nil {
+		h.anomalous = true
+		return
+	}
+	if d, ok := s.decided[id]; !ok || !d.anomalous {
+		s.anomalous++
+	}
+	s.decided[id] = decision{keep: true, anomalous: true, until: now.Add(decidedFor)}
+}
+
 // release decides the traces held for hold by now (all of them when
 // all), appends the spans to ship to out and returns it.
 func (s *sampler) release(now time.Time, all bool, out []*model.Span) []*model.Span {

@@ -182,6 +182,17 @@ func (s *Shipper) Emit(sp *model.Span) {
 	s.enqueue(sp)
 }
 
+// EmitNow queues sp past node-side sampling: a provisional span of a
+// request still in flight (InFlight), which the server must see now. Its
+// trace is then kept whole by the sampler, so that the span's final copy,
+// which supersedes it, is shipped too.
+func (s *Shipper) EmitNow(sp *model.Span) {
+	if s.smp != nil {
+		s.smp.keep(sp.TraceID, time.Now())
+	}
+	s.enqueue(sp)
+}
+
 func (s *Shipper) enqueue(sp *model.Span) {
 	select {
 	case s.queue <- sp:

@@ -53,6 +53,10 @@ type Config struct {
 	// Timing is the form of the timing fields written on responses
 	// (httpstream.HeaderCompact); both forms are read whatever it says.
 	Timing httpstream.TimingForm
+	// InFlight, when set, is told of each request and call as it starts,
+	// to report those still open long after their operation usually ends;
+	// it must also be on the way of Sink's spans (InFlight.Emit).
+	InFlight *InFlight
 }
 
 // propagated returns the formats the tracer writes.
@@ -613,6 +617,9 @@ func (tr *Tracer) requestRead(t *supervisor.Task, p *proc, c *conn, at readAt, m
 		tr.touch(r, p.pid, t.Tid)
 	}
 	tr.bind(t, p, at.g, r)
+	if f := tr.cfg.InFlight; f != nil {
+		f.StartServer(r)
+	}
 }
 
 func (tr *Tracer) responseHeaders(c *conn, m *httpstream.Message) {
@@ -869,6 +876,9 @@ func (tr *Tracer) injectRequest(t *supervisor.Task, p *proc, c *conn, sc *superv
 		ctx.SpanID = httpstream.SpanID{}
 	}
 	cl.traceID, cl.parentS = ctx.TraceID, ctx.SpanID
+	if f := tr.cfg.InFlight; f != nil && !cl.own {
+		f.StartCall(cl, p.pid)
+	}
 	return httpstream.AppendInjectFormats(dst, ctx, cl.span, m.Headers, tr.cfg.propagated())
 }
 

@@ -4,6 +4,7 @@ LISTEN=host:port; CALL=http://host:port (optional downstream). A leaf
 answers with the trace headers it received, one per line; a middle service
 calls CALL with the same path and answers with the downstream's body.
 SPIN_MS busy-loops that long per request; BODY_KB pads a leaf's body.
+A leaf sleeps sleep_ms (a query parameter) before it answers.
 """
 import http.client
 import os
@@ -36,6 +37,9 @@ class H(BaseHTTPRequestHandler):
             body = r.read()
             c.close()
         else:
+            q = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            if "sleep_ms" in q:
+                time.sleep(float(q["sleep_ms"][0]) / 1000)
             body = "".join("%s: %s\n" % (k, self.headers.get(k, "")) for k in ECHO).encode() + PAD
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
