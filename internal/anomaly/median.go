@@ -72,12 +72,7 @@ func (m *Median) ObserveAt(key string, d, now int64) Verdict {
 		m.pushFront(w)
 	}
 
-	v := Verdict{Threshold: m.cfg.Threshold}
-	if w.fill() >= m.cfg.MinFill {
-		v.Ready = true
-		v.Baseline = w.median()
-		v.Anomalous = float64(d) > m.cfg.Threshold*float64(v.Baseline)
-	}
+	v := m.judge(w, d)
 	w.add(d, m.cfg.Window)
 	w.observed++
 	if v.Anomalous {
@@ -91,8 +86,14 @@ func (m *Median) ObserveAt(key string, d, now int64) Verdict {
 func (m *Median) Check(key string, d int64) Verdict {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.judge(m.keys[key], d)
+}
+
+// judge is the verdict on d against window w (nil: an unknown key), before
+// d enters it.
+func (m *Median) judge(w *window, d int64) Verdict {
 	v := Verdict{Threshold: m.cfg.Threshold}
-	if w := m.keys[key]; w != nil && w.fill() >= m.cfg.MinFill {
+	if w != nil && w.fill() >= m.cfg.MinFill {
 		v.Ready = true
 		v.Baseline = w.median()
 		v.Anomalous = float64(d) > m.cfg.Threshold*float64(v.Baseline)

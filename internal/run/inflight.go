@@ -272,13 +272,14 @@ func (f *InFlight) provisionalCall(o *openSpan, now time.Time) *model.Span {
 	return provisional(f.res.clientSpan(&c, o.pid, now))
 }
 
-// waitAttrs are the attributes a request's end sets, left out of a
-// provisional span (a zero would read as "no wait").
-var waitAttrs = []string{model.AttrWaitLocalMs, model.AttrWaitNetMs, model.AttrWaitRemoteMs, model.AttrWaitSocketMs, "rpc.grpc.status_code"}
+// endAttrs are the attributes only a request's end knows (its waits, its
+// gRPC status), left out of a provisional span: a zero would read as "no
+// wait" or "OK".
+var endAttrs = []string{model.AttrWaitLocalMs, model.AttrWaitNetMs, model.AttrWaitRemoteMs, model.AttrWaitSocketMs, "rpc.grpc.status_code"}
 
 func provisional(s *model.Span) *model.Span {
 	s.StatusCode, s.StatusMessage = model.StatusUnset, ""
-	s.Attributes = slices.DeleteFunc(s.Attributes, func(kv model.KeyValue) bool { return slices.Contains(waitAttrs, kv.Key) })
+	s.Attributes = slices.DeleteFunc(s.Attributes, func(kv model.KeyValue) bool { return slices.Contains(endAttrs, kv.Key) })
 	s.Attributes = append(s.Attributes, model.Bool(model.AttrInFlight, true))
 	return s
 }
