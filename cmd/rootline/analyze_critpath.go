@@ -196,8 +196,11 @@ func holders(hs []critpath.HolderJSON) string {
 	var out []string
 	for _, h := range hs {
 		who := ""
-		if h.Target {
+		switch {
+		case h.Target:
 			who = ", the captured process"
+		case h.Observer:
+			who = ", Rootline's own"
 		}
 		out = append(out, fmt.Sprintf("%s (pid %d%s) %.1f ms", h.Comm, h.PID, who, h.Ms))
 	}

@@ -94,7 +94,7 @@ func decodeBinary(data []byte) (*Timeline, error) {
 	tl := &Timeline{Start: bs.Start, End: bs.End, PID: bs.PID, Lost: bs.Lost, byTID: make(map[uint32]int32, len(bs.Threads))}
 	tl.details.code(nil, nil, nil) // code 0: nothing
 	for _, t := range bs.Threads {
-		tl.addThread(thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target})
+		tl.addThread(thread{tid: t.TID, pid: t.PID, comm: t.Comm, target: t.Target, observer: t.Observer})
 	}
 	// What each kind of interval and wakeup is here, once per kind.
 	type ivKind struct {
@@ -652,6 +652,8 @@ func (d *decoder) thread(tl *Timeline) error {
 			t.comm = string(b)
 		case "target":
 			t.target, err = d.boolean()
+		case "observer":
+			t.observer, err = d.boolean()
 		default:
 			err = d.skip(0)
 		}
@@ -669,7 +671,7 @@ func (d *decoder) thread(tl *Timeline) error {
 func (tl *Timeline) addThread(t thread) {
 	if i, ok := tl.byTID[t.tid]; ok {
 		if tl.threads[i].pid == 0 {
-			tl.threads[i].pid, tl.threads[i].comm, tl.threads[i].target = t.pid, t.comm, t.target
+			tl.threads[i].pid, tl.threads[i].comm, tl.threads[i].target, tl.threads[i].observer = t.pid, t.comm, t.target, t.observer
 		}
 		return
 	}

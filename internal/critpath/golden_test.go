@@ -25,8 +25,9 @@ type timelineCase struct {
 	// Window of the snapshot, [start, end].
 	Window [2]int64 `json:"window"`
 	// Threads: [tid, pid, "comm"] (a target thread), or [tid, pid,
-	// "comm", depth] (a followed waker at depth > 0, a task only seen
-	// holding a CPU at kernel.HolderDepth).
+	// "comm", depth(, observer)] (a followed waker at depth > 0, a task
+	// only seen holding a CPU at kernel.HolderDepth; observer: one of
+	// Rootline's own processes, kernel.Thread.Observer).
 	Threads [][]any `json:"threads"`
 	// Intervals: [tid, "state", "reason", start, end, wakeup(, cpu(,
 	// "syscall"(, "device")))]; cpu -1: unknown (the default).
@@ -86,6 +87,9 @@ func (c *timelineCase) snapshot() (*kernel.Snapshot, int64) {
 		if len(th) > 3 {
 			t.Depth = int(num(th[3]))
 			t.Target = t.Depth == 0
+		}
+		if len(th) > 4 {
+			t.Observer = th[4].(bool)
 		}
 		s.Threads = append(s.Threads, t)
 	}

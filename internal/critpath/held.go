@@ -15,6 +15,9 @@ type Holder struct {
 	// the recorder follows as a waker, or one it only saw hold the CPU
 	// (kernel.HolderDepth): another program of the node.
 	Target bool
+	// Observer: one of Rootline's own processes (kernel.Thread.Observer):
+	// the wait is what observing cost.
+	Observer bool
 }
 
 // maxHolders bounds a segment's and a path's Holder lists.
@@ -68,7 +71,7 @@ func (a *Analysis) holders(byTID map[uint32]int64) []Holder {
 		t, _ := a.tl.Thread(tid)
 		h := byPID[t.PID]
 		if h == nil {
-			h = &Holder{PID: t.PID, Target: t.Target}
+			h = &Holder{PID: t.PID, Target: t.Target, Observer: t.Observer}
 			byPID[t.PID] = h
 		}
 		h.Duration += d

@@ -82,13 +82,15 @@ type HolderJSON struct {
 	Comm   string  `json:"comm"`
 	Ms     float64 `json:"ms"`
 	Target bool    `json:"target,omitempty"`
+	// Observer: one of Rootline's own processes (Holder.Observer).
+	Observer bool `json:"observer,omitempty"`
 }
 
 // holdersJSON renders hs.
 func holdersJSON(hs []Holder) []HolderJSON {
 	var out []HolderJSON
 	for _, h := range hs {
-		out = append(out, HolderJSON{PID: h.PID, Comm: h.Comm, Ms: ms(h.Duration), Target: h.Target})
+		out = append(out, HolderJSON{PID: h.PID, Comm: h.Comm, Ms: ms(h.Duration), Target: h.Target, Observer: h.Observer})
 	}
 	return out
 }

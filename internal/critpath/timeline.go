@@ -28,6 +28,7 @@ type thread struct {
 	tid, pid uint32
 	comm     string
 	target   bool
+	observer bool // kernel.Thread.Observer
 	ivs      []iv // in time order, not overlapping
 }
 
@@ -90,6 +91,8 @@ type Thread struct {
 	Comm     string
 	// Target: one of the recorded processes' threads (not only a waker).
 	Target bool
+	// Observer: a thread of Rootline's own processes (kernel.Thread.Observer).
+	Observer bool
 }
 
 // Thread returns what the timeline knows of tid.
@@ -99,7 +102,7 @@ func (tl *Timeline) Thread(tid uint32) (Thread, bool) {
 		return Thread{TID: tid}, false
 	}
 	t := &tl.threads[i]
-	return Thread{TID: t.tid, PID: t.pid, Comm: t.comm, Target: t.target}, true
+	return Thread{TID: t.tid, PID: t.pid, Comm: t.comm, Target: t.target, Observer: t.observer}, true
 }
 
 // Intervals is the number of intervals indexed.

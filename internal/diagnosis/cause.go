@@ -23,7 +23,11 @@ var stateCause = map[string]string{
 	OwnQueue: CauseCPU,
 	// Waiting for a CPU that its runtime's garbage collector held: the
 	// collector's demand, gc.
-	GCQueue:            CauseGC,
+	GCQueue: CauseGC,
+	// Waiting for a CPU that Rootline's own processes held (the agent
+	// dumping, rootline run, a server on the node): what observing the
+	// slowdown cost, no cause of it.
+	ObserverQueue:      CauseUnknown,
 	critpath.Runqueue:  CauseCPUContention,
 	critpath.Throttled: CauseCPUThrottle,
 	// Steal time is a wait for a physical CPU that the host gave to
@@ -61,6 +65,13 @@ const OwnQueue = "runqueue-own"
 // garbage-collector threads (critpath.SegmentJSON.GCQueueMs,
 // critpath.CollectorThread): taken out of OwnQueue.
 const GCQueue = "runqueue-gc"
+
+// ObserverQueue is the key, in a verdict's waits, of the run-queue time
+// during which the CPU the span's thread waited for ran Rootline's own
+// processes (critpath.HolderJSON.Observer): taken out of runqueue, and
+// counted as no cause (a capture's dump or a verdict's paths computed on
+// the node are not what the service meets without Rootline).
+const ObserverQueue = "runqueue-rootline"
 
 // minKnownShare is the share of the measured time that known causes must
 // cover for the verdict to name one: below it the kernel saw too little of
@@ -236,12 +247,13 @@ func PathCauses(p *critpath.SpanPath) map[string]float64 {
 // segmentTime calls add with the pieces of ms, the part of segment s a span
 // counts, by the state each counts as: segmentState's, except for a wait
 // for a CPU (runqueue) while the CPU ran threads of its own process
-// (s.OwnQueueMs of it: OwnQueue, or GCQueue for its collector's), and for a
-// lock's holder waiting for a CPU, whose wait while other programs held the
-// CPU is the contention's (runqueue), not the lock's: remove those programs
-// and the holder, and so its waiters, would have run. The holder's wait
-// behind its own process's threads stays the lock's (a convoy: the waiters
-// and the holder share the CPU).
+// (s.OwnQueueMs of it: OwnQueue, or GCQueue for its collector's) or of
+// Rootline's own processes (ObserverQueue), and for a lock's holder
+// waiting for a CPU, whose wait while other programs held the CPU is the
+// contention's (runqueue), not the lock's: remove those programs and the
+// holder, and so its waiters, would have run. The holder's wait behind its
+// own process's threads stays the lock's (a convoy: the waiters and the
+// holder share the CPU).
 func segmentTime(s critpath.SegmentJSON, ms float64, add func(state string, ms float64)) {
 	st := segmentState(s)
 	lockHolder := st == critpath.Lock && s.State == critpath.Runqueue
@@ -249,13 +261,25 @@ func segmentTime(s critpath.SegmentJSON, ms float64, add func(state string, ms f
 		add(st, ms)
 		return
 	}
+	part := ms * 1e6 / float64(s.End-s.Start) // of the segment's ms
 	own := ms * min(1, s.OwnQueueMs*1e6/float64(s.End-s.Start))
+	var observed float64
+	for _, h := range s.HeldBy {
+		if h.Observer {
+			observed += h.Ms * part
+		}
+	}
+	observed = min(observed, ms-own)
+	if observed > 0 {
+		add(ObserverQueue, observed)
+	}
+	rest := ms - own - observed
 	if lockHolder {
 		if own > 0 {
 			add(st, own)
 		}
-		if ms > own {
-			add(critpath.Runqueue, ms-own)
+		if rest > 0 {
+			add(critpath.Runqueue, rest)
 		}
 		return
 	}
@@ -266,8 +290,8 @@ func segmentTime(s critpath.SegmentJSON, ms float64, add func(state string, ms f
 			add(GCQueue, gc)
 		}
 	}
-	if ms > own {
-		add(st, ms-own)
+	if rest > 0 {
+		add(st, rest)
 	}
 }
 
@@ -315,7 +339,7 @@ func (w *waitTally) add(p *critpath.SpanPath, own []interval) {
 		})
 		if s.End > s.Start {
 			for _, h := range s.HeldBy {
-				w.held[critpath.HolderJSON{PID: h.PID, Comm: h.Comm, Target: h.Target}] += h.Ms * float64(ns) / float64(s.End-s.Start)
+				w.held[critpath.HolderJSON{PID: h.PID, Comm: h.Comm, Target: h.Target, Observer: h.Observer}] += h.Ms * float64(ns) / float64(s.End-s.Start)
 			}
 		}
 	}
@@ -335,8 +359,11 @@ func (w *waitTally) describeHeld() string {
 			break
 		}
 		who := "another process"
-		if h.Target {
+		switch {
+		case h.Target:
 			who = "a captured process"
+		case h.Observer:
+			who = "Rootline's own, not counted as a cause"
 		}
 		parts = append(parts, fmt.Sprintf("%s (pid %d, %s) %.1f ms", h.Comm, h.PID, who, ms))
 	}

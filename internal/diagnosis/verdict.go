@@ -712,7 +712,7 @@ func (d *Diagnoser) measure(ctx context.Context, v *Verdict, spans []*model.Span
 
 // queueStates are the path states of a wait for a CPU, by what kept the
 // thread off it.
-var queueStates = []string{critpath.Runqueue, critpath.Throttled, critpath.Steal, OwnQueue, GCQueue}
+var queueStates = []string{critpath.Runqueue, critpath.Throttled, critpath.Steal, OwnQueue, GCQueue, ObserverQueue}
 
 // weighSpanWaits names the cause by what grew when no kernel paths of the
 // culprit's spans before the onset say what its threads did then, but its

@@ -193,6 +193,42 @@ func TestOwnQueue(t *testing.T) {
 	}
 }
 
+// TestObserverQueue: run-queue time while the CPU ran Rootline's own
+// processes is what observing cost: runqueue-rootline, no cause; the rest
+// behind other programs stays contention; in proportion where only part
+// of a segment is in the span's exclusive time, and never more than the
+// segment's time not behind its own threads. A lock holder's wait behind
+// Rootline is not contention either.
+func TestObserverQueue(t *testing.T) {
+	held := func(obs, other float64) []critpath.HolderJSON {
+		return []critpath.HolderJSON{{PID: 9, Comm: "rootline", Ms: obs, Observer: true}, {PID: 8, Comm: "envoy", Ms: other}}
+	}
+	p := &critpath.SpanPath{Segments: []critpath.SegmentJSON{
+		{Start: 0, End: 20e6, Ms: 20, State: critpath.Running},
+		{Start: 20e6, End: 60e6, Ms: 40, State: critpath.Runqueue, OwnQueueMs: 10, HeldBy: held(20, 10)},
+		// Half of it in the exclusive time: 10 of its 20 ms behind Rootline.
+		{Start: 60e6, End: 100e6, Ms: 40, State: critpath.Runqueue, HeldBy: held(20, 20)},
+		// A holder's list longer than the wait not behind its own: capped.
+		{Start: 100e6, End: 110e6, Ms: 10, State: critpath.Runqueue, OwnQueueMs: 6, HeldBy: held(8, 0)},
+		// A lock holder waiting for a CPU behind Rootline.
+		{Start: 110e6, End: 120e6, Ms: 10, State: critpath.Runqueue, Wait: critpath.Lock, HeldBy: held(4, 6)},
+	}}
+	w := newWaitTally()
+	w.add(p, []interval{{0, 80e6}, {100e6, 120e6}})
+	want := map[string]float64{critpath.Running: 20, OwnQueue: 10 + 6, ObserverQueue: 20 + 10 + 4 + 4, critpath.Runqueue: 10 + 10 + 6}
+	for k, ms := range want {
+		if math.Abs(w.by[k]-ms) > 1e-9 {
+			t.Errorf("%s: %v ms, want %v (all: %v)", k, w.by[k], ms, w.by)
+		}
+	}
+	if StateCause(ObserverQueue) != CauseUnknown {
+		t.Errorf("runqueue-rootline points to %s, want unknown", StateCause(ObserverQueue))
+	}
+	if got := w.describeHeld(); !strings.Contains(got, "rootline (pid 9, Rootline's own, not counted as a cause)") {
+		t.Errorf("held: %q", got)
+	}
+}
+
 // The answer's wait in a span's own socket (a CLIENT child's
 // rootline.wait.response_socket_ms) is the span's own time: its path's
 // states there say why it read late.

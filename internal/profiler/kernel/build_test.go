@@ -304,7 +304,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	in := &Snapshot{Version: 2, PID: 7, Start: 1, End: 9, Lost: 2, Events: 3,
 		Threads: []Thread{{TID: 7, PID: 7, Comm: `we"ird\name`, Target: true, Recorded: true, Since: 1},
 			{TID: 8, PID: 8, Comm: "jbd2/vda1-8", Kernel: true, Depth: 1, Recorded: true, Since: 2},
-			{TID: 9, PID: 9, Comm: "x", Depth: 2, Unrecorded: UnrecordedDepth}},
+			{TID: 9, PID: 9, Comm: "x", Depth: 2, Unrecorded: UnrecordedDepth, Observer: true}},
 		Intervals: []Interval{{TID: 7, State: StateBlocked, Reason: ReasonDisk, Syscall: "fsync", Device: `v"da1`, Start: 1, End: 5, CPU: -1, Wakeup: 0},
 			{TID: 7, State: StateRunning, Start: 5, End: 9, CPU: 1, Wakeup: -1},
 			{TID: 8, State: StateRunqueue, Reason: ReasonThrottled, Start: 2, End: 9, CPU: -1, Wakeup: 1}},

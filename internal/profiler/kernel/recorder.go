@@ -162,6 +162,8 @@ type Recorder struct {
 
 	// gil says where target processes keep their interpreter lock.
 	gil *interpLocks
+	// obs tells Rootline's own processes (Thread.Observer).
+	obs *observers
 
 	readerTID atomic.Int32
 	dumps     atomic.Uint64
@@ -190,6 +192,7 @@ func NewWithSource(cfg Config, src Source, logger *slog.Logger) *Recorder {
 		ring:    newRing(cfg.MaxBytes, cfg.followBytes()),
 		devs:    newDevNames(),
 		gil:     newInterpLocks(),
+		obs:     newObservers("/proc"),
 		host:    host,
 		targets: map[int]uint64{},
 		cgroups: map[uint64]bool{},
@@ -509,6 +512,7 @@ func (h *Held) encode() ([]profiler.Artifact, error) {
 		return nil, fmt.Errorf("kernel: pid %d: %w", t.PID, profiler.ErrUnknownTarget)
 	}
 	snap.Lost = h.lost
+	r.obs.mark(snap, time.Now())
 	var js bytes.Buffer
 	if err := snap.encodeBinary(&js, ivs, true); err != nil {
 		return nil, fmt.Errorf("kernel: encode snapshot: %w", err)

@@ -35,7 +35,7 @@ import (
 //	  [follow: max depth, max threads, recording 0/1], [truncated: depth, count]
 //	2 strings: count, then for each: length, bytes
 //	3 threads: count, then for each: tid, pid, comm, flags (1 target,
-//	  2 kernel, 4 recorded), depth, since, unrecorded
+//	  2 kernel, 4 recorded, 8 observer), depth, since, unrecorded
 //	4 interval kinds: count, then for each: state, reason, syscall, device
 //	5 wakeup kinds: count, then for each: context, detail, device, causal 0/1
 //	6 intervals (repeated, in order): count, then for each record:
@@ -276,7 +276,7 @@ func (s *Snapshot) encodeBinary(w io.Writer, ivs intervalSource, compress bool) 
 		b.uv(uint64(t.TID))
 		b.uv(uint64(t.PID))
 		b.str(t.Comm)
-		b.uv(boolByte(t.Target) | boolByte(t.Kernel)<<1 | boolByte(t.Recorded)<<2)
+		b.uv(boolByte(t.Target) | boolByte(t.Kernel)<<1 | boolByte(t.Recorded)<<2 | boolByte(t.Observer)<<3)
 		b.sv(int64(t.Depth))
 		b.sv(t.Since)
 		b.str(t.Unrecorded)
@@ -661,7 +661,7 @@ func ReadBinarySnapshot(data []byte) (*BinarySnapshot, error) {
 		t.TID, t.PID = r.u32("tid"), r.u32("pid")
 		t.Comm = str(r)
 		f := r.uv()
-		t.Target, t.Kernel, t.Recorded = f&1 != 0, f&2 != 0, f&4 != 0
+		t.Target, t.Kernel, t.Recorded, t.Observer = f&1 != 0, f&2 != 0, f&4 != 0, f&8 != 0
 		t.Depth = int(r.sv())
 		t.Since = r.sv()
 		t.Unrecorded = str(r)

@@ -115,6 +115,12 @@ type Thread struct {
 	// Kernel is set for a kernel thread (a worker, a journal commit thread,
 	// ksoftirqd…) when a record said so.
 	Kernel bool `json:"kernel,omitempty"`
+	// Observer is set for a thread of Rootline's own processes on the
+	// node (the agent, what shares its cgroup, any process running
+	// Rootline's binary: rootline run, a server or demo there): the CPU
+	// it holds is the observer's cost, not a program the snapshot's
+	// processes compete with in production (Recorder.observer).
+	Observer bool `json:"observer,omitempty"`
 	// Depth is the thread's distance, in wakeup edges of the window, from
 	// the target's threads: 0 for them, 1 for a thread that woke one of
 	// them, 2 for a thread that woke a Depth 1 thread…; HolderDepth for a

@@ -48,6 +48,8 @@ export interface CPHolder {
   ms: number;
   /** One of the captured processes (else another program of the node). */
   target?: boolean;
+  /** One of Rootline's own processes (the agent, rootline run, a server on the node): what observing cost. */
+  observer?: boolean;
 }
 
 export interface CPArrow {
@@ -216,7 +218,7 @@ export function segmentTitle(s: CPSegment, spanStart: number): string {
   if (s.ownQueueMs) parts.push(`${s.ownQueueMs.toFixed(3)} ms of it behind its own process's threads`);
   if (s.gcQueueMs) parts.push(`${s.gcQueueMs.toFixed(3)} ms of those behind its garbage collector's`);
   if (s.heldBy?.length) {
-    parts.push('the CPU ran ' + s.heldBy.map((h) => `${h.comm} (pid ${h.pid}) ${h.ms.toFixed(3)} ms`).join(', '));
+    parts.push('the CPU ran ' + s.heldBy.map((h) => `${h.comm} (pid ${h.pid}${h.observer ? ', Rootline' : ''}) ${h.ms.toFixed(3)} ms`).join(', '));
   }
   return parts.join(' · ');
 }
