@@ -603,13 +603,20 @@ func RunMesh(ctx context.Context, o MeshOptions, out io.Writer) (MeshSummary, er
 	}
 
 	anomalies := &anomalyCounter{api: api}
+	// Each progress line counts the anomalous spans since its phase began
+	// (a load run's elapsed time starting over is a new phase).
 	progress := func(label string) func(loadgen.Progress) {
+		last := time.Duration(-1)
 		return func(p loadgen.Progress) {
+			if p.Elapsed < last || last < 0 {
+				anomalies.restart(time.Now().Add(-p.Elapsed))
+			}
+			last = p.Elapsed
 			if p.Elapsed.Round(time.Second)%(5*time.Second) != 0 {
 				return
 			}
-			fmt.Fprintf(out, "  %-22s %3.0fs  target %4.0f/s  done %5.1f/s  p50 %6.1f ms  p99 %7.1f ms  errors %d  anomalies %d\n",
-				label, p.Elapsed.Seconds(), p.Target, p.Rate, msOf(p.P50), msOf(p.P99), p.Errors, anomalies.get())
+			fmt.Fprintf(out, "  %-22s %3.0fs  target %4.0f/s  done %5.1f/s  p50 %6.1f ms  p99 %7.1f ms  errors %d  anomalies %s\n",
+				label, p.Elapsed.Seconds(), p.Target, p.Rate, msOf(p.P50), msOf(p.P99), p.Errors, anomalies.String())
 		}
 	}
 	stopCount := anomalies.poll(ctx)
@@ -1602,24 +1609,45 @@ func startAgentProc(ctx context.Context, self, api, dir, tokenFile string, extra
 	}
 }
 
-// anomalyCounter polls the anomaly count for the progress lines.
+// anomalyCounter polls the anomaly count for the progress lines: the
+// anomalous spans since the current phase began, up to the API's page
+// (counterPage; "1000+" beyond it).
 type anomalyCounter struct {
 	api   string
 	n     atomic.Int64
-	start time.Time
+	since atomic.Int64 // Unix ns
 }
 
-func (a *anomalyCounter) get() int64 { return a.n.Load() }
+// counterPage is the most anomalies one poll lists: the query API's default
+// cap on a page.
+const counterPage = 1000
+
+// restart counts from t on.
+func (a *anomalyCounter) restart(t time.Time) {
+	a.since.Store(t.UnixNano())
+	a.n.Store(0)
+}
+
+// String renders the count ("1000+" when the page was full).
+func (a *anomalyCounter) String() string {
+	if n := a.n.Load(); n < counterPage {
+		return strconv.FormatInt(n, 10)
+	}
+	return strconv.Itoa(counterPage) + "+"
+}
 
 func (a *anomalyCounter) poll(ctx context.Context) func() {
-	a.start = time.Now()
+	if a.since.Load() == 0 {
+		a.since.Store(time.Now().UnixNano())
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	go func() {
 		t := time.NewTicker(3 * time.Second)
 		defer t.Stop()
 		for {
 			var rows []json.RawMessage
-			if getJSON(cctx, fmt.Sprintf("%s/api/v1/anomalies?limit=10000&since=%d", a.api, a.start.UnixNano()), &rows) == nil {
+			since := a.since.Load()
+			if getJSON(cctx, fmt.Sprintf("%s/api/v1/anomalies?limit=%d&since=%d", a.api, counterPage, since), &rows) == nil && a.since.Load() == since {
 				a.n.Store(int64(len(rows)))
 			}
 			select {
