@@ -129,6 +129,71 @@ func (s shift) comparable() bool {
 	return s.n >= minShiftRequests && s.baseN >= minBaseRequests
 }
 
+// sure reports whether the window's shift by at least factor (its median
+// or its 90th percentile at least factor × the baseline's) holds with
+// confidence conf, from the window's requests win (n of them): the share of
+// them above the bar (factor × the baseline's quantile q) is more than a
+// window whose q-quantile lay at the bar would hold by chance, its count
+// beyond what Binomial(n, 1−q) reaches with probability 1−conf. A
+// window's 90th percentile of 40–75 requests (5 s at 8–15/s) is about its
+// 4th–8th slowest request: a few slow ones more than usual move it by 25 %
+// when nothing changed. conf 0: the quantiles alone decide.
+func (s shift) sure(win *hist, factor, conf float64) bool {
+	if conf <= 0 {
+		return true
+	}
+	for _, q := range []struct{ p, base float64 }{{0.5, s.baseP50}, {0.9, s.baseP90}} {
+		if q.base <= 0 {
+			continue
+		}
+		k := int(math.Floor(win.above(factor * q.base)))
+		if k > 0 && binomTail(s.n, k, 1-q.p) <= 1-conf {
+			return true
+		}
+	}
+	return false
+}
+
+// above returns how many of h's requests took more than ns: the bins above
+// its bin, and the part of its bin above it (spread geometrically within
+// the bin, as quantile interpolates).
+func (h *hist) above(ns float64) float64 {
+	b := binOf(int64(ns))
+	if ns <= float64(histMin) {
+		b = -1
+	}
+	var n float64
+	for i := b + 1; i < histBins; i++ {
+		n += float64(h[i])
+	}
+	if b >= 0 && h[b] > 0 {
+		f := math.Log2(ns/binLow(b)) * histPerOctave // share of the bin below ns
+		n += float64(h[b]) * (1 - min(max(f, 0), 1))
+	}
+	return n
+}
+
+// binomTail returns P(X ≥ k) for X ~ Binomial(n, p), 0 < p < 1.
+func binomTail(n, k int, p float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	if k > n {
+		return 0
+	}
+	lg := func(x int) float64 { v, _ := math.Lgamma(float64(x) + 1); return v }
+	lp, lq := math.Log(p), math.Log1p(-p)
+	var sum float64
+	for i := k; i <= n; i++ {
+		t := math.Exp(lg(n) - lg(i) - lg(n-i) + float64(i)*lp + float64(n-i)*lq)
+		sum += t
+		if float64(i) > float64(n)*p && t < sum*1e-12 {
+			break
+		}
+	}
+	return min(sum, 1)
+}
+
 // compare measures win (the window's summed counts, n requests) against b.
 func compare(win *hist, n int, b *baseline) shift {
 	w := func(i int) float64 { return float64(win[i]) }

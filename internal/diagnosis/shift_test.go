@@ -347,3 +347,121 @@ func TestShiftWindowSooner(t *testing.T) {
 		}
 	}
 }
+
+// TestBinomTail: exact binomial tails, and the edges.
+func TestBinomTail(t *testing.T) {
+	for _, c := range []struct {
+		n, k int
+		p    float64
+		want float64
+	}{
+		{10, 8, 0.5, 56.0 / 1024},
+		{10, 0, 0.3, 1},
+		{10, 11, 0.3, 0},
+		{75, 1, 0.1, 1 - math.Pow(0.9, 75)},
+		{20, 20, 0.1, 1e-20},
+	} {
+		if got := binomTail(c.n, c.k, c.p); math.Abs(got-c.want) > 1e-9*max(c.want, 1e-12) && math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("P(Bin(%d, %.1f) ≥ %d) = %g, want %g", c.n, c.p, c.k, got, c.want)
+		}
+	}
+}
+
+// TestShiftSure: a window whose 90th percentile sits just over the bar on a
+// few slow requests is not a sure shift; one with many requests over it is;
+// the bin holding the bar counts in part.
+func TestShiftSure(t *testing.T) {
+	base := shift{baseP50: 50e6, baseP90: 80e6}
+	window := func(n, slow int) *hist {
+		var h hist
+		for i := range n {
+			ns := int64(50e6)
+			if i < slow {
+				ns = 110e6 // over 1.25 × 80 ms
+			}
+			h.add(ns)
+		}
+		return &h
+	}
+	for _, c := range []struct {
+		n, slow int
+		want    bool
+	}{
+		{75, 9, false}, // 12 %: the p90 moved, by chance as likely as not
+		{75, 16, true}, // 21 %: P(Bin(75, 0.1) ≥ 16) < 1 %
+		{40, 6, false},
+		{40, 10, true},
+		{300, 45, true}, // 15 % of a larger window
+	} {
+		s := base
+		s.n = c.n
+		if got := s.sure(window(c.n, c.slow), 1.25, 0.99); got != c.want {
+			t.Errorf("%d of %d requests over the bar: sure %v, want %v", c.slow, c.n, got, c.want)
+		}
+		if !s.sure(window(c.n, c.slow), 1.25, 0) {
+			t.Errorf("confidence 0: not sure")
+		}
+	}
+	var h hist
+	for range 10 {
+		h.add(100e6)
+	}
+	lo := binLow(binOf(100e6))
+	if got := h.above(lo * 0.99); got != 10 {
+		t.Errorf("above a bin's lower edge: %v, want 10", got)
+	}
+	if got := h.above(lo * math.Exp2(0.5/histPerOctave)); math.Abs(got-5) > 1e-9 {
+		t.Errorf("above the middle of their bin: %v, want 5", got)
+	}
+	if got := h.above(lo * math.Exp2(1.0/histPerOctave)); got != 0 {
+		t.Errorf("above their bin: %v, want 0", got)
+	}
+}
+
+// TestShiftConfidenceNoise: a steady entry with a second of slow requests
+// now and then (what a noisy host does) opens incidents on the quantiles
+// alone and none with the binomial test, and a +40 % shift still opens one
+// within a few seconds of when it would have.
+func TestShiftConfidenceNoise(t *testing.T) {
+	feed := func(conf float64) *shiftFeed {
+		cfg := DefaultConfig()
+		cfg.ShiftConfidence = conf
+		f := newShiftFeed(t, cfg, 8)
+		f.run(120, constant(60*time.Millisecond))
+		return f
+	}
+	bursts := func(conf float64) int {
+		f := feed(conf)
+		// Ten minutes, every 10 s one second whose latencies are ×1.6:
+		// 8 slow requests of a 5-s window's 40, its 90th percentile
+		// theirs.
+		for i := range 600 {
+			m := 60 * time.Millisecond
+			if i%10 == 0 {
+				m = 96 * time.Millisecond
+			}
+			f.run(1, constant(m))
+		}
+		return len(f.incidents())
+	}
+	opensAfter := func(conf float64) time.Duration {
+		f := feed(conf)
+		onset := f.now
+		for range 20 {
+			f.run(1, constant(84*time.Millisecond))
+			if l := f.incidents(); len(l) > 0 {
+				return time.Unix(0, l[0].Opened).Sub(onset)
+			}
+		}
+		return -1
+	}
+	n0, n1 := bursts(0), bursts(0.99)
+	d0, d1 := opensAfter(0), opensAfter(0.99)
+	t.Logf("bursts: %d incidents without the test, %d with it; +40 %%: opened %v and %v after the onset", n0, n1, d0, d1)
+	if n0 == 0 || n1 != 0 {
+		t.Errorf("bursts: %d incidents without the binomial test, %d with it: want some, then none", n0, n1)
+	}
+	if d0 < 0 || d1 < 0 || d1 > d0+3*time.Second {
+		t.Errorf("+40 %%: opened %v after the onset with the test, %v without", d1, d0)
+	}
+}

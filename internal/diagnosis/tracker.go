@@ -197,10 +197,14 @@ func (c Config) Rule() string {
 		return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans; closes when that share stayed under %.0f%% for %s",
 			c.Window, c.MinAnomalies, 100*c.MinShare, 100*c.CloseShare, c.Quiet)
 	}
+	sure := ""
+	if c.ShiftConfidence > 0 {
+		sure = fmt.Sprintf(" (with %g%% confidence: more of its requests above that than chance would put there)", 100*c.ShiftConfidence)
+	}
 	return fmt.Sprintf("opens when, over %s, at least %d root spans of the entry point were anomalous and they were at least %.0f%% of its root spans, "+
-		"or when its median or 90th percentile over %s stayed %.0f%% or more above its baseline (its latency before, decayed over %s) for %s; "+
+		"or when its median or 90th percentile over %s stayed %.0f%% or more above its baseline (its latency before, decayed over %s)%s for %s; "+
 		"closes when the anomalous share stayed under %.0f%% and the latency within %.1f%% of the baseline for %s",
-		c.Window, c.MinAnomalies, 100*c.MinShare, c.Window, 100*c.MinShift, c.ShiftBaseline, c.ShiftFor, 100*c.CloseShare, 50*c.MinShift, c.Quiet)
+		c.Window, c.MinAnomalies, 100*c.MinShare, c.Window, 100*c.MinShift, c.ShiftBaseline, sure, c.ShiftFor, 100*c.CloseShare, 50*c.MinShift, c.Quiet)
 }
 
 // OnCommitted implements pipeline.Sink: it counts root spans (a trace's
@@ -519,8 +523,12 @@ func (t *Tracker) shifted(e *entry, sec int64, w *bucket) (shift, bool) {
 	if e.base.n >= minBaseRequests {
 		e.slowAbove = int64(sh.baseP90)
 	}
-	moved := func(s shift) bool { return s.comparable() && s.ratio() >= 1+t.cfg.MinShift }
-	if !moved(sh) {
+	factor := 1 + t.cfg.MinShift
+	moved := func(s shift, win *hist) bool {
+		return s.comparable() && s.ratio() >= factor && s.sure(win, factor, t.cfg.ShiftConfidence)
+	}
+	ok := moved(sh, &w.lat)
+	if !ok {
 		if n := int64(t.cfg.ShiftWindow / time.Second); n > 0 && n < t.nbuck {
 			var lat hist
 			total := 0
@@ -532,12 +540,12 @@ func (t *Tracker) shifted(e *entry, sec int64, w *bucket) (shift, bool) {
 					}
 				}
 			}
-			if short := compare(&lat, total, &e.base); moved(short) {
-				sh = short
+			if short := compare(&lat, total, &e.base); moved(short, &lat) {
+				sh, ok = short, true
 			}
 		}
 	}
-	if !moved(sh) {
+	if !ok {
 		e.shiftRun = 0
 		return sh, false
 	}
