@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -30,6 +31,10 @@ type observerEntry struct {
 	at time.Time
 }
 
+// deletedSuffix ends the link of a process whose executable file was
+// removed or replaced since it started.
+const deletedSuffix = " (deleted)"
+
 // observerTTL is how long a pid's answer is kept: a pid can be reused.
 const observerTTL = 10 * time.Second
 
@@ -41,7 +46,8 @@ func newObservers(proc string) *observers {
 	exe := filepath.Join(proc, "self", "exe")
 	o.selfExe, _ = os.Stat(exe)
 	if p, err := os.Readlink(exe); err == nil {
-		o.name = filepath.Base(p)
+		// A binary replaced since it started reads "name (deleted)".
+		o.name = strings.TrimSuffix(filepath.Base(p), deletedSuffix)
 	}
 	return o
 }
@@ -68,8 +74,7 @@ func (o *observers) is(pid uint32, now time.Time) bool {
 	} else if p, err := os.Readlink(exe); err == nil && o.name != "" {
 		// Another copy of the binary (a container's image): its name.
 		// A deleted binary's link ends in " (deleted)".
-		base := filepath.Base(p)
-		is = base == o.name || base == o.name+" (deleted)"
+		is = strings.TrimSuffix(filepath.Base(p), deletedSuffix) == o.name
 	}
 	o.mu.Lock()
 	if len(o.cache) >= maxObserverCache {

@@ -60,6 +60,17 @@ func TestObservers(t *testing.T) {
 	if !o.is(102, now.Add(observerTTL)) {
 		t.Error("pid 102: not asked again after observerTTL")
 	}
+	// The agent's own binary replaced since it started (a rebuild): its
+	// link and the others' end in " (deleted)"; the name still matches.
+	gone := filepath.Join(bin, "gone", "rootline (deleted)")
+	must(os.MkdirAll(filepath.Dir(gone), 0o755))
+	must(os.WriteFile(gone, nil, 0o755))
+	_ = os.Remove(filepath.Join(proc, "self", "exe"))
+	must(os.Symlink(gone, filepath.Join(proc, "self", "exe")))
+	link("107", "copy/rootline")
+	if o2 := newObservers(proc); o2.name != "rootline" || !o2.is(107, now) {
+		t.Errorf("after a rebuild: name %q, pid 107 observer %v", o2.name, o2.is(107, now))
+	}
 	var nilObs *observers
 	nilObs.mark(s, now) // no recorder observers: nothing to do
 }
